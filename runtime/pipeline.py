@@ -1,0 +1,190 @@
+"""The build pipeline: stages registered by name, run in order, then validated and published.
+
+A stage is a module exposing ``run(config, inputs, out_dir) -> dict``:
+
+* ``config``  — the whole build config (runtime.config); a stage reads its own section;
+* ``inputs``  — artefact name → path, everything earlier stages produced (plus ``dump``);
+* ``out_dir`` — the stage's own directory ``staging/<build_id>/<stage>/``, emptied first.
+
+It returns ``{"outputs": {artefact: path}, "report": {...}}``. The driver records that as
+``out_dir/_stage.json`` so that a later stage — in this process, in another Airflow task, or
+in a rerun — finds its inputs without re-running anything. Re-running a stage replaces only
+its own directory. Stage modules are imported lazily: this module never imports pyspark.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from runtime.contract import REQUIRED_TABLES, Build, Store, StoreError, new_build_id
+
+#: Stage name → module implementing ``run``; dict order is execution order.
+STAGES: dict[str, str] = {
+    "ingest": "spark_jobs.ingest",
+    "types": "spark_jobs.types",
+}
+
+#: Published table → artefact name produced by some stage (later stages override earlier ones).
+PUBLISHED_TABLES = ("entities", "relations", "triples")
+#: Artefacts copied into the build's reports/ directory when present.
+REPORT_ARTEFACTS = ("quarantine",)
+
+STAGE_RECORD = "_stage.json"
+
+
+class BuildError(RuntimeError):
+    """A stage failed or produced something unusable; the message names the stage."""
+
+
+def stage_names() -> list[str]:
+    return list(STAGES)
+
+
+def _load_stage(name: str) -> Callable:
+    if name not in STAGES:
+        raise BuildError(f"unknown stage '{name}' (stages: {', '.join(STAGES)})")
+    return importlib.import_module(STAGES[name]).run
+
+
+def collect_inputs(store: Store, build_id: str, dump: str | None, upto: str) -> dict[str, str]:
+    """Artefacts produced by the stages before ``upto`` in this build, read from their records."""
+    inputs: dict[str, str] = {}
+    if dump is not None:
+        inputs["dump"] = str(dump)
+    for name in STAGES:
+        if name == upto:
+            break
+        record = store.staging_dir(build_id) / name / STAGE_RECORD
+        if not record.is_file():
+            raise BuildError(f"stage '{upto}' needs stage '{name}' first: {record} missing")
+        inputs.update(json.loads(record.read_text())["outputs"])
+    return inputs
+
+
+def run_stage(store: Store, build_id: str, name: str, config: dict, dump: str | None) -> dict:
+    """Run one stage of a build idempotently and record its outputs, report and timing."""
+    run = _load_stage(name)
+    inputs = collect_inputs(store, build_id, dump, name)
+    out_dir = store.staging_dir(build_id) / name
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    started = time.perf_counter()
+    result = run(config, inputs, str(out_dir))
+    record = {
+        "stage": name,
+        "seconds": round(time.perf_counter() - started, 3),
+        "outputs": {k: str(v) for k, v in result["outputs"].items()},
+        "report": result.get("report", {}),
+    }
+    (out_dir / STAGE_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True))
+    return record
+
+
+def stage_records(store: Store, build_id: str) -> dict[str, dict]:
+    records = {}
+    for name in STAGES:
+        path = store.staging_dir(build_id) / name / STAGE_RECORD
+        if path.is_file():
+            records[name] = json.loads(path.read_text())
+    return records
+
+
+def publish_build(store: Store, build_id: str, config: dict, *, sources: list[dict] | None = None,
+                  hook=None) -> Build:
+    """Validate the staged outputs of a build and publish them atomically (DESIGN §2.10)."""
+    records = stage_records(store, build_id)
+    artefacts: dict[str, str] = {}
+    for record in records.values():
+        artefacts.update(record["outputs"])
+    missing = [t for t in REQUIRED_TABLES if t not in artefacts]
+    if missing:
+        raise BuildError(f"build {build_id}: cannot publish, tables missing: {missing}")
+    tables = {t: Path(artefacts[t]) for t in PUBLISHED_TABLES if t in artefacts}
+    reports = {f"{a}.parquet": Path(artefacts[a]) for a in REPORT_ARTEFACTS if a in artefacts}
+    report = {
+        "stages": {n: {"seconds": r["seconds"], **r["report"]} for n, r in records.items()},
+    }
+    report_path = store.staging_dir(build_id) / "build_report.json"
+    report_path.write_text(json.dumps(report, indent=2, sort_keys=True))
+    reports["build_report.json"] = report_path
+    build = store.publish(
+        build_id,
+        tables,
+        reports=reports,
+        info={"config": config, "sources": sources or [], "report": report},
+        keep=int(config["publish"]["keep"]),
+        hook=hook,
+    )
+    _validate_published(build)
+    shutil.rmtree(store.staging_dir(build_id), ignore_errors=True)
+    return build
+
+
+def _validate_published(build: Build) -> None:
+    """Row counts and id ranges of the core tables (cheap sanity checks after publishing)."""
+    import pyarrow.compute as pc
+
+    n_entities, n_relations = build.rows("entities"), build.rows("relations")
+    triples = build.read("triples")
+    if triples.num_rows:
+        for col, bound in (("s", n_entities), ("o", n_entities), ("r", n_relations)):
+            lo, hi = pc.min(triples[col]).as_py(), pc.max(triples[col]).as_py()
+            if lo < 0 or hi >= bound:
+                raise StoreError(
+                    f"{build.table_path('triples')}: column {col} has ids in [{lo}, {hi}], "
+                    f"outside [0, {bound})"
+                )
+
+
+def source_fingerprints(dump: str) -> list[dict]:
+    """Size and sha256 of every input file of a dump (a file or a directory)."""
+    from runtime.contract import sha256_file
+
+    root = Path(dump)
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    return [{"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in files]
+
+
+def build(dump: str, store_root: str, config: dict, *, until: str | None = None,
+          build_id: str | None = None, log: Callable[[str], None] = print) -> Build | None:
+    """Run every stage (or up to ``until``) and publish. Returns the build, or None if stopped."""
+    if until is not None and until not in STAGES and until != "publish":
+        raise BuildError(f"--until {until}: unknown stage (stages: {', '.join(STAGES)}, publish)")
+    if not Path(dump).exists():
+        raise BuildError(f"dump not found: {dump}")
+    store = Store(store_root)
+    build_id = build_id or new_build_id()
+    for name in STAGES:
+        record = run_stage(store, build_id, name, config, dump)
+        log(f"stage {name}: {record['seconds']:.1f}s")
+        if name == until:
+            log(f"stopped after '{name}'; staged outputs in {store.staging_dir(build_id)}")
+            return None
+    published = publish_build(store, build_id, config, sources=source_fingerprints(dump))
+    log(f"published build {build_id} to {store.root}")
+    return published
+
+
+def stage_main(name: str, argv: list[str] | None = None) -> None:
+    """Command line of one stage, used by ``spark-submit spark_jobs/<stage>.py`` and DAG tasks."""
+    import argparse
+
+    from runtime.config import load_config
+
+    parser = argparse.ArgumentParser(prog=f"lokg-stage-{name}", description=f"Run stage '{name}'.")
+    parser.add_argument("--store", required=True, help="store root")
+    parser.add_argument("--build-id", required=True, help="build being assembled")
+    parser.add_argument("--dump", help="raw dump (file or directory)")
+    parser.add_argument("--config", help="YAML/JSON config file")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="config override, repeatable")
+    args = parser.parse_args(argv)
+    config = load_config(args.config, args.overrides)
+    record = run_stage(Store(args.store), args.build_id, name, config, args.dump)
+    print(json.dumps({"stage": name, "seconds": record["seconds"]}))

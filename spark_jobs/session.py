@@ -1,0 +1,28 @@
+"""One way to obtain the SparkSession, in-process (lokg build, tests) or under spark-submit."""
+
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+
+def get_spark(config: dict, app_name: str = "lokg") -> SparkSession:
+    """Return the active session, or start one from the ``spark`` section of the config.
+
+    Under spark-submit the master and memory come from the submit command, not from the config.
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    spark_cfg = config.get("spark", {})
+    builder = SparkSession.builder.appName(app_name)
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
+        builder = builder.master(os.environ.get("LOKG_SPARK_MASTER", spark_cfg.get("master", "local[2]")))
+        builder = builder.config("spark.driver.memory", spark_cfg.get("driver_memory", "4g"))
+    return (
+        builder.config("spark.sql.shuffle.partitions", str(spark_cfg.get("shuffle_partitions", 8)))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )

@@ -1,0 +1,32 @@
+"""Shared fixtures: one local Spark session per test run, paths to the optional shared data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("LOKG_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A local[2] Spark session shared by every Spark test (start-up costs ~8 s)."""
+    pytest.importorskip("pyspark")
+    from spark_jobs.session import get_spark
+
+    session = get_spark({"spark": {"master": "local[2]", "shuffle_partitions": 4,
+                                   "driver_memory": "2g"}}, app_name="lokg-tests")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data, or skip the test when this checkout has none."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared benchmark data not found at {SHARED_DATA}")
+    return SHARED_DATA
