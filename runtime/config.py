@@ -27,6 +27,24 @@ DEFAULTS: dict = {
         "entities_file": None,  # optional JSONL/TSV of names, aliases, descriptions
     },
     "types": {},
+    "relation_stats": {
+        "max_relations_per_entity": 200,  # hub entities above this are skipped for pair candidates
+        "transe_neighbours": 10,  # extra candidate pairs from TransE nearest neighbours
+    },
+    "transe": {
+        "dim": 64,
+        "epochs": 100,
+        "seed": 0,
+        "batch_size": 1024,
+        "learning_rate": 0.01,
+        "device": "auto",  # auto | cpu | cuda
+    },
+    "scos": {
+        "enabled": True,
+        "weights": [0.40, 0.30, 0.30],  # NMI signal, Jaccard, TransE cosine
+        "theta_base": 0.75,
+        "epsilon": 0.15,
+    },
     "publish": {"keep": 3},
 }
 

@@ -1,0 +1,81 @@
+"""The lokg command line: help everywhere, store list/verify/rollback, thin imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from runtime.cli import cli
+from runtime.contract import Store
+from tests.test_contract import _publish
+
+COMMANDS = [[], ["synth"], ["build"], ["demo"], ["store"], ["store", "list"],
+            ["store", "verify"], ["store", "rollback"], ["store", "show"]]
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a) or "lokg")
+def test_every_command_has_help(args):
+    result = CliRunner().invoke(cli, [*args, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage: " in result.output and "--help" in result.output
+
+
+def test_store_commands_round_trip(tmp_path):
+    store = Store(tmp_path / "store")
+    _publish(store, tmp_path, "b1")
+    b2 = _publish(store, tmp_path, "b2")
+    runner = CliRunner()
+    root = ["--store", str(store.root)]
+
+    listed = runner.invoke(cli, ["store", "list", *root])
+    assert listed.exit_code == 0
+    assert listed.output.splitlines()[0].startswith("  b1")
+    assert listed.output.splitlines()[1].startswith("* b2")
+
+    ok = runner.invoke(cli, ["store", "verify", *root])
+    assert ok.exit_code == 0 and "ok: build b2" in ok.output
+
+    target = b2.path / "relations.parquet"
+    target.write_bytes(target.read_bytes()[:-3] + b"xyz")
+    bad = runner.invoke(cli, ["store", "verify", *root])
+    assert bad.exit_code != 0
+    assert str(target) in bad.output
+
+    back = runner.invoke(cli, ["store", "rollback", "b1", *root])
+    assert back.exit_code == 0 and store.current_id() == "b1"
+    assert runner.invoke(cli, ["store", "verify", *root]).exit_code == 0
+
+
+def test_store_commands_on_a_non_store_fail_cleanly(tmp_path):
+    result = CliRunner().invoke(cli, ["store", "verify", "--store", str(tmp_path / "missing")])
+    assert result.exit_code == 1
+    assert "store root does not exist" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_bad_config_override_is_reported(tmp_path):
+    dump = tmp_path / "kb.tsv"
+    dump.write_text("a\tr\tb\n")
+    result = CliRunner().invoke(cli, ["build", "--dump", str(dump), "--store", str(tmp_path / "s"),
+                                      "--set", "no_equals_sign"])
+    assert result.exit_code == 1
+    assert "expected key.path=value" in result.output
+
+
+def test_runtime_imports_without_heavy_packages():
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in {'pyspark', 'torch', 'airflow'}:\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import runtime, runtime.cli, runtime.contract, runtime.pipeline, runtime.config\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
