@@ -21,16 +21,21 @@ if ! java -version 2>&1 | grep -q 'version "\(1[7-9]\|2[0-9]\)'; then
 fi
 
 # Project venv. torch is installed on the same command as the rest so nothing pulls a CUDA build.
-want=$(stamp_of infra/requirements/project.txt pyproject.toml)
+want=$(stamp_of infra/requirements/project.txt)
 if [ "$(cat .venv/.lokg-stamp 2>/dev/null)" != "$want" ]; then
   log "creating .venv (project)"
   rm -rf .venv
   "$PYTHON" -m venv .venv
   .venv/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/project.txt 2> >(grep -v '^WARNING: Location' >&2)
-  .venv/bin/pip install "${PIP_FLAGS[@]}" --no-deps --no-build-isolation -e . 2> >(grep -v '^WARNING: Location' >&2)
   echo "$want" > .venv/.lokg-stamp
 else
   log ".venv up to date"
+fi
+# The project itself, editable; redone only when pyproject.toml changes.
+want=$(stamp_of pyproject.toml)
+if [ "$(cat .venv/.lokg-project-stamp 2>/dev/null)" != "$want" ]; then
+  .venv/bin/pip install "${PIP_FLAGS[@]}" --no-deps --no-build-isolation -e . 2> >(grep -v '^WARNING: Location' >&2)
+  echo "$want" > .venv/.lokg-project-stamp
 fi
 
 # Airflow venv, separate: the Spark provider's pyspark-client would overwrite pyspark's files.

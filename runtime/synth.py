@@ -1,0 +1,957 @@
+"""Deterministic synthetic Freebase-like knowledge graph (DESIGN §6).
+
+Why this shape: the generator backs the ingest tests (exact row and quarantine counts), the SCOS
+merge evaluation (planted redundant relations with known ground truth), the QA evaluation
+(PathQuestion-style questions with exact gold answers) and the scale benchmarks (10⁵…10⁸
+edges), so every count is exact, every byte is a function of (n_triples, seed, options), and
+nothing proportional to the number of edges is ever held in memory.
+
+How the graph is made
+---------------------
+* Entities get contiguous integer ids grouped by type (people.person, film.actor, film.film,
+  music.artist, music.album, organization.organization, location.city, location.country,
+  music.genre, people.gender); mid = ``m.0`` + the id in the Freebase mid alphabet, fixed width.
+* Every relation belongs to a *family* bound to one (subject type, object type) pair. For each
+  subject the family draws ``k`` distinct objects (k from the family's out-degree distribution,
+  kept in a small per-subject uint8 array); object popularity is Zipf-like over a seeded
+  permutation of the object type, so in-degrees are heavily skewed. Every other random choice
+  is a counter-based hash of (seed, family, subject, slot), so any subject's edges can be
+  recomputed on demand (questions walk the graph that way) and a block of subjects is generated
+  with a few vectorised numpy calls.
+* Each drawn (subject, object) slot carries a *role*: the subset of the family's relations that
+  state it. A plain family has one relation. A **synonym family** ``[base, syn, ...]`` shares one
+  slot list, so a synonym states a large, partial subset of the base's (s, o) pairs (60-72 %
+  pair Jaccard), adds pairs of its own, and ends up with a different triple count. An **inverse
+  family** ``[fwd, inv]`` states most slots twice: (s, fwd, o) and (o, inv, s). Relations outside
+  a family have a different type pair, except people.person.spouse versus children/parents,
+  which live on disjoint halves of the people (even / odd ids), so no false merge is planted.
+  Inverse pairs across two types (film.film.starring / film.actor.film) have mirrored ordered
+  type pairs, so the §2.3 NMI signal is 0 for them by construction.
+* The out-degree arrays of plain families are nudged (one slot at a time, seeded) until the
+  edges total exactly ``n_triples``. Edges are distinct by construction: a subject's k Zipf
+  ranks are sorted and the i-th gets +i, so the file holds exactly ``n_triples`` distinct
+  entity→entity edges.
+* Questions follow chains of base relations only (members[0]: never a synonym or an inverse
+  member), so a subject's answers are recomputable from that subject alone.
+* Malformed lines (``MALFORMED_KINDS``) are placed before well-formed line
+  ⌊(i + u_i)·W/M⌋; each breaks the grammar even for a parser that accepts ``<>`` (the
+  empty-IRI kind also lacks the final " .").
+
+Output (``out_dir``): ``kg.nt`` or ``kg.nt.gz`` (N-Triples: graph edges, one ``type.object.type``
+line, one ``@en`` name, an English description, 0-2 aliases per entity, some non-English names
+and dated/numeric literal facts, and optionally malformed lines at stratified positions),
+``kg.tsv`` (the edges: ``s_mid \\t relation \\t o_mid``, same order), ``families.json`` (ground
+truth), ``questions.jsonl`` (2- and 3-hop questions, answers computed by walking the generated
+graph) and ``manifest.json`` (params, counts, per-relation counts, sha256 of every file).
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip as _gzip
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+NS = "http://rdf.freebase.com/ns/"
+XSD = "http://www.w3.org/2001/XMLSchema#"
+GENERATOR = "lokg-synth"
+VERSION = 1
+MIN_TRIPLES = 100
+
+#: Freebase's mid alphabet (digits, lowercase consonants, underscore).
+MID_ALPHABET = "0123456789bcdfghjklmnpqrstvwxyz_"
+#: The malformed line kinds, in the order their index is drawn.
+MALFORMED_KINDS = ("missing_dot", "truncated_iri", "two_terms", "unterminated_literal",
+                   "garbage", "empty_iri")
+
+_CHUNK = 8192  # subjects per vectorised block
+
+# --------------------------------------------------------------------------------------------
+# schema
+
+#: Entity types in id order: (type, share of the proportional part, minimum count). ``None``
+#: share = a small fixed-size type sized by ``_fixed_size``.
+_TYPES = (
+    ("people.person", 0.42, 8),
+    ("film.actor", 0.10, 3),
+    ("film.film", 0.16, 3),
+    ("music.artist", 0.04, 2),
+    ("music.album", 0.14, 3),
+    ("organization.organization", 0.06, 2),
+    ("location.city", 0.08, 3),
+    ("location.country", None, 3),
+    ("music.genre", None, 3),
+    ("people.gender", None, 2),
+)
+
+
+@dataclass(frozen=True)
+class Family:
+    """Relations sharing one slot list per subject (see the module docstring).
+
+    ``roles`` are (bitmask over ``members``, probability); ``kdist[i]`` = P(k = i + 1) for a
+    covered subject; ``parity`` restricts subjects and objects to people with that id parity.
+    """
+
+    members: tuple[str, ...]
+    subj: str
+    obj: str
+    cov: float
+    kdist: tuple[float, ...]
+    zipf: float
+    phrases: tuple[str, ...]
+    roles: tuple[tuple[int, float], ...] = ((1, 1.0),)
+    kind: str = "plain"  # plain | synonyms | inverse
+    parity: int | None = None
+
+    @property
+    def base(self) -> str:
+        return self.members[0]
+
+    @property
+    def mean_popcount(self) -> float:
+        return sum(p * bin(m).count("1") for m, p in self.roles)
+
+
+P, AC, FI, AR, AL = "people.person", "film.actor", "film.film", "music.artist", "music.album"
+ORG, CI, CO, MG, GE = ("organization.organization", "location.city", "location.country",
+                       "music.genre", "people.gender")
+
+FAMILIES: tuple[Family, ...] = (
+    Family(("people.person.place_of_birth", "people.person.birth_city", "people.person.born_in"),
+           P, CI, 0.85, (1.0,), 1.1, ("place of birth", "birthplace"),
+           roles=((0b111, .55), (0b011, .12), (0b101, .10), (0b001, .08), (0b010, .08),
+                  (0b100, .07)), kind="synonyms"),
+    Family(("people.person.nationality",), P, CO, 0.92, (.94, .06), 1.3,
+           ("nationality", "country of citizenship")),
+    Family(("people.person.gender",), P, GE, 0.95, (1.0,), 0.3, ("gender", "sex")),
+    Family(("people.person.spouse",), P, P, 0.55, (.93, .07), 0.0, ("spouse", "partner"),
+           parity=0),
+    Family(("people.person.children", "people.person.parents"), P, P, 0.45,
+           (.30, .35, .20, .10, .05), 0.0, ("child", "kid"),
+           roles=((0b11, .80), (0b01, .12), (0b10, .08)), kind="inverse", parity=1),
+    Family(("people.person.employer",), P, ORG, 0.55, (.50, .30, .20), 1.0,
+           ("employer", "workplace")),
+    Family(("location.city.country",), CI, CO, 1.0, (1.0,), 1.2, ("country", "nation")),
+    Family(("location.country.capital",), CO, CI, 0.9, (1.0,), 0.5, ("capital", "capital city")),
+    Family(("organization.organization.headquarters", "organization.organization.location"),
+           ORG, CI, 0.9, (1.0,), 1.1, ("headquarters", "head office"),
+           roles=((0b11, .70), (0b01, .12), (0b10, .18)), kind="synonyms"),
+    Family(("organization.organization.founders",), ORG, P, 0.6, (.50, .30, .20), 0.8,
+           ("founder", "creator")),
+    Family(("film.film.directed_by", "film.film.director"), FI, P, 0.92, (.90, .10), 0.9,
+           ("director", "filmmaker"),
+           roles=((0b11, .62), (0b01, .23), (0b10, .15)), kind="synonyms"),
+    Family(("film.film.starring", "film.actor.film"), FI, AC, 0.95,
+           (0, .04, .07, .10, .12, .13, .12, .11, .10, .08, .07, .06), 1.0,
+           ("star", "cast member"),
+           roles=((0b11, .85), (0b01, .10), (0b10, .05)), kind="inverse"),
+    Family(("film.film.country",), FI, CO, 0.85, (.90, .10), 1.3,
+           ("country of origin", "production country")),
+    Family(("film.film.production_company",), FI, ORG, 0.6, (.70, .30), 1.0,
+           ("production company", "studio")),
+    Family(("film.actor.nationality",), AC, CO, 0.8, (1.0,), 1.3,
+           ("nationality", "home country")),
+    Family(("music.artist.genre", "music.artist.genres"), AR, MG, 0.9, (.40, .35, .25), 1.0,
+           ("genre", "musical style"),
+           roles=((0b11, .72), (0b01, .16), (0b10, .12)), kind="synonyms"),
+    Family(("music.artist.origin",), AR, CI, 0.7, (1.0,), 1.0, ("hometown", "place of origin")),
+    Family(("music.artist.label",), AR, ORG, 0.5, (.80, .20), 1.0, ("record label", "label")),
+    Family(("music.album.artist", "music.artist.album"), AL, AR, 1.0, (.95, .05), 1.0,
+           ("artist", "performer"),
+           roles=((0b11, .90), (0b01, .06), (0b10, .04)), kind="inverse"),
+    Family(("music.album.genre",), AL, MG, 0.85, (.50, .30, .20), 1.0, ("genre", "style")),
+)
+
+#: Literal facts that are not names: type -> (predicate, share of entities, value kind).
+_ATTRIBUTES = {
+    P: ("people.person.date_of_birth", 0.7, "date"),
+    FI: ("film.film.initial_release_date", 0.6, "date"),
+    AL: ("music.album.release_date", 0.5, "year"),
+    ORG: ("organization.organization.date_founded", 0.4, "year"),
+    CI: ("location.city.population", 0.5, "integer"),
+    CO: ("location.country.iso_alpha_3", 0.8, "code"),
+}
+#: Share of entities with a non-English name, by type.
+_FOREIGN_SHARE = {CI: 0.4, CO: 0.4, FI: 0.2}
+_LANGS = ("fr", "de", "es", "it")
+_LOC_SUFFIX = {"fr": "é", "de": "en", "es": "a", "it": "o"}
+_FILM_ARTICLE = {"fr": "Le ", "de": "Der ", "es": "El ", "it": "Il "}
+_YEARS = {P: (1900, 2005), FI: (1920, 2023), AL: (1955, 2023), ORG: (1850, 2020)}
+_LABEL = {P: "person", AC: "actor", FI: "film", AR: "band", AL: "album", ORG: "organization",
+          CI: "city", CO: "country", MG: "genre", GE: "gender"}
+
+_FIRST = ("James Mary John Patricia Robert Jennifer Michael Linda William Elizabeth David "
+          "Barbara Richard Susan Joseph Jessica Thomas Sarah Charles Karen Daniel Nancy Matthew "
+          "Lisa Anthony Betty Mark Margaret Paul Sandra Steven Ashley Andrew Kimberly Kenneth "
+          "Emily Joshua Donna Kevin Michelle Brian Carol George Amanda Edward Melissa Ronald "
+          "Deborah Timothy Stephanie Jason Rebecca Jeffrey Laura Ryan Sharon Jacob Cynthia Gary "
+          "Kathleen Nicholas Amy Eric Angela").split()
+_SURNAMES = ("Smith Johnson Williams Brown Jones Garcia Miller Davis Rodriguez Martinez "
+             "Hernandez Lopez Gonzalez Wilson Anderson Thomas Taylor Moore Jackson Martin Lee "
+             "Perez Thompson White Harris Sanchez Clark Ramirez Lewis Robinson Walker Young "
+             "Allen King Wright Scott Torres Nguyen Hill Flores Green Adams Nelson Baker Hall "
+             "Rivera Campbell Mitchell Carter Roberts Turner Phillips Evans Parker Edwards "
+             "Collins Stewart Morris Murphy Cook Rogers Morgan Peterson Cooper").split()
+_FILM_ADJ = ("Silent Broken Hidden Last Golden Dark Crimson Lost Burning Frozen Wild Quiet "
+             "Hollow Iron Savage Endless Secret Shattered Distant Electric Midnight Scarlet "
+             "Invisible Restless Forgotten Eternal Falling Rising Velvet Wicked Bitter Sacred "
+             "Stolen Twisted Fading Rogue Pale Northern Silver Lonely").split()
+_FILM_NOUN = ("River Empire Garden Horizon Kingdom Shadow Witness Harbor Frontier Promise "
+              "Storm Mirror Station Carnival Voyage Legacy Signal Canyon Tide Orchard Verdict "
+              "Fortress Lantern Island Compass Requiem Outpost Labyrinth Summit Paradox "
+              "Covenant Reckoning Meridian Sanctuary Odyssey Phantom Cipher Echo Wilderness "
+              "Crossing").split()
+_MUSIC_ADJ = ("Blue Neon Velvet Electric Paper Golden Static Lunar Solar Wooden Glass Honey "
+              "Cosmic Rusty Cold Warm Lucid Hazy Sonic Analog Digital Feral Gentle Heavy "
+              "Little Morning Ocean Plastic Royal Sugar Wired Violet").split()
+_MUSIC_NOUN = ("Dreams Hearts Lights Roads Waves Machines Ghosts Animals Bridges Stars Rivers "
+               "Mountains Cities Signals Flowers Wolves Engines Mirrors Windows Letters Secrets "
+               "Tigers Shadows Voices Colors Seasons Islands Rockets Sparks Feathers Tapes "
+               "Kings").split()
+_GENRES = ("rock|pop|jazz|blues|hip hop|electronic|classical|folk|country|reggae|punk rock|"
+           "heavy metal|soul|funk|disco|techno|house|ambient|indie rock|grunge|ska|gospel|opera|"
+           "bluegrass|trip hop|drum and bass|dubstep|synth-pop|new wave|post-rock|shoegaze|"
+           "bossa nova|salsa|flamenco|k-pop|afrobeat|zydeco|emo|trance|garage rock").split("|")
+_GENDERS = ("male", "female")
+_ORG_KINDS = (("Corporation", "Company"), ("Group", "Conglomerate"), ("Records", "Record label"),
+              ("Studios", "Film studio"), ("University", "University"),
+              ("Foundation", "Non-profit organization"), ("Pictures", "Film production company"),
+              ("Holdings", "Holding company"))
+_CITY_SUFFIX = ("", "ville", "burg", "ton", "field", " Springs", "port", "ford")
+_CITY_KINDS = ("City", "Town", "Port city", "Municipality")
+_COUNTRY_SUFFIX = ("ria", "land", "stan", "nia")
+_OCCUPATIONS = ("Politician", "Writer", "Musician", "Engineer", "Physician", "Athlete",
+                "Painter", "Journalist", "Lawyer", "Scientist", "Teacher", "Entrepreneur")
+_ACTOR_KINDS = ("Actor", "Actress", "Film actor", "Voice actor")
+_FILM_KINDS = ("drama", "comedy", "thriller", "documentary", "western", "science fiction",
+               "horror", "animated")
+_BAND_KINDS = ("Band", "Musical group", "Solo artist", "Electronic music duo")
+_CONS, _VOWELS = "bdfgklmnprstvz", "aeiou"
+_SYLLABLES = [c + v for c in _CONS for v in _VOWELS]
+
+# --------------------------------------------------------------------------------------------
+# counter-based randomness: a splitmix64 hash of (stream, key) → uniform [0, 1)
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _stream(seed: int, *labels) -> np.uint64:
+    """An independent stream id for one purpose (stable across processes and versions)."""
+    digest = hashlib.blake2b(repr((seed, labels)).encode(), digest_size=8).digest()
+    return np.uint64(int.from_bytes(digest, "little"))
+
+
+def _uniform(stream: np.uint64, keys: np.ndarray) -> np.ndarray:
+    x = keys.astype(np.uint64) * _GOLDEN + stream
+    x ^= x >> np.uint64(30)
+    x *= _M1
+    x ^= x >> np.uint64(27)
+    x *= _M2
+    x ^= x >> np.uint64(31)
+    return (x >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+
+
+def _zipf_rank(u: np.ndarray, n: int, a: float) -> np.ndarray:
+    """Inverse CDF of the density ∝ (1 + x)^-a on [0, n), floored: rank 0 is the most popular."""
+    if a == 1.0:
+        x = np.power(n + 1.0, u) - 1.0
+    else:
+        c = (n + 1.0) ** (1.0 - a) - 1.0
+        x = np.power(1.0 + u * c, 1.0 / (1.0 - a)) - 1.0
+    return np.minimum(x.astype(np.int64), n - 1)
+
+
+def _coprime(n: int, start: int) -> int:
+    m = start % n or 1
+    while math.gcd(m, n) != 1:
+        m += 1
+    return m
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """Objects of one type (optionally one id parity), ordered by a seeded affine permutation."""
+
+    offset: int
+    count: int
+    stride: int
+    phase: int
+    mult: int
+    add: int
+
+    def to_global(self, rank: np.ndarray) -> np.ndarray:
+        return self.offset + self.phase + self.stride * ((self.mult * rank + self.add) % self.count)
+
+    def rank_of(self, local: np.ndarray) -> np.ndarray:
+        inv = pow(self.mult, -1, self.count) if self.count > 1 else 0
+        return (((local - self.phase) // self.stride - self.add) * inv) % self.count
+
+
+@functools.lru_cache(maxsize=1 << 20)
+def _word(i: int, min_syllables: int = 2) -> str:
+    """Bijective: i ↦ a capitalised pronounceable word of consonant-vowel syllables."""
+    n = min_syllables
+    while i >= len(_SYLLABLES) ** n:
+        i -= len(_SYLLABLES) ** n
+        n += 1
+    i = (i * 2654435761 + 11) % len(_SYLLABLES) ** n  # coprime to 70: neighbours look unrelated
+    out = []
+    for _ in range(n):
+        i, d = divmod(i, len(_SYLLABLES))
+        out.append(_SYLLABLES[d])
+    return "".join(out).capitalize()
+
+
+def _escape(text: str) -> str:
+    if '"' in text or "\\" in text:
+        return text.replace("\\", "\\\\").replace('"', '\\"')
+    return text
+
+
+def _fixed_size(type_name: str, n_entities: int) -> int:
+    if type_name == CO:
+        return min(200, max(3, n_entities // 400))
+    if type_name == MG:
+        return min(len(_GENRES), max(3, n_entities // 2500))
+    return len(_GENDERS)
+
+
+def _type_sizes(n_entities: int) -> dict[str, int]:
+    """Entities per type for a target total (the real total may exceed it by the minimums)."""
+    fixed = {t: _fixed_size(t, n_entities) for t, share, _ in _TYPES if share is None}
+    rest = max(0, n_entities - sum(fixed.values()))
+    sizes = {t: max(minimum, int(share * rest)) for t, share, minimum in _TYPES if share}
+    sizes[P] += max(0, rest - sum(sizes.values()))
+    return {t: sizes.get(t, fixed.get(t)) for t, _, _ in _TYPES}
+
+
+# --------------------------------------------------------------------------------------------
+# the world: every edge, name and literal as a pure function of (n_triples, seed)
+
+
+class World:
+    """The generated KG. Holds only per-entity arrays; edges are recomputed on demand."""
+
+    def __init__(self, n_triples: int, seed: int):
+        self.seed = seed
+        self.sizes = _solve_sizes(n_triples)
+        self.types = list(self.sizes)
+        self.offset: dict[str, int] = {}
+        total = 0
+        for t in self.types:
+            self.offset[t] = total
+            total += self.sizes[t]
+        self.n_entities = total
+        self._type_starts = np.array([self.offset[t] for t in self.types])
+        self.mid_width = max(4, math.ceil(math.log(max(total, 2), 32)))
+        self.midtab = self._mid_table()
+        self.pools = [self._pool(f) for f in FAMILIES]
+        self.k = [self._draw_degrees(i) for i in range(len(FAMILIES))]
+        self._fit(n_triples)
+        self._templates: dict[tuple[str, str], tuple[np.ndarray, int, int]] = {}
+        self._name_perm = {t: self._perm(t) for t in self.types}
+
+    # ---- ids, pools, degrees ---------------------------------------------------------------
+    def _mid_table(self) -> np.ndarray:
+        ids = np.arange(self.n_entities, dtype=np.int64)
+        digits = np.empty((self.n_entities, self.mid_width), dtype=np.uint8)
+        alphabet = np.frombuffer(MID_ALPHABET.encode(), dtype=np.uint8)
+        for col in range(self.mid_width - 1, -1, -1):
+            digits[:, col] = alphabet[ids % 32]
+            ids //= 32
+        return digits
+
+    def mid(self, entity: int) -> str:
+        return "m.0" + self.midtab[entity].tobytes().decode()
+
+    def type_of(self, entity: int) -> str:
+        return self.types[int(np.searchsorted(self._type_starts, entity, side="right")) - 1]
+
+    def _perm(self, type_name: str) -> tuple[int, int, int]:
+        """Seeded affine bijection (mult, add, modulus) over a type's name space."""
+        space = self.sizes[P] + self.sizes[AC] if type_name in (P, AC) else self.sizes[type_name]
+        h = int(_stream(self.seed, "names", type_name if type_name not in (P, AC) else "human"))
+        return _coprime(space, (h >> 20) % space + space // 2), h % space, space
+
+    def _pool(self, fam: Family) -> _Pool:
+        n = self.sizes[fam.obj]
+        stride, phase, count = 1, 0, n
+        if fam.parity is not None:
+            stride, phase, count = 2, fam.parity, (n - fam.parity + 1) // 2
+        h = int(_stream(self.seed, "pool", fam.base))
+        return _Pool(self.offset[fam.obj], count, stride, phase,
+                     _coprime(count, (h >> 20) % count + count // 3), h % count)
+
+    def _capacity(self, f: int) -> int:
+        """Most distinct objects one subject can have (its own id excluded on a same-type pool)."""
+        fam = FAMILIES[f]
+        return min(255, self.pools[f].count - (fam.subj == fam.obj))
+
+    def _draw_degrees(self, f: int) -> np.ndarray:
+        fam = FAMILIES[f]
+        n = self.sizes[fam.subj]
+        keys = np.arange(n, dtype=np.int64) + self.offset[fam.subj]
+        covered = _uniform(_stream(self.seed, "cov", fam.base), keys) < fam.cov
+        k = np.searchsorted(np.cumsum(fam.kdist), _uniform(_stream(self.seed, "k", fam.base), keys),
+                            side="right") + 1
+        k = np.where(covered, np.minimum(k, min(len(fam.kdist), self._capacity(f))), 0)
+        if fam.parity is not None:
+            k[np.arange(n) % 2 != fam.parity] = 0
+        k[self._anchor(f)] = max(1, k[self._anchor(f)])
+        return k.astype(np.uint8)
+
+    @staticmethod
+    def _anchor(f: int) -> int:
+        """The first eligible subject: it always keeps one slot stating every family member."""
+        return FAMILIES[f].parity or 0
+
+    def _fit(self, n_triples: int) -> None:
+        """Nudge plain families' degrees (seeded, ±1 slot per subject a round) to hit n exactly."""
+        plain = [f for f, fam in enumerate(FAMILIES) if len(fam.members) == 1]
+        total = sum(self._count_edges(f) for f in range(len(FAMILIES)))
+        rng = np.random.default_rng([self.seed, n_triples, 0xF17])
+        while total != n_triples:
+            grow = total < n_triples
+            cells = []
+            for f in plain:
+                k, fam = self.k[f], FAMILIES[f]
+                if grow:
+                    ok = k < min(len(fam.kdist) + 2, self._capacity(f)) if len(fam.kdist) > 1 \
+                        else np.zeros(len(k), bool)
+                    if fam.parity is not None:
+                        ok &= np.arange(len(k)) % 2 == fam.parity
+                else:
+                    ok = k > (np.arange(len(k)) == self._anchor(f))
+                idx = np.flatnonzero(ok)
+                cells.append(np.stack([np.full(len(idx), f), idx], axis=1))
+            cells = np.concatenate(cells)
+            if len(cells) == 0:
+                raise ValueError(f"cannot place exactly {n_triples} distinct triples")
+            take = cells[np.argsort(rng.random(len(cells)), kind="stable")]
+            take = take[: abs(n_triples - total)]
+            for f in np.unique(take[:, 0]):
+                np.add.at(self.k[f], take[take[:, 0] == f, 1], 1 if grow else -1)
+            total += len(take) if grow else -len(take)
+
+    def _count_edges(self, f: int) -> int:
+        fam = FAMILIES[f]
+        if len(fam.members) == 1:
+            return int(self.k[f].sum(dtype=np.int64))
+        popcount = np.array([bin(m).count("1") for m in self._role_masks(fam)])
+        n = self.sizes[fam.subj]
+        return sum(int(popcount[self._roles(f, lo, min(n, lo + 8 * _CHUNK))[-1]].sum())
+                   for lo in range(0, n, 8 * _CHUNK))
+
+    @staticmethod
+    def _role_masks(fam: Family) -> np.ndarray:
+        return np.array([m for m, _ in fam.roles] + [(1 << len(fam.members)) - 1], dtype=np.int64)
+
+    def _slots(self, f: int, lo: int, hi: int):
+        """Slots of family f for subjects lo..hi-1 (local ids): subject-relative arrays."""
+        k = self.k[f][lo:hi].astype(np.int64)
+        starts = np.cumsum(k) - k
+        seg = np.repeat(np.arange(hi - lo), k)
+        slot = np.arange(len(seg)) - starts[seg]
+        subj = self.offset[FAMILIES[f].subj] + lo + seg
+        keys = (subj.astype(np.uint64) << np.uint64(8)) | slot.astype(np.uint64)
+        return k, seg, slot, subj, keys
+
+    def _roles(self, f: int, lo: int, hi: int):
+        """Slots plus each slot's role index (len(roles) = the anchor's all-members role)."""
+        fam = FAMILIES[f]
+        k, seg, slot, subj, keys = self._slots(f, lo, hi)
+        cum = np.cumsum([p for _, p in fam.roles])
+        role = np.minimum(np.searchsorted(cum / cum[-1], _uniform(
+            _stream(self.seed, "role", fam.base), keys), side="right"), len(fam.roles) - 1)
+        role[(seg + lo == self._anchor(f)) & (slot == 0)] = len(fam.roles)
+        return k, seg, slot, subj, keys, role
+
+    def edges(self, f: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(subject ids, object ids, member bitmask) of family f's slots for subjects lo..hi-1."""
+        fam, pool = FAMILIES[f], self.pools[f]
+        if len(fam.members) == 1:
+            k, seg, slot, subj, keys = self._slots(f, lo, hi)
+            mask = np.ones(len(seg), dtype=np.int64)
+        else:
+            k, seg, slot, subj, keys, role = self._roles(f, lo, hi)
+            mask = self._role_masks(fam)[role]
+        same = fam.subj == fam.obj
+        n = pool.count - same
+        rank = _zipf_rank(_uniform(_stream(self.seed, "obj", fam.base), keys), n, fam.zipf)
+        rank = np.minimum(rank, n - k[seg])
+        order = np.argsort(seg * n + rank, kind="stable")
+        value = np.empty_like(rank)
+        value[order] = rank[order] + slot  # distinct within a subject: sorted ranks + position
+        if same:  # skip the subject itself
+            value += value >= pool.rank_of(subj - self.offset[fam.subj])
+        return subj, pool.to_global(value), mask
+
+    def out(self, f: int, entity: int) -> list[int]:
+        """Objects of the family's base relation for one subject (question walks)."""
+        local = entity - self.offset[FAMILIES[f].subj]
+        if not 0 <= local < self.sizes[FAMILIES[f].subj]:
+            return []
+        _, obj, mask = self.edges(f, local, local + 1)
+        return obj[(mask & 1) == 1].tolist()
+
+    # ---- entities: names and literal lines --------------------------------------------------
+    def _name_index(self, type_name: str, local: np.ndarray) -> np.ndarray:
+        mult, add, space = self._name_perm[type_name]
+        x = local + (self.sizes[P] if type_name == AC else 0)
+        return (mult * x + add) % space
+
+    def name(self, entity: int) -> str:
+        t = self.type_of(entity)
+        return _NAMERS[t](int(self._name_index(t, np.array([entity - self.offset[t]]))[0]))
+
+    def entity_draws(self, type_name: str, lo: int, hi: int) -> dict[str, np.ndarray]:
+        """Per-entity choices (aliases, non-English name, literal fact) as uniform draws."""
+        keys = np.arange(lo, hi, dtype=np.int64) + self.offset[type_name]
+        u = {what: _uniform(_stream(self.seed, "entity", what), keys)
+             for what in ("alias", "foreign", "lang", "attr", "v1", "v2", "v3", "desc")}
+        attr = _ATTRIBUTES.get(type_name)
+        u["n_alias"] = (u["alias"] >= 0.45).astype(np.int64) + (u["alias"] >= 0.8)
+        u["has_foreign"] = u["foreign"] < _FOREIGN_SHARE.get(type_name, 0.0)
+        u["has_attr"] = u["attr"] < (attr[1] if attr else 0.0)
+        return u
+
+    def literal_count(self, type_name: str, lo: int, hi: int) -> int:
+        d = self.entity_draws(type_name, lo, hi)
+        extra = d["n_alias"].sum() + d["has_foreign"].sum() + d["has_attr"].sum()
+        return int(2 * (hi - lo) + extra)
+
+    def entity_lines(self, type_name: str, lo: int, hi: int) -> tuple[bytes, int, int]:
+        """N-Triples of entities lo..hi-1 grouped by predicate: (bytes, literal lines, types)."""
+        d = self.entity_draws(type_name, lo, hi)
+        ids = np.arange(lo, hi) + self.offset[type_name]
+        namer, attr, w = _NAMERS[type_name], _ATTRIBUTES.get(type_name), self.mid_width
+        mids = self.midtab[ids].tobytes().decode()
+        subj = [f"<{NS}m.0{mids[i:i + w]}> <{NS}" for i in range(0, len(mids), w)]
+        name_ids = self._name_index(type_name, np.arange(lo, hi)).tolist()
+        names = [namer(i) for i in name_ids]
+        years = [None] * (hi - lo)
+        if type_name in _YEARS:
+            first, last = _YEARS[type_name]
+            years = np.where(d["has_attr"], first + (d["v1"] * (last - first + 1)).astype(int),
+                             0).tolist()
+        out = [f'{s}type.object.name> "{_escape(n)}"@en .\n' for s, n in zip(subj, names)]
+        for i in np.flatnonzero(d["has_foreign"]).tolist():
+            lang = _LANGS[int(d["lang"][i] * len(_LANGS))]
+            out.append(f'{subj[i]}type.object.name> '
+                       f'"{_escape(_foreign(type_name, names[i], lang))}"@{lang} .\n')
+        for i in np.flatnonzero(d["n_alias"]).tolist():
+            for alias in _aliases(type_name, names[i])[: d["n_alias"][i]]:
+                out.append(f'{subj[i]}common.topic.alias> "{_escape(alias)}"@en .\n')
+        for i in np.flatnonzero(d["has_attr"]).tolist():
+            value = _attr_value(attr[2], names[i], years[i], d["v1"][i], d["v2"][i], d["v3"][i])
+            out.append(f"{subj[i]}{attr[0]}> {value} .\n")
+        out.extend(f'{s}common.topic.description> '
+                   f'"{_escape(_description(type_name, ni, u, y))}"@en .\n'
+                   for s, ni, u, y in zip(subj, name_ids, d["desc"].tolist(), years))
+        return self.rows("type", type_name, ids) + "".join(out).encode(), len(out), hi - lo
+
+    # ---- fixed-width lines ------------------------------------------------------------------
+    def rows(self, kind: str, label: str, s: np.ndarray, o: np.ndarray | None = None) -> bytes:
+        """Lines of one shape for many mids at once: kind "nt"/"tsv" (an edge with relation
+        ``label``) or "type" (the type assertion of type ``label``), as numpy byte rows."""
+        key = (kind, label)
+        if key not in self._templates:
+            self._templates[key] = self._template(kind, label)
+        tmpl, s_at, o_at = self._templates[key]
+        rows = np.empty((len(s), len(tmpl)), dtype=np.uint8)
+        rows[:] = tmpl
+        rows[:, s_at:s_at + self.mid_width] = self.midtab[s]
+        if o is not None:
+            rows[:, o_at:o_at + self.mid_width] = self.midtab[o]
+        return rows.tobytes()
+
+    def _template(self, kind: str, label: str) -> tuple[np.ndarray, int, int]:
+        hole = "#" * self.mid_width
+        head, middle, tail = {
+            "nt": (f"<{NS}m.0", f"> <{NS}{label}> <{NS}m.0", "> .\n"),
+            "tsv": ("m.0", f"\t{label}\tm.0", "\n"),
+            "type": (f"<{NS}m.0", f"> <{NS}type.object.type> <{NS}{label}> .\n", ""),
+        }[kind]
+        text = head + hole + middle + (hole + tail if tail else "")
+        o_at = len(head) + self.mid_width + len(middle)
+        return np.frombuffer(text.encode(), dtype=np.uint8), len(head), o_at
+
+
+def _solve_sizes(n_triples: int) -> dict[str, int]:
+    """Smallest entity total whose expected edge count reaches n_triples (binary search)."""
+    def expected(n_entities: int) -> float:
+        sizes = _type_sizes(n_entities)
+        total = 0.0
+        for fam in FAMILIES:
+            subjects = sizes[fam.subj] / (2 if fam.parity is not None else 1)
+            cap = max(1, (sizes[fam.obj] // (2 if fam.parity is not None else 1))
+                      - (fam.subj == fam.obj))
+            mean_k = sum(p * min(i + 1, cap) for i, p in enumerate(fam.kdist))
+            total += subjects * fam.cov * mean_k * fam.mean_popcount
+        return total
+
+    lo, hi = 1, max(2, n_triples)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if expected(mid) >= n_triples:
+            hi = mid
+        else:
+            lo = mid + 1
+    return _type_sizes(lo)
+
+
+# --------------------------------------------------------------------------------------------
+# names, aliases, descriptions, literal values
+
+
+def _person_name(i: int) -> str:
+    s = i // len(_FIRST)
+    surname = _SURNAMES[s] if s < len(_SURNAMES) else _word(s - len(_SURNAMES))
+    return f"{_FIRST[i % len(_FIRST)]} {surname}"
+
+
+def _pair_name(i: int, adjs, nouns, patterns, overflow: str) -> str:
+    """Mixed radix: pattern, adjective, noun, then a numbered overflow suffix (so: bijective)."""
+    i, p = divmod(i, len(patterns))
+    i, a = divmod(i, len(adjs))
+    i, n = divmod(i, len(nouns))
+    title = patterns[p].format(a=adjs[a], n=nouns[n])
+    return title + overflow.format(i + 1) if i else title
+
+
+def _film_name(i: int) -> str:
+    return _pair_name(i, _FILM_ADJ, _FILM_NOUN,
+                      ("The {a} {n}", "{a} {n}", "{n} of the {a}", 'The "{a}" {n}', "{n}: {a}"),
+                      " {}")
+
+
+def _album_name(i: int) -> str:
+    return _pair_name(i, _MUSIC_ADJ, _MUSIC_NOUN,
+                      ("{a} {n}", "{n} in {a}", "{a} {n} Live", "{n} \\ {a}", "Songs for {a} {n}"),
+                      " Vol. {}")
+
+
+def _artist_name(i: int) -> str:
+    i, p = divmod(i, 4)
+    if p == 0:
+        return _pair_name(i, _MUSIC_ADJ, _MUSIC_NOUN, ("The {a} {n}",), " {}")
+    if p == 1:
+        return _pair_name(i, _MUSIC_ADJ, _MUSIC_NOUN, ("{a} {n} Collective",), " {}")
+    if p == 2:
+        i, n = divmod(i, len(_MUSIC_NOUN))
+        return f"{_word(i)} and the {_MUSIC_NOUN[n]}"
+    return f"DJ {_word(i)}"
+
+
+_NAMERS = {
+    P: _person_name,
+    AC: _person_name,
+    FI: _film_name,
+    AR: _artist_name,
+    AL: _album_name,
+    ORG: lambda i: f"{_word(i // len(_ORG_KINDS))} {_ORG_KINDS[i % len(_ORG_KINDS)][0]}",
+    CI: lambda i: _word(i // len(_CITY_SUFFIX)) + _CITY_SUFFIX[i % len(_CITY_SUFFIX)],
+    CO: lambda i: _word(i // len(_COUNTRY_SUFFIX)) + _COUNTRY_SUFFIX[i % len(_COUNTRY_SUFFIX)],
+    MG: lambda i: _GENRES[i],
+    GE: lambda i: _GENDERS[i],
+}
+
+
+def _aliases(type_name: str, name: str) -> list[str]:
+    if type_name in (P, AC):
+        first, last = name.split(" ", 1)
+        return [f"{first[0]}. {last}", f"{last}, {first}"]
+    label = _LABEL[type_name]
+    words = [w for w in name.replace('"', "").split() if w[0].isalpha()]
+    short = "".join(w[0] for w in words).upper() if len(words) > 1 else f"{label.title()} of {name}"
+    return [short, f"{name} ({label})"]
+
+
+def _foreign(type_name: str, name: str, lang: str) -> str:
+    if type_name == FI:
+        return _FILM_ARTICLE[lang] + name.removeprefix("The ")
+    suffix = _LOC_SUFFIX[lang]
+    return name if name.endswith(suffix) else name + suffix
+
+
+def _attr_value(kind: str, name: str, year: int | None, v1: float, v2: float, v3: float) -> str:
+    """The N-Triples literal of an entity's non-name literal fact."""
+    if kind == "integer":
+        return f'"{int(1000 * 5000 ** v1)}"^^<{XSD}integer>'
+    if kind == "code":
+        letters = "".join(c for c in name.upper() if c.isalpha())
+        return f'"{(letters + "XXX")[:3]}"'
+    if kind == "year":
+        return f'"{year}"^^<{XSD}gYear>'
+    return f'"{year:04d}-{1 + int(v2 * 12):02d}-{1 + int(v3 * 28):02d}"^^<{XSD}date>'
+
+
+_DESCRIPTION_WORDS = {P: _OCCUPATIONS, FI: _FILM_KINDS, AC: _ACTOR_KINDS, AR: _BAND_KINDS,
+                      CI: _CITY_KINDS, CO: ("Sovereign state",), MG: ("Music genre",),
+                      GE: ("Gender identity",), AL: ("studio album",), ORG: ("",)}
+
+
+def _description(type_name: str, name_index: int, u: float, year: int | None) -> str:
+    words = _DESCRIPTION_WORDS[type_name]
+    word = words[int(u * len(words))]
+    if type_name == P:
+        return f"{word}, born {year}" if year else word
+    if type_name == FI:
+        return f"{year} {word} film" if year else f"Feature {word} film"
+    if type_name == AL:
+        return f"{year} {word}" if year else word.capitalize()
+    if type_name == ORG:
+        kind = _ORG_KINDS[name_index % len(_ORG_KINDS)][1]
+        return f"{kind} founded in {year}" if year else kind
+    return word
+
+
+# --------------------------------------------------------------------------------------------
+# malformed lines
+
+
+class _Malformed:
+    """M malformed lines at stratified positions: line i goes before well-formed line q_i,
+    q_i = floor((i + u_i) · W / M), so they spread evenly and each is placed exactly once."""
+
+    def __init__(self, world: World, n_wellformed: int, rate: float):
+        self.world, self.w = world, n_wellformed
+        self.m = int(round(rate * n_wellformed))
+        self.stream = _stream(world.seed, "malformed")
+        self.text_stream = _stream(world.seed, "malformed-text")
+
+    def between(self, g0: int, g1: int) -> tuple[np.ndarray, np.ndarray]:
+        """(malformed ids, positions) placed before well-formed lines g0..g1-1."""
+        if self.m == 0:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        i = np.arange(max(0, g0 * self.m // self.w - 1), min(self.m, g1 * self.m // self.w + 2))
+        q = np.minimum(((i + _uniform(self.stream, i)) * (self.w / self.m)).astype(np.int64),
+                       self.w - 1)
+        keep = (q >= g0) & (q < g1)
+        return i[keep], q[keep]
+
+    def line(self, i: int) -> bytes:
+        """Malformed line i: every kind breaks the N-Triples grammar, whatever IRI rules apply."""
+        u = _uniform(self.text_stream, np.arange(4 * i, 4 * i + 4))
+        w = self.world
+        s = w.mid(int(u[1] * w.n_entities))
+        o = w.mid(int(u[2] * w.n_entities))
+        rel = FAMILIES[int(u[3] * len(FAMILIES))].base
+        kind = MALFORMED_KINDS[int(u[0] * len(MALFORMED_KINDS))]
+        text = {
+            "missing_dot": f"<{NS}{s}> <{NS}{rel}> <{NS}{o}>",
+            "truncated_iri": f"<{NS}{s}> <{NS}{rel}> <{NS}{o[:5]}",
+            "two_terms": f"<{NS}{s}> <{NS}{rel}> .",
+            "unterminated_literal": f'<{NS}{s}> <{NS}type.object.name> "Unterminated {s}@en .',
+            "garbage": f"%% garbage {s} ;; not a triple {int(u[2] * 1e9)} !!",
+            "empty_iri": f"<> <{NS}{rel}> <{NS}{o}>",  # also lacks the final " ."
+        }[kind]
+        return (text + "\n").encode()
+
+    def write(self, out, chunk: bytes, g0: int, n_lines: int) -> None:
+        ids, pos = self.between(g0, g0 + n_lines)
+        if len(ids) == 0:
+            out.write(chunk)
+            return
+        line_ends = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10) + 1
+        starts = np.concatenate([[0], line_ends[:-1]])
+        view, cut0 = memoryview(chunk), 0
+        for i, q in zip(ids.tolist(), pos.tolist()):
+            cut = int(starts[q - g0])
+            out.write(view[cut0:cut])
+            out.write(self.line(i))
+            cut0 = cut
+        out.write(view[cut0:])
+
+
+# --------------------------------------------------------------------------------------------
+# questions
+
+_TEMPLATES = (
+    lambda topic, ps: "what is the " + " of the ".join(reversed(ps)) + f" of {topic} ?",
+    lambda topic, ps: f"{topic} 's " + " 's ".join(ps) + " is what ?",
+    lambda topic, ps: f"what is the {ps[-1]} of {topic} 's " + " 's ".join(ps[:-1]) + " ?",
+)
+
+
+def _connects(a: Family, b: Family) -> bool:
+    """b can follow a in a question path: a's objects are b's subjects (same half of people)."""
+    return a.obj == b.subj and (a.parity is None or b.parity in (None, a.parity))
+
+
+def _chains(hops: int) -> list[tuple[int, ...]]:
+    """Family index chains whose base relations connect type to type."""
+    chains = [(f,) for f in range(len(FAMILIES))]
+    for _ in range(hops - 1):
+        chains = [c + (f,) for c in chains for f in range(len(FAMILIES))
+                  if _connects(FAMILIES[c[-1]], FAMILIES[f])]
+    return chains
+
+
+def _questions(world: World, n_questions: int, max_answers: int = 5) -> list[dict]:
+    """2-/3-hop questions whose answers are every endpoint of the base-relation chain."""
+    rng = np.random.default_rng([world.seed, 0x51])
+    chains = {2: _chains(2), 3: _chains(3)}
+    seen, out = set(), []
+    attempts = 0
+    while len(out) < n_questions and attempts < 50 * n_questions + 100:
+        attempts += 1
+        hops = 2 + int(rng.random() < 0.5)
+        chain = chains[hops][int(rng.random() * len(chains[hops]))]
+        first = FAMILIES[chain[0]]
+        local = int(rng.random() * world.sizes[first.subj])
+        phrase_u, template_u = rng.random(hops), rng.random()
+        if world.k[chain[0]][local] == 0:
+            continue
+        topic = world.offset[first.subj] + local
+        frontier = {topic}
+        for f in chain:
+            frontier = {o for x in frontier for o in world.out(f, x)}
+            if not frontier or len(frontier) > 10 * max_answers:
+                break
+        if not 1 <= len(frontier) <= max_answers or topic in frontier or (topic, chain) in seen:
+            continue
+        seen.add((topic, chain))
+        answers = sorted(frontier, key=world.mid)
+        phrases = [FAMILIES[f].phrases[int(u * len(FAMILIES[f].phrases))]
+                   for f, u in zip(chain, phrase_u)]
+        topic_name = world.name(topic)
+        out.append({
+            "id": f"synth-{len(out) + 1:05d}",
+            "question": _TEMPLATES[int(template_u * len(_TEMPLATES))](topic_name, phrases),
+            "answers": [world.name(a) for a in answers],
+            "answer_keys": [world.mid(a) for a in answers],
+            "topic_entities": [world.mid(topic)],
+            "topic_names": [topic_name],
+            "path": [FAMILIES[f].base for f in chain],
+            "hops": hops,
+        })
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# writing
+
+
+class _HashingFile:
+    """A binary file that hashes what it writes (the manifest records every file's sha256)."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self.sha = hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def families_ground_truth() -> dict:
+    """The planted redundant relation families (written as families.json)."""
+    return {
+        "synonyms": [list(f.members) for f in FAMILIES if f.kind == "synonyms"],
+        "inverses": [list(f.members) for f in FAMILIES if f.kind == "inverse"],
+        "description": (
+            "Each family draws one list of distinct (subject, object) slots per subject; every "
+            "slot is stated by a random subset of the family's relations (its role). Synonyms "
+            "(first = canonical) have the same subject and object types, share about 60-72% of "
+            "their (s, o) pairs by Jaccard, add pairs of their own and differ in triple counts. "
+            "Inverses state most slots as (s, r, o) and (o, r_inv, s) and some only one way. "
+            "All other relations differ in type pair, except people.person.spouse, which lives "
+            "on people with even ids while children/parents live on odd ids."),
+    }
+
+
+def generate(out_dir, *, n_triples: int, seed: int = 0, malformed_rate: float = 0.0,
+             gzip: bool = False, n_questions: int = 1000) -> dict:
+    """Write the synthetic KG into ``out_dir`` and return its manifest (also manifest.json)."""
+    if n_triples < MIN_TRIPLES:
+        raise ValueError(f"n_triples must be at least {MIN_TRIPLES}, got {n_triples}")
+    if not 0.0 <= malformed_rate <= 0.5:
+        raise ValueError(f"malformed_rate must be within [0, 0.5], got {malformed_rate}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    world = World(n_triples, seed)
+
+    n_literal = sum(world.literal_count(t, lo, min(world.sizes[t], lo + 8 * _CHUNK))
+                    for t in world.types for lo in range(0, world.sizes[t], 8 * _CHUNK))
+    malformed = _Malformed(world, n_triples + n_literal + world.n_entities, malformed_rate)
+
+    nt_name = "kg.nt.gz" if gzip else "kg.nt"
+    (out / ("kg.nt" if gzip else "kg.nt.gz")).unlink(missing_ok=True)
+    nt_file, tsv_file = _HashingFile(out / nt_name), _HashingFile(out / "kg.tsv")
+    nt = _gzip.GzipFile(filename="kg.nt", mode="wb", fileobj=nt_file, mtime=0,
+                        compresslevel=6) if gzip else nt_file
+    relation_counts = {rel: 0 for fam in FAMILIES for rel in fam.members}
+    written = literal = typed = 0
+    for t in world.types:
+        subject_families = [f for f, fam in enumerate(FAMILIES) if fam.subj == t]
+        for lo in range(0, world.sizes[t], _CHUNK):
+            hi = min(world.sizes[t], lo + _CHUNK)
+            text, n_lit, n_typed = world.entity_lines(t, lo, hi)
+            nt_parts, tsv_parts, n_lines = [text], [], n_lit + n_typed
+            for f in subject_families:
+                fam = FAMILIES[f]
+                subj, obj, mask = world.edges(f, lo, hi)
+                for m, rel in enumerate(fam.members):
+                    sel = (mask >> m) & 1 == 1
+                    s, o = subj[sel], obj[sel]
+                    if fam.kind == "inverse" and m == 1:
+                        s, o = o, s
+                    nt_parts.append(world.rows("nt", rel, s, o))
+                    tsv_parts.append(world.rows("tsv", rel, s, o))
+                    relation_counts[rel] += len(s)
+                    n_lines += len(s)
+            malformed.write(nt, b"".join(nt_parts), written, n_lines)
+            tsv_file.write(b"".join(tsv_parts))
+            written += n_lines
+            literal += n_lit
+            typed += n_typed
+    if gzip:
+        nt.close()
+    nt_file.close()
+    tsv_file.close()
+    assert sum(relation_counts.values()) == n_triples and written == malformed.w, "count drift"
+
+    questions = _questions(world, n_questions)
+    files = {nt_name: nt_file.sha.hexdigest(), "kg.tsv": tsv_file.sha.hexdigest()}
+    for name, data in (
+        ("families.json", json.dumps(families_ground_truth(), indent=2) + "\n"),
+        ("questions.jsonl", "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in questions)),
+    ):
+        raw = data.encode()
+        (out / name).write_bytes(raw)
+        files[name] = hashlib.sha256(raw).hexdigest()
+
+    manifest = {
+        "generator": GENERATOR,
+        "version": VERSION,
+        "params": {"n_triples": n_triples, "seed": seed, "malformed_rate": malformed_rate,
+                   "gzip": gzip, "n_questions": n_questions},
+        "counts": {
+            "triples": n_triples,
+            "entities": world.n_entities,
+            "relations": sum(1 for c in relation_counts.values() if c),
+            "literal_lines": literal,
+            "type_assertions": typed,
+            "malformed_lines": malformed.m,
+            "questions": len(questions),
+        },
+        "entity_types": world.sizes,
+        "relation_counts": relation_counts,
+        "files": files,
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest
