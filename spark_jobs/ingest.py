@@ -1,0 +1,379 @@
+"""Stage ``ingest`` (Spark, DESIGN §2.1): a triple dump → integer-id graph tables.
+
+``run(config, inputs, out_dir)`` reads ``inputs["dump"]`` in the format of ``config["ingest"]``
+(see ``spark_jobs.formats``) and writes, as Parquet dataset directories under ``out_dir``:
+
+* ``entities.parquet``   id, key, name, aliases, description, types (empty here), attributes
+* ``relations.parquet``  id, name
+* ``triples.parquet``    s, r, o — de-duplicated, sorted
+* ``quarantine.parquet`` file, line, reason, text — every malformed line, never dropped
+* ``type_assertions.parquet`` id, type — explicit type facts (``type.object.type``, ``rdf:type``)
+
+Rules:
+
+* Entities are every subject/object of a graph triple, every subject of a literal fact and every
+  subject of a type assertion; objects of type assertions are not entities (unless they are
+  also subjects or objects elsewhere). Names/aliases/descriptions from ``entity2name.txt`` or
+  the entities file never create entities.
+* Ids are dense and deterministic: entities numbered 0..N-1 in key order, relations in name
+  order (Spark and Python order strings alike: by code point).
+* ``name`` is the first name literal by (file, line) — dump files first, entities file last;
+  without one, the key (PathQuestion: the key with ``_`` → space), counted in ``names_missing``.
+  ``aliases`` keep first-seen order, de-duplicated; ``attributes`` likewise.
+* Line numbers in the quarantine are exact, 1-based within each file (gzip included): each line
+  is numbered from the split it was read in (``_metadata.file_block_start``) and its order within
+  that split, then split sizes are summed per file on the driver.
+* More malformed lines than ``ingest.max_malformed_share`` of the non-blank, non-comment lines
+  fails the stage with ``IngestError`` — after the quarantine is written.
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # spark-submit spark_jobs/ingest.py: import from the repository root
+    import os as _os
+    import sys as _sys
+
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
+    _sys.path.insert(0, _os.path.dirname(_here))
+
+import shutil
+import time
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from runtime.config import section
+from runtime.contract import write_table
+from runtime.pipeline import StageError
+
+from spark_jobs import formats as fm
+from spark_jobs.session import get_spark
+
+OUTPUTS = ("entities", "relations", "triples", "quarantine", "type_assertions")
+BROADCAST_ENTITIES = 1_000_000  # up to this many entities, id look-ups are broadcast joins
+TEXT_LIMIT = 500  # characters of a malformed line kept in the quarantine
+_LOW33 = (1 << 33) - 1  # monotonically_increasing_id = partition << 33 | row within partition
+_ATTRIBUTES = "array<struct<key:string,value:string>>"
+
+
+class IngestError(StageError):
+    """The dump cannot be ingested (missing, unreadable format, too many malformed lines)."""
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+class _Cache:
+    """DataFrames persisted during one run, released at its end."""
+
+    def __init__(self) -> None:
+        self.frames: list[DataFrame] = []
+
+    def __call__(self, df: DataFrame) -> DataFrame:
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        self.frames.append(df)
+        return df
+
+    def release(self) -> None:
+        for df in self.frames:
+            df.unpersist()
+        self.frames.clear()
+
+
+def _local_path(uri: str) -> str:
+    parsed = urlparse(uri)
+    return unquote(parsed.path) if parsed.scheme in ("file", "") else uri
+
+
+def dense_ids(spark: SparkSession, keys: DataFrame, key: str, cache: _Cache
+              ) -> tuple[DataFrame, int]:
+    """(key, id) for the distinct keys, id = rank in key order from 0, computed without
+    funnelling the data through one partition: sort, number rows within each partition, then
+    offset each partition by the sizes of the ones before it."""
+    ordered = cache(
+        keys.select(key).distinct().orderBy(key)
+        .select(key, F.monotonically_increasing_id().alias("_mid"))
+    )
+    sizes = ordered.groupBy(F.shiftright("_mid", 33).alias("pid")).count().collect()
+    offsets, total = [], 0
+    for row in sorted(sizes, key=lambda r: r["pid"]):
+        offsets.append((int(row["pid"]), total))
+        total += int(row["count"])
+    off = spark.createDataFrame(offsets, "pid long, base long")
+    ids = ordered.join(F.broadcast(off), F.shiftright(ordered["_mid"], 33) == off["pid"]).select(
+        F.col(key), (F.col("base") + F.col("_mid").bitwiseAND(F.lit(_LOW33))).alias("id")
+    )
+    return ids, total
+
+
+def _rows_written(path: Path) -> int:
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in sorted(path.glob("*.parquet")))
+
+
+def _write(df: DataFrame, path: Path) -> None:
+    df.write.mode("overwrite").parquet(str(path))
+
+
+def _number_lines(spark: SparkSession, parsed: DataFrame, plan: fm.Plan
+                  ) -> tuple[DataFrame, dict[tuple[str, str | None, int], int]]:
+    """Exact (file_idx, file, line) for every parsed row; row counts by (kind, reason, escaped)."""
+    stats = parsed.groupBy("fp", "bs", "kind", "reason", "escaped").agg(
+        F.count("*").alias("n"), F.min("mid").alias("m0")
+    ).collect()
+    index = {str(f): i for i, f in enumerate(plan.files)}
+    blocks: dict[tuple[str, int], list[int]] = {}  # (fp, bs) -> [rows, min mid]
+    counts: dict[tuple[str, str | None, int], int] = {}
+    for row in stats:
+        block = blocks.setdefault((row["fp"], row["bs"]), [0, row["m0"]])
+        block[0] += row["n"]
+        block[1] = min(block[1], row["m0"])
+        group = (row["kind"], row["reason"], row["escaped"])
+        counts[group] = counts.get(group, 0) + row["n"]
+    by_file: dict[str, list[tuple[int, int, int]]] = {}
+    for (fp, bs), (n, m0) in blocks.items():
+        by_file.setdefault(fp, []).append((bs, n, m0))
+    rows = []
+    for fp, parts in by_file.items():
+        local = _local_path(fp)
+        if local not in index:
+            raise IngestError(f"internal: Spark read {fp}, which is not one of {list(index)}")
+        before = 0
+        for bs, n, m0 in sorted(parts):
+            rows.append((fp, bs, index[local], local, before - m0 + 1))
+            before += n
+    table = spark.createDataFrame(rows, "fp string, bs long, file_idx int, file string, base long")
+    numbered = parsed.join(F.broadcast(table), ["fp", "bs"]).withColumn(
+        "line", F.col("mid") + F.col("base")
+    )
+    return numbered, counts
+
+
+def _literal_facts(numbered: DataFrame, literals_as_edges: bool, records: bool,
+                   python: bool) -> DataFrame:
+    """(file_idx, line, kind, s, p, o) name/alias/description/attribute facts, text unescaped.
+
+    ``records``: the plan has an entities file; ``python``: some literal has ``\\U`` escapes."""
+    cols = ["file_idx", "line", "kind", "s", "p", "o"]
+    lits = numbered.filter(F.col("kind").isin(*fm.LITERAL_KINDS)).select(*cols, "escaped")
+    facts = fm.unescape_literals(lits, python).select(*cols)
+    rec = numbered.filter(F.col("kind") == fm.RECORD)
+    from_records = [] if not records else [
+        rec.select("file_idx", "line", F.lit(fm.NAME).alias("kind"), "s",
+                   F.lit(None).cast("string").alias("p"), "o"),
+        rec.select("file_idx", "line", F.lit(fm.DESCRIPTION).alias("kind"), "s",
+                   F.lit(None).cast("string").alias("p"), F.col("p").alias("o")),
+        rec.select("file_idx", "line", F.lit(fm.ALIAS).alias("kind"), "s",
+                   F.lit(None).cast("string").alias("p"), F.explode("extra").alias("o")),
+    ]
+    for frame in from_records:
+        facts = facts.unionByName(frame)
+    if literals_as_edges:  # attributes became edges to literal nodes; those nodes get names
+        attrs = facts.filter(F.col("kind") == fm.ATTRIBUTE)
+        facts = facts.filter(F.col("kind") != fm.ATTRIBUTE).unionByName(
+            attrs.select("file_idx", "line", F.lit(fm.NAME).alias("kind"),
+                         _literal_key(F.col("o")).alias("s"), F.col("p"), F.col("o"))
+        )
+    named = F.col("kind").isin(fm.NAME, fm.ALIAS, fm.DESCRIPTION)
+    return facts.filter(F.col("o").isNotNull() & ~(named & (F.trim(F.col("o")) == "")))
+
+
+def _aggregate_literals(facts: DataFrame) -> DataFrame:
+    """Per key: first name and description by (file, line); aliases and attributes in
+    first-seen order, de-duplicated."""
+    kind = F.col("kind")
+
+    def first(k: str):
+        return F.min(F.when(kind == k, F.struct("file_idx", "line", "o")))["o"]
+
+    def in_order(k: str, *fields: str):
+        ordered = F.struct("file_idx", "line", *fields)
+        return F.array_sort(F.collect_list(F.when(kind == k, ordered)))
+
+    return facts.groupBy(F.col("s").alias("key")).agg(
+        first(fm.NAME).alias("name"),
+        first(fm.DESCRIPTION).alias("description"),
+        F.array_distinct(F.transform(in_order(fm.ALIAS, "o"), lambda x: x["o"])).alias("aliases"),
+        F.array_distinct(F.transform(
+            in_order(fm.ATTRIBUTE, "p", "o"),
+            lambda x: F.struct(x["p"].alias("key"), x["o"].alias("value")),
+        )).alias("attributes"),
+    )
+
+
+def _literal_key(text):
+    """Key of a literal node when ``literals_as_edges`` is set: the quoted text."""
+    return F.concat(F.lit('"'), text, F.lit('"'))
+
+
+# --------------------------------------------------------------------------------------------
+# the stage
+
+
+def run(config: dict, inputs: dict, out_dir: str) -> dict:
+    started = time.perf_counter()
+    cfg = section(config, "ingest")
+    dump = inputs.get("dump")
+    if not dump:
+        raise IngestError("stage ingest needs a dump: inputs['dump'] (lokg build --dump PATH)")
+    try:
+        plan = fm.resolve(dump, cfg["format"] or "auto", cfg.get("entities_file"))
+    except fm.FormatError as exc:
+        raise IngestError(str(exc)) from None
+    languages = cfg["languages"]
+    languages = [languages] if isinstance(languages, str) or languages is None else list(languages)
+    ceiling = float(cfg["max_malformed_share"])
+    literals_as_edges = bool(cfg["literals_as_edges"])
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {name: out / f"{name}.parquet" for name in OUTPUTS}
+
+    spark = get_spark(config, "lokg-ingest")
+    cache = _Cache()
+    try:
+        parsed = cache(fm.parse_plan(spark, plan, languages))
+        numbered, counts = _number_lines(spark, parsed, plan)
+        kinds: dict[str, int] = {}
+        reasons: dict[str, int] = {}
+        python = False  # some literal needs the Python unescape (\\U escapes)
+        for (kind, reason, esc), n in counts.items():
+            python = python or esc == fm.ESC_PYTHON
+            kinds[kind] = kinds.get(kind, 0) + n
+            if kind == fm.MALFORMED:
+                reasons[reason] = reasons.get(reason, 0) + n
+        lines = sum(n for k, n in kinds.items() if k != fm.SKIP)
+        malformed = kinds.get(fm.MALFORMED, 0)
+        share = malformed / lines if lines else 0.0
+
+        # 1. quarantine first: it must exist even when the stage then fails
+        _write(
+            numbered.filter(F.col("kind") == fm.MALFORMED)
+            .select("file_idx", "file", "line", "reason",
+                    F.substring("text", 1, TEXT_LIMIT).alias("text"))
+            .coalesce(1)
+            .sortWithinPartitions("file_idx", "line")
+            .drop("file_idx"),
+            paths["quarantine"],
+        )
+        if share > ceiling:
+            raise IngestError(
+                f"ingest of {dump}: {malformed} of {lines} lines are malformed "
+                f"(share {share:.4%}), above the ceiling {ceiling:.4%} set by "
+                f"ingest.max_malformed_share; see the quarantine at {paths['quarantine']} "
+                f"(reasons: {dict(sorted(reasons.items(), key=lambda kv: -kv[1]))})"
+            )
+        if lines == 0:
+            raise IngestError(f"ingest of {dump}: no statements in {[str(f) for f in plan.files]}")
+
+        # 2. graph edges, de-duplicated
+        graph = F.col("graph")
+        edges = parsed.filter((F.col("kind") == fm.EDGE) & graph).select("s", "p", "o")
+        edge_facts = kinds.get(fm.EDGE, 0)
+        if literals_as_edges:
+            attrs = parsed.filter((F.col("kind") == fm.ATTRIBUTE) & graph)
+            attrs = fm.unescape_literals(attrs.select("s", "p", "o", "escaped"), python)
+            edges = edges.unionByName(attrs.select("s", "p", _literal_key(F.col("o")).alias("o")))
+            edge_facts += kinds.get(fm.ATTRIBUTE, 0)
+        edges = cache(edges.distinct())
+
+        # 3. ids: entities by key, relations by name
+        subject_kinds = (*fm.LITERAL_KINDS, fm.FILTERED, fm.TYPE)
+        keys = (
+            edges.select(F.col("s").alias("key"))
+            .unionByName(edges.select(F.col("o").alias("key")))
+            .unionByName(parsed.filter(F.col("kind").isin(*subject_kinds) & graph)
+                         .select(F.col("s").alias("key")))
+        )
+        ent_ids, n_entities = dense_ids(spark, keys, "key", cache)
+        ent_ids = cache(ent_ids)
+        small = n_entities <= BROADCAST_ENTITIES
+        ids = (lambda df: F.broadcast(df)) if small else (lambda df: df)
+        rel_names = sorted(r["p"] for r in edges.select("p").distinct().collect())
+        relations = spark.createDataFrame(list(enumerate(rel_names)), "id long, name string")
+        shutil.rmtree(paths["relations"], ignore_errors=True)
+        paths["relations"].mkdir()
+        write_table("relations", pa.table({"id": pa.array(range(len(rel_names)), pa.int64()),
+                                           "name": pa.array(rel_names, pa.string())}),
+                    paths["relations"] / "part-00000.parquet")
+
+        # 4. triples
+        s_ids = ent_ids.select(F.col("key").alias("s"), F.col("id").alias("s_id"))
+        o_ids = ent_ids.select(F.col("key").alias("o"), F.col("id").alias("o_id"))
+        r_ids = relations.select(F.col("name").alias("p"), F.col("id").alias("r_id"))
+        triples = (
+            edges.join(ids(s_ids), "s").join(ids(o_ids), "o").join(F.broadcast(r_ids), "p")
+            .select(F.col("s_id").alias("s"), F.col("r_id").alias("r"), F.col("o_id").alias("o"))
+        )
+        _write(triples, paths["triples"])
+        n_triples = _rows_written(paths["triples"])
+
+        # 5. entities with names, aliases, descriptions, attributes
+        records = any(source.parser == "entities" for source in plan.sources)
+        facts = _literal_facts(numbered, literals_as_edges, records, python)
+        agg = _aggregate_literals(facts)
+        fallback = F.col("key") if plan.name_rule == "key" else F.regexp_replace("key", "_", " ")
+        named = Observation("names")  # counted while writing: no extra pass
+        entities = (
+            ent_ids.join(agg, "key", "left")
+            .select(
+                F.col("id"),
+                F.col("key"),
+                F.coalesce(F.col("name"), fallback).alias("name"),
+                F.coalesce(F.col("aliases"), F.array().cast("array<string>")).alias("aliases"),
+                F.col("description"),
+                F.array().cast("array<string>").alias("types"),
+                F.coalesce(F.col("attributes"), F.array().cast(_ATTRIBUTES)).alias("attributes"),
+                F.col("name").isNotNull().alias("_named"),
+            )
+        )
+        # row order = id order; up to BROADCAST_ENTITIES in one file, sorted in one task
+        entities = (entities.coalesce(1).sortWithinPartitions("id") if small
+                    else entities.orderBy("id"))
+        entities = (entities.observe(named, F.count_if(F.col("_named")).alias("named"))
+                    .drop("_named"))
+        _write(entities, paths["entities"])
+        names_found = int(named.get["named"])
+
+        # 6. type assertions
+        assertions = fm.unescape_literals(
+            parsed.filter((F.col("kind") == fm.TYPE) & graph).select("s", "o", "escaped"), python
+        ).select("s", F.col("o").alias("type")).distinct()
+        _write(assertions.join(ids(ent_ids.withColumnRenamed("key", "s")), "s")
+               .select("id", "type"), paths["type_assertions"])
+    finally:
+        cache.release()
+
+    report = {
+        "format": plan.format,
+        "files": [str(f) for f in plan.files],
+        "lines": lines,
+        "skipped_lines": kinds.get(fm.SKIP, 0),
+        "malformed": malformed,
+        "malformed_share": round(share, 6),
+        "max_malformed_share": ceiling,
+        "malformed_by_reason": dict(sorted(reasons.items())),
+        "filtered_literals": kinds.get(fm.FILTERED, 0),
+        "languages": languages,
+        "literals_as_edges": literals_as_edges,
+        "entities": n_entities,
+        "relations": len(rel_names),
+        "triples": n_triples,
+        "duplicate_triples_removed": edge_facts - n_triples,
+        "type_assertions": _rows_written(paths["type_assertions"]),
+        "names_missing": n_entities - names_found,
+        "name_fallback": "key" if plan.name_rule == "key" else "key with '_' as spaces",
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    return {"outputs": {name: str(path) for name, path in paths.items()}, "report": report}
+
+
+if __name__ == "__main__":
+    from runtime.pipeline import stage_main
+
+    stage_main("ingest")

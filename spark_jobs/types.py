@@ -1,0 +1,188 @@
+"""Stage ``types`` (Spark, DESIGN §2.2): fill ``entities.types`` for NMI.
+
+One rule is chosen per build and recorded in ``report["rule"]``:
+
+* ``explicit`` — the dump has type assertions (``type.object.type`` / ``rdf:type``, the
+  ``type_assertions`` table of ingest is non-empty): types = the asserted types.
+* ``domain`` — else, when most distinct relation names are Freebase-style paths
+  (``/people/person/place_of_birth`` or ``people.person.place_of_birth``): the subject of a
+  triple has the relation's domain type, its first two segments joined by a dot
+  (``people.person``; a CVT compound ``/tv/tv_program/regular_cast./tv/regular_tv_appearance/actor``
+  gives ``tv.tv_program``). An entity gets the domains of all its outgoing relations.
+* ``frequent_relation`` — else: the entity's most frequent outgoing relation name is its type
+  proxy (ties → the smallest name).
+
+Entities the rule leaves untyped fall back, in this order, to the later rules — ``explicit`` →
+``domain`` (Freebase-style relations only) → ``frequent_relation`` → ``incoming_relation``: an
+entity with no outgoing edge at all gets ``~<name>`` of its most frequent *incoming* relation
+(ties → smallest name), e.g. ``~people.person.place_of_birth`` for a place. The ``~`` marks a
+proxy taken from the entity's role as an object. Entities with no edge and no assertion stay
+untyped (``[]``). ``types`` is always a sorted list of distinct strings.
+
+Report: rule, typed_entities, untyped_entities, distinct_types, typed_by (entities per source),
+fallbacks (entities typed by a rule other than the build's rule), freebase_style_relations.
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # spark-submit spark_jobs/types.py: don't shadow the stdlib `types`
+    import os as _os
+    import sys as _sys
+
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
+    _sys.path.insert(0, _os.path.dirname(_here))
+
+import re
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from runtime.contract import TABLE_SCHEMAS
+from runtime.pipeline import StageError
+from spark_jobs.session import get_spark
+
+RULES = ("explicit", "domain", "frequent_relation")
+SOURCES = ("explicit", "domain", "frequent_relation", "incoming_relation")
+INCOMING_PREFIX = "~"
+BROADCAST_ENTITIES = 1_000_000  # up to this many entities: broadcast joins, one output file
+
+_SLASH = re.compile(r"^/([^/\s]+)/([^/\s]+)/\S+$")  # /domain/type/property[./cvt/...]
+_DOTTED = re.compile(r"^([A-Za-z0-9_]+)\.([A-Za-z0-9_]+)(?:\.[A-Za-z0-9_]+)+$")  # domain.type.prop
+
+
+class TypesError(StageError):
+    """The inputs of the types stage are missing or unusable."""
+
+
+def relation_domain(name: str) -> str | None:
+    """``people.person`` for a Freebase-style relation name, else None."""
+    match = _SLASH.match(name) or _DOTTED.match(name)
+    return f"{match.group(1)}.{match.group(2)}" if match else None
+
+
+def _rows(path: Path) -> int:
+    files = [path] if path.is_file() else sorted(path.rglob("*.parquet"))
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+def _input(inputs: dict, name: str) -> Path:
+    if name not in inputs:
+        raise TypesError(f"stage types needs input '{name}' (from stage ingest)")
+    path = Path(inputs[name])
+    if not path.exists():
+        raise TypesError(f"stage types: input '{name}' not found at {path}")
+    return path
+
+
+def _edge_stats(triples: DataFrame, rels: DataFrame, side: str, prefix: str = "") -> DataFrame:
+    """Per entity on ``side`` (s: outgoing, o: incoming): the distinct domains of its relations
+    and the most frequent relation name (ties → smallest name), prefixed."""
+    counts = triples.groupBy(F.col(side).alias("id"), "r").count().join(F.broadcast(rels), "r")
+    best = F.min(F.struct((-F.col("count")).alias("neg"), F.col("name")))["name"]
+    return counts.groupBy("id").agg(
+        F.array_sort(F.collect_set("domain")).alias("domains"),  # nulls are not collected
+        F.concat(F.lit(prefix), best).alias("frequent"),
+    )
+
+
+def _distinct_types(path: Path) -> int:
+    """Distinct type strings of a written entities table (read column-wise on the driver)."""
+    import pyarrow.compute as pc
+
+    seen: set[str] = set()
+    for f in sorted(path.glob("*.parquet")):
+        for batch in pq.ParquetFile(f).iter_batches(columns=["types"]):
+            seen.update(pc.unique(pc.list_flatten(batch.column(0))).to_pylist())
+    return len(seen)
+
+
+def run(config: dict, inputs: dict, out_dir: str) -> dict:
+    started = time.perf_counter()
+    ent_path, rel_path, tri_path = (_input(inputs, n) for n in ("entities", "relations", "triples"))
+    ta_path = Path(inputs["type_assertions"]) if inputs.get("type_assertions") else None
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    out_path = out / "entities.parquet"
+
+    spark: SparkSession = get_spark(config, "lokg-types")
+    entities = spark.read.parquet(str(ent_path))
+    triples = spark.read.parquet(str(tri_path)).select("s", "r", "o")
+    names = {int(r["id"]): r["name"] for r in
+             spark.read.parquet(str(rel_path)).select("id", "name").collect()}
+    domains = {k: relation_domain(n) for k, n in names.items()}
+    freebase_style = sum(d is not None for d in domains.values())
+    n_entities = _rows(ent_path)
+    n_assertions = _rows(ta_path) if ta_path is not None and ta_path.exists() else 0
+
+    if n_assertions:
+        rule = "explicit"
+    elif names and freebase_style * 2 > len(names):
+        rule = "domain"
+    else:
+        rule = "frequent_relation"
+    cascade = list(SOURCES[SOURCES.index(rule):])
+
+    rels = spark.createDataFrame([(k, n, domains[k]) for k, n in names.items()],
+                                 "r long, name string, domain string")
+    small = n_entities <= BROADCAST_ENTITIES
+    side = (lambda df: F.broadcast(df)) if small else (lambda df: df)
+    typed = entities.drop("types")
+    candidates: dict[str, object] = {}
+    if "explicit" in cascade:
+        explicit = (spark.read.parquet(str(ta_path)).groupBy("id")
+                    .agg(F.array_sort(F.collect_set("type")).alias("_explicit")))
+        typed = typed.join(side(explicit), "id", "left")
+        candidates["explicit"] = F.col("_explicit")
+    out_stats = _edge_stats(triples, rels, "s").select(
+        "id", F.col("domains").alias("_domains"), F.col("frequent").alias("_out"))
+    in_stats = _edge_stats(triples, rels, "o", INCOMING_PREFIX).select(
+        "id", F.col("frequent").alias("_in"))
+    typed = typed.join(side(out_stats), "id", "left").join(side(in_stats), "id", "left")
+    if "domain" in cascade:
+        candidates["domain"] = F.when(F.size("_domains") > 0, F.col("_domains"))
+    candidates["frequent_relation"] = F.when(F.col("_out").isNotNull(), F.array(F.col("_out")))
+    candidates["incoming_relation"] = F.when(F.col("_in").isNotNull(), F.array(F.col("_in")))
+
+    chosen = F.lit(None).cast("string")
+    for source in reversed(cascade):
+        chosen = F.when(candidates[source].isNotNull(), F.lit(source)).otherwise(chosen)
+    types = F.coalesce(*[candidates[s] for s in cascade], F.array().cast("array<string>"))
+    columns = [types.alias("types") if c == "types" else F.col(c)
+               for c in TABLE_SCHEMAS["entities"].names]
+    typed = typed.select(*columns, chosen.alias("_source"))
+    typed = typed.coalesce(1).sortWithinPartitions("id") if small else typed.orderBy("id")
+    observed = Observation("types")
+    typed = typed.observe(observed, *[F.count_if(F.col("_source") == s).alias(s) for s in SOURCES],
+                          F.count_if(F.col("_source").isNull()).alias("untyped"))
+    typed.drop("_source").write.mode("overwrite").parquet(str(out_path))
+    by_source = {k: int(v) for k, v in observed.get.items()}
+    by_source[None] = by_source.pop("untyped")
+    distinct_types = _distinct_types(out_path)
+
+    untyped = by_source.pop(None, 0)
+    typed_count = sum(by_source.values())
+    report = {
+        "rule": rule,
+        "cascade": cascade,
+        "typed_entities": typed_count,
+        "untyped_entities": untyped,
+        "distinct_types": distinct_types,
+        "typed_by": {s: by_source.get(s, 0) for s in SOURCES},
+        "fallbacks": {s: by_source.get(s, 0) for s in SOURCES if s != rule},
+        "type_assertions": n_assertions,
+        "relations": len(names),
+        "freebase_style_relations": freebase_style,
+        "incoming_prefix": INCOMING_PREFIX,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    return {"outputs": {"entities": str(out_path)}, "report": report}
+
+
+if __name__ == "__main__":
+    from runtime.pipeline import stage_main
+
+    stage_main("types")
