@@ -1,0 +1,374 @@
+"""Stage ``transe_train``: TransE relation embeddings with PyKEEN (DESIGN §2.4).
+
+Inputs (contract tables written by ``ingest``):
+
+* ``triples``   — ``triples(s, r, o)`` with integer ids;
+* ``relations`` — ``relations(id, name)``; the relation vocabulary R₀ = ids 0..R-1.
+
+Outputs in ``out_dir``:
+
+* ``relation_embeddings.npy`` — float32 ``[num_relations, dim]``; **row i is relation id i** of
+  the ``relations`` table. A relation that has no triple (PyKEEN never sees it) gets a zero row
+  and a report warning — a random, untrained vector would produce meaningless cosine neighbours.
+* ``transe/`` — a self-describing PyKEEN-style run directory: ``config.json`` (hyperparameters,
+  seed, device, library versions, graph sizes), ``losses.json`` (per-epoch loss),
+  ``timing.json`` (seconds, triples/s), ``trained_model.pkl`` (the whole PyKEEN model, saved on
+  CPU with ``torch.save`` exactly as PyKEEN's ``save_to_directory`` does; load it with
+  ``torch.load(path, weights_only=False)``), ``relation_to_id.tsv`` (id, name) and, with
+  ``evaluate``, ``results.json`` (link-prediction metrics on the held-out share).
+
+Id mapping. The PyKEEN triples factory is built with ``CoreTriplesFactory.create`` from our
+integer arrays, so PyKEEN's entity/relation indices *are* our ids — there is no label sorting
+(``TriplesFactory.from_labeled_triples`` sorts labels as strings, which silently permutes ids).
+
+Why not ``pykeen.pipeline.pipeline``: it always runs a final rank-based evaluation over a testing
+factory, which is slow (every test triple is scored against every entity) and which this stage
+does not need. We use the very same components the pipeline wires together — ``TransE``,
+``SLCWATrainingLoop`` (sLCWA, basic negative sampler), ``MarginRankingLoss`` (TransE's default),
+Adam — and run ``RankBasedEvaluator`` only when ``transe.evaluate`` is set.
+
+``gc.freeze()`` is called around training: PyKEEN calls ``gc.collect()`` after every epoch, and
+with a large heap (PyKEEN + torch + pyarrow imported) that full collection otherwise dominates
+small runs.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import platform
+import sys
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from runtime.config import DEFAULTS, section
+from runtime.contract import StoreError, read_table
+from runtime.pipeline import StageError
+
+STAGE = "transe_train"
+
+
+
+class TransEError(StageError):
+    """Bad input or configuration for the TransE stage; the message names the cause."""
+
+
+# --------------------------------------------------------------------------------------------
+# helpers usable without torch
+
+
+def nearest_relations(embeddings: np.ndarray, k: int, block: int = 1024
+                      ) -> list[tuple[int, int, float]]:
+    """Each relation's ``k`` nearest other relations by cosine: ``[(i, j, cos)]``.
+
+    Row index = relation id. Self is excluded; relations with a zero vector (untrained) neither
+    get nor are neighbours. Sorted by ``i``, then by decreasing cosine (ties by ``j``). Computed
+    ``block`` rows at a time, so memory is O(block·R), never R².
+    """
+    x = np.asarray(embeddings, dtype=np.float64)
+    if x.ndim != 2:
+        raise TransEError(f"embeddings must be a 2-d array, got shape {x.shape}")
+    norms = np.linalg.norm(x, axis=1)
+    ids = np.flatnonzero(norms > 0)
+    if k <= 0 or len(ids) < 2:
+        return []
+    unit = x[ids] / norms[ids, None]
+    k = min(int(k), len(ids) - 1)
+    out: list[tuple[int, int, float]] = []
+    for start in range(0, len(ids), block):
+        sims = unit[start:start + block] @ unit.T
+        rows = np.arange(sims.shape[0])
+        sims[rows, rows + start] = -np.inf
+        top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+        for row in range(sims.shape[0]):
+            cols = sorted(top[row], key=lambda c: (-sims[row, c], ids[c]))
+            i = int(ids[start + row])
+            out.extend((i, int(ids[c]), float(np.clip(sims[row, c], -1.0, 1.0))) for c in cols)
+    return out
+
+
+def transe_config(config: Mapping) -> dict:
+    """The ``transe`` section of a build config, completed with this module's defaults."""
+    cfg = section(config, "transe")
+    known = DEFAULTS["transe"]
+    unknown = sorted(set(cfg) - set(known))
+    if unknown:
+        raise TransEError(f"transe: unknown config keys {unknown} (known: {sorted(known)})")
+    for key in ("dim", "epochs", "batch_size", "negatives"):
+        if int(cfg[key]) < 1:
+            raise TransEError(f"transe.{key} must be >= 1, got {cfg[key]!r}")
+    if cfg["device"] not in ("auto", "cpu", "cuda") and not str(cfg["device"]).startswith("cuda:"):
+        raise TransEError(f"transe.device must be auto, cpu or cuda[:N], got {cfg['device']!r}")
+    if not 0.0 < float(cfg["eval_share"]) < 1.0:
+        raise TransEError(f"transe.eval_share must be in (0, 1), got {cfg['eval_share']!r}")
+    return cfg
+
+
+def load_graph(triples_path: str | Path, relations_path: str | Path
+               ) -> tuple[np.ndarray, list[str], int]:
+    """(mapped triples int64 [n, 3] in s, r, o order; relation names by id; num_entities)."""
+    rel = read_table(Path(relations_path), "relations")
+    rel_ids = rel.column("id").to_numpy()
+    num_relations = int(rel_ids.max()) + 1 if len(rel_ids) else 0
+    if len(rel_ids) and (rel_ids.min() < 0 or len(np.unique(rel_ids)) != len(rel_ids)):
+        raise StoreError(f"{relations_path}: relation ids must be distinct and >= 0")
+    names = [f"<unnamed {i}>" for i in range(num_relations)]
+    for i, name in zip(rel_ids.tolist(), rel.column("name").to_pylist()):
+        names[i] = name
+    tri = read_table(Path(triples_path), "triples")
+    mapped = np.stack([tri.column(c).to_numpy() for c in ("s", "r", "o")], axis=1).astype(np.int64)
+    if len(mapped):
+        if mapped.min() < 0:
+            raise StoreError(f"{triples_path}: negative ids in triples")
+        if mapped[:, 1].max() >= num_relations:
+            raise StoreError(f"{triples_path}: relation id {int(mapped[:, 1].max())} is not in "
+                             f"{relations_path} (ids < {num_relations})")
+    num_entities = int(mapped[:, [0, 2]].max()) + 1 if len(mapped) else 0
+    return mapped, names, num_entities
+
+
+# --------------------------------------------------------------------------------------------
+# training (imports torch / PyKEEN lazily)
+
+
+def resolve_device(requested: str):
+    import torch
+
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if str(requested).startswith("cuda") and not torch.cuda.is_available():
+        raise TransEError(f"transe.device={requested!r} but torch {torch.__version__} sees no CUDA "
+                          f"device (use device=auto to fall back to the CPU)")
+    return torch.device(requested)
+
+
+@dataclass
+class TrainResult:
+    embeddings: np.ndarray  # float32 [num_relations, dim], zero rows for unseen relations
+    losses: list[float]
+    seconds: float
+    device: str
+    model: object  # the PyKEEN model (on CPU after training)
+    unseen_relations: list[int]
+    triples: int  # triples trained on
+    metrics: dict = field(default_factory=dict)
+    hyperparameters: dict = field(default_factory=dict)
+
+
+def train_transe(mapped: np.ndarray, num_entities: int, num_relations: int, cfg: Mapping,
+                 log=lambda msg: print(msg, file=sys.stderr)) -> TrainResult:
+    """Train TransE on id triples (our ids = PyKEEN ids) and return relation embeddings by id."""
+    import torch
+
+    if len(mapped) == 0:
+        raise TransEError("transe_train: the triples table is empty")
+    seed = int(cfg["seed"])
+    device = resolve_device(str(cfg["device"]))
+    threads_before = torch.get_num_threads()
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg["threads"]))  # process-global: restored below
+    try:
+        return _train(mapped, num_entities, num_relations, cfg, seed, device, log)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _train(mapped, num_entities, num_relations, cfg, seed, device, log) -> TrainResult:
+    import torch
+    from pykeen.losses import MarginRankingLoss
+    from pykeen.models import TransE
+    from pykeen.training import SLCWATrainingLoop
+    from pykeen.triples import CoreTriplesFactory
+    from pykeen.utils import set_random_seed
+
+    set_random_seed(seed)
+
+    factory = CoreTriplesFactory.create(torch.as_tensor(mapped, dtype=torch.long),
+                                        num_entities=num_entities, num_relations=num_relations)
+    training, testing = factory, None
+    if cfg["evaluate"]:
+        share = float(cfg["eval_share"])
+        # PyKEEN's split keeps every entity and relation of the test part in the training part
+        training, testing = factory.split([1.0 - share, share], random_state=seed)
+        set_random_seed(seed)
+
+    model = TransE(
+        triples_factory=training,
+        embedding_dim=int(cfg["dim"]),
+        scoring_fct_norm=int(cfg["scoring_norm"]),
+        loss=MarginRankingLoss(margin=float(cfg["margin"])),
+        random_seed=seed,
+    ).to(device)
+    loop = SLCWATrainingLoop(
+        model=model,
+        triples_factory=training,
+        optimizer="adam",
+        optimizer_kwargs={"lr": float(cfg["learning_rate"])},
+        negative_sampler="basic",
+        negative_sampler_kwargs={"num_negs_per_pos": int(cfg["negatives"])},
+        # PyKEEN's batch/sub-batch probing only means something on a GPU (on CPU it runs extra
+        # probe batches before training and warns); keep it where it can avoid an OOM
+        automatic_memory_optimization=device.type == "cuda",
+    )
+    batch_size = min(int(cfg["batch_size"]), training.num_triples)
+    gc.collect()
+    gc.freeze()
+    started = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            # PyKEEN 1.11 passes its own deprecated shuffle= argument internally
+            warnings.filterwarnings("ignore", message="Training instances are always shuffled")
+            losses = loop.train(
+                triples_factory=training,
+                num_epochs=int(cfg["epochs"]),
+                batch_size=batch_size,
+                use_tqdm=False,
+                use_tqdm_batch=False,
+                pin_memory=device.type == "cuda",
+            )
+    finally:
+        gc.unfreeze()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - started
+    losses = [float(x) for x in (losses or [])]
+
+    metrics: dict = {}
+    if testing is not None:
+        from pykeen.evaluation import RankBasedEvaluator
+
+        t0 = time.perf_counter()
+        results = RankBasedEvaluator().evaluate(
+            model=model, mapped_triples=testing.mapped_triples,
+            additional_filter_triples=[training.mapped_triples],
+            batch_size=256, use_tqdm=False)
+        metrics = {
+            "test_triples": int(testing.num_triples),
+            "mrr": float(results.get_metric("both.realistic.inverse_harmonic_mean_rank")),
+            "hits_at_1": float(results.get_metric("both.realistic.hits_at_1")),
+            "hits_at_10": float(results.get_metric("both.realistic.hits_at_10")),
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
+        log(f"transe_train: held-out eval {metrics}")
+
+    model = model.cpu()
+    with torch.no_grad():
+        emb = model.relation_representations[0](indices=None).detach().numpy().astype(np.float32)
+    counts = np.bincount(training.mapped_triples[:, 1].numpy(), minlength=num_relations)
+    unseen = np.flatnonzero(counts == 0)
+    emb = np.ascontiguousarray(emb.reshape(num_relations, -1))
+    emb[unseen] = 0.0
+    return TrainResult(
+        embeddings=emb, losses=losses, seconds=seconds, device=str(device), model=model,
+        unseen_relations=[int(i) for i in unseen], triples=int(training.num_triples),
+        metrics=metrics,
+        hyperparameters={
+            "model": "TransE", "training_loop": "sLCWA", "negative_sampler": "basic",
+            "loss": "MarginRankingLoss", "optimizer": "Adam", "batch_size_used": batch_size,
+            "num_entities": int(num_entities), "num_relations": int(num_relations),
+            "torch_threads": torch.get_num_threads(),
+        },
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# the stage
+
+
+def _versions() -> dict:
+    import pykeen.version
+    import torch
+
+    return {"python": platform.python_version(), "numpy": np.__version__,
+            "torch": torch.__version__, "pykeen": pykeen.version.get_version(),
+            "cuda": torch.version.cuda}
+
+
+def _write_json(path: Path, data) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
+    """Stage entry point: train TransE on ``inputs['triples']``, write embeddings + run dir."""
+    import torch
+
+    cfg = transe_config(config)
+    for name in ("triples", "relations"):
+        if name not in inputs:
+            raise TransEError(f"transe_train needs input '{name}' (run ingest first)")
+    out = Path(out_dir)
+    run_dir = out / "transe"
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+    mapped, names, num_entities = load_graph(inputs["triples"], inputs["relations"])
+    num_relations = len(names)
+    result = train_transe(mapped, num_entities, num_relations, cfg)
+
+    warnings: list[str] = []
+    if result.unseen_relations:
+        shown = ", ".join(f"{i} ({names[i]})" for i in result.unseen_relations[:10])
+        more = len(result.unseen_relations) - 10
+        msg = (f"{len(result.unseen_relations)} relation(s) have no training triple and get a zero "
+               f"embedding: {shown}" + (f" and {more} more" if more > 0 else ""))
+        warnings.append(msg)
+        print(f"WARNING transe_train: {msg}", file=sys.stderr)
+
+    emb_path = out / "relation_embeddings.npy"
+    np.save(emb_path, result.embeddings)
+    epochs = int(cfg["epochs"])
+    triples_per_s = result.triples * epochs / result.seconds if result.seconds > 0 else None
+    _write_json(run_dir / "config.json", {
+        "stage": STAGE,
+        "transe": cfg,
+        "seed": int(cfg["seed"]),
+        "device": result.device,
+        **result.hyperparameters,
+        "triples": result.triples,
+        "unseen_relations": result.unseen_relations,
+        "embedding_rows": "row i of relation_embeddings.npy = relations.id i",
+        "versions": _versions(),
+    })
+    _write_json(run_dir / "losses.json", {"loss": result.hyperparameters["loss"],
+                                          "per": "epoch", "losses": result.losses})
+    _write_json(run_dir / "timing.json", {
+        "seconds": round(result.seconds, 3), "epochs": epochs, "triples": result.triples,
+        "seconds_per_epoch": round(result.seconds / epochs, 4),
+        "triples_per_second": round(triples_per_s, 1) if triples_per_s else None,
+    })
+    if result.metrics:
+        _write_json(run_dir / "results.json", result.metrics)
+    with open(run_dir / "relation_to_id.tsv", "w", encoding="utf-8") as fh:
+        fh.write("id\tname\n")
+        fh.writelines(f"{i}\t{n}\n" for i, n in enumerate(names))
+    torch.save(result.model, run_dir / "trained_model.pkl")
+
+    report = {
+        "epochs": epochs,
+        "dim": int(cfg["dim"]),
+        "seed": int(cfg["seed"]),
+        "device": result.device,
+        "batch_size": result.hyperparameters["batch_size_used"],
+        "seconds": round(result.seconds, 3),
+        "triples_per_second": round(triples_per_s, 1) if triples_per_s else None,
+        "final_loss": result.losses[-1] if result.losses else None,
+        "triples": result.triples,
+        "relations": num_relations,
+        "entities": num_entities,
+        "unseen_relations": len(result.unseen_relations),
+        "warnings": warnings,
+    }
+    if result.metrics:
+        report["eval"] = result.metrics
+    return {"outputs": {"relation_embeddings": str(emb_path), "transe_run": str(run_dir)},
+            "report": report}
+
+
+if __name__ == "__main__":
+    from runtime.pipeline import stage_main
+
+    stage_main("transe_train")
