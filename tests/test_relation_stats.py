@@ -1,0 +1,227 @@
+"""relation_stats: H(r), type-pair distributions, NMI (1 − JSD bits), Jaccard, candidate pairs."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from runtime.contract import read_table, write_table
+from spark_jobs.relation_stats import (
+    UNTYPED,
+    TypeIndex,
+    canonical_types,
+    jsd_bits,
+    nmi_signal,
+    tail_entropy,
+    transe_neighbour_pairs,
+    type_pair_dict,
+)
+
+# JSD in bits of {x: 1} vs {x: ½, y: ½}, by hand: M = {x: ¾, y: ¼};
+# ½·1·log2(1/¾) + ½·(½·log2(½/¾) + ½·log2(½/¼)) = ½·log2(4/3) + ¼·log2(2/3) + ¼
+JSD_ONE_VS_HALF = 0.5 * math.log2(4 / 3) + 0.25 * math.log2(2 / 3) + 0.25
+# H of tails (x, x, y): p = (⅔, ⅓), natural log
+H_TWO_THIRDS = -(2 / 3) * math.log(2 / 3) - (1 / 3) * math.log(1 / 3)
+
+
+def write_toy(tmp: Path, types: dict[int, list[str]], relations: list[str],
+              triples: list[tuple[int, int, int]], embeddings: np.ndarray | None = None) -> dict:
+    """Contract tables for a toy graph under ``tmp``; returns the stage inputs."""
+    ids = sorted(types)
+    entities = pa.table({
+        "id": ids, "key": [f"m.{i}" for i in ids], "name": [f"e{i}" for i in ids],
+        "aliases": [[] for _ in ids], "description": [None] * len(ids),
+        "types": [types[i] for i in ids], "attributes": [[] for _ in ids],
+    })
+    rel = pa.table({"id": list(range(len(relations))), "name": relations})
+    tri = pa.table({"s": [t[0] for t in triples], "r": [t[1] for t in triples],
+                    "o": [t[2] for t in triples]})
+    inputs = {}
+    for name, table in (("entities", entities), ("relations", rel), ("triples", tri)):
+        path = tmp / "in" / f"{name}.parquet"
+        write_table(name, table, path)
+        inputs[name] = str(path)
+    if embeddings is not None:
+        path = tmp / "in" / "relation_embeddings.npy"
+        np.save(path, np.asarray(embeddings, dtype=np.float32))
+        inputs["relation_embeddings"] = str(path)
+    return inputs
+
+
+def config(**relation_stats) -> dict:
+    return {"spark": {"master": "local[2]", "shuffle_partitions": 4},
+            "relation_stats": relation_stats}
+
+
+def pairs_by_key(path: str) -> dict[tuple[int, int], dict]:
+    rows = read_table(Path(path), "relation_pairs").to_pylist()
+    return {(row["r_i"], row["r_j"]): row for row in rows}
+
+
+# ---------------------------------------------------------------------------------------------
+# driver-side definitions
+
+
+def test_tail_entropy_by_hand():
+    assert tail_entropy(np.array([10, 10, 11])) == pytest.approx(H_TWO_THIRDS)
+    assert tail_entropy(np.array([10])) == 0.0  # one triple
+    assert tail_entropy(np.array([10, 10, 10])) == 0.0  # one tail
+    assert tail_entropy(np.array([1, 2, 3, 4])) == pytest.approx(math.log(4))
+    assert tail_entropy(np.array([], dtype=np.int64)) == 0.0
+
+
+def test_jsd_bits_of_known_distributions():
+    p = {("A", "B"): 1.0}
+    assert jsd_bits(p, p) == pytest.approx(0.0)
+    assert jsd_bits(p, {("A", "C"): 1.0}) == pytest.approx(1.0)  # disjoint supports: 1 bit
+    half = {("A", "B"): 0.5, ("A", "C"): 0.5}
+    assert jsd_bits(p, half) == pytest.approx(JSD_ONE_VS_HALF)
+    assert JSD_ONE_VS_HALF == pytest.approx(0.3112781, abs=1e-7)
+    assert jsd_bits(half, p) == pytest.approx(jsd_bits(p, half))  # symmetric
+    # (½, ½) vs (¼, ¾): ½[½log2(½/⅜) + ½log2(½/⅝)] + ½[¼log2(¼/⅜) + ¾log2(¾/⅝)]
+    q = {("A", "B"): 0.25, ("A", "C"): 0.75}
+    by_hand = 0.5 * (0.5 * math.log2(0.5 / 0.375) + 0.5 * math.log2(0.5 / 0.625)) + \
+        0.5 * (0.25 * math.log2(0.25 / 0.375) + 0.75 * math.log2(0.75 / 0.625))
+    assert jsd_bits(half, q) == pytest.approx(by_hand)
+    assert nmi_signal(p, half) == pytest.approx(1 - JSD_ONE_VS_HALF)
+    assert nmi_signal(p, {}) == 0.0  # a relation without triples shares no role
+
+
+def test_type_rules_and_spread_distribution():
+    assert canonical_types(["b", "a", "a", ""]) == ("a", "b")
+    assert canonical_types(["b", "a"], "min") == ("a",)
+    assert canonical_types([]) == (UNTYPED,) and canonical_types(None) == (UNTYPED,)
+    idx = TypeIndex([0, 1, 2], [["P", "P2"], ["Q"], []])
+    # (0→1): ½ to (P,Q), ½ to (P2,Q); (0→2): ½ to (P,∅), ½ to (P2,∅); over two triples
+    dist = idx.distribution(np.array([0, 0]), np.array([1, 2]))
+    assert dist == pytest.approx({("P", "Q"): 0.25, ("P2", "Q"): 0.25,
+                                  ("P", UNTYPED): 0.25, ("P2", UNTYPED): 0.25})
+    assert TypeIndex([0, 1], [["P", "P2"], ["Q"]], "min").distribution(
+        np.array([0]), np.array([1])) == {("P", "Q"): 1.0}
+    # an entity id unknown to the entities table counts as untyped
+    assert idx.distribution(np.array([7]), np.array([1])) == {(UNTYPED, "Q"): 1.0}
+
+
+def test_transe_neighbours_are_nearest_by_cosine():
+    emb = np.array([[1, 0], [0.9, 0.1], [0, 1], [-1, 0.05], [0, 0]], dtype=np.float32)
+    pairs = transe_neighbour_pairs(emb, np.arange(5), 1)
+    # nearest of 0 is 1, of 1 is 0, of 2 is 1 (cos 0.11 vs 0.05), of 3 is 2; 4 has a zero vector
+    assert pairs == [(0, 1), (1, 2), (2, 3)]
+    assert all(4 not in p for p in transe_neighbour_pairs(emb, np.arange(5), 3))
+    assert transe_neighbour_pairs(emb, np.arange(5), 0) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Spark
+
+
+@pytest.mark.spark
+def test_stats_and_pair_signals_by_hand(spark, tmp_path):
+    from spark_jobs import relation_stats
+
+    types = {0: ["P"], 1: ["P"], 2: ["P"], 3: ["P2", "P"], 10: ["Q"], 11: ["Q"], 12: [], 13: ["R"]}
+    names = ["a", "b", "c", "d", "e"]
+    a = [(0, 10), (1, 10), (2, 11)]
+    triples = [(s, 0, o) for s, o in a] + [(s, 1, o) for s, o in a]  # b is identical to a
+    triples += [(3, 2, 12)]  # c: one triple, head with two types, untyped tail
+    triples += [(0, 3, 13), (1, 3, 10)]  # d: overlaps a, half of it (P, R)
+    # e (id 4) has no triples
+    inputs = write_toy(tmp_path, types, names, triples)
+    result = relation_stats.run(config(), inputs, str(tmp_path / "out"))
+
+    stats = {row["name"]: row for row in
+             read_table(Path(result["outputs"]["relation_stats"]), "relation_stats").to_pylist()}
+    assert list(stats) == names
+    assert stats["a"]["entropy"] == pytest.approx(H_TWO_THIRDS)
+    assert (stats["a"]["triples"], stats["a"]["heads"], stats["a"]["tails"],
+            stats["a"]["entities"]) == (3, 3, 2, 5)
+    assert type_pair_dict(stats["a"]["type_pairs"]) == pytest.approx({("P", "Q"): 1.0})
+    assert stats["c"]["entropy"] == 0.0  # one triple
+    assert (stats["c"]["triples"], stats["c"]["entities"]) == (1, 2)
+    assert type_pair_dict(stats["c"]["type_pairs"]) == pytest.approx(
+        {("P", UNTYPED): 0.5, ("P2", UNTYPED): 0.5})
+    assert stats["d"]["entropy"] == pytest.approx(math.log(2))
+    assert type_pair_dict(stats["d"]["type_pairs"]) == pytest.approx(
+        {("P", "Q"): 0.5, ("P", "R"): 0.5})
+    assert (stats["e"]["triples"], stats["e"]["entropy"], stats["e"]["type_pairs"]) == (0, 0.0, [])
+
+    pairs = pairs_by_key(result["outputs"]["relation_pairs"])
+    assert set(pairs) == {(0, 1), (0, 3), (1, 3)}  # c and e share no entity and no type pair
+    assert pairs[(0, 1)]["nmi"] == pytest.approx(1.0)  # identical relations
+    assert pairs[(0, 1)]["jaccard"] == pytest.approx(1.0)
+    assert pairs[(0, 1)]["shared_entities"] == 5
+    # E(a) = {0,1,2,10,11}, E(d) = {0,1,10,13}: 3 shared of 6
+    assert pairs[(0, 3)]["shared_entities"] == 3
+    assert pairs[(0, 3)]["jaccard"] == pytest.approx(0.5)
+    assert pairs[(0, 3)]["nmi"] == pytest.approx(1 - JSD_ONE_VS_HALF)
+    assert pairs[(0, 3)]["source"] == "entity,type"
+    assert result["report"]["candidate_pairs"] == 3
+    assert result["report"]["transe"].startswith("skipped")
+
+    # the driver-side recomputation used by scos_merge agrees with Spark
+    idx = TypeIndex.from_table(read_table(Path(inputs["entities"]), "entities"))
+    for rid, name in enumerate(names):
+        so = np.array([(s, o) for s, r, o in triples if r == rid], dtype=np.int64).reshape(-1, 2)
+        assert tail_entropy(so[:, 1]) == pytest.approx(stats[name]["entropy"])
+        assert idx.distribution(so[:, 0], so[:, 1]) == pytest.approx(
+            type_pair_dict(stats[name]["type_pairs"]))
+
+
+# Candidate toy: r0–r1 share entity 0 only; r2–r3 share type pair (D, E) only; r4 is isolated;
+# r5–r6 share entity 16 and hub entity 9; r7 touches only the hub (and r5/r6 through it).
+CAND_TYPES = {0: ["A"], 1: ["B"], 2: ["C"], 3: ["D"], 4: ["E"], 5: ["D"], 6: ["E"], 7: ["F"],
+              8: ["G"], 9: ["H"], 10: ["I"], 11: ["J"], 12: ["K"], 13: ["L"], 14: ["M"], 16: ["O"]}
+CAND_TRIPLES = [(0, 0, 1), (0, 1, 2), (3, 2, 4), (5, 3, 6), (7, 4, 8),
+                (9, 5, 10), (16, 5, 11), (9, 6, 12), (16, 6, 13), (14, 7, 9)]
+
+
+def _brute_force_sharing(triples, types) -> set[tuple[int, int]]:
+    ents, tps = {}, {}
+    for s, r, o in triples:
+        ents.setdefault(r, set()).update((s, o))
+        tps.setdefault(r, set()).update(itertools.product(types.get(s) or [UNTYPED],
+                                                          types.get(o) or [UNTYPED]))
+    return {(i, j) for i, j in itertools.combinations(sorted(ents), 2)
+            if ents[i] & ents[j] or tps[i] & tps[j]}
+
+
+@pytest.mark.spark
+def test_candidates_hubs_and_transe(spark, tmp_path):
+    from spark_jobs import relation_stats
+
+    names = [f"r{i}" for i in range(8)]
+    emb = np.eye(8, dtype=np.float32)
+    emb[4] = emb[2] + 0.1 * emb[4]  # r4's nearest TransE neighbour is r2
+    inputs = write_toy(tmp_path, CAND_TYPES, names, CAND_TRIPLES, emb)
+    result = relation_stats.run(config(max_relations_per_entity=2, transe_neighbours=1),
+                                inputs, str(tmp_path / "out"))
+    pairs = pairs_by_key(result["outputs"]["relation_pairs"])
+    sources = {k: v["source"] for k, v in pairs.items()}
+    assert "transe" in sources[(2, 4)]  # r2, r4 share neither entities nor type pairs
+    # the join-generated sources, TransE aside (the other vectors are orthogonal: ties)
+    joined = {k: ",".join(t for t in v.split(",") if t != "transe") for k, v in sources.items()}
+    joined = {k: v for k, v in joined.items() if v}
+    # r7 shares only the hub entity 9 (3 relations > cap 2): no entity candidate with r5/r6
+    assert joined == {(0, 1): "entity", (2, 3): "type", (5, 6): "entity"}
+    # the hub is skipped for candidates but still counted: E5 = {9,10,16,11}, E6 = {9,12,16,13}
+    assert pairs[(5, 6)]["shared_entities"] == 2
+    assert pairs[(5, 6)]["jaccard"] == pytest.approx(2 / 6)
+    assert pairs[(2, 3)]["jaccard"] == 0.0 and pairs[(2, 3)]["nmi"] == pytest.approx(1.0)
+    assert pairs[(2, 4)]["nmi"] == 0.0 and pairs[(2, 4)]["jaccard"] == 0.0
+    assert pairs[(0, 1)]["nmi"] == pytest.approx(0.0)  # (A,B) vs (A,C): disjoint roles
+    assert result["report"]["hub_entities_skipped"] == 1
+    assert result["report"]["transe_candidates"] > 0
+
+    # without hubs, without a share floor and without TransE: exactly the pairs that share
+    # an entity or a type pair
+    del inputs["relation_embeddings"]
+    result = relation_stats.run(config(max_relations_per_entity=1000, type_pair_min_share=0.0),
+                                inputs, str(tmp_path / "out2"))
+    got = set(pairs_by_key(result["outputs"]["relation_pairs"]))
+    assert got == _brute_force_sharing(CAND_TRIPLES, CAND_TYPES)
+    assert got == {(0, 1), (2, 3), (5, 6), (5, 7), (6, 7)}
