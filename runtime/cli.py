@@ -150,6 +150,46 @@ def render_summary(built: Build) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+@cli.command("scos-report")
+@click.argument("store_root", type=click.Path(file_okay=False))
+@click.option("--build", "build_id", help="Build id (default: CURRENT).")
+def scos_report(store_root: str, build_id: str | None) -> None:
+    """Print the SCOS relation merges of a build (names, signals, θ, loss) and its summary."""
+    try:
+        built = Store(store_root).build(build_id)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(render_scos_report(built))
+
+
+def render_scos_report(built: Build) -> str:
+    """The merge table and |R0| → |R*|, ρ̂, L_info of a build's scos_merge stage."""
+    import pyarrow.parquet as pq
+
+    report = built.manifest.get("report", {}).get("stages", {}).get("scos_merge")
+    if report is None:
+        raise click.ClickException(f"build {built.build_id} has no scos_merge stage report")
+    lines = [f"SCOS for build {built.build_id}: |R0| = {report['R0']} -> |R*| = {report['R_star']}, "
+             f"rho_hat = {report['rho_hat']:.4f}, L_info = {report['L_info']:.4f}",
+             f"  L_info normaliser: {report['normaliser']['definition']} "
+             f"= {report['normaliser']['value']:.4f}"]
+    for warning in report.get("warnings", []):
+        lines.append(f"  warning: {warning}")
+    log_path = built.path / "reports" / "merge_log.parquet"
+    rows = pq.read_table(log_path).to_pylist() if log_path.exists() else []
+    if not rows:
+        lines.append("  no merges")
+        return "\n".join(lines)
+    header = f"  {'#':>3}  {'sim':>5} {'nmi':>5} {'jacc':>5} {'cos':>5} {'theta':>5} {'loss':>6}  merge"
+    lines.append(header)
+    for row in rows:
+        lines.append(f"  {row['step']:>3}  {row['sim']:5.3f} {row['nmi']:5.3f} {row['jaccard']:5.3f} "
+                     f"{row['cos']:5.3f} {row['theta']:5.3f} {row['loss']:6.4f}  "
+                     f"{row['left']}  +  {row['right']}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
 @cli.command()
 @click.option("--workdir", type=click.Path(file_okay=False),
               help="Where to put the synthetic dump and the store (default: a temp dir).")

@@ -29,21 +29,33 @@ DEFAULTS: dict = {
     "types": {},
     "relation_stats": {
         "max_relations_per_entity": 200,  # hub entities above this are skipped for pair candidates
+        "max_relations_per_type_pair": 200,  # type pairs shared more widely propose no candidates
+        "type_pair_min_share": 0.01,  # a type pair proposes candidates only where its p >= this
+        "type_rule": "spread",  # spread: weight 1/(|T(s)||T(o)|) per type pair | min: smallest type
         "transe_neighbours": 10,  # extra candidate pairs from TransE nearest neighbours
     },
-    "transe": {
+    "transe": {  # training/transe.py (PyKEEN TransE, sLCWA, Adam, margin ranking loss)
         "dim": 64,
         "epochs": 100,
         "seed": 0,
-        "batch_size": 1024,
+        "batch_size": 8192,  # large sLCWA batches: ~1-2 s/epoch on FB15k-237 with 1 CPU thread
         "learning_rate": 0.01,
-        "device": "auto",  # auto | cpu | cuda
+        "negatives": 1,  # negatives per positive (PyKEEN basic negative sampler)
+        "margin": 1.0,  # MarginRankingLoss margin
+        "scoring_norm": 1,  # L1 (PyKEEN's TransE default) or 2
+        "device": "auto",  # auto | cpu | cuda[:N]; auto = CUDA when torch sees one
+        "threads": 1,  # torch CPU threads; null = torch default. >1 thrashes on shared 2-core hosts
+        "evaluate": False,  # quick filtered link-prediction eval on a held-out share (trains on rest)
+        "eval_share": 0.05,
     },
     "scos": {
         "enabled": True,
         "weights": [0.40, 0.30, 0.30],  # NMI signal, Jaccard, TransE cosine
         "theta_base": 0.75,
         "epsilon": 0.15,
+        # without relation_embeddings: "zero" keeps the cosine term at 0 (max sim w1 + w2);
+        # "renormalise" rescales w1, w2 to sum to w1 + w2 + w3
+        "missing_embeddings": "zero",
     },
     "publish": {"keep": 3},
 }
@@ -60,6 +72,11 @@ def _merge(base: dict, update: Mapping, where: str) -> dict:
         else:
             base[key] = copy.deepcopy(value)
     return base
+
+
+def section(config: Mapping, name: str) -> dict:
+    """One stage's settings: the defaults of that section completed by the config's values."""
+    return {**DEFAULTS.get(name, {}), **(config.get(name) or {})}
 
 
 def _parse_value(text: str):

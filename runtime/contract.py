@@ -65,6 +65,61 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
             ("text", pa.string()),
         ]
     ),
+    # SCOS signals (spark_jobs/relation_stats.py, DESIGN §2.3). One row per relation of R0.
+    "relation_stats": pa.schema(
+        [
+            ("r", pa.int64()),
+            ("name", pa.string()),
+            ("triples", pa.int64()),  # distinct (s, o) pairs
+            ("heads", pa.int64()),  # distinct subjects
+            ("tails", pa.int64()),  # distinct objects
+            ("entities", pa.int64()),  # |heads ∪ tails|
+            ("entropy", pa.float64()),  # tail conditional entropy H(r), nats
+            (
+                "type_pairs",  # P_r over (head type, tail type), sorted by (head_type, tail_type)
+                pa.list_(
+                    pa.struct(
+                        [("head_type", pa.string()), ("tail_type", pa.string()), ("p", pa.float64())]
+                    )
+                ),
+            ),
+        ]
+    ),
+    # Candidate relation pairs with their signals (r_i < r_j).
+    "relation_pairs": pa.schema(
+        [
+            ("r_i", pa.int64()),
+            ("r_j", pa.int64()),
+            ("shared_entities", pa.int64()),  # |E_i ∩ E_j|, exact
+            ("jaccard", pa.float64()),
+            ("nmi", pa.float64()),  # 1 − JSD_bits of the type-pair distributions
+            ("source", pa.string()),  # generators, comma-separated: entity,transe,type
+        ]
+    ),
+    # SCOS canonical mapping φ: R0 → R* (spark_jobs/scos_merge.py, DESIGN §2.5).
+    "relation_map": pa.schema(
+        [
+            ("id", pa.int64()),  # original relation id (R0)
+            ("name", pa.string()),
+            ("canonical_id", pa.int64()),  # id in the rewritten relations table (R*)
+            ("canonical_name", pa.string()),
+        ]
+    ),
+    # One row per SCOS merge, in merge order.
+    "merge_log": pa.schema(
+        [
+            ("step", pa.int64()),
+            ("left", pa.string()),  # cluster names (most frequent member) before the merge
+            ("right", pa.string()),
+            ("sim", pa.float64()),
+            ("nmi", pa.float64()),
+            ("jaccard", pa.float64()),
+            ("cos", pa.float64()),
+            ("theta", pa.float64()),
+            ("loss", pa.float64()),  # (1 − sim)·min(H_left, H_right), nats
+            ("members", pa.list_(pa.string())),  # members of the merged cluster, sorted
+        ]
+    ),
 }
 
 #: Tables every build must contain.
@@ -310,7 +365,6 @@ class Store:
         build_id: str,
         tables: Mapping[str, Path],
         *,
-        reports: Mapping[str, Path] | None = None,
         extra_files: Mapping[str, Path] | None = None,
         info: Mapping | None = None,
         keep: int = 3,
@@ -347,8 +401,7 @@ class Store:
                 "path": rel,
                 "rows": sum(_parquet_rows(f) for f in table_files(partial / rel)),
             }
-        for rel, src in {**{f"reports/{k}": v for k, v in (reports or {}).items()},
-                         **(extra_files or {})}.items():
+        for rel, src in (extra_files or {}).items():
             _copy_tree_or_file(Path(src), partial / rel)
         hook("copied")
 

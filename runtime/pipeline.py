@@ -27,18 +27,30 @@ from runtime.contract import REQUIRED_TABLES, Build, Store, StoreError, new_buil
 STAGES: dict[str, str] = {
     "ingest": "spark_jobs.ingest",
     "types": "spark_jobs.types",
+    "transe_train": "training.transe",
+    "relation_stats": "spark_jobs.relation_stats",
+    "scos_merge": "spark_jobs.scos_merge",
 }
 
-#: Published table → artefact name produced by some stage (later stages override earlier ones).
-PUBLISHED_TABLES = ("entities", "relations", "triples")
-#: Artefacts copied into the build's reports/ directory when present.
-REPORT_ARTEFACTS = ("quarantine",)
+#: Artefacts published as contract tables (a later stage's artefact of the same name wins:
+#: scos_merge's rewritten ``triples``/``relations`` replace ingest's).
+PUBLISHED_TABLES = ("entities", "relations", "triples", "relation_map", "relation_stats",
+                    "relation_pairs")
+#: Artefact → path inside the build, for audit reports and trained models.
+REPORT_ARTEFACTS = {"quarantine": "reports/quarantine.parquet",
+                    "merge_log": "reports/merge_log.parquet"}
+MODEL_ARTEFACTS = {"transe_run": "models/transe",
+                   "relation_embeddings": "models/relation_embeddings.npy"}
 
 STAGE_RECORD = "_stage.json"
 
 
 class BuildError(RuntimeError):
     """A stage failed or produced something unusable; the message names the stage."""
+
+
+class StageError(BuildError):
+    """A stage refused its input or configuration; the message tells the user what and where."""
 
 
 def stage_names() -> list[str]:
@@ -106,17 +118,18 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
     if missing:
         raise BuildError(f"build {build_id}: cannot publish, tables missing: {missing}")
     tables = {t: Path(artefacts[t]) for t in PUBLISHED_TABLES if t in artefacts}
-    reports = {f"{a}.parquet": Path(artefacts[a]) for a in REPORT_ARTEFACTS if a in artefacts}
+    extra = {dest: Path(artefacts[a]) for a, dest in {**REPORT_ARTEFACTS, **MODEL_ARTEFACTS}.items()
+             if a in artefacts}
     report = {
         "stages": {n: {"seconds": r["seconds"], **r["report"]} for n, r in records.items()},
     }
     report_path = store.staging_dir(build_id) / "build_report.json"
     report_path.write_text(json.dumps(report, indent=2, sort_keys=True))
-    reports["build_report.json"] = report_path
+    extra["reports/build_report.json"] = report_path
     build = store.publish(
         build_id,
         tables,
-        reports=reports,
+        extra_files=extra,
         info={"config": config, "sources": sources or [], "report": report},
         keep=int(config["publish"]["keep"]),
         hook=hook,
