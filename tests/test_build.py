@@ -115,3 +115,17 @@ def test_stage_runs_under_spark_submit(synth_dump, tmp_path):
     record = json.loads((tmp_path / "staging" / "b-submit" / "ingest" / "_stage.json").read_text())
     counts = json.loads((synth_dump / "manifest.json").read_text())["counts"]
     assert record["report"]["triples"] == counts["triples"]
+
+
+def test_scos_report_names_the_planted_synonym_merges(synth_dump, built):
+    families = json.loads((synth_dump / "families.json").read_text())
+    result = CliRunner().invoke(cli, ["scos-report", str(built.root), "--build", built.build_id])
+    assert result.exit_code == 0, result.output
+    scos = built.manifest["report"]["stages"]["scos_merge"]
+    assert f"|R0| = {scos['R0']} -> |R*| = {scos['R_star']}" in result.output
+    merge_lines = [line for line in result.output.splitlines() if "  +  " in line]
+    assert len(merge_lines) == scos["R0"] - scos["R_star"] > 0
+    synonyms = {name for family in families["synonyms"] for name in family}
+    for line in merge_lines:  # each merge joins two members of planted synonym families
+        left, right = line.split("  ")[-3], line.split("  ")[-1]
+        assert left in synonyms and right in synonyms, line
