@@ -53,6 +53,19 @@ class StageError(BuildError):
     """A stage refused its input or configuration; the message tells the user what and where."""
 
 
+class Laps:
+    """Named wall-clock laps for a stage report: ``lap("step")`` records the time since the last."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self._last, 3)
+        self._last = now
+
+
 def stage_names() -> list[str]:
     return list(STAGES)
 

@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from runtime.config import section
-from runtime.pipeline import StageError
+from runtime.pipeline import Laps, StageError
 from runtime.contract import TABLE_SCHEMAS, StoreError, check_schema, read_table, table_files, write_table
 
 UNTYPED = "∅"
@@ -156,38 +156,23 @@ class TypeIndex:
         return dist
 
 
-def transe_neighbour_pairs(emb: np.ndarray, relation_ids: np.ndarray, k: int,
-                           block: int = 1024) -> list[tuple[int, int]]:
-    """Pairs (i < j) where j is among i's k nearest neighbours by cosine or vice versa.
+def transe_neighbour_pairs(emb: np.ndarray, relation_ids: np.ndarray, k: int
+                           ) -> list[tuple[int, int]]:
+    """Pairs (i < j) among ``relation_ids`` where j is among i's k nearest by cosine or vice versa.
 
-    Computed blockwise (``block`` rows at a time): memory O(block·|R|), never the |R|² matrix.
-    Relations with a zero vector get no neighbours.
+    One kNN implementation serves TransE and SCOS: ``training.transe.nearest_relations``
+    (blockwise, never the |R|² matrix; zero vectors get no neighbours).
     """
+    from training.transe import nearest_relations
+
     ids = np.asarray(relation_ids, dtype=np.int64)
-    if k <= 0 or len(ids) < 2:
-        return []
     if len(ids) and ids.max() >= emb.shape[0]:
         raise StoreError(
             f"relation_embeddings has {emb.shape[0]} rows but relation id {int(ids.max())} exists"
         )
-    x = np.asarray(emb[ids], dtype=np.float32)
-    norms = np.linalg.norm(x, axis=1)
-    keep = norms > 0
-    ids, x = ids[keep], x[keep] / norms[keep, None]
-    k = min(k, len(ids) - 1)
-    pairs: set[tuple[int, int]] = set()
-    for start in range(0, len(ids), block):
-        sims = x[start:start + block] @ x.T
-        rows = np.arange(sims.shape[0])
-        sims[rows, rows + start] = -np.inf
-        top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
-        for row in range(sims.shape[0]):
-            a = int(ids[start + row])
-            for col in top[row]:
-                b = int(ids[col])
-                if a != b:
-                    pairs.add((min(a, b), max(a, b)))
-    return sorted(pairs)
+    present = np.zeros_like(emb, dtype=np.float32)
+    present[ids] = emb[ids]
+    return sorted({(min(i, j), max(i, j)) for i, j, _ in nearest_relations(present, k)})
 
 
 # ============================================================================================
@@ -216,15 +201,8 @@ def compute(spark, config: Mapping, entities_path: str, triples_path: str, relat
 
     cfg = settings(config)
     log = log or (lambda msg: None)
-    seconds: dict[str, float] = {}
-    report: dict = {"entropy_unit": "nats", "type_rule": cfg["type_rule"], "seconds": seconds}
-    clock = time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        seconds[name] = round(now - clock, 3)
-        clock = now
+    lap = Laps()
+    report: dict = {"entropy_unit": "nats", "type_rule": cfg["type_rule"], "seconds": lap.seconds}
 
     mem = StorageLevel.MEMORY_AND_DISK
     relations = read_table(Path(relations_path), "relations")

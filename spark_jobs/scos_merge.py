@@ -45,7 +45,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from runtime.config import section
-from runtime.pipeline import StageError
+from runtime.pipeline import Laps, StageError
 from runtime.contract import TABLE_SCHEMAS, StoreError, read_table, table_files, write_table
 from spark_jobs.relation_stats import (
     TypeIndex,
@@ -350,14 +350,8 @@ def _write_identity(relations: pa.Table, out: Path, inputs: Mapping, report: dic
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     cfg = settings(config)
     out = Path(out_dir)
-    seconds: dict[str, float] = {}
-    clock = time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        seconds[name] = round(now - clock, 3)
-        clock = now
+    lap = Laps()
+    seconds = lap.seconds
 
     for name in ("triples", "relations"):
         if name not in inputs:
