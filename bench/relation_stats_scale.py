@@ -216,7 +216,7 @@ def run_vocab(args) -> dict:
         "entity_self_join_rows": made["entity_self_join_rows"],
         "hub_entities_skipped": report["hub_entities_skipped"],
         "hub_type_pairs_skipped": report["hub_type_pairs_skipped"],
-        "seconds": seconds, "step_seconds": report["seconds"],
+        "seconds": seconds, "step_seconds": report["step_seconds"],
         "generate_seconds": generate_s, "spark_startup_seconds": startup_s,
         **peak, "driver_memory": args.driver_memory, **machine(),
     }
@@ -269,7 +269,7 @@ def run_synth(args) -> dict:
         result, seconds, peak = measured(
             peaks, lambda: relation_stats.run(config, inputs, str(out_dir)))
         report = result["report"]
-        stages["relation_stats"] = {"seconds": seconds, **peak, "step_seconds": report["seconds"]}
+        stages["relation_stats"] = {"seconds": seconds, **peak, "step_seconds": report["step_seconds"]}
     return {
         "mode": "synth", "dump": str(args.dump) if args.dump else None, "seed": args.seed,
         "triples": reports["ingest"]["triples"], "relations": report["relations"],

@@ -136,17 +136,32 @@ def store_show(build_id: str | None, store_root: str) -> None:
         raise click.ClickException(str(exc)) from None
 
 
+#: The figures of each stage's report worth a line in a build summary.
+SUMMARY_KEYS = {
+    "ingest": ("format", "lines", "malformed", "entities", "relations", "triples"),
+    "types": ("rule", "typed_entities", "distinct_types"),
+    "transe_train": ("device", "epochs", "final_loss"),
+    "relation_stats": ("candidate_pairs",),
+    "scos_merge": ("R0", "R_star", "rho_hat", "L_info"),
+}
+
+
 def render_summary(built: Build) -> str:
-    """Human-readable build summary: tables, quarantine, type rule, stage timings."""
+    """Human-readable build summary: tables, then each stage's time and key figures."""
     manifest = built.manifest
     lines = [f"build {built.build_id}  ({manifest['created_at']})  at {built.path}"]
     for table, entry in sorted(manifest["tables"].items()):
-        lines.append(f"  {table:<12} {entry['rows']:>12,} rows")
-    for stage, rep in manifest.get("report", {}).get("stages", {}).items():
-        extra = {k: v for k, v in rep.items() if k != "seconds" and not isinstance(v, (dict, list))}
-        details = ", ".join(f"{k}={v}" for k, v in sorted(extra.items()))
-        lines.append(f"  stage {stage:<8} {rep['seconds']:>7.1f}s  {details}")
+        lines.append(f"  {table:<15} {entry['rows']:>12,} rows")
+    stages = manifest.get("report", {}).get("stages", {})
+    for stage, rep in sorted(stages.items(), key=lambda kv: list(SUMMARY_KEYS).index(kv[0])
+                             if kv[0] in SUMMARY_KEYS else len(SUMMARY_KEYS)):
+        figures = ", ".join(f"{k}={_fmt(rep[k])}" for k in SUMMARY_KEYS.get(stage, ()) if k in rep)
+        lines.append(f"  stage {stage:<15} {rep['seconds']:>7.1f}s  {figures}")
     return "\n".join(lines)
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -134,7 +134,7 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
     extra = {dest: Path(artefacts[a]) for a, dest in {**REPORT_ARTEFACTS, **MODEL_ARTEFACTS}.items()
              if a in artefacts}
     report = {
-        "stages": {n: {"seconds": r["seconds"], **r["report"]} for n, r in records.items()},
+        "stages": {n: {**r["report"], "seconds": r["seconds"]} for n, r in records.items()},
     }
     report_path = store.staging_dir(build_id) / "build_report.json"
     report_path.write_text(json.dumps(report, indent=2, sort_keys=True))

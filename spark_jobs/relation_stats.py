@@ -202,7 +202,7 @@ def compute(spark, config: Mapping, entities_path: str, triples_path: str, relat
     cfg = settings(config)
     log = log or (lambda msg: None)
     lap = Laps()
-    report: dict = {"entropy_unit": "nats", "type_rule": cfg["type_rule"], "seconds": lap.seconds}
+    report: dict = {"entropy_unit": "nats", "type_rule": cfg["type_rule"], "step_seconds": lap.seconds}
 
     mem = StorageLevel.MEMORY_AND_DISK
     relations = read_table(Path(relations_path), "relations")
@@ -427,7 +427,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     lap("pair_signals_and_write")
     for df in cached:
         df.unpersist()
-    report["seconds_total"] = round(sum(report["seconds"].values()), 3)
+    report["step_seconds_total"] = round(sum(report["step_seconds"].values()), 3)
     return {"outputs": {"relation_stats": str(stats_path), "relation_pairs": str(pairs_path)},
             "report": report}
 

@@ -339,7 +339,7 @@ def _write_identity(relations: pa.Table, out: Path, inputs: Mapping, report: dic
     write_table("relation_map", pa.table({"id": ids, "name": names, "canonical_id": ids,
                                           "canonical_name": names}), out / "relation_map.parquet")
     write_table("merge_log", TABLE_SCHEMAS["merge_log"].empty_table(), out / "merge_log.parquet")
-    report["seconds"] = seconds
+    report["step_seconds"] = seconds
     return {"outputs": {"relation_map": str(out / "relation_map.parquet"),
                         "merge_log": str(out / "merge_log.parquet"),
                         "triples": str(inputs["triples"]),
@@ -463,7 +463,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     else:
         outputs.update(_rewrite(config, inputs, rmap, out, report))
         lap("rewrite_triples")
-    report["seconds"] = seconds
+    report["step_seconds"] = seconds
     return {"outputs": outputs, "report": report}
 
 

@@ -129,3 +129,12 @@ def test_scos_report_names_the_planted_synonym_merges(synth_dump, built):
     for line in merge_lines:  # each merge joins two members of planted synonym families
         left, right = line.split("  ")[-3], line.split("  ")[-1]
         assert left in synonyms and right in synonyms, line
+
+
+def test_summary_lists_every_stage_with_its_time(built):
+    from runtime.cli import render_summary
+
+    text = render_summary(built)
+    for stage in pipeline.STAGES:
+        assert f"stage {stage}" in text
+    assert f"scos_merge" in text and f"R_star={built.rows('relations')}" in text

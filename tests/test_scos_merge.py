@@ -245,7 +245,7 @@ def test_stage_without_admissible_pair_passes_tables_through(tmp_path):
     assert result["outputs"]["triples"] == inputs["triples"]
     assert result["outputs"]["relations"] == inputs["relations"]
     assert result["report"]["admissible_initial"] == 0
-    assert "load_triples" not in result["report"]["seconds"]  # triples never loaded
+    assert "load_triples" not in result["report"]["step_seconds"]  # triples never loaded
     assert result["report"]["normaliser"]["value"] == pytest.approx(2 * H_TWO_THIRDS)
     rmap = read_table(Path(result["outputs"]["relation_map"]), "relation_map")
     assert rmap.column("canonical_id").to_pylist() == [0, 1, 2]
