@@ -18,6 +18,7 @@ DEFAULTS: dict = {
         "master": "local[2]",
         "driver_memory": "4g",
         "shuffle_partitions": 8,
+        "log_level": "ERROR",  # Spark's own log level (WARN shows planner chatter)
     },
     "ingest": {
         "format": "auto",  # auto | nt | tsv | pathquestion | fb15k237 | synth

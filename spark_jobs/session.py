@@ -20,9 +20,12 @@ def get_spark(config: dict, app_name: str = "lokg") -> SparkSession:
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
         builder = builder.master(os.environ.get("LOKG_SPARK_MASTER", spark_cfg.get("master", "local[2]")))
         builder = builder.config("spark.driver.memory", spark_cfg.get("driver_memory", "4g"))
-    return (
+    session = (
         builder.config("spark.sql.shuffle.partitions", str(spark_cfg.get("shuffle_partitions", 8)))
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )
+    session.sparkContext.setLogLevel(spark_cfg.get("log_level", "ERROR"))
+    return session
