@@ -26,7 +26,7 @@ from runtime.contract import REQUIRED_TABLES, Build, Store, StoreError, new_buil
 #: Stage name → module implementing ``run``; dict order is execution order.
 STAGES: dict[str, str] = {
     "ingest": "spark_jobs.ingest",
-    "types": "spark_jobs.types",
+    "types": "spark_jobs.entity_types",
     "transe_train": "training.transe",
     "relation_stats": "spark_jobs.relation_stats",
     "scos_merge": "spark_jobs.scos_merge",
@@ -68,6 +68,15 @@ class Laps:
 
 def stage_names() -> list[str]:
     return list(STAGES)
+
+
+def stage_script(name: str) -> Path:
+    """The file to hand to ``spark-submit`` for a stage (found without importing it)."""
+    import importlib.util
+
+    if name not in STAGES:
+        raise BuildError(f"unknown stage '{name}' (stages: {', '.join(STAGES)})")
+    return Path(importlib.util.find_spec(STAGES[name]).origin)
 
 
 def _load_stage(name: str) -> Callable:

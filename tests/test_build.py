@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -104,17 +101,13 @@ def test_failing_stage_publishes_nothing(tmp_path, spark):
 
 def test_stage_runs_under_spark_submit(synth_dump, tmp_path):
     """The same stage, launched the way Airflow launches it: spark-submit of the module file."""
-    repo = Path(__file__).resolve().parents[1]
-    spark_submit = Path(sys.executable).parent / "spark-submit"
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    cmd = [str(spark_submit), "--master", "local[1]", str(repo / "spark_jobs" / "ingest.py"),
-           "--store", str(tmp_path), "--build-id", "b-submit", "--dump", str(synth_dump),
-           "--set", "ingest.format=synth"]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    record = json.loads((tmp_path / "staging" / "b-submit" / "ingest" / "_stage.json").read_text())
+    from tests.test_ingest import spark_submit
+
+    record = spark_submit("ingest", tmp_path / "store", "b-submit", synth_dump,
+                          "--set", "ingest.format=synth")
     counts = json.loads((synth_dump / "manifest.json").read_text())["counts"]
     assert record["report"]["triples"] == counts["triples"]
+    assert record["report"]["malformed"] == counts["malformed_lines"]
 
 
 def test_scos_report_names_the_planted_synonym_merges(synth_dump, built):

@@ -618,8 +618,9 @@ def spark_submit(stage: str, store: Path, build_id: str, dump: Path, *extra: str
     import subprocess
     import sys
 
-    repo = Path(__file__).resolve().parents[1]
-    submit = repo / ".venv" / "bin" / "spark-submit"
+    from runtime.pipeline import stage_script
+
+    submit = Path(sys.executable).parent / "spark-submit"
     if not submit.exists():
         submit = shutil.which("spark-submit")
         if submit is None:
@@ -627,7 +628,7 @@ def spark_submit(stage: str, store: Path, build_id: str, dump: Path, *extra: str
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     proc = subprocess.run(
         [str(submit), "--master", "local[1]", "--driver-memory", "1g",
-         str(repo / "spark_jobs" / f"{stage}.py"),
+         str(stage_script(stage)),
          "--store", str(store), "--build-id", build_id, "--dump", str(dump), *extra],
         cwd=store.parent, env=env, capture_output=True, text=True, timeout=600,
     )

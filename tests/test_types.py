@@ -45,7 +45,7 @@ def write_inputs(root: Path, n_entities: int, relations: list[str],
 
 
 def run_types(inputs: dict, out: Path) -> tuple[dict[int, list[str]], dict, list[dict]]:
-    from spark_jobs import types as stage
+    from spark_jobs import entity_types as stage
 
     result = stage.run({"types": {}}, inputs, str(out))
     table = read_table(Path(result["outputs"]["entities"]), "entities")  # contract schema
@@ -122,7 +122,7 @@ def test_frequent_relation_rule(spark, tmp_path):
 
 
 def test_relation_domain():
-    from spark_jobs.types import relation_domain
+    from spark_jobs.entity_types import relation_domain
 
     assert relation_domain("/people/person/place_of_birth") == "people.person"
     assert relation_domain("people.person.place_of_birth") == "people.person"
@@ -162,7 +162,7 @@ def test_ingest_then_types_explicit_from_nt(spark, tmp_path):
 @pytest.mark.slow
 @pytest.mark.spark
 def test_spark_submit_types(spark, tmp_path):
-    """spark_jobs/types.py runs under spark-submit (its file name must not shadow stdlib types)."""
+    """spark_jobs/entity_types.py (stage types) runs under spark-submit."""
     from runtime.config import load_config
     from runtime.contract import Store
     from runtime.pipeline import run_stage

@@ -25,14 +25,6 @@ fallbacks (entities typed by a rule other than the build's rule), freebase_style
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # spark-submit spark_jobs/types.py: don't shadow the stdlib `types`
-    import os as _os
-    import sys as _sys
-
-    _here = _os.path.dirname(_os.path.abspath(__file__))
-    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
-    _sys.path.insert(0, _os.path.dirname(_here))
-
 import re
 import time
 from pathlib import Path

@@ -1,0 +1,629 @@
+"""LLM backends: the one call per question (DESIGN §4 step 4), behind one small interface.
+
+Every backend has a ``name`` and ``complete(prompt, *, max_tokens, system="") -> Completion``.
+``make_llm(name, **options)`` builds one from a registry (``register_backend`` adds more; the
+embedded ``local`` backend registers itself there). Every failure of a call — unreachable
+server, timeout, HTTP error, unusable response, bad configuration — raises :class:`LLMError`,
+so the runtime can catch exactly one type and fall back to the ``none`` answer, flagged.
+
+``openai`` — :class:`OpenAICompatible` — talks to any OpenAI-compatible endpoint (vLLM,
+llama.cpp server, Ollama, hosted APIs) with the standard library only (``http.client``), so the
+runtime stays thin. It POSTs ``{base_url}/chat/completions`` with the model, a system message
+(the fixed instructions) and a user message (knowledge + question), ``max_tokens`` and
+``temperature`` 0. Base URL, model and API key come from the arguments, else from
+``LOKG_LLM_BASE_URL``, ``LOKG_LLM_MODEL``, ``LOKG_LLM_API_KEY``. The key is sent as a Bearer
+header only when set; it never appears in a repr, a log line or an error message (a server
+that echoes it back is redacted). HTTP(S) proxies are not used: LOKG talks to the endpoint
+directly.
+
+Why the call is bounded, and how:
+
+* ``timeout`` is a wall-clock limit per attempt (connect, send, wait, read — a non-streaming
+  completion arrives in one piece after generation, so a separate read timeout would add
+  nothing). ``connect_timeout`` further bounds the TCP/TLS connect. Socket timeouts alone only
+  bound each ``recv``, so a server that trickles one byte at a time could hold an attempt
+  forever; a per-attempt watchdog shuts the socket down at the attempt's deadline.
+* Up to ``retries`` further attempts follow a *retryable* failure: connection errors
+  (refused, reset, closed without a response, a truncated body), timeouts, HTTP 429 and 5xx.
+  Other 4xx (bad request, auth, unknown model), redirects and TLS certificate failures are
+  deterministic and fail at once. A complete 2xx response that is not JSON, or has no
+  ``choices``, also fails at once (**no retry on garbage**): it means a wrong base URL, a proxy
+  page or an incompatible server, and the same request would get the same page. A body cut
+  short by the connection is a connection error and is retried.
+* Before retry ``i`` (0-based) the client sleeps
+  ``min(max_backoff, backoff·2^i·(1 + jitter·u))``, u uniform in [0, 1) from a
+  ``random.Random(seed)`` of its own (seeded: reproducible). A 429 or 503 with
+  ``Retry-After`` (seconds, or an HTTP date) sleeps at least that long; if the server asks for
+  longer than ``max_backoff`` or than the time left, the client gives up at once instead of
+  hammering it early.
+* A total ``deadline`` (default ``timeout·(retries+1) + retries·max_backoff``, the worst case
+  of the rules above) caps the whole call: no attempt starts, and no sleep begins, that would
+  end past it; each attempt's own limit is cut to the time left. (DNS resolution is the one
+  step the socket layer cannot time out; use an IP or a local resolver where that matters.)
+
+Token counts come from the server's ``usage`` when it reports them; a count it omits is taken
+with cl100k_base (:func:`runtime.tokens.count_tokens`) over the message texts sent and the text
+received (``Completion.usage_from_server`` says which). ``latency_ms`` is the whole call,
+retries and sleeps included.
+
+``none`` — :class:`NoLLM` — makes no call: the runtime answers from retrieval alone. Its
+``calls_model`` is False so the runtime can skip building a prompt; calling ``complete`` anyway
+returns an empty completion with ``attempts`` 0.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import json
+import logging
+import math
+import os
+import random
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+from urllib.parse import urlsplit
+
+from runtime import __version__
+from runtime.tokens import count_tokens
+
+log = logging.getLogger("lokg.llm")
+
+ENV_BASE_URL = "LOKG_LLM_BASE_URL"
+ENV_MODEL = "LOKG_LLM_MODEL"
+ENV_API_KEY = "LOKG_LLM_API_KEY"
+
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_RETRIES = 2
+MAX_RETRIES = 10
+DEFAULT_BACKOFF = 0.5
+DEFAULT_MAX_BACKOFF = 8.0
+DEFAULT_JITTER = 0.25
+#: A larger response body is refused (an answer list is a few hundred bytes).
+DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+#: HTTP statuses worth another attempt.
+RETRY_STATUSES = frozenset({429, *range(500, 600)})
+_SNIPPET = 200
+
+
+class LLMError(RuntimeError):
+    """An LLM call (or an LLM backend's set-up) failed; the runtime falls back to ``none``.
+
+    ``kind`` is one of ``config``, ``connect`` (nothing accepted the connection),
+    ``connection`` (dropped, reset, truncated), ``timeout``, ``http`` (a non-2xx status),
+    ``tls``, ``malformed`` (a 2xx body that is no usable completion) or ``deadline`` (the total
+    deadline left no room for another attempt). ``status`` is the last HTTP status (if any),
+    ``attempts`` the number of requests made, ``retryable`` whether the last failure was of a
+    retryable kind.
+    """
+
+    def __init__(self, message: str, *, kind: str, status: int | None = None,
+                 attempts: int = 0, retryable: bool = False):
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+        self.attempts = attempts
+        self.retryable = retryable
+
+
+class LLMConfigError(LLMError, ValueError):
+    """A backend cannot be built or called as asked (unknown name, missing URL, bad option)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, kind="config")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One completion and what it cost."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_ms: float  # the whole call: every attempt and every backoff sleep
+    model: str  # as the server names it (else as requested)
+    attempts: int  # HTTP requests made (0: no call)
+    usage_from_server: bool = False  # False: at least one count was taken with cl100k_base
+    finish_reason: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "text": self.text, "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens, "latency_ms": self.latency_ms,
+            "model": self.model, "attempts": self.attempts,
+            "usage_from_server": self.usage_from_server, "finish_reason": self.finish_reason,
+        }
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """What the runtime needs from a backend."""
+
+    name: str
+    calls_model: bool
+
+    def complete(self, prompt: str, *, max_tokens: int, system: str = "") -> Completion:
+        """Complete ``prompt`` (the user message) after ``system`` (the instructions)."""
+        ...
+
+
+def _check_max_tokens(max_tokens) -> int:
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise LLMConfigError(f"max_tokens must be a positive integer; got {max_tokens!r}")
+    return max_tokens
+
+
+# --------------------------------------------------------------------------------------------
+# none
+
+
+@dataclass
+class NoLLM:
+    """The ``none`` backend: no model, no call; the runtime answers from retrieval alone."""
+
+    name: str = field(default="none", init=False)
+    calls_model: bool = field(default=False, init=False)
+
+    def complete(self, prompt: str, *, max_tokens: int, system: str = "") -> Completion:
+        _check_max_tokens(max_tokens)
+        return Completion(text="", prompt_tokens=0, completion_tokens=0, latency_ms=0.0,
+                          model="none", attempts=0, usage_from_server=False)
+
+
+# --------------------------------------------------------------------------------------------
+# openai-compatible HTTP
+
+
+class _AttemptFailed(Exception):
+    """One attempt failed; ``error`` is what to raise if it is the last one."""
+
+    def __init__(self, error: LLMError, retry_after: float | None = None):
+        super().__init__(str(error))
+        self.error = error
+        self.retry_after = retry_after
+
+
+def _positive(name: str, value, *, allow_zero: bool = False) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise LLMConfigError(f"{name} must be a number of seconds; got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(number) or number < 0 or (
+            number == 0 and not allow_zero):
+        bound = "≥ 0" if allow_zero else "> 0"
+        raise LLMConfigError(f"{name} must be finite and {bound}; got {value!r}")
+    return number
+
+
+def _parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or HTTP date); None if absent/invalid."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        seconds = when.timestamp() - time.time()
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def _nonneg_int(value) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+@dataclass
+class OpenAICompatible:
+    """An OpenAI-compatible ``/chat/completions`` endpoint (see the module docstring)."""
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    timeout: float = DEFAULT_TIMEOUT
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    retries: int = DEFAULT_RETRIES
+    backoff: float = DEFAULT_BACKOFF
+    max_backoff: float = DEFAULT_MAX_BACKOFF
+    jitter: float = DEFAULT_JITTER
+    deadline: float | None = None  # total seconds for one call (None: the worst case, above)
+    seed: int | None = None  # seeds the jitter
+    temperature: float = 0.0
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+
+    name: str = field(default="openai", init=False)
+    calls_model: bool = field(default=True, init=False)
+
+    def __post_init__(self):
+        base_url = self.base_url if self.base_url is not None else os.environ.get(ENV_BASE_URL)
+        model = self.model if self.model is not None else os.environ.get(ENV_MODEL)
+        key = self.api_key if self.api_key is not None else os.environ.get(ENV_API_KEY)
+        if not base_url or not str(base_url).strip():
+            raise LLMConfigError(
+                f"the openai backend needs a base URL: pass base_url= or set {ENV_BASE_URL} "
+                "(e.g. http://127.0.0.1:8080/v1 for a llama.cpp server, "
+                "https://api.openai.com/v1 for OpenAI)")
+        if not model or not str(model).strip():
+            raise LLMConfigError(
+                f"the openai backend needs a model name: pass model= or set {ENV_MODEL}")
+        self.model = str(model).strip()
+        self.api_key = str(key) if key else None  # "" counts as unset
+        self.base_url = str(base_url).strip().rstrip("/")
+        if self.base_url.endswith("/chat/completions"):
+            self.base_url = self.base_url[: -len("/chat/completions")]
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise LLMConfigError(
+                f"base URL must be http(s)://host[:port][/path]; got {self.base_url!r}")
+        try:
+            port = parts.port
+        except ValueError:
+            raise LLMConfigError(f"base URL has an invalid port: {self.base_url!r}") from None
+        if parts.query or parts.fragment or parts.username or parts.password:
+            raise LLMConfigError(
+                "base URL must not carry a query, fragment or credentials (use api_key / "
+                f"{ENV_API_KEY} for the key); got {parts.scheme}://{parts.hostname}…")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = port
+        self._path = (parts.path.rstrip("/") or "") + "/chat/completions"
+
+        self.timeout = _positive("timeout", self.timeout)
+        self.connect_timeout = min(_positive("connect_timeout", self.connect_timeout),
+                                   self.timeout)
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or not (
+                0 <= self.retries <= MAX_RETRIES):
+            raise LLMConfigError(
+                f"retries must be an integer in [0, {MAX_RETRIES}]; got {self.retries!r}")
+        self.backoff = _positive("backoff", self.backoff, allow_zero=True)
+        self.max_backoff = _positive("max_backoff", self.max_backoff, allow_zero=True)
+        jitter = _positive("jitter", self.jitter, allow_zero=True)
+        if jitter > 1:
+            raise LLMConfigError(f"jitter must be in [0, 1]; got {self.jitter!r}")
+        self.jitter = jitter
+        if self.deadline is not None:
+            self.deadline = _positive("deadline", self.deadline)
+        if isinstance(self.max_response_bytes, bool) or not isinstance(
+                self.max_response_bytes, int) or self.max_response_bytes < 1:
+            raise LLMConfigError(
+                f"max_response_bytes must be a positive integer; got {self.max_response_bytes!r}")
+        temperature = _positive("temperature", self.temperature, allow_zero=True)
+        self.temperature = temperature
+        self._rng = random.Random(self.seed)
+        self._rng_lock = threading.Lock()
+
+    # ---- policy ---------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        """The endpoint POSTed to."""
+        return f"{self.base_url}/chat/completions"
+
+    @property
+    def max_call_seconds(self) -> float:
+        """The most one ``complete`` call can take (the total deadline)."""
+        worst = self.timeout * (self.retries + 1) + self.retries * self.max_backoff
+        return min(self.deadline, worst) if self.deadline is not None else worst
+
+    def retry_delay(self, retry: int, retry_after: float | None = None) -> float | None:
+        """Seconds to sleep before retry ``retry`` (0-based); None = do not retry (the server's
+        ``retry_after`` exceeds ``max_backoff``)."""
+        if retry_after is not None and retry_after > self.max_backoff:
+            return None
+        with self._rng_lock:
+            u = self._rng.random()
+        delay = min(self.max_backoff, self.backoff * (2.0 ** retry) * (1.0 + self.jitter * u))
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        return delay
+
+    # ---- the call -------------------------------------------------------------------------
+
+    def _redact(self, text: str) -> str:
+        if self.api_key and len(self.api_key) >= 4:
+            text = text.replace(self.api_key, "***")
+        return text
+
+    def _snippet(self, body: bytes) -> str:
+        text = body[:_SNIPPET].decode("utf-8", "replace")
+        return self._redact(repr(text) + ("…" if len(body) > _SNIPPET else ""))
+
+    def _headers(self, body: bytes) -> dict[str, str]:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": f"lokg/{__version__}",
+            "Content-Length": str(len(body)),
+        }
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    def _request_body(self, prompt: str, system: str, max_tokens: int) -> bytes:
+        messages = []
+        if system:
+            messages.append({"role": "system", "content": system})
+        messages.append({"role": "user", "content": prompt})
+        payload = {
+            "model": self.model, "messages": messages, "max_tokens": max_tokens,
+            "temperature": self.temperature, "stream": False,
+        }
+        # ensure_ascii keeps lone surrogates encodable (as \\ud8xx escapes).
+        return json.dumps(payload).encode("ascii")
+
+    def _attempt(self, body: bytes, headers: dict[str, str], until: float
+                 ) -> tuple[int, http.client.HTTPMessage, bytes]:
+        """One request, finished (or abandoned) by monotonic time ``until``."""
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("no time left for the attempt")
+        if self._https:
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                self._host, self._port, timeout=min(self.connect_timeout, remaining),
+                context=ssl.create_default_context())
+        else:
+            conn = http.client.HTTPConnection(
+                self._host, self._port, timeout=min(self.connect_timeout, remaining))
+        fired = threading.Event()
+        # http.client drops conn.sock once a response says it will close the connection (the
+        # response's file object keeps the socket open), so hold our own reference.
+        held: list[socket.socket] = []
+
+        def watchdog():  # the attempt's hard deadline, whatever the server trickles
+            fired.set()
+            for sock in held:
+                try:  # the plain-socket shutdown (also under TLS): wakes a blocked recv
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        timer = threading.Timer(remaining, watchdog)
+        timer.daemon = True
+        timer.start()
+        response: http.client.HTTPResponse | None = None
+        try:
+            conn.connect()
+            sock = conn.sock
+            held.append(sock)
+            left = until - time.monotonic()
+            if fired.is_set() or left <= 0:
+                raise TimeoutError("attempt deadline reached while connecting")
+            sock.settimeout(left)
+            conn.request("POST", self._path, body=body, headers=headers)
+            response = conn.getresponse()
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                left = until - time.monotonic()
+                if fired.is_set() or left <= 0:
+                    raise TimeoutError("attempt deadline reached while reading the response")
+                sock.settimeout(left)
+                chunk = response.read1(65536)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > self.max_response_bytes:
+                    raise _AttemptFailed(LLMError(
+                        f"response from {self.url} exceeds {self.max_response_bytes} bytes",
+                        kind="malformed", status=response.status))
+                chunks.append(chunk)
+            if fired.is_set():
+                raise TimeoutError("attempt deadline reached while reading the response")
+            if isinstance(response.length, int) and response.length > 0:
+                raise http.client.IncompleteRead(b"".join(chunks), response.length)
+            return response.status, response.headers, b"".join(chunks)
+        except (OSError, http.client.HTTPException) as exc:
+            if fired.is_set() and not isinstance(exc, TimeoutError):
+                raise TimeoutError("attempt deadline reached") from exc
+            raise
+        finally:
+            timer.cancel()
+            if response is not None:
+                response.close()
+            conn.close()
+
+    def _classify(self, exc: BaseException) -> LLMError:
+        where = self.url
+        if isinstance(exc, (TimeoutError, socket.timeout)):
+            return LLMError(f"LLM request to {where} timed out ({exc})", kind="timeout",
+                            retryable=True)
+        if isinstance(exc, ConnectionRefusedError):
+            return LLMError(f"cannot connect to the LLM at {where}: connection refused "
+                            "(is the server running?)", kind="connect", retryable=True)
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return LLMError(f"TLS certificate of {where} rejected: {exc}", kind="tls")
+        if isinstance(exc, socket.gaierror):
+            return LLMError(f"cannot resolve the LLM host of {where}: {exc}", kind="connect",
+                            retryable=True)
+        if isinstance(exc, http.client.InvalidURL):
+            return LLMError(f"invalid LLM URL {where}: {exc}", kind="config")
+        name = type(exc).__name__
+        return LLMError(self._redact(f"LLM connection to {where} failed: {name}: {exc}"),
+                        kind="connection", retryable=True)
+
+    def _http_error(self, status: int, headers, body: bytes) -> _AttemptFailed:
+        detail = ""
+        try:
+            data = json.loads(body)
+            err = data.get("error") if isinstance(data, dict) else None
+            if isinstance(err, dict):
+                err = err.get("message") or err.get("type") or err
+            if err is None and isinstance(data, dict):
+                err = data.get("message") or data.get("detail")
+            if err is not None:
+                detail = str(err)[:_SNIPPET]
+        except (ValueError, RecursionError):
+            pass
+        if not detail:
+            detail = self._snippet(body) if body else "(empty body)"
+        retryable = status in RETRY_STATUSES
+        if 300 <= status < 400:
+            where = headers.get("Location", "?")
+            message = (f"LLM endpoint {self.url} answered HTTP {status} (redirect to "
+                       f"{where}); set the base URL to the final location")
+        else:
+            message = f"LLM endpoint {self.url} answered HTTP {status}: {detail}"
+        retry_after = None
+        if status in (429, 503):
+            retry_after = _parse_retry_after(headers.get("Retry-After"))
+        return _AttemptFailed(LLMError(self._redact(message), kind="http", status=status,
+                                       retryable=retryable), retry_after)
+
+    def _parse(self, body: bytes, status: int) -> tuple[str, dict, str | None, str | None]:
+        def bad(why: str) -> _AttemptFailed:
+            return _AttemptFailed(LLMError(
+                f"LLM endpoint {self.url} returned HTTP {status} but {why}; body starts "
+                f"{self._snippet(body)}. Check that the base URL points at an OpenAI-compatible "
+                "API (usually ending in /v1)", kind="malformed", status=status))
+
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            raise bad("the body is not JSON") from None
+        if not isinstance(data, dict):
+            raise bad("the body is not a JSON object")
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices:
+            if data.get("error") is not None:
+                raise bad("the body is an error object")
+            raise bad("the response has no choices")
+        first = choices[0]
+        if not isinstance(first, dict):
+            raise bad("choices[0] is not an object")
+        message = first.get("message")
+        if isinstance(message, dict):
+            content = message.get("content")
+        elif "text" in first:  # a legacy /completions-shaped answer
+            content = first.get("text")
+        else:
+            raise bad("choices[0] has neither a message nor a text")
+        if content is None:
+            content = ""
+        elif isinstance(content, list):  # content parts
+            content = "".join(p.get("text", "") if isinstance(p, dict) else str(p)
+                              for p in content)
+        elif not isinstance(content, str):
+            raise bad("the message content is not text")
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        model = data.get("model") if isinstance(data.get("model"), str) else None
+        finish = first.get("finish_reason")
+        return content, usage, model, finish if isinstance(finish, str) else None
+
+    def complete(self, prompt: str, *, max_tokens: int, system: str = "") -> Completion:
+        """One chat completion, retried and bounded as the module docstring describes."""
+        if not isinstance(prompt, str) or not isinstance(system, str):
+            raise LLMConfigError("prompt and system must be strings")
+        max_tokens = _check_max_tokens(max_tokens)
+        body = self._request_body(prompt, system, max_tokens)
+        headers = self._headers(body)
+        started = time.monotonic()
+        call_deadline = started + self.max_call_seconds
+        attempts = 0
+        last: LLMError | None = None
+        retry_after: float | None = None
+        for retry in range(self.retries + 1):
+            if retry:
+                assert last is not None
+                delay = self.retry_delay(retry - 1, retry_after)
+                left = call_deadline - time.monotonic()
+                if delay is None:
+                    last.args = (f"{last.args[0]}; the server asked to retry after "
+                                 f"{retry_after:.1f} s, beyond max_backoff={self.max_backoff} s, "
+                                 "so LOKG gave up",)
+                    break
+                if delay >= left:
+                    last.args = (f"{last.args[0]}; no time left for a retry within the "
+                                 f"{self.max_call_seconds:.2f} s deadline",)
+                    break
+                log.warning("LLM attempt %d/%d failed (%s); retrying in %.2f s", retry,
+                            self.retries + 1, last.kind if last.status is None
+                            else f"HTTP {last.status}", delay)
+                time.sleep(delay)
+            until = min(time.monotonic() + self.timeout, call_deadline)
+            if until <= time.monotonic():
+                break
+            attempts += 1
+            retry_after = None
+            try:
+                try:
+                    status, resp_headers, data = self._attempt(body, headers, until)
+                except _AttemptFailed:
+                    raise
+                except (OSError, http.client.HTTPException) as exc:
+                    raise _AttemptFailed(self._classify(exc)) from None
+                if not 200 <= status < 300:
+                    raise self._http_error(status, resp_headers, data)
+                text, usage, model, finish = self._parse(data, status)
+            except _AttemptFailed as failed:
+                last = failed.error
+                retry_after = failed.retry_after
+                if not last.retryable:
+                    break
+                continue
+            prompt_tokens = _nonneg_int(usage.get("prompt_tokens"))
+            completion_tokens = _nonneg_int(usage.get("completion_tokens"))
+            from_server = prompt_tokens is not None and completion_tokens is not None
+            if prompt_tokens is None:
+                prompt_tokens = count_tokens(system) + count_tokens(prompt)
+            if completion_tokens is None:
+                completion_tokens = count_tokens(text)
+            return Completion(
+                text=text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                latency_ms=(time.monotonic() - started) * 1000.0, model=model or self.model,
+                attempts=attempts, usage_from_server=from_server, finish_reason=finish)
+        if last is None:
+            last = LLMError(f"LLM call to {self.url} could not start within its "
+                            f"{self.max_call_seconds:.2f} s deadline", kind="deadline")
+        last.attempts = attempts
+        raise last
+
+
+# --------------------------------------------------------------------------------------------
+# the registry
+
+
+BACKENDS: dict[str, Callable[..., LLM]] = {
+    "openai": OpenAICompatible,
+    "none": NoLLM,
+}
+
+
+def register_backend(name: str, factory: Callable[..., LLM], *, replace: bool = False) -> None:
+    """Make ``make_llm(name, **options)`` call ``factory(**options)``."""
+    key = name.strip().lower()
+    if not key:
+        raise ValueError("backend name must be non-empty")
+    if key in BACKENDS and not replace and BACKENDS[key] is not factory:
+        raise ValueError(f"LLM backend {key!r} is already registered")
+    BACKENDS[key] = factory
+
+
+def available_backends() -> list[str]:
+    return sorted(BACKENDS)
+
+
+def make_llm(name: str, **options) -> LLM:
+    """The backend registered as ``name`` (case-insensitive), built with ``options``."""
+    key = name.strip().lower() if isinstance(name, str) else name
+    factory = BACKENDS.get(key) if isinstance(key, str) else None
+    if factory is None:
+        raise LLMConfigError(
+            f"unknown LLM backend {name!r}; choose one of {', '.join(available_backends())}")
+    try:
+        return factory(**options)
+    except TypeError as exc:
+        raise LLMConfigError(f"bad options for the {key!r} LLM backend: {exc}") from None
