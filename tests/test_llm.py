@@ -1,0 +1,482 @@
+"""LLM backends against a real loopback HTTP server that plays an OpenAI-compatible endpoint.
+
+Every timing bound here is the client's own promise (``max_call_seconds``) plus a little slack
+for a busy machine; timeouts are tenths of a second so the whole file runs in a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from runtime.llm import (
+    BACKENDS,
+    ENV_API_KEY,
+    ENV_BASE_URL,
+    ENV_MODEL,
+    LLM,
+    Completion,
+    LLMConfigError,
+    LLMError,
+    NoLLM,
+    OpenAICompatible,
+    available_backends,
+    make_llm,
+    register_backend,
+)
+from runtime.tokens import count_tokens
+
+SLACK = 0.5  # seconds of scheduling slack on a loaded 2-core machine
+SECRET = "sk-test-0123456789abcdef"
+
+
+def ok_body(text="Paris", usage=True, model="test-model"):
+    body = {
+        "id": "cmpl-1", "object": "chat.completion", "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": "stop"}],
+    }
+    if usage:
+        body["usage"] = {"prompt_tokens": 42, "completion_tokens": 3, "total_tokens": 45}
+    return body
+
+
+class FakeServer:
+    """Scripted replies, one per request; the last one repeats. Records every request."""
+
+    def __init__(self):
+        self.script: list[tuple] = []
+        self.requests: list[dict] = []
+        self.stop = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", 0))
+                raw = self.rfile.read(length)
+                server.requests.append({
+                    "path": self.path, "headers": dict(self.headers.items()),
+                    "body": json.loads(raw), "time": time.monotonic(),
+                })
+                i = len(server.requests) - 1
+                action = server.script[min(i, len(server.script) - 1)]
+                kind = action[0]
+                if kind == "json":
+                    _, status, obj, *extra = action
+                    self.reply(status, json.dumps(obj).encode(), extra[0] if extra else {})
+                elif kind == "raw":
+                    _, status, data, *extra = action
+                    self.reply(status, data, extra[0] if extra else {})
+                elif kind == "hang":  # accept, read, never answer
+                    server.stop.wait(action[1])
+                    self.close_connection = True
+                elif kind == "close":  # drop the connection without a response
+                    self.close_connection = True
+                elif kind == "truncate":  # promise more than is sent, then drop
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", "1000")
+                    self.end_headers()
+                    self.wfile.write(b'{"choices": [')
+                    self.wfile.flush()
+                    self.close_connection = True
+                elif kind == "trickle":  # headers one byte at a time, forever
+                    data = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000
+                    for byte in data:
+                        if server.stop.wait(action[1]):
+                            break
+                        try:
+                            self.wfile.write(bytes([byte]))
+                            self.wfile.flush()
+                        except OSError:
+                            break
+                    self.close_connection = True
+                else:  # pragma: no cover
+                    raise AssertionError(kind)
+
+            def reply(self, status, data, headers):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self):
+        self.stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    srv = FakeServer()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for var in (ENV_BASE_URL, ENV_MODEL, ENV_API_KEY):
+        monkeypatch.delenv(var, raising=False)
+
+
+def client(server_or_url, **options) -> OpenAICompatible:
+    url = server_or_url if isinstance(server_or_url, str) else server_or_url.url
+    settings = dict(model="test-model", timeout=1.0, retries=2, backoff=0.01, max_backoff=0.05,
+                    seed=0)
+    settings.update(options)
+    return OpenAICompatible(base_url=url, **settings)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --------------------------------------------------------------------------------------------
+# successful calls
+
+
+def test_answer_with_usage(server):
+    server.script = [("json", 200, ok_body("Paris\nLyon", model="served-model"))]
+    llm = client(server)
+    out = llm.complete("Knowledge:\nQuestion: capital?", max_tokens=16, system="Be brief.")
+    assert isinstance(out, Completion)
+    assert out.text == "Paris\nLyon"
+    assert (out.prompt_tokens, out.completion_tokens) == (42, 3)
+    assert out.usage_from_server and out.attempts == 1 and out.model == "served-model"
+    assert out.finish_reason == "stop" and out.latency_ms > 0
+    (request,) = server.requests
+    assert request["path"] == "/v1/chat/completions"
+    body = request["body"]
+    assert body["model"] == "test-model" and body["max_tokens"] == 16
+    assert body["temperature"] == 0 and body["stream"] is False
+    assert body["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Knowledge:\nQuestion: capital?"},
+    ]
+    assert request["headers"]["Content-Type"] == "application/json"
+    assert "Authorization" not in request["headers"]
+    assert json.loads(json.dumps(out.to_dict()))["attempts"] == 1
+
+
+def test_usage_absent_is_counted_with_cl100k(server):
+    server.script = [("json", 200, ok_body("Barack Obama", usage=False))]
+    out = client(server).complete("Who was president?", max_tokens=8, system="Answer.")
+    assert not out.usage_from_server
+    assert out.prompt_tokens == count_tokens("Answer.") + count_tokens("Who was president?")
+    assert out.completion_tokens == count_tokens("Barack Obama")
+
+
+def test_partial_or_invalid_usage_is_counted(server):
+    body = ok_body("Paris")
+    body["usage"] = {"prompt_tokens": 7, "completion_tokens": "many"}
+    server.script = [("json", 200, body)]
+    out = client(server).complete("q", max_tokens=8)
+    assert out.prompt_tokens == 7 and out.completion_tokens == count_tokens("Paris")
+    assert not out.usage_from_server
+
+
+def test_legacy_text_choice_and_null_content(server):
+    server.script = [("json", 200, {"choices": [{"text": "Rome"}]}),
+                     ("json", 200, {"choices": [{"message": {"content": None}}]})]
+    llm = client(server)
+    assert llm.complete("q", max_tokens=4).text == "Rome"
+    empty = llm.complete("q", max_tokens=4)
+    assert empty.text == "" and empty.model == "test-model"
+
+
+def test_no_system_message_when_empty(server):
+    server.script = [("json", 200, ok_body())]
+    client(server).complete("just the user", max_tokens=4)
+    assert server.requests[0]["body"]["messages"] == [{"role": "user", "content": "just the user"}]
+
+
+# --------------------------------------------------------------------------------------------
+# retries
+
+
+def test_503_then_200_retries_once(server):
+    server.script = [("json", 503, {"error": {"message": "loading model"}}),
+                     ("json", 200, ok_body("Paris"))]
+    out = client(server).complete("q", max_tokens=4)
+    assert out.text == "Paris" and out.attempts == 2 and len(server.requests) == 2
+
+
+def test_connection_dropped_then_200_retries(server):
+    server.script = [("close",), ("json", 200, ok_body("Paris"))]
+    out = client(server).complete("q", max_tokens=4)
+    assert out.attempts == 2 and out.text == "Paris"
+
+
+def test_truncated_body_is_a_connection_error_and_retried(server):
+    server.script = [("truncate",), ("json", 200, ok_body("Paris"))]
+    out = client(server).complete("q", max_tokens=4)
+    assert out.attempts == 2 and out.text == "Paris"
+
+
+def test_429_backs_off_before_retrying(server):
+    server.script = [("json", 429, {"error": {"message": "slow down"}}),
+                     ("json", 200, ok_body())]
+    llm = client(server, backoff=0.2, max_backoff=1.0, jitter=0.0)
+    out = llm.complete("q", max_tokens=4)
+    assert out.attempts == 2
+    gap = server.requests[1]["time"] - server.requests[0]["time"]
+    assert gap >= 0.2 - 0.01
+
+
+def test_429_retry_after_is_honoured(server):
+    server.script = [("json", 429, {"error": "rate limited"}, {"Retry-After": "0.3"}),
+                     ("json", 200, ok_body())]
+    out = client(server, backoff=0.01, max_backoff=1.0).complete("q", max_tokens=4)
+    assert out.attempts == 2
+    assert server.requests[1]["time"] - server.requests[0]["time"] >= 0.3 - 0.01
+
+
+def test_429_retry_after_beyond_max_backoff_gives_up_at_once(server):
+    server.script = [("json", 429, {"error": "come back tomorrow"}, {"Retry-After": "3600"})]
+    started = time.monotonic()
+    with pytest.raises(LLMError) as info:
+        client(server, max_backoff=1.0).complete("q", max_tokens=4)
+    assert time.monotonic() - started < SLACK
+    err = info.value
+    assert err.status == 429 and err.attempts == 1 and len(server.requests) == 1
+    assert "3600" in str(err) and "max_backoff" in str(err)
+
+
+def test_5xx_exhausts_retries(server):
+    server.script = [("json", 500, {"error": {"message": "boom"}})]
+    with pytest.raises(LLMError) as info:
+        client(server, retries=3).complete("q", max_tokens=4)
+    assert info.value.kind == "http" and info.value.status == 500
+    assert info.value.attempts == 4 and len(server.requests) == 4
+    assert "boom" in str(info.value)
+
+
+def test_400_is_not_retried(server):
+    server.script = [("json", 400, {"error": {"message": "max_tokens too large"}})]
+    with pytest.raises(LLMError) as info:
+        client(server).complete("q", max_tokens=4)
+    err = info.value
+    assert err.kind == "http" and err.status == 400 and err.attempts == 1
+    assert not err.retryable and len(server.requests) == 1
+    assert "max_tokens too large" in str(err)
+
+
+def test_redirect_is_not_followed(server):
+    server.script = [("raw", 301, b"", {"Location": "https://elsewhere/v1"})]
+    with pytest.raises(LLMError, match="redirect") as info:
+        client(server).complete("q", max_tokens=4)
+    assert info.value.attempts == 1
+
+
+# --------------------------------------------------------------------------------------------
+# bounded failures
+
+
+def test_connection_refused_fails_within_the_deadline():
+    llm = client(f"http://127.0.0.1:{free_port()}/v1", timeout=0.2, retries=2)
+    started = time.monotonic()
+    with pytest.raises(LLMError) as info:
+        llm.complete("q", max_tokens=4)
+    elapsed = time.monotonic() - started
+    assert info.value.kind == "connect" and info.value.attempts == 3
+    assert "refused" in str(info.value)
+    assert elapsed <= llm.max_call_seconds + SLACK
+
+
+def test_hanging_server_times_out_within_the_bound(server):
+    server.script = [("hang", 5.0)]
+    llm = client(server, timeout=0.2, retries=1, backoff=0.01, max_backoff=0.05)
+    assert llm.max_call_seconds == pytest.approx(0.2 * 2 + 0.05)
+    started = time.monotonic()
+    with pytest.raises(LLMError) as info:
+        llm.complete("q", max_tokens=4)
+    elapsed = time.monotonic() - started
+    assert info.value.kind == "timeout" and info.value.attempts == 2
+    assert 0.4 - 0.02 <= elapsed <= llm.max_call_seconds + SLACK
+
+
+def test_trickling_server_is_cut_by_the_watchdog(server):
+    server.script = [("trickle", 0.02)]  # a byte every 20 ms: socket timeouts never fire
+    llm = client(server, timeout=0.25, retries=1, backoff=0.01, max_backoff=0.05)
+    started = time.monotonic()
+    with pytest.raises(LLMError) as info:
+        llm.complete("q", max_tokens=4)
+    elapsed = time.monotonic() - started
+    assert info.value.kind == "timeout" and info.value.attempts == 2
+    assert elapsed <= llm.max_call_seconds + SLACK
+
+
+def test_total_deadline_caps_the_call(server):
+    server.script = [("hang", 5.0)]
+    llm = client(server, timeout=0.2, retries=10, deadline=0.3)
+    assert llm.max_call_seconds == 0.3
+    started = time.monotonic()
+    with pytest.raises(LLMError):
+        llm.complete("q", max_tokens=4)
+    assert time.monotonic() - started <= 0.3 + SLACK
+    assert len(server.requests) <= 2
+
+
+@pytest.mark.parametrize("body, why", [
+    (b"<html>Not Found</html>", "not JSON"),
+    (b"", "not JSON"),
+    (b"[1, 2]", "not a JSON object"),
+    (b"{}", "no choices"),
+    (b'{"choices": []}', "no choices"),
+    (b'{"choices": ["x"]}', "not an object"),
+    (b'{"choices": [{"index": 0}]}', "neither a message nor a text"),
+    (b'{"choices": [{"message": {"content": 5}}]}', "not text"),
+    (b'{"error": {"message": "model not loaded"}}', "error object"),
+    (b"[" * 100_000, "not JSON"),
+])
+def test_garbage_is_an_error_without_retry(server, body, why):
+    server.script = [("raw", 200, body)]
+    with pytest.raises(LLMError, match=why) as info:
+        client(server).complete("q", max_tokens=4)
+    assert info.value.kind == "malformed" and info.value.attempts == 1
+    assert len(server.requests) == 1
+
+
+def test_oversized_response_is_refused(server):
+    server.script = [("json", 200, ok_body("x" * 5000))]
+    with pytest.raises(LLMError, match="exceeds"):
+        client(server, max_response_bytes=1000).complete("q", max_tokens=4)
+    assert len(server.requests) == 1
+
+
+# --------------------------------------------------------------------------------------------
+# configuration and the key
+
+
+def test_authorization_header_only_with_a_key(server, monkeypatch):
+    server.script = [("json", 200, ok_body())]
+    client(server).complete("q", max_tokens=4)
+    client(server, api_key="").complete("q", max_tokens=4)  # empty = unset
+    client(server, api_key=SECRET).complete("q", max_tokens=4)
+    monkeypatch.setenv(ENV_API_KEY, "sk-from-env-xyz")
+    client(server).complete("q", max_tokens=4)
+    auth = [r["headers"].get("Authorization") for r in server.requests]
+    assert auth == [None, None, f"Bearer {SECRET}", "Bearer sk-from-env-xyz"]
+
+
+def test_key_never_leaks_into_repr_or_errors(server, caplog):
+    server.script = [("json", 503, {"error": {"message": f"bad key {SECRET}"}}),
+                     ("json", 401, {"error": {"message": f"invalid key {SECRET}"}})]
+    llm = client(server, api_key=SECRET)
+    assert SECRET not in repr(llm)
+    with caplog.at_level("DEBUG", logger="lokg.llm"), pytest.raises(LLMError) as info:
+        llm.complete("q", max_tokens=4)
+    assert info.value.status == 401 and SECRET not in str(info.value)
+    assert "***" in str(info.value)
+    assert SECRET not in caplog.text and "retrying" in caplog.text
+
+
+def test_settings_from_the_environment(server, monkeypatch):
+    server.script = [("json", 200, ok_body())]
+    monkeypatch.setenv(ENV_BASE_URL, server.url + "/")
+    monkeypatch.setenv(ENV_MODEL, "env-model")
+    llm = make_llm("openai", timeout=1.0)
+    assert llm.url == server.url + "/chat/completions"
+    llm.complete("q", max_tokens=4)
+    assert server.requests[0]["body"]["model"] == "env-model"
+    # a full endpoint URL is accepted as the base URL too
+    assert client(server.url + "/chat/completions").url == server.url + "/chat/completions"
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"model": "m"}, ENV_BASE_URL),
+    ({"base_url": "http://127.0.0.1:1/v1"}, ENV_MODEL),
+    ({"base_url": "ftp://host/v1", "model": "m"}, "http"),
+    ({"base_url": "http:///v1", "model": "m"}, "http"),
+    ({"base_url": "http://127.0.0.1:99999/v1", "model": "m"}, "port"),
+    ({"base_url": "http://u:p@host/v1", "model": "m"}, "credentials"),
+    ({"base_url": "http://h/v1", "model": "m", "timeout": 0}, "timeout"),
+    ({"base_url": "http://h/v1", "model": "m", "timeout": float("inf")}, "timeout"),
+    ({"base_url": "http://h/v1", "model": "m", "retries": -1}, "retries"),
+    ({"base_url": "http://h/v1", "model": "m", "retries": 1000}, "retries"),
+    ({"base_url": "http://h/v1", "model": "m", "jitter": 2}, "jitter"),
+    ({"base_url": "http://h/v1", "model": "m", "backoff": "soon"}, "backoff"),
+])
+def test_bad_configuration_is_a_clear_error(options, match):
+    with pytest.raises(LLMConfigError, match=match) as info:
+        OpenAICompatible(**options)
+    assert isinstance(info.value, LLMError) and isinstance(info.value, ValueError)
+
+
+def test_bad_max_tokens(server):
+    llm = client(server)
+    for bad in (0, -1, 1.5, True, None):
+        with pytest.raises(LLMConfigError, match="max_tokens"):
+            llm.complete("q", max_tokens=bad)
+    assert server.requests == []
+
+
+def test_jitter_is_seeded_and_bounded():
+    a = client("http://127.0.0.1:1/v1", backoff=0.1, max_backoff=0.5, jitter=0.5, seed=7)
+    b = client("http://127.0.0.1:1/v1", backoff=0.1, max_backoff=0.5, jitter=0.5, seed=7)
+    delays = [a.retry_delay(i) for i in range(6)]
+    assert delays == [b.retry_delay(i) for i in range(6)]
+    for i, d in enumerate(delays):
+        assert min(0.5, 0.1 * 2 ** i) <= d <= 0.5
+    assert a.retry_delay(0, retry_after=0.4) >= 0.4
+    assert a.retry_delay(0, retry_after=0.6) is None
+
+
+# --------------------------------------------------------------------------------------------
+# none and the factory
+
+
+def test_no_llm_makes_no_call():
+    llm = make_llm("none")
+    assert isinstance(llm, NoLLM) and isinstance(llm, LLM)
+    assert llm.name == "none" and llm.calls_model is False
+    out = llm.complete("anything", max_tokens=4)
+    assert out.text == "" and out.attempts == 0 and out.prompt_tokens == 0
+
+
+def test_factory_names_and_errors(server):
+    assert {"openai", "none"} <= set(available_backends())
+    llm = make_llm(" OpenAI ", base_url=server.url, model="m")
+    assert isinstance(llm, OpenAICompatible) and isinstance(llm, LLM) and llm.calls_model
+    with pytest.raises(LLMConfigError, match="unknown LLM backend 'gpt'.*none.*openai"):
+        make_llm("gpt")
+    with pytest.raises(LLMConfigError, match="bad options"):
+        make_llm("none", model="x")
+    with pytest.raises(LLMConfigError, match="bad options"):
+        make_llm("openai", base_url=server.url, model="m", colour="blue")
+
+
+def test_register_backend(monkeypatch):
+    monkeypatch.setattr("runtime.llm.BACKENDS", dict(BACKENDS))
+
+    class Echo(NoLLM):
+        pass
+
+    register_backend("local", Echo)
+    assert isinstance(make_llm("local"), Echo)
+    with pytest.raises(ValueError, match="already registered"):
+        register_backend("local", NoLLM)
+    register_backend("local", NoLLM, replace=True)
+    assert type(make_llm("LOCAL")) is NoLLM
