@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from runtime.answers import (
@@ -18,8 +18,6 @@ from runtime.answers import (
 from runtime.ittc import KnowledgeTriple, render
 from runtime.tokens import count_tokens
 
-PROPERTY = settings(max_examples=200, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 CASES = [
     # numbered lists
@@ -135,7 +133,6 @@ def _check_items(items):
     assert len(keys) == len(set(keys))
 
 
-@PROPERTY
 @given(st.text())
 def test_parse_never_raises_on_any_text(text):
     _check_items(parse_answers(text))
@@ -152,13 +149,11 @@ LISTY = st.lists(
 ).map("".join)
 
 
-@PROPERTY
 @given(LISTY)
 def test_parse_never_raises_on_list_like_text(text):
     _check_items(parse_answers(text))
 
 
-@PROPERTY
 @given(st.lists(st.from_regex(r"[A-Z][a-z]{1,8}( [A-Z][a-z]{1,8}){0,2}", fullmatch=True),
                 min_size=1, max_size=6))
 def test_one_per_line_round_trips(names):
@@ -217,7 +212,6 @@ def test_overhead_parts():
 NAMES = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=0, max_size=20)
 
 
-@PROPERTY
 @given(st.lists(st.tuples(NAMES, NAMES, NAMES, st.integers(0, 2)), max_size=6), st.text())
 def test_prompt_tokens_are_overhead_plus_knowledge(rows, question):
     """With ITTC lines as knowledge, the prompt costs exactly overhead + knowledge tokens."""

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime import ittc
@@ -32,10 +32,6 @@ from runtime.ittc import (
 )
 from runtime.tokens import count_tokens
 
-PROPERTY = settings(max_examples=200, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-FEWER = settings(max_examples=60, deadline=None,
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 # --------------------------------------------------------------------------------------------
@@ -126,7 +122,6 @@ def test_other_statistics_give_other_orders():
     assert component_order(triples) == ("s", "o", "r")
 
 
-@PROPERTY
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3), st.integers(0, 6)),
                 min_size=1, max_size=40), st.randoms(use_true_random=False))
 def test_order_is_the_argmin_and_invariant_to_row_order(rows, rnd):
@@ -191,7 +186,6 @@ def test_values_are_beta_alpha_entropy():
             _obama(tail_entropy=bad)
 
 
-@PROPERTY
 @given(knowledge_triples(max_n=8), ORDER)
 def test_line_costs_add_up_to_the_joined_text(triples, order):
     lines = [line for t in triples for line in render_levels(t, order)]
@@ -226,7 +220,6 @@ def _brute_force(costs, values, budget):
     return float(total_value[feasible].max()) if feasible.any() else None
 
 
-@PROPERTY
 @given(mckp_problems())
 def test_dp_equals_brute_force(problem):
     costs, values, budget = problem
@@ -242,7 +235,6 @@ def test_dp_equals_brute_force(problem):
     assert costs[rows, choices].sum() <= budget
 
 
-@PROPERTY
 @given(mckp_problems(max_n=12))
 def test_greedy_never_exceeds_the_budget(problem):
     costs, values, budget = problem
@@ -298,7 +290,6 @@ def _check_encoding(enc, triples, budget):
     json.dumps(enc.to_dict())
 
 
-@PROPERTY
 @given(knowledge_triples(), st.integers(1, 700), ORDER, st.booleans())
 def test_rendered_knowledge_never_exceeds_the_budget(triples, budget, order, greedy):
     enc = encode(triples, budget, order, dp_max_budget=0 if greedy else ittc.DP_MAX_BUDGET)
@@ -306,7 +297,7 @@ def test_rendered_knowledge_never_exceeds_the_budget(triples, budget, order, gre
     assert enc.mode in ("naive", "greedy" if greedy else "dp")
 
 
-@FEWER
+@settings(max_examples=60)
 @given(knowledge_triples(max_n=8), ORDER)
 def test_naive_mode_triggers_exactly_at_seven_tenths(triples, order):
     naive_tokens = encode(triples, 10**6, order).naive_tokens
@@ -332,7 +323,6 @@ def test_naive_boundary_is_inclusive():
     assert encode(triples, budget - 1, ("r", "s", "o")).mode == "dp"
 
 
-@PROPERTY
 @given(knowledge_triples(max_n=10), st.integers(1, 200), ORDER, st.randoms(use_true_random=False))
 def test_drops_only_when_all_compact_exceeds_and_lowest_ranked_first(triples, budget, order, rnd):
     triples = [KnowledgeTriple(**{**t.__dict__, "rank": rnd.randint(0, 4)}) for t in triples]
