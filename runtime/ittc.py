@@ -512,6 +512,13 @@ def encode(
             text = "".join(lines[i][choices[i]] for i in kept)
             tokens = count(text)
 
+    return _assemble(triples, lines, costs, values, choices, text=text, tokens=tokens,
+                     order=order, mode=mode, budget=budget, naive_tokens=naive_tokens,
+                     dropped=dropped, solve_ms=solve_ms, started=started, repairs=repairs)
+
+
+def _assemble(triples, lines, costs, values, choices, *, started: float, **fields) -> Encoding:
+    """The Encoding of a finished selection (``choices[i]`` = granularity index, -1 dropped)."""
     items = []
     total_value = 0.0
     for i, t in enumerate(triples):
@@ -525,9 +532,48 @@ def encode(
             cost=int(costs[i, c]) if c >= 0 else 0, value=value,
             costs=tuple(int(x) for x in costs[i]), values=tuple(float(x) for x in values[i]),
         ))
-    return Encoding(
-        text=text, order=order, mode=mode, budget=budget, tokens=int(tokens),
-        naive_tokens=int(naive_tokens), dropped=dropped, total_value=total_value,
-        triples=tuple(items), solve_ms=solve_ms,
-        encode_ms=(time.perf_counter() - started) * 1000.0, repairs=repairs,
-    )
+    fields["tokens"] = int(fields["tokens"])
+    fields["naive_tokens"] = int(fields["naive_tokens"])
+    return Encoding(total_value=total_value, triples=tuple(items),
+                    encode_ms=(time.perf_counter() - started) * 1000.0, **fields)
+
+
+UNIFORM_ORDER = ("s", "r", "o")
+
+
+def encode_uniform(triples: Sequence[KnowledgeTriple], budget: int, *, level: str = "balanced",
+                   count: Callable[[str], int] = count_tokens) -> Encoding:
+    """The "w/o ITTC" ablation: one template for every triple (``level``, s-r-o order), in rank
+    order, cut at the first line that would pass ``budget``. No σ*, no knapsack, no naive rule."""
+    started = time.perf_counter()
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget <= 0:
+        raise ValueError(f"budget must be a positive integer number of tokens; got {budget!r}")
+    k = GRANULARITIES.index(level)
+    triples = list(triples)
+    n = len(triples)
+    ranked = sorted(range(n), key=lambda i: (triples[i].rank, i))
+    lines = [render_levels(t, UNIFORM_ORDER) for t in triples]
+    costs = np.zeros((n, len(GRANULARITIES)), dtype=np.int64)
+    costs[:, k] = [count(row[k]) for row in lines]
+    values = np.array([triple_values(t) for t in triples], dtype=np.float64).reshape(
+        n, len(GRANULARITIES))
+    choices = np.full(n, -1, dtype=np.int64)
+    used = 0
+    kept = []
+    for i in ranked:
+        if used + costs[i, k] > budget:
+            break
+        used += int(costs[i, k])
+        choices[i] = k
+        kept.append(i)
+    text = "".join(lines[i][k] for i in kept)
+    tokens = count(text)
+    while tokens > budget:  # never while lines stay additive; keeps the bound regardless
+        choices[kept.pop()] = -1
+        text = "".join(lines[i][k] for i in kept)
+        tokens = count(text)
+    naive_tokens = count("".join(lines[i][-1] for i in ranked))  # T_naive: all verbose
+    return _assemble(triples, lines, costs, values, choices, text=text, tokens=tokens,
+                     order=UNIFORM_ORDER, mode="uniform", budget=int(budget),
+                     naive_tokens=naive_tokens, dropped=n - len(kept), solve_ms=0.0,
+                     started=started)

