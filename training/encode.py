@@ -1,0 +1,184 @@
+"""Stage ``entity_encode`` (DESIGN §2.7): entity texts → unit vectors → FAISS index + id map.
+
+Input: ``entities`` (id, key, name, aliases, description, types). Text per ``entity_encode.text``:
+
+* ``name`` — the entity's name (its key when the name is missing);
+* ``name_type_description`` — ``"<name> (<type>): <description>"``: the first type made readable
+  (last segment of ``people.person`` / ``/film/film``, ``~`` of an incoming-relation type proxy
+  dropped, ``_`` → space) and the description's first sentence cut to ``DESCRIPTION_WORDS``
+  words. Missing parts are left out. Short on purpose: MiniLM truncates at 256 word pieces and
+  the name is what questions mention; type and description disambiguate namesakes.
+
+Outputs in ``out_dir``:
+
+* ``entity_vectors.npy`` — float32 ``[n, dim]``, unit L2 norm; row i is ``entity_ids`` row i;
+* ``entity_ids.parquet`` — contract table ``entity_ids(row, id)``, rows in entity-id order;
+* ``entity.faiss`` — inner product on unit vectors (= cosine): ``IndexFlatIP`` (exact) up to
+  ``flat_max`` entities, ``IndexHNSWFlat`` with ``METRIC_INNER_PRODUCT`` above (M = ``hnsw_m``);
+* ``encoder.json`` — everything the runtime needs to embed a question the same way: the model
+  spec as given and its resolved directory, dim, prefixes, ``normalize: true``, index type and
+  metric, read back by ``runtime.encoder.SentenceEncoder.from_spec``.
+
+Encoding runs in batches behind a tqdm bar on stderr, on CUDA when ``device=auto`` finds one,
+with ``threads`` torch/FAISS CPU threads (one by default: the hosts are shared).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from runtime.config import DEFAULTS, section
+from runtime.contract import read_table, write_table
+from runtime.encoder import EncoderError, SentenceEncoder
+from runtime.pipeline import Laps, StageError
+
+STAGE = "entity_encode"
+TEXT_RULES = ("name", "name_type_description")
+DESCRIPTION_WORDS = 32
+
+
+def settings(config: Mapping) -> dict:
+    """The ``entity_encode`` section, checked (unknown keys and bad values name themselves)."""
+    cfg = section(config, STAGE)
+    unknown = sorted(set(cfg) - set(DEFAULTS[STAGE]))
+    if unknown:
+        raise StageError(f"{STAGE}: unknown config keys {unknown} (known: {sorted(DEFAULTS[STAGE])})")
+    if cfg["text"] not in TEXT_RULES:
+        raise StageError(f"{STAGE}.text={cfg['text']!r}: expected one of {TEXT_RULES}")
+    for key, low in (("batch_size", 1), ("flat_max", 0), ("hnsw_m", 2),
+                     ("hnsw_ef_construction", 1), ("hnsw_ef_search", 1)):
+        if int(cfg[key]) < low:
+            raise StageError(f"{STAGE}.{key} must be >= {low}, got {cfg[key]!r}")
+    return cfg
+
+
+def readable_type(type_name: str) -> str:
+    """``people.person`` → ``person``, ``/film/film`` → ``film``, ``~place_of_birth`` → ``place of birth``."""
+    last = re.split(r"[./]", type_name.lstrip("~").strip("/"))[-1]
+    return last.replace("_", " ").strip()
+
+
+def short_description(text: str | None, words: int = DESCRIPTION_WORDS) -> str:
+    """The first sentence of a description, at most ``words`` words."""
+    if not text:
+        return ""
+    first = re.split(r"(?<=[.!?])\s+", text.strip(), maxsplit=1)[0]
+    return " ".join(first.split()[:words])
+
+
+def entity_text(name: str, types: list[str] | None, description: str | None, rule: str) -> str:
+    if rule == "name":
+        return name
+    type_text = readable_type(types[0]) if types else ""
+    text = f"{name} ({type_text})" if type_text else name
+    desc = short_description(description)
+    return f"{text}: {desc}" if desc else text
+
+
+def entity_texts(entities: pa.Table, rule: str) -> tuple[np.ndarray, list[str], int]:
+    """(entity ids ascending, their texts, how many had no name and used the key)."""
+    ids = entities.column("id").to_numpy()
+    order = np.argsort(ids, kind="stable")
+    ids = ids[order]
+    if len(ids) and (ids[0] < 0 or np.any(ids[1:] == ids[:-1])):
+        raise StageError(f"{STAGE}: entity ids must be distinct and >= 0")
+    cols = {c: entities.column(c).to_pylist() for c in ("key", "name", "types", "description")}
+    texts, unnamed = [], 0
+    for i in order.tolist():
+        name = cols["name"][i]
+        if not name:
+            name, unnamed = cols["key"][i], unnamed + 1
+        texts.append(entity_text(name, cols["types"][i], cols["description"][i], rule))
+    return ids.astype(np.int64), texts, unnamed
+
+
+def build_index(vectors: np.ndarray, cfg: Mapping):
+    """Exact inner-product index up to ``flat_max`` vectors, HNSW (inner product) above."""
+    import faiss
+
+    n, dim = vectors.shape
+    if n <= int(cfg["flat_max"]):
+        index, kind = faiss.IndexFlatIP(dim), "flat_ip"
+    else:
+        index, kind = faiss.IndexHNSWFlat(dim, int(cfg["hnsw_m"]), faiss.METRIC_INNER_PRODUCT), "hnsw_ip"
+        index.hnsw.efConstruction = int(cfg["hnsw_ef_construction"])
+        index.hnsw.efSearch = int(cfg["hnsw_ef_search"])  # stored in the index file
+    index.add(vectors)
+    return index, kind
+
+
+def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
+    """Stage entry point: encode ``inputs['entities']``; write vectors, index, id map, encoder.json."""
+    import faiss
+    import torch
+
+    cfg = settings(config)
+    if "entities" not in inputs:
+        raise StageError(f"{STAGE} needs input 'entities' (run ingest first; have {sorted(inputs)})")
+    out = Path(out_dir)
+    lap = Laps()
+    entities = read_table(Path(inputs["entities"]), "entities",
+                          columns=["id", "key", "name", "types", "description"])
+    if entities.num_rows == 0:
+        raise StageError(f"{inputs['entities']}: the entities table is empty")
+    ids, texts, unnamed = entity_texts(entities, cfg["text"])
+    lap("read_and_texts")
+
+    threads_before, faiss_threads_before = torch.get_num_threads(), faiss.omp_get_max_threads()
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg["threads"]))  # process-global: restored below
+        faiss.omp_set_num_threads(int(cfg["threads"]))
+    try:
+        try:
+            encoder = SentenceEncoder.from_spec(
+                {"model": cfg["model"], "query_prefix": cfg["query_prefix"],
+                 "passage_prefix": cfg["passage_prefix"]}, device=str(cfg["device"]))
+        except EncoderError as exc:
+            raise StageError(f"{STAGE}: {exc}") from None
+        lap("load_model")
+        vectors = encoder.encode_passages(texts, batch_size=int(cfg["batch_size"]), progress=True)
+        lap("encode")
+        index, kind = build_index(vectors, cfg)
+        lap("index")
+    finally:
+        torch.set_num_threads(threads_before)
+        faiss.omp_set_num_threads(faiss_threads_before)
+
+    paths = {"entity_vectors": out / "entity_vectors.npy", "entity_index": out / "entity.faiss",
+             "entity_ids": out / "entity_ids.parquet", "encoder": out / "encoder.json"}
+    np.save(paths["entity_vectors"], vectors)
+    faiss.write_index(index, str(paths["entity_index"]))
+    write_table("entity_ids", pa.table({"row": np.arange(len(ids), dtype=np.int64), "id": ids}),
+                paths["entity_ids"])
+    spec = {**encoder.spec, "text": cfg["text"],
+            "index": {"type": kind, "metric": "inner_product", "rows": len(ids),
+                      **({"hnsw_m": int(cfg["hnsw_m"]), "ef_search": int(cfg["hnsw_ef_search"])}
+                         if kind == "hnsw_ip" else {})}}
+    paths["encoder"].write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    lap("write")
+    if unnamed:
+        print(f"WARNING {STAGE}: {unnamed} entities have no name; their key was encoded",
+              file=sys.stderr)
+    seconds = lap.seconds
+    return {
+        "outputs": {k: str(p) for k, p in paths.items()},
+        "report": {
+            "entities": len(ids), "unnamed": unnamed, "model": cfg["model"],
+            "path": encoder.spec["path"], "dim": encoder.dim, "device": encoder.spec["device"],
+            "text": cfg["text"], "index": kind, "step_seconds": seconds,
+            "entities_per_second": round(len(ids) / seconds["encode"], 1) if seconds["encode"] else None,
+        },
+    }
+
+
+if __name__ == "__main__":
+    from runtime.pipeline import stage_main
+
+    stage_main(STAGE)

@@ -1,0 +1,691 @@
+"""Stage ``gat_train`` (DESIGN §2.8): relation-aware graph attention → per-edge α for TAIMR.
+
+Graph. Every canonical triple (s, r, o) is walked forward s→o and backward o→s (``inverse``);
+``runtime.taimr.with_inverses`` builds the edge list, sorted by source, so node u's out-edges
+are one CSR slice. Node inputs h_v are the entity vectors of ``entity_encode``; the relation
+input of an edge is the canonical relation's TransE vector e_r (the mean of its members' rows of
+``relation_embeddings``), and −e_r on an inverse edge (TransE: h + r ≈ t, so walking r backwards
+is −r).
+
+Layer. PyG's ``GATConv(edge_dim=d_r, add_self_loops=False, residual=True, dropout=0)`` fed the
+**reversed** edge index: for a walk edge u→v it gets the pair (v, u). GATConv normalises the
+softmax over the edges that share a target and aggregates the sources' features, so with the
+reversed index the softmax runs over u's out-neighbours — α(u→·) is a transition distribution —
+and u receives Σ_v α(u→v|r)·W h_v. GATConv puts edge features only into ``edge_update`` (the
+logits, through its own ``lin_edge`` = W_r); ``message`` is α·W h_v, so W_r e_r never enters a
+message. That is DESIGN's α = softmax_v LeakyReLU(aᵀ[W h_u ‖ W h_v ‖ W_r e_r]) with a split into
+a_dst, a_src, a_edge — so the library layer is used rather than a hand-written one. No self
+loops: a loop would take probability mass in the transition distribution for a move that is no
+KG edge; ``residual=True`` instead adds the layer's own projection of h_u to u's output (it
+enters neither α nor the neighbours' messages). Layers before the last concatenate their heads
+(ELU); the last averages them. Every head has ``hidden / heads`` channels, so a concatenating
+layer is ``hidden`` wide and the last layer's output z is ``hidden / heads`` wide: per-edge
+messages of heads × 128 floats would take ~2 GB per copy at 10⁶ edges, too much for the full-batch
+CPU regime of DESIGN §2.8. Dropout (0.3) acts on the node features entering each layer, never on
+α: the path term needs log α of the exact distribution, and the exported α is that distribution.
+
+Objective. ``link`` = binary cross-entropy of DistMult scores ⟨z_s, R_r, z_o⟩ (R_r a learned
+diagonal per canonical relation) on every triple and ``negatives`` corrupted tails each (uniform
+over entities). ``path`` (when ``gat.questions`` is set and ``path_weight`` > 0) = −mean log α
+over the distinct gold-path edges, α = last layer, mean over heads. Loss = link + path_weight ·
+path. Link prediction shapes z (and through it the attention); the path term pushes each gold
+edge's share of its source's transition distribution up, and because α depends on (h_u, h_v,
+e_r), not on edge ids, the gain carries over to unseen questions that use the same relations
+(``bench/gat_attention.py`` measures it on PathQuestion dev).
+
+Gold paths. ``gat.questions``: PathQuestion lines ``question \\t answers \\t
+s#r1#e1#r2#…#ans#<end>#ans`` (entity keys and relation names as ingested) or JSONL lines with
+``topic_entities`` (keys), ``path`` (relation names) and optionally ``answer_keys`` (as
+``runtime/synth.py`` writes). Relation names go through ``relation_map`` to canonical ids. A
+question constrains the entities at each hop it names; its gold edges are the forward edges of
+every walk that satisfies the constraints (forward from the topic, then pruned back from the
+reachable endpoints). Questions with an unknown key or relation, or no such walk, are counted
+and skipped. The stage refuses a file named dev/test/valid: the path term trains on train only.
+
+Batches. The whole graph per step when its directed edges ≤ ``max_full_batch_edges``. Above,
+each step takes ``batch_triples`` triples, their corrupted tails and a slice of the gold edges,
+and runs on ``k_hop_subgraph`` (layers hops over the reversed index) of those nodes: the seeds'
+out-neighbourhood with every edge among its nodes, which holds all out-edges of every node
+within layers−1 hops, so the seeds' z and the gold edges' last-layer α are exact (hubs make such
+subgraphs large: the price of exactness; PyG's NeighborLoader needs pyg-lib, not installed).
+
+Export. Layer-wise inference in eval mode over chunks of source nodes holding ≤
+``batch_triples`` edges (GATConv's bipartite form: the chunk's nodes as targets, their
+out-neighbours as sources — exact, since a chunk holds all out-edges of its nodes), so memory is
+O(N·hidden + chunk) at any size. ``edges.parquet`` gets every directed edge with the last
+layer's α (mean over heads). ``gat.uniform`` is the ablation: no model, α = 1/out-degree
+(``runtime.taimr.uniform_edges``).
+
+Run directory ``gat/``: config.json (settings, seed, device, sizes, versions, objective),
+losses.json (per epoch: link, path, total), model.pt (state_dict), timing.json.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from runtime.config import DEFAULTS, section
+from runtime.contract import read_table, write_table
+from runtime.pipeline import Laps, StageError
+from runtime.taimr import uniform_edges, with_inverses
+
+STAGE = "gat_train"
+SECTION = "gat"
+SPLIT_NAMES = ("dev", "test", "valid", "validation")  # never trained on
+MAX_FRONTIER = 10_000  # a gold walk reaching more entities at one hop is skipped (not a path)
+EVAL_TRIPLES = 100_000  # triples in the fixed-negative link-loss check before/after training
+
+
+def settings(config: Mapping) -> dict:
+    """The ``gat`` section, checked (unknown keys and bad values name themselves)."""
+    cfg = section(config, SECTION)
+    unknown = sorted(set(cfg) - set(DEFAULTS[SECTION]))
+    if unknown:
+        raise StageError(f"{SECTION}: unknown config keys {unknown} (known: {sorted(DEFAULTS[SECTION])})")
+    for key in ("layers", "heads", "hidden", "epochs", "negatives", "max_full_batch_edges",
+                "batch_triples"):
+        if int(cfg[key]) < 1:
+            raise StageError(f"{SECTION}.{key} must be >= 1, got {cfg[key]!r}")
+    if int(cfg["hidden"]) % int(cfg["heads"]):
+        raise StageError(f"{SECTION}.hidden={cfg['hidden']} must be a multiple of "
+                         f"{SECTION}.heads={cfg['heads']} (each head has hidden/heads channels)")
+    if not 0.0 <= float(cfg["dropout"]) < 1.0:
+        raise StageError(f"{SECTION}.dropout must be in [0, 1), got {cfg['dropout']!r}")
+    if float(cfg["path_weight"]) < 0:
+        raise StageError(f"{SECTION}.path_weight must be >= 0, got {cfg['path_weight']!r}")
+    if cfg["device"] not in ("auto", "cpu", "cuda") and not str(cfg["device"]).startswith("cuda:"):
+        raise StageError(f"{SECTION}.device must be auto, cpu or cuda[:N], got {cfg['device']!r}")
+    return cfg
+
+
+# ============================================================================================
+# inputs (numpy / pyarrow only)
+
+
+@dataclass
+class Graph:
+    """Directed edges (inverses included) sorted by source; ``indptr`` is the CSR over sources."""
+
+    num_nodes: int
+    src: np.ndarray
+    rel: np.ndarray
+    dst: np.ndarray
+    inverse: np.ndarray
+    indptr: np.ndarray = field(init=False)
+
+    def __post_init__(self):
+        self.indptr = np.concatenate(
+            [[0], np.cumsum(np.bincount(self.src, minlength=self.num_nodes))]).astype(np.int64)
+
+    @classmethod
+    def from_triples(cls, triples: np.ndarray, num_nodes: int) -> Graph:
+        return cls(num_nodes, *with_inverses(triples[:, 0], triples[:, 1], triples[:, 2]))
+
+    @property
+    def num_edges(self) -> int:
+        return len(self.src)
+
+    def out_degree(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+
+def read_triples(path: str | Path) -> np.ndarray:
+    tri = read_table(Path(path), "triples")
+    return np.stack([tri.column(c).to_numpy() for c in ("s", "r", "o")], axis=1).astype(np.int64)
+
+
+def node_features(vectors_path: str | Path, ids_path: str | Path, num_nodes: int) -> np.ndarray:
+    """Entity vectors indexed by entity id (``entity_vectors`` rows follow ``entity_ids``)."""
+    vectors = np.load(vectors_path)
+    table = read_table(Path(ids_path), "entity_ids")
+    rows, ids = table.column("row").to_numpy(), table.column("id").to_numpy()
+    if vectors.ndim != 2 or len(vectors) != len(rows):
+        raise StageError(f"{vectors_path}: shape {vectors.shape} does not match the {len(rows)} "
+                         f"rows of {ids_path}")
+    if len(ids) and (ids.min() < 0 or len(np.unique(ids)) != len(ids)):
+        raise StageError(f"{ids_path}: entity ids must be distinct and >= 0")
+    n = max(num_nodes, int(ids.max()) + 1 if len(ids) else 0)
+    x = np.zeros((n, vectors.shape[1]), dtype=np.float32)
+    present = np.zeros(n, dtype=bool)
+    x[ids], present[ids] = vectors[rows], True
+    if not present[:num_nodes].all():
+        missing = np.flatnonzero(~present[:num_nodes])
+        raise StageError(f"{ids_path}: {len(missing)} entities of the triples have no vector "
+                         f"(e.g. id {int(missing[0])}); entity_encode must cover every entity")
+    return x
+
+
+def relation_vectors(embeddings_path: str | Path, relation_map_path: str | Path,
+                     num_relations: int) -> np.ndarray:
+    """Canonical relation c's vector = mean of the TransE rows of its original members."""
+    emb = np.load(embeddings_path).astype(np.float32)
+    rmap = read_table(Path(relation_map_path), "relation_map")
+    ids, canon = rmap.column("id").to_numpy(), rmap.column("canonical_id").to_numpy()
+    if emb.ndim != 2 or (len(ids) and ids.max() >= len(emb)):
+        raise StageError(f"{embeddings_path}: shape {emb.shape} has no row for every original "
+                         f"relation of {relation_map_path} (ids up to {int(ids.max())})")
+    if len(canon) and (canon.min() < 0 or canon.max() >= num_relations):
+        raise StageError(f"{relation_map_path}: canonical ids outside the {num_relations} "
+                         f"canonical relations")
+    sums = np.zeros((num_relations, emb.shape[1]), dtype=np.float64)
+    np.add.at(sums, canon, emb[ids])
+    counts = np.bincount(canon, minlength=num_relations)
+    if (counts == 0).any():
+        raise StageError(f"{relation_map_path}: canonical relation {int(np.argmin(counts))} "
+                         f"has no member, so no TransE vector")
+    return (sums / counts[:, None]).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# gold paths
+
+
+@dataclass(frozen=True)
+class GoldPath:
+    """Relation ids hop by hop; ``nodes[i]`` = allowed entities at position i (None = any)."""
+
+    relations: tuple[int, ...]
+    nodes: tuple[frozenset | None, ...]
+
+
+@dataclass
+class RawPaths:
+    """Questions parsed from a file, still as keys and names (distinct paths only)."""
+
+    paths: list[tuple[tuple[str, ...], tuple[tuple[str, ...] | None, ...]]]
+    lines: int
+
+
+def parse_questions(path: str | Path) -> RawPaths:
+    """PathQuestion ``q \\t a \\t s#r1#e1#…#<end>#a`` lines or JSONL (topic_entities, path)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise StageError(f"{path}: cannot read questions ({exc.strerror})") from None
+    jsonl = path.suffix in (".jsonl", ".json") or text.lstrip().startswith("{")
+    seen, paths, lines = set(), [], 0
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        lines += 1
+        where = f"{path}:{number}"
+        if jsonl:
+            try:
+                q = json.loads(line)
+                rels = tuple(str(r) for r in q["path"])
+                nodes = [tuple(str(k) for k in q["topic_entities"])] + [None] * len(rels)
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise StageError(f"{where}: expected JSON with 'topic_entities' and 'path' "
+                                 f"({exc})") from None
+            if q.get("answer_keys"):
+                nodes[-1] = tuple(str(k) for k in q["answer_keys"])
+        else:
+            parts = line.split("\t")
+            tokens = parts[2].strip().split("#") if len(parts) == 3 else []
+            if "<end>" in tokens:
+                tokens = tokens[:tokens.index("<end>")]
+            if len(tokens) < 3 or len(tokens) % 2 == 0:
+                raise StageError(f"{where}: expected 'question \\t answers \\t "
+                                 f"subject#relation#entity#...#<end>#answer'")
+            rels = tuple(tokens[1::2])
+            nodes = [(k,) for k in tokens[0::2]]
+        if not rels or not nodes[0]:
+            raise StageError(f"{where}: a question needs a topic entity and at least one relation")
+        key = (rels, tuple(nodes))
+        if key not in seen:
+            seen.add(key)
+            paths.append(key)
+    return RawPaths(paths, lines)
+
+
+def resolve_paths(raw: RawPaths, entities_path: str | Path, relation_map_path: str | Path
+                  ) -> tuple[list[GoldPath], int]:
+    """Keys → entity ids, relation names → canonical ids; (paths, how many named unknowns)."""
+    keys = sorted({k for _, nodes in raw.paths for ks in nodes if ks for k in ks})
+    ent = read_table(Path(entities_path), columns=["id", "key"])
+    ent = ent.filter(pc.is_in(ent.column("key"), value_set=pa.array(keys, pa.string())))
+    key_to_id = dict(zip(ent.column("key").to_pylist(), ent.column("id").to_pylist()))
+    rmap = read_table(Path(relation_map_path), "relation_map")
+    rel_to_canon = dict(zip(rmap.column("name").to_pylist(), rmap.column("canonical_id").to_pylist()))
+    out, unknown = [], 0
+    for rels, nodes in raw.paths:
+        if any(r not in rel_to_canon for r in rels) or any(
+                k not in key_to_id for ks in nodes if ks for k in ks):
+            unknown += 1
+            continue
+        out.append(GoldPath(tuple(int(rel_to_canon[r]) for r in rels),
+                            tuple(frozenset(key_to_id[k] for k in ks) if ks else None
+                                  for ks in nodes)))
+    return out, unknown
+
+
+def gold_edges(paths: Sequence[GoldPath], graph: Graph) -> tuple[np.ndarray, int]:
+    """Distinct edge ids on the gold walks of ``paths``; (ids, how many paths had no walk)."""
+    found, missed = [], 0
+    for gp in paths:
+        frontier = np.array(sorted(gp.nodes[0]), dtype=np.int64)
+        frontier = frontier[frontier < graph.num_nodes]  # an entity without edges starts no walk
+        hops = []
+        for i, rel in enumerate(gp.relations):
+            starts, ends = graph.indptr[frontier], graph.indptr[frontier + 1]
+            eids = np.concatenate([np.arange(a, b) for a, b in zip(starts, ends)] or [[]])
+            eids = eids.astype(np.int64)
+            eids = eids[(graph.rel[eids] == rel) & ~graph.inverse[eids]]
+            allowed = gp.nodes[i + 1]
+            if allowed is not None:
+                eids = eids[np.isin(graph.dst[eids], np.fromiter(allowed, np.int64))]
+            frontier = np.unique(graph.dst[eids])
+            hops.append(eids)
+            if not len(frontier) or len(frontier) > MAX_FRONTIER:
+                break
+        if len(hops) < len(gp.relations) or not len(frontier) or len(frontier) > MAX_FRONTIER:
+            missed += 1
+            continue
+        alive = frontier
+        for i in reversed(range(len(hops))):
+            hops[i] = hops[i][np.isin(graph.dst[hops[i]], alive)]
+            alive = np.unique(graph.src[hops[i]])
+        found.extend(hops)
+    ids = np.unique(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+    return ids.astype(np.int64), missed
+
+
+# ============================================================================================
+# the model (torch / PyG imported lazily)
+
+
+def resolve_device(requested: str):
+    import torch
+
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if str(requested).startswith("cuda") and not torch.cuda.is_available():
+        raise StageError(f"{SECTION}.device={requested!r} but torch {torch.__version__} sees no "
+                         f"CUDA device (use device=auto to fall back to the CPU)")
+    return torch.device(requested)
+
+
+def build_model(in_dim: int, rel_dim: int, num_relations: int, cfg: Mapping):
+    """The relation-aware GAT (see the module docstring) with a DistMult link decoder."""
+    import torch
+    import torch.nn.functional as F
+    from torch_geometric.nn import GATConv
+
+    class RelationGAT(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            layers, heads = int(cfg["layers"]), int(cfg["heads"])
+            per_head = int(cfg["hidden"]) // heads
+            self.dropout = float(cfg["dropout"])
+            self.convs = torch.nn.ModuleList()
+            width = in_dim
+            for layer in range(layers):
+                last = layer == layers - 1
+                self.convs.append(GATConv(width, per_head, heads=heads, concat=not last,
+                                          dropout=0.0, add_self_loops=False, edge_dim=rel_dim,
+                                          residual=True))
+                width = per_head * heads
+            self.out_dim = per_head
+            self.relation_diag = torch.nn.Parameter(torch.ones(num_relations, per_head))
+
+        def layer(self, index: int, x, edge_index, edge_attr):
+            """One layer: (output, α [E, heads]); ``x`` may be GATConv's (sources, targets) pair."""
+            conv = self.convs[index]
+            if isinstance(x, tuple):
+                x = tuple(F.dropout(t, self.dropout, self.training) for t in x)
+            else:
+                x = F.dropout(x, self.dropout, self.training)
+            out, (_, alpha) = conv(x, edge_index, edge_attr, return_attention_weights=True)
+            return (out if index == len(self.convs) - 1 else F.elu(out)), alpha
+
+        def forward(self, x, edge_index, edge_attr):
+            """z for every node and the last layer's α [E, heads] (edge_index is reversed)."""
+            for index in range(len(self.convs)):
+                x, alpha = self.layer(index, x, edge_index, edge_attr)
+            return x, alpha
+
+        def score(self, z, s, r, o):
+            return (z[s] * self.relation_diag[r] * z[o]).sum(-1)
+
+    return RelationGAT()
+
+
+def edge_features(rel_vec, rel, inverse):
+    """e_r for forward edges, −e_r for inverse edges (torch tensors)."""
+    return rel_vec[rel] * (1.0 - 2.0 * inverse.to(rel_vec.dtype)).unsqueeze(-1)
+
+
+def node_chunks(indptr: np.ndarray, max_edges: int) -> list[tuple[int, int]]:
+    """Consecutive source-node ranges holding ≤ max_edges out-edges (one hub may hold more)."""
+    n, chunks, u0 = len(indptr) - 1, [], 0
+    while u0 < n:
+        u1 = int(np.searchsorted(indptr, indptr[u0] + max_edges, side="right")) - 1
+        u1 = min(max(u1, u0 + 1), n)
+        chunks.append((u0, u1))
+        u0 = u1
+    return chunks
+
+
+def infer(model, graph: Graph, x, rel_vec, device, chunk_edges: int):
+    """Eval-mode z [N, out] (CPU) and last-layer α (mean over heads, float64 [E]), layer by
+    layer over chunks of source nodes (exact: a chunk holds all out-edges of its nodes)."""
+    import torch
+
+    model.eval()
+    src, dst = torch.from_numpy(graph.src), torch.from_numpy(graph.dst)
+    rel, inverse = torch.from_numpy(graph.rel), torch.from_numpy(graph.inverse)
+    alpha_out = np.empty(graph.num_edges, dtype=np.float64)
+    chunks = node_chunks(graph.indptr, chunk_edges)
+    h = x
+    with torch.no_grad():
+        for index in range(len(model.convs)):
+            out = None
+            for u0, u1 in chunks:
+                e0, e1 = int(graph.indptr[u0]), int(graph.indptr[u1])
+                nbrs, local = torch.unique(dst[e0:e1], return_inverse=True)
+                edge_index = torch.stack([local, src[e0:e1] - u0]).to(device)
+                attr = edge_features(rel_vec, rel[e0:e1].to(device), inverse[e0:e1].to(device))
+                res, alpha = model.layer(index, (h[nbrs].to(device), h[u0:u1].to(device)),
+                                         edge_index, attr)
+                if out is None:
+                    out = torch.empty(graph.num_nodes, res.shape[1])
+                out[u0:u1] = res.cpu()
+                if index == len(model.convs) - 1:
+                    alpha_out[e0:e1] = alpha.mean(1).double().cpu().numpy()
+            h = out
+    return h, alpha_out
+
+
+@dataclass
+class TrainResult:
+    model: object
+    attention: np.ndarray  # float64 [E], eval mode, after training
+    attention_before: np.ndarray  # the same for the untrained model
+    link: list[float]
+    path: list[float]
+    eval_link_before: float
+    eval_link_after: float
+    epoch_seconds: list[float]
+    mode: str  # full | sampled
+    device: str
+
+
+def _link_loss(model, z, s, r, o, neg):
+    import torch
+    import torch.nn.functional as F
+
+    k = len(neg) // max(len(s), 1)
+    pos = model.score(z, s, r, o)
+    negs = model.score(z, s.repeat(k), r.repeat(k), neg)
+    logits = torch.cat([pos, negs])
+    labels = torch.cat([torch.ones_like(pos), torch.zeros_like(negs)])
+    return F.binary_cross_entropy_with_logits(logits, labels)
+
+
+def _path_loss(alpha, local_gold):
+    return -alpha[local_gold].mean(1).clamp_min(1e-12).log().mean()
+
+
+def train(graph: Graph, x_np: np.ndarray, rel_np: np.ndarray, gold: np.ndarray, cfg: Mapping,
+          log=lambda msg: print(msg, file=sys.stderr)) -> TrainResult:
+    """Train the GAT (full batch or sampled subgraphs) and return α before/after and losses."""
+    import torch
+
+    device = resolve_device(str(cfg["device"]))
+    threads_before = torch.get_num_threads()
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg["threads"]))  # process-global: restored below
+    try:
+        return _train(graph, x_np, rel_np, gold, cfg, device, log)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _train(graph, x_np, rel_np, gold, cfg, device, log) -> TrainResult:
+    import torch
+    from torch_geometric.utils import k_hop_subgraph
+
+    seed = int(cfg["seed"])
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    n = graph.num_nodes
+    x = torch.from_numpy(x_np)
+    rel_vec = torch.from_numpy(rel_np).to(device)
+    model = build_model(x.shape[1], rel_vec.shape[1], rel_vec.shape[0], cfg).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=float(cfg["learning_rate"]),
+                           weight_decay=float(cfg["weight_decay"]))
+    chunk = int(cfg["batch_triples"])
+    k = int(cfg["negatives"])
+    path_weight = float(cfg["path_weight"]) if len(gold) else 0.0
+
+    src, dst = torch.from_numpy(graph.src), torch.from_numpy(graph.dst)
+    rel, inverse = torch.from_numpy(graph.rel), torch.from_numpy(graph.inverse)
+    reversed_index = torch.stack([dst, src])
+    forward = torch.from_numpy(np.flatnonzero(~graph.inverse))
+    gold_t = torch.from_numpy(gold)
+
+    # fixed triples and negatives for a comparable link loss before and after training
+    check = forward[torch.randperm(len(forward), generator=gen)[:EVAL_TRIPLES]]
+    check_neg = torch.randint(0, n, (len(check) * k,), generator=gen)
+
+    def eval_link(z) -> float:
+        s, r, o = src[check], rel[check], dst[check]
+        with torch.no_grad():
+            return _link_loss(model, z.to(device), s.to(device), r.to(device),
+                              o.to(device), check_neg.to(device)).item()
+
+    z0, attention_before = infer(model, graph, x, rel_vec, device, chunk)
+    eval_before = eval_link(z0)
+    del z0
+
+    full = graph.num_edges <= int(cfg["max_full_batch_edges"])
+    if full:
+        x_dev = x.to(device)
+        index_dev = reversed_index.to(device)
+        attr_dev = edge_features(rel_vec, rel.to(device), inverse.to(device))
+        s_all, r_all, o_all = (t[forward].to(device) for t in (src, rel, dst))
+        gold_dev = gold_t.to(device)
+    link_hist, path_hist, epoch_seconds = [], [], []
+    for epoch in range(int(cfg["epochs"])):
+        started = time.perf_counter()
+        model.train()
+        link_sum = path_sum = 0.0
+        if full:
+            opt.zero_grad()
+            z, alpha = model(x_dev, index_dev, attr_dev)
+            neg = torch.randint(0, n, (len(s_all) * k,), generator=gen).to(device)
+            link = _link_loss(model, z, s_all, r_all, o_all, neg)
+            path = _path_loss(alpha, gold_dev) if path_weight else torch.zeros((), device=device)
+            (link + path_weight * path).backward()
+            opt.step()
+            link_sum, path_sum, steps = link.item(), path.item(), 1
+        else:
+            perm = forward[torch.randperm(len(forward), generator=gen)]
+            steps = math.ceil(len(perm) / chunk)
+            gold_per_step = math.ceil(len(gold) / steps) if len(gold) else 0
+            gold_perm = gold_t[torch.randperm(len(gold), generator=gen)]
+            for step in range(steps):
+                batch = perm[step * chunk:(step + 1) * chunk]
+                g = gold_perm[step * gold_per_step:(step + 1) * gold_per_step]
+                neg = torch.randint(0, n, (len(batch) * k,), generator=gen)
+                seeds = torch.unique(torch.cat([src[batch], dst[batch], neg, src[g]]))
+                subset, sub_index, _, edge_mask = k_hop_subgraph(
+                    seeds, len(model.convs), reversed_index, relabel_nodes=True, num_nodes=n)
+                local = torch.full((n,), -1, dtype=torch.long)
+                local[subset] = torch.arange(len(subset))
+                edge_local = torch.cumsum(edge_mask.long(), 0) - 1
+                sub_edges = edge_mask.nonzero().view(-1)
+                attr = edge_features(rel_vec, rel[sub_edges].to(device),
+                                     inverse[sub_edges].to(device))
+                opt.zero_grad()
+                z, alpha = model(x[subset].to(device), sub_index.to(device), attr)
+                link = _link_loss(model, z, local[src[batch]].to(device), rel[batch].to(device),
+                                  local[dst[batch]].to(device), local[neg].to(device))
+                path = (_path_loss(alpha, edge_local[g].to(device)) if path_weight and len(g)
+                        else torch.zeros((), device=device))
+                (link + path_weight * path).backward()
+                opt.step()
+                link_sum += link.item()
+                path_sum += path.item()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        epoch_seconds.append(round(time.perf_counter() - started, 4))
+        link_hist.append(link_sum / steps)
+        path_hist.append(path_sum / steps if path_weight else None)
+        log(f"{STAGE}: epoch {epoch + 1}: link {link_hist[-1]:.4f}"
+            + (f" path {path_hist[-1]:.4f}" if path_weight else "")
+            + f" ({epoch_seconds[-1]:.2f}s)")
+
+    z, attention = infer(model, graph, x, rel_vec, device, chunk)
+    return TrainResult(model=model.cpu(), attention=attention, attention_before=attention_before,
+                       link=link_hist, path=path_hist, eval_link_before=eval_before,
+                       eval_link_after=eval_link(z), epoch_seconds=epoch_seconds,
+                       mode="full" if full else "sampled", device=str(device))
+
+
+# ============================================================================================
+# the stage
+
+
+def _versions() -> dict:
+    import torch
+    import torch_geometric
+
+    return {"python": platform.python_version(), "numpy": np.__version__,
+            "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
+            "cuda": torch.version.cuda}
+
+
+def _write_json(path: Path, data) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _mean(values: np.ndarray) -> float | None:
+    return round(float(values.mean()), 6) if len(values) else None
+
+
+def _first_last(values: list) -> dict:
+    return {"first": values[0], "last": values[-1]} if values and values[0] is not None else {}
+
+
+def load_gold(cfg: Mapping, inputs: Mapping[str, str], graph: Graph) -> tuple[np.ndarray, dict]:
+    """Gold-path edge ids from ``gat.questions`` (empty without it) and counts for the report."""
+    if not cfg["questions"]:
+        return np.zeros(0, dtype=np.int64), {}
+    path = Path(str(cfg["questions"]))
+    if path.stem.lower() in SPLIT_NAMES:
+        raise StageError(f"{SECTION}.questions={path}: a {path.stem} split; the path term trains "
+                         f"on training questions only")
+    raw = parse_questions(path)
+    paths, unknown = resolve_paths(raw, inputs["entities"], inputs["relation_map"])
+    gold, missed = gold_edges(paths, graph)
+    stats = {"file": str(path), "lines": raw.lines, "distinct_paths": len(raw.paths),
+             "unknown_key_or_relation": unknown, "no_walk": missed, "gold_edges": len(gold)}
+    if not len(gold):
+        print(f"WARNING {STAGE}: {path} gives no gold-path edge in this graph {stats}",
+              file=sys.stderr)
+    return gold, stats
+
+
+def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
+    """Stage entry point: train the GAT (or the uniform ablation); write edges + run dir."""
+    import torch
+
+    cfg = settings(config)
+    needed = ["triples", "relations"] + ([] if cfg["uniform"] else
+                                         ["relation_map", "relation_embeddings", "entity_vectors",
+                                          "entity_ids"])
+    if cfg["questions"]:
+        needed += ["entities", "relation_map"]
+    missing = sorted({n for n in needed if n not in inputs})
+    if missing:
+        raise StageError(f"{STAGE} needs inputs {missing} (have {sorted(inputs)})")
+    out = Path(out_dir)
+    run_dir = out / "gat"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lap = Laps()
+
+    triples = read_triples(inputs["triples"])
+    if not len(triples):
+        raise StageError(f"{inputs['triples']}: the triples table is empty")
+    relation_ids = read_table(Path(inputs["relations"]), "relations").column("id").to_numpy()
+    num_relations = int(relation_ids.max()) + 1
+    if triples[:, 1].max() >= num_relations:
+        raise StageError(f"{inputs['triples']}: relation id {int(triples[:, 1].max())} is not in "
+                         f"{inputs['relations']}")
+    num_nodes = int(triples[:, [0, 2]].max()) + 1
+    graph = Graph.from_triples(triples, num_nodes)
+    gold, gold_stats = load_gold(cfg, inputs, graph)
+    lap("read_graph")
+
+    report: dict = {"nodes": num_nodes, "edges": graph.num_edges, "triples": len(triples),
+                    "relations": num_relations, "uniform": bool(cfg["uniform"])}
+    if gold_stats:
+        report["questions"] = gold_stats
+        report["gold_attention_uniform"] = _mean(1.0 / graph.out_degree()[graph.src[gold]])
+
+    edges_path = out / "edges.parquet"
+    run_config = {"stage": STAGE, "gat": cfg, "seed": int(cfg["seed"]), "nodes": num_nodes,
+                  "edges": graph.num_edges, "relations": num_relations, "versions": _versions()}
+    if cfg["uniform"]:
+        tri = pa.table({"s": triples[:, 0], "r": triples[:, 1], "o": triples[:, 2]})
+        write_table("edges", uniform_edges(tri), edges_path)
+        _write_json(run_dir / "config.json", {**run_config, "objective": "none (uniform ablation: "
+                                              "α = 1/out-degree)", "device": None})
+        lap("write")
+        _write_json(run_dir / "timing.json", {"step_seconds": lap.seconds})
+        report.update({"device": None, "step_seconds": lap.seconds})
+        return {"outputs": {"edges": str(edges_path), "gat_run": str(run_dir)}, "report": report}
+
+    x = node_features(inputs["entity_vectors"], inputs["entity_ids"], num_nodes)[:num_nodes]
+    rel_vec = relation_vectors(inputs["relation_embeddings"], inputs["relation_map"], num_relations)
+    lap("read_features")
+    result = train(graph, x, rel_vec, gold, cfg)
+    lap("train")
+
+    write_table("edges", pa.table({"s": graph.src, "r": graph.rel, "o": graph.dst,
+                                   "inverse": graph.inverse, "attention": result.attention}),
+                edges_path)
+    torch.save(result.model.state_dict(), run_dir / "model.pt")
+    _write_json(run_dir / "config.json", {
+        **run_config, "device": result.device, "mode": result.mode,
+        "node_dim": int(x.shape[1]), "relation_dim": int(rel_vec.shape[1]),
+        "output_dim": int(result.model.out_dim),
+        "objective": ("BCE link prediction (DistMult on z, corrupted tails) + path_weight * "
+                      "(-mean log alpha over gold-path edges)"),
+    })
+    _write_json(run_dir / "losses.json", {"per": "epoch", "link": result.link,
+                                          "path": result.path})
+    lap("write")
+    _write_json(run_dir / "timing.json", {"step_seconds": lap.seconds,
+                                          "epoch_seconds": result.epoch_seconds})
+    report.update({
+        "device": result.device, "mode": result.mode, "epochs": int(cfg["epochs"]),
+        "link_loss": _first_last(result.link), "path_loss": _first_last(result.path),
+        "eval_link_loss": {"before": round(result.eval_link_before, 6),
+                           "after": round(result.eval_link_after, 6)},
+        "seconds_per_epoch": round(float(np.mean(result.epoch_seconds)), 4),
+        "step_seconds": lap.seconds,
+    })
+    if gold_stats:
+        report["gold_attention"] = {"before": _mean(result.attention_before[gold]),
+                                    "after": _mean(result.attention[gold])}
+    return {"outputs": {"edges": str(edges_path), "gat_run": str(run_dir)}, "report": report}
+
+
+if __name__ == "__main__":
+    from runtime.pipeline import stage_main
+
+    stage_main(STAGE)
