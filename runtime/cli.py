@@ -296,24 +296,32 @@ def render_answer(answer) -> str:
 @click.option("--triples", "n_triples", type=click.IntRange(min=100), default=20_000,
               show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-def demo(workdir: str | None, n_triples: int, seed: int) -> None:
-    """The embedded default end to end: synthetic KG → build → publish → summary."""
+@click.option("--llm", "llm_name", default="local", show_default=True,
+              help="Reader for the demo question (local = the embedded SmolLM2).")
+def demo(workdir: str | None, n_triples: int, seed: int, llm_name: str) -> None:
+    """The embedded default end to end: synthetic KG → build → publish → one question answered."""
     from runtime import pipeline
+    from runtime.query import Runtime
     from runtime.synth import generate
 
     root = Path(workdir or tempfile.mkdtemp(prefix="lokg-demo-"))
     dump = root / "dump"
-    click.echo(f"[1/3] generating a synthetic KG with {n_triples:,} triples in {dump}")
+    click.echo(f"[1/4] generating a synthetic KG with {n_triples:,} triples in {dump}")
     generate(dump, n_triples=n_triples, seed=seed, malformed_rate=0.001, gzip=True)
-    click.echo("[2/3] building the store (Spark local)")
+    click.echo("[2/4] building the store (Spark local)")
     config = load_config(None, ["ingest.format=synth"])
     try:
         published = pipeline.build(str(dump), str(root / "store"), config, log=click.echo)
     except (pipeline.BuildError, StoreError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo("[3/3] verifying the published store")
+    click.echo("[3/4] verifying the published store")
     Store(root / "store").build(verify=True)
     click.echo(render_summary(published))
+    first = json.loads((dump / "questions.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    click.echo(f"[4/4] asking the store, reader '{llm_name}': {first['question']}")
+    answer = Runtime.open(root / "store").ask(first["question"], llm=llm_name)
+    click.echo(render_answer(answer))
+    click.echo(f"  gold answer: {'; '.join(first['answers'])}")
 
 
 def main() -> None:

@@ -43,6 +43,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import permutations
 
 import numpy as np
@@ -181,6 +182,10 @@ class KnowledgeTriple:
         if isinstance(self.tail_entropy, bool) or not math.isfinite(h) or h < 0:
             raise ValueError(f"tail_entropy must be a finite number ≥ 0; got {self.tail_entropy!r}")
         object.__setattr__(self, "tail_entropy", h)
+        for name in ("subject_aliases", "object_aliases"):  # hashable: renderings are memoised
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in ("subject_attributes", "object_attributes"):
+            object.__setattr__(self, name, tuple(tuple(kv) for kv in getattr(self, name)))
 
 
 _WHITESPACE = re.compile(r"\s+")
@@ -210,8 +215,11 @@ def _shorten(text, limit: int) -> str:
     return cut.rstrip() + "…"
 
 
+@lru_cache(maxsize=1 << 16)
 def _entity_levels(name, etype, description, aliases, attributes) -> tuple[str, str, str]:
-    """An entity at the three granularities: name; + type, short description; + aliases, attrs."""
+    """An entity at the three granularities: name; + type, short description; + aliases, attrs.
+
+    Memoised: the same entities recur across a question's triples and across questions."""
     text = _clean(name) or "?"
     details = [d for d in (_clean(etype), _shorten(description, SHORT_DESCRIPTION_CHARS)) if d]
     balanced = f"{text} ({'; '.join(details)})" if details else text
@@ -473,7 +481,9 @@ def encode(
 
     verbose = len(GRANULARITIES) - 1
     naive_text = "".join(lines[i][verbose] for i in ranked)
-    naive_tokens = count(naive_text)
+    # Lines are additive under cl100k (module docstring), so T_naive is the sum of the verbose
+    # costs; the text actually emitted is always recounted below.
+    naive_tokens = int(costs[:, verbose].sum())
 
     choices = np.full(n, -1, dtype=np.int64)  # -1 = dropped
     solve_ms = 0.0
@@ -482,7 +492,7 @@ def encode(
     if naive_fits(naive_tokens, budget):
         mode = "naive"
         choices[:] = verbose
-        text, tokens = naive_text, naive_tokens
+        text, tokens = naive_text, count(naive_text)
     else:
         mode = "dp" if budget <= dp_max_budget else "greedy"
         kept = list(ranked)

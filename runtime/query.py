@@ -218,6 +218,7 @@ class Runtime:
         if not np.array_equal(ids, np.arange(self.n_entities)):
             raise StoreError(f"{b.table_path('entities')}: entity ids are not 0..n-1 in order")
         self._entities = ent
+        self._fields: dict[int, tuple[str, str, tuple, tuple]] = {}
         self.names: list[str] = ent.column("name").to_pylist()
         self.keys: list[str] = ent.column("key").to_pylist()
         rel = b.read("relations")
@@ -332,11 +333,15 @@ class Runtime:
         return path_rows(taimr.top_paths(self.graph, head, **self.path_settings)), "computed"
 
     def _entity_fields(self, i: int) -> tuple[str, str, tuple, tuple]:
-        row = self._entities.slice(i, 1).to_pylist()[0]
-        types = row["types"] or []
-        attributes = tuple((a["key"], a["value"]) for a in row["attributes"] or ())
-        return (types[0] if types else "", row["description"] or "",
-                tuple(row["aliases"] or ()), attributes)
+        """(first type, description, aliases, attributes) of an entity, memoised per runtime."""
+        fields = self._fields.get(i)
+        if fields is None:
+            row = self._entities.slice(i, 1).to_pylist()[0]
+            types = row["types"] or []
+            attributes = tuple((a["key"], a["value"]) for a in row["attributes"] or ())
+            fields = self._fields[i] = (types[0] if types else "", row["description"] or "",
+                                        tuple(row["aliases"] or ()), attributes)
+        return fields
 
     def _knowledge(self, triples: list[tuple[int, int, int]], scores: list[float],
                    focus: set[int]) -> list[ittc.KnowledgeTriple]:

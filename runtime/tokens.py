@@ -18,6 +18,7 @@ import hashlib
 import os
 import tempfile
 import threading
+from functools import lru_cache
 from pathlib import Path
 
 import tiktoken
@@ -107,8 +108,20 @@ def get_encoding() -> tiktoken.Encoding:
     return _ENCODING
 
 
+#: Texts up to this many characters have their counts memoised: ITTC renders the same triple
+#: lines again and again across questions, and counting dominates its per-question time.
+MEMO_MAX_CHARS = 512
+
+
+@lru_cache(maxsize=1 << 16)
+def _count_short(text: str) -> int:
+    return len(get_encoding().encode_ordinary(text))
+
+
 def count_tokens(text: str) -> int:
     """Exact cl100k_base token count of ``text`` (special-token look-alikes count as text)."""
+    if len(text) <= MEMO_MAX_CHARS:
+        return _count_short(text)
     return len(get_encoding().encode_ordinary(text))
 
 

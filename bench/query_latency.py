@@ -1,0 +1,124 @@
+"""Runtime latency on a published store: open time, memory, retrieval + encoding per question.
+
+    python bench/query_latency.py --store /tmp/fbstore --questions 1000
+    python bench/query_latency.py --store out/demo/store --questions-file out/demo/dump/questions.jsonl
+
+Questions: from ``--questions-file`` (synthetic questions.jsonl or generic JSONL with
+``question``), else generated from the store itself — for ``--questions`` random (seeded)
+triples (s, r, o), the question "what is the <relation words> of <name of s>?" with s passed as
+the entity (so linking ambiguity of FB15k-237 names does not skew the figure). Every question
+runs ``Runtime.ask(..., llm="none")``: link, TAIMR retrieval (path cache, cold heads computed),
+ITTC encoding — everything but the LLM, which the figure excludes by design (issue 5).
+
+Reported: store open (ms), resident memory after open and after the run (MiB, psutil when
+installed else /proc), per-question total and per-step p50 / p99 / mean (ms), ITTC mode counts,
+cache hits vs computed heads. The first ``--warmup`` questions are not timed (tokenizer load,
+bucket reads). Targets (issue 5): p50 ≤ 5 ms, p99 ≤ 50 ms on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from runtime.query import Runtime  # noqa: E402
+
+
+def rss_mib() -> float:
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss / 2**20
+    except ImportError:
+        with open(f"/proc/{os.getpid()}/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def store_questions(rt: Runtime, n: int, seed: int) -> list[tuple[str, list[int]]]:
+    triples = rt.build.read("triples")
+    rng = np.random.default_rng(seed)
+    rows = rng.choice(triples.num_rows, size=min(n, triples.num_rows), replace=False)
+    s = triples.column("s").to_numpy()[rows]
+    r = triples.column("r").to_numpy()[rows]
+    out = []
+    for si, ri in zip(s.tolist(), r.tolist()):
+        words = rt.relation_names[ri].rstrip("./").split("/")[-1].split(".")[-1].replace("_", " ")
+        out.append((f"what is the {words} of {rt.names[si]}?", [si]))
+    return out
+
+
+def file_questions(path: Path, n: int) -> list[tuple[str, None]]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [(json.loads(line)["question"], None) for line in lines[:n] if line.strip()]
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--questions", type=int, default=1000)
+    parser.add_argument("--questions-file", type=Path)
+    parser.add_argument("--budget", type=int, default=2048)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
+    args = parser.parse_args(argv)
+
+    rss0 = rss_mib()
+    rt = Runtime.open(args.store)
+    rss_open = rss_mib()
+    if args.questions_file:
+        questions = file_questions(args.questions_file, args.questions + args.warmup)
+    else:
+        questions = store_questions(rt, args.questions + args.warmup, args.seed)
+    for q, ents in questions[: args.warmup]:
+        rt.ask(q, entities=ents, budget=args.budget)
+    steps: dict[str, list[float]] = {}
+    modes, sources, statuses = Counter(), Counter(), Counter()
+    for q, ents in questions[args.warmup:]:
+        answer = rt.ask(q, entities=ents, budget=args.budget)
+        statuses[answer.status] += 1
+        modes[answer.encoding.get("mode", "-")] += 1
+        sources.update((answer.encoding.get("paths") or {}).values())
+        for step, ms in answer.timings.items():
+            steps.setdefault(step, []).append(ms)
+    result = {
+        "store": args.store, "build_id": rt.build_id, "entities": rt.n_entities,
+        "questions": len(questions) - args.warmup, "budget": args.budget,
+        "open_ms": round(rt.open_ms, 1), "rss_open_mib": round(rss_open - rss0, 1),
+        "rss_end_mib": round(rss_mib(), 1),
+        "ms": {step: {"p50": round(pct(v, 50), 3), "p99": round(pct(v, 99), 3),
+                      "mean": round(float(np.mean(v)), 3)} for step, v in steps.items()},
+        "modes": dict(modes), "paths": dict(sources), "status": dict(statuses),
+    }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"store {args.store} (build {rt.build_id}, {rt.n_entities:,} entities)")
+    print(f"open {result['open_ms']:.0f} ms; RSS +{result['rss_open_mib']:.0f} MiB after open, "
+          f"{result['rss_end_mib']:.0f} MiB at the end")
+    print(f"{result['questions']} questions, budget {args.budget}, llm none; status {dict(statuses)}")
+    print(f"{'step':<10}{'p50 ms':>10}{'p99 ms':>10}{'mean ms':>10}")
+    for step, row in result["ms"].items():
+        print(f"{step:<10}{row['p50']:>10.3f}{row['p99']:>10.3f}{row['mean']:>10.3f}")
+    print(f"ITTC modes {dict(modes)}; heads {dict(sources)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
