@@ -290,6 +290,17 @@ def render_answer(answer) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+             add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def serve(args: tuple[str, ...]) -> None:
+    """Serve the store over HTTP (FastAPI; `lokg serve --help` for options)."""
+    from runtime.server import serve_command
+
+    serve_command.main(list(args), prog_name="lokg serve")
+
+
+# ---------------------------------------------------------------------------------------------
 @cli.command()
 @click.option("--workdir", type=click.Path(file_okay=False),
               help="Where to put the synthetic dump and the store (default: a temp dir).")

@@ -1,0 +1,271 @@
+"""Bounded load generator for ``lokg serve``: throughput, p50/p99 latency, errors, builds seen.
+
+    python bench/load.py --store S --requests 10000 --concurrency 32 --publish-at 0.5
+    python bench/load.py --url http://127.0.0.1:8000 --store S --requests 2000 --concurrency 8
+
+Without ``--url`` it starts ``python -m runtime.server --store S`` on a free loopback port
+(``--workers N``), waits for ``/readyz`` and stops it afterwards. C threads each hold one
+keep-alive ``http.client`` connection and POST ``/v1/ask`` (``llm`` none by default) until N
+requests are done; a warm-up runs first, untimed. Questions come from ``--questions`` (JSONL with
+a ``question`` field, or one question per line), else from the served build's entity names.
+
+``--publish-at F`` republishes the CURRENT build under a new id (a real ``Store.publish``: copy,
+manifest with checksums, atomic CURRENT swap) once a fraction F of the requests is done, to
+exercise hot reload under load. Every response must carry one build id, the same in the
+``X-LOKG-Build`` header and the body; a mismatch counts as an error. ``flaps`` counts responses
+from the old build to requests that started after a response from the new build had already
+arrived (with one worker process: always 0 — the swap is one reference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from runtime.contract import Store, new_build_id  # noqa: E402
+
+_MANIFEST_KEYS = ("schema_version", "build_id", "created_at", "tables", "files")
+
+
+def republish(store_root: str | Path, build_id: str | None = None, *,
+              hook: Callable[[str], None] | None = None) -> str:
+    """Publish the CURRENT build's tables and files again as a new build; returns its id."""
+    store = Store(store_root)
+    build = store.build(verify=True)
+    tables = {name: build.table_path(name) for name in build.manifest["tables"]}
+    table_rels = {entry["path"] for entry in build.manifest["tables"].values()}
+    extra = {rel: build.path / rel for rel in build.manifest["files"]
+             if not any(rel == t or rel.startswith(t + "/") for t in table_rels)}
+    info = {k: v for k, v in build.manifest.items() if k not in _MANIFEST_KEYS}
+    new_id = build_id or new_build_id()
+    store.publish(new_id, tables, extra_files=extra, info=info, hook=hook)
+    return new_id
+
+
+def store_questions(store_root: str | Path, limit: int = 500) -> list[str]:
+    """Questions naming entities of the CURRENT build (evenly spread over its ids)."""
+    names = Store(store_root).build().read("entities", columns=["name"]).column("name").to_pylist()
+    step = max(1, len(names) // limit)
+    return [f"What is {name} related to?" for name in names[::step][:limit] if name]
+
+
+def read_questions(path: str | Path) -> list[str]:
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line:
+            out.append(json.loads(line)["question"] if line.startswith("{") else line)
+    return out
+
+
+class Connection(http.client.HTTPConnection):
+    """A keep-alive connection with TCP_NODELAY: without it, Nagle's algorithm and delayed ACKs
+    add milliseconds (up to 40) to each request on loopback."""
+
+    def connect(self):
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def run_load(url: str, questions: list[str], *, requests: int, concurrency: int,
+             options: dict | None = None, token: str | None = None, warmup: int = 0,
+             publish: Callable[[], str] | None = None, publish_after: int | None = None,
+             timeout: float = 60.0) -> dict:
+    """Send ``requests`` POST /v1/ask from ``concurrency`` keep-alive threads; the report."""
+    if requests < 1 or concurrency < 1 or not questions:
+        raise ValueError("requests and concurrency must be ≥ 1 and questions non-empty")
+    parts = urlsplit(url)
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    bodies = [json.dumps({"question": q, **(options or {})}).encode() for q in questions]
+    counter = itertools.count()
+    done = itertools.count(1)
+    go_publish = threading.Event()
+    records: list[list[tuple]] = [[] for _ in range(concurrency)]
+
+    def connect() -> http.client.HTTPConnection:
+        return Connection(parts.hostname, parts.port, timeout=timeout)
+
+    def worker(slot: int, total: int, timed: bool) -> None:
+        conn = connect()
+        out = records[slot]
+        while (i := next(counter)) < total:
+            started = time.perf_counter()
+            try:
+                conn.request("POST", "/v1/ask", bodies[i % len(bodies)], headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                build, error = resp.getheader("X-LOKG-Build"), None
+                if resp.status != 200:
+                    error = f"HTTP {resp.status}: {data[:200]!r}"
+                elif json.loads(data).get("build_id") != build:
+                    error = f"header build {build} differs from body build"
+                status = resp.status
+            except (OSError, http.client.HTTPException, ValueError) as exc:
+                status, build, error = None, None, f"{type(exc).__name__}: {exc}"
+                conn.close()
+                conn = connect()
+            if timed:
+                out.append((started, time.perf_counter(), status, build, error))
+                if publish_after is not None and next(done) == publish_after:
+                    go_publish.set()
+        conn.close()
+
+    def pool(total: int, timed: bool) -> None:
+        threads = [threading.Thread(target=worker, args=(s, total, timed), daemon=True)
+                   for s in range(concurrency)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    if warmup:
+        pool(warmup, timed=False)
+        counter = itertools.count()
+    published: dict = {}
+
+    def publisher() -> None:
+        if go_publish.wait():
+            if publish is None:
+                return
+            t0 = time.perf_counter()
+            published["build_id"] = publish()
+            published["at"] = time.perf_counter()
+            published["publish_s"] = round(published["at"] - t0, 3)
+
+    pub = threading.Thread(target=publisher, daemon=True)
+    if publish is not None and publish_after is not None:
+        pub.start()
+    started = time.perf_counter()
+    pool(requests, timed=True)
+    seconds = time.perf_counter() - started
+    go_publish.set()
+    if pub.is_alive():
+        pub.join()
+
+    rows = sorted((r for out in records for r in out), key=lambda r: r[0])
+    latencies = sorted((end - start) * 1000.0 for start, end, *_ in rows)
+    errors = [r[4] for r in rows if r[4] is not None]
+    builds = Counter(r[3] for r in rows if r[4] is None)
+    report = {
+        "requests": len(rows), "concurrency": concurrency, "seconds": round(seconds, 3),
+        "throughput_rps": round(len(rows) / seconds, 1),
+        "p50_ms": round(_percentile(latencies, 0.50), 2),
+        "p99_ms": round(_percentile(latencies, 0.99), 2),
+        "max_ms": round(latencies[-1], 2) if latencies else None,
+        "errors": len(errors), "error_samples": sorted(set(errors))[:5],
+        "builds": dict(builds),
+    }
+    if "build_id" in published:
+        new = published["build_id"]
+        first_new = min((end for _, end, _, b, e in rows if b == new and e is None),
+                        default=None)
+        report["published"] = {
+            "build_id": new, "publish_s": published["publish_s"],
+            "first_response_after_s": (round(first_new - published["at"], 3)
+                                       if first_new is not None else None),
+            "flaps": sum(1 for start, _, _, b, e in rows
+                         if first_new is not None and start > first_new and b != new
+                         and e is None)}
+    return report
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_ready(url: str, timeout: float, proc: subprocess.Popen | None = None) -> dict:
+    """Poll /readyz until it answers 200; its body."""
+    parts = urlsplit(url)
+    deadline = time.monotonic() + timeout
+    last = "no answer"
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the server exited with code {proc.returncode}")
+        try:
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=5)
+            conn.request("GET", "/readyz")
+            resp = conn.getresponse()
+            body = resp.read()
+            conn.close()
+            if resp.status == 200:
+                return json.loads(body)
+            last = body.decode(errors="replace")
+        except OSError as exc:
+            last = str(exc)
+        time.sleep(0.2)
+    raise TimeoutError(f"{url}/readyz not ready after {timeout} s: {last}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", help="a running server (default: start one on --store)")
+    parser.add_argument("--store", required=True, help="store root (questions, publishing)")
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--warmup", type=int, default=200, help="untimed requests first")
+    parser.add_argument("--publish-at", type=float, default=0.0,
+                        help="republish CURRENT when this fraction of requests is done (0: never)")
+    parser.add_argument("--questions", help="JSONL with 'question', or one question per line")
+    parser.add_argument("--llm", default="none")
+    parser.add_argument("--budget", type=int, default=2048)
+    parser.add_argument("--workers", type=int, default=1, help="server workers (started here)")
+    parser.add_argument("--poll-interval", type=float, default=0.5)
+    parser.add_argument("--json", dest="json_out", help="also write the report here")
+    args = parser.parse_args(argv)
+
+    questions = read_questions(args.questions) if args.questions else store_questions(args.store)
+    proc = None
+    url = args.url
+    if url is None:
+        url = f"http://127.0.0.1:{_free_port()}"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runtime.server", "--store", args.store, "--port",
+             url.rsplit(":", 1)[1], "--workers", str(args.workers), "--poll-interval",
+             str(args.poll_interval), "--log-level", "warning"], cwd=REPO)
+    try:
+        ready = wait_ready(url, 300, proc)
+        publish_after = max(1, int(args.requests * args.publish_at)) if args.publish_at else None
+        report = run_load(url, questions, requests=args.requests, concurrency=args.concurrency,
+                          options={"llm": args.llm, "budget": args.budget},
+                          token=os.environ.get("LOKG_API_TOKEN") or None, warmup=args.warmup,
+                          publish=(lambda: republish(args.store)) if publish_after else None,
+                          publish_after=publish_after)
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=60)
+    report = {"url": url, "served_build": ready["build_id"], "workers": args.workers,
+              "questions": len(questions), **report}
+    print(json.dumps(report, indent=2))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n")
+    return 0 if report["errors"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,637 @@
+"""The HTTP service: ``lokg serve`` answers questions from the published store (FastAPI).
+
+Routes: ``POST /v1/ask`` (one question → the Answer JSON), ``POST /v1/ask/batch`` (up to
+``MAX_BATCH`` questions, all on one build), ``GET /healthz`` (the process is up),
+``GET /readyz`` (a verified build is loaded; which one; which builds failed to load),
+``GET /metrics`` (Prometheus text) and ``GET /openapi.json``.
+
+Why it is shaped this way:
+
+* **One reference, swapped.** A :class:`Service` per process holds the opened
+  :class:`~runtime.query.Runtime` in one attribute. A request reads it once and keeps that
+  object, so a hot reload — a single assignment — never changes the build under a request that
+  has started: in-flight requests finish on their build, later ones get the new one, and a batch
+  answers every item from the same build.
+* **Reload off the request path.** A watcher thread reads ``CURRENT`` every ``poll_interval``
+  seconds (a tiny file; inotify does not work on every filesystem a store lives on). When the id
+  changes, that thread opens the build and verifies every checksum; only a build that opens
+  cleanly is swapped in. A build that fails is logged, listed by ``/readyz`` and counted in the
+  metrics, and the previous build keeps serving; it is retried only when ``CURRENT`` changes
+  again. The first build is opened at start-up, before the worker accepts connections (with
+  ``--workers N`` a worker that is still loading would otherwise answer 503 next to one that is
+  ready); if it fails, the worker starts anyway and ``/readyz`` says 503 and why.
+* **Threadpool.** ``ask`` is synchronous and CPU-bound, plus a bounded network wait for the
+  ``openai`` reader, so the ask routes are plain ``def`` endpoints run in FastAPI's threadpool:
+  a slow LLM call holds one worker thread, not the event loop, and health checks stay
+  responsive (docs/BENCHMARKS.md has the measurement).
+* **LLMs built once per process**, with the server's ``--llm-*`` options, and passed to ``ask``
+  as objects: a reload does not reload a local model, and every ``openai`` call is bounded by
+  the client's timeout, retries and total deadline, so a refusing, hanging or babbling endpoint
+  gives the flagged fallback answer within that deadline.
+* **Every client mistake is a 4xx naming the field**: the pydantic request models carry
+  ``Runtime.ask``'s limits (question length, budget range, entity count) and the batch size;
+  a ``QueryError`` from the runtime (e.g. an unknown entity id) is a 422; malformed JSON a 422
+  or 400; a body over ``max_body_bytes`` a 413; an unknown route a 404.
+* **Security defaults**: bind 127.0.0.1; when ``LOKG_API_TOKEN`` is set, every route except
+  ``/healthz`` and ``/readyz`` needs ``Authorization: Bearer <token>`` (compared in constant
+  time, checked before the body is read); ``lokg serve`` refuses a non-loopback address
+  without a token unless given ``--allow-unauthenticated``. The Swagger/ReDoc pages are off
+  (they load scripts from a CDN); the schema is at ``/openapi.json``.
+* **Metrics by hand** in the Prometheus text format (no client library in the runtime). With
+  ``--workers N`` each worker process is a separate service with its own runtime, watcher and
+  counters; a scrape reads the worker that accepted it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import datetime as _dt
+import hmac
+import ipaddress
+import json
+import logging
+import os
+import threading
+import time
+from collections import Counter
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+import click
+from fastapi import FastAPI, HTTPException
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+from runtime import __version__
+from runtime.contract import Store, StoreError
+from runtime.llm import LLM, LLMError, available_backends, make_llm
+from runtime.query import (ENCODINGS, MAX_BUDGET, MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS,
+                           POLICIES, RETRIEVALS, Answer, QueryError, Runtime)
+
+log = logging.getLogger("lokg.server")
+
+TOKEN_ENV = "LOKG_API_TOKEN"
+#: How ``lokg serve --workers N`` hands its settings to the worker processes (never the token).
+SETTINGS_ENV = "LOKG_SERVE_SETTINGS"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+MAX_BATCH = 64
+#: Fits a full batch of maximal questions even with every character \u-escaped (3 MiB).
+MAX_BODY_BYTES = 4 * 1024 * 1024
+MAX_KEY_CHARS = 1024
+#: Routes open without the token: orchestrators probe them unauthenticated.
+OPEN_ROUTES = frozenset({"/healthz", "/readyz"})
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                   30.0, 60.0)
+#: Build load failures kept for /readyz (newest last).
+KEEP_FAILURES = 10
+
+
+# ------------------------------------------------------------------------------ requests
+
+EntityRef = StrictInt | Annotated[StrictStr, Field(min_length=1, max_length=MAX_KEY_CHARS)]
+
+
+class AskRequest(BaseModel):
+    """One question and the options of ``Runtime.ask``, with its limits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: Annotated[StrictStr, Field(min_length=1, max_length=MAX_QUESTION_CHARS)]
+    entities: Annotated[list[EntityRef] | None, Field(max_length=MAX_GIVEN_ENTITIES)] = None
+    budget: Annotated[StrictInt, Field(ge=1, le=MAX_BUDGET)] = 2048
+    llm: Annotated[StrictStr, Field(max_length=64)] = "none"
+    policy: Literal[POLICIES] = "lokg"
+    retrieval: Literal[RETRIEVALS] = "taimr"
+    encoding: Literal[ENCODINGS] = "ittc"
+
+
+class BatchRequest(BaseModel):
+    """Several questions answered in order from one build."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests: Annotated[list[AskRequest], Field(min_length=1, max_length=MAX_BATCH)]
+
+
+class BatchItem(BaseModel):
+    """One batch result: the Answer, or why this item was refused (422)."""
+
+    ok: bool
+    answer: Answer | None = None
+    status: int | None = None
+    detail: str | None = None
+
+
+class BatchResponse(BaseModel):
+    build_id: str
+    results: list[BatchItem]
+
+
+# ------------------------------------------------------------------------------ settings
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Everything one service process needs; JSON-able so workers can receive it."""
+
+    store: str
+    poll_interval: float = 0.5
+    token: str | None = field(default=None, repr=False)
+    llm_backends: tuple[str, ...] = ("none", "local", "openai")
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_timeout: float | None = None
+    llm_retries: int | None = None
+    llm_deadline: float | None = None
+    max_body_bytes: int = MAX_BODY_BYTES
+
+    def __post_init__(self):
+        if not self.poll_interval > 0:
+            raise ValueError(f"poll_interval must be > 0 seconds; got {self.poll_interval!r}")
+        unknown = set(self.llm_backends) - set(available_backends())
+        if unknown:
+            raise ValueError(f"llm_backends: unknown {sorted(unknown)}; "
+                             f"known: {available_backends()}")
+
+    def llm_options(self, backend: str) -> dict:
+        """The make_llm options this server sets for ``backend`` (unset ones keep defaults)."""
+        chosen = {"openai": {"base_url": self.llm_base_url, "model": self.llm_model,
+                             "timeout": self.llm_timeout, "retries": self.llm_retries,
+                             "deadline": self.llm_deadline},
+                  "local": {"timeout": self.llm_timeout}}.get(backend, {})
+        return {k: v for k, v in chosen.items() if v is not None}
+
+    def to_env(self) -> str:
+        return json.dumps({k: v for k, v in dataclasses.asdict(self).items() if k != "token"})
+
+    @classmethod
+    def from_env(cls) -> ServeSettings:
+        raw = os.environ.get(SETTINGS_ENV)
+        if not raw:
+            raise RuntimeError(f"{SETTINGS_ENV} is not set (set by `lokg serve --workers N`)")
+        data = json.loads(raw)
+        data["llm_backends"] = tuple(data["llm_backends"])
+        return cls(**data, token=os.environ.get(TOKEN_ENV) or None)
+
+
+# ------------------------------------------------------------------------------ metrics
+
+def _label(value) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(**labels) -> str:
+    return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in labels.items()) + "}"
+
+
+class Metrics:
+    """Request and answer counters for ``/metrics``; a few increments under one lock each."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.requests: Counter = Counter()  # (route, method, status)
+        self.latency: dict[str, list] = {}  # route -> [per-bucket counts (+Inf last), sum]
+        self.in_flight = 0
+        self.answers: Counter = Counter()  # status
+        self.llm_calls: Counter = Counter()  # backend
+        self.fallbacks: Counter = Counter()  # backend
+        self.reloads: Counter = Counter()  # ok | failed
+
+    def started(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+
+    def finished(self, route: str, method: str, status: int, seconds: float) -> None:
+        slot = bisect.bisect_left(LATENCY_BUCKETS, seconds)
+        with self._lock:
+            self.in_flight -= 1
+            self.requests[(route, method, status)] += 1
+            hist = self.latency.setdefault(route, [[0] * (len(LATENCY_BUCKETS) + 1), 0.0])
+            hist[0][slot] += 1
+            hist[1] += seconds
+
+    def answered(self, answer: Answer) -> None:
+        backend = answer.llm.get("backend", "?")
+        with self._lock:
+            self.answers[answer.status] += 1
+            if answer.llm_calls:
+                self.llm_calls[backend] += answer.llm_calls
+            if answer.fallback:
+                self.fallbacks[backend] += 1
+
+    def reloaded(self, ok: bool) -> None:
+        with self._lock:
+            self.reloads["ok" if ok else "failed"] += 1
+
+    def render(self, service: Service) -> str:
+        out: list[str] = []
+
+        def family(name: str, kind: str, text: str, samples) -> None:
+            out.append(f"# HELP {name} {text}")
+            out.append(f"# TYPE {name} {kind}")
+            out.extend(f"{name}{labels} {value}" for labels, value in samples)
+
+        with self._lock:
+            family("lokg_http_requests_total", "counter", "HTTP requests by route and status.",
+                   [(_labels(route=r, method=m, status=s), n)
+                    for (r, m, s), n in sorted(self.requests.items())])
+            samples = []
+            for route, (counts, total) in sorted(self.latency.items()):
+                running = 0
+                for bound, n in zip((*LATENCY_BUCKETS, "+Inf"), counts):
+                    running += n
+                    samples.append((_labels(route=route, le=bound), running))
+            family("lokg_http_request_duration_seconds", "histogram",
+                   "Time from request start to response end.", [])
+            out.extend(f"lokg_http_request_duration_seconds_bucket{labels} {value}"
+                       for labels, value in samples)
+            for route, (counts, total) in sorted(self.latency.items()):
+                out.append(f"lokg_http_request_duration_seconds_sum{_labels(route=route)} {total}")
+                out.append(f"lokg_http_request_duration_seconds_count{_labels(route=route)} "
+                           f"{sum(counts)}")
+            family("lokg_http_requests_in_flight", "gauge", "Requests being handled now.",
+                   [("", self.in_flight)])
+            family("lokg_answers_total", "counter", "Answers by status (ok, fallback, ...).",
+                   [(_labels(status=s), n) for s, n in sorted(self.answers.items())])
+            family("lokg_llm_calls_total", "counter", "LLM calls made, by backend.",
+                   [(_labels(backend=b), n) for b, n in sorted(self.llm_calls.items())])
+            family("lokg_llm_fallbacks_total", "counter",
+                   "Answers that fell back to retrieval because the LLM failed, by backend.",
+                   [(_labels(backend=b), n) for b, n in sorted(self.fallbacks.items())])
+            family("lokg_build_reloads_total", "counter",
+                   "Attempts to load a new CURRENT build, by result.",
+                   [(_labels(result=r), n) for r, n in sorted(self.reloads.items())])
+        runtime = service.runtime
+        family("lokg_ready", "gauge", "1 when a verified build is loaded.",
+               [("", int(runtime is not None))])
+        family("lokg_build_info", "gauge", "The build being served (value 1).",
+               [(_labels(build_id=runtime.build_id), 1)] if runtime is not None else [])
+        family("lokg_build_failed", "gauge",
+               "Builds that failed to load since the served one was loaded (value 1).",
+               [(_labels(build_id=f["build_id"]), 1) for f in service.failures()
+                if f["build_id"] is not None])
+        family("lokg_build_stale", "gauge", "1 when CURRENT names a build other than the "
+               "one served (it failed to load, or is loading).",
+               [("", int(runtime is not None and service.current not in (None, runtime.build_id)))])
+        return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------ the service
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class Service:
+    """The served build (one reference), its watcher thread, the LLM readers and the metrics."""
+
+    def __init__(self, settings: ServeSettings):
+        self.settings = settings
+        self.store = Store(settings.store)
+        self.runtime: Runtime | None = None
+        self.loaded_at: str | None = None
+        self.metrics = Metrics()
+        self.current: str | None = None  # the CURRENT value last acted on
+        self._failures: list[dict] = []
+        self._lock = threading.Lock()
+        self._llms: dict[str, LLM] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ---- builds
+
+    def poll(self) -> None:
+        """Load the build CURRENT names if it changed since the last poll (see module doc)."""
+        try:
+            current = self.store.current_id()
+        except (StoreError, OSError) as exc:
+            self._failed(None, f"cannot read CURRENT: {exc}")
+            return
+        if current is None or current == self.current:
+            return
+        self.current = current
+        if self.runtime is not None and current == self.runtime.build_id:
+            return
+        log.info("CURRENT is %s; opening and verifying it", current)
+        try:
+            runtime = Runtime.open(self.store.root, build_id=current, verify=True)
+        except Exception as exc:  # any failure to open a build keeps the one being served
+            log.error("build %s failed to load; still serving %s: %s", current,
+                      self.runtime.build_id if self.runtime else "nothing", exc)
+            self._failed(current, f"{type(exc).__name__}: {exc}")
+            self.metrics.reloaded(False)
+            return
+        self.runtime = runtime  # the swap: requests that already hold the old one keep it
+        self.loaded_at = _now()
+        with self._lock:  # failures are reported until a build loads after them
+            self._failures = []
+        self.metrics.reloaded(True)
+        log.info("serving build %s (opened in %.0f ms)", current, runtime.open_ms)
+
+    def _failed(self, build_id: str | None, error: str) -> None:
+        with self._lock:
+            if self._failures and self._failures[-1]["build_id"] == build_id \
+                    and self._failures[-1]["error"] == error:
+                return
+            self._failures.append({"build_id": build_id, "error": error, "at": _now()})
+            del self._failures[:-KEEP_FAILURES]
+
+    def failures(self) -> list[dict]:
+        with self._lock:
+            return [dict(f) for f in self._failures]
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                self.poll()
+            except Exception:  # the watcher must outlive any surprise; it is logged
+                log.exception("store watcher failed; retrying")
+            if self._stop.wait(self.settings.poll_interval):
+                return
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._watch, name="lokg-store-watcher",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def serving(self) -> Runtime:
+        runtime = self.runtime
+        if runtime is None:
+            raise HTTPException(503, detail="no build loaded yet; see /readyz",
+                                headers={"Retry-After": "1"})
+        return runtime
+
+    def readiness(self) -> tuple[int, dict]:
+        runtime = self.runtime
+        body = {"ready": runtime is not None,
+                "build_id": runtime.build_id if runtime else None,
+                "loaded_at": self.loaded_at, "open_ms": runtime.open_ms if runtime else None,
+                "current": self.current, "failed_builds": self.failures(), "version": __version__}
+        return (200 if runtime is not None else 503), body
+
+    # ---- answering
+
+    def reader(self, name: str) -> LLM:
+        """This process's reader ``name``, built once with the server's LLM options."""
+        key = name.strip().lower()
+        if key not in self.settings.llm_backends:
+            raise QueryError(f"llm must be one of {', '.join(self.settings.llm_backends)} on "
+                             f"this server; got {name!r}")
+        with self._lock:
+            if key not in self._llms:
+                try:
+                    self._llms[key] = make_llm(key, **self.settings.llm_options(key))
+                except LLMError as exc:
+                    raise QueryError(f"llm: {exc}") from None
+            return self._llms[key]
+
+    def answer(self, runtime: Runtime, request: AskRequest) -> Answer:
+        answer = runtime.ask(request.question, entities=request.entities, budget=request.budget,
+                             llm=self.reader(request.llm), policy=request.policy,
+                             retrieval=request.retrieval, encoding=request.encoding)
+        self.metrics.answered(answer)
+        return answer
+
+
+# ------------------------------------------------------------------------------ the app
+
+def _plain(obj):
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return vars(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def _json(body, status: int = 200, headers: dict | None = None) -> Response:
+    """JSON with Answers serialised by their fields as they are: Answer.to_dict (asdict) deep-
+    copies every nested value first (0.97 vs 0.17 ms for a 9 KB answer, docs/BENCHMARKS.md).
+    ensure_ascii: lone surrogates a client sent come back escaped, never as invalid UTF-8."""
+    return Response(json.dumps(body, default=_plain), status_code=status, headers=headers,
+                    media_type="application/json")
+
+
+def _validation_message(errors) -> tuple[str, list[dict]]:
+    """A one-line message naming each bad field, and the errors without the echoed input."""
+    clean = []
+    for err in errors:
+        loc = [p for p in err.get("loc", ()) if p != "body"]
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "json_invalid":
+            msg = f"body is not valid JSON ({(err.get('ctx') or {}).get('error', 'decode error')})"
+            loc = []
+        clean.append({"loc": loc, "msg": msg, "type": err.get("type")})
+    text = "; ".join((".".join(map(str, e["loc"])) + ": " if e["loc"] else "") + e["msg"]
+                     for e in clean[:5])
+    return text or "invalid request body", clean
+
+
+class _Gate:
+    """Pure ASGI layer: the bearer-token check, then request counts and latency per route."""
+
+    def __init__(self, app, *, service: Service, routes: frozenset[str]):
+        self.app = app
+        self.metrics = service.metrics
+        token = service.settings.token
+        self.expected = f"Bearer {token}".encode() if token else None
+        self.routes = routes
+
+    def _authorised(self, scope) -> bool:
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                return hmac.compare_digest(value, self.expected)
+        return False
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        path = scope["path"]
+        status = 500  # what the client gets if the app raises before responding
+
+        async def send_and_note(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        self.metrics.started()
+        try:
+            if self.expected is not None and path not in OPEN_ROUTES \
+                    and not self._authorised(scope):
+                refusal = _json({"detail": f"missing or wrong bearer token (this server "
+                                           f"requires {TOKEN_ENV})"}, 401,
+                                {"WWW-Authenticate": "Bearer"})
+                await refusal(scope, receive, send_and_note)
+            else:
+                await self.app(scope, receive, send_and_note)
+        finally:
+            self.metrics.finished(path if path in self.routes else "other", scope["method"],
+                                  status, time.perf_counter() - started)
+
+
+def create_app(settings: ServeSettings) -> FastAPI:
+    """The FastAPI app of one service process; the watcher runs while the app is served."""
+    service = Service(settings)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        service.poll()  # the first build, before any connection is accepted
+        service.start()
+        try:
+            yield
+        finally:
+            service.stop()
+
+    app = FastAPI(title="LOKG", version=__version__, lifespan=lifespan, docs_url=None,
+                  redoc_url=None, max_body_size=settings.max_body_bytes,
+                  description="Question answering over a knowledge graph with one LLM call "
+                              "under a token budget.")
+    app.state.service = service
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request, exc: RequestValidationError):
+        message, errors = _validation_message(exc.errors())
+        return _json({"detail": message, "errors": errors}, 422)
+
+    @app.exception_handler(QueryError)
+    async def refused(request, exc: QueryError):
+        return _json({"detail": str(exc)}, 422)
+
+    @app.exception_handler(StoreError)
+    async def store_changed(request, exc: StoreError):
+        log.error("store error while answering: %s", exc)
+        return _json({"detail": f"store error: {exc}"}, 503, {"Retry-After": "1"})
+
+    @app.post("/v1/ask", responses={200: {"model": Answer}, 422: {"description": "bad request"}})
+    def ask(request: AskRequest) -> Response:
+        """Answer one question with at most one LLM call; the Answer JSON."""
+        runtime = service.serving()
+        answer = service.answer(runtime, request)
+        return _json(answer, headers={"X-LOKG-Build": runtime.build_id})
+
+    @app.post("/v1/ask/batch", responses={200: {"model": BatchResponse}})
+    def ask_batch(batch: BatchRequest) -> Response:
+        """Answer each question in order from one build; a refused item does not stop the rest."""
+        runtime = service.serving()
+        results = []
+        for item in batch.requests:
+            try:
+                results.append({"ok": True, "answer": service.answer(runtime, item)})
+            except QueryError as exc:
+                results.append({"ok": False, "status": 422, "detail": str(exc)})
+        return _json({"build_id": runtime.build_id, "results": results},
+                     headers={"X-LOKG-Build": runtime.build_id})
+
+    @app.get("/healthz")
+    async def healthz() -> dict:
+        """The process is up (says nothing about the store)."""
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        """200 when a verified build is loaded; the build id and builds that failed to load."""
+        status, body = service.readiness()
+        return _json(body, status)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        """Prometheus text exposition format 0.0.4."""
+        return Response(service.metrics.render(service),
+                        media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    app.add_middleware(_Gate, service=service,
+                       routes=frozenset(r.path for r in app.routes))
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """The uvicorn factory for ``--workers N``: each worker builds its own service."""
+    return create_app(ServeSettings.from_env())
+
+
+# ------------------------------------------------------------------------------ the command
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@click.command("serve")
+@click.option("--store", "store_root", envvar="LOKG_STORE", default="lokg_store",
+              show_default=True, type=click.Path(file_okay=False),
+              help="Store root (env LOKG_STORE).")
+@click.option("--host", default=DEFAULT_HOST, show_default=True,
+              help="Address to bind; anything but loopback needs LOKG_API_TOKEN.")
+@click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Worker processes, each with its own runtime and watcher.")
+@click.option("--poll-interval", default=0.5, show_default=True,
+              type=click.FloatRange(0.01, 3600), help="Seconds between reads of CURRENT.")
+@click.option("--llm-backend", "llm_backends", multiple=True,
+              type=click.Choice(available_backends()),
+              help="Readers requests may choose (repeatable; default: none, local, openai).")
+@click.option("--llm-base-url", help="openai reader: base URL (else LOKG_LLM_BASE_URL).")
+@click.option("--llm-model", help="openai reader: model (else LOKG_LLM_MODEL).")
+@click.option("--llm-timeout", type=click.FloatRange(min=0.001),
+              help="Seconds per LLM attempt (openai) or per generation (local).")
+@click.option("--llm-retries", type=click.IntRange(0, 10), help="openai reader: retries.")
+@click.option("--llm-deadline", type=click.FloatRange(min=0.001),
+              help="openai reader: total seconds per call, retries included.")
+@click.option("--allow-unauthenticated", is_flag=True,
+              help="Allow a non-loopback --host without LOKG_API_TOKEN.")
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option("--access-log", is_flag=True, help="Log every request (costs throughput).")
+def serve_command(store_root: str, host: str, port: int, workers: int, poll_interval: float,
+                  llm_backends: tuple[str, ...], llm_base_url: str | None, llm_model: str | None,
+                  llm_timeout: float | None, llm_retries: int | None, llm_deadline: float | None,
+                  allow_unauthenticated: bool, log_level: str, access_log: bool) -> None:
+    """Serve the store over HTTP: /v1/ask, /v1/ask/batch, /healthz, /readyz, /metrics.
+
+    The build CURRENT names is loaded and verified in the background and hot-reloaded when
+    CURRENT changes; a build that fails verification is not swapped in.
+    """
+    import uvicorn
+
+    token = os.environ.get(TOKEN_ENV) or None
+    if not _is_loopback(host) and token is None and not allow_unauthenticated:
+        raise click.UsageError(f"--host {host} is not a loopback address: set {TOKEN_ENV} to "
+                               "require a bearer token, or pass --allow-unauthenticated")
+    store = Store(store_root)
+    try:
+        if not store.root.is_dir():
+            raise StoreError(f"{store_root}: store root does not exist")
+        if store.current_id() is None:
+            raise StoreError(f"{store_root}: no published build (CURRENT missing)")
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    settings = ServeSettings(
+        store=str(store_root), poll_interval=poll_interval, token=token,
+        llm_backends=tuple(llm_backends) or ServeSettings.llm_backends,
+        llm_base_url=llm_base_url, llm_model=llm_model, llm_timeout=llm_timeout,
+        llm_retries=llm_retries, llm_deadline=llm_deadline)
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options = dict(host=host, port=port, log_level=log_level, access_log=access_log)
+    if workers == 1:
+        uvicorn.run(create_app(settings), **options)
+    else:
+        os.environ[SETTINGS_ENV] = settings.to_env()
+        uvicorn.run("runtime.server:app_from_env", factory=True, workers=workers, **options)
+
+
+if __name__ == "__main__":
+    serve_command(prog_name="python -m runtime.server")
