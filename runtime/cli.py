@@ -335,6 +335,11 @@ def demo(workdir: str | None, n_triples: int, seed: int, llm_name: str) -> None:
     click.echo(f"  gold answer: {'; '.join(first['answers'])}")
 
 
+from evaluation.cli import eval_command  # noqa: E402  (light: no torch, pyspark, matplotlib)
+
+cli.add_command(eval_command)
+
+
 def main() -> None:
     cli(prog_name="lokg")
 

@@ -16,6 +16,7 @@ from runtime.linker import Linker, normalise
 from runtime.llm import Completion, LLMError
 from runtime.query import MAX_BUDGET, QueryError, Runtime, path_rows, path_triples
 from runtime.tokens import count_tokens
+from tests.test_cli import BLOCK_HEAVY
 
 # A small film graph: the 2-hop question "who directed X's sequel" has one right answer.
 ENTITIES = [
@@ -246,18 +247,8 @@ def test_uniform_encoding_and_neighbourhood_retrieval(rt):
                                                           ("The Long Road", "Ada Brook")}
 
 
-BLOCKER = """
-import importlib.abc, sys
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if name.split('.')[0] in {'torch', 'pyspark', 'airflow', 'sentence_transformers', 'faiss'}:
-            raise ImportError('blocked: ' + name)
-sys.meta_path.insert(0, Block())
-"""
-
-
 def test_runtime_imports_and_answers_without_torch_pyspark_or_airflow(store_root):
-    code = BLOCKER + f"""
+    code = BLOCK_HEAVY + f"""
 import runtime, runtime.query, runtime.cli
 from runtime.query import Runtime
 a = Runtime.open({str(store_root)!r}).ask("Who directed the sequel of The Long Road?")

@@ -1,0 +1,137 @@
+"""The PathQuestion tables of docs/BENCHMARKS.md: every method × reader on PQ-2H and PQ-3H test.
+
+    python bench/eval_pathquestion.py --data ../shared/data/pathquestion --work /tmp/lokg-pq
+    python bench/eval_pathquestion.py --llm none --methods lokg,kaping --limit 50
+
+For each dataset (``pq-2h``, ``pq-3h``) it builds, once, a store from ``kb.txt`` and a second
+one with ``scos.enabled=false`` (for ``lokg-no-scos``) under ``WORK/<dataset>/``, then runs
+``lokg eval`` (``evaluation.cli.run_eval``) on the test split for each reader into
+``WORK/<dataset>/<reader>/``. Runs resume: rerunning the command recomputes nothing that is
+finished, and reproduces the summaries exactly (latency aside). The Markdown it prints (and
+writes to ``--markdown``) holds one table per dataset with every method × reader, the LOKG
+paper's reported numbers for context, and the exact commands that made it. Two diagnostics
+are added from the JSONL lines: ``T_after/q`` (knowledge tokens in the prompt, spent or not —
+the ``none`` reader spends none) and ``gold in knowledge`` (share of questions whose injected
+triples name a gold answer: what any reader of that knowledge could at best get right).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+DATASETS = ("pq-2h", "pq-3h")
+READERS = ("none", "local")
+#: Reported by the LOKG paper (H@1 with DeepSeek-chat / Qwen3.7-Max; 101–236 tok/q, 1 call) and,
+#: there, for Think-on-Graph (7–10 calls) — context only, other readers than ours.
+PAPER = {
+    "pq-2h": [("LOKG paper (DeepSeek-chat / Qwen3.7-Max)", "0.720 / 0.780", "101–236", "1"),
+              ("ToG as reported by the LOKG paper", "0.820", "—", "7–10")],
+    "pq-3h": [("LOKG paper (DeepSeek-chat / Qwen3.7-Max)", "0.584 / 0.649", "101–236", "1"),
+              ("ToG as reported by the LOKG paper", "0.707", "—", "7–10")],
+}
+#: (summary key or diagnostic, header, format); the diagnostics come from the JSONL lines.
+COLUMNS = (("H@1", "H@1", "{:.3f}"), ("Hit", "Hit", "{:.3f}"), ("F1", "F1", "{:.3f}"),
+           ("TCR", "TCR", "{:.3f}"), ("tok/q", "tok/q", "{:.1f}"),
+           ("calls/q", "calls/q", "{:.2f}"), ("P@1K", "P@1K", "{:.2f}"),
+           ("H@1K", "H@1K", "{:.2f}"), ("knowledge/q", "T_after/q", "{:.1f}"),
+           ("gold_in_knowledge", "gold in knowledge", "{:.3f}"),
+           ("latency_ms_mean", "latency ms", "{:.0f}"), ("failed_calls", "failed calls", "{:d}"))
+
+
+def diagnostics(run_dir: Path, method: str, ids: set[str]) -> dict:
+    """Mean knowledge tokens injected (T_after; what the prompt carries, spent or not) and the
+    share of questions whose knowledge names a gold answer (an upper bound for any reader)."""
+    from evaluation.metrics import normalise_answer
+
+    lines = (run_dir / method / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [r for r in map(json.loads, lines) if r["id"] in ids]
+    found = 0
+    for r in records:
+        gold = {normalise_answer(g) for g in r["gold"]}
+        named = {normalise_answer(t[k]) for t in r["triples"] for k in ("s", "o")}
+        found += bool(gold & named)
+    return {"knowledge/q": sum(r["tokens"]["knowledge"] for r in records) / len(records),
+            "gold_in_knowledge": found / len(records)}
+
+
+def table(name: str, n_questions: int, runs: dict[str, dict]) -> list[str]:
+    """One dataset: a row per method × reader, then the paper's numbers."""
+    lines = [f"#### {name.upper()} test ({n_questions} questions)", "",
+             "| method | reader | n | " + " | ".join(h for _, h, _ in COLUMNS) + " |",
+             "|---|---|--:|" + "--:|" * len(COLUMNS)]
+    methods = list(dict.fromkeys(m for summary in runs.values() for m in summary))
+    for method in methods:
+        for reader, summary in runs.items():
+            if method not in summary:
+                continue
+            values = summary[method]
+            cells = ["—" if values.get(k) is None else fmt.format(values[k])
+                     for k, _, fmt in COLUMNS]
+            lines.append(f"| `{method}` | {reader} | {values['n']} | " + " | ".join(cells) + " |")
+    for label, h1, tok, calls in PAPER[name]:
+        cells = {"H@1": h1, "tok/q": tok, "calls/q": calls}
+        lines.append(f"| {label} | reported | — | "
+                     + " | ".join(cells.get(k, "") for k, _, _ in COLUMNS) + " |")
+    return lines + [""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared"
+                                              / "data" / "pathquestion"),
+                        help="directory holding pq-2h/ and pq-3h/")
+    parser.add_argument("--work", default="/tmp/lokg-pq", help="stores and run directories")
+    parser.add_argument("--datasets", default=",".join(DATASETS))
+    parser.add_argument("--llm", default=",".join(READERS), help="readers, comma-separated")
+    parser.add_argument("--methods", default="all")
+    parser.add_argument("--budget", type=int, default=2048)
+    parser.add_argument("--limit", type=int, help="only the first N test questions")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="build config override (repeatable)")
+    parser.add_argument("--markdown", help="also write the Markdown here")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+
+    from evaluation.cli import command_line, run_eval
+    from evaluation.datasets import load_dataset
+
+    work = Path(args.work)
+    command = shlex.join(["python", "bench/eval_pathquestion.py", *(
+        sys.argv[1:] if argv is None else argv)])
+    out = ["Regenerate with:", "", f"    {command}", ""]
+    commands = []
+    for name in args.datasets.split(","):
+        directory = Path(args.data) / name
+        runs = {}
+        for reader in args.llm.split(","):
+            options = dict(dataset=f"pathquestion:{directory}", split="test",
+                           store=str(work / name / "store"),
+                           store_no_scos=str(work / name / "store-no-scos"),
+                           methods=args.methods, llm=reader, budget=args.budget,
+                           out=str(work / name / reader), build=True,
+                           overrides=args.overrides, limit=args.limit)
+            print(f"== {name} test, reader {reader}", file=sys.stderr)
+            summary = run_eval(**options, progress=not args.no_progress,
+                               log=lambda m: print(m, file=sys.stderr))
+            questions = load_dataset(f"pathquestion:{directory}", "test").questions
+            ids = {q.id for q in questions[:args.limit]}
+            runs[reader] = {m: {**v, **diagnostics(Path(options["out"]), m, ids)}
+                            for m, v in summary.items()}
+            commands.append(command_line(**options))
+        out += table(name, len(ids), runs)
+    out += ["Each run, as `lokg eval`:", ""] + [f"    {c}" for c in commands] + [""]
+    text = "\n".join(out)
+    print(text)
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+"""KAPING and ToG, the two external baselines, on top of an opened LOKG store.
+
+Both read the same graph the runtime reads (``Runtime.graph``: canonical triples with inverse
+edges, so a topic entity's 1-hop facts include the ones where it is the object), embed with the
+store's own sentence encoder (``Runtime.encoder()``; a store without one cannot run them), and
+ask the reader with the runtime's fixed prompt (``runtime.answers``). Knowledge is rendered as
+the triples' names (``s | r | o``, the compact ITTC line — both papers verbalise bare triples)
+in rank order and cut at the knowledge budget B (``ittc.encode_uniform``), so every baseline is
+under the same reader and budget as LOKG. Tokens are cl100k_base over the messages sent and the
+replies received, failed calls included with the prompt they sent.
+
+**KAPING** (Baek et al., 2023). The pool is the 1-hop triples of the topic entities, in graph
+order (relation id, direction, neighbour id) entity by entity, cut at
+:data:`KAPING_POOL` = 200; each triple is verbalised as ``subject relation object`` (relation
+names with ``_ . /`` as spaces) and embedded as a passage; the :data:`KAPING_TOP_K` = 20 most
+similar to the question (cosine, ties by pool order) are the knowledge; one call. Reader
+``none`` (and the fallback when the call fails or the reply holds no answer): the endpoint of
+the most similar triple that is not a topic entity.
+
+Like the runtime's ``none`` reader (DESIGN §4: "the top-ranked answer of step 2"), every answer
+made without the LLM is one entity, so F1 compares like with like across methods.
+
+**ToG** (Sun et al., 2024, the relation-pruning variant ToG-R), width W = 3, depth D = 3. From
+the topic entities, each depth (1) lists the relations (with direction) leaving the beam's end
+entities, pre-ranked by cosine to the question, the top :data:`TOG_MAX_OPTIONS` shown to the LLM,
+which picks up to W (**one call**); (2) follows the picked relations to new entities, keeping the
+W paths whose relations are most similar to the question (sum of cosines; ties by the new
+entity's cosine, then id) — ToG-R samples entities at random, we rank them to stay
+deterministic; (3) asks the reader to answer from the triples of the beam (**one call**, the
+runtime's instructions: "If you cannot answer, reply: none"). It stops at the first depth whose
+answer is not ``none``; if none comes by depth D the answer is the top beam path's end
+entity (status ``beam_answer``). So 2–6 calls per question (ToG proper prunes per entity and
+reports 7–10).
+When the LLM's relation pick matches no option, or the call fails, the cosine ranking is used
+for that step (a failure is counted). Reader ``none``: there is no LLM to prune or reason, so
+relations are picked by cosine alone, the search always runs to depth D, and the answer is the
+end (not a topic entity) of the path with the highest **mean** relation cosine over every depth
+— the mean, not the sum, so that a 1-hop path competes with a 3-hop one. That is a faithful
+"ToG without its LLM", not ToG: expect it to be weak.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from evaluation.datasets import Question
+from evaluation.metrics import normalise_answer
+from evaluation.methods import EvalContext, MethodError
+from evaluation.runner import Method, Prediction
+
+KAPING_POOL = 200
+KAPING_TOP_K = 20
+TOG_WIDTH = 3
+TOG_DEPTH = 3
+TOG_MAX_OPTIONS = 30
+#: Cached triple-text vectors per KAPING method (cleared past this size).
+_CACHE_LIMIT = 200_000
+
+PRUNE_INSTRUCTIONS = (
+    "Pick the relations most useful to answer the question. Reply with up to {width} relation "
+    "names copied from the list, one per line, best first, no explanations."
+)
+_RELATION_SPLIT = re.compile(r"[._/]+")
+
+Triple = tuple[int, int, int]
+
+
+def relation_text(name: str) -> str:
+    """A relation name as words: ``people.person.place_of_birth`` → ``people person place of
+    birth``."""
+    return " ".join(_RELATION_SPLIT.sub(" ", name).split())
+
+
+def _encoder(ctx: EvalContext, method: str):
+    enc = ctx.runtime.encoder()
+    if enc is None:
+        raise MethodError(f"{method} needs the store's sentence encoder, which is unavailable "
+                          f"({getattr(ctx.runtime, '_encoder_error', None) or 'no encoder'}); "
+                          "build the store with the entity_encode stage and install the "
+                          "encoder extra")
+    return enc
+
+
+def one_hop(rt, entity: int) -> list[Triple]:
+    """The triples touching ``entity``, in graph order (relation, direction, neighbour)."""
+    g = rt.graph
+    out = []
+    for j in range(int(g.indptr[entity]), int(g.indptr[entity + 1])):
+        o, r = int(g.targets[j]), int(g.relations[j])
+        out.append((o, r, entity) if bool(g.inverse[j]) else (entity, r, o))
+    return out
+
+
+def _knowledge(rt, triples: Sequence[Triple], focus: set[int]):
+    from runtime.ittc import KnowledgeTriple
+
+    return [KnowledgeTriple(subject=rt.names[s], relation=rt.relation_names.get(r, str(r)),
+                            object=rt.names[o], rank=rank,
+                            tail_entropy=float(rt.tail_entropy[r]), focus=s in focus or o in focus)
+            for rank, (s, r, o) in enumerate(triples)]
+
+
+@dataclass
+class _Reading:
+    """One reader call: parsed answers (None: the call failed) and what it cost."""
+
+    answers: list[str] | None
+    prompt: dict
+    prompt_tokens: int
+    completion_tokens: int
+    ms: float
+
+
+def _read(ctx: EvalContext, knowledge: str, question: str, system: str | None = None) -> _Reading:
+    """One call to the reader with the runtime's prompt (or another system message)."""
+    from runtime.answers import ANSWER_MAX_TOKENS, INSTRUCTIONS, build_prompt, parse_answers, \
+        prompt_tokens
+    from runtime.llm import LLMError
+    from runtime.tokens import count_tokens
+
+    prompt = build_prompt(knowledge, question, instructions=system or INSTRUCTIONS)
+    sent = prompt_tokens(prompt)
+    started = time.perf_counter()
+    try:
+        reply = ctx.llm.complete(prompt.user, system=prompt.system, max_tokens=ANSWER_MAX_TOKENS)
+    except LLMError:
+        return _Reading(None, prompt.to_dict(), sent, 0, (time.perf_counter() - started) * 1e3)
+    return _Reading(parse_answers(reply.text), prompt.to_dict(), sent, count_tokens(reply.text),
+                    (time.perf_counter() - started) * 1e3)
+
+
+def _top_end(rt, triples: Sequence[Triple], topics: set[int]) -> list[str]:
+    """The name of the first endpoint of ranked triples that is not a topic entity (or [])."""
+    for s, _, o in triples:
+        for e in (o, s):
+            if e not in topics:
+                return [rt.names[e]]
+    return []
+
+
+def _prediction(ctx: EvalContext, rt, readings: list[_Reading], answers: list[str], status: str,
+                encodings: list, triples: Sequence[Triple], timings: dict, details: dict
+                ) -> Prediction:
+    return Prediction(
+        answers=answers, status=status, llm_calls=ctx.llm.calls, failed_calls=ctx.llm.failed,
+        prompt_tokens=sum(r.prompt_tokens for r in readings),
+        completion_tokens=sum(r.completion_tokens for r in readings),
+        knowledge_tokens=sum(e.tokens for e in encodings),
+        naive_tokens=sum(e.naive_tokens for e in encodings),
+        prompts=[r.prompt for r in readings],
+        triples=[{"s": rt.names[s], "r": rt.relation_names.get(r, str(r)), "o": rt.names[o]}
+                 for s, r, o in triples],
+        timings={k: round(v, 3) for k, v in timings.items()},
+        error="; ".join(ctx.llm.errors) or None, details={"build_id": rt.build_id, **details})
+
+
+# --------------------------------------------------------------------------------------------
+# KAPING
+
+
+def kaping(ctx: EvalContext) -> Method:
+    """KAPING under the context's reader and budget (module docstring)."""
+    from runtime.ittc import encode_uniform
+
+    rt = ctx.runtime
+    enc = _encoder(ctx, "kaping")
+    cache: dict[Triple, np.ndarray] = {}
+
+    def vectors(pool: list[Triple]) -> np.ndarray:
+        missing = [t for t in pool if t not in cache]
+        if missing:
+            if len(cache) + len(missing) > _CACHE_LIMIT:
+                cache.clear()
+            texts = [f"{rt.names[s]} {relation_text(rt.relation_names.get(r, str(r)))} "
+                     f"{rt.names[o]}" for s, r, o in missing]
+            for t, v in zip(missing, enc.encode_passages(texts)):
+                cache[t] = v
+        return np.stack([cache[t] for t in pool])
+
+    def run(question: Question) -> Prediction:
+        ctx.llm.reset()
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        topics, links, status = ctx.topic_ids(rt, question)
+        timings["link"] = (time.perf_counter() - t0) * 1e3
+        details = {"linked": links}
+        if status is not None:
+            return _prediction(ctx, rt, [], [], status, [], [], timings, details)
+        t = time.perf_counter()
+        pool = list(dict.fromkeys(t for h in topics for t in one_hop(rt, h)))[:KAPING_POOL]
+        if not pool:
+            return _prediction(ctx, rt, [], [], "no_paths", [], [], timings, details)
+        q_vec = enc.encode_queries([question.question])[0]
+        sims = vectors(pool) @ q_vec
+        top = [pool[i] for i in np.argsort(-sims, kind="stable")[:KAPING_TOP_K]]
+        timings["retrieve"] = (time.perf_counter() - t) * 1e3
+        t = time.perf_counter()
+        encoding = encode_uniform(_knowledge(rt, top, set(topics)), ctx.budget, level="compact")
+        timings["encode"] = (time.perf_counter() - t) * 1e3
+        fallback = _top_end(rt, top, set(topics))
+        readings, answers, status = [], fallback, "ok"
+        if ctx.llm.calls_model:
+            reading = _read(ctx, encoding.text, question.question)
+            readings.append(reading)
+            timings["llm"] = reading.ms
+            if reading.answers:
+                answers = reading.answers
+            else:
+                status = "fallback"
+        timings["total"] = (time.perf_counter() - t0) * 1e3
+        details["pool"] = len(pool)
+        return _prediction(ctx, rt, readings, answers, status, [encoding],
+                           [top[e.index] for e in encoding.triples if e.granularity], timings,
+                           details)
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# ToG
+
+
+@dataclass(frozen=True)
+class _Path:
+    nodes: tuple[int, ...]  # topic entity first, end entity last
+    triples: tuple[Triple, ...]
+    rel_score: float  # sum of the cosines of its relations to the question
+    end_score: float  # cosine of its end entity to the question
+
+    @property
+    def mean(self) -> float:
+        return self.rel_score / len(self.triples) if self.triples else float("-inf")
+
+
+def _options(rt, beam: list[_Path]) -> dict[tuple[int, bool], list[tuple[_Path, int]]]:
+    """(relation, inverse) → the (path, neighbour) steps it offers from the beam's ends."""
+    g = rt.graph
+    found: dict[tuple[int, bool], list[tuple[_Path, int]]] = {}
+    for path in beam:
+        end = path.nodes[-1]
+        for j in range(int(g.indptr[end]), int(g.indptr[end + 1])):
+            target = int(g.targets[j])
+            if target not in path.nodes:
+                found.setdefault((int(g.relations[j]), bool(g.inverse[j])), []).append(
+                    (path, target))
+    return found
+
+
+def tog(ctx: EvalContext) -> Method:
+    """ToG-R under the context's reader and budget (module docstring)."""
+    from runtime.ittc import encode_uniform
+
+    rt = ctx.runtime
+    enc = _encoder(ctx, "tog")
+    rel_ids = sorted(rt.relation_names)
+    rel_vectors = dict(zip(rel_ids, enc.encode_passages(
+        [relation_text(rt.relation_names[r]) for r in rel_ids]))) if rel_ids else {}
+
+    def label(option: tuple[int, bool]) -> str:
+        name = rt.relation_names.get(option[0], str(option[0]))
+        return f"{name} (reverse)" if option[1] else name
+
+    def entity_cos(q_vec: np.ndarray, entity: int) -> float:
+        return float(rt.vectors[entity] @ q_vec) if rt.vectors is not None else 0.0
+
+    def run(question: Question) -> Prediction:
+        ctx.llm.reset()
+        timings: dict[str, float] = {"llm": 0.0}
+        t0 = time.perf_counter()
+        topics, links, status = ctx.topic_ids(rt, question)
+        details: dict = {"linked": links, "depths": []}
+        if status is not None:
+            return _prediction(ctx, rt, [], [], status, [], [], timings, details)
+        q_vec = enc.encode_queries([question.question])[0]
+        beam = [_Path((h,), (), 0.0, 0.0) for h in topics][:TOG_WIDTH]
+        seen: list[_Path] = []
+        readings: list[_Reading] = []
+        encodings = []
+        answers: list[str] | None = None
+        for depth in range(1, TOG_DEPTH + 1):
+            steps = _options(rt, beam)
+            if not steps:
+                break
+            cos = {o: float(rel_vectors[o[0]] @ q_vec) for o in steps}
+            ranked = sorted(steps, key=lambda o: (-cos[o], o))
+            picked = ranked[:TOG_WIDTH]
+            if ctx.llm.calls_model:
+                shown = ranked[:TOG_MAX_OPTIONS]
+                names = ", ".join(rt.names[h] for h in topics)
+                listing = "".join(f"- {label(o)}\n" for o in shown)
+                reading = _read(ctx, f"Topic entities: {names}\nRelations:\n{listing}",
+                                question.question, PRUNE_INSTRUCTIONS.format(width=TOG_WIDTH))
+                readings.append(reading)
+                timings["llm"] += reading.ms
+                by_label = {normalise_answer(label(o)): o for o in shown}
+                chosen = [by_label[k] for k in (normalise_answer(a) for a in reading.answers or [])
+                          if k in by_label]
+                if chosen:
+                    picked = list(dict.fromkeys(chosen))[:TOG_WIDTH]
+            grown = [_Path(path.nodes + (target,),
+                           path.triples + (((target, o[0], path.nodes[-1]) if o[1]
+                                            else (path.nodes[-1], o[0], target)),),
+                           path.rel_score + cos[o], entity_cos(q_vec, target))
+                     for o in picked for path, target in steps[o]]
+            grown.sort(key=lambda p: (-p.rel_score, -p.end_score, p.nodes[-1], p.nodes))
+            beam = grown[:TOG_WIDTH]
+            seen.extend(beam)
+            details["depths"].append({"relations": [label(o) for o in picked],
+                                      "ends": [rt.names[p.nodes[-1]] for p in beam]})
+            if ctx.llm.calls_model:
+                support = list(dict.fromkeys(t for p in beam for t in p.triples))
+                encoding = encode_uniform(_knowledge(rt, support, set(topics)), ctx.budget,
+                                          level="compact")
+                encodings.append(encoding)
+                reading = _read(ctx, encoding.text, question.question)
+                readings.append(reading)
+                timings["llm"] += reading.ms
+                if reading.answers:
+                    answers = reading.answers
+                    break
+        status = "ok"
+        if answers is None:
+            if ctx.llm.calls_model:  # the reader never answered: the beam's ends, flagged
+                ends = [p.nodes[-1] for p in beam]
+                status = "beam_answer" if seen else "no_paths"
+            else:
+                ranked_paths = sorted(seen, key=lambda p: (-p.mean, -p.end_score, len(p.nodes),
+                                                           p.nodes))
+                ends = [p.nodes[-1] for p in ranked_paths]
+                status = "ok" if seen else "no_paths"
+            answers = [rt.names[e] for e in ends if e not in topics][:1]
+        timings["total"] = (time.perf_counter() - t0) * 1e3
+        support = list(dict.fromkeys(t for p in beam for t in p.triples))
+        return _prediction(ctx, rt, readings, answers, status, encodings, support, timings,
+                           details)
+
+    return run

@@ -1,0 +1,169 @@
+"""``lokg eval``: run methods over a dataset split against a store and write the reports.
+
+Registered on the ``lokg`` group by runtime/cli.py. Heavy pieces (the runtime, Spark for
+``--build``, matplotlib) are imported inside :func:`run_eval` only.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import click
+
+from evaluation.datasets import DatasetError, load_dataset
+from evaluation.methods import ENTITY_MODES, METHODS, MethodError, method_names
+from evaluation.report import markdown_table
+from evaluation.runner import EvalError
+
+READERS = ("none", "local", "openai")
+PLOT_FILE = "accuracy_vs_tokens.png"
+MARKDOWN_FILE = "summary.md"
+
+
+def command_line(**options) -> str:
+    """The ``lokg eval`` command that reproduces a run, options in a fixed order."""
+    parts = ["lokg", "eval"]
+    for name in ("dataset", "split", "store", "store_no_scos", "methods", "llm", "budget",
+                 "entities", "out", "limit", "kb"):
+        value = options.get(name)
+        if value is not None:
+            parts += [f"--{name.replace('_', '-')}", str(value)]
+    for item in options.get("overrides") or ():
+        parts += ["--set", item]
+    if options.get("build"):
+        parts.append("--build")
+    return shlex.join(parts)
+
+
+def ensure_store(store_root: str, dataset, *, build: bool, kb: str | None, overrides: Sequence[str],
+                 scos: bool, log: Callable[[str], None]) -> None:
+    """Build the store from the dataset's KB when it has no published build and ``build`` is set.
+
+    PathQuestion's ``train.txt`` feeds GAT's gold-path term (``gat.questions``); the split being
+    evaluated is never given to a build.
+    """
+    from runtime.contract import Store
+
+    if Store(store_root).current_id() is not None:
+        return
+    dump = kb or (str(dataset.kb) if dataset.kb else None)
+    if not build:
+        raise EvalError(f"{store_root}: no published build; build it with `lokg build` or pass "
+                        "--build" + (f" (from {dump})" if dump else " --kb DUMP"))
+    if dump is None:
+        raise EvalError(f"--build: dataset {dataset.kind} has no KB; pass --kb DUMP")
+    from runtime import pipeline
+    from runtime.config import load_config
+
+    settings = [f"ingest.format={dataset.kb_format or 'auto'}" if not kb else "ingest.format=auto"]
+    if dataset.train_file is not None and dataset.train_file != dataset.source:
+        settings.append(f"gat.questions={dataset.train_file}")
+    if not scos:
+        settings.append("scos.enabled=false")
+    log(f"building {store_root} from {dump} ({', '.join(settings)})")
+    pipeline.build(dump, store_root, load_config(None, [*settings, *overrides]), log=log)
+
+
+def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lokg",
+             llm: str = "none", budget: int = 2048, entities: str = "gold", out: str,
+             store_no_scos: str | None = None, build: bool = False, kb: str | None = None,
+             overrides: Sequence[str] = (), limit: int | None = None, progress: bool = True,
+             threads: int | None = 1, log: Callable[[str], None] = print) -> dict:
+    """Everything ``lokg eval`` does; returns the summary written to ``summary.json``.
+
+    ``threads`` caps torch's CPU threads (the question encoder): on a shared 2-core host one
+    thread embeds a question in ~40 ms and torch's default two in ~600 ms.
+    """
+    from evaluation.methods import CountingLLM, EvalContext, make_methods
+    from evaluation.report import plot_accuracy_vs_tokens, render_markdown
+    from evaluation.runner import check_run_file, evaluate, merge_summary, write_summary
+    from runtime.llm import make_llm
+    from runtime.query import Runtime
+
+    command = command_line(dataset=dataset, split=split, store=store,
+                           store_no_scos=store_no_scos, methods=methods, llm=llm, budget=budget,
+                           entities=entities, out=out, limit=limit, kb=kb, overrides=overrides,
+                           build=build)
+    data = load_dataset(dataset, split)
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    names = method_names(methods)
+    questions = data.questions[:limit] if limit else data.questions
+    ensure_store(store, data, build=build, kb=kb, overrides=overrides, scos=True, log=log)
+    rt = Runtime.open(store)
+    rt_no_scos = None
+    if any(METHODS[n].needs_no_scos_store for n in names):
+        if store_no_scos is None and build:
+            store_no_scos = f"{store.rstrip('/')}-no-scos"
+        if store_no_scos is None:
+            raise MethodError("lokg-no-scos needs --store-no-scos DIR (a store built with "
+                              "scos.enabled=false), or --build to build one")
+        ensure_store(store_no_scos, data, build=build, kb=kb, overrides=overrides, scos=False,
+                     log=log)
+        rt_no_scos = Runtime.open(store_no_scos)
+    reader = make_llm(llm)
+    ctx = EvalContext(rt, CountingLLM(reader), budget, entities, rt_no_scos)
+    out_dir = Path(out)
+    stores = {"store": rt.build_id}
+    if rt_no_scos is not None:
+        stores["store_no_scos"] = rt_no_scos.build_id
+    settings = {"dataset": data.describe(), "llm": llm,
+                "model": None if ctx.llm.model is None else str(ctx.llm.model),
+                "budget": budget, "entities": entities, "stores": stores}
+    run = check_run_file(out_dir, settings, command)
+    summary = evaluate(make_methods(names, ctx), questions, out_dir, progress=progress)
+    summary = merge_summary(out_dir, summary, list(METHODS))
+    write_summary(out_dir, summary)
+    (out_dir / MARKDOWN_FILE).write_text(render_markdown(summary, run))
+    title = f"{data.kind} {data.source.parent.name}/{data.source.name}, reader {llm}, B={budget}"
+    plot_accuracy_vs_tokens(summary, out_dir / PLOT_FILE, title)
+    return summary
+
+
+@click.command("eval")
+@click.option("--dataset", required=True, metavar="KIND:PATH",
+              help="pathquestion:DIR | synth:FILE | jsonl:FILE")
+@click.option("--split", help="Split to evaluate (PathQuestion: train|dev|test, default test; "
+                              "JSONL: records whose 'split' field matches).")
+@click.option("--store", "store", envvar="LOKG_STORE", required=True,
+              type=click.Path(file_okay=False), help="Store root (env LOKG_STORE).")
+@click.option("--store-no-scos", type=click.Path(file_okay=False),
+              help="Store built with scos.enabled=false, for lokg-no-scos.")
+@click.option("--methods", default="lokg", show_default=True,
+              help=f"Comma-separated, or 'all': {', '.join(METHODS)}.")
+@click.option("--llm", type=click.Choice(READERS), default="none", show_default=True,
+              help="Reader for every method (openai: LOKG_LLM_BASE_URL, LOKG_LLM_MODEL).")
+@click.option("--budget", type=click.IntRange(1, 131072), default=2048, show_default=True,
+              help="Knowledge budget B in cl100k_base tokens.")
+@click.option("--entities", type=click.Choice(ENTITY_MODES), default="gold", show_default=True,
+              help="gold: the dataset's topic entities; link: link them from the question.")
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Run directory (an interrupted run resumes there).")
+@click.option("--build", is_flag=True, help="Build missing stores from the dataset's KB.")
+@click.option("--kb", type=click.Path(exists=True), help="Dump to --build from (default: the "
+                                                         "dataset's KB).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Build config override for --build (repeatable).")
+@click.option("--limit", type=click.IntRange(min=1), help="Only the first N questions.")
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="Progress bars on stderr.")
+@click.option("--threads", type=click.IntRange(min=0), default=1, show_default=True,
+              help="torch CPU threads for the question encoder (0: torch's default).")
+def eval_command(**options) -> None:
+    """Evaluate methods on a dataset split: JSONL per question, summary.json/.md and a plot."""
+    from runtime.contract import StoreError
+    from runtime.llm import LLMError
+    from runtime.pipeline import BuildError
+    from runtime.query import QueryError
+
+    try:
+        summary = run_eval(**options, log=lambda m: click.echo(m, err=True))
+    except (DatasetError, MethodError, EvalError, StoreError, LLMError, BuildError,
+            QueryError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(markdown_table(summary), nl=False)
+    click.echo(f"reports in {options['out']}")

@@ -1,0 +1,192 @@
+"""The methods an evaluation compares, by name, each a ``Question -> Prediction`` callable.
+
+Every method runs under the same reader (one LLM object, wrapped in :class:`CountingLLM`) and
+the same knowledge budget B:
+
+=================  ==========================================================================
+``lokg``           the runtime as shipped: TAIMR retrieval, ITTC encoding, one call
+``lokg-no-scos``   the same on a store built with ``scos.enabled=false`` (``--store-no-scos``)
+``lokg-no-ittc``   ``encoding="uniform"``: one template (balanced, s-r-o), cut by rank to fit B
+``lokg-no-taimr``  ``retrieval="similarity"``: reachable entities ranked by cosine alone
+``neighbourhood``  the topic entities' 1-hop triples, truncated to B
+``kaping``         top-20 of a ≤200-triple 1-hop pool by embedding similarity (baselines.py)
+``tog``            LLM-driven beam search, width 3, depth 3, several calls (baselines.py)
+=================  ==========================================================================
+
+**Topic entities.** With ``entities="gold"`` (the default, as in ToG and the PathQuestion
+literature) a question's topic entity keys from the dataset are given to the method; a question
+without any is linked from its text. With ``entities="link"`` every question is linked from its
+text by the runtime's linker. A gold key missing from the store gives an empty prediction with
+status ``topic_not_in_store`` (a dataset/store mismatch, counted as wrong, never skipped).
+
+**Calls and failures.** :class:`CountingLLM` counts every call a method makes and every call
+that raised :class:`runtime.llm.LLMError`, whatever the method does with the failure (the
+runtime falls back to its retrieval answer, flagged), so ``calls/q`` and ``failed_calls`` mean
+the same for every method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from evaluation.datasets import Question
+from evaluation.runner import Method, Prediction
+
+ENTITY_MODES = ("gold", "link")
+
+
+class MethodError(ValueError):
+    """A method cannot run as asked (unknown name, missing store or encoder)."""
+
+
+class CountingLLM:
+    """An LLM backend that counts the calls made through it and the ones that failed."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = inner.name
+        self.calls_model = bool(inner.calls_model)
+        self.model = getattr(inner, "model", None)
+        self.reset()
+
+    def reset(self) -> None:
+        self.calls = 0
+        self.failed = 0
+        self.errors: list[str] = []
+
+    def complete(self, prompt: str, *, max_tokens: int, system: str = ""):
+        from runtime.llm import LLMError
+
+        if self.calls_model:
+            self.calls += 1
+        try:
+            return self.inner.complete(prompt, max_tokens=max_tokens, system=system)
+        except LLMError as exc:
+            self.failed += 1
+            self.errors.append(f"{exc.kind}: {exc}")
+            raise
+
+
+@dataclass
+class EvalContext:
+    """What methods are built from: opened runtimes, the reader, the budget, the entity mode."""
+
+    runtime: object  # runtime.query.Runtime
+    llm: CountingLLM
+    budget: int = 2048
+    entities: str = "gold"
+    runtime_no_scos: object | None = None
+    _key_index: dict[int, dict[str, int]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if self.entities not in ENTITY_MODES:
+            raise MethodError(f"entities must be one of {', '.join(ENTITY_MODES)}; "
+                              f"got {self.entities!r}")
+
+    def topic_keys(self, rt, question: Question) -> tuple[list[str] | None, str | None]:
+        """(keys to give the method or None to link from text, or a failing status)."""
+        if self.entities != "gold" or not question.topic_entities:
+            return None, None
+        index = self._key_index.get(id(rt))
+        if index is None:
+            index = self._key_index[id(rt)] = {k: i for i, k in enumerate(rt.keys)}
+        if any(k not in index for k in question.topic_entities):
+            return None, "topic_not_in_store"
+        return list(question.topic_entities), None
+
+    def topic_ids(self, rt, question: Question) -> tuple[list[int], list[dict], str | None]:
+        """Topic entity ids, their link records, and a failing status (None when found)."""
+        keys, status = self.topic_keys(rt, question)
+        if status is not None:
+            return [], [], status
+        if keys is not None:
+            index = self._key_index[id(rt)]
+            ids = [index[k] for k in keys]
+            links = [{"id": i, "key": rt.keys[i], "name": rt.names[i], "method": "given"}
+                     for i in ids]
+        else:
+            found = rt.link(question.question)
+            ids = list(dict.fromkeys(link.id for link in found))
+            links = [{**link.to_dict(), "key": rt.keys[link.id], "name": rt.names[link.id]}
+                     for link in found]
+        return ids, links, None if ids else "no_entity"
+
+
+def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = False):
+    """A factory for the runtime under one retrieval/encoding (and store) setting."""
+
+    def factory(ctx: EvalContext) -> Method:
+        rt = ctx.runtime_no_scos if no_scos else ctx.runtime
+        if rt is None:
+            raise MethodError("lokg-no-scos needs a store built with scos.enabled=false: pass "
+                              "--store-no-scos DIR (or --build to build one)")
+
+        def run(question: Question) -> Prediction:
+            keys, status = ctx.topic_keys(rt, question)
+            if status is not None:
+                return Prediction([], status=status, details={"build_id": rt.build_id})
+            ctx.llm.reset()
+            ans = rt.ask(question.question, entities=keys, budget=ctx.budget, llm=ctx.llm,
+                         retrieval=retrieval, encoding=encoding)
+            tokens = ans.tokens
+            return Prediction(
+                answers=list(ans.answers), status=ans.status, llm_calls=ctx.llm.calls,
+                failed_calls=ctx.llm.failed, prompt_tokens=int(tokens["prompt"]),
+                completion_tokens=int(tokens["completion"]),
+                knowledge_tokens=int(tokens["knowledge"]), naive_tokens=int(tokens["naive"]),
+                prompts=[ans.prompt] if ctx.llm.calls else [], triples=ans.triples,
+                timings=ans.timings,
+                error="; ".join(ctx.llm.errors) or (ans.fallback_reason if ans.fallback else None),
+                details={"build_id": ans.build_id, "linked": ans.linked,
+                         "answer_ids": ans.answer_ids, "candidates": ans.candidates[:5],
+                         "encoding": {k: ans.encoding.get(k) for k in ("mode", "dropped")}})
+
+        return run
+
+    return factory
+
+
+def _baseline(name: str):
+    def factory(ctx: EvalContext) -> Method:
+        from evaluation import baselines
+
+        return getattr(baselines, name)(ctx)
+
+    return factory
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    summary: str
+    factory: Callable[[EvalContext], Method]
+    needs_no_scos_store: bool = False
+
+
+METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
+    MethodSpec("lokg", "LOKG: TAIMR + ITTC, one call", _lokg()),
+    MethodSpec("lokg-no-scos", "LOKG on a store without SCOS", _lokg(no_scos=True), True),
+    MethodSpec("lokg-no-ittc", "LOKG with the uniform template", _lokg(encoding="uniform")),
+    MethodSpec("lokg-no-taimr", "LOKG with similarity retrieval", _lokg(retrieval="similarity")),
+    MethodSpec("neighbourhood", "1-hop neighbourhood, truncated to B",
+               _lokg(retrieval="neighbourhood")),
+    MethodSpec("kaping", "KAPING: top-20 of ≤200 1-hop triples by similarity",
+               _baseline("kaping")),
+    MethodSpec("tog", "ToG: LLM beam search, width 3, depth 3", _baseline("tog")),
+)}
+
+
+def method_names(text: str) -> list[str]:
+    """``all`` or a comma-separated list of method names, validated, in the order given."""
+    names = list(METHODS) if text.strip() == "all" else [
+        n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in METHODS]
+    if unknown or not names:
+        raise MethodError(f"unknown method(s) {unknown or [text]}; choose from "
+                          f"{', '.join(METHODS)} or 'all'")
+    return list(dict.fromkeys(names))
+
+
+def make_methods(names: list[str], ctx: EvalContext) -> dict[str, Method]:
+    return {name: METHODS[name].factory(ctx) for name in names}

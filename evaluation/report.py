@@ -1,0 +1,90 @@
+"""Human-readable outputs of a run: the Markdown table and the accuracy-vs-tokens plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: Markdown columns: (header, summary key, format).
+COLUMNS = (
+    ("method", None, None),
+    ("n", "n", "{:d}"),
+    ("H@1", "H@1", "{:.3f}"),
+    ("Hit", "Hit", "{:.3f}"),
+    ("F1", "F1", "{:.3f}"),
+    ("TCR", "TCR", "{:.3f}"),
+    ("tok/q", "tok/q", "{:.1f}"),
+    ("calls/q", "calls/q", "{:.2f}"),
+    ("P@1K", "P@1K", "{:.2f}"),
+    ("H@1K", "H@1K", "{:.2f}"),
+    ("latency mean ms", "latency_ms_mean", "{:.1f}"),
+    ("latency p95 ms", "latency_ms_p95", "{:.1f}"),
+    ("failed calls", "failed_calls", "{:d}"),
+)
+
+
+def markdown_table(summary: dict) -> str:
+    """One row per method; ``—`` for an undefined value (TCR without knowledge, P@1K at 0 tok)."""
+    head = "| " + " | ".join(h for h, _, _ in COLUMNS) + " |"
+    rule = "|" + "|".join("---" if key is None else "--:" for _, key, _ in COLUMNS) + "|"
+    rows = [head, rule]
+    for method, values in summary.items():
+        cells = [f"`{method}`"]
+        for _, key, fmt in COLUMNS[1:]:
+            value = values.get(key)
+            cells.append("—" if value is None else fmt.format(value))
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def render_markdown(summary: dict, run: dict) -> str:
+    """summary.md: what was run, the table, and the command(s) that produced it."""
+    settings = run["settings"]
+    data = settings["dataset"]
+    lines = [
+        f"# Evaluation: {data['kind']} `{data['source']}`"
+        + (f", split `{data['split']}`" if data.get("split") else ""),
+        "",
+        f"Reader `{settings['llm']}`, knowledge budget B = {settings['budget']} tokens, topic "
+        f"entities: {settings['entities']}, stores: "
+        + ", ".join(f"{k} `{v}`" for k, v in sorted(settings["stores"].items())) + ".",
+        "",
+        markdown_table(summary),
+        "TCR: mean T_after/T_naive over questions with knowledge; P@1K, H@1K = 1000·F1/tok/q "
+        "and 1000·H@1/tok/q from the averages (— when tok/q = 0).",
+        "",
+        "Command(s):",
+        "",
+    ]
+    lines += [f"    {command}" for command in run.get("commands", [])]
+    return "\n".join(lines) + "\n"
+
+
+def plot_accuracy_vs_tokens(summary: dict, path: str | Path, title: str = "") -> Path:
+    """H@1 (circles) and F1 (triangles) against tok/q, one colour per method, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
+    cmap = plt.get_cmap("tab10")
+    for i, (method, values) in enumerate(summary.items()):
+        x = values["tok/q"]
+        colour = cmap(i % 10)
+        ax.scatter([x], [values["H@1"]], marker="o", s=60, color=colour, label=f"{method} H@1")
+        ax.scatter([x], [values["F1"]], marker="^", s=60, color=colour, facecolors="none",
+                   label=f"{method} F1")
+    most = max((values["tok/q"] for values in summary.values()), default=0.0)
+    ax.set_xlabel("tokens per question (prompt + completion, cl100k_base)")
+    ax.set_ylabel("score")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlim(-0.02 * max(most, 1.0), 1.1 * max(most, 1.0))  # the none reader sits at 0
+    ax.grid(True, alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, format="png", metadata={"Software": None})
+    plt.close(fig)
+    return path
