@@ -76,11 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=2048)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lambda-q", type=float,
+                        help="override query.lambda_q; 0 skips the question embedding")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
 
     rss0 = rss_mib()
-    rt = Runtime.open(args.store)
+    settings = {} if args.lambda_q is None else {"lambda_q": args.lambda_q}
+    rt = Runtime.open(args.store, **settings)
     rss_open = rss_mib()
     if args.questions_file:
         questions = file_questions(args.questions_file, args.questions + args.warmup)
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         for step, ms in answer.timings.items():
             steps.setdefault(step, []).append(ms)
     result = {
-        "store": args.store, "build_id": rt.build_id, "entities": rt.n_entities,
+        "store": args.store, "build_id": rt.build_id, "lambda_q": rt.settings["lambda_q"], "entities": rt.n_entities,
         "questions": len(questions) - args.warmup, "budget": args.budget,
         "open_ms": round(rt.open_ms, 1), "rss_open_mib": round(rss_open - rss0, 1),
         "rss_end_mib": round(rss_mib(), 1),
@@ -112,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"store {args.store} (build {rt.build_id}, {rt.n_entities:,} entities)")
     print(f"open {result['open_ms']:.0f} ms; RSS +{result['rss_open_mib']:.0f} MiB after open, "
           f"{result['rss_end_mib']:.0f} MiB at the end")
-    print(f"{result['questions']} questions, budget {args.budget}, llm none; status {dict(statuses)}")
+    print(f"{result['questions']} questions, budget {args.budget}, llm none, "
+          f"lambda_q {rt.settings['lambda_q']}; status {dict(statuses)}")
     print(f"{'step':<10}{'p50 ms':>10}{'p99 ms':>10}{'mean ms':>10}")
     for step, row in result["ms"].items():
         print(f"{step:<10}{row['p50']:>10.3f}{row['p99']:>10.3f}{row['mean']:>10.3f}")

@@ -107,6 +107,7 @@ DEFAULTS: dict = {
         "max_candidates": 20,  # candidate answers whose best paths form the candidate set
         "focus_candidates": 5,  # top candidates that get ITTC's λ_boost (with linked entities)
         "min_link_cosine": 0.5,  # vector fallback: nearest entity must reach this cosine
+        "encoder_threads": 1,  # torch threads of the question encoder; null = torch default
     },
 }
 

@@ -34,7 +34,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from runtime import ittc, taimr
+from runtime import ittc, relknow, taimr
 from runtime.answers import ANSWER_MAX_TOKENS, build_prompt, parse_answers, prompt_overhead
 from runtime.config import section
 from runtime.contract import Build, Store, StoreError
@@ -52,11 +52,13 @@ from runtime.tokens import count_tokens
 
 RETRIEVALS = ("taimr", "similarity", "neighbourhood")
 ENCODINGS = ("ittc", "uniform")
-POLICIES = ("lokg",)
+POLICIES = ("lokg", "precision", "route")
 #: Hard limits on a request; beyond them ask() refuses with a QueryError.
 MAX_QUESTION_CHARS = 4096
 MAX_BUDGET = 131072
 MAX_GIVEN_ENTITIES = 32
+#: Heads missing from the path cache whose computed paths are kept in memory.
+COLD_HEADS_KEPT = 4096
 
 
 class QueryError(ValueError):
@@ -70,7 +72,7 @@ class Answer:
     question: str
     answers: list[str]
     answer_ids: list[int | None]
-    status: str  # ok | fallback | no_entity | no_paths
+    status: str  # ok | fallback | no_entity | no_paths | abstained (policy precision)
     message: str
     fallback: bool
     fallback_reason: str | None
@@ -86,6 +88,10 @@ class Answer:
     build_id: str
     retrieval: str
     policy: str
+    #: policies precision/route and the relation feeds: which path answered and why (None for
+    #: policy lokg with the feeds off) — source derived | llm | retrieval | abstain, reason,
+    #: chain, vote share, derived answers, consistency, gate
+    route: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,7 +103,7 @@ class Answer:
 class _PathCache:
     """The published path_cache: one bucket file per ``head % buckets``, a few kept in memory."""
 
-    def __init__(self, directory: Path, buckets: int, keep: int = 64):
+    def __init__(self, directory: Path, buckets: int, keep: int = 256):
         self.directory = directory
         self.buckets = buckets
         self.keep = keep
@@ -110,25 +116,35 @@ class _PathCache:
                 self._loaded.move_to_end(b)
                 return self._loaded[b]
         path = self.directory / f"bucket-{b:05d}.parquet"
-        table = pq.read_table(path, memory_map=True)
+        table = pq.read_table(path, memory_map=True).combine_chunks()
         heads = table.column("head").to_numpy()
         starts = np.flatnonzero(np.r_[True, heads[1:] != heads[:-1]]) if len(heads) else []
         ends = list(starts[1:]) + [len(heads)] if len(heads) else []
         offsets = {int(heads[s]): (int(s), int(e)) for s, e in zip(starts, ends)}
+        # Flat numpy columns: slicing them per head is ~10x cheaper than Arrow's to_pydict.
+        lists = {c: table.column(c).chunk(0) if table.num_rows else None
+                 for c in ("relations", "inverses", "nodes")}
+        flat = (table.column("score").to_numpy(),
+                lists["relations"].offsets.to_numpy() if table.num_rows else np.zeros(1, np.int32),
+                *(lists[c].values.to_numpy(zero_copy_only=False) if table.num_rows
+                  else np.zeros(0) for c in ("relations", "inverses", "nodes")))
         with self._lock:
-            self._loaded[b] = (table, offsets)
+            self._loaded[b] = (flat, offsets)
             while len(self._loaded) > self.keep:
                 self._loaded.popitem(last=False)
-        return table, offsets
+        return flat, offsets
 
     def get(self, head: int) -> list[PathRow] | None:
         """The cached paths of ``head``, or None when the head is not in the cache (cold)."""
-        table, offsets = self._bucket(head % self.buckets)
+        (score, offs, rel, inv, nodes), offsets = self._bucket(head % self.buckets)
         if head not in offsets:
             return None
         start, end = offsets[head]
-        rows = table.slice(start, end - start).to_pydict()
-        return list(zip(rows["score"], rows["relations"], rows["inverses"], rows["nodes"]))
+        lo, hi = int(offs[start]), int(offs[end])
+        rel_l, inv_l, nodes_l = (rel[lo:hi].tolist(), inv[lo:hi].tolist(), nodes[lo:hi].tolist())
+        bounds = (offs[start:end + 1] - lo).tolist()
+        return [(sc, rel_l[a:b], inv_l[a:b], nodes_l[a:b])
+                for sc, a, b in zip(score[start:end].tolist(), bounds[:-1], bounds[1:])]
 
 
 #: One path: (S_topo, relations, inverses, nodes) hop by hop, the head excluded from nodes.
@@ -162,9 +178,9 @@ def _tail_entropies_bits(triples: pa.Table, n_relations: int) -> np.ndarray:
     out = np.zeros(n_relations, dtype=np.float64)
     if not len(r):
         return out
-    pairs = np.unique(np.stack([r, o], axis=1), axis=0, return_counts=True)
-    (ro, counts) = pairs
-    rel = ro[:, 0]
+    span = int(o.max()) + 1
+    keys, counts = np.unique(r.astype(np.int64) * span + o, return_counts=True)  # 1-D: fast
+    rel = keys // span
     totals = np.bincount(rel, weights=counts, minlength=n_relations)
     p = counts / totals[rel]
     np.add.at(out, rel, -p * np.log2(p))
@@ -218,7 +234,14 @@ class Runtime:
         if not np.array_equal(ids, np.arange(self.n_entities)):
             raise StoreError(f"{b.table_path('entities')}: entity ids are not 0..n-1 in order")
         self._entities = ent
+        # Rendering fields as Python lists once: per-row Arrow access costs ~60 µs an entity.
+        self._types = ent.column("types").to_pylist()
+        self._descriptions = ent.column("description").to_pylist()
+        self._aliases = ent.column("aliases").to_pylist()
+        self._attributes = ent.column("attributes").to_pylist()
         self._fields: dict[int, tuple[str, str, tuple, tuple]] = {}
+        self._cold: OrderedDict[int, list[PathRow]] = OrderedDict()
+        self._cold_lock = threading.Lock()
         self.names: list[str] = ent.column("name").to_pylist()
         self.keys: list[str] = ent.column("key").to_pylist()
         rel = b.read("relations")
@@ -239,7 +262,7 @@ class Runtime:
         degree = self.graph.out_degree()
         forms: list[tuple[int, str]] = []
         for i, (name, key, aliases) in enumerate(zip(self.names, self.keys,
-                                                      ent.column("aliases").to_pylist())):
+                                                      self._aliases)):
             forms.append((i, name))
             forms.append((i, key))
             forms.extend((i, a) for a in aliases or ())
@@ -258,6 +281,16 @@ class Runtime:
             self.vectors = np.load(vec_path, mmap_mode="r")
         enc_path = b.path / "models" / "encoder.json"
         self.encoder_spec = json.loads(enc_path.read_text()) if enc_path.is_file() else None
+        self.relknow: tuple[relknow.RelationKnowledge, relknow.Facts] | None = None
+        rk_path = b.path / "models" / relknow.ARTEFACT
+        if rk_path.is_dir():
+            names = {name: i for i, name in self.relation_names.items()}
+            try:
+                know = relknow.RelationKnowledge.load(rk_path, names)
+            except relknow.RelknowError as exc:
+                raise StoreError(str(exc)) from None
+            self.relknow = (know, relknow.Facts(*(triples.column(c).to_numpy() for c in "sro"),
+                                                self.n_relations))
 
     # ---------------------------------------------------------------- optional encoder
 
@@ -270,6 +303,11 @@ class Runtime:
                 try:
                     from runtime.encoder import SentenceEncoder
 
+                    threads = self.settings["encoder_threads"]
+                    if threads:  # torch's default (all cores) is ~15x slower per question here
+                        import torch
+
+                        torch.set_num_threads(int(threads))
                     self._encoder = SentenceEncoder.from_spec(self.encoder_spec)
                 except Exception as exc:  # ImportError without torch, or a bad model path
                     self._encoder_error = f"encoder unavailable: {exc}"
@@ -330,21 +368,31 @@ class Runtime:
             cached = self.path_cache.get(head)
             if cached is not None:
                 return cached, "cache"
-        return path_rows(taimr.top_paths(self.graph, head, **self.path_settings)), "computed"
+        with self._cold_lock:
+            rows = self._cold.get(head)
+            if rows is not None:
+                self._cold.move_to_end(head)
+                return rows, "computed"
+        rows = path_rows(taimr.top_paths(self.graph, head, **self.path_settings))
+        with self._cold_lock:  # cold heads stay in a bounded in-memory LRU (DESIGN §2.9)
+            self._cold[head] = rows
+            while len(self._cold) > COLD_HEADS_KEPT:
+                self._cold.popitem(last=False)
+        return rows, "computed"
 
     def _entity_fields(self, i: int) -> tuple[str, str, tuple, tuple]:
         """(first type, description, aliases, attributes) of an entity, memoised per runtime."""
         fields = self._fields.get(i)
         if fields is None:
-            row = self._entities.slice(i, 1).to_pylist()[0]
-            types = row["types"] or []
-            attributes = tuple((a["key"], a["value"]) for a in row["attributes"] or ())
-            fields = self._fields[i] = (types[0] if types else "", row["description"] or "",
-                                        tuple(row["aliases"] or ()), attributes)
+            types = self._types[i] or []
+            attributes = tuple((a["key"], a["value"]) for a in self._attributes[i] or ())
+            fields = self._fields[i] = (types[0] if types else "", self._descriptions[i] or "",
+                                        tuple(self._aliases[i] or ()), attributes)
         return fields
 
     def _knowledge(self, triples: list[tuple[int, int, int]], scores: list[float],
-                   focus: set[int]) -> list[ittc.KnowledgeTriple]:
+                   focus: set[int], boosted: frozenset | set = frozenset()
+                   ) -> list[ittc.KnowledgeTriple]:
         fields = {e: self._entity_fields(e) for t in triples for e in (t[0], t[2])}
         out = []
         for rank, ((s, r, o), score) in enumerate(zip(triples, scores)):
@@ -354,13 +402,16 @@ class Runtime:
                 subject=self.names[s], relation=self.relation_names.get(r, str(r)),
                 object=self.names[o], rank=rank, score=float(score),
                 tail_entropy=float(self.tail_entropy[r]) if r < len(self.tail_entropy) else 0.0,
-                focus=s in focus or o in focus, subject_type=st, object_type=ot,
+                focus=s in focus or o in focus or (s, r, o) in boosted, subject_type=st,
+                object_type=ot,
                 subject_description=sd, object_description=od, subject_aliases=sa,
                 object_aliases=oa, subject_attributes=sx, object_attributes=ox))
         return out
 
-    def _retrieve_paths(self, heads: list[int], q_vec: np.ndarray | None, retrieval: str):
-        """Candidates (entity, S_topo, cos, S_final, best path) ranked, and cache hits."""
+    def _retrieve_paths(self, heads: list[int], q_vec: np.ndarray | None, retrieval: str,
+                        rel_term=None):
+        """Candidates (entity, S_topo, cos, S_final, best path) ranked, and cache hits.
+        ``rel_term(path)``: the query-relation term, added to S_topo for the final ranking."""
         best: dict[int, tuple[float, int, PathRow]] = {}
         sources = {}
         for h in heads:
@@ -370,15 +421,18 @@ class Runtime:
                 a = p[3][-1]
                 if a in heads:
                     continue
-                if a not in best or p[0] > best[a][0]:
-                    best[a] = (p[0], h, p)
+                key = p[0] if rel_term is None else p[0] + rel_term(p)
+                if a not in best or key > best[a][0]:
+                    best[a] = (key, h, p)
         lam = float(self.settings["lambda_q"])
         cands = []
-        for a, (s_topo, h, p) in best.items():
+        for a, (key, h, p) in best.items():
             cos = float(self.vectors[a] @ q_vec) if q_vec is not None else 0.0
-            final = cos if retrieval == "similarity" else s_topo + lam * cos
-            cands.append((final, s_topo, cos, a, path_triples(h, p)))
+            final = cos if retrieval == "similarity" else key + lam * cos
+            cands.append((final, p[0], cos, a, (h, p)))
         cands.sort(key=lambda c: (-c[0], c[3]))
+        top = int(self.settings["max_candidates"])  # only these paths become triples
+        cands[:top] = [(*c[:4], path_triples(*c[4])) for c in cands[:top]]
         return cands, sources
 
     def _neighbourhood(self, heads: list[int]) -> list[tuple[int, int, int]]:
@@ -390,12 +444,37 @@ class Runtime:
                 out.append((o, r, h) if inv else (h, r, o))
         return list(dict.fromkeys(out))
 
+    def link(self, question: str, entities: Sequence[int | str] | None = None) -> list[Link]:
+        """Step 1 alone: caller ids/keys, else string matches, else the vector fallback."""
+        return self._link(question, entities)[0]
+
+    def _link(self, question: str, entities) -> tuple[list[Link], np.ndarray | None]:
+        if entities:
+            return self._given(entities), None
+        links, q_vec = self.linker.link(question), None
+        if not links and self.vectors is not None:
+            q_vec = self.embed_question(question)
+            if q_vec is not None:
+                links = vector_fallback(question, lambda _: q_vec[None, :], self._search,
+                                        min_cosine=float(self.settings["min_link_cosine"]))
+        return links, q_vec
+
     # ---------------------------------------------------------------- ask
 
     def ask(self, question: str, *, entities: Sequence[int | str] | None = None,
             budget: int = 2048, llm: str | LLM = "none", policy: str = "lokg",
-            retrieval: str = "taimr", encoding: str = "ittc") -> Answer:
-        """Answer one question with at most one LLM call; see the module docstring."""
+            retrieval: str = "taimr", encoding: str = "ittc",
+            relation_weight: float | None = None, chain_boost: bool | None = None) -> Answer:
+        """Answer one question with at most one LLM call; see the module docstring.
+
+        Relation knowledge (runtime/relknow.py, when the store has it): ``policy="precision"``
+        returns the derived answer where the precision gate passes and abstains elsewhere;
+        ``"route"`` returns it where the routing gate passes and otherwise makes the one call
+        on the compact context of the instantiated chain (the LOKG context when none
+        instantiates). ``relation_weight`` (λ_rel; settings ``relation_weight``) adds the
+        query-relation term λ_rel·q_rel(p_a) to S_final; ``chain_boost`` (setting
+        ``chain_boost``) gives ITTC's λ_boost to the facts of the predicted chain, added to
+        the candidate set. ``Answer.route`` says which path answered and why."""
         t0 = time.perf_counter()
         timings: dict[str, float] = {}
 
@@ -426,13 +505,7 @@ class Runtime:
 
         # 1. link
         t = time.perf_counter()
-        links = self._given(entities) if entities else self.linker.link(question)
-        q_vec = None
-        if not links and self.vectors is not None:
-            q_vec = self.embed_question(question)
-            if q_vec is not None:
-                links = vector_fallback(question, lambda _: q_vec[None, :], self._search,
-                                        min_cosine=float(self.settings["min_link_cosine"]))
+        links, q_vec = self._link(question, entities)
         t = lap("link", t)
         heads = list(dict.fromkeys(link.id for link in links))
         base = dict(question=question, llm={"backend": getattr(reader, "name", "?"),
@@ -446,17 +519,44 @@ class Runtime:
             return self._empty(base, "no_entity", "no entity of the store was found in the "
                                "question; pass entity ids to ask about a specific entity", timings)
 
+        # 1b. relation knowledge: the two policies that may answer from the graph, and the feeds
+        rel_weight = float(self.settings.get("relation_weight", 0.0)
+                           if relation_weight is None else relation_weight)
+        boost = bool(self.settings.get("chain_boost", False) if chain_boost is None
+                     else chain_boost)
+        if not math.isfinite(rel_weight) or rel_weight < 0:
+            raise QueryError(f"relation_weight must be a finite number >= 0; got {rel_weight!r}")
+        assessment = None
+        if policy != "lokg" or rel_weight or boost:
+            assessment, base["route"], passed = self._assess(question, heads, policy)
+            t = lap("relknow", t)
+            if passed or policy == "precision":
+                timings["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
+                return self._derived(base, assessment if passed else None, timings)
+        compact = policy == "route" and assessment is not None and \
+            assessment.derivation is not None
+
         # 2. retrieve
-        if retrieval != "neighbourhood" and q_vec is None:
+        semantic = retrieval == "similarity" or float(self.settings["lambda_q"]) != 0.0
+        if retrieval != "neighbourhood" and q_vec is None and not compact and semantic:
             q_vec = self.embed_question(question)
         if retrieval == "similarity" and q_vec is None:
             raise QueryError("retrieval 'similarity' needs the store's encoder "
                              f"({self._encoder_error or 'no entity vectors'})")
         t = lap("embed", t)
-        cands, sources = ([], {}) if retrieval == "neighbourhood" else \
-            self._retrieve_paths(heads, q_vec, retrieval)
+        rel_term = None
+        if rel_weight and assessment is not None:
+            know, prediction = self.relknow[0], assessment.prediction
+            rel_term = lambda p: rel_weight * know.relation_term(prediction, p[1], p[2])  # noqa: E731
+        cands, sources = ([], {}) if retrieval == "neighbourhood" or compact else \
+            self._retrieve_paths(heads, q_vec, retrieval, rel_term)
         top = cands[: int(self.settings["max_candidates"])]
-        if retrieval == "neighbourhood":
+        if compact:  # the facts of the instantiated chain; its endpoints are the candidates
+            derivation = assessment.derivation
+            support, scores = list(derivation.facts), [1.0] * len(derivation.facts)
+            top = [(float(w), 0.0, 0.0, e, []) for w, e in zip(derivation.walks,
+                                                               derivation.endpoints)]
+        elif retrieval == "neighbourhood":
             support = self._neighbourhood(heads)
             scores = [0.0] * len(support)
         else:
@@ -479,7 +579,13 @@ class Runtime:
 
         # 3. encode
         focus = set(heads) | {c["id"] for c in candidates[: int(self.settings["focus_candidates"])]}
-        knowledge = self._knowledge(support, scores, focus)
+        boosted: set = set()
+        if boost and assessment is not None and assessment.derivation is not None:
+            boosted = set(assessment.derivation.facts)
+            extra = [f for f in assessment.derivation.facts if f not in set(support)]
+            scores = scores + [min(scores)] * len(extra)
+            support = support + extra
+        knowledge = self._knowledge(support, scores, focus, boosted)
         if encoding == "ittc":
             enc = ittc.encode(knowledge, int(budget), self.order)
         else:
@@ -502,8 +608,7 @@ class Runtime:
                 completion = count_tokens(reply.text)
                 parsed = parse_answers(reply.text)
                 if parsed:
-                    answers = parsed
-                    answer_ids = [self._resolve(a, candidates, heads) for a in parsed]
+                    answers, answer_ids = self._ground(parsed, candidates)
                     message = f"answered by {reader.name}"
                 else:
                     status, fallback_reason = "fallback", "the LLM reply held no answer"
@@ -512,6 +617,16 @@ class Runtime:
             if status == "fallback":
                 message = f"LLM call failed or gave no answer; top retrieval answer returned"
         lap("llm", t)
+        if base.get("route") is not None:  # route past its gate, or lokg with a relation feed
+            know_facts = self.relknow
+            why = base["route"]["reason"] or f"policy {policy}"
+            base["route"].update(
+                source="llm" if calls and status == "ok" else "retrieval",
+                context="compact" if compact else "lokg",
+                reason=why + ("; one LLM call" if calls else "; top retrieval answer"))
+            if not compact and know_facts is not None:
+                base["route"]["consistency"] = know_facts[0].checker.check(
+                    support, know_facts[1]).to_dict()
         prompt_tok = overhead.total + enc.tokens if reader.calls_model else 0
         timings["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
         return Answer(
@@ -530,14 +645,85 @@ class Runtime:
                       "paths": sources, "solve_ms": enc.solve_ms},
             timings=timings)
 
-    def _resolve(self, answer: str, candidates: list[dict], heads: list[int]) -> int | None:
-        """The entity an LLM answer names: a candidate first, then any entity of the store."""
-        key = normalise(answer)
-        for c in candidates:
-            if normalise(c["name"]) == key:
-                return c["id"]
-        ids = self.linker.lookup(answer)
-        return ids[0] if ids else None
+    # ---------------------------------------------------------------- relation knowledge
+
+    def _assess(self, question: str, heads: list[int], policy: str
+                ) -> tuple[relknow.Assessment | None, dict, bool]:
+        """The relation knowledge's view of a question: (assessment, route record, whether the
+        policy's gate passed). The question is embedded with its topic mention masked; without
+        the encoder a labelled store still predicts from the lexicon."""
+        if self.relknow is None:
+            return None, {"source": "abstain" if policy == "precision" else None,
+                          "reason": "the store has no relation knowledge "
+                                    "(stage relation_knowledge)"}, False
+        know, facts = self.relknow
+        forms = [f for h in heads for f in (self.names[h], self.keys[h],
+                                            *self._entity_fields(h)[2])]
+        masked = relknow.mask_topic(question, forms)
+        enc = self.encoder()
+        q_vec = None if enc is None else enc.encode_queries([masked])[0]
+        assessment = know.assess(masked, heads, facts, q_vec=q_vec,
+                                 embed=None if enc is None else enc.encode_queries)
+        pred, d, cons = assessment.prediction, assessment.derivation, assessment.consistency
+        gate = know.precision_gate if policy == "precision" else know.route_gate
+        passed, reason = gate.check(pred, d, cons) if policy != "lokg" else (False, "")
+        name = lambda r: self.relation_names.get(r, str(r))  # noqa: E731
+        route = {
+            "source": ("derived" if passed else "abstain" if policy == "precision" else None),
+            "reason": reason, "predictor": pred.source,
+            "encoder": None if enc is not None else self._encoder_error,
+            "chain": [name(r) for r in pred.chain] if pred.chain else None,
+            "vote_share": round(pred.share, 6), "vote_support": round(pred.support, 6),
+            "votes": [{"chain": [name(r) for r in v.chain], "weight": round(v.weight, 6),
+                       "derivable": v.derivable} for v in pred.votes[:5]],
+            "named_relations": sorted(name(r) for r in pred.named),
+            "derivable": bool(d is not None and d.derivable),
+            "derived": [self.names[e] for e in d.endpoints[:10]] if d is not None else [],
+            "consistency": cons.to_dict() if cons is not None else None,
+            "flagged": bool(cons is not None and not cons.ok),
+            "gate": {"name": policy, **gate.to_dict(), "passed": passed},
+            "masked_question": masked,
+        }
+        return assessment, route, passed
+
+    def _derived(self, base: dict, assessment: relknow.Assessment | None,
+                 timings: dict) -> Answer:
+        """The answer of a passed gate (the derived endpoints, no LLM call), or the abstention
+        of policy precision (``assessment`` None)."""
+        route = base["route"]
+        if assessment is None:
+            return self._empty(base, "abstained", f"abstained: {route['reason']}", timings)
+        d = assessment.derivation
+        return replace(
+            self._empty(base, "ok", f"derived from the graph: {route['reason']}", timings),
+            answers=[self.names[e] for e in d.endpoints], answer_ids=list(d.endpoints),
+            triples=[{"s": self.names[s], "r": self.relation_names.get(r, str(r)),
+                      "o": self.names[o], "score": 1.0, "granularity": None, "cost": 0,
+                      "line": ""} for s, r, o in d.facts],
+            candidates=[{"id": e, "name": self.names[e], "walks": w}
+                        for e, w in zip(d.endpoints[:10], d.walks[:10])])
+
+    def _ground(self, items: list[str], candidates: list[dict]) -> tuple[list[str], list]:
+        """LLM answers → entity names and ids. An item naming a candidate or any entity keeps
+        its text; an item that only *mentions* a candidate ("The capital is Berlin.") becomes
+        that candidate (the longest name found in it); anything else stays, id None."""
+        names, ids = [], []
+        for item in items:
+            key = normalise(item)
+            hit = next((c["id"] for c in candidates if normalise(c["name"]) == key), None)
+            if hit is None:
+                found = self.linker.lookup(item)
+                hit = found[0] if found else None
+            if hit is None:
+                padded = f" {key} "
+                inside = [c for c in candidates if f" {normalise(c['name'])} " in padded]
+                if inside:
+                    best = max(inside, key=lambda c: len(normalise(c["name"])))
+                    item, hit = best["name"], best["id"]
+            if item.casefold() not in (n.casefold() for n in names):
+                names.append(item)
+                ids.append(hit)
+        return names, ids
 
     def _empty(self, base: dict, status: str, message: str, timings: dict) -> Answer:
         return Answer(**base, answers=[], answer_ids=[], status=status, message=message,

@@ -264,3 +264,9 @@ print("OK")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
+
+
+def test_a_sentence_reply_is_grounded_to_the_candidate_it_names(rt):
+    answer = rt.ask("Who directed the sequel of The Long Road?",
+                    llm=FakeLLM("The director of the sequel is Ben Stone."))
+    assert answer.answers == ["Ben Stone"] and answer.answer_ids == [3]

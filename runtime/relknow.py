@@ -1,0 +1,657 @@
+"""Relation knowledge: which relations a question asks for, and answers the graph already proves.
+
+Why. TAIMR's topology score never looks at which relations a question asks for, and a question
+whose relation chain is known needs no LLM at all when the graph instantiates that chain: the
+walk's endpoints *are* the answer. This module is the query-time half (numpy only, so the
+runtime imports it without torch); ``training/relknow.py`` fits the artefact it reads.
+
+Artefact ``models/relknow/`` (written by the ``relation_knowledge`` stage):
+
+* ``relknow.json`` — settings, the thresholds picked on the dev split, the chains (canonical
+  relation names hop by hop), the lexicon and the relations' priors, the functional relations
+  and exclusive relation pairs learned from the KG, and the fit report;
+* ``vectors.npz`` — ``question_vectors`` float32 [n, d] (unit norm, topic masked) and
+  ``question_chain`` int32 [n] (index into the chains) of the training questions, and
+  ``relation_vectors`` float32 [|R*|, d] (each canonical relation's name as text); d = 0 when
+  the stage ran without an encoder (then the lexicon predicts and zero-shot is off).
+
+The pieces:
+
+* **Masking.** The topic entity's mention is replaced by :data:`PLACEHOLDER` and filler words
+  are dropped before a question is embedded or counted, so neighbours are found by *how* a
+  question asks, not by whom it asks about ("gender of someone father" is one template across
+  thousands of people).
+* **Lexicon.** lift(w, r) = P(r on the path | w in the question) / P(r on the path) over the
+  training questions, for words in at least ``min_support`` questions; a question *names* r when
+  one of its words has lift ≥ θ_lift (picked on dev).
+* **Chain predictor.** The k (10) most similar training questions (cosine of the masked
+  embeddings) vote for their chain, weighted by their similarity. Each voted chain is followed
+  from the topic entity; the predicted chain is the best-voted one that instantiates, its
+  *share* its weight over the weight of the instantiating chains and its *support* its weight
+  over all votes (PQ-2H dev: following the top chain regardless is right for 82 % of the
+  questions, the top instantiating one for 95 %). When no voted chain instantiates, or there is
+  no encoder, the lexicon's words give the chain: each naming word is one hop, and every order
+  of those hops is tried from the topic (:meth:`RelationKnowledge.predict_spans`).
+* **Zero-shot fallback** (a store fitted without labelled questions): question spans are
+  matched to relation names by the encoder (cosine ≥ θ_zs), and the named relations are
+  ordered the same way.
+* **Derivation.** The chain is followed from the topic entities over the store's triples
+  (relational composition, forward edges); the facts on walks that reach an endpoint form the
+  compact context, the endpoints — ranked by how many walks reach them — the derived answer.
+* **Checks.** Derivability (≥ 1 endpoint). Consistency: a *functional* relation (≤ 1 object per
+  subject on all but a ``tolerance`` share of its subjects, learned from the KG) with two values
+  for one subject, or two facts joining the same two entities whose relations are *exclusive*
+  (they share an entity pair on at most a ``tolerance`` share of the rarer relation's facts,
+  e.g. a parents b and a children b) — on the derived context this includes every store fact
+  that joins the two entities of a chain fact, i.e. a second path between them (paths of one
+  hop; longer second paths are not learned).
+* **Gates.** One :class:`Gate` rule — the chain instantiates with at most m answers, share ≥ τ,
+  support ≥ σ, a consistent context and, optionally, every chain relation named by the
+  lexicon. The precision gate is m = 1 at τ = ``min_share`` (0.6); its σ and the routing gate's
+  (m, τ, σ, lexicon) are picked on dev by the fixed procedure of ``training/relknow.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from runtime.linker import STOP_WORDS, normalise
+
+ARTEFACT = "relknow"  # artefact name; published as models/relknow/
+MODEL_FILE = "relknow.json"
+VECTORS_FILE = "vectors.npz"
+FORMAT_VERSION = 1
+#: Stands in for the topic mention (a plain word the sentence encoder reads naturally).
+PLACEHOLDER = "someone"
+#: Stop words a masked question keeps ("of" orders the hops: "the sex of the father of X").
+KEPT_STOP_WORDS = frozenset({"of"})
+#: Longest question span (words) the zero-shot matcher compares with relation names.
+MAX_SPAN_WORDS = 4
+#: Most hops a zero-shot chain may have (orders tried: at most 3! = 6).
+MAX_ZERO_SHOT_HOPS = 3
+
+Triple = tuple[int, int, int]
+
+
+class RelknowError(ValueError):
+    """A relation-knowledge artefact or argument is unusable; the message names it."""
+
+
+# ============================================================================================
+# text
+
+
+def relation_text(name: str) -> str:
+    """The words of a relation name: last segment of ``/a/b/c`` or ``a.b.c``, ``_`` → space."""
+    last = name.replace("/", ".").strip(".").rsplit(".", 1)[-1]
+    return " ".join(last.replace("_", " ").split()) or name
+
+
+def mask_topic(question: str, forms: Iterable[str]) -> str:
+    """The normalised question with every mention of a topic form replaced by the placeholder,
+    and its stop words but :data:`KEPT_STOP_WORDS` dropped.
+
+    Forms (names, keys, aliases of the topic entities) are tried longest first; a form that does
+    not occur leaves the question as it is (a given entity the question never spells out).
+    Filler words ("what is the name of the") differ between paraphrases of one question and
+    weigh heavily in a nearly order-blind sentence embedding; "of" stays because it marks the
+    order of the hops (PQ-3H dev: chain accuracy 0.81 → 0.84 with them dropped).
+    """
+    words = normalise(question).split()
+    spans = sorted({tuple(normalise(f).split()) for f in forms if f and normalise(f)},
+                   key=lambda s: (-len(s), s))
+    for span in spans:
+        n, out, i = len(span), [], 0
+        while i < len(words):
+            if tuple(words[i:i + n]) == span:
+                out.append(PLACEHOLDER)
+                i += n
+            else:
+                out.append(words[i])
+                i += 1
+        words = out
+    return " ".join(w for w in words if w in KEPT_STOP_WORDS or w not in STOP_WORDS)
+
+
+def question_words(masked: str) -> list[str]:
+    """Distinct words of a masked question (the placeholder and stop words excluded), in order."""
+    return list(dict.fromkeys(w for w in masked.split()
+                              if w != PLACEHOLDER and w not in STOP_WORDS))
+
+
+def question_spans(masked: str, max_words: int = MAX_SPAN_WORDS) -> list[tuple[int, int, str]]:
+    """(start, end, text) of every span without the placeholder that is not only stop words."""
+    words = masked.split()
+    out = []
+    for n in range(1, max_words + 1):
+        for i in range(len(words) - n + 1):
+            span = words[i:i + n]
+            if PLACEHOLDER in span or all(w in STOP_WORDS for w in span):
+                continue
+            out.append((i, i + n, " ".join(span)))
+    return out
+
+
+# ============================================================================================
+# the store's facts, indexed for derivation and checks
+
+
+class Facts:
+    """The store's triples sorted by (subject, relation, object): the objects of (s, r) are one
+    ``searchsorted`` range, so derivation and checks never scan the graph."""
+
+    def __init__(self, s, r, o, n_relations: int):
+        s, r, o = (np.asarray(x, dtype=np.int64) for x in (s, r, o))
+        if not len(s) == len(r) == len(o):
+            raise RelknowError("facts: columns s, r, o differ in length")
+        self.n_relations = int(max(n_relations, int(r.max()) + 1 if len(r) else 1))
+        key = s * self.n_relations + r
+        order = np.lexsort((o, key))
+        self.key, self.obj = key[order], o[order]
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def _range(self, subject: int, relation: int) -> tuple[int, int]:
+        k = int(subject) * self.n_relations + int(relation)
+        return (int(np.searchsorted(self.key, k, "left")),
+                int(np.searchsorted(self.key, k, "right")))
+
+    def objects(self, subject: int, relation: int) -> np.ndarray:
+        lo, hi = self._range(subject, relation)
+        return self.obj[lo:hi]
+
+    def step(self, subjects: np.ndarray, relation: int) -> tuple[np.ndarray, np.ndarray]:
+        """For subjects (an array): (index of the subject, object) of every fact (s, r, ·)."""
+        k = subjects.astype(np.int64) * self.n_relations + int(relation)
+        lo, hi = np.searchsorted(self.key, k, "left"), np.searchsorted(self.key, k, "right")
+        sizes = hi - lo
+        parent = np.repeat(np.arange(len(subjects)), sizes)
+        pos = np.repeat(lo - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
+        return parent, self.obj[pos]
+
+    def between(self, a: int, b: int) -> list[Triple]:
+        """Every fact joining a and b, in either direction."""
+        out = []
+        for x, y in ((a, b), (b, a)):
+            lo = int(np.searchsorted(self.key, int(x) * self.n_relations, "left"))
+            hi = int(np.searchsorted(self.key, (int(x) + 1) * self.n_relations, "left"))
+            hit = np.flatnonzero(self.obj[lo:hi] == y) + lo
+            out.extend((int(x), int(self.key[i] % self.n_relations), int(y)) for i in hit)
+        return out
+
+
+# ============================================================================================
+# derivation
+
+
+@dataclass
+class Derivation:
+    """A chain followed from the topic entities: endpoints (most walks first) and the facts on
+    the walks that reach them (the compact context)."""
+
+    chain: tuple[int, ...]
+    topics: tuple[int, ...]
+    endpoints: list[int]
+    walks: list[int]
+    facts: list[Triple]
+    reason: str  # why there are no endpoints ("" when derivable)
+
+    @property
+    def derivable(self) -> bool:
+        return bool(self.endpoints)
+
+
+def derive(facts: Facts, topics: Sequence[int], chain: Sequence[int], *,
+           max_frontier: int = 1000) -> Derivation:
+    """Follow ``chain`` (forward edges) from ``topics``; walks may revisit entities (a parent's
+    children include the topic), as relational composition does."""
+    chain, topics = tuple(int(r) for r in chain), tuple(int(t) for t in topics)
+    frontier = np.array(sorted(set(topics)), dtype=np.int64)
+    walks = np.ones(len(frontier), dtype=np.int64)
+    hops: list[tuple[np.ndarray, np.ndarray]] = []  # (subject, object) per hop
+    reason = ""
+    if not chain:
+        reason = "empty chain"
+    for i, rel in enumerate(chain):
+        parent, obj = facts.step(frontier, rel)
+        if not len(obj):
+            reason = f"no fact for hop {i + 1} ({rel}) from {len(frontier)} entit(y/ies)"
+            break
+        hops.append((frontier[parent], obj))
+        frontier, inverse = np.unique(obj, return_inverse=True)
+        walks = np.bincount(inverse, weights=walks[parent], minlength=len(frontier)).astype(np.int64)
+        if len(frontier) > max_frontier:
+            reason = f"hop {i + 1} reaches {len(frontier)} entities (> {max_frontier})"
+            break
+    if reason:
+        return Derivation(chain, topics, [], [], [], reason)
+    alive, kept = frontier, []
+    for i in reversed(range(len(hops))):
+        subj, obj = hops[i]
+        on = np.isin(obj, alive)
+        kept.append([(int(s), chain[i], int(o)) for s, o in zip(subj[on], obj[on])])
+        alive = np.unique(subj[on])
+    ranked = sorted(zip(walks.tolist(), frontier.tolist()), key=lambda x: (-x[0], x[1]))
+    out = list(dict.fromkeys(t for hop in reversed(kept) for t in hop))
+    return Derivation(chain, topics, [e for _, e in ranked], [w for w, _ in ranked], out, "")
+
+
+# ============================================================================================
+# consistency
+
+
+def pair_signature(f1: Triple, f2: Triple) -> tuple[int, int, bool]:
+    """(smaller relation, larger relation, same direction) of two facts on one entity pair."""
+    same = f1[0] == f2[0]
+    return (min(f1[1], f2[1]), max(f1[1], f2[1]), same)
+
+
+@dataclass
+class Consistency:
+    ok: bool
+    issues: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Checker:
+    """Functional relations and exclusive relation pairs, and the check of a context."""
+
+    def __init__(self, functional: Iterable[int], exclusive: Iterable[tuple[int, int, bool]]):
+        self.functional = frozenset(int(r) for r in functional)
+        self.exclusive = frozenset((int(a), int(b), bool(s)) for a, b, s in exclusive)
+
+    def check(self, context: Sequence[Triple], facts: Facts | None = None) -> Consistency:
+        """Flag a functional relation with two values for one subject (in the context, or in
+        the store for a subject the context uses it on, when ``facts`` is given) and two facts
+        on one entity pair with exclusive relations (with ``facts``, every store fact joining
+        the two entities of a context fact counts: a second path between them)."""
+        issues: list[dict] = []
+        context = list(dict.fromkeys(tuple(int(x) for x in t) for t in context))
+        values: dict[tuple[int, int], set[int]] = {}
+        for s, r, o in context:
+            if r in self.functional:
+                values.setdefault((s, r), set()).add(o)
+        for (s, r), objs in values.items():
+            if facts is not None:
+                objs = objs | set(facts.objects(s, r).tolist())
+            if len(objs) > 1:
+                issues.append({"kind": "functional", "subject": s, "relation": r,
+                               "objects": sorted(objs)})
+        pairs: dict[tuple[int, int], set[Triple]] = {}
+        for t in context:
+            if t[0] != t[2]:
+                pairs.setdefault((min(t[0], t[2]), max(t[0], t[2])), set()).add(t)
+        for (a, b), group in pairs.items():
+            if facts is not None:
+                group = group | set(facts.between(a, b))
+            for f1, f2 in itertools.combinations(sorted(group), 2):
+                if pair_signature(f1, f2) in self.exclusive:
+                    issues.append({"kind": "contradiction", "facts": [list(f1), list(f2)]})
+        return Consistency(not issues, issues)
+
+
+def learn_functional(s, r, o, *, tolerance: float, min_subjects: int) -> tuple[list[int], dict]:
+    """Relations with ≤ 1 object per subject on all but a ``tolerance`` share of their subjects
+    (at least ``min_subjects`` subjects); and per relation (subjects, subjects with several)."""
+    s, r, o = (np.asarray(x, dtype=np.int64) for x in (s, r, o))
+    if not len(s):
+        return [], {}
+    sr, counts = np.unique(np.stack([r, s], axis=1), axis=0, return_counts=True)
+    rels, inverse = np.unique(sr[:, 0], return_inverse=True)
+    subjects = np.bincount(inverse)
+    multi = np.bincount(inverse, weights=counts > 1).astype(np.int64)
+    keep = (subjects >= min_subjects) & (multi <= tolerance * subjects)
+    stats = {int(x): (int(n), int(m)) for x, n, m in zip(rels, subjects, multi)}
+    return sorted(int(x) for x in rels[keep]), stats
+
+
+def learn_exclusive(s, r, o, *, tolerance: float, min_support: int
+                    ) -> tuple[list[tuple[int, int, bool]], dict]:
+    """Relation pairs that join one entity pair on at least one but at most a ``tolerance``
+    share of the rarer relation's facts (which has ≥ ``min_support``): the few joint pairs are
+    contradictions (pairs that never co-occur can never meet in a context of this KG)."""
+    s, r, o = (np.asarray(x, dtype=np.int64) for x in (s, r, o))
+    off = s != o
+    s, r, o = s[off], r[off], o[off]
+    if not len(s):
+        return [], {"pairs_with_several_facts": 0}
+    a, b = np.minimum(s, o), np.maximum(s, o)
+    order = np.lexsort((s, r, b, a))
+    a, b, s, r = a[order], b[order], s[order], r[order]
+    n_facts = np.bincount(r)
+    first = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])]
+    several = int((np.diff(np.r_[np.flatnonzero(first), len(a)]) > 1).sum())
+    joint: dict[tuple[int, int, bool], set[tuple[int, int]]] = {}
+    gap = 1
+    while gap < len(a):
+        i = np.flatnonzero((a[gap:] == a[:-gap]) & (b[gap:] == b[:-gap]))
+        if not len(i):
+            break
+        j = i + gap
+        for x, y in zip(i.tolist(), j.tolist()):
+            sig = pair_signature((int(s[x]), int(r[x]), 0), (int(s[y]), int(r[y]), 0))
+            joint.setdefault(sig, set()).add((int(a[x]), int(b[x])))
+        gap += 1
+    out = []
+    for (r1, r2, same), pairs in joint.items():
+        rarer = min(int(n_facts[r1]), int(n_facts[r2]))
+        if rarer >= min_support and len(pairs) <= tolerance * rarer:
+            out.append((r1, r2, same))
+    return sorted(out), {"pairs_with_several_facts": several, "signatures": len(joint)}
+
+
+# ============================================================================================
+# predictions and gates
+
+
+@dataclass(frozen=True)
+class Vote:
+    chain: tuple[int, ...]
+    weight: float
+    derivable: bool
+
+
+@dataclass
+class Prediction:
+    """The chain followed for a question: the best-voted chain that instantiates from the topic
+    entities, its share of the instantiating votes, and the votes it won against."""
+
+    source: str  # knn | lexicon | zero_shot | none
+    chain: tuple[int, ...] | None
+    share: float  # weight of the chain / weight of every instantiating chain
+    support: float  # weight of the chain / weight of every vote
+    votes: list[Vote]
+    named: frozenset[int]  # relations the lexicon says the question names
+    derivation: Derivation | None = None
+    reason: str = ""
+
+    def share_of(self, chain: Sequence[int]) -> float:
+        """A chain's share of the instantiating votes (0 for one that does not instantiate)."""
+        chain = tuple(chain)
+        total = sum(v.weight for v in self.votes if v.derivable)
+        return next((v.weight / total for v in self.votes if v.chain == chain and v.derivable),
+                    0.0) if total > 0 else 0.0
+
+
+def tally(votes: Sequence[tuple[tuple[int, ...], float]], facts: Facts, topics: Sequence[int],
+          *, source: str, named: frozenset[int], max_frontier: int) -> Prediction:
+    """Rank weighted chain votes, follow each from the topics, keep the best that instantiates."""
+    weights: dict[tuple[int, ...], float] = {}
+    for chain, w in votes:
+        weights[chain] = weights.get(chain, 0.0) + max(float(w), 0.0)
+    ranked, derivations = [], {}
+    for chain, w in sorted(weights.items(), key=lambda cw: -cw[1]):  # stable: vote order
+        d = derive(facts, topics, chain, max_frontier=max_frontier) if topics else None
+        if d is not None and d.derivable:
+            derivations[chain] = d
+        ranked.append(Vote(chain, w, d is not None and d.derivable))
+    total = sum(v.weight for v in ranked)
+    good = [v for v in ranked if v.derivable]
+    if not good or total <= 0:
+        reason = "no voted chain instantiates from the topic" if ranked else "no votes"
+        return Prediction(source, None, 0.0, 0.0, ranked, named, None, reason)
+    top, instantiating = good[0], sum(v.weight for v in good)
+    return Prediction(source, top.chain, top.weight / instantiating if instantiating > 0 else 0.0,
+                      top.weight / total, ranked, named, derivations[top.chain])
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Passes when a chain instantiates with 1..``max_answers`` endpoints, its share of the
+    instantiating votes ≥ ``min_share`` and of all votes ≥ ``min_support``, the derived
+    context is consistent and (with ``lexicon``) the question names every chain relation."""
+
+    max_answers: int
+    min_share: float
+    min_support: float = 0.0
+    lexicon: bool = False
+
+    def check(self, prediction: Prediction, derivation: Derivation | None,
+              consistency: Consistency | None) -> tuple[bool, str]:
+        if prediction.chain is None or derivation is None or not derivation.derivable:
+            return False, f"no chain instantiates ({prediction.reason or prediction.source})"
+        if prediction.share < self.min_share:
+            return False, f"vote share {prediction.share:.2f} < {self.min_share:.2f}"
+        if prediction.support < self.min_support:
+            return False, f"vote support {prediction.support:.2f} < {self.min_support:.2f}"
+        if consistency is not None and not consistency.ok:
+            return False, f"inconsistent context ({len(consistency.issues)} issue(s))"
+        n = len(derivation.endpoints)
+        if n > self.max_answers:
+            return False, f"{n} derived answers > {self.max_answers}"
+        if self.lexicon and not set(prediction.chain) <= prediction.named:
+            return False, "the question does not name every chain relation (lexicon)"
+        return True, (f"chain derivable with {n} answer(s), vote share {prediction.share:.2f}"
+                      + (", named by the lexicon" if self.lexicon else ""))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Assessment:
+    """Everything the relation knowledge says about one question."""
+
+    masked: str
+    prediction: Prediction
+    derivation: Derivation | None
+    consistency: Consistency | None
+
+
+# ============================================================================================
+# the fitted knowledge
+
+
+class RelationKnowledge:
+    """The ``models/relknow`` artefact, resolved against the store's canonical relations."""
+
+    def __init__(self, spec: Mapping, arrays: Mapping[str, np.ndarray],
+                 relation_ids: Mapping[str, int], where: str = "relknow"):
+        if int(spec.get("format_version", -1)) != FORMAT_VERSION:
+            raise RelknowError(f"{where}: format_version {spec.get('format_version')!r}; this "
+                               f"runtime reads {FORMAT_VERSION}")
+
+        def rel(name: str) -> int:
+            if name not in relation_ids:
+                raise RelknowError(f"{where}: relation {name!r} is not a relation of the store")
+            return int(relation_ids[name])
+
+        self.spec = dict(spec)
+        settings = spec["settings"]
+        self.k = int(settings["k"])
+        self.min_share = float(settings["min_share"])
+        self.max_frontier = int(settings["max_frontier"])
+        thresholds = spec["thresholds"]
+        self.lift_threshold = float(thresholds["lift"])
+        self.zero_shot_cosine = float(thresholds["zero_shot_cosine"])
+        self.precision_gate = Gate(**thresholds["precision"])
+        self.route_gate = Gate(**thresholds["route"])
+        self.chains = [tuple(rel(n) for n in chain) for chain in spec["chains"]]
+        self.lexicon = {w: {rel(n): float(x) for n, x in entries.items()}
+                        for w, entries in spec["lexicon"].items()}
+        self.prior = {rel(n): float(p) for n, p in spec.get("relation_prior", {}).items()}
+        self.checker = Checker([rel(n) for n in spec["functional"]],
+                               [(rel(a), rel(b), bool(same)) for a, b, same in spec["exclusive"]])
+        self.question_vectors = np.asarray(arrays["question_vectors"], dtype=np.float32)
+        self.question_chain = np.asarray(arrays["question_chain"], dtype=np.int64)
+        self.relation_vectors = np.asarray(arrays["relation_vectors"], dtype=np.float32)
+        if len(self.question_vectors) != len(self.question_chain):
+            raise RelknowError(f"{where}: {len(self.question_vectors)} question vectors but "
+                               f"{len(self.question_chain)} chain labels")
+        if len(self.question_chain) and (self.question_chain.min() < 0
+                                         or self.question_chain.max() >= len(self.chains)):
+            raise RelknowError(f"{where}: question_chain indexes outside the "
+                               f"{len(self.chains)} chains")
+        self.relation_order = [rel(n) for n in spec["relation_names"]]
+        if len(self.relation_order) != len(self.relation_vectors):
+            raise RelknowError(f"{where}: {len(self.relation_vectors)} relation vectors for "
+                               f"{len(self.relation_order)} relation names")
+
+    @classmethod
+    def load(cls, directory: str | Path, relation_ids: Mapping[str, int]) -> RelationKnowledge:
+        directory = Path(directory)
+        model, vectors = directory / MODEL_FILE, directory / VECTORS_FILE
+        try:
+            spec = json.loads(model.read_text(encoding="utf-8"))
+            with np.load(vectors) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+        except (OSError, ValueError) as exc:
+            raise RelknowError(f"{directory}: unreadable relation knowledge ({exc})") from None
+        missing = {"question_vectors", "question_chain", "relation_vectors"} - set(arrays)
+        if missing:
+            raise RelknowError(f"{vectors}: arrays {sorted(missing)} missing")
+        try:
+            return cls(spec, arrays, relation_ids, str(model))
+        except KeyError as exc:
+            raise RelknowError(f"{model}: key {exc} missing") from None
+
+    @property
+    def labelled(self) -> bool:
+        """Fitted from labelled questions (else only the zero-shot matcher predicts chains)."""
+        return len(self.question_chain) > 0
+
+    # ------------------------------------------------------------------ lexicon
+
+    def names(self, words: Iterable[str], threshold: float | None = None) -> frozenset[int]:
+        """Relations some word names with lift ≥ the threshold (θ_lift from dev by default)."""
+        theta = self.lift_threshold if threshold is None else threshold
+        return frozenset(r for w in words for r, lift in self.lexicon.get(w, {}).items()
+                         if lift >= theta)
+
+    # ------------------------------------------------------------------ chains
+
+    def predict_knn(self, q_vec: np.ndarray, facts: Facts, topics: Sequence[int],
+                    named: frozenset[int] = frozenset()) -> Prediction:
+        """The k nearest training questions vote for their chain with their cosine."""
+        sims = self.question_vectors @ np.asarray(q_vec, dtype=np.float32)
+        k = min(self.k, len(sims))
+        top = np.argpartition(-sims, k - 1)[:k]
+        top = top[np.argsort(-sims[top], kind="stable")]
+        votes = [(self.chains[int(self.question_chain[i])], float(sims[i])) for i in top]
+        return tally(votes, facts, topics, source="knn", named=named,
+                     max_frontier=self.max_frontier)
+
+    def lexicon_hops(self, masked: str) -> list[tuple[float, int, int, int]]:
+        """(P(r | w), start, end, r) of every word naming a relation (lift ≥ θ_lift): the most
+        probable relation given the word, ties by lift (lift alone favours rare relations).
+        Words are assigned surest first, and a word whose most probable relations tie takes
+        one no other word has taken ("son" names children and gender equally when every
+        son-question asks a gender; "gender" names gender: son → children)."""
+        words = masked.split()
+        options = {}
+        for i, w in enumerate(words):
+            named = sorted(((round(lift * self.prior.get(r, 0.0), 4), lift, r)  # lift, prior
+                            # are stored rounded: equal probabilities must tie
+                            for r, lift in self.lexicon.get(w, {}).items()
+                            if lift >= self.lift_threshold), key=lambda x: (-x[0], -x[1], x[2]))
+            if named and w not in STOP_WORDS:
+                options[i] = named
+        taken: set[int] = set()
+        out = []
+        for i in sorted(options, key=lambda i: (-options[i][0][0], -options[i][0][1], i)):
+            best = options[i][0][0]
+            tied = [o for o in options[i] if o[0] == best]
+            conf, _, r = next((o for o in tied if o[2] not in taken), tied[0])
+            taken.add(r)
+            out.append((conf, i, i + 1, r))
+        return out
+
+    def zero_shot_hops(self, masked: str, embed: Callable[[list[str]], np.ndarray]
+                       ) -> list[tuple[float, int, int, int]]:
+        """(cosine, start, end, relation) of every span whose best relation passes θ_zs."""
+        spans = question_spans(masked)
+        if not spans or not len(self.relation_vectors):
+            return []
+        sims = np.asarray(embed([t for _, _, t in spans]), dtype=np.float32) \
+            @ self.relation_vectors.T
+        best, cos = sims.argmax(axis=1), sims.max(axis=1)
+        return [(float(c), a, b, self.relation_order[int(r)])
+                for (a, b, _), r, c in zip(spans, best, cos) if c >= self.zero_shot_cosine]
+
+    def predict_spans(self, hops: Sequence[tuple[float, int, int, int]], n_words: int,
+                      facts: Facts, topics: Sequence[int], *, source: str,
+                      named: frozenset[int]) -> Prediction:
+        """Chains from relations named by question spans (best score first, no overlap, at
+        most :data:`MAX_ZERO_SHOT_HOPS`): every order of them is a vote of weight 1, so the
+        share is the fraction of instantiating orders that is the followed one; orders that
+        reach the same endpoints vote together (the question-order reversal first: English
+        puts the last hop first, "the gender of X 's father")."""
+        taken = np.zeros(n_words, dtype=bool)
+        chosen = []
+        for score, start, end, rel in sorted(hops, key=lambda h: (-h[0], h[1])):
+            if not taken[start:end].any():
+                taken[start:end] = True
+                chosen.append((start, rel))
+        in_order = tuple(r for _, r in sorted(chosen[:MAX_ZERO_SHOT_HOPS]))
+        if not in_order:
+            return Prediction(source, None, 0.0, 0.0, [], named, None, "no span names a relation")
+        orders = list(dict.fromkeys([in_order[::-1], *itertools.permutations(in_order)]))
+        by_end: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        for order in orders:
+            d = derive(facts, topics, order, max_frontier=self.max_frontier) if topics else None
+            key = tuple(sorted(d.endpoints)) if d is not None and d.derivable else ()
+            by_end.setdefault(key, []).append(order)
+        votes = [(order, float(len(group))) for key, group in by_end.items() if key
+                 for order in group[:1]]
+        votes += [(order, 1.0) for order in by_end.get((), [])]
+        return tally(votes, facts, topics, source=source, named=named,
+                     max_frontier=self.max_frontier)
+
+    # ------------------------------------------------------------------ all together
+
+    def assess(self, masked: str, topics: Sequence[int], facts: Facts, *,
+               q_vec: np.ndarray | None,
+               embed: Callable[[list[str]], np.ndarray] | None = None) -> Assessment:
+        """Predict the chain of a masked question and check its derived context.
+
+        Labelled knowledge: the kNN vote when the question is embedded (and the knowledge was
+        fitted with an encoder), and the lexicon's words when no voted chain instantiates or
+        there is no encoder. Zero-shot knowledge: spans matched to relation names by the
+        encoder (``embed``).
+        """
+        named = self.names(question_words(masked))
+        n_words = len(masked.split())
+        prediction = None
+        width = self.question_vectors.shape[1]
+        if q_vec is not None and width and len(q_vec) != width:
+            raise RelknowError(f"the question vector has {len(q_vec)} dimensions; the relation "
+                               f"knowledge was fitted with {width} (another encoder?)")
+        if self.labelled and width and q_vec is not None:
+            prediction = self.predict_knn(q_vec, facts, topics, named)
+        if self.labelled and (prediction is None or prediction.chain is None):
+            fallback = self.predict_spans(self.lexicon_hops(masked), n_words, facts, topics,
+                                          source="lexicon", named=named)
+            if prediction is None or fallback.chain is not None:
+                prediction = fallback
+        if not self.labelled:
+            if embed is None or not self.relation_vectors.shape[1]:
+                prediction = Prediction("none", None, 0.0, 0.0, [], named, None,
+                                        "no labelled questions and no encoder")
+            else:
+                prediction = self.predict_spans(self.zero_shot_hops(masked, embed), n_words,
+                                                facts, topics, source="zero_shot", named=named)
+        consistency = None
+        if prediction.derivation is not None:
+            consistency = self.checker.check(prediction.derivation.facts, facts)
+        return Assessment(masked, prediction, prediction.derivation, consistency)
+
+    def relation_term(self, prediction: Prediction, relations: Sequence[int],
+                      inverses: Sequence[bool]) -> float:
+        """TAIMR's query-relation term of one path: the share of its relation chain among the
+        instantiating votes (forward paths only) plus the share of its hops whose relation the
+        question names."""
+        hops = len(relations)
+        if not hops:
+            return 0.0
+        chain = 0.0 if any(inverses) else prediction.share_of(relations)
+        named = sum(1 for r in relations if r in prediction.named) / hops
+        return chain + named

@@ -1,0 +1,438 @@
+"""Relation knowledge on a toy family graph: lift, voting, derivation, both gates, consistency
+(a planted contradiction and a planted second value are flagged, a deleted fact makes the
+derivability check fail), the fitting stage (never reads the test split) and the two policies."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from runtime.contract import TABLE_SCHEMAS, Store, write_table
+from runtime.pipeline import StageError
+from runtime.query import QueryError, Runtime
+from runtime.relknow import (PLACEHOLDER, Checker, Facts, Gate, Prediction, RelationKnowledge,
+                             derive, learn_exclusive, learn_functional, mask_topic)
+from tests.test_cli import BLOCK_HEAVY
+from tests.test_query import FakeLLM
+from training import relknow as fit
+
+FIRST = ["alba", "bruno", "cora", "dario", "edda", "fabio", "greta", "hugo", "ines", "jonas"]
+LAST = ["quist", "rourke", "sandor", "tamm", "ulloa", "varga"]
+PROFESSIONS = ["baker", "pilot", "weaver", "smith"]
+RELATIONS = ["children", "gender", "parents", "profession", "spouse"]
+REL = {n: i for i, n in enumerate(RELATIONS)}
+N_PEOPLE = 60  # people 0..59; the genders and professions follow them
+
+
+def people_names() -> list[str]:
+    return [f"{FIRST[i % 10]} {LAST[i // 10]}" for i in range(N_PEOPLE)]
+
+
+def family_triples() -> list[tuple[int, int, int]]:
+    """Couples (2k, 2k+1) for k < 10; persons 20..59 are children of couple (i − 20) mod 10."""
+    male, female = N_PEOPLE, N_PEOPLE + 1
+    out = []
+    for i in range(N_PEOPLE):
+        out.append((i, REL["gender"], male if i % 2 == 0 else female))
+        out.append((i, REL["profession"], N_PEOPLE + 2 + i % 4))
+    for k in range(10):
+        out += [(2 * k, REL["spouse"], 2 * k + 1), (2 * k + 1, REL["spouse"], 2 * k)]
+    for child in range(20, N_PEOPLE):
+        father = 2 * ((child - 20) % 10)
+        for parent in (father, father + 1):
+            out += [(child, REL["parents"], parent), (parent, REL["children"], child)]
+    return out
+
+
+ENTITY_NAMES = people_names() + ["male", "female"] + PROFESSIONS
+TEMPLATES = {
+    ("parents", "gender"): ["what is the gender of {x} 's father ?", "what sex is {x} 's mother ?"],
+    ("parents", "profession"): ["what is the job of {x} 's father ?",
+                                "what does {x} 's mother do for work ?"],
+    ("spouse", "profession"): ["what is the job of {x} 's wife ?",
+                               "what does {x} 's husband do for work ?"],
+    ("children", "gender"): ["what gender is {x} 's son ?", "what sex is the daughter of {x} ?"],
+    ("spouse", "gender"): ["what sex is the husband of {x} ?", "what gender is {x} 's wife ?"],
+}
+
+
+TRAIN_PEOPLE = [*range(0, 16), *range(20, 50)]
+DEV_PEOPLE = [*range(16, 20), *range(50, N_PEOPLE)]
+
+
+def write_questions(path: Path, people, triples) -> None:
+    """JSONL questions with gold paths; answers = every endpoint of the chain."""
+    facts = Facts(*np.array(triples).T, len(RELATIONS))
+    lines = []
+    for chain, templates in TEMPLATES.items():
+        for x in people:
+            d = derive(facts, [x], [REL[r] for r in chain])
+            if not d.derivable:
+                continue
+            for t in templates:
+                lines.append({"question": t.format(x=ENTITY_NAMES[x]), "path": list(chain),
+                              "topic_entities": [f"e{x}"],
+                              "answers": [ENTITY_NAMES[e] for e in d.endpoints]})
+    path.write_text("".join(json.dumps(q) + "\n" for q in lines))
+
+
+def write_tables(root: Path, triples) -> dict[str, str]:
+    """The staged tables the stage reads (entities, relations, relation_map, triples)."""
+    n = len(ENTITY_NAMES)
+    tables = {
+        "entities": pa.table({"id": list(range(n)), "key": [f"e{i}" for i in range(n)],
+                              "name": ENTITY_NAMES, "aliases": [[] for _ in range(n)],
+                              "description": [""] * n, "types": [[] for _ in range(n)],
+                              "attributes": [[] for _ in range(n)]},
+                             schema=TABLE_SCHEMAS["entities"]),
+        "relations": pa.table({"id": list(range(len(RELATIONS))), "name": RELATIONS},
+                              schema=TABLE_SCHEMAS["relations"]),
+        "relation_map": pa.table({"id": list(range(len(RELATIONS))), "name": RELATIONS,
+                                  "canonical_id": list(range(len(RELATIONS))),
+                                  "canonical_name": RELATIONS},
+                                 schema=TABLE_SCHEMAS["relation_map"]),
+        "triples": pa.table({c: [t[i] for t in triples] for i, c in enumerate("sro")},
+                            schema=TABLE_SCHEMAS["triples"]),
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, table in tables.items():
+        write_table(name, table, root / f"{name}.parquet")
+        out[name] = str(root / f"{name}.parquet")
+    return out
+
+
+CONFIG = {"relation_knowledge": {"min_support": 2, "functional_tolerance": 0.05,
+                                 "functional_min_subjects": 5, "exclusive_tolerance": 0.05,
+                                 "exclusive_min_support": 20}}
+
+
+def fitted_store(root: Path, triples, *, dev: bool = True) -> tuple[Path, dict]:
+    """Fit the stage (no encoder: the lexicon predicts) and publish a store with its artefact."""
+    inputs = write_tables(root / "tables", triples)
+    write_questions(root / "train.jsonl", TRAIN_PEOPLE, triples)
+    write_questions(root / "dev.jsonl", DEV_PEOPLE, triples)
+    cfg = {"relation_knowledge": {**CONFIG["relation_knowledge"],
+                                  "questions": str(root / "train.jsonl"),
+                                  "dev_questions": str(root / "dev.jsonl") if dev else None}}
+    result = fit.run(cfg, inputs, str(root / "stage"))
+    artefact = Path(result["outputs"]["relknow"])
+    store = Store(root / "store")
+    store.publish("toy", {t: Path(p) for t, p in inputs.items()},
+                  extra_files={f"models/relknow/{f.name}": f for f in artefact.iterdir()},
+                  info={"config": cfg, "report": {"stages": {"relation_knowledge":
+                                                             result["report"]}}})
+    return root / "store", result["report"]
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """The family graph plus a planted contradiction (cora sandor, 22, is her father's child
+    *and* parent) and a second gender for alba quist (0)."""
+    triples = family_triples() + [(22, REL["children"], 4), (0, REL["gender"], N_PEOPLE + 1)]
+    return fitted_store(tmp_path_factory.mktemp("planted"), triples)
+
+
+@pytest.fixture(scope="module")
+def rt(planted):
+    return Runtime.open(planted[0])
+
+
+# ------------------------------------------------------------------------------ text, lexicon
+
+def test_mask_topic_replaces_the_mention_and_drops_filler_words():
+    assert mask_topic("What is the gender of Alba_Quist's father?", ["alba quist"]) == \
+        f"gender of {PLACEHOLDER} father"
+    assert mask_topic("who is bob", ["alba quist"]) == "bob"
+
+
+def test_lift_is_the_ratio_of_the_conditional_to_the_prior_with_min_support():
+    masked = ["gender someone father", "job someone father", "gender someone son",
+              "job someone son", "job someone wife"]
+    chains = [("parents", "gender"), ("parents", "profession"), ("children", "gender"),
+              ("children", "profession"), ("spouse", "profession")]
+    lex = fit.fit_lexicon(masked, chains, min_support=2)
+    # P(parents) = 2/5, P(parents | father) = 1 → 2.5; P(gender | father) = 1/2 → 1.25
+    assert lex["father"] == {"parents": 2.5, "gender": 1.25}
+    # P(profession) = 3/5, P(profession | job) = 1 → 5/3; P(spouse | job) = 1/3 over 1/5
+    assert lex["job"] == pytest.approx({"profession": 5 / 3, "spouse": 5 / 3})
+    assert lex["gender"] == {"gender": 2.5, "parents": 1.25, "children": 1.25}
+    assert "wife" not in lex  # one question < min_support
+    assert all(v > 1 for e in lex.values() for v in e.values())  # lift ≤ 1 never names
+
+
+# ------------------------------------------------------------------------------ derivation
+
+def test_derivation_follows_the_chain_and_keeps_only_facts_on_successful_walks():
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    d = derive(facts, [20], [REL["parents"], REL["children"]])
+    # 20's parents are 0 and 1; their children are 20, 30, 40, 50 (each reached by 2 walks)
+    assert d.endpoints == [20, 30, 40, 50] and d.walks == [2, 2, 2, 2]
+    assert (20, REL["parents"], 0) in d.facts and (1, REL["children"], 50) in d.facts
+    assert all(f[1] in (REL["parents"], REL["children"]) for f in d.facts)
+    # gender has one value per person: the second hop keeps only the two parents' facts
+    d = derive(facts, [20], [REL["parents"], REL["gender"]])
+    assert d.endpoints == [N_PEOPLE, N_PEOPLE + 1] and len(d.facts) == 4
+    capped = derive(facts, [0], [REL["children"], REL["parents"], REL["children"]], max_frontier=3)
+    assert not capped.derivable and "> 3" in capped.reason
+
+
+def test_a_deleted_fact_makes_the_derivability_check_fail():
+    triples = family_triples()
+    facts = Facts(*np.array(triples).T, len(RELATIONS))
+    chain = [REL["spouse"], REL["profession"]]
+    assert derive(facts, [0], chain).endpoints == [N_PEOPLE + 2 + 1]
+    deleted = [t for t in triples if t != (1, REL["profession"], N_PEOPLE + 3)]
+    d = derive(Facts(*np.array(deleted).T, len(RELATIONS)), [0], chain)
+    assert not d.derivable and "hop 2" in d.reason
+    pred = Prediction("knn", tuple(chain), 1.0, 1.0, [], frozenset(), d)
+    assert Gate(1, 0.6).check(pred, d, None) == (False, "no chain instantiates (knn)")
+
+
+# ------------------------------------------------------------------------------ voting
+
+def knowledge_with_vectors(vectors, chains_of, chains, *, k=3) -> RelationKnowledge:
+    spec = {"format_version": 1, "settings": {"k": k, "min_share": 0.6, "max_frontier": 100},
+            "thresholds": {"lift": 2.0, "zero_shot_cosine": 0.5,
+                           "precision": {"max_answers": 1, "min_share": 0.6},
+                           "route": {"max_answers": 2, "min_share": 0.6}},
+            "chains": chains, "relation_names": RELATIONS, "lexicon": {}, "functional": [],
+            "exclusive": []}
+    arrays = {"question_vectors": np.asarray(vectors, np.float32),
+              "question_chain": np.asarray(chains_of, np.int32),
+              "relation_vectors": np.zeros((len(RELATIONS), 0), np.float32)}
+    return RelationKnowledge(spec, arrays, REL)
+
+
+def test_knn_votes_weight_chains_by_cosine_and_skip_chains_that_do_not_instantiate():
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    chains = [["parents", "gender"], ["spouse", "profession"], ["children", "gender"]]
+    unit = lambda a: np.array([np.cos(a), np.sin(a)], np.float32)  # noqa: E731
+    know = knowledge_with_vectors([unit(0.0), unit(0.1), unit(0.2), unit(1.4)], [1, 1, 2, 0],
+                                  chains, k=3)
+    # the three nearest of angle 0.05 vote spouse-profession twice, children-gender once
+    w = np.cos([0.05, 0.05, 0.15])
+    pred = know.predict_knn(unit(0.05), facts, [0])
+    assert pred.chain == (REL["spouse"], REL["profession"])
+    assert pred.share == pytest.approx((w[0] + w[1]) / w.sum())
+    assert pred.support == pytest.approx(pred.share)
+    assert [v.weight for v in pred.votes] == pytest.approx([w[0] + w[1], w[2]])
+    # angle 1.3: parents-gender has the most weight but 0 has no parents; children-gender
+    # (cos 1.1) beats spouse-profession (cos 1.2) among the chains that instantiate
+    w = np.cos([0.1, 1.1, 1.2])
+    pred = know.predict_knn(unit(1.3), facts, [0])
+    assert pred.votes[0].chain == (REL["parents"], REL["gender"]) and not pred.votes[0].derivable
+    assert pred.chain == (REL["children"], REL["gender"])
+    assert pred.share == pytest.approx(w[1] / (w[1] + w[2]))
+    assert pred.support == pytest.approx(w[1] / w.sum())
+    assert pred.derivation.endpoints == [N_PEOPLE]  # 0's children 20, 30, 40, 50 are male
+
+
+# ------------------------------------------------------------------------------ gates
+
+def test_precision_gate_needs_exactly_one_answer_and_routing_gate_its_own_bounds():
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    one = derive(facts, [0], [REL["spouse"], REL["gender"]])
+    two = derive(facts, [20], [REL["parents"], REL["gender"]])
+    precision, route = Gate(1, 0.6), Gate(2, 0.6, 0.3, lexicon=True)
+    p = lambda d, share=1.0, support=1.0, named=(): Prediction(  # noqa: E731
+        "knn", d.chain, share, support, [], frozenset(named), d)
+    assert precision.check(p(one), one, None)[0]
+    assert precision.check(p(two), two, None) == (False, "2 derived answers > 1")
+    assert not route.check(p(two), two, None)[0]  # the lexicon names neither relation
+    named = {REL["parents"], REL["gender"]}
+    assert route.check(p(two, named=named), two, None)[0]
+    assert "vote share 0.50" in precision.check(p(one, share=0.5), one, None)[1]
+    assert "support 0.20" in route.check(p(two, support=0.2, named=named), two, None)[1]
+
+
+# ------------------------------------------------------------------------------ consistency
+
+def test_functional_and_exclusive_relations_are_learned_with_their_tolerance():
+    s, r, o = np.array(family_triples() + [(22, REL["children"], 4),
+                                           (0, REL["gender"], N_PEOPLE + 1)]).T
+    functional, stats = learn_functional(s, r, o, tolerance=0.05, min_subjects=5)
+    assert [RELATIONS[x] for x in functional] == ["gender", "profession", "spouse"]
+    assert stats[REL["gender"]] == (60, 1)  # one subject with two genders, under tolerance
+    assert learn_functional(s, r, o, tolerance=0.0, min_subjects=5)[0] == \
+        [REL["profession"], REL["spouse"]]
+    exclusive, _ = learn_exclusive(s, r, o, tolerance=0.05, min_support=20)
+    # the planted "22 children 4" meets "22 parents 4" and "4 children 22" on one pair each:
+    # both pairs are rare, so contradictions; "a parents b, b children a" joins every
+    # parent-child pair and "a spouse b, b spouse a" half the spouse facts: no contradiction
+    assert exclusive == [(REL["children"], REL["children"], False),
+                         (REL["children"], REL["parents"], True)]
+
+
+def test_planted_contradiction_and_second_value_are_flagged_and_clean_contexts_pass():
+    triples = family_triples() + [(22, REL["children"], 4), (0, REL["gender"], N_PEOPLE + 1)]
+    facts = Facts(*np.array(triples).T, len(RELATIONS))
+    checker = Checker([REL["gender"], REL["profession"]],
+                      [(REL["children"], REL["parents"], True)])
+    # 22's parents are 4 and 5; the store also says 22 is a parent of 4: a second path
+    d = derive(facts, [22], [REL["parents"]])
+    c = checker.check(d.facts, facts)
+    assert not c.ok and c.issues == [{"kind": "contradiction",
+                                      "facts": [[22, REL["children"], 4], [22, REL["parents"], 4]]}]
+    # within a context alone (no store lookups) the two facts still contradict
+    assert not checker.check([(22, REL["children"], 4), (22, REL["parents"], 4)]).ok
+    # 20's father is 0, who has two genders in the store
+    c = checker.check(derive(facts, [20], [REL["parents"], REL["gender"]]).facts, facts)
+    assert [i["kind"] for i in c.issues] == ["functional"] and c.issues[0]["subject"] == 0
+    assert checker.check(derive(facts, [24], [REL["parents"], REL["gender"]]).facts, facts).ok
+
+
+# ------------------------------------------------------------------------------ the stage
+
+def test_fitting_refuses_test_and_dev_files_as_training_questions(tmp_path):
+    for key, name in (("questions", "test.jsonl"), ("questions", "dev.txt"),
+                      ("dev_questions", "test.txt")):
+        with pytest.raises(StageError, match="may not be read"):
+            fit.settings({"relation_knowledge": {key: str(tmp_path / name)}})
+    same = str(tmp_path / "train.jsonl")
+    with pytest.raises(StageError, match="same file"):
+        fit.settings({"relation_knowledge": {"questions": same, "dev_questions": same}})
+    with pytest.raises(StageError, match="unknown config keys"):
+        fit.settings({"relation_knowledge": {"vote_share": 0.5}})
+
+
+def test_fitting_never_reads_the_test_split(tmp_path, monkeypatch):
+    triples = family_triples()
+    test_file = tmp_path / "test.jsonl"
+    write_questions(test_file, DEV_PEOPLE, triples)
+    real_open = builtins.open
+
+    def guarded(file, *args, **kwargs):
+        assert Path(str(file)).name != test_file.name, "fitting opened the test split"
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", guarded)
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: guarded(self, *a, **k).read())
+    _, report = fitted_store(tmp_path, triples)
+    assert report["questions"]["used"] > 0 and report["dev_questions"]["used"] > 0
+
+
+def test_stage_report_selects_thresholds_on_dev(planted):
+    _, report = planted
+    assert report["predictor"] == "lexicon" and report["encoder"] is None
+    sel = report["selection"]
+    assert sel["dev_chain_accuracy"] >= 0.9
+    assert report["thresholds"]["lift"] in fit.LIFT_GRID
+    assert sel["route_gate"]["precision"] >= 0.8 and sel["route_gate"]["coverage"] > 0.5
+    assert report["functional"] == ["gender", "profession", "spouse"]
+    assert report["exclusive"] == [["children", "children", False],
+                                   ["children", "parents", True]]
+
+
+def test_without_dev_questions_the_defaults_stand(tmp_path):
+    _, report = fitted_store(tmp_path, family_triples(), dev=False)
+    assert report["selection"] == "no dev questions: default thresholds"
+    assert report["thresholds"]["route"] == report["thresholds"]["precision"]
+
+
+# ------------------------------------------------------------------------------ the policies
+
+def test_precision_policy_derives_one_answer_without_a_call(rt):
+    llm = FakeLLM("wrong")
+    a = rt.ask("what is the job of edda quist 's wife ?", policy="precision", llm=llm)
+    assert (a.answers, a.llm_calls, llm.calls) == (["pilot"], 0, 0)  # 4's spouse 5 flies
+    assert a.route["source"] == "derived" and a.route["chain"] == ["spouse", "profession"]
+    assert a.route["predictor"] == "lexicon" and a.triples[0]["r"] == "spouse"
+
+
+def test_precision_abstains_on_two_answers_and_route_returns_both(rt):
+    q = "what is the gender of hugo varga 's father ?"  # 57's parents: a man and a woman
+    a = rt.ask(q, policy="precision")
+    assert a.status == "abstained" and a.answers == [] and "2 derived answers" in a.message
+    b = rt.ask(q, policy="route", llm=FakeLLM("x"))
+    assert b.route["source"] == "derived" and sorted(b.answers) == ["female", "male"]
+    assert b.llm_calls == 0
+
+
+def test_flagged_contexts_abstain_or_go_to_the_reader(rt):
+    q = "what is the gender of alba sandor 's father ?"  # father alba quist has two genders
+    a = rt.ask(q, policy="precision")
+    assert a.status == "abstained" and a.route["flagged"]
+    llm = FakeLLM("male")
+    b = rt.ask(q, policy="route", llm=llm)
+    assert b.route["source"] == "llm" and b.route["context"] == "compact" and llm.calls == 1
+    assert b.route["flagged"] and b.answers == ["male"]
+    assert any("alba quist" in line and "female" in line for line in llm.prompts[0][1].splitlines())
+
+
+def test_route_makes_one_call_on_the_lokg_context_when_no_chain_instantiates(rt):
+    llm = FakeLLM("baker")
+    a = rt.ask("tell me something about fabio quist", policy="route", llm=llm)
+    assert a.route["source"] == "llm" and a.route["context"] == "lokg" and llm.calls == 1
+    assert a.answers == ["baker"] and a.route["consistency"] is not None
+    assert rt.ask("tell me something about fabio quist", policy="precision").status == "abstained"
+
+
+def test_feeds_off_leave_lokg_untouched_and_the_relation_term_reranks(rt):
+    q = "what is the job of edda quist 's wife ?"
+    plain = rt.ask(q)
+    assert plain.route is None
+    untimed = lambda a: {k: v for k, v in a.to_dict().items() if k != "timings"}  # noqa: E731
+    assert untimed(rt.ask(q, relation_weight=0.0, chain_boost=False)) == untimed(plain)
+    fed = rt.ask(q, relation_weight=10.0, chain_boost=True)
+    assert fed.answers == ["pilot"] and fed.route["chain"] == ["spouse", "profession"]
+    with pytest.raises(QueryError, match="relation_weight"):
+        rt.ask(q, relation_weight=-1.0)
+
+
+def test_precision_and_route_without_relation_knowledge_fall_back_cleanly(tmp_path):
+    inputs = write_tables(tmp_path / "tables", family_triples())
+    Store(tmp_path / "store").publish("bare", {t: Path(p) for t, p in inputs.items()},
+                                      info={"config": {}, "report": {"stages": {}}})
+    rt = Runtime.open(tmp_path / "store")
+    a = rt.ask("what is the job of edda quist 's wife ?", policy="precision")
+    assert a.status == "abstained" and "no relation knowledge" in a.message
+    b = rt.ask("what is the job of edda quist 's wife ?", policy="route", llm=FakeLLM("pilot"))
+    assert b.llm_calls == 1 and b.route["source"] == "llm"
+
+
+def test_policies_answer_without_torch(planted):
+    code = BLOCK_HEAVY + f"""
+from runtime.query import Runtime
+a = Runtime.open({str(planted[0])!r}).ask("what is the job of edda quist 's wife ?",
+                                          policy="precision")
+assert a.answers == ["pilot"] and a.route["predictor"] == "lexicon", a.route
+mods = [m for m in sys.modules if m.split('.')[0] in {{'torch', 'pyspark', 'airflow'}}]
+assert not mods, mods
+print("OK")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_knn_predictor_with_the_real_encoder(tmp_path):
+    """The stage with MiniLM (kNN votes over masked question embeddings), then the runtime."""
+    triples = family_triples()
+    inputs = write_tables(tmp_path / "tables", triples)
+    (tmp_path / "encoder.json").write_text(json.dumps({"model": "minilm"}))
+    inputs["encoder"] = str(tmp_path / "encoder.json")
+    write_questions(tmp_path / "train.jsonl", TRAIN_PEOPLE, triples)
+    write_questions(tmp_path / "dev.jsonl", DEV_PEOPLE, triples)
+    cfg = {"relation_knowledge": {**CONFIG["relation_knowledge"],
+                                  "questions": str(tmp_path / "train.jsonl"),
+                                  "dev_questions": str(tmp_path / "dev.jsonl")}}
+    result = fit.run(cfg, inputs, str(tmp_path / "stage"))
+    assert result["report"]["predictor"] == "knn"
+    assert result["report"]["selection"]["dev_chain_accuracy"] >= 0.9
+    artefact = Path(result["outputs"]["relknow"])
+    Store(tmp_path / "store").publish(
+        "knn", {t: Path(p) for t, p in inputs.items() if t != "encoder"},
+        extra_files={**{f"models/relknow/{f.name}": f for f in artefact.iterdir()},
+                     "models/encoder.json": tmp_path / "encoder.json"},
+        info={"config": cfg, "report": {"stages": {}}})
+    a = Runtime.open(tmp_path / "store").ask("what does edda quist 's husband do for work ?",
+                                             policy="precision")
+    assert a.answers == ["pilot"] and a.route["predictor"] == "knn"

@@ -1,0 +1,490 @@
+"""Stage ``relation_knowledge``: fit the relation knowledge the runtime's ``precision`` and
+``route`` policies and LOKG's relation feeds read (``runtime/relknow.py`` explains the model).
+
+Why a stage. Everything here is learned offline, once per build: the KG statistics behind the
+consistency check (functional relations, exclusive relation pairs) from the store's triples,
+and — when ``relation_knowledge.questions`` names labelled training questions (PathQuestion
+``train.txt`` or JSONL with ``topic_entities`` and ``path``) — the masked question embeddings
+the chain predictor votes with and the lexicon. Without questions only the zero-shot parts are
+written (relation names embedded as text, the KG checks).
+
+Thresholds come from ``relation_knowledge.dev_questions`` only (never from test: a file whose
+name is a test split is refused, as is a dev file given as training questions), by this fixed
+procedure:
+
+1. θ_lift: the value of :data:`LIFT_GRID` whose named relations have the best micro-F1 against
+   the dev questions' gold relations (ties: the smaller θ);
+2. θ_zs (zero-shot cosine, only without labelled questions): the value of
+   :data:`ZERO_SHOT_GRID` whose derived answers are right (H@1) on the most dev questions
+   (ties: the larger θ);
+3. the precision gate (exactly one answer, share ≥ ``min_share``): the smallest vote support
+   σ of :data:`SUPPORTS` whose gate reaches dev H@1 ≥ ``precision_target`` on the questions it
+   passes (none: the largest σ);
+4. the routing gate: over :func:`gate_family` (at most m answers × share ≥ τ × support ≥ σ ×
+   lexicon agreement), the gate passing the most dev questions among those whose derived
+   answers reach H@1 ≥ ``route_min_precision`` on the questions they pass (ties: higher
+   precision, then the family's order, simplest first); when none reaches it, the gate of
+   highest precision (ties: coverage).
+
+Without dev questions the defaults stand (θ_lift = :data:`DEFAULT_LIFT`, θ_zs =
+:data:`DEFAULT_ZERO_SHOT_COSINE`, σ = 0, routing gate = the precision gate) and the report
+says so.
+The report also gives the dev chain accuracy and both gates' dev coverage and precision.
+
+Gold relation names go through ``relation_map`` to canonical ones; questions naming an unknown
+entity key or relation are counted and skipped. Scale: the KG statistics run on the driver in
+numpy (~40 bytes per triple); the question embeddings are ~1.5 kB per training question.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from runtime.config import section
+from runtime.contract import read_table
+from runtime.pipeline import Laps, StageError
+from runtime.relknow import (ARTEFACT, FORMAT_VERSION, MODEL_FILE, VECTORS_FILE, Facts, Gate,
+                             RelationKnowledge, learn_exclusive, learn_functional, mask_topic,
+                             question_words, relation_text)
+
+STAGE = "relation_knowledge"
+SECTION = "relation_knowledge"
+#: The section's defaults; to move into runtime/config.py DEFAULTS (one home for defaults).
+SETTINGS_DEFAULTS = {
+    "questions": None,  # labelled training questions (PathQuestion train.txt or JSONL with path)
+    "dev_questions": None,  # dev split: every threshold is picked on it; never test
+    "k": 10,  # training questions voting for a chain
+    "min_share": 0.6,  # vote share from which the top chain is followed (precision gate's τ)
+    "min_support": 5,  # lexicon: questions a word must occur in to get a lift
+    "precision_target": 0.99,  # precision gate: dev H@1 its derived answers must reach
+    "route_min_precision": 0.8,  # routing gate: dev H@1 its derived answers must reach
+    "functional_tolerance": 0.01,  # share of subjects allowed several objects of a functional r
+    "functional_min_subjects": 5,  # subjects a relation needs to be called functional
+    "exclusive_tolerance": 0.01,  # joint entity pairs (share of the rarer r) of exclusive pairs
+    "exclusive_min_support": 20,  # facts the rarer relation of an exclusive pair needs
+    "max_frontier": 1000,  # a derivation reaching more entities at one hop stops (not an answer)
+    "batch_size": 64,  # questions per encoder call
+    "device": "auto",  # auto | cpu | cuda[:N]; auto = CUDA when torch sees one
+    "threads": 1,  # torch CPU threads; null = torch default
+}
+LIFT_GRID = (1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
+ZERO_SHOT_GRID = (0.3, 0.4, 0.5, 0.6, 0.7)
+DEFAULT_LIFT = 2.0
+DEFAULT_ZERO_SHOT_COSINE = 0.5
+ROUTE_MAX_ANSWERS = (1, 2, 3, 5, 10)
+ROUTE_SHARES = (0.6, 0.7, 0.8, 0.9)
+SUPPORTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+TRAIN_REFUSED = ("dev", "test", "valid", "validation")  # training questions: train split only
+DEV_REFUSED = ("test",)
+
+
+def settings(config: Mapping) -> dict:
+    """The section over its defaults, checked (unknown keys and bad values name themselves)."""
+    cfg = {**SETTINGS_DEFAULTS, **section(config, SECTION)}
+    unknown = sorted(set(cfg) - set(SETTINGS_DEFAULTS))
+    if unknown:
+        raise StageError(f"{SECTION}: unknown config keys {unknown} "
+                         f"(known: {sorted(SETTINGS_DEFAULTS)})")
+    for key in ("k", "min_support", "functional_min_subjects", "exclusive_min_support",
+                "max_frontier", "batch_size"):
+        if int(cfg[key]) < 1:
+            raise StageError(f"{SECTION}.{key} must be >= 1, got {cfg[key]!r}")
+    for key in ("min_share", "precision_target", "route_min_precision", "functional_tolerance",
+                "exclusive_tolerance"):
+        if not 0.0 <= float(cfg[key]) <= 1.0:
+            raise StageError(f"{SECTION}.{key} must be in [0, 1], got {cfg[key]!r}")
+    for key, refused in (("questions", TRAIN_REFUSED), ("dev_questions", DEV_REFUSED)):
+        if cfg[key] and Path(str(cfg[key])).stem.lower() in refused:
+            raise StageError(f"{SECTION}.{key}={cfg[key]}: a {Path(str(cfg[key])).stem} split "
+                             f"may not be read here (training questions: train only; "
+                             f"thresholds: dev only; test is for the numbers)")
+    if cfg["questions"] and cfg["dev_questions"] and \
+            Path(str(cfg["questions"])).resolve() == Path(str(cfg["dev_questions"])).resolve():
+        raise StageError(f"{SECTION}: questions and dev_questions are the same file")
+    return cfg
+
+
+# ============================================================================================
+# questions
+
+
+@dataclass
+class Labelled:
+    """Questions resolved against the store: masked text, topic ids, chain, gold answers."""
+
+    masked: list[str]
+    topics: list[list[int]]
+    chains: list[tuple[str, ...]]  # canonical relation names
+    answers: list[tuple[str, ...]]
+    skipped: int
+
+
+def read_questions(path: str | Path):
+    """Questions of a PathQuestion split file or a JSONL file (evaluation.datasets' readers)."""
+    from evaluation.datasets import DatasetError, load_jsonl, load_pathquestion
+
+    path = Path(path)
+    try:
+        if path.suffix in (".jsonl", ".json"):
+            return load_jsonl(path).questions
+        return load_pathquestion(path.parent, path.stem).questions
+    except DatasetError as exc:
+        raise StageError(f"{SECTION}: {exc}") from None
+
+
+class Store:
+    """What fitting needs from the staged tables: entity forms and names, relation names."""
+
+    def __init__(self, inputs: Mapping[str, str]):
+        ent = read_table(Path(inputs["entities"]), columns=["id", "key", "name", "aliases"])
+        self.key_to_id = dict(zip(ent.column("key").to_pylist(), ent.column("id").to_pylist()))
+        self.names = ent.column("name").to_pylist()
+        self.keys = ent.column("key").to_pylist()
+        self._aliases = ent.column("aliases")
+        rel = read_table(Path(inputs["relations"]), "relations")
+        self.relation_ids = dict(zip(rel.column("name").to_pylist(), rel.column("id").to_pylist()))
+        self.relation_names = {i: n for n, i in self.relation_ids.items()}
+        rmap = read_table(Path(inputs["relation_map"]), "relation_map")
+        self.canonical = dict(zip(rmap.column("name").to_pylist(),
+                                  rmap.column("canonical_name").to_pylist()))
+
+    def forms(self, entity: int) -> list[str]:
+        return [self.names[entity], self.keys[entity], *(self._aliases[entity].as_py() or [])]
+
+    def resolve(self, questions) -> Labelled:
+        out = Labelled([], [], [], [], 0)
+        for q in questions:
+            topics = [self.key_to_id.get(k) for k in q.topic_entities]
+            if not q.path or not topics or None in topics or \
+                    any(r not in self.canonical for r in q.path):
+                out.skipped += 1
+                continue
+            out.masked.append(mask_topic(q.question, [f for t in topics for f in self.forms(t)]))
+            out.topics.append(topics)
+            out.chains.append(tuple(self.canonical[r] for r in q.path))
+            out.answers.append(tuple(q.answers))
+        return out
+
+
+def fit_lexicon(masked: Sequence[str], chains: Sequence[tuple[str, ...]], min_support: int
+                ) -> dict[str, dict[str, float]]:
+    """lift(w, r) = P(r on path | w) / P(r on path) for words in ≥ min_support questions
+    (entries with lift > 1 only: a lift ≤ 1 never names a relation)."""
+    n = len(masked)
+    words = [set(question_words(m)) for m in masked]
+    rels = [set(c) for c in chains]
+    word_count = Counter(w for ws in words for w in ws)
+    rel_count = Counter(r for rs in rels for r in rs)
+    joint = Counter((w, r) for ws, rs in zip(words, rels) for w in ws for r in rs)
+    lexicon: dict[str, dict[str, float]] = {}
+    for (w, r), c in sorted(joint.items()):
+        if word_count[w] < min_support:
+            continue
+        lift = (c / word_count[w]) / (rel_count[r] / n)
+        if lift > 1.0:
+            lexicon.setdefault(w, {})[r] = round(lift, 6)
+    return lexicon
+
+
+# ============================================================================================
+# threshold selection on dev
+
+
+def gate_family(min_share: float) -> list[Gate]:
+    """The routing gates dev chooses from, simplest first."""
+    shares = [s for s in ROUTE_SHARES if s >= min_share] or [min_share]
+    return [Gate(m, s, sup, lex) for lex in (False, True) for sup in SUPPORTS for s in shares
+            for m in ROUTE_MAX_ANSWERS]
+
+
+def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion (0, 0 for n = 0)."""
+    if n == 0:
+        return 0.0, 0.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def gate_stats(gate: Gate, assessments, correct: Sequence[bool]) -> dict:
+    """Dev coverage and precision (H@1 of the derived answer where the gate passes)."""
+    passed = [ok for a, ok in zip(assessments, correct)
+              if gate.check(a.prediction, a.derivation, a.consistency)[0]]
+    n, hits = len(correct), sum(passed)
+    return {"gate": gate.to_dict(), "passed": len(passed), "n": n,
+            "coverage": round(len(passed) / n, 6) if n else 0.0,
+            "precision": round(hits / len(passed), 6) if passed else None,
+            "precision_95ci": [round(x, 6) for x in wilson(hits, len(passed))]}
+
+
+def choose_route_gate(family: Sequence[Gate], assessments, correct: Sequence[bool],
+                      min_precision: float) -> tuple[Gate, dict]:
+    """Step 3 of the module docstring."""
+    stats = [gate_stats(g, assessments, correct) for g in family]
+    good = [i for i, s in enumerate(stats)
+            if s["precision"] is not None and s["precision"] >= min_precision]
+    if good:
+        best = min(good, key=lambda i: (-stats[i]["coverage"], -stats[i]["precision"], i))
+    else:
+        best = min(range(len(stats)), key=lambda i: (-(stats[i]["precision"] or 0.0),
+                                                       -stats[i]["coverage"], i))
+    return family[best], stats[best]
+
+
+def choose_lift(lexicon_names: Callable[[str, float], frozenset], dev: Labelled,
+                relation_ids: Mapping[str, int]) -> tuple[float, dict]:
+    """Step 1: the θ_lift whose named relations best match the gold relations (micro-F1)."""
+    gold = [{relation_ids[r] for r in chain} for chain in dev.chains]
+    scores = {}
+    for theta in LIFT_GRID:
+        tp = fp = fn = 0
+        for masked, g in zip(dev.masked, gold):
+            named = lexicon_names(masked, theta)
+            tp, fp, fn = tp + len(named & g), fp + len(named - g), fn + len(g - named)
+        scores[theta] = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+    best = max(LIFT_GRID, key=lambda t: (scores[t], -t))
+    return best, {"micro_f1": {str(t): round(f, 6) for t, f in scores.items()}}
+
+
+# ============================================================================================
+# the stage
+
+
+def relation_prior(chains: Sequence[tuple[str, ...]]) -> dict[str, float]:
+    """P(r on the path) over the training questions (turns a lift into P(r | w))."""
+    counts = Counter(r for c in chains for r in set(c))
+    return {r: round(c / len(chains), 9) for r, c in sorted(counts.items())}
+
+
+def _spec(cfg: Mapping, chains, lexicon, functional, exclusive, relation_names, thresholds,
+          report, prior) -> dict:
+    return {
+        "format_version": FORMAT_VERSION,
+        "settings": {k: cfg[k] for k in ("k", "min_share", "min_support", "max_frontier",
+                                         "precision_target", "route_min_precision")},
+        "thresholds": thresholds,
+        "chains": [list(c) for c in chains],
+        "relation_names": relation_names,
+        "lexicon": lexicon,
+        "relation_prior": prior,
+        "functional": functional,
+        "exclusive": [list(x) for x in exclusive],
+        "fit": report,
+    }
+
+
+class Encoder:
+    """The store's question encoder (``models/encoder.json`` of entity_encode) with the stage's
+    torch threads, or none: without it chains are predicted from the lexicon only and the
+    zero-shot matcher is off (the artefact's vectors are 0-wide)."""
+
+    def __init__(self, inputs: Mapping[str, str], cfg: Mapping):
+        self.model, self.batch = None, int(cfg["batch_size"])
+        self._threads = cfg["threads"]
+        self._restore = None
+        if "encoder" not in inputs:
+            return
+        import torch
+
+        from runtime.encoder import EncoderError, SentenceEncoder
+
+        if self._threads:
+            self._restore = torch.get_num_threads()
+            torch.set_num_threads(int(self._threads))  # process-global: restored by close()
+        path = Path(inputs["encoder"])
+        try:
+            self.model = SentenceEncoder.from_spec(json.loads(path.read_text()),
+                                                   device=str(cfg["device"]))
+        except (OSError, ValueError, EncoderError) as exc:
+            self.close()
+            raise StageError(f"{path}: cannot load the question encoder ({exc})") from None
+
+    def close(self) -> None:
+        if self._restore is not None:
+            import torch
+
+            torch.set_num_threads(self._restore)
+            self._restore = None
+
+    def queries(self, texts: Sequence[str]) -> np.ndarray:
+        if self.model is None:
+            return np.zeros((len(texts), 0), dtype=np.float32)
+        return self.model.encode_queries(list(texts), batch_size=self.batch)
+
+    def passages(self, texts: Sequence[str]) -> np.ndarray:
+        if self.model is None:
+            return np.zeros((len(texts), 0), dtype=np.float32)
+        return self.model.encode_passages(list(texts), batch_size=self.batch)
+
+
+def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
+    """Stage entry point: fit, pick thresholds on dev, write ``models/relknow``."""
+    cfg = settings(config)
+    missing = sorted({"entities", "relations", "relation_map", "triples"} - set(inputs))
+    if missing:
+        raise StageError(f"{STAGE} needs inputs {missing} (have {sorted(inputs)})")
+    lap = Laps()
+    store = Store(inputs)
+    tri = read_table(Path(inputs["triples"]), "triples")
+    s, r, o = (tri.column(c).to_numpy() for c in ("s", "r", "o"))
+    facts = Facts(s, r, o, len(store.relation_ids))
+    functional, functional_stats = learn_functional(
+        s, r, o, tolerance=float(cfg["functional_tolerance"]),
+        min_subjects=int(cfg["functional_min_subjects"]))
+    exclusive, exclusive_stats = learn_exclusive(
+        s, r, o, tolerance=float(cfg["exclusive_tolerance"]),
+        min_support=int(cfg["exclusive_min_support"]))
+    functional_names = [store.relation_names[i] for i in functional]
+    exclusive_names = [(store.relation_names[a], store.relation_names[b], same)
+                       for a, b, same in exclusive]
+    lap("kg_checks")
+
+    train = store.resolve(read_questions(cfg["questions"])) if cfg["questions"] else None
+    if train is not None and not train.masked:
+        raise StageError(f"{SECTION}.questions={cfg['questions']}: no question resolves against "
+                         f"this store ({train.skipped} skipped)")
+    dev = store.resolve(read_questions(cfg["dev_questions"])) if cfg["dev_questions"] else None
+    lap("read_questions")
+
+    encoder = Encoder(inputs, cfg)
+    try:
+        lap("load_encoder")
+        relation_names = [store.relation_names[i] for i in sorted(store.relation_names)]
+        arrays = {
+            "question_vectors": encoder.queries(train.masked if train else []),
+            "question_chain": np.zeros(0, dtype=np.int32),
+            "relation_vectors": encoder.passages([relation_text(n) for n in relation_names]),
+        }
+        dev_vectors = encoder.queries(dev.masked) if dev is not None and train else None
+        lap("embed_questions")
+
+        chain_counts = Counter(train.chains if train else [])
+        chains = sorted(chain_counts, key=lambda c: (-chain_counts[c], c))
+        if train:
+            index = {c: i for i, c in enumerate(chains)}
+            arrays["question_chain"] = np.array([index[c] for c in train.chains], dtype=np.int32)
+        lexicon = fit_lexicon(train.masked, train.chains, int(cfg["min_support"])) if train else {}
+        prior = relation_prior(train.chains) if train else {}
+        precision = Gate(1, float(cfg["min_share"])).to_dict()
+        thresholds = {"lift": DEFAULT_LIFT, "zero_shot_cosine": DEFAULT_ZERO_SHOT_COSINE,
+                      "precision": precision, "route": precision}
+
+        def knowledge(th: Mapping) -> RelationKnowledge:
+            spec = _spec(cfg, chains, lexicon, functional_names, exclusive_names,
+                         relation_names, dict(th), {}, prior)
+            return RelationKnowledge(spec, arrays, store.relation_ids, STAGE)
+
+        report: dict = {
+            "questions": _counts(cfg["questions"], train),
+            "dev_questions": _counts(cfg["dev_questions"], dev),
+            "encoder": None if encoder.model is None else encoder.model.spec["model"],
+            "predictor": ("knn" if train and encoder.model else "lexicon" if train
+                          else "zero_shot" if encoder.model else "none"),
+            "chains": len(chains), "lexicon_words": len(lexicon),
+            "functional": functional_names, "exclusive": [list(x) for x in exclusive_names],
+            "relations_checked": {store.relation_names[k]: {"subjects": v[0], "multi": v[1]}
+                                  for k, v in functional_stats.items()},
+            "exclusive_stats": exclusive_stats,
+        }
+        if dev is not None and dev.masked:
+            thresholds, report["selection"] = select_thresholds(
+                knowledge, thresholds, dev, dev_vectors, facts, store, encoder, cfg)
+        else:
+            report["selection"] = "no dev questions: default thresholds"
+        lap("select_thresholds")
+    finally:
+        encoder.close()
+
+    target = Path(out_dir) / ARTEFACT
+    target.mkdir(parents=True, exist_ok=True)
+    report["step_seconds"] = lap.seconds
+    spec = _spec(cfg, chains, lexicon, functional_names, exclusive_names, relation_names,
+                 thresholds, report, prior)
+    (target / MODEL_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True))
+    np.savez(target / VECTORS_FILE, **arrays)
+    lap("write")
+    summary = {k: v for k, v in report.items() if k != "relations_checked"}
+    summary["thresholds"] = thresholds
+    summary["step_seconds"] = lap.seconds
+    return {"outputs": {ARTEFACT: str(target)}, "report": summary}
+
+
+def _counts(path, labelled: Labelled | None) -> dict | None:
+    if labelled is None:
+        return None
+    return {"file": str(path), "used": len(labelled.masked), "skipped": labelled.skipped}
+
+
+def select_thresholds(knowledge: Callable[[Mapping], RelationKnowledge], defaults: dict,
+                      dev: Labelled, dev_vectors: np.ndarray | None, facts: Facts, store: Store,
+                      encoder: Encoder, cfg: Mapping) -> tuple[dict, dict]:
+    """Steps 1–3 of the module docstring on the dev questions."""
+    from evaluation.metrics import score
+
+    thresholds = dict(defaults)
+    selection: dict = {}
+    base = knowledge(thresholds)
+    if base.labelled:
+        theta, selection["lift"] = choose_lift(
+            lambda m, t: base.names(question_words(m), t), dev, store.relation_ids)
+        thresholds["lift"] = theta
+    spans: dict[str, np.ndarray] = {}
+
+    def embed(texts: list[str]) -> np.ndarray:  # span vectors, cached across the θ_zs grid
+        todo = [t for t in dict.fromkeys(texts) if t not in spans]
+        if todo:
+            spans.update(zip(todo, encoder.queries(todo)))
+        return np.stack([spans[t] for t in texts])
+
+    def assess_all(kn: RelationKnowledge):
+        out = []
+        for i, (masked, topics) in enumerate(zip(dev.masked, dev.topics)):
+            out.append(kn.assess(masked, topics, facts,
+                                 q_vec=dev_vectors[i] if dev_vectors is not None else None,
+                                 embed=embed if encoder.model is not None else None))
+        correct = [bool(a.derivation and a.derivation.derivable and score(
+            [store.names[e] for e in a.derivation.endpoints], gold).h1)
+            for a, gold in zip(out, dev.answers)]
+        return out, correct
+
+    if not base.labelled and encoder.model is not None:
+        hits = {}
+        for theta in ZERO_SHOT_GRID:
+            _, correct = assess_all(knowledge({**thresholds, "zero_shot_cosine": theta}))
+            hits[theta] = sum(correct)
+        thresholds["zero_shot_cosine"] = max(ZERO_SHOT_GRID, key=lambda t: (hits[t], t))
+        selection["zero_shot_cosine"] = {"dev_correct": {str(t): h for t, h in hits.items()}}
+    kn = knowledge(thresholds)
+    assessments, correct = assess_all(kn)
+    precision_gates = [Gate(1, kn.min_share, sup) for sup in SUPPORTS]
+    precision_stats = [gate_stats(g, assessments, correct) for g in precision_gates]
+    reached = [i for i, st in enumerate(precision_stats) if st["precision"] is not None
+               and st["precision"] >= float(cfg["precision_target"])]
+    best = reached[0] if reached else len(SUPPORTS) - 1
+    thresholds["precision"] = precision_gates[best].to_dict()
+    gate, route_stats = choose_route_gate(gate_family(kn.min_share), assessments, correct,
+                                          float(cfg["route_min_precision"]))
+    thresholds["route"] = gate.to_dict()
+    gold_ids = [tuple(store.relation_ids[r] for r in c) for c in dev.chains]
+    selection.update({
+        "dev_chain_accuracy": round(float(np.mean([a.prediction.chain == g for a, g in
+                                                   zip(assessments, gold_ids)])), 6),
+        "dev_derived_h1": round(float(np.mean(correct)), 6),
+        "precision_gate": precision_stats[best],
+        "route_gate": route_stats,
+    })
+    return thresholds, selection
+
+
+if __name__ == "__main__":
+    from runtime.pipeline import stage_main
+
+    stage_main(STAGE)
