@@ -57,6 +57,9 @@ def _load(path: Path, n_ctx: int, threads: int):
     with _MODELS_LOCK:
         if key in _MODELS:
             return _MODELS[key]
+        # Sleeping, not spinning, OpenMP workers: spinning threads starve each other whenever
+        # the cores are shared (a busy host, a Spark job next to the runtime).
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         try:
             import llama_cpp
         except ImportError:

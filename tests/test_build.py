@@ -1,4 +1,4 @@
-"""End to end: synthetic dump → lokg build (ingest, types, publish) → a verified store."""
+"""End to end: synthetic dump → lokg build (every stage) → a verified store → questions answered."""
 
 from __future__ import annotations
 
@@ -28,9 +28,13 @@ def synth_dump(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def built(synth_dump, tmp_path_factory, spark):
     store_root = tmp_path_factory.mktemp("store")
-    config = load_config(None, ["ingest.format=synth"])
-    build = pipeline.build(str(synth_dump), str(store_root), config, log=lambda _: None)
+    build = pipeline.build(str(synth_dump), str(store_root), _config(), log=lambda _: None)
     return build
+
+
+def _config():
+    """The defaults, with fewer GAT epochs: the test checks the wiring, bench/ the quality."""
+    return load_config(None, ["ingest.format=synth", "gat.epochs=5"])
 
 
 def test_build_counts_match_the_generator_manifest(synth_dump, built):
@@ -64,8 +68,7 @@ def test_published_store_verifies_and_is_typed(built):
 
 
 def test_rebuild_publishes_a_second_version_and_rollback_works(synth_dump, built, spark):
-    config = load_config(None, ["ingest.format=synth"])
-    second = pipeline.build(str(synth_dump), str(built.root), config, log=lambda _: None)
+    second = pipeline.build(str(synth_dump), str(built.root), _config(), log=lambda _: None)
     store = Store(built.root)
     assert store.current_id() == second.build_id != built.build_id
     # same dump → identical table contents (ids are deterministic)
@@ -131,3 +134,29 @@ def test_summary_lists_every_stage_with_its_time(built):
     for stage in pipeline.STAGES:
         assert f"stage {stage}" in text
     assert f"scos_merge" in text and f"R_star={built.rows('relations')}" in text
+
+
+def test_published_store_holds_the_taimr_artefacts(built):
+    tables = built.manifest["tables"]
+    for table in ("node_gain", "edges", "entity_ids", "path_cache"):
+        assert built.rows(table) > 0, table
+    assert built.rows("edges") == 2 * built.rows("triples")
+    for extra in ("entity.faiss", "entity_vectors.npy", "models/encoder.json", "models/gat"):
+        assert (built.path / extra).exists(), extra
+    assert set(pipeline.PUBLISHED_TABLES) <= set(tables)
+
+
+def test_the_demo_store_answers_with_the_embedded_local_model(synth_dump, built):
+    """The README's main path: a real question, SmolLM2 through llama.cpp, one call."""
+    from runtime.query import Runtime
+
+    first = json.loads((synth_dump / "questions.jsonl").read_text().splitlines()[0])
+    rt = Runtime.open(built.root, build_id=built.build_id)
+    answer = rt.ask(first["question"], llm="local", budget=512)
+    assert answer.linked and answer.encoding["paths"]
+    assert set(answer.encoding["paths"].values()) == {"cache"}
+    assert answer.llm == {"backend": "local", "model": "SmolLM2-135M-Instruct.Q4_1",
+                          "calls_model": True}
+    assert answer.llm_calls == 1 and not answer.fallback, answer.fallback_reason
+    assert answer.answers and answer.tokens["completion"] > 0
+    assert answer.tokens["knowledge"] <= 512
