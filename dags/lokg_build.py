@@ -1,0 +1,149 @@
+"""``lokg_build``: one task per pipeline stage of a dump, then an atomic publish (DESIGN §2).
+
+Tasks, in ``runtime.pipeline.STAGES`` order (each stage reads the records of every earlier stage
+of the same build, so the chain is linear):
+
+* ``plan``    — derives the build id from the DAG run and the argument list every stage gets;
+* Spark stages (``spark_jobs.*``) — ``SparkSubmitOperator`` on the ``spark_default`` connection
+  (master from the connection: ``local[2]`` embedded, ``spark://``, ``yarn``, ``k8s://``);
+* training stages (``training.*``) — ``python -m training.<stage>`` on the ``gpu`` queue and pool;
+* ``publish`` — ``lokg publish``: validate and publish atomically, then emit the store's Asset
+  ``lokg://store/<name>`` with the build id, which schedules ``lokg_evaluate``.
+
+Idempotence: the build id is a function of the DAG run (its logical date, else its run id), so a
+retry or a re-run of any task works in the same ``staging/<build_id>/<stage>/``, which the stage
+empties before writing; nothing is visible to readers before ``publish``.
+
+The DAG runs weekly (``LOKG_BUILD_CRON``) and whenever the raw dump's Asset is updated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from datetime import timezone
+from pathlib import Path
+
+import pendulum
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset, AssetOrTimeSchedule, CronTriggerTimetable, Param, chain, dag, task
+from airflow.sdk.exceptions import AirflowFailException
+
+import lokg_common as lc
+
+STORE_ASSET = Asset(lc.STORE_ASSET_URI)
+DUMP_ASSET = Asset(Path(lc.DUMP).resolve().as_uri())
+FORMATS = ["auto", "nt", "tsv", "pathquestion", "fb15k237", "synth"]
+
+
+def build_id_of(dag_run) -> str:
+    """``YYYYmmddTHHMMSSZ-<6 hex>`` like ``runtime.contract.new_build_id``, but fixed per run.
+
+    A run with a logical date (scheduled, or ``airflow dags test DAG DATE``) is keyed by that
+    date, so re-running the DAG for the same date resumes in the same staging directory; a run
+    without one (asset-triggered, manual) is keyed by its run id.
+    """
+    when = dag_run.logical_date or dag_run.run_after
+    key = dag_run.logical_date.isoformat() if dag_run.logical_date else dag_run.run_id
+    stamp = when.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{hashlib.sha1(key.encode()).hexdigest()[:6]}"
+
+
+@task(multiple_outputs=True)
+def plan(*, params=None, dag_run=None) -> dict:
+    """The build id and the command-line arguments every stage and ``lokg publish`` get."""
+    dump = Path(lc.ROOT, params["dump"]).resolve()
+    store = Path(lc.ROOT, params["store"]).resolve()
+    if not dump.exists():
+        raise AirflowFailException(f"param dump: {dump} does not exist")
+    bad = [kv for kv in params["overrides"] if "=" not in kv or kv.startswith("=")]
+    if bad:
+        raise AirflowFailException(f"param overrides: expected KEY=VALUE items, got {bad}")
+    config = ["--set", f"ingest.format={params['format']}"]
+    for kv in params["overrides"]:
+        config += ["--set", kv]
+    if params["config"]:
+        config += ["--config", str(Path(lc.ROOT, params["config"]).resolve())]
+    build_id = build_id_of(dag_run)
+    print(f"build {build_id}: dump {dump} -> store {store}")
+    return {
+        "build_id": build_id,
+        "store": str(store),
+        "dump": str(dump),
+        "args": ["--store", str(store), "--build-id", build_id, "--dump", str(dump), *config],
+    }
+
+
+def training_stage(stage: str, module: str):
+    """A non-Spark stage on the GPU queue: the module's ``stage_main`` in the project venv."""
+
+    @task.bash(task_id=stage, queue=lc.GPU_QUEUE, pool=lc.GPU_POOL, cwd=str(lc.ROOT),
+               env=lc.STAGE_ENV, append_env=True, skip_on_exit_code=None)
+    def run_module(args: list[str]) -> str:
+        return shlex.join([lc.PYTHON, "-m", module, *args])
+
+    return run_module
+
+
+def spark_stage(stage: str, module: str, args) -> SparkSubmitOperator:
+    """A Spark stage: ``spark-submit <stage file>`` through the project venv's pyspark."""
+    return SparkSubmitOperator(
+        task_id=stage,
+        application=lc.module_file(module),
+        application_args=args,
+        conn_id=lc.SPARK_CONN_ID,
+        spark_binary=lc.SPARK_SUBMIT,
+        properties_file=lc.SPARK_PROPERTIES,
+        env_vars=lc.STAGE_ENV,
+        name=f"lokg-{stage}",
+    )
+
+
+@task(outlets=[STORE_ASSET])
+def publish(planned: dict, *, params=None, outlet_events=None) -> str:
+    """``lokg publish`` the staged build; the Asset event says which build and what it replaced."""
+    previous = lc.current_build(planned["store"])
+    lc.run_logged([lc.LOKG, "publish", *planned["args"]])
+    outlet_events[STORE_ASSET].extra = {
+        "build_id": planned["build_id"],
+        "store": planned["store"],
+        "dump": planned["dump"],
+        "previous_build_id": previous if previous != planned["build_id"] else None,
+        "validation_budget": params["validation_budget"],
+    }
+    return planned["build_id"]
+
+
+@dag(
+    dag_id="lokg_build",
+    schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable(lc.BUILD_CRON, timezone="UTC"),
+                                 assets=DUMP_ASSET),
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    default_args=lc.DEFAULT_ARGS,
+    tags=["lokg", "build", "spark", "gpu"],
+    doc_md=__doc__,
+    params={
+        "dump": Param(lc.DUMP, type="string", description="Raw dump: a file or a directory."),
+        "format": Param("auto", enum=FORMATS, description="Dump format (ingest.format)."),
+        "store": Param(lc.STORE, type="string", description="Store root to publish into."),
+        "config": Param("", type="string", description="Optional YAML/JSON build config file."),
+        "overrides": Param([], type="array", items={"type": "string"},
+                           description="Config overrides KEY=VALUE, e.g. transe.epochs=2."),
+        "validation_budget": Param(2048, type="integer", minimum=1,
+                                   description="Token budget of the evaluation smoke queries."),
+    },
+)
+def lokg_build():
+    planned = plan()
+    tasks = []
+    for stage, module in lc.pipeline_stages():
+        if lc.stage_kind(module) == "spark":
+            tasks.append(spark_stage(stage, module, planned["args"]))
+        else:
+            tasks.append(training_stage(stage, module)(planned["args"]))
+    chain(planned, *tasks, publish(planned))
+
+
+lokg_build()

@@ -1,0 +1,134 @@
+"""What the LOKG DAGs share: paths, environment, task defaults (from env variables), helpers.
+
+The DAG files run in the Airflow venv, which has neither the project nor pyspark (the Spark
+provider's pyspark-client would overwrite pyspark), and the scheduler parses them often. So this
+module is plain Python: the stage list is read from ``runtime/pipeline.py``'s ``STAGES`` literal
+with ``ast`` instead of importing it, and every stage runs in the project venv through a
+subprocess (``spark-submit``, ``python -m``, ``lokg``).
+
+Every setting has a default for the embedded set-up (``infra/airflow/env.sh``) and an
+environment variable for production (docs/OPERATIONS.md).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from datetime import timedelta
+from pathlib import Path
+
+#: The repository checkout the tasks run in (stage scripts, configs) and its project venv.
+ROOT = Path(os.environ.get("LOKG_ROOT") or Path(__file__).resolve().parents[1])
+VENV = Path(os.environ.get("LOKG_VENV") or ROOT / ".venv")
+PYTHON = str(VENV / "bin" / "python")
+LOKG = str(VENV / "bin" / "lokg")
+#: pyspark's own spark-submit, so the driver and the executors use the project's pyspark.
+SPARK_SUBMIT = os.environ.get("LOKG_SPARK_SUBMIT") or str(VENV / "bin" / "spark-submit")
+SPARK_PROPERTIES = os.environ.get("LOKG_SPARK_PROPERTIES") or str(
+    ROOT / "infra" / "spark" / "spark-defaults.conf")
+SPARK_CONN_ID = os.environ.get("LOKG_SPARK_CONN_ID", "spark_default")
+
+#: Defaults of the DAG params: the raw dump, the store root and where evaluation reports go.
+DUMP = os.environ.get("LOKG_DUMP") or str(ROOT / "out" / "airflow" / "dump")
+STORE = os.environ.get("LOKG_STORE") or str(ROOT / "out" / "airflow" / "store")
+REPORTS = os.environ.get("LOKG_REPORTS") or str(ROOT / "out" / "airflow" / "reports")
+#: The store's name in its Asset URI ``lokg://store/<name>`` (Assets are fixed at parse time).
+STORE_NAME = os.environ.get("LOKG_STORE_NAME", "default")
+STORE_ASSET_URI = f"lokg://store/{STORE_NAME}"
+#: What lokg_evaluate runs and the floor it holds a new build to (DAG params' defaults).
+EVAL_COMMAND = os.environ.get("LOKG_EVAL_COMMAND", "")
+EVAL_FLOOR = json.loads(os.environ.get("LOKG_EVAL_FLOOR", '{"H@1": 0.2}'))
+#: Cron of the scheduled refresh (default: Sundays 03:00 UTC); a new dump also triggers a build.
+BUILD_CRON = os.environ.get("LOKG_BUILD_CRON", "0 3 * * 0")
+
+#: Training stages go to this executor queue (Celery/Kubernetes workers on GPU nodes) and pool.
+GPU_QUEUE = os.environ.get("LOKG_GPU_QUEUE", "gpu")
+GPU_POOL = os.environ.get("LOKG_GPU_POOL", "gpu")
+
+#: Environment of every stage process: the project venv's Python for the Spark driver and
+#: workers, and the offline flags (nothing may download at run time).
+STAGE_ENV = {
+    "PYSPARK_PYTHON": PYTHON,
+    "PYSPARK_DRIVER_PYTHON": PYTHON,
+    "TIKTOKEN_CACHE_DIR": os.environ.get("TIKTOKEN_CACHE_DIR") or str(ROOT / ".cache" / "tiktoken"),
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+
+#: Every task: an owner, at least two retries with exponential backoff, a hard time limit.
+DEFAULT_ARGS = {
+    "owner": "lokg",
+    "retries": max(2, int(os.environ.get("LOKG_TASK_RETRIES", "2"))),
+    "retry_delay": timedelta(seconds=float(os.environ.get("LOKG_RETRY_DELAY_S", "60"))),
+    "retry_exponential_backoff": 2.0,
+    "max_retry_delay": timedelta(minutes=30),
+    "execution_timeout": timedelta(hours=float(os.environ.get("LOKG_TASK_TIMEOUT_H", "12"))),
+}
+
+PIPELINE_FILE = ROOT / "runtime" / "pipeline.py"
+
+
+def pipeline_stages(path: Path = PIPELINE_FILE) -> list[tuple[str, str]]:
+    """``(stage, module)`` pairs in execution order, read from the ``STAGES`` dict literal.
+
+    Parsed, not imported: importing ``runtime`` would need the project venv. The pipeline
+    driver stays the single place that names and orders the stages.
+    """
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except OSError as exc:
+        raise RuntimeError(f"{path}: cannot read the stage list ({exc.strerror}); "
+                           "set LOKG_ROOT to the LOKG checkout") from None
+    for node in tree.body:
+        target = getattr(node, "target", None) or (getattr(node, "targets", None) or [None])[0]
+        if isinstance(target, ast.Name) and target.id == "STAGES":
+            stages = ast.literal_eval(node.value)
+            if not stages:
+                break
+            return list(stages.items())
+    raise RuntimeError(f"{path}: no non-empty STAGES dict literal found")
+
+
+def stage_kind(module: str) -> str:
+    """``spark`` for PySpark jobs (spark-submit), ``train`` for the GPU-capable training jobs."""
+    package = module.split(".", 1)[0]
+    kinds = {"spark_jobs": "spark", "training": "train"}
+    if package not in kinds:
+        raise RuntimeError(f"{PIPELINE_FILE}: stage module {module!r} is neither in spark_jobs/ "
+                           "nor in training/; the DAG does not know how to run it")
+    return kinds[package]
+
+
+def module_file(module: str) -> str:
+    """The stage's file in the checkout, the application handed to spark-submit."""
+    return str(ROOT.joinpath(*module.split(".")).with_suffix(".py"))
+
+
+def run_logged(cmd: list[str]) -> None:
+    """Run a project command in the checkout with ``STAGE_ENV``, its output going to the task log.
+
+    Raises with the command and the last lines of its output, so the task's failure message
+    says what went wrong without opening the log.
+    """
+    import collections
+    import shlex
+    import subprocess
+
+    print(f"$ {shlex.join(cmd)}", flush=True)
+    tail: collections.deque[str] = collections.deque(maxlen=40)
+    with subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **STAGE_ENV}, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            tail.append(line)
+    if proc.returncode:
+        raise RuntimeError(f"{shlex.join(cmd)} exited with {proc.returncode}:\n{''.join(tail)}")
+
+
+def current_build(store: str) -> str | None:
+    """The build id the store's ``CURRENT`` pointer names (docs/ARTEFACTS.md), or None."""
+    path = Path(store) / "CURRENT"
+    if not path.is_file():
+        return None
+    return path.read_text(encoding="utf-8").strip() or None
