@@ -436,3 +436,44 @@ def test_knn_predictor_with_the_real_encoder(tmp_path):
     a = Runtime.open(tmp_path / "store").ask("what does edda quist 's husband do for work ?",
                                              policy="precision")
     assert a.answers == ["pilot"] and a.route["predictor"] == "knn"
+
+
+def test_zero_shot_orders_the_named_relations_by_what_instantiates():
+    """Spans matched to relation names (here through hand-made vectors: one axis a relation);
+    the two named relations are tried in both orders and only one instantiates."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    spec = {"format_version": 1, "settings": {"k": 10, "min_share": 0.6, "max_frontier": 100},
+            "thresholds": {"lift": 2.0, "zero_shot_cosine": 0.8,
+                           "precision": {"max_answers": 1, "min_share": 0.6},
+                           "route": {"max_answers": 2, "min_share": 0.6}},
+            "chains": [], "relation_names": RELATIONS, "lexicon": {}, "functional": [],
+            "exclusive": []}
+    eye = np.eye(len(RELATIONS), dtype=np.float32)
+    know = RelationKnowledge(spec, {"question_vectors": np.zeros((0, 5), np.float32),
+                                    "question_chain": np.zeros(0, np.int32),
+                                    "relation_vectors": eye}, REL)
+    axes = {"job": eye[REL["profession"]], "wife": eye[REL["spouse"]]}
+    embed = lambda texts: np.stack([axes.get(t, np.zeros(5, np.float32)) for t in texts])  # noqa: E731
+    a = know.assess(mask_topic("what is the job of edda quist 's wife", ["edda quist"]), [4],
+                    facts, q_vec=None, embed=embed)
+    assert a.prediction.source == "zero_shot" and a.prediction.share == 1.0
+    assert a.prediction.chain == (REL["spouse"], REL["profession"])
+    assert a.derivation.endpoints == [N_PEOPLE + 3]  # 4's spouse 5 is a pilot
+    no_encoder = know.assess("job of someone wife", [4], facts, q_vec=None)
+    assert no_encoder.prediction.chain is None and no_encoder.derivation is None
+
+
+@pytest.mark.slow
+def test_zero_shot_stage_with_the_real_encoder(tmp_path):
+    """No training questions: relation names embedded, θ_zs picked on dev."""
+    triples = family_triples()
+    inputs = write_tables(tmp_path / "tables", triples)
+    (tmp_path / "encoder.json").write_text(json.dumps({"model": "minilm"}))
+    inputs["encoder"] = str(tmp_path / "encoder.json")
+    write_questions(tmp_path / "dev.jsonl", DEV_PEOPLE, triples)
+    cfg = {"relation_knowledge": {**CONFIG["relation_knowledge"],
+                                  "dev_questions": str(tmp_path / "dev.jsonl")}}
+    report = fit.run(cfg, inputs, str(tmp_path / "stage"))["report"]
+    assert report["predictor"] == "zero_shot"
+    assert report["thresholds"]["zero_shot_cosine"] in fit.ZERO_SHOT_GRID
+    assert report["selection"]["dev_derived_h1"] >= 0.5, report["selection"]

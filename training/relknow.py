@@ -6,7 +6,11 @@ consistency check (functional relations, exclusive relation pairs) from the stor
 and — when ``relation_knowledge.questions`` names labelled training questions (PathQuestion
 ``train.txt`` or JSONL with ``topic_entities`` and ``path``) — the masked question embeddings
 the chain predictor votes with and the lexicon. Without questions only the zero-shot parts are
-written (relation names embedded as text, the KG checks).
+written (relation names embedded as text, the KG checks). The encoder is the store's own
+(``encoder`` of entity_encode); a build without it gets a lexicon-only artefact (0-wide
+vectors: the runtime predicts chains from the lexicon, no zero-shot matcher) and the report
+says so. Training questions are read with ``evaluation.datasets`` (gat_train's parser keeps
+only distinct paths, not the question texts).
 
 Thresholds come from ``relation_knowledge.dev_questions`` only (never from test: a file whose
 name is a test split is refused, as is a dev file given as training questions), by this fixed
@@ -28,8 +32,8 @@ procedure:
 
 Without dev questions the defaults stand (θ_lift = :data:`DEFAULT_LIFT`, θ_zs =
 :data:`DEFAULT_ZERO_SHOT_COSINE`, σ = 0, routing gate = the precision gate) and the report
-says so.
-The report also gives the dev chain accuracy and both gates' dev coverage and precision.
+says so. The report also gives the dev chain accuracy and both gates' dev coverage and
+precision.
 
 Gold relation names go through ``relation_map`` to canonical ones; questions naming an unknown
 entity key or relation are counted and skipped. Scale: the KG statistics run on the driver in
