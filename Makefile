@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 ENV := source infra/env.sh &&
 
-.PHONY: setup demo test test-slow test-all bench clean
+.PHONY: setup demo airflow-demo test test-slow test-all bench clean
 
 setup:
 	bash infra/setup.sh
@@ -10,6 +10,10 @@ setup:
 ## The main job on the embedded default: synthetic KG -> Spark build -> published store -> summary.
 demo: setup
 	$(ENV) lokg demo --workdir out/demo
+
+## The same build driven by Airflow (`airflow dags test lokg_build`), then a query (docs/OPERATIONS.md).
+airflow-demo: setup
+	bash infra/airflow/demo.sh
 
 ## The CI test suite (slow cases excluded; see test-slow).
 test: setup
