@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from evaluation.datasets import DatasetError, load_dataset
-from evaluation.methods import ENTITY_MODES, METHODS, MethodError, method_names
+from evaluation.methods import ENTITY_MODES, METHODS, POLICIES, MethodError, method_names
 from evaluation.report import markdown_table
 from evaluation.runner import EvalError
 
@@ -25,8 +25,8 @@ MARKDOWN_FILE = "summary.md"
 def command_line(**options) -> str:
     """The ``lokg eval`` command that reproduces a run, options in a fixed order."""
     parts = ["lokg", "eval"]
-    for name in ("dataset", "split", "store", "store_no_scos", "methods", "llm", "budget",
-                 "entities", "out", "limit", "kb"):
+    for name in ("dataset", "split", "store", "store_no_scos", "methods", "llm", "policy",
+                 "budget", "entities", "out", "limit", "kb"):
         value = options.get(name)
         if value is not None:
             parts += [f"--{name.replace('_', '-')}", str(value)]
@@ -41,8 +41,10 @@ def ensure_store(store_root: str, dataset, *, build: bool, kb: str | None, overr
                  scos: bool, log: Callable[[str], None]) -> None:
     """Build the store from the dataset's KB when it has no published build and ``build`` is set.
 
-    PathQuestion's ``train.txt`` feeds GAT's gold-path term (``gat.questions``); the split being
-    evaluated is never given to a build.
+    PathQuestion's ``train.txt`` feeds GAT's gold-path term (``gat.questions``) and the relation
+    knowledge (``relation_knowledge.questions``), ``dev.txt`` picks the relation knowledge's
+    thresholds (``relation_knowledge.dev_questions``); the split being evaluated is never given
+    to a build.
     """
     from runtime.contract import Store
 
@@ -59,7 +61,10 @@ def ensure_store(store_root: str, dataset, *, build: bool, kb: str | None, overr
 
     settings = [f"ingest.format={dataset.kb_format or 'auto'}" if not kb else "ingest.format=auto"]
     if dataset.train_file is not None and dataset.train_file != dataset.source:
-        settings.append(f"gat.questions={dataset.train_file}")
+        settings += [f"gat.questions={dataset.train_file}",
+                     f"relation_knowledge.questions={dataset.train_file}"]
+    if dataset.dev_file is not None and dataset.dev_file != dataset.source:
+        settings.append(f"relation_knowledge.dev_questions={dataset.dev_file}")
     if not scos:
         settings.append("scos.enabled=false")
     log(f"building {store_root} from {dump} ({', '.join(settings)})")
@@ -67,7 +72,8 @@ def ensure_store(store_root: str, dataset, *, build: bool, kb: str | None, overr
 
 
 def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lokg",
-             llm: str = "none", budget: int = 2048, entities: str = "gold", out: str,
+             llm: str = "none", policy: str = "lokg", budget: int = 2048, entities: str = "gold",
+             out: str,
              store_no_scos: str | None = None, build: bool = False, kb: str | None = None,
              overrides: Sequence[str] = (), limit: int | None = None, progress: bool = True,
              threads: int | None = 1, log: Callable[[str], None] = print) -> dict:
@@ -83,7 +89,8 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
     from runtime.query import Runtime
 
     command = command_line(dataset=dataset, split=split, store=store,
-                           store_no_scos=store_no_scos, methods=methods, llm=llm, budget=budget,
+                           store_no_scos=store_no_scos, methods=methods, llm=llm,
+                           policy=None if policy == "lokg" else policy, budget=budget,
                            entities=entities, out=out, limit=limit, kb=kb, overrides=overrides,
                            build=build)
     data = load_dataset(dataset, split)
@@ -106,12 +113,12 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
                      log=log)
         rt_no_scos = Runtime.open(store_no_scos)
     reader = make_llm(llm)
-    ctx = EvalContext(rt, CountingLLM(reader), budget, entities, rt_no_scos)
+    ctx = EvalContext(rt, CountingLLM(reader), budget, entities, rt_no_scos, policy)
     out_dir = Path(out)
     stores = {"store": rt.build_id}
     if rt_no_scos is not None:
         stores["store_no_scos"] = rt_no_scos.build_id
-    settings = {"dataset": data.describe(), "llm": llm,
+    settings = {"dataset": data.describe(), "llm": llm, "policy": policy,
                 "model": None if ctx.llm.model is None else str(ctx.llm.model),
                 "budget": budget, "entities": entities, "stores": stores}
     run = check_run_file(out_dir, settings, command)
@@ -137,6 +144,10 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
               help=f"Comma-separated, or 'all': {', '.join(METHODS)}.")
 @click.option("--llm", type=click.Choice(READERS), default="none", show_default=True,
               help="Reader for every method (openai: LOKG_LLM_BASE_URL, LOKG_LLM_MODEL).")
+@click.option("--policy", type=click.Choice(POLICIES), default="lokg", show_default=True,
+              help="Policy of the lokg methods: lokg (one call), precision (derived answer or "
+                   "abstain, no call), route (derived where the routing gate passes, else one "
+                   "call). Baselines ignore it.")
 @click.option("--budget", type=click.IntRange(1, 131072), default=2048, show_default=True,
               help="Knowledge budget B in cl100k_base tokens.")
 @click.option("--entities", type=click.Choice(ENTITY_MODES), default="gold", show_default=True,

@@ -70,6 +70,7 @@ class Dataset:
     kb: Path | None = None  # the dump ``--build`` builds from
     kb_format: str | None = None  # its ingest.format
     train_file: Path | None = field(default=None)  # labelled training questions (never test)
+    dev_file: Path | None = field(default=None)  # where a build picks its thresholds (never test)
 
     def describe(self) -> dict:
         return {"kind": self.kind, "source": str(self.source), "split": self.split,
@@ -154,9 +155,10 @@ def load_pathquestion(directory: str | Path, split: str = "test") -> Dataset:
                 raise DatasetError(f"{source}:{lineno}: {exc}") from None
             questions.append(Question(f"{split}-{lineno:05d}", text.strip(), answers,
                                       (topic,), relations))
-    train = root / "train.txt"
+    train, dev = root / "train.txt", root / "dev.txt"
     return Dataset("pathquestion", source, split, tuple(questions), _sha256(source), kb=kb,
-                   kb_format="pathquestion", train_file=train if train.is_file() else None)
+                   kb_format="pathquestion", train_file=train if train.is_file() else None,
+                   dev_file=dev if dev.is_file() else None)
 
 
 def _strings(value, what: str, where: str) -> tuple[str, ...]:

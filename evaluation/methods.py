@@ -8,6 +8,8 @@ the same knowledge budget B:
 ``lokg-no-scos``   the same on a store built with ``scos.enabled=false`` (``--store-no-scos``)
 ``lokg-no-ittc``   ``encoding="uniform"``: one template (balanced, s-r-o), cut by rank to fit B
 ``lokg-no-taimr``  ``retrieval="similarity"``: reachable entities ranked by cosine alone
+``lokg-no-relknow`` policy ``lokg`` with the relation feeds off (the store's relation knowledge
+                   unused): LOKG as issue 5 shipped it
 ``neighbourhood``  the topic entities' 1-hop triples, truncated to B
 ``kaping``         top-20 of a ≤200-triple 1-hop pool by embedding similarity (baselines.py)
 ``tog``            LLM-driven beam search, width 3, depth 3, several calls (baselines.py)
@@ -18,6 +20,11 @@ literature) a question's topic entity keys from the dataset are given to the met
 without any is linked from its text. With ``entities="link"`` every question is linked from its
 text by the runtime's linker. A gold key missing from the store gives an empty prediction with
 status ``topic_not_in_store`` (a dataset/store mismatch, counted as wrong, never skipped).
+
+**Policy.** ``lokg eval --policy`` sets the policy of the lokg methods (``lokg``, the
+``lokg-no-*`` ablations but ``lokg-no-relknow``): ``lokg`` one call on the LOKG context,
+``precision`` the answer derived from the graph or an abstention, ``route`` derived where the
+routing gate passes, else one call (runtime/relknow.py). Baselines never use relation knowledge.
 
 **Calls and failures.** :class:`CountingLLM` counts every call a method makes and every call
 that raised :class:`runtime.llm.LLMError`, whatever the method does with the failure (the
@@ -34,6 +41,7 @@ from evaluation.datasets import Question
 from evaluation.runner import Method, Prediction
 
 ENTITY_MODES = ("gold", "link")
+POLICIES = ("lokg", "precision", "route")  # runtime.query.POLICIES (not imported: numpy-free here)
 
 
 class MethodError(ValueError):
@@ -77,12 +85,15 @@ class EvalContext:
     budget: int = 2048
     entities: str = "gold"
     runtime_no_scos: object | None = None
+    policy: str = "lokg"  # of the lokg methods (baselines and lokg-no-relknow: always lokg)
     _key_index: dict[int, dict[str, int]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         if self.entities not in ENTITY_MODES:
             raise MethodError(f"entities must be one of {', '.join(ENTITY_MODES)}; "
                               f"got {self.entities!r}")
+        if self.policy not in POLICIES:
+            raise MethodError(f"policy must be one of {', '.join(POLICIES)}; got {self.policy!r}")
 
     def topic_keys(self, rt, question: Question) -> tuple[list[str] | None, str | None]:
         """(keys to give the method or None to link from text, or a failing status)."""
@@ -113,8 +124,11 @@ class EvalContext:
         return ids, links, None if ids else "no_entity"
 
 
-def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = False):
-    """A factory for the runtime under one retrieval/encoding (and store) setting."""
+def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = False,
+          relation_knowledge: bool = True):
+    """A factory for the runtime under one retrieval/encoding (and store) setting. Without
+    ``relation_knowledge`` the policy is ``lokg`` and the relation feeds are off (the store's
+    relation knowledge is not used at all)."""
 
     def factory(ctx: EvalContext) -> Method:
         rt = ctx.runtime_no_scos if no_scos else ctx.runtime
@@ -127,8 +141,10 @@ def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = Fals
             if status is not None:
                 return Prediction([], status=status, details={"build_id": rt.build_id})
             ctx.llm.reset()
+            feeds = {} if relation_knowledge else {"relation_weight": 0.0, "chain_boost": False}
             ans = rt.ask(question.question, entities=keys, budget=ctx.budget, llm=ctx.llm,
-                         retrieval=retrieval, encoding=encoding)
+                         retrieval=retrieval, encoding=encoding,
+                         policy=ctx.policy if relation_knowledge else "lokg", **feeds)
             tokens = ans.tokens
             return Prediction(
                 answers=list(ans.answers), status=ans.status, llm_calls=ctx.llm.calls,
@@ -138,13 +154,21 @@ def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = Fals
                 prompts=[ans.prompt] if ctx.llm.calls else [], triples=ans.triples,
                 timings=ans.timings,
                 error="; ".join(ctx.llm.errors) or (ans.fallback_reason if ans.fallback else None),
-                details={"build_id": ans.build_id, "linked": ans.linked,
+                details={"build_id": ans.build_id, "linked": ans.linked, "route": _route(ans),
                          "answer_ids": ans.answer_ids, "candidates": ans.candidates[:5],
                          "encoding": {k: ans.encoding.get(k) for k in ("mode", "dropped")}})
 
         return run
 
     return factory
+
+
+def _route(answer) -> dict | None:
+    """Which path produced the answer and why (runtime ``Answer.route``, without the votes)."""
+    if answer.route is None:
+        return None
+    keep = ("source", "reason", "context", "chain", "vote_share", "derivable", "flagged")
+    return {k: answer.route.get(k) for k in keep}
 
 
 def _baseline(name: str):
@@ -169,8 +193,10 @@ METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
     MethodSpec("lokg-no-scos", "LOKG on a store without SCOS", _lokg(no_scos=True), True),
     MethodSpec("lokg-no-ittc", "LOKG with the uniform template", _lokg(encoding="uniform")),
     MethodSpec("lokg-no-taimr", "LOKG with similarity retrieval", _lokg(retrieval="similarity")),
+    MethodSpec("lokg-no-relknow", "LOKG without relation knowledge (policy lokg, feeds off)",
+               _lokg(relation_knowledge=False)),
     MethodSpec("neighbourhood", "1-hop neighbourhood, truncated to B",
-               _lokg(retrieval="neighbourhood")),
+               _lokg(retrieval="neighbourhood", relation_knowledge=False)),
     MethodSpec("kaping", "KAPING: top-20 of ≤200 1-hop triples by similarity",
                _baseline("kaping")),
     MethodSpec("tog", "ToG: LLM beam search, width 3, depth 3", _baseline("tog")),

@@ -254,16 +254,28 @@ def render_scos_report(built: Build) -> str:
 @click.option("--retrieval", default="taimr", show_default=True,
               type=click.Choice(["taimr", "similarity", "neighbourhood"]))
 @click.option("--encoding", default="ittc", show_default=True, type=click.Choice(["ittc", "uniform"]))
+@click.option("--policy", default="lokg", show_default=True,
+              type=click.Choice(["lokg", "precision", "route"]),
+              help="lokg: one call on the LOKG context; precision: the answer derived from the "
+                   "graph where the precision gate passes, else abstain (no call); route: derived "
+                   "where the routing gate passes, else one call (stage relation_knowledge).")
+@click.option("--relation-weight", type=click.FloatRange(min=0), default=None,
+              help="λ_rel of the query-relation term (default: the store's query.relation_weight).")
+@click.option("--chain-boost/--no-chain-boost", default=None,
+              help="ITTC boost of the predicted chain's facts (default: query.chain_boost).")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole Answer as JSON.")
 def query(question: str, store_root: str, budget: int, llm_name: str, entities: tuple[str, ...],
-          retrieval: str, encoding: str, as_json: bool) -> None:
+          retrieval: str, encoding: str, policy: str, relation_weight: float | None,
+          chain_boost: bool | None, as_json: bool) -> None:
     """Answer QUESTION from the published store with at most one LLM call."""
     from runtime.query import QueryError, Runtime
 
     given = [int(e) if e.lstrip("-").isdigit() else e for e in entities] or None
     try:
         answer = Runtime.open(store_root).ask(question, entities=given, budget=budget,
-                                              llm=llm_name, retrieval=retrieval, encoding=encoding)
+                                              llm=llm_name, retrieval=retrieval, encoding=encoding,
+                                              policy=policy, relation_weight=relation_weight,
+                                              chain_boost=chain_boost)
     except (StoreError, QueryError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
@@ -286,6 +298,13 @@ def render_answer(answer) -> str:
              f"({answer.llm['backend']})",
              f"  triples used: {len(answer.triples)}; {answer.timings.get('total', 0):.1f} ms; "
              f"build {answer.build_id}"]
+    route = answer.route
+    if route is not None:
+        chain = " -> ".join(route.get("chain") or []) or "none"
+        lines.append(f"  policy {answer.policy}: source {route.get('source') or 'retrieval'}, "
+                     f"chain {chain} (vote share {route.get('vote_share', 0):.2f})"
+                     + (", FLAGGED by the consistency check" if route.get("flagged") else "")
+                     + (f"; {route['reason']}" if route.get("reason") else ""))
     return "\n".join(lines)
 
 

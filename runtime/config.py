@@ -101,6 +101,23 @@ DEFAULTS: dict = {
         "heads": "all",  # all | a file of entity keys, one a line (hot set)
         "buckets": 256,  # output files; a head lives in bucket head % buckets
     },
+    "relation_knowledge": {  # training/relknow.py (issue 9): runtime/relknow.py explains the model
+        "questions": None,  # labelled training questions (PathQuestion train.txt or JSONL with path)
+        "dev_questions": None,  # dev split: every threshold is picked on it; never test
+        "k": 10,  # training questions voting for a chain
+        "min_share": 0.6,  # vote share from which the top chain is followed (precision gate's τ)
+        "min_support": 5,  # lexicon: questions a word must occur in to get a lift
+        "precision_target": 0.99,  # precision gate: dev H@1 its derived answers must reach
+        "route_min_precision": 0.8,  # routing gate: dev H@1 its derived answers must reach
+        "functional_tolerance": 0.01,  # share of subjects allowed several objects of a functional r
+        "functional_min_subjects": 5,  # subjects a relation needs to be called functional
+        "exclusive_tolerance": 0.01,  # joint entity pairs (share of the rarer r) of exclusive pairs
+        "exclusive_min_support": 20,  # facts the rarer relation of an exclusive pair needs
+        "max_frontier": 1000,  # a derivation reaching more entities at one hop stops (not an answer)
+        "batch_size": 64,  # questions per encoder call
+        "device": "auto",  # auto | cpu | cuda[:N]; auto = CUDA when torch sees one
+        "threads": 1,  # torch CPU threads; null = torch default
+    },
     "publish": {"keep": 3},
     "query": {  # runtime/query.py; a build may carry its own values in its config
         "lambda_q": 1.0,  # weight of cos(enc(q), enc(a)) in S_final
@@ -108,6 +125,9 @@ DEFAULTS: dict = {
         "focus_candidates": 5,  # top candidates that get ITTC's λ_boost (with linked entities)
         "min_link_cosine": 0.5,  # vector fallback: nearest entity must reach this cosine
         "encoder_threads": 1,  # torch threads of the question encoder; null = torch default
+        # relation knowledge (stores with models/relknow; chosen on PathQuestion dev, BENCHMARKS):
+        "relation_weight": 20.0,  # λ_rel: weight of the query-relation term in S_final (0 = off)
+        "chain_boost": True,  # ITTC's λ_boost for the facts of the predicted relation chain
     },
 }
 

@@ -34,6 +34,7 @@ STAGES: dict[str, str] = {
     "entity_encode": "training.encode",
     "gat_train": "training.gat",
     "path_cache": "spark_jobs.path_cache",
+    "relation_knowledge": "training.relknow",
 }
 
 #: Artefacts published as contract tables (a later stage's artefact of the same name wins:
@@ -48,7 +49,8 @@ MODEL_ARTEFACTS = {"transe_run": "models/transe",
                    "entity_index": "entity.faiss",
                    "entity_vectors": "entity_vectors.npy",
                    "encoder": "models/encoder.json",
-                   "gat_run": "models/gat"}
+                   "gat_run": "models/gat",
+                   "relknow": "models/relknow"}
 
 STAGE_RECORD = "_stage.json"
 

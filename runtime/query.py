@@ -527,7 +527,7 @@ class Runtime:
         if not math.isfinite(rel_weight) or rel_weight < 0:
             raise QueryError(f"relation_weight must be a finite number >= 0; got {rel_weight!r}")
         assessment = None
-        if policy != "lokg" or rel_weight or boost:
+        if policy != "lokg" or ((rel_weight or boost) and self.relknow is not None):
             assessment, base["route"], passed = self._assess(question, heads, policy)
             t = lap("relknow", t)
             if passed or policy == "precision":

@@ -189,7 +189,7 @@ def test_stage_list_is_read_from_the_pipeline_without_importing_it(tmp_path):
     finally:
         sys.path.remove(str(REPO / "dags"))
     assert lc.pipeline_stages() == list(STAGES.items())
-    assert [lc.stage_kind(m) for m in STAGES.values()].count("train") == 3
+    assert [lc.stage_kind(m) for m in STAGES.values()].count("train") == 4
     bad = tmp_path / "pipeline.py"
     bad.write_text("STAGES = {}\n")
     with pytest.raises(RuntimeError, match=f"{bad}: no non-empty STAGES"):

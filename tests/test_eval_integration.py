@@ -121,7 +121,7 @@ def test_every_method_with_reader_none(tmp_path, toy):
     out = tmp_path / "a"
     summary = json.loads((out / "summary.json").read_text())
     assert list(summary) == ["lokg", "lokg-no-scos", "lokg-no-ittc", "lokg-no-taimr",
-                             "neighbourhood", "kaping", "tog"]
+                             "lokg-no-relknow", "neighbourhood", "kaping", "tog"]
     for method, values in summary.items():
         assert tuple(values) == SUMMARY_KEYS, method
         assert values["n"] == 5 and values["calls/q"] == 0 and values["tok/q"] == 0

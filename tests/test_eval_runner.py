@@ -182,7 +182,7 @@ def test_counting_llm_counts_calls_and_failures():
 
 
 def test_method_names():
-    assert method_names("all")[0] == "lokg" and len(method_names("all")) == 7
+    assert method_names("all")[0] == "lokg" and len(method_names("all")) == 8
     assert method_names("tog, kaping,tog") == ["tog", "kaping"]
     with pytest.raises(MethodError, match="unknown method"):
         method_names("lokg,gpt")

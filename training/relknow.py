@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime.config import section
+from runtime.config import DEFAULTS, section
 from runtime.contract import read_table
 from runtime.pipeline import Laps, StageError
 from runtime.relknow import (ARTEFACT, FORMAT_VERSION, MODEL_FILE, VECTORS_FILE, Facts, Gate,
@@ -60,24 +60,6 @@ from runtime.relknow import (ARTEFACT, FORMAT_VERSION, MODEL_FILE, VECTORS_FILE,
 
 STAGE = "relation_knowledge"
 SECTION = "relation_knowledge"
-#: The section's defaults; to move into runtime/config.py DEFAULTS (one home for defaults).
-SETTINGS_DEFAULTS = {
-    "questions": None,  # labelled training questions (PathQuestion train.txt or JSONL with path)
-    "dev_questions": None,  # dev split: every threshold is picked on it; never test
-    "k": 10,  # training questions voting for a chain
-    "min_share": 0.6,  # vote share from which the top chain is followed (precision gate's τ)
-    "min_support": 5,  # lexicon: questions a word must occur in to get a lift
-    "precision_target": 0.99,  # precision gate: dev H@1 its derived answers must reach
-    "route_min_precision": 0.8,  # routing gate: dev H@1 its derived answers must reach
-    "functional_tolerance": 0.01,  # share of subjects allowed several objects of a functional r
-    "functional_min_subjects": 5,  # subjects a relation needs to be called functional
-    "exclusive_tolerance": 0.01,  # joint entity pairs (share of the rarer r) of exclusive pairs
-    "exclusive_min_support": 20,  # facts the rarer relation of an exclusive pair needs
-    "max_frontier": 1000,  # a derivation reaching more entities at one hop stops (not an answer)
-    "batch_size": 64,  # questions per encoder call
-    "device": "auto",  # auto | cpu | cuda[:N]; auto = CUDA when torch sees one
-    "threads": 1,  # torch CPU threads; null = torch default
-}
 LIFT_GRID = (1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 ZERO_SHOT_GRID = (0.3, 0.4, 0.5, 0.6, 0.7)
 DEFAULT_LIFT = 2.0
@@ -91,11 +73,11 @@ DEV_REFUSED = ("test",)
 
 def settings(config: Mapping) -> dict:
     """The section over its defaults, checked (unknown keys and bad values name themselves)."""
-    cfg = {**SETTINGS_DEFAULTS, **section(config, SECTION)}
-    unknown = sorted(set(cfg) - set(SETTINGS_DEFAULTS))
+    cfg = section(config, SECTION)
+    unknown = sorted(set(cfg) - set(DEFAULTS[SECTION]))
     if unknown:
         raise StageError(f"{SECTION}: unknown config keys {unknown} "
-                         f"(known: {sorted(SETTINGS_DEFAULTS)})")
+                         f"(known: {sorted(DEFAULTS[SECTION])})")
     for key in ("k", "min_support", "functional_min_subjects", "exclusive_min_support",
                 "max_frontier", "batch_size"):
         if int(cfg[key]) < 1:
