@@ -92,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", default="all")
     parser.add_argument("--budget", type=int, default=2048)
     parser.add_argument("--limit", type=int, help="only the first N test questions")
+    parser.add_argument("--local-limit", type=int,
+                        help="reader local: only the first N test questions (SmolLM2 on CPU "
+                             "takes seconds a call)")
+    parser.add_argument("--policies", default="lokg",
+                        help="policies, comma-separated (lokg, precision, route); policies "
+                             "other than lokg run the lokg method only")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="build config override (repeatable)")
     parser.add_argument("--markdown", help="also write the Markdown here")
@@ -109,22 +115,27 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.datasets.split(","):
         directory = Path(args.data) / name
         runs = {}
-        for reader in args.llm.split(","):
+        questions = load_dataset(f"pathquestion:{directory}", "test").questions
+        for reader, policy in ((r, p) for r in args.llm.split(",")
+                               for p in args.policies.split(",")):
+            limit = args.local_limit if reader == "local" and args.local_limit else args.limit
+            label = reader if policy == "lokg" else f"{reader}, policy {policy}"
             options = dict(dataset=f"pathquestion:{directory}", split="test",
                            store=str(work / name / "store"),
                            store_no_scos=str(work / name / "store-no-scos"),
-                           methods=args.methods, llm=reader, budget=args.budget,
-                           out=str(work / name / reader), build=True,
-                           overrides=args.overrides, limit=args.limit)
-            print(f"== {name} test, reader {reader}", file=sys.stderr)
+                           methods=args.methods if policy == "lokg" else "lokg", llm=reader,
+                           policy=policy, budget=args.budget,
+                           out=str(work / name / label.replace(", policy ", "-")), build=True,
+                           overrides=args.overrides, limit=limit)
+            print(f"== {name} test, reader {label}", file=sys.stderr)
             summary = run_eval(**options, progress=not args.no_progress,
                                log=lambda m: print(m, file=sys.stderr))
-            questions = load_dataset(f"pathquestion:{directory}", "test").questions
-            ids = {q.id for q in questions[:args.limit]}
-            runs[reader] = {m: {**v, **diagnostics(Path(options["out"]), m, ids)}
-                            for m, v in summary.items()}
-            commands.append(command_line(**options))
-        out += table(name, len(ids), runs)
+            ids = {q.id for q in questions[:limit]}
+            runs[label] = {m: {**v, **diagnostics(Path(options["out"]), m, ids)}
+                           for m, v in summary.items()}
+            commands.append(command_line(**{**options, "policy": None if policy == "lokg"
+                                            else policy}))
+        out += table(name, len(questions[:args.limit]), runs)
     out += ["Each run, as `lokg eval`:", ""] + [f"    {c}" for c in commands] + [""]
     text = "\n".join(out)
     print(text)

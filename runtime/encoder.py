@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -67,16 +68,35 @@ def resolve_model(model: str) -> Path:
     return path.resolve()
 
 
-def resolve_device(requested: str) -> str:
-    """``auto`` → CUDA when torch sees one, else CPU; an explicit CUDA request must be satisfiable."""
+def resolve_device(requested: str, *, setting: str = "encoder device",
+                   error: type[Exception] = EncoderError) -> str:
+    """``auto`` → ``cuda`` when torch sees one, else ``cpu``; an explicit CUDA request must be
+    satisfiable. Every torch stage resolves its ``device`` setting here; ``error`` is the
+    caller's own error class and ``setting`` names the setting in its message."""
     import torch
 
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if str(requested).startswith("cuda") and not torch.cuda.is_available():
-        raise EncoderError(f"encoder device {requested!r} but torch {torch.__version__} sees no "
-                           f"CUDA device (use device=auto to fall back to the CPU)")
+        raise error(f"{setting}={requested!r} but torch {torch.__version__} sees no CUDA device "
+                    f"(use device=auto to fall back to the CPU)")
     return str(requested)
+
+
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch's CPU threads set to ``threads`` for a block (None or 0: left as they are) and
+    restored after it: the setting is process-global, and a stage must not leave it changed
+    for the next stage of an in-process build."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(int(threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class SentenceEncoder:

@@ -19,6 +19,7 @@ pytest.importorskip("pykeen")
 
 from runtime.config import DEFAULTS  # noqa: E402
 from runtime.contract import write_table  # noqa: E402
+from runtime.encoder import resolve_device, torch_threads  # noqa: E402
 from training import transe  # noqa: E402
 from training.transe import TransEError, nearest_relations  # noqa: E402
 
@@ -198,9 +199,19 @@ def test_bad_inputs_and_config(tmp_path):
     with pytest.raises(TransEError, match="needs input 'triples'"):
         transe.run(config(), {"relations": "x"}, str(tmp_path))
     if not torch.cuda.is_available():
-        with pytest.raises(TransEError, match="no CUDA"):
-            transe.resolve_device("cuda")
-    assert transe.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+        with pytest.raises(TransEError, match="transe.device='cuda'.*no CUDA"):
+            resolve_device("cuda", setting="transe.device", error=TransEError)
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_torch_threads_are_restored_after_the_block_even_on_error():
+    before = torch.get_num_threads()
+    with pytest.raises(RuntimeError), torch_threads(before + 1):
+        assert torch.get_num_threads() == before + 1
+        raise RuntimeError("stage failed")
+    assert torch.get_num_threads() == before
+    with torch_threads(None):
+        assert torch.get_num_threads() == before
 
 
 def test_config_defaults_follow_the_design():

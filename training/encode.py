@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from runtime.config import DEFAULTS, section
 from runtime.contract import read_table, write_table
-from runtime.encoder import EncoderError, SentenceEncoder
+from runtime.encoder import EncoderError, SentenceEncoder, torch_threads
 from runtime.pipeline import Laps, StageError
 
 STAGE = "entity_encode"
@@ -117,7 +117,6 @@ def build_index(vectors: np.ndarray, cfg: Mapping):
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     """Stage entry point: encode ``inputs['entities']``; write vectors, index, id map, encoder.json."""
     import faiss
-    import torch
 
     cfg = settings(config)
     if "entities" not in inputs:
@@ -131,24 +130,23 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     ids, texts, unnamed = entity_texts(entities, cfg["text"])
     lap("read_and_texts")
 
-    threads_before, faiss_threads_before = torch.get_num_threads(), faiss.omp_get_max_threads()
+    faiss_threads_before = faiss.omp_get_max_threads()
     if cfg.get("threads"):
-        torch.set_num_threads(int(cfg["threads"]))  # process-global: restored below
-        faiss.omp_set_num_threads(int(cfg["threads"]))
+        faiss.omp_set_num_threads(int(cfg["threads"]))  # process-global: restored below
     try:
-        try:
-            encoder = SentenceEncoder.from_spec(
-                {"model": cfg["model"], "query_prefix": cfg["query_prefix"],
-                 "passage_prefix": cfg["passage_prefix"]}, device=str(cfg["device"]))
-        except EncoderError as exc:
-            raise StageError(f"{STAGE}: {exc}") from None
-        lap("load_model")
-        vectors = encoder.encode_passages(texts, batch_size=int(cfg["batch_size"]), progress=True)
-        lap("encode")
-        index, kind = build_index(vectors, cfg)
-        lap("index")
+        with torch_threads(cfg.get("threads")):
+            try:
+                encoder = SentenceEncoder.from_spec(
+                    {"model": cfg["model"], "query_prefix": cfg["query_prefix"],
+                     "passage_prefix": cfg["passage_prefix"]}, device=str(cfg["device"]))
+            except EncoderError as exc:
+                raise StageError(f"{STAGE}: {exc}") from None
+            lap("load_model")
+            vectors = encoder.encode_passages(texts, batch_size=int(cfg["batch_size"]), progress=True)
+            lap("encode")
+            index, kind = build_index(vectors, cfg)
+            lap("index")
     finally:
-        torch.set_num_threads(threads_before)
         faiss.omp_set_num_threads(faiss_threads_before)
 
     paths = {"entity_vectors": out / "entity_vectors.npy", "entity_index": out / "entity.faiss",

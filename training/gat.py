@@ -76,6 +76,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from runtime.config import DEFAULTS, section
+from runtime.encoder import resolve_device, torch_threads
 from runtime.contract import read_table, write_table
 from runtime.pipeline import Laps, StageError
 from runtime.taimr import uniform_edges, with_inverses
@@ -306,17 +307,6 @@ def gold_edges(paths: Sequence[GoldPath], graph: Graph) -> tuple[np.ndarray, int
 # the model (torch / PyG imported lazily)
 
 
-def resolve_device(requested: str):
-    import torch
-
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if str(requested).startswith("cuda") and not torch.cuda.is_available():
-        raise StageError(f"{SECTION}.device={requested!r} but torch {torch.__version__} sees no "
-                         f"CUDA device (use device=auto to fall back to the CPU)")
-    return torch.device(requested)
-
-
 def build_model(in_dim: int, rel_dim: int, num_relations: int, cfg: Mapping):
     """The relation-aware GAT (see the module docstring) with a DistMult link decoder."""
     import torch
@@ -443,14 +433,10 @@ def train(graph: Graph, x_np: np.ndarray, rel_np: np.ndarray, gold: np.ndarray, 
     """Train the GAT (full batch or sampled subgraphs) and return α before/after and losses."""
     import torch
 
-    device = resolve_device(str(cfg["device"]))
-    threads_before = torch.get_num_threads()
-    if cfg.get("threads"):
-        torch.set_num_threads(int(cfg["threads"]))  # process-global: restored below
-    try:
+    device = torch.device(resolve_device(str(cfg["device"]), setting=f"{SECTION}.device",
+                                         error=StageError))
+    with torch_threads(cfg.get("threads")):
         return _train(graph, x_np, rel_np, gold, cfg, device, log)
-    finally:
-        torch.set_num_threads(threads_before)
 
 
 def _train(graph, x_np, rel_np, gold, cfg, device, log) -> TrainResult:

@@ -46,6 +46,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -274,17 +275,12 @@ class Encoder:
 
     def __init__(self, inputs: Mapping[str, str], cfg: Mapping):
         self.model, self.batch = None, int(cfg["batch_size"])
-        self._threads = cfg["threads"]
-        self._restore = None
+        self._threads = ExitStack()  # the stage's torch threads, restored by close()
         if "encoder" not in inputs:
             return
-        import torch
+        from runtime.encoder import EncoderError, SentenceEncoder, torch_threads
 
-        from runtime.encoder import EncoderError, SentenceEncoder
-
-        if self._threads:
-            self._restore = torch.get_num_threads()
-            torch.set_num_threads(int(self._threads))  # process-global: restored by close()
+        self._threads.enter_context(torch_threads(cfg["threads"]))
         path = Path(inputs["encoder"])
         try:
             self.model = SentenceEncoder.from_spec(json.loads(path.read_text()),
@@ -294,11 +290,7 @@ class Encoder:
             raise StageError(f"{path}: cannot load the question encoder ({exc})") from None
 
     def close(self) -> None:
-        if self._restore is not None:
-            import torch
-
-            torch.set_num_threads(self._restore)
-            self._restore = None
+        self._threads.close()
 
     def queries(self, texts: Sequence[str]) -> np.ndarray:
         if self.model is None:

@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from runtime.config import DEFAULTS, section
+from runtime.encoder import resolve_device, torch_threads
 from runtime.contract import StoreError, read_table
 from runtime.pipeline import StageError
 
@@ -136,17 +137,6 @@ def load_graph(triples_path: str | Path, relations_path: str | Path
 # training (imports torch / PyKEEN lazily)
 
 
-def resolve_device(requested: str):
-    import torch
-
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if str(requested).startswith("cuda") and not torch.cuda.is_available():
-        raise TransEError(f"transe.device={requested!r} but torch {torch.__version__} sees no CUDA "
-                          f"device (use device=auto to fall back to the CPU)")
-    return torch.device(requested)
-
-
 @dataclass
 class TrainResult:
     embeddings: np.ndarray  # float32 [num_relations, dim], zero rows for unseen relations
@@ -168,14 +158,10 @@ def train_transe(mapped: np.ndarray, num_entities: int, num_relations: int, cfg:
     if len(mapped) == 0:
         raise TransEError("transe_train: the triples table is empty")
     seed = int(cfg["seed"])
-    device = resolve_device(str(cfg["device"]))
-    threads_before = torch.get_num_threads()
-    if cfg.get("threads"):
-        torch.set_num_threads(int(cfg["threads"]))  # process-global: restored below
-    try:
+    device = torch.device(resolve_device(str(cfg["device"]), setting="transe.device",
+                                         error=TransEError))
+    with torch_threads(cfg.get("threads")):
         return _train(mapped, num_entities, num_relations, cfg, seed, device, log)
-    finally:
-        torch.set_num_threads(threads_before)
 
 
 def _train(mapped, num_entities, num_relations, cfg, seed, device, log) -> TrainResult:
