@@ -35,31 +35,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def register_stage() -> None:
-    """Until runtime/pipeline.py registers ``relation_knowledge``, do it in this process."""
-    from runtime import pipeline
-
-    if "relation_knowledge" not in pipeline.STAGES:
-        print("note: registering stage relation_knowledge in-process", file=sys.stderr)
-        pipeline.STAGES["relation_knowledge"] = "training.relknow"
-        pipeline.MODEL_ARTEFACTS["relknow"] = "models/relknow"
-
-
 def ensure_store(store: str, data: Path, build: bool) -> None:
-    from runtime import pipeline
-    from runtime.config import load_config
-    from runtime.contract import Store
+    """The store ``lokg eval --build`` would build: GAT's path term and the relation knowledge
+    fitted on ``train.txt``, thresholds on ``dev.txt``."""
+    from evaluation.cli import ensure_store as build_store
+    from evaluation.datasets import load_dataset
+    from evaluation.runner import EvalError
 
-    if Store(store).current_id() is not None:
-        return
-    if not build:
-        sys.exit(f"{store}: no published build (pass --build)")
-    register_stage()
-    train, dev = data / "train.txt", data / "dev.txt"
-    config = load_config(None, ["ingest.format=pathquestion", f"gat.questions={train}",
-                                f"relation_knowledge.questions={train}",
-                                f"relation_knowledge.dev_questions={dev}"])
-    pipeline.build(str(data), store, config, log=lambda m: print(m, file=sys.stderr))
+    try:
+        build_store(store, load_dataset(f"pathquestion:{data}", "test"), build=build, kb=None,
+                    overrides=(), scos=True, log=lambda m: print(m, file=sys.stderr))
+    except EvalError as exc:
+        sys.exit(str(exc))
 
 
 def wilson(hits: int, n: int) -> list[float]:
