@@ -385,6 +385,22 @@ def test_feeds_off_leave_lokg_untouched_and_the_relation_term_reranks(rt):
         rt.ask(q, relation_weight=-1.0)
 
 
+def test_query_command_takes_the_policy_and_prints_the_route(planted):
+    from click.testing import CliRunner
+
+    from runtime.cli import cli
+
+    q = "what is the job of edda quist 's wife ?"
+    result = CliRunner().invoke(cli, ["query", q, "--store", str(planted[0]), "--policy",
+                                      "precision"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("pilot") and "LLM calls 0" in result.output
+    assert "policy precision: source derived, chain spouse -> profession" in result.output
+    result = CliRunner().invoke(cli, ["query", q, "--store", str(planted[0]), "--json",
+                                      "--relation-weight", "0", "--no-chain-boost"])
+    assert result.exit_code == 0 and json.loads(result.output)["route"] is None
+
+
 def test_eval_policy_reaches_the_lokg_methods_only(planted, tmp_path):
     from evaluation.cli import run_eval
     from evaluation.runner import PREDICTIONS
