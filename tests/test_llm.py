@@ -481,3 +481,15 @@ def test_register_backend(monkeypatch):
     register_backend("echo", NoLLM, replace=True)
     assert type(make_llm("ECHO")) is NoLLM
     assert "local" in available_backends()  # the embedded default, imported lazily
+
+
+def test_local_model_threads_come_from_the_environment(monkeypatch):
+    from runtime import local_llm
+
+    monkeypatch.setenv(local_llm.ENV_THREADS, "1")
+    assert local_llm.default_threads() == 1
+    monkeypatch.setenv(local_llm.ENV_THREADS, "two")
+    with pytest.raises(LLMConfigError, match="LOKG_LOCAL_THREADS='two'"):
+        local_llm.default_threads()
+    monkeypatch.delenv(local_llm.ENV_THREADS)
+    assert 1 <= local_llm.default_threads() <= 4
