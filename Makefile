@@ -2,18 +2,19 @@
 SHELL := /bin/bash
 ENV := source infra/env.sh &&
 
-.PHONY: setup demo airflow-demo test test-slow test-all bench clean
+.PHONY: setup demo demo-inprocess test test-slow test-all bench clean
 
 setup:
 	bash infra/setup.sh
 
-## The main job on the embedded default: synthetic KG -> Spark build -> published store -> summary.
+## The main job through Airflow: synthetic KG -> `airflow dags test lokg_build` (Spark stages,
+## training stages, publish) -> verified store -> a question answered by the local model.
 demo: setup
-	$(ENV) lokg demo --workdir out/demo
+	bash infra/airflow/demo.sh out/demo
 
-## The same build driven by Airflow (`airflow dags test lokg_build`), then a query (docs/OPERATIONS.md).
-airflow-demo: setup
-	bash infra/airflow/demo.sh
+## The same build in one process without Airflow (`lokg demo`).
+demo-inprocess: setup
+	$(ENV) lokg demo --workdir out/demo-inprocess
 
 ## The CI test suite (slow cases excluded; see test-slow).
 test: setup

@@ -11,8 +11,10 @@ of the same build, so the chain is linear):
   ``lokg://store/<name>`` with the build id, which schedules ``lokg_evaluate``.
 
 Idempotence: the build id is a function of the DAG run (its logical date, else its run id), so a
-retry or a re-run of any task works in the same ``staging/<build_id>/<stage>/``, which the stage
-empties before writing; nothing is visible to readers before ``publish``.
+retry or a re-run of any task replaces the same ``staging/<build_id>/<stage>/``: each attempt
+writes a fresh hidden directory and renames it into place when finished, so a killed attempt's
+orphans never write into a retry's output. ``lokg publish`` can be retried at any point; nothing
+is visible to readers before it swaps ``CURRENT``.
 
 The DAG runs weekly (``LOKG_BUILD_CRON``) and whenever the raw dump's Asset is updated.
 """

@@ -115,7 +115,7 @@ def _load_config(config_file, overrides) -> dict:
 # ---------------------------------------------------------------------------------------------
 @cli.group()
 def store() -> None:
-    """Inspect, verify and roll back published builds."""
+    """Inspect, verify and roll back published builds; collect abandoned staging."""
 
 
 @store.command("list")
@@ -159,6 +159,26 @@ def store_rollback(build_id: str, store_root: str) -> None:
     except StoreError as exc:
         raise click.ClickException(f"rollback refused: {exc}") from None
     click.echo(f"CURRENT -> {built.build_id}")
+
+
+@store.command("gc")
+@click.option("--older-than", "hours", type=click.FloatRange(min=0), default=48.0,
+              show_default=True, help="Only staging directories unchanged for this many hours.")
+@STORE_OPTION
+def store_gc(hours: float, store_root: str) -> None:
+    """Delete the staging directories of killed or abandoned builds.
+
+    Publish removes its own build's staging; this collects what runs that never published
+    left behind. Keep --older-than above the longest stage's run time (tasks time out
+    after 12 h).
+    """
+    try:
+        removed = Store(store_root).collect_staging(hours * 3600)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+    for name in removed:
+        click.echo(f"removed {Path(store_root) / 'staging' / name}")
+    click.echo(f"{len(removed)} staging director{'y' if len(removed) == 1 else 'ies'} removed")
 
 
 @store.command("show")

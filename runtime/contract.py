@@ -24,6 +24,7 @@ import json
 import os
 import secrets
 import shutil
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -409,14 +410,15 @@ class Store:
         Steps: copy into ``builds/.partial-<id>`` → write the manifest → rename to
         ``builds/<id>`` → swap CURRENT → garbage-collect. A crash before the CURRENT swap leaves
         the previous build published; ``hook(step)`` runs after each step (fault injection).
+        A retry after a crash past the rename finds ``builds/<id>`` already there: when it
+        verifies and holds exactly the same tables and files, the retry finishes the swap;
+        anything else under that id is refused.
         """
         hook = hook or (lambda step: None)
         missing = [t for t in REQUIRED_TABLES if t not in tables]
         if missing:
             raise StoreError(f"publish of {build_id}: required tables missing: {missing}")
         final = self.builds_dir / build_id
-        if final.exists():
-            raise StoreError(f"{final}: build already published")
         partial = self.builds_dir / f"{PARTIAL_PREFIX}{build_id}"
         if partial.exists():
             shutil.rmtree(partial)
@@ -450,8 +452,11 @@ class Store:
         _write_atomic(partial / MANIFEST_FILE, json.dumps(manifest, indent=2, sort_keys=True))
         hook("manifest")
 
-        os.rename(partial, final)
-        _fsync_dir(self.builds_dir)
+        if final.exists():
+            manifest = self._same_build(final, partial, manifest)
+        else:
+            os.rename(partial, final)
+            _fsync_dir(self.builds_dir)
         hook("renamed")
 
         _write_atomic(self.root / CURRENT_FILE, build_id + "\n")
@@ -459,6 +464,27 @@ class Store:
 
         self.collect_garbage(keep=keep)
         return Build(self.root, build_id, manifest)
+
+    def _same_build(self, final: Path, partial: Path, manifest: dict) -> dict:
+        """The manifest of published ``final`` if it is the build assembled in ``partial``.
+
+        ``partial`` is deleted either way; a published build that fails verification or holds
+        other content is refused, naming what differs.
+        """
+        try:
+            published = self.build(final.name, verify=True).manifest
+        except StoreError as exc:
+            shutil.rmtree(partial)
+            raise StoreError(f"{final}: build already published and it does not verify, "
+                             f"refusing to publish over it ({exc})") from None
+        shutil.rmtree(partial)
+        for key in ("tables", "files"):
+            if published[key] != manifest[key]:
+                differ = sorted(k for k in {*published[key], *manifest[key]}
+                                if published[key].get(k) != manifest[key].get(k))
+                raise StoreError(f"{final}: build already published with different content "
+                                 f"({key} differ: {', '.join(differ[:5])})")
+        return published
 
     def rollback(self, build_id: str) -> Build:
         """Point CURRENT at an older complete build after verifying it."""
@@ -480,6 +506,34 @@ class Store:
             for stale in self.builds_dir.glob(f"{PARTIAL_PREFIX}*"):
                 shutil.rmtree(stale)
         return doomed
+
+    def collect_staging(self, older_than_s: float, *, now: float | None = None) -> list[str]:
+        """Delete the staging directories in which nothing changed for ``older_than_s`` seconds.
+
+        Publish deletes its own build's staging; what is left belongs to killed, failed or
+        abandoned runs (or a publish that died before its clean-up). Age is the newest mtime of
+        anything inside, so a stage still writing keeps its build alive. Returns the build ids.
+        """
+        if not self.root.is_dir():
+            raise StoreError(f"{self.root}: store root does not exist")
+        staging = self.root / STAGING_DIR
+        now = time.time() if now is None else now
+        doomed = [d for d in sorted(staging.iterdir()) if d.is_dir()
+                  and now - _newest_mtime(d) >= older_than_s] if staging.is_dir() else []
+        for path in doomed:
+            shutil.rmtree(path)
+        return [d.name for d in doomed]
+
+
+def _newest_mtime(root: Path) -> float:
+    newest = root.lstat().st_mtime
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in (*dirnames, *filenames):
+            try:
+                newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime)
+            except FileNotFoundError:  # removed meanwhile by the stage writing it
+                pass
+    return newest
 
 
 def _copy_tree_or_file(src: Path, dst: Path) -> None:

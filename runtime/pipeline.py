@@ -4,7 +4,7 @@ A stage is a module exposing ``run(config, inputs, out_dir) -> dict``:
 
 * ``config``  — the whole build config (runtime.config); a stage reads its own section;
 * ``inputs``  — artefact name → path, everything earlier stages produced (plus ``dump``);
-* ``out_dir`` — the stage's own directory ``staging/<build_id>/<stage>/``, emptied first.
+* ``out_dir`` — a fresh directory of its own, renamed to ``staging/<build_id>/<stage>/`` after.
 
 It returns ``{"outputs": {artefact: path}, "report": {...}}``. The driver records that as
 ``out_dir/_stage.json`` so that a later stage — in this process, in another Airflow task, or
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import secrets
 import shutil
 import time
 from collections.abc import Callable
@@ -111,23 +113,53 @@ def collect_inputs(store: Store, build_id: str, dump: str | None, upto: str) -> 
 
 
 def run_stage(store: Store, build_id: str, name: str, config: dict, dump: str | None) -> dict:
-    """Run one stage of a build idempotently and record its outputs, report and timing."""
+    """Run one stage of a build idempotently and record its outputs, report and timing.
+
+    The stage writes into a fresh hidden directory beside ``staging/<build_id>/<name>``; its
+    record goes in last and the directory then replaces ``<name>`` by a rename. So a stage
+    directory always holds a finished stage, and an orphaned process of a killed attempt keeps
+    writing into its own hidden directory, never into the one a retry produces.
+    """
     run = _load_stage(name)
     inputs = collect_inputs(store, build_id, dump, name)
-    out_dir = store.staging_dir(build_id) / name
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True)
-    started = time.perf_counter()
-    result = run(config, inputs, str(out_dir))
-    record = {
-        "stage": name,
-        "seconds": round(time.perf_counter() - started, 3),
-        "outputs": {k: str(v) for k, v in result["outputs"].items()},
-        "report": result.get("report", {}),
-    }
-    (out_dir / STAGE_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True))
+    final = store.staging_dir(build_id) / name
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = final.with_name(f".{name}.tmp-{secrets.token_hex(4)}")
+    work.mkdir()
+    try:
+        started = time.perf_counter()
+        result = run(config, inputs, str(work))
+        record = {
+            "stage": name,
+            "seconds": round(time.perf_counter() - started, 3),
+            "outputs": {k: _moved(v, work, final) for k, v in result["outputs"].items()},
+            "report": result.get("report", {}),
+        }
+        (work / STAGE_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True))
+        _replace_dir(work, final)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     return record
+
+
+def _moved(path, work: Path, final: Path) -> str:
+    """Where an output path ends up once ``work`` is renamed to ``final`` (inputs stay put)."""
+    try:
+        return str(final / Path(path).resolve().relative_to(work.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _replace_dir(new: Path, final: Path) -> None:
+    """Put directory ``new`` in the place of ``final``, whose old content is then deleted."""
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{secrets.token_hex(4)}")
+        os.rename(final, old)
+        os.rename(new, final)
+        shutil.rmtree(old)
+    else:
+        os.rename(new, final)
 
 
 def stage_records(store: Store, build_id: str) -> dict[str, dict]:
@@ -141,7 +173,14 @@ def stage_records(store: Store, build_id: str) -> dict[str, dict]:
 
 def publish_build(store: Store, build_id: str, config: dict, *, sources: list[dict] | None = None,
                   hook=None) -> Build:
-    """Validate the staged outputs of a build and publish them atomically (DESIGN §2.10)."""
+    """Validate the staged outputs of a build and publish them atomically (DESIGN §2.10).
+
+    Safe to retry: a retry after a crash past the rename finishes the CURRENT swap
+    (``Store.publish``), and one after the staging clean-up finds the build published and
+    verifies it. The staging directory goes once the build is published.
+    """
+    if not store.staging_dir(build_id).is_dir() and build_id in store.build_ids():
+        return store.build(build_id, verify=True)
     records = stage_records(store, build_id)
     artefacts: dict[str, str] = {}
     for record in records.values():
@@ -167,7 +206,10 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
         hook=hook,
     )
     _validate_published(build)
-    shutil.rmtree(store.staging_dir(build_id), ignore_errors=True)
+    staging = store.staging_dir(build_id)
+    gone = staging.with_name(f".{build_id}.published-{secrets.token_hex(4)}")
+    os.rename(staging, gone)  # out of sight in one step: a retry never sees half of it
+    shutil.rmtree(gone)
     return build
 
 

@@ -21,13 +21,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from runtime.pipeline import STAGES, stage_script
+from tests.test_dags import FAST  # small models, few partitions
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = REPO / "infra" / "cluster.sh"
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
-#: As tests/test_dags.py: small models, few partitions.
-FAST = ["transe.epochs=2", "gat.epochs=2", "path_cache.beam_width=8", "path_cache.buckets=4",
-        "spark.shuffle_partitions=2"]
 
 pytestmark = pytest.mark.spark
 

@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# The main job through Airflow on the embedded default: a synthetic KG, the whole lokg_build DAG
-# run by `airflow dags test` (Spark stages via spark-submit on local[2], training stages, publish),
-# `lokg store verify`, then one of the generated questions answered from the published store.
+# The main job through Airflow on the embedded default (the README's `make demo`): a synthetic KG,
+# the whole lokg_build DAG run by `airflow dags test` (Spark stages via spark-submit on local[2],
+# training stages, publish), `lokg store verify`, then one of the generated questions answered
+# from the published store by the embedded SmolLM2 (llama.cpp, in process).
 #
-#   infra/airflow/demo.sh [WORKDIR]     (default out/airflow-demo; dump/ and store/ go there)
-# Environment: LOKG_DEMO_TRIPLES (20000), LOKG_DEMO_LLM (none | local | openai), LOKG_DEMO_SET
-# (extra space-separated KEY=VALUE build overrides, e.g. "transe.epochs=10").
+#   infra/airflow/demo.sh [WORKDIR]     (default out/demo; dump/ and store/ go there)
+# Environment: LOKG_DEMO_TRIPLES (10000), LOKG_DEMO_LLM (local | none | openai), LOKG_DEMO_BUDGET
+# (512 tokens of knowledge), LOKG_DEMO_SET (extra space-separated KEY=VALUE build overrides,
+# e.g. "transe.epochs=10").
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 source infra/airflow/env.sh
-WORK=$(realpath -m "${1:-out/airflow-demo}")
+WORK=$(realpath -m "${1:-out/demo}")
+TRIPLES=${LOKG_DEMO_TRIPLES:-10000}
+mkdir -p "$WORK"
 
-echo "[1/4] Airflow metadata DB in $AIRFLOW_HOME"
+echo "[1/5] Airflow metadata DB in $AIRFLOW_HOME"
 bash infra/airflow/init.sh
-echo "[2/4] synthetic KG with ${LOKG_DEMO_TRIPLES:-20000} triples in $WORK/dump"
-lokg synth --triples "${LOKG_DEMO_TRIPLES:-20000}" --seed 0 --out "$WORK/dump" --questions 100 >/dev/null
-echo "[3/4] airflow dags test lokg_build (task logs in $AIRFLOW_HOME/logs)"
+echo "[2/5] synthetic KG with $TRIPLES triples in $WORK/dump"
+lokg synth --triples "$TRIPLES" --seed 0 --out "$WORK/dump" --questions 100 >/dev/null
+echo "[3/5] airflow dags test lokg_build (output in $WORK/dags_test.log, task logs in $AIRFLOW_HOME/logs)"
 conf=$(python - "$WORK" ${LOKG_DEMO_SET:-} <<'PY'
 import json, sys
 work, overrides = sys.argv[1], sys.argv[2:]
@@ -24,11 +28,23 @@ print(json.dumps({"dump": f"{work}/dump", "format": "synth", "store": f"{work}/s
                   "overrides": overrides}))
 PY
 )
+started=$SECONDS
 airflow dags test lokg_build "$(date -u +%Y-%m-%dT%H:%M:%S+00:00)" --conf "$conf" >"$WORK/dags_test.log" 2>&1 \
   || { tail -40 "$WORK/dags_test.log"; echo "lokg_build failed; full output in $WORK/dags_test.log" >&2; exit 1; }
+echo "      lokg_build succeeded in $((SECONDS - started)) s"
+echo "[4/5] verifying the published store"
 lokg store verify --store "$WORK/store"
 lokg store show --store "$WORK/store"
-echo "[4/4] a question from the published store"
-question=$(python -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["question"])' "$WORK/dump/questions.jsonl")
+echo "[5/5] a question from the published store, reader '${LOKG_DEMO_LLM:-local}'"
+python - "$WORK/dump/questions.jsonl" >"$WORK/question.txt" <<'PY'
+import json, sys
+with open(sys.argv[1], encoding="utf-8") as fh:
+    first = json.loads(fh.readline())
+print(first["question"])
+print("; ".join(first["answers"]))
+PY
+question=$(sed -n 1p "$WORK/question.txt")
 echo "Q: $question"
-lokg query "$question" --store "$WORK/store" --llm "${LOKG_DEMO_LLM:-none}"
+lokg query "$question" --store "$WORK/store" --llm "${LOKG_DEMO_LLM:-local}" --budget "${LOKG_DEMO_BUDGET:-512}"
+echo "  gold answer: $(sed -n 2p "$WORK/question.txt")"
+echo "demo done in $SECONDS s"
