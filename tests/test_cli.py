@@ -13,7 +13,7 @@ from runtime.contract import Store
 from tests.test_contract import _publish
 
 COMMANDS = [[], ["synth"], ["build"], ["demo"], ["store"], ["store", "list"],
-            ["store", "verify"], ["store", "rollback"], ["store", "show"]]
+            ["store", "verify"], ["store", "rollback"], ["store", "show"], ["store", "gc"]]
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a) or "lokg")
