@@ -52,6 +52,9 @@ from runtime.contract import TABLE_SCHEMAS, StoreError, check_schema, read_table
 
 UNTYPED = "∅"
 TYPE_RULES = ("spread", "min")
+#: Decimals kept of the tail entropy and of P_r: Spark sums doubles in partition order, so the
+#: last bits would otherwise differ between runs on different masters or partitionings.
+DIGITS = 12
 
 
 def settings(config: Mapping) -> dict:
@@ -216,8 +219,9 @@ def compute(spark, config: Mapping, entities_path: str, triples_path: str, relat
         F.count(F.lit(1)).alias("tails"),
         F.sum(F.col("c") * F.log(F.col("c"))).alias("clc"),
     ).select("r", "triples", "tails",
-             F.greatest(F.lit(0.0), F.log(F.col("triples")) - F.col("clc") / F.col("triples"))
-             .alias("entropy"))
+             F.round(F.greatest(F.lit(0.0),
+                                F.log(F.col("triples")) - F.col("clc") / F.col("triples")),
+                     DIGITS).alias("entropy"))
     # (r, e) with role flags: one shuffle gives heads, entities and the entity → relation lists
     er = (triples.select("r", F.col("s").alias("e"), F.lit(1).alias("h"))
           .union(triples.select("r", F.col("o").alias("e"), F.lit(0).alias("h")))
@@ -245,7 +249,8 @@ def compute(spark, config: Mapping, entities_path: str, triples_path: str, relat
     n_r = spark.createDataFrame(basic.select(["r", "triples"]).to_pandas()) \
         if basic.num_rows else per_r.select("r", "triples")
     tp = (spread.join(F.broadcast(n_r), "r")
-          .select("r", "head_type", "tail_type", (F.col("w") / F.col("triples")).alias("p"))
+          .select("r", "head_type", "tail_type",
+                  F.round(F.col("w") / F.col("triples"), DIGITS).alias("p"))
           .persist(mem))
     tp_rows = tp.toArrow()
     lap("type_pairs")
