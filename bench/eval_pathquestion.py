@@ -119,13 +119,14 @@ def main(argv: list[str] | None = None) -> int:
         for reader, policy in ((r, p) for r in args.llm.split(",")
                                for p in args.policies.split(",")):
             limit = args.local_limit if reader == "local" and args.local_limit else args.limit
-            label = reader if policy == "lokg" else f"{reader}, policy {policy}"
+            label, run = ((reader, reader) if policy == "lokg"
+                          else (f"{reader}, policy {policy}", f"{reader}-{policy}"))
             options = dict(dataset=f"pathquestion:{directory}", split="test",
                            store=str(work / name / "store"),
                            store_no_scos=str(work / name / "store-no-scos"),
                            methods=args.methods if policy == "lokg" else "lokg", llm=reader,
                            policy=policy, budget=args.budget,
-                           out=str(work / name / label.replace(", policy ", "-")), build=True,
+                           out=str(work / name / run), build=True,
                            overrides=args.overrides, limit=limit)
             print(f"== {name} test, reader {label}", file=sys.stderr)
             summary = run_eval(**options, progress=not args.no_progress,

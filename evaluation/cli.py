@@ -13,9 +13,10 @@ from pathlib import Path
 import click
 
 from evaluation.datasets import DatasetError, load_dataset
-from evaluation.methods import ENTITY_MODES, METHODS, POLICIES, MethodError, method_names
+from evaluation.methods import ENTITY_MODES, METHODS, MethodError, method_names
 from evaluation.report import markdown_table
 from evaluation.runner import EvalError
+from runtime.config import POLICIES
 
 READERS = ("none", "local", "openai")
 PLOT_FILE = "accuracy_vs_tokens.png"

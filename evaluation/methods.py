@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 
 from evaluation.datasets import Question
 from evaluation.runner import Method, Prediction
+from runtime.config import POLICIES
 
 ENTITY_MODES = ("gold", "link")
-POLICIES = ("lokg", "precision", "route")  # runtime.query.POLICIES (not imported: numpy-free here)
 
 
 class MethodError(ValueError):

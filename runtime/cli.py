@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from runtime.config import ConfigError, load_config
+from runtime.config import POLICIES, ConfigError, load_config
 from runtime.contract import Build, Store, StoreError
 
 STORE_OPTION = click.option(
@@ -275,7 +275,7 @@ def render_scos_report(built: Build) -> str:
               type=click.Choice(["taimr", "similarity", "neighbourhood"]))
 @click.option("--encoding", default="ittc", show_default=True, type=click.Choice(["ittc", "uniform"]))
 @click.option("--policy", default="lokg", show_default=True,
-              type=click.Choice(["lokg", "precision", "route"]),
+              type=click.Choice(POLICIES),
               help="lokg: one call on the LOKG context; precision: the answer derived from the "
                    "graph where the precision gate passes, else abstain (no call); route: derived "
                    "where the routing gate passes, else one call (stage relation_knowledge).")

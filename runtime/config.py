@@ -132,6 +132,12 @@ DEFAULTS: dict = {
 }
 
 
+#: ``Runtime.ask(policy=…)``: one call on the LOKG context | the graph's derived answer or an
+#: abstention | derived where the routing gate passes, else one call (runtime/relknow.py). Here,
+#: not in runtime/query.py, so that the CLIs offer the choice without importing numpy.
+POLICIES = ("lokg", "precision", "route")
+
+
 class ConfigError(ValueError):
     """A configuration file or override is invalid; the message names it."""
 

@@ -448,15 +448,21 @@ print("OK")
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
 
 
+def minilm_inputs(root: Path, triples) -> dict[str, str]:
+    """The stage's inputs with the real MiniLM encoder, and the dev questions in root/dev.jsonl."""
+    inputs = write_tables(root / "tables", triples)
+    (root / "encoder.json").write_text(json.dumps({"model": "minilm"}))
+    inputs["encoder"] = str(root / "encoder.json")
+    write_questions(root / "dev.jsonl", DEV_PEOPLE, triples)
+    return inputs
+
+
 @pytest.mark.slow
 def test_knn_predictor_with_the_real_encoder(tmp_path):
     """The stage with MiniLM (kNN votes over masked question embeddings), then the runtime."""
     triples = family_triples()
-    inputs = write_tables(tmp_path / "tables", triples)
-    (tmp_path / "encoder.json").write_text(json.dumps({"model": "minilm"}))
-    inputs["encoder"] = str(tmp_path / "encoder.json")
+    inputs = minilm_inputs(tmp_path, triples)
     write_questions(tmp_path / "train.jsonl", TRAIN_PEOPLE, triples)
-    write_questions(tmp_path / "dev.jsonl", DEV_PEOPLE, triples)
     cfg = {"relation_knowledge": {**CONFIG["relation_knowledge"],
                                   "questions": str(tmp_path / "train.jsonl"),
                                   "dev_questions": str(tmp_path / "dev.jsonl")}}
@@ -502,11 +508,7 @@ def test_zero_shot_orders_the_named_relations_by_what_instantiates():
 @pytest.mark.slow
 def test_zero_shot_stage_with_the_real_encoder(tmp_path):
     """No training questions: relation names embedded, θ_zs picked on dev."""
-    triples = family_triples()
-    inputs = write_tables(tmp_path / "tables", triples)
-    (tmp_path / "encoder.json").write_text(json.dumps({"model": "minilm"}))
-    inputs["encoder"] = str(tmp_path / "encoder.json")
-    write_questions(tmp_path / "dev.jsonl", DEV_PEOPLE, triples)
+    inputs = minilm_inputs(tmp_path, family_triples())
     cfg = {"relation_knowledge": {**CONFIG["relation_knowledge"],
                                   "dev_questions": str(tmp_path / "dev.jsonl")}}
     report = fit.run(cfg, inputs, str(tmp_path / "stage"))["report"]
