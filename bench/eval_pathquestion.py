@@ -45,9 +45,10 @@ COLUMNS = (("H@1", "H@1", "{:.3f}"), ("Hit", "Hit", "{:.3f}"), ("F1", "F1", "{:.
 
 
 def diagnostics(run_dir: Path, method: str, ids: set[str]) -> dict:
-    """Mean knowledge tokens injected (T_after; what the prompt carries, spent or not) and the
-    share of questions whose knowledge names a gold answer (an upper bound for any reader)."""
-    from evaluation.metrics import normalise_answer
+    """Mean knowledge tokens injected (T_after; what the prompt carries, spent or not), the
+    share of questions whose knowledge names a gold answer (an upper bound for any reader), and
+    H@1 over just these questions (to set a reader run on a subset beside the full ones)."""
+    from evaluation.metrics import normalise_answer, score
 
     lines = (run_dir / method / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
     records = [r for r in map(json.loads, lines) if r["id"] in ids]
@@ -57,7 +58,22 @@ def diagnostics(run_dir: Path, method: str, ids: set[str]) -> dict:
         named = {normalise_answer(t[k]) for t in r["triples"] for k in ("s", "o")}
         found += bool(gold & named)
     return {"knowledge/q": sum(r["tokens"]["knowledge"] for r in records) / len(records),
-            "gold_in_knowledge": found / len(records)}
+            "gold_in_knowledge": found / len(records),
+            "h1_of_these": sum(score(r["predicted"], r["gold"]).h1 for r in records) / len(records)}
+
+
+TIGHT_METHODS = ("lokg", "lokg-no-ittc", "lokg-no-relknow")
+
+
+def tight_budget_rows(name: str, budget: int, run_dir: Path, ids: set[str]) -> list[str]:
+    """One row of the tight-budget table: TCR, T_after and gold in knowledge of ITTC, the
+    uniform template and ITTC without the relation feeds, reader none."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    diag = {m: diagnostics(run_dir, m, ids) for m in TIGHT_METHODS}
+    cells = [" / ".join(f"{summary[m]['TCR']:.3f}" for m in TIGHT_METHODS[:2]),
+             " / ".join(f"{diag[m]['knowledge/q']:.1f}" for m in TIGHT_METHODS[:2]),
+             " / ".join(f"{diag[m]['gold_in_knowledge']:.3f}" for m in TIGHT_METHODS)]
+    return [f"| {name.upper()} | {budget} | " + " | ".join(cells) + " |"]
 
 
 def table(name: str, n_questions: int, runs: dict[str, dict]) -> list[str]:
@@ -95,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local-limit", type=int,
                         help="reader local: only the first N test questions (SmolLM2 on CPU "
                              "takes seconds a call)")
+    parser.add_argument("--tight-budgets", default="",
+                        help="budgets, comma-separated: reader none, methods "
+                             f"{','.join(TIGHT_METHODS)}, one table of TCR, T_after and gold "
+                             "in knowledge")
     parser.add_argument("--policies", default="lokg",
                         help="policies, comma-separated (lokg, precision, route); policies "
                              "other than lokg run the lokg method only")
@@ -112,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv[1:] if argv is None else argv)])
     out = ["Regenerate with:", "", f"    {command}", ""]
     commands = []
+    tight = ["| dataset | B | TCR ITTC / uniform | T_after/q ITTC / uniform | gold in knowledge "
+             "ITTC / uniform / ITTC without relation feeds |", "|---|--:|--:|--:|--:|"]
     for name in args.datasets.split(","):
         directory = Path(args.data) / name
-        runs = {}
+        runs, run_dirs = {}, {}
         questions = load_dataset(f"pathquestion:{directory}", "test").questions
         for reader, policy in ((r, p) for r in args.llm.split(",")
                                for p in args.policies.split(",")):
@@ -134,9 +156,30 @@ def main(argv: list[str] | None = None) -> int:
             ids = {q.id for q in questions[:limit]}
             runs[label] = {m: {**v, **diagnostics(Path(options["out"]), m, ids)}
                            for m, v in summary.items()}
+            run_dirs[label] = Path(options["out"])
             commands.append(command_line(**{**options, "policy": None if policy == "lokg"
                                             else policy}))
         out += table(name, len(questions[:args.limit]), runs)
+        if args.local_limit and "local" in runs:
+            ids = {q.id for q in questions[:args.local_limit]}
+            same = [f"{label} `{m}` {diagnostics(path, m, ids)['h1_of_these']:.3f}"
+                    for label, path in run_dirs.items() if label.startswith("none")
+                    for m in runs[label] if m in ("lokg", "lokg-no-relknow")]
+            out += [f"H@1 of reader none on the same first {args.local_limit} questions: "
+                    + ", ".join(same), ""]
+        for budget in (int(b) for b in args.tight_budgets.split(",") if b):
+            options = dict(dataset=f"pathquestion:{directory}", split="test",
+                           store=str(work / name / "store"), methods=",".join(TIGHT_METHODS),
+                           llm="none", budget=budget, out=str(work / name / f"none-b{budget}"),
+                           build=True, overrides=args.overrides, limit=args.limit)
+            print(f"== {name} test, reader none, B = {budget}", file=sys.stderr)
+            run_eval(**options, progress=not args.no_progress,
+                     log=lambda m: print(m, file=sys.stderr))
+            tight += tight_budget_rows(name, budget, Path(options["out"]),
+                                       {q.id for q in questions[:args.limit]})
+            commands.append(command_line(**options))
+    if args.tight_budgets:
+        out += ["Tight budgets, reader none:", "", *tight, ""]
     out += ["Each run, as `lokg eval`:", ""] + [f"    {c}" for c in commands] + [""]
     text = "\n".join(out)
     print(text)
