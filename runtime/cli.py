@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from runtime.config import POLICIES, ConfigError, load_config
+from runtime.config import ENCODINGS, POLICIES, RETRIEVALS, ConfigError, load_config
 from runtime.contract import Build, Store, StoreError
 
 STORE_OPTION = click.option(
@@ -272,8 +272,8 @@ def render_scos_report(built: Build) -> str:
 @click.option("--entity", "entities", multiple=True,
               help="Entity id or key to ask about (repeatable); skips linking.")
 @click.option("--retrieval", default="taimr", show_default=True,
-              type=click.Choice(["taimr", "similarity", "neighbourhood"]))
-@click.option("--encoding", default="ittc", show_default=True, type=click.Choice(["ittc", "uniform"]))
+              type=click.Choice(RETRIEVALS))
+@click.option("--encoding", default="ittc", show_default=True, type=click.Choice(ENCODINGS))
 @click.option("--policy", default="lokg", show_default=True,
               type=click.Choice(POLICIES),
               help="lokg: one call on the LOKG context; precision: the answer derived from the "

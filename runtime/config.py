@@ -132,10 +132,12 @@ DEFAULTS: dict = {
 }
 
 
-#: ``Runtime.ask(policy=…)``: one call on the LOKG context | the graph's derived answer or an
-#: abstention | derived where the routing gate passes, else one call (runtime/relknow.py). Here,
-#: not in runtime/query.py, so that the CLIs offer the choice without importing numpy.
+#: The modes of ``Runtime.ask`` — here, not in runtime/query.py, so that the CLIs offer them
+#: without importing numpy. Policy: one call on the LOKG context | the graph's derived answer or
+#: an abstention | derived where the routing gate passes, else one call (runtime/relknow.py).
 POLICIES = ("lokg", "precision", "route")
+RETRIEVALS = ("taimr", "similarity", "neighbourhood")  # TAIMR | w/o TAIMR | 1-hop baseline
+ENCODINGS = ("ittc", "uniform")  # ITTC | w/o ITTC (one template, cut by rank)
 
 
 class ConfigError(ValueError):

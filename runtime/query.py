@@ -44,14 +44,12 @@ import pyarrow.parquet as pq
 
 from runtime import ittc, relknow, taimr
 from runtime.answers import ANSWER_MAX_TOKENS, build_prompt, parse_answers, prompt_overhead
-from runtime.config import POLICIES, section
+from runtime.config import ENCODINGS, POLICIES, RETRIEVALS, section
 from runtime.contract import Build, Store, StoreError
 from runtime.linker import Link, Linker, normalise, vector_fallback
 from runtime.llm import LLM, LLMError, make_llm
 from runtime.tokens import count_tokens
 
-RETRIEVALS = ("taimr", "similarity", "neighbourhood")
-ENCODINGS = ("ittc", "uniform")
 #: Hard limits on a request; beyond them ask() refuses with a QueryError.
 MAX_QUESTION_CHARS = 4096
 MAX_BUDGET = 131072
