@@ -4,7 +4,7 @@
     python bench/eval_pathquestion.py --llm none --methods lokg,kaping --limit 50
 
 For each dataset (``pq-2h``, ``pq-3h``) it builds, once, a store from ``kb.txt`` and a second
-one with ``scos.enabled=false`` (for ``lokg-no-scos``) under ``WORK/<dataset>/``, then runs
+one with ``scos_merge.enabled=false`` (for ``lokg-no-scos``) under ``WORK/<dataset>/``, then runs
 ``lokg eval`` (``evaluation.cli.run_eval``) on the test split for each reader into
 ``WORK/<dataset>/<reader>/``. Runs resume: rerunning the command recomputes nothing that is
 finished, and reproduces the summaries exactly (latency aside). The Markdown it prints (and
@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from runtime.config import DEFAULT_BUDGET  # noqa: E402
 
 DATASETS = ("pq-2h", "pq-3h")
 READERS = ("none", "local")
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--datasets", default=",".join(DATASETS))
     parser.add_argument("--llm", default=",".join(READERS), help="readers, comma-separated")
     parser.add_argument("--methods", default="all")
-    parser.add_argument("--budget", type=int, default=2048)
+    parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET)
     parser.add_argument("--limit", type=int, help="only the first N test questions")
     parser.add_argument("--local-limit", type=int,
                         help="reader local: only the first N test questions (SmolLM2 on CPU "

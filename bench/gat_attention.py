@@ -33,10 +33,10 @@ DATA = REPO.parent / "shared" / "data" / "pathquestion"
 
 def staged_inputs(dump: Path, workdir: Path) -> dict[str, str]:
     """Artefacts of ingest … scos_merge for ``dump`` (built once, then reused) + entity vectors."""
-    from runtime import pipeline
+    from pipeline import driver as pipeline
     from runtime.config import load_config
     from runtime.contract import Store, new_build_id
-    from training import encode
+    from training import entity_encode as encode
 
     store = Store(workdir / "store")
     staging = workdir / "store" / "staging"
@@ -45,7 +45,7 @@ def staged_inputs(dump: Path, workdir: Path) -> dict[str, str]:
     config = load_config(None, ["ingest.format=pathquestion"])
     build_id = done[-1] if done else new_build_id()
     if not done:
-        for name in pipeline.STAGES:
+        for name in pipeline.STAGE_NAMES:
             record = pipeline.run_stage(store, build_id, name, config, str(dump))
             print(f"  {dump.name}: stage {name} {record['seconds']:.1f}s", file=sys.stderr)
             if name == "scos_merge":

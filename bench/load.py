@@ -37,6 +37,8 @@ from urllib.parse import urlsplit
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from runtime.config import DEFAULT_BUDGET  # noqa: E402
+
 from runtime.contract import Store, new_build_id  # noqa: E402
 
 _MANIFEST_KEYS = ("schema_version", "build_id", "created_at", "tables", "files")
@@ -232,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="republish CURRENT when this fraction of requests is done (0: never)")
     parser.add_argument("--questions", help="JSONL with 'question', or one question per line")
     parser.add_argument("--llm", default="none")
-    parser.add_argument("--budget", type=int, default=2048)
+    parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET)
     parser.add_argument("--workers", type=int, default=1, help="server workers (started here)")
     parser.add_argument("--poll-interval", type=float, default=0.5)
     parser.add_argument("--json", dest="json_out", help="also write the report here")

@@ -22,13 +22,14 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from runtime.config import DEFAULT_BUDGET  # noqa: E402
 
 from runtime.query import Runtime  # noqa: E402
 
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", required=True)
     parser.add_argument("--questions", type=int, default=1000)
     parser.add_argument("--questions-file", type=Path)
-    parser.add_argument("--budget", type=int, default=2048)
+    parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lambda-q", type=float,

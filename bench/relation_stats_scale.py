@@ -22,10 +22,10 @@ entity e: in practice the largest intermediate of the candidate generation; comp
 numpy) and the stage's time with its sub-steps. ``--with-transe`` adds a random 64-dim relation
 embedding, so that the TransE nearest-neighbour generator runs too.
 
-``synth`` generates ``runtime.synth`` output (no questions; or reuses ``--dump``) and runs
-ingest and types through ``runtime.pipeline.run_stage``, then relation_stats. transe_train is
+``synth`` generates ``pipeline.synth`` output (no questions; or reuses ``--dump``) and runs
+ingest and types through ``pipeline.driver.run_stage``, then relation_stats. transe is
 skipped, so relation_stats cannot go through ``run_stage`` (which needs every earlier stage's
-record): its module's ``run`` is called with ``collect_inputs(..., upto="transe_train")``, i.e.
+record): its module's ``run`` is called with ``collect_inputs(..., "transe")``, i.e.
 exactly the ingest and types outputs. One row per stage.
 
 Measurement: the Spark session (``local[2]``, ``--driver-memory``) is started before the timed
@@ -34,7 +34,7 @@ steps, so times exclude JVM start-up (reported separately). Peak memory is the p
 launched), each reset through /proc/<pid>/clear_refs before a step: the peak *during* that step,
 which includes whatever the process already held (a JVM heap never shrinks much). Python worker
 processes are not counted: these inputs need none (ingest calls a Python UDF only for ``\\U``
-escapes, which ``runtime.synth`` never writes).
+escapes, which ``pipeline.synth`` never writes).
 ``--json PATH`` appends one JSON object per run (JSON Lines). Prints a Markdown table.
 """
 
@@ -241,9 +241,9 @@ def vocab_table(row: dict) -> str:
 
 
 def run_synth(args) -> dict:
-    from runtime import pipeline
+    from pipeline import driver as pipeline
     from runtime.contract import Store, new_build_id
-    from runtime.synth import generate
+    from pipeline.synth import generate
     from spark_jobs import relation_stats
 
     config = bench_config(args)
@@ -263,7 +263,7 @@ def run_synth(args) -> dict:
             record, seconds, peak = measured(
                 peaks, lambda: pipeline.run_stage(store, build_id, name, config, str(dump)))
             stages[name], reports[name] = {"seconds": seconds, **peak}, record["report"]
-        inputs = pipeline.collect_inputs(store, build_id, str(dump), upto="transe_train")
+        inputs = pipeline.collect_inputs(store, build_id, str(dump), "transe")
         out_dir = store.staging_dir(build_id) / "relation_stats"
         out_dir.mkdir(parents=True)
         result, seconds, peak = measured(
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> None:
     synth = sub.add_parser("synth", parents=[common], help="ingest → types → relation_stats")
     synth.add_argument("--triples", type=int, default=10_000_000)
     synth.add_argument("--dump", type=Path,
-                       help="an existing runtime.synth directory (skips generation)")
+                       help="an existing pipeline.synth directory (skips generation)")
     args = parser.parse_args(argv)
     if args.mode == "vocab" and (args.triples < args.relations or args.types < 2):
         parser.error("vocab needs --triples ≥ --relations (every relation gets a triple) "

@@ -34,6 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from runtime.config import DEFAULT_BUDGET  # noqa: E402
+
 
 def ensure_store(store: str, data: Path, build: bool) -> None:
     """The store ``lokg eval --build`` would build: GAT's path term and the relation knowledge
@@ -50,7 +52,7 @@ def ensure_store(store: str, data: Path, build: bool) -> None:
 
 
 def wilson(hits: int, n: int) -> list[float]:
-    from training.relknow import wilson as interval
+    from training.relation_knowledge import wilson as interval
 
     return [round(x, 4) for x in interval(hits, n)]
 
@@ -105,7 +107,7 @@ def main(argv=None) -> None:
     parser.add_argument("--build", action="store_true")
     parser.add_argument("--split", default="test", choices=("dev", "test"))
     parser.add_argument("--readers", default="none", help="comma-separated: none, local")
-    parser.add_argument("--budget", type=int, default=2048)
+    parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET)
     parser.add_argument("--tight-budget", type=int, default=128)
     parser.add_argument("--relation-weight", type=float, default=20.0)
     parser.add_argument("--lokg-local-limit", type=int, default=20)

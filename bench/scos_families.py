@@ -4,7 +4,7 @@
     python bench/scos_families.py --triples 10000 --json scos.json
 
 For each size: generate a synthetic KG, run `lokg build` up to and including ``scos_merge``
-(ingest → types → transe_train → relation_stats → scos_merge), read the relation map φ, and
+(ingest → types → transe → relation_stats → scos_merge), read the relation map φ, and
 compare the pairs it puts together with the ground truth of ``families.json``:
 
 * predicted pairs = unordered pairs of relations mapped to the same canonical relation;
@@ -41,10 +41,10 @@ def merged_pairs(relation_map) -> set[frozenset]:
 
 
 def run_size(n_triples: int, seed: int, workdir: Path, overrides: list[str]) -> dict:
-    from runtime import pipeline
+    from pipeline import driver as pipeline
     from runtime.config import load_config
     from runtime.contract import Store, new_build_id, read_table
-    from runtime.synth import generate
+    from pipeline.synth import generate
 
     dump = workdir / f"synth-{n_triples}"
     generate(dump, n_triples=n_triples, seed=seed, n_questions=0)
@@ -54,7 +54,7 @@ def run_size(n_triples: int, seed: int, workdir: Path, overrides: list[str]) -> 
     build_id = new_build_id()
     started = time.perf_counter()
     timings = {}
-    for name in pipeline.STAGES:
+    for name in pipeline.STAGE_NAMES:
         record = pipeline.run_stage(store, build_id, name, config, str(dump))
         timings[name] = record["seconds"]
         if name == "scos_merge":
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         t = r["stage_seconds"]
         print(f"| {r['triples']:,} | {r['R0']} → {r['R_star']} | {r['rho_hat']} | {r['L_info']} | "
               f"{r['precision']} | {r['recall']} | {r['inverse_pairs_merged']} | "
-              f"{t['ingest'] + t['types']:.0f} | {t['transe_train']:.0f} | "
+              f"{t['ingest'] + t['types']:.0f} | {t['transe']:.0f} | "
               f"{t['relation_stats']:.0f} | {t['scos_merge']:.0f} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

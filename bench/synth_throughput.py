@@ -3,7 +3,7 @@
     python bench/synth_throughput.py                              # 10^5, 10^6, 10^7 triples
     python bench/synth_throughput.py --triples 100000 1000000 --gzip --json synth.json
 
-Each size runs ``runtime.synth.generate`` once in a fresh process (so ``ru_maxrss`` is that
+Each size runs ``pipeline.synth.generate`` once in a fresh process (so ``ru_maxrss`` is that
 size's own peak) into a temporary directory that is deleted afterwards. The time covers the
 whole call: N-Triples, TSV, questions, families and manifest. Prints a Markdown table.
 """
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def run_one(n_triples: int, seed: int, gzip: bool, n_questions: int, tmp: str | None) -> dict:
     """Generate one KG and measure it (runs in its own process)."""
-    from runtime.synth import generate
+    from pipeline.synth import generate
 
     with tempfile.TemporaryDirectory(dir=tmp, prefix="lokg-synth-bench-") as out:
         started = time.perf_counter()

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def build_graph(dump: Path, fmt: str, workdir: Path) -> tuple[dict, dict]:
     """ingest → node_gain → uniform edges; returns (stage inputs, facts about the graph)."""
-    from runtime import pipeline
+    from pipeline import driver as pipeline
     from runtime.config import load_config
     from runtime.contract import Store, new_build_id, read_table, write_table
     from runtime.taimr import uniform_edges
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.fb15k237:
             dump, fmt, label = args.fb15k237, "fb15k237", "FB15k-237"
         else:
-            from runtime.synth import generate
+            from pipeline.synth import generate
 
             dump, fmt, label = workdir / "dump", "synth", f"synthetic {args.triples:,}"
             generate(dump, n_triples=args.triples, seed=args.seed, n_questions=0)

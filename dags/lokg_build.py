@@ -1,7 +1,7 @@
 """``lokg_build``: one task per pipeline stage of a dump, then an atomic publish (DESIGN §2).
 
-Tasks, in ``runtime.pipeline.STAGES`` order (each stage reads the records of every earlier stage
-of the same build, so the chain is linear):
+Tasks, in ``pipeline.registry.STAGES`` order (a task per stage, named as the stage and its
+module; the chain is linear, each stage after the one before it):
 
 * ``plan``    — derives the build id from the DAG run and the argument list every stage gets;
 * Spark stages (``spark_jobs.*``) — ``SparkSubmitOperator`` on the ``spark_default`` connection
@@ -35,7 +35,6 @@ import lokg_common as lc
 
 STORE_ASSET = Asset(lc.STORE_ASSET_URI)
 DUMP_ASSET = Asset(Path(lc.DUMP).resolve().as_uri())
-FORMATS = ["auto", "nt", "tsv", "pathquestion", "fb15k237", "synth"]
 
 
 def build_id_of(dag_run) -> str:
@@ -128,23 +127,23 @@ def publish(planned: dict, *, params=None, outlet_events=None) -> str:
     doc_md=__doc__,
     params={
         "dump": Param(lc.DUMP, type="string", description="Raw dump: a file or a directory."),
-        "format": Param("auto", enum=FORMATS, description="Dump format (ingest.format)."),
+        "format": Param("auto", enum=list(lc.FORMATS), description="Dump format (ingest.format)."),
         "store": Param(lc.STORE, type="string", description="Store root to publish into."),
         "config": Param("", type="string", description="Optional YAML/JSON build config file."),
         "overrides": Param([], type="array", items={"type": "string"},
                            description="Config overrides KEY=VALUE, e.g. transe.epochs=2."),
-        "validation_budget": Param(2048, type="integer", minimum=1,
+        "validation_budget": Param(lc.DEFAULT_BUDGET, type="integer", minimum=1,
                                    description="Token budget of the evaluation smoke queries."),
     },
 )
 def lokg_build():
     planned = plan()
     tasks = []
-    for stage, module in lc.pipeline_stages():
-        if lc.stage_kind(module) == "spark":
-            tasks.append(spark_stage(stage, module, planned["args"]))
+    for stage in lc.STAGES:
+        if stage.kind == "spark":
+            tasks.append(spark_stage(stage.name, stage.module, planned["args"]))
         else:
-            tasks.append(training_stage(stage, module)(planned["args"]))
+            tasks.append(training_stage(stage.name, stage.module)(planned["args"]))
     chain(planned, *tasks, publish(planned))
 
 

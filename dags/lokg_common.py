@@ -1,10 +1,10 @@
 """What the LOKG DAGs share: paths, environment, task defaults (from env variables), helpers.
 
-The DAG files run in the Airflow venv, which has neither the project nor pyspark (the Spark
-provider's pyspark-client would overwrite pyspark), and the scheduler parses them often. So this
-module is plain Python: the stage list is read from ``runtime/pipeline.py``'s ``STAGES`` literal
-with ``ast`` instead of importing it, and every stage runs in the project venv through a
-subprocess (``spark-submit``, ``python -m``, ``lokg``).
+The DAG files run in the Airflow venv, which has neither the project's dependencies nor pyspark
+(the Spark provider's pyspark-client would overwrite pyspark), and the scheduler parses them
+often. So this module is plain Python: the stage table comes from ``pipeline/registry.py``,
+which imports nothing, and every stage runs in the project venv through a subprocess
+(``spark-submit``, ``python -m``, ``lokg``).
 
 Every setting has a default for the embedded set-up (``infra/airflow/env.sh``) and an
 environment variable for production (docs/OPERATIONS.md).
@@ -12,9 +12,9 @@ environment variable for production (docs/OPERATIONS.md).
 
 from __future__ import annotations
 
-import ast
 import json
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -39,6 +39,9 @@ STORE_ASSET_URI = f"lokg://store/{STORE_NAME}"
 #: What lokg_evaluate runs and the floor it holds a new build to (DAG params' defaults).
 EVAL_COMMAND = os.environ.get("LOKG_EVAL_COMMAND", "")
 EVAL_FLOOR = json.loads(os.environ.get("LOKG_EVAL_FLOOR", '{"H@1": 0.2}'))
+#: The query's default knowledge budget B: ``runtime.config.DEFAULT_BUDGET``, which the DAGs
+#: cannot import (no runtime modules in the scheduler); tests/test_dags.py checks they agree.
+DEFAULT_BUDGET = 2048
 #: Cron of the scheduled refresh (default: Sundays 03:00 UTC); a new dump also triggers a build.
 BUILD_CRON = os.environ.get("LOKG_BUILD_CRON", "0 3 * * 0")
 
@@ -66,38 +69,9 @@ DEFAULT_ARGS = {
     "execution_timeout": timedelta(hours=float(os.environ.get("LOKG_TASK_TIMEOUT_H", "12"))),
 }
 
-PIPELINE_FILE = ROOT / "runtime" / "pipeline.py"
-
-
-def pipeline_stages(path: Path = PIPELINE_FILE) -> list[tuple[str, str]]:
-    """``(stage, module)`` pairs in execution order, read from the ``STAGES`` dict literal.
-
-    Parsed, not imported: importing ``runtime`` would need the project venv. The pipeline
-    driver stays the single place that names and orders the stages.
-    """
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except OSError as exc:
-        raise RuntimeError(f"{path}: cannot read the stage list ({exc.strerror}); "
-                           "set LOKG_ROOT to the LOKG checkout") from None
-    for node in tree.body:
-        target = getattr(node, "target", None) or (getattr(node, "targets", None) or [None])[0]
-        if isinstance(target, ast.Name) and target.id == "STAGES":
-            stages = ast.literal_eval(node.value)
-            if not stages:
-                break
-            return list(stages.items())
-    raise RuntimeError(f"{path}: no non-empty STAGES dict literal found")
-
-
-def stage_kind(module: str) -> str:
-    """``spark`` for PySpark jobs (spark-submit), ``train`` for the GPU-capable training jobs."""
-    package = module.split(".", 1)[0]
-    kinds = {"spark_jobs": "spark", "training": "train"}
-    if package not in kinds:
-        raise RuntimeError(f"{PIPELINE_FILE}: stage module {module!r} is neither in spark_jobs/ "
-                           "nor in training/; the DAG does not know how to run it")
-    return kinds[package]
+if str(ROOT) not in sys.path:  # the checkout's pipeline/registry.py: no imports of its own
+    sys.path.insert(0, str(ROOT))
+from pipeline.registry import FORMATS, STAGES  # noqa: E402,F401  (the DAGs' one stage table)
 
 
 def module_file(module: str) -> str:

@@ -118,7 +118,7 @@ def gate(judged: dict, summary_path: str, *, params=None) -> dict:
         "build_id": Param("", type="string", description="Default: the store's CURRENT."),
         "previous_build_id": Param("", type="string", description="Rollback target."),
         "dump": Param(lc.DUMP, type="string", description="Dump holding questions.jsonl."),
-        "budget": Param(2048, type="integer", minimum=1),
+        "budget": Param(lc.DEFAULT_BUDGET, type="integer", minimum=1),
     },
 )
 def lokg_evaluate():

@@ -50,7 +50,7 @@ import numpy as np
 
 from evaluation.datasets import Question
 from evaluation.metrics import normalise_answer
-from evaluation.methods import EvalContext, MethodError
+from evaluation.context import EvalContext, MethodError
 from evaluation.runner import Method, Prediction
 
 KAPING_POOL = 200

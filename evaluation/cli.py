@@ -13,12 +13,13 @@ from pathlib import Path
 import click
 
 from evaluation.datasets import DatasetError, load_dataset
-from evaluation.methods import ENTITY_MODES, METHODS, MethodError, method_names
+from evaluation.context import ENTITY_MODES, MethodError
+from evaluation.methods import METHODS, method_names
 from evaluation.report import markdown_table
 from evaluation.runner import EvalError
-from runtime.config import POLICIES
+from runtime.config import DEFAULT_BUDGET, MAX_BUDGET, POLICIES
+from runtime.llm import available_backends
 
-READERS = ("none", "local", "openai")
 PLOT_FILE = "accuracy_vs_tokens.png"
 MARKDOWN_FILE = "summary.md"
 
@@ -57,7 +58,7 @@ def ensure_store(store_root: str, dataset, *, build: bool, kb: str | None, overr
                         "--build" + (f" (from {dump})" if dump else " --kb DUMP"))
     if dump is None:
         raise EvalError(f"--build: dataset {dataset.kind} has no KB; pass --kb DUMP")
-    from runtime import pipeline
+    from pipeline import driver as pipeline
     from runtime.config import load_config
 
     settings = [f"ingest.format={dataset.kb_format or 'auto'}" if not kb else "ingest.format=auto"]
@@ -67,13 +68,13 @@ def ensure_store(store_root: str, dataset, *, build: bool, kb: str | None, overr
     if dataset.dev_file is not None and dataset.dev_file != dataset.source:
         settings.append(f"relation_knowledge.dev_questions={dataset.dev_file}")
     if not scos:
-        settings.append("scos.enabled=false")
+        settings.append("scos_merge.enabled=false")
     log(f"building {store_root} from {dump} ({', '.join(settings)})")
     pipeline.build(dump, store_root, load_config(None, [*settings, *overrides]), log=log)
 
 
 def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lokg",
-             llm: str = "none", policy: str = "lokg", budget: int = 2048, entities: str = "gold",
+             llm: str = "none", policy: str = "lokg", budget: int = DEFAULT_BUDGET, entities: str = "gold",
              out: str,
              store_no_scos: str | None = None, build: bool = False, kb: str | None = None,
              overrides: Sequence[str] = (), limit: int | None = None, progress: bool = True,
@@ -83,7 +84,8 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
     ``threads`` caps torch's CPU threads (the question encoder): on a shared 2-core host one
     thread embeds a question in ~40 ms and torch's default two in ~600 ms.
     """
-    from evaluation.methods import CountingLLM, EvalContext, make_methods
+    from evaluation.context import CountingLLM, EvalContext
+    from evaluation.methods import make_methods
     from evaluation.report import plot_accuracy_vs_tokens, render_markdown
     from evaluation.runner import check_run_file, evaluate, merge_summary, write_summary
     from runtime.llm import make_llm
@@ -109,7 +111,7 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
             store_no_scos = f"{store.rstrip('/')}-no-scos"
         if store_no_scos is None:
             raise MethodError("lokg-no-scos needs --store-no-scos DIR (a store built with "
-                              "scos.enabled=false), or --build to build one")
+                              "scos_merge.enabled=false), or --build to build one")
         ensure_store(store_no_scos, data, build=build, kb=kb, overrides=overrides, scos=False,
                      log=log)
         rt_no_scos = Runtime.open(store_no_scos)
@@ -140,16 +142,17 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
 @click.option("--store", "store", envvar="LOKG_STORE", required=True,
               type=click.Path(file_okay=False), help="Store root (env LOKG_STORE).")
 @click.option("--store-no-scos", type=click.Path(file_okay=False),
-              help="Store built with scos.enabled=false, for lokg-no-scos.")
+              help="Store built with scos_merge.enabled=false, for lokg-no-scos.")
 @click.option("--methods", default="lokg", show_default=True,
               help=f"Comma-separated, or 'all': {', '.join(METHODS)}.")
-@click.option("--llm", type=click.Choice(READERS), default="none", show_default=True,
+@click.option("--llm", type=click.Choice(available_backends()), default="none", show_default=True,
               help="Reader for every method (openai: LOKG_LLM_BASE_URL, LOKG_LLM_MODEL).")
 @click.option("--policy", type=click.Choice(POLICIES), default="lokg", show_default=True,
               help="Policy of the lokg methods: lokg (one call), precision (derived answer or "
                    "abstain, no call), route (derived where the routing gate passes, else one "
                    "call). Baselines ignore it.")
-@click.option("--budget", type=click.IntRange(1, 131072), default=2048, show_default=True,
+@click.option("--budget", type=click.IntRange(1, MAX_BUDGET), default=DEFAULT_BUDGET,
+              show_default=True,
               help="Knowledge budget B in cl100k_base tokens.")
 @click.option("--entities", type=click.Choice(ENTITY_MODES), default="gold", show_default=True,
               help="gold: the dataset's topic entities; link: link them from the question.")
@@ -169,7 +172,7 @@ def eval_command(**options) -> None:
     """Evaluate methods on a dataset split: JSONL per question, summary.json/.md and a plot."""
     from runtime.contract import StoreError
     from runtime.llm import LLMError
-    from runtime.pipeline import BuildError
+    from pipeline.stage import BuildError
     from runtime.query import QueryError
 
     try:

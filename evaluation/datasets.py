@@ -14,7 +14,7 @@ Sources (``--dataset KIND:PATH``):
   ``topic#r1#e1#r2#...#answer#<end>#answer``: the topic entity is its first element and the gold
   relation path its odd elements before ``<end>``. Id: ``<split>-<line number>`` (1-based).
   ``--build`` builds the store from ``DIR/kb.txt`` (format ``pathquestion``).
-* ``synth:FILE`` — ``questions.jsonl`` of ``runtime.synth`` (or the directory holding it):
+* ``synth:FILE`` — ``questions.jsonl`` of ``pipeline.synth`` (or the directory holding it):
   ``id``, ``question``, ``answers``, ``topic_entities`` (mids), ``path``. The KB is the
   directory's ``kg.nt(.gz)`` (format ``synth``). The file has no splits.
 * ``jsonl:FILE`` — one object a line: ``question`` and ``answers`` (a list, or one string)
@@ -33,12 +33,14 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runtime.errors import LokgError
+
 PATHQUESTION_SPLITS = ("train", "dev", "test")
 KINDS = ("pathquestion", "synth", "jsonl")
 END_MARK = "<end>"
 
 
-class DatasetError(ValueError):
+class DatasetError(LokgError, ValueError):
     """A dataset spec, file or line is unusable; the message names it."""
 
 
@@ -170,7 +172,7 @@ def _strings(value, what: str, where: str) -> tuple[str, ...]:
 
 
 def load_jsonl(file: str | Path, split: str | None = None, *, kind: str = "jsonl") -> Dataset:
-    """Questions from a JSONL file (module docstring); ``kind="synth"`` for runtime.synth."""
+    """Questions from a JSONL file (module docstring); ``kind="synth"`` for pipeline.synth."""
     source = Path(file).resolve()
     if kind == "synth" and source.is_dir():
         source = source / "questions.jsonl"

@@ -5,7 +5,7 @@ the same knowledge budget B:
 
 =================  ==========================================================================
 ``lokg``           the runtime as shipped: TAIMR retrieval, ITTC encoding, one call
-``lokg-no-scos``   the same on a store built with ``scos.enabled=false`` (``--store-no-scos``)
+``lokg-no-scos``   the same on a store built with ``scos_merge.enabled=false`` (``--store-no-scos``)
 ``lokg-no-ittc``   ``encoding="uniform"``: one template (balanced, s-r-o), cut by rank to fit B
 ``lokg-no-taimr``  ``retrieval="similarity"``: reachable entities ranked by cosine alone
 ``lokg-no-relknow`` policy ``lokg`` with the relation feeds off (the store's relation knowledge
@@ -35,94 +35,12 @@ the same for every method.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from evaluation.datasets import Question
 from evaluation.runner import Method, Prediction
-from runtime.config import POLICIES
-
-ENTITY_MODES = ("gold", "link")
-
-
-class MethodError(ValueError):
-    """A method cannot run as asked (unknown name, missing store or encoder)."""
-
-
-class CountingLLM:
-    """An LLM backend that counts the calls made through it and the ones that failed."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.name = inner.name
-        self.calls_model = bool(inner.calls_model)
-        self.model = getattr(inner, "model", None)
-        self.reset()
-
-    def reset(self) -> None:
-        self.calls = 0
-        self.failed = 0
-        self.errors: list[str] = []
-
-    def complete(self, prompt: str, *, max_tokens: int, system: str = ""):
-        from runtime.llm import LLMError
-
-        if self.calls_model:
-            self.calls += 1
-        try:
-            return self.inner.complete(prompt, max_tokens=max_tokens, system=system)
-        except LLMError as exc:
-            self.failed += 1
-            self.errors.append(f"{exc.kind}: {exc}")
-            raise
-
-
-@dataclass
-class EvalContext:
-    """What methods are built from: opened runtimes, the reader, the budget, the entity mode."""
-
-    runtime: object  # runtime.query.Runtime
-    llm: CountingLLM
-    budget: int = 2048
-    entities: str = "gold"
-    runtime_no_scos: object | None = None
-    policy: str = "lokg"  # of the lokg methods (baselines and lokg-no-relknow: always lokg)
-    _key_index: dict[int, dict[str, int]] = field(default_factory=dict, repr=False)
-
-    def __post_init__(self):
-        if self.entities not in ENTITY_MODES:
-            raise MethodError(f"entities must be one of {', '.join(ENTITY_MODES)}; "
-                              f"got {self.entities!r}")
-        if self.policy not in POLICIES:
-            raise MethodError(f"policy must be one of {', '.join(POLICIES)}; got {self.policy!r}")
-
-    def topic_keys(self, rt, question: Question) -> tuple[list[str] | None, str | None]:
-        """(keys to give the method or None to link from text, or a failing status)."""
-        if self.entities != "gold" or not question.topic_entities:
-            return None, None
-        index = self._key_index.get(id(rt))
-        if index is None:
-            index = self._key_index[id(rt)] = {k: i for i, k in enumerate(rt.keys)}
-        if any(k not in index for k in question.topic_entities):
-            return None, "topic_not_in_store"
-        return list(question.topic_entities), None
-
-    def topic_ids(self, rt, question: Question) -> tuple[list[int], list[dict], str | None]:
-        """Topic entity ids, their link records, and a failing status (None when found)."""
-        keys, status = self.topic_keys(rt, question)
-        if status is not None:
-            return [], [], status
-        if keys is not None:
-            index = self._key_index[id(rt)]
-            ids = [index[k] for k in keys]
-            links = [{"id": i, "key": rt.keys[i], "name": rt.names[i], "method": "given"}
-                     for i in ids]
-        else:
-            found = rt.link(question.question)
-            ids = list(dict.fromkeys(link.id for link in found))
-            links = [{**link.to_dict(), "key": rt.keys[link.id], "name": rt.names[link.id]}
-                     for link in found]
-        return ids, links, None if ids else "no_entity"
-
+from evaluation import baselines
+from evaluation.context import EvalContext, MethodError
 
 def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = False,
           relation_knowledge: bool = True):
@@ -133,7 +51,7 @@ def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = Fals
     def factory(ctx: EvalContext) -> Method:
         rt = ctx.runtime_no_scos if no_scos else ctx.runtime
         if rt is None:
-            raise MethodError("lokg-no-scos needs a store built with scos.enabled=false: pass "
+            raise MethodError("lokg-no-scos needs a store built with scos_merge.enabled=false: pass "
                               "--store-no-scos DIR (or --build to build one)")
 
         def run(question: Question) -> Prediction:
@@ -173,8 +91,6 @@ def _route(answer) -> dict | None:
 
 def _baseline(name: str):
     def factory(ctx: EvalContext) -> Method:
-        from evaluation import baselines
-
         return getattr(baselines, name)(ctx)
 
     return factory

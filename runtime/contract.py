@@ -32,6 +32,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from runtime.errors import LokgError
+
 SCHEMA_VERSION = 1
 KNOWN_SCHEMA_VERSIONS = frozenset({1})
 
@@ -161,7 +163,7 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
 REQUIRED_TABLES = ("entities", "relations", "triples")
 
 
-class StoreError(Exception):
+class StoreError(LokgError):
     """A store, build or file violates the contract. The message names the offending path."""
 
 

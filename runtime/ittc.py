@@ -49,6 +49,7 @@ from itertools import permutations
 import numpy as np
 
 from runtime.tokens import count_tokens
+from runtime.errors import LokgError
 
 COMPONENTS = ("s", "r", "o")
 #: The six component orders, in the fixed enumeration used as the last tie-break.
@@ -72,7 +73,7 @@ MAX_SOURCE_CHARS = 240
 SEPARATOR = " | "
 
 
-class InfeasibleBudget(ValueError):
+class InfeasibleBudget(LokgError, ValueError):
     """No choice of one option per item fits the budget."""
 
 

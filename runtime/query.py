@@ -46,6 +46,7 @@ from runtime import ittc, relknow, taimr
 from runtime.answers import ANSWER_MAX_TOKENS, build_prompt, parse_answers, prompt_overhead
 from runtime.config import ENCODINGS, POLICIES, RETRIEVALS, section
 from runtime.contract import Build, Store, StoreError
+from runtime.errors import LokgError
 from runtime.linker import Link, Linker, normalise, vector_fallback
 from runtime.llm import LLM, LLMError, make_llm
 from runtime.tokens import count_tokens
@@ -58,7 +59,7 @@ MAX_GIVEN_ENTITIES = 32
 COLD_HEADS_KEPT = 4096
 
 
-class QueryError(ValueError):
+class QueryError(LokgError, ValueError):
     """A request the runtime refuses (bad argument); the message names the argument."""
 
 

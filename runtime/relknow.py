@@ -3,7 +3,7 @@
 Why. TAIMR's topology score never looks at which relations a question asks for, and a question
 whose relation chain is known needs no LLM at all when the graph instantiates that chain: the
 walk's endpoints *are* the answer. This module is the query-time half (numpy only, so the
-runtime imports it without torch); ``training/relknow.py`` fits the artefact it reads.
+runtime imports it without torch); ``training/relation_knowledge.py`` fits the artefact it reads.
 
 Artefact ``models/relknow/`` (written by the ``relation_knowledge`` stage):
 
@@ -48,7 +48,7 @@ The pieces:
 * **Gates.** One :class:`Gate` rule — the chain instantiates with at most m answers, share ≥ τ,
   support ≥ σ, a consistent context and, optionally, every chain relation named by the
   lexicon. The precision gate is m = 1 at τ = ``min_share`` (0.6); its σ and the routing gate's
-  (m, τ, σ, lexicon) are picked on dev by the fixed procedure of ``training/relknow.py``.
+  (m, τ, σ, lexicon) are picked on dev by the fixed procedure of ``training/relation_knowledge.py``.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from pathlib import Path
 
 import numpy as np
 
+from runtime.errors import LokgError
 from runtime.linker import STOP_WORDS, normalise
 
 ARTEFACT = "relknow"  # artefact name; published as models/relknow/
@@ -79,7 +80,7 @@ MAX_ZERO_SHOT_HOPS = 3
 Triple = tuple[int, int, int]
 
 
-class RelknowError(ValueError):
+class RelknowError(LokgError, ValueError):
     """A relation-knowledge artefact or argument is unusable; the message names it."""
 
 

@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import tiktoken
+from runtime.errors import LokgError
 
 ENCODING_NAME = "cl100k_base"
 BPE_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
@@ -44,7 +45,7 @@ SPECIAL_TOKENS = {
 }
 
 
-class TokenizerUnavailable(RuntimeError):
+class TokenizerUnavailable(LokgError, RuntimeError):
     """The cl100k_base BPE file is not in the offline cache (or is corrupted)."""
 
 

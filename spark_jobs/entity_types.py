@@ -1,4 +1,4 @@
-"""Stage ``types`` (Spark, DESIGN §2.2): fill ``entities.types`` for NMI.
+"""Stage ``entity_types`` (Spark, DESIGN §2.2): fill ``entities.types`` for NMI.
 
 One rule is chosen per build and recorded in ``report["rule"]``:
 
@@ -33,8 +33,8 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from pipeline.stage import stage_input
 from runtime.contract import TABLE_SCHEMAS
-from runtime.pipeline import StageError
 from spark_jobs.session import get_spark
 
 RULES = ("explicit", "domain", "frequent_relation")
@@ -46,10 +46,6 @@ _SLASH = re.compile(r"^/([^/\s]+)/([^/\s]+)/\S+$")  # /domain/type/property[./cv
 _DOTTED = re.compile(r"^([A-Za-z0-9_]+)\.([A-Za-z0-9_]+)(?:\.[A-Za-z0-9_]+)+$")  # domain.type.prop
 
 
-class TypesError(StageError):
-    """The inputs of the types stage are missing or unusable."""
-
-
 def relation_domain(name: str) -> str | None:
     """``people.person`` for a Freebase-style relation name, else None."""
     match = _SLASH.match(name) or _DOTTED.match(name)
@@ -59,15 +55,6 @@ def relation_domain(name: str) -> str | None:
 def _rows(path: Path) -> int:
     files = [path] if path.is_file() else sorted(path.rglob("*.parquet"))
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-
-
-def _input(inputs: dict, name: str) -> Path:
-    if name not in inputs:
-        raise TypesError(f"stage types needs input '{name}' (from stage ingest)")
-    path = Path(inputs[name])
-    if not path.exists():
-        raise TypesError(f"stage types: input '{name}' not found at {path}")
-    return path
 
 
 def _edge_stats(triples: DataFrame, rels: DataFrame, side: str, prefix: str = "") -> DataFrame:
@@ -94,13 +81,14 @@ def _distinct_types(path: Path) -> int:
 
 def run(config: dict, inputs: dict, out_dir: str) -> dict:
     started = time.perf_counter()
-    ent_path, rel_path, tri_path = (_input(inputs, n) for n in ("entities", "relations", "triples"))
+    ent_path, rel_path, tri_path = (stage_input(inputs, "entity_types", n)
+                                      for n in ("entities", "relations", "triples"))
     ta_path = Path(inputs["type_assertions"]) if inputs.get("type_assertions") else None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     out_path = out / "entities.parquet"
 
-    spark: SparkSession = get_spark(config, "lokg-types")
+    spark: SparkSession = get_spark(config, "lokg-entity_types")
     entities = spark.read.parquet(str(ent_path))
     triples = spark.read.parquet(str(tri_path)).select("s", "r", "o")
     names = {int(r["id"]): r["name"] for r in
@@ -175,6 +163,6 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from runtime.pipeline import stage_main
+    from pipeline.driver import stage_main
 
-    stage_main("types")
+    stage_main("entity_types")

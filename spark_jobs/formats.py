@@ -12,7 +12,7 @@ Formats (DESIGN §2.1):
 * ``nt`` / ``synth`` — Freebase-style N-Triples (plain or ``.gz``). Freebase IRIs
   ``<http://rdf.freebase.com/ns/m.0abc>`` become the key ``m.0abc`` (their local name); other
   IRIs keep the full IRI; blank nodes keep their ``_:label``. ``synth`` reads ``kg.nt(.gz)`` of a
-  directory written by ``runtime.synth``.
+  directory written by ``pipeline.synth``.
 * ``tsv`` — ``s \\t r \\t o``; key = token.
 * ``pathquestion`` — ``kb.txt`` with ``s \\t r \\t o``; name = key with ``_`` → space.
 * ``fb15k237`` — ``train.txt valid.txt test.txt`` (``/m/mid \\t /rel/path \\t /m/mid``) plus
@@ -30,7 +30,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
-FORMATS = ("auto", "nt", "tsv", "pathquestion", "fb15k237", "synth")
+from pipeline.registry import FORMATS
+from runtime.errors import LokgError
 
 FREEBASE_NS = "http://rdf.freebase.com/ns/"
 RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
@@ -78,7 +79,7 @@ R_EMPTY_FIELD = "empty field"
 R_BAD_JSON = "invalid JSON entity record (need an object with a non-empty string 'key')"
 
 
-class FormatError(ValueError):
+class FormatError(LokgError, ValueError):
     """The dump cannot be read as the requested format; the message names the path."""
 
 

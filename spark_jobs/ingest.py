@@ -48,10 +48,9 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from pipeline.stage import StageError
 from runtime.config import section
 from runtime.contract import write_table
-from runtime.pipeline import StageError
-
 from spark_jobs import formats as fm
 from spark_jobs.session import get_spark
 
@@ -374,6 +373,6 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from runtime.pipeline import stage_main
+    from pipeline.driver import stage_main
 
     stage_main("ingest")

@@ -22,30 +22,20 @@ of μ over all rows and the smallest μ of a node with edges, step seconds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from pipeline.stage import Laps, StageError, stage_input
 from runtime.contract import check_schema, table_files
-from runtime.pipeline import Laps, StageError
 
 SINGLE_FILE_ENTITIES = 1_000_000  # up to this many entities: one sorted output file
 
 
 def _rows(path: Path) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(path))
-
-
-def stage_input(inputs: Mapping[str, str], stage: str, name: str) -> Path:
-    """The path of a stage's required input artefact; StageError naming what is missing."""
-    if name not in inputs:
-        raise StageError(f"stage {stage} needs input '{name}' (have {sorted(inputs)})")
-    path = Path(inputs[name])
-    if not path.exists():
-        raise StageError(f"stage {stage}: input '{name}' not found at {path}")
-    return path
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
@@ -120,6 +110,6 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from runtime.pipeline import stage_main
+    from pipeline.driver import stage_main
 
     stage_main("node_gain")

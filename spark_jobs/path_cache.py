@@ -1,6 +1,6 @@
 """Stage ``path_cache`` (Spark, DESIGN §2.9): the top TAIMR paths of every head, precomputed.
 
-Inputs: ``edges`` (gat_train: canonical triples plus inverses with their attention),
+Inputs: ``edges`` (gat: canonical triples plus inverses with their attention),
 ``node_gain`` and ``entities``. Nothing else — the cache is built from the graph alone, never
 from questions or answers (the stage does not look at the ``dump``).
 
@@ -36,10 +36,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.stage import Laps, StageError, stage_input
 from runtime.config import section
 from runtime.contract import TABLE_SCHEMAS, check_schema, table_files, write_table
-from runtime.pipeline import Laps, StageError
-from spark_jobs.node_gain import stage_input
 
 BUCKET_FILE = "bucket-{:05d}.parquet"
 SEARCH_KEYS = ("max_hops", "k_top", "beam_width")
@@ -198,6 +197,6 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from runtime.pipeline import stage_main
+    from pipeline.driver import stage_main
 
     stage_main("path_cache")

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -46,9 +45,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.stage import Laps, StageError
 from runtime.config import section
-from runtime.pipeline import Laps, StageError
-from runtime.contract import TABLE_SCHEMAS, StoreError, check_schema, read_table, table_files, write_table
+from runtime.contract import (
+    TABLE_SCHEMAS,
+    StoreError,
+    check_schema,
+    read_table,
+    table_files,
+    write_table,
+)
 
 UNTYPED = "∅"
 TYPE_RULES = ("spread", "min")
@@ -438,6 +444,6 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from runtime.pipeline import stage_main
+    from pipeline.driver import stage_main
 
     stage_main("relation_stats")

@@ -3,7 +3,7 @@
 The greedy merge runs on the driver (plain Python + numpy); the triple rewrite runs in Spark.
 
 * Fused similarity of clusters C_i, C_j:
-  sim = w1·NMI + w2·Jaccard + w3·cos(e_i, e_j), weights ``scos.weights`` (0.40, 0.30, 0.30);
+  sim = w1·NMI + w2·Jaccard + w3·cos(e_i, e_j), weights ``scos_merge.weights`` (0.40, 0.30, 0.30);
   NMI = 1 − JSD_bits of the type-pair distributions, Jaccard of the entity sets.
 * Adaptive threshold θ_ij = min(θ_base·(1 + ε·δ_ij), 1), δ_ij = |H_i − H_j| / max(H_i, H_j),
   δ = 0 when both entropies are 0.
@@ -21,7 +21,7 @@ The greedy merge runs on the driver (plain Python + numpy); the triple rewrite r
 
 Outputs: ``relation_map`` (every relation of R0), ``merge_log``, rewritten ``triples`` (Spark:
 join with φ, then distinct) and ``relations`` (canonical relations). When nothing merges, or
-with ``scos.enabled = false``, ``triples`` and ``relations`` are the input tables, untouched.
+with ``scos_merge.enabled = false``, ``triples`` and ``relations`` are the input tables, untouched.
 
 Memory: the driver holds the distinct (s, o) pairs of every relation that appears in a
 candidate pair (as int64 keys s·M + o) plus one entity → type-set index: ~16 bytes per triple
@@ -44,26 +44,27 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from runtime.config import section
-from runtime.pipeline import Laps, StageError
+from pipeline.stage import Laps, StageError, checked_section
 from runtime.contract import TABLE_SCHEMAS, StoreError, read_table, table_files, write_table
 from spark_jobs.relation_stats import (
     TypeIndex,
     nmi_signal,
-    settings as stats_settings,
     tail_entropy,
     type_pair_dict,
+)
+from spark_jobs.relation_stats import (
+    settings as stats_settings,
 )
 
 NORMALISER = "sum of H(r) over R0 (tail conditional entropy, nats)"
 
 
 def settings(config: Mapping) -> dict:
-    cfg = section(config, "scos")
+    cfg = checked_section(config, "scos_merge")
     if len(cfg["weights"]) != 3:
-        raise StageError(f"scos.weights={cfg['weights']!r}: expected three weights")
+        raise StageError(f"scos_merge.weights={cfg['weights']!r}: expected three weights")
     if cfg["missing_embeddings"] not in ("zero", "renormalise"):
-        raise StageError(f"scos.missing_embeddings={cfg['missing_embeddings']!r}: zero | renormalise")
+        raise StageError(f"scos_merge.missing_embeddings={cfg['missing_embeddings']!r}: zero | renormalise")
     return cfg
 
 
@@ -502,6 +503,6 @@ def _rewrite(config: Mapping, inputs: Mapping, rmap: pa.Table, out: Path, report
 
 
 if __name__ == "__main__":
-    from runtime.pipeline import stage_main
+    from pipeline.driver import stage_main
 
     stage_main("scos_merge")

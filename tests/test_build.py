@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runtime import pipeline
-from runtime.cli import cli
+from pipeline import driver as pipeline
+from pipeline.cli import cli
 from runtime.config import load_config
 from runtime.contract import Store
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.spark
 
 @pytest.fixture(scope="module")
 def synth_dump(tmp_path_factory) -> Path:
-    from runtime.synth import generate
+    from pipeline.synth import generate
 
     out = tmp_path_factory.mktemp("synth")
     generate(out, n_triples=20_000, seed=7, malformed_rate=0.01, gzip=True, n_questions=50)
@@ -59,7 +59,7 @@ def test_build_counts_match_the_generator_manifest(synth_dump, built):
 def test_published_store_verifies_and_is_typed(built):
     build = Store(built.root).build(verify=True)
     assert build.build_id == built.build_id
-    assert built.manifest["report"]["stages"]["types"]["rule"] == "explicit"
+    assert built.manifest["report"]["stages"]["entity_types"]["rule"] == "explicit"
     types = build.read("entities", columns=["types"]).column("types").to_pylist()
     assert sum(1 for t in types if t) / len(types) > 0.99
     assert not Store(built.root).staging_dir(built.build_id).exists()
@@ -131,7 +131,7 @@ def test_summary_lists_every_stage_with_its_time(built):
     from runtime.cli import render_summary
 
     text = render_summary(built)
-    for stage in pipeline.STAGES:
+    for stage in pipeline.STAGE_NAMES:
         assert f"stage {stage}" in text
     assert f"scos_merge" in text and f"R_star={built.rows('relations')}" in text
 

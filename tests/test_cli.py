@@ -8,7 +8,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from runtime.cli import cli
+from pipeline.cli import cli
 from runtime.contract import Store
 from tests.test_contract import _publish
 

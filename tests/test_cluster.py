@@ -20,7 +20,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from runtime.pipeline import STAGES, stage_script
+from pipeline.driver import stage_script
+from pipeline.registry import STAGES
 from tests.test_dags import FAST  # small models, few partitions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,7 +120,7 @@ def test_spark_stages_on_the_cluster_equal_local(cluster, tmp_path):
     The non-Spark stages run once (local build) and their staging directory is shared with the
     cluster build, so every difference would come from Spark.
     """
-    from runtime.synth import generate
+    from pipeline.synth import generate
 
     master, _ = cluster
     dump, store = tmp_path / "dump", tmp_path / "store"
@@ -127,7 +128,7 @@ def test_spark_stages_on_the_cluster_equal_local(cluster, tmp_path):
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "SPARK_LOCAL_IP": "127.0.0.1"}
     compared = []
-    for stage, module in STAGES.items():
+    for stage, module in ((s.name, s.module) for s in STAGES):
         if module.startswith("spark_jobs."):
             local = submit(stage, "local[2]", store, "local", dump, env)
             remote = submit(stage, master, store, "cluster", dump, env)
@@ -145,6 +146,6 @@ def test_spark_stages_on_the_cluster_equal_local(cluster, tmp_path):
                 cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
             assert proc.returncode == 0, f"{stage}:\n{proc.stderr[-4000:]}"
             shutil.copytree(store / "staging" / "local" / stage, store / "staging" / "cluster" / stage)
-    spark_stages = [s for s, m in STAGES.items() if m.startswith("spark_jobs.")]
+    spark_stages = [s.name for s in STAGES if s.kind == "spark"]
     assert {c.split(".")[0] for c in compared} == set(spark_stages)
     print(f"equal on {master} and local[2]: {', '.join(compared)}")

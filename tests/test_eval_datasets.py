@@ -12,7 +12,7 @@ from evaluation.datasets import (
     parse_pathquestion_answer,
     parse_pathquestion_path,
 )
-from runtime.synth import generate
+from pipeline.synth import generate
 
 PQ_TEST = (
     "what gender is ann_smith 's father ?\tmale(male/)\t"

@@ -58,7 +58,7 @@ def publish_toy_stores(kb_dir, root, build_ids: tuple[str, ...]):
     """The KB as published builds (keys sorted, names with spaces, uniform attention, μ = 1)
     plus the real entity_encode stage's vectors and encoder — no Spark needed. One store root
     per build id, all holding the same build."""
-    from training import encode
+    from training import entity_encode as encode
 
     rows = [line.split("\t") for line in (kb_dir / "kb.txt").read_text().splitlines()]
     keys = sorted({x for s, _, o in rows for x in (s, o)})
@@ -221,7 +221,7 @@ def test_build_from_the_dataset_kb(tmp_path):
     assert result.exit_code == 0, result.output
     assert Store(store).current_id() and Store(f"{store}-no-scos").current_id()
     built = Store(f"{store}-no-scos").build()
-    assert built.manifest["config"]["scos"]["enabled"] is False
+    assert built.manifest["config"]["scos_merge"]["enabled"] is False
     assert built.manifest["config"]["gat"]["questions"] == str(data / "train.txt")
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["lokg"]["n"] == 5 and summary["lokg-no-scos"]["n"] == 5

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from evaluation.datasets import Question
-from evaluation.methods import CountingLLM, MethodError, method_names
+from evaluation.context import CountingLLM, MethodError
+from evaluation.methods import method_names
 from evaluation.metrics import SUMMARY_KEYS, without_latency
 from evaluation.report import markdown_table, plot_accuracy_vs_tokens, render_markdown
 from evaluation.runner import (

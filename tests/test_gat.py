@@ -1,6 +1,6 @@
-"""Stage gat_train (training/gat.py): relation-aware GAT with PyG, attention over out-edges.
+"""Stage gat (training/gat.py): relation-aware GAT with PyG, attention over out-edges.
 
-Toy graphs built by hand and a small synthetic KG (runtime/synth.py, parsed from its kg.tsv
+Toy graphs built by hand and a small synthetic KG (pipeline/synth.py, parsed from its kg.tsv
 without Spark), random node and relation vectors, narrow layers: CPU, seconds.
 """
 
@@ -17,10 +17,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_geometric")
 
-from runtime import synth  # noqa: E402
+from pipeline import synth  # noqa: E402
 from runtime.config import DEFAULTS  # noqa: E402
 from runtime.contract import read_table, write_table  # noqa: E402
-from runtime.pipeline import StageError  # noqa: E402
+from pipeline.stage import StageError  # noqa: E402
 from training import gat  # noqa: E402
 
 DEVICES = [
@@ -34,7 +34,7 @@ ATTRIBUTE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())]))
 
 def write_inputs(root: Path, triples, keys: list[str], relation_names: list[str],
                  seed: int = 0) -> dict[str, str]:
-    """Every table gat_train reads, with random unit node vectors and random TransE vectors;
+    """Every table gat reads, with random unit node vectors and random TransE vectors;
     relation_map is the identity (R* = R0)."""
     rng = np.random.default_rng(seed)
     root.mkdir(parents=True, exist_ok=True)

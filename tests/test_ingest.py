@@ -298,7 +298,7 @@ def test_nt_directory_with_gzip_quarantine_per_file(spark, tmp_path):
 
 @pytest.mark.spark
 def test_synth_directory_matches_manifest(spark, tmp_path):
-    synth = pytest.importorskip("runtime.synth")
+    synth = pytest.importorskip("pipeline.synth")
     dump = tmp_path / "synth"
     manifest = synth.generate(dump, n_triples=400, seed=3, malformed_rate=0.02, gzip=True,
                               n_questions=5)
@@ -618,7 +618,7 @@ def spark_submit(stage: str, store: Path, build_id: str, dump: Path, *extra: str
     import subprocess
     import sys
 
-    from runtime.pipeline import stage_script
+    from pipeline.driver import stage_script
 
     submit = Path(sys.executable).parent / "spark-submit"
     if not submit.exists():

@@ -16,19 +16,16 @@ import pytest
 
 from runtime.llm import (
     BACKENDS,
-    ENV_API_KEY,
-    ENV_BASE_URL,
-    ENV_MODEL,
     LLM,
     Completion,
     LLMConfigError,
     LLMError,
-    NoLLM,
-    OpenAICompatible,
     available_backends,
     make_llm,
     register_backend,
 )
+from runtime.llm.none import NoLLM
+from runtime.llm.openai import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, OpenAICompatible
 from runtime.tokens import count_tokens
 
 SLACK = 0.5  # seconds of scheduling slack on a loaded 2-core machine
@@ -469,7 +466,7 @@ def test_factory_names_and_errors(server):
 
 
 def test_register_backend(monkeypatch):
-    monkeypatch.setattr("runtime.llm.BACKENDS", dict(BACKENDS))
+    monkeypatch.setattr("runtime.llm.base.BACKENDS", dict(BACKENDS))
 
     class Echo(NoLLM):
         pass
@@ -484,7 +481,7 @@ def test_register_backend(monkeypatch):
 
 
 def test_local_model_threads_come_from_the_environment(monkeypatch):
-    from runtime import local_llm
+    from runtime.llm import local as local_llm
 
     monkeypatch.setenv(local_llm.ENV_THREADS, "1")
     assert local_llm.default_threads() == 1

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from runtime.contract import TABLE_SCHEMAS, read_table, write_table
-from runtime.pipeline import StageError
+from pipeline.stage import StageError
 from runtime.taimr import EdgeGraph, uniform_edges
 
 CONFIG = {"spark": {"master": "local[2]", "shuffle_partitions": 4}}

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from runtime.contract import TABLE_SCHEMAS, read_table, write_table
-from runtime.pipeline import StageError
+from pipeline.stage import StageError
 from runtime.taimr import EdgeGraph, paths_table, top_paths, uniform_edges
 from tests.test_node_gain import CONFIG, write_inputs
 
@@ -28,7 +28,7 @@ def config(**path_cache) -> dict:
 def graph_inputs(spark, tmp_path_factory):
     """A synthetic dump (with questions.jsonl) → entities/relations/triples → node_gain (the
     real stage) and uniform-attention edges: the inputs path_cache gets in a build."""
-    from runtime.synth import generate
+    from pipeline.synth import generate
     from spark_jobs import node_gain
 
     root = tmp_path_factory.mktemp("path_cache")

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runtime import contract, pipeline
-from runtime.cli import cli
+from pipeline import driver as pipeline
+from pipeline.registry import Stage
+from runtime import contract
+from pipeline.cli import cli
 from runtime.config import load_config
 from runtime.contract import Store, StoreError
 from tests.test_contract import _stage_tables
@@ -30,12 +32,15 @@ class Killed(BaseException):
 # run_stage: a stage becomes visible only when finished, in a directory no other attempt uses
 
 
-def fake_stage(monkeypatch, run) -> None:
-    """Make ``run`` the implementation of the first stage (it needs no earlier stage)."""
+def fake_stage(monkeypatch, run, outputs: tuple[str, ...] = ()) -> None:
+    """Make ``run`` the implementation of the first stage, reading nothing, writing ``outputs``."""
+    real = pipeline._known
+    fake = Stage(FIRST, "tests", inputs=(), outputs=outputs)
     monkeypatch.setattr(pipeline, "_load_stage", lambda name: run)
+    monkeypatch.setattr(pipeline, "_known", lambda name: fake if name == FIRST else real(name))
 
 
-FIRST = next(iter(pipeline.STAGES))
+FIRST = next(iter(pipeline.STAGE_NAMES))
 
 
 def test_killed_stage_leaves_no_stage_directory(tmp_path, monkeypatch):
@@ -50,7 +55,7 @@ def test_killed_stage_leaves_no_stage_directory(tmp_path, monkeypatch):
         pipeline.run_stage(store, "b1", FIRST, {}, None)
     assert not (store.staging_dir("b1") / FIRST).exists()
     with pytest.raises(pipeline.BuildError, match=f"needs stage '{FIRST}' first"):
-        pipeline.collect_inputs(store, "b1", None, "types")
+        pipeline.collect_inputs(store, "b1", None, "entity_types")
 
 
 def test_orphan_of_a_killed_attempt_cannot_write_into_the_retry(tmp_path, monkeypatch):
@@ -65,7 +70,7 @@ def test_orphan_of_a_killed_attempt_cannot_write_into_the_retry(tmp_path, monkey
         return {"outputs": {"entities": str(Path(out_dir, "entities.parquet")),
                             "dump": "/elsewhere/kg.nt"}}
 
-    fake_stage(monkeypatch, stage)
+    fake_stage(monkeypatch, stage, outputs=("entities", "dump"))
     with pytest.raises(Killed):
         pipeline.run_stage(store, "b1", FIRST, {}, None)
     record = pipeline.run_stage(store, "b1", FIRST, {}, None)
@@ -82,7 +87,7 @@ def test_orphan_of_a_killed_attempt_cannot_write_into_the_retry(tmp_path, monkey
     assert on_disk == record
     assert record["outputs"] == {"entities": str(final / "entities.parquet"),
                                  "dump": "/elsewhere/kg.nt"}
-    assert pipeline.collect_inputs(store, "b1", None, "types")["entities"] == \
+    assert pipeline.stage_records(store, "b1")[FIRST]["outputs"]["entities"] == \
         str(final / "entities.parquet")
 
 

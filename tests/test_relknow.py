@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 from runtime.contract import TABLE_SCHEMAS, Store, write_table
-from runtime.pipeline import StageError
+from pipeline.stage import StageError
 from runtime.query import QueryError, Runtime
 from runtime.relknow import (PLACEHOLDER, Checker, Facts, Gate, Prediction, RelationKnowledge,
                              derive, learn_exclusive, learn_functional, mask_topic)
@@ -388,7 +388,7 @@ def test_feeds_off_leave_lokg_untouched_and_the_relation_term_reranks(rt):
 def test_query_command_takes_the_policy_and_prints_the_route(planted):
     from click.testing import CliRunner
 
-    from runtime.cli import cli
+    from pipeline.cli import cli
 
     q = "what is the job of edda quist 's wife ?"
     result = CliRunner().invoke(cli, ["query", q, "--store", str(planted[0]), "--policy",

@@ -157,7 +157,7 @@ def test_disabled_is_identity(tmp_path):
     from spark_jobs import scos_merge
 
     inputs = write_toy(tmp_path, STAGE_TYPES, STAGE_NAMES, STAGE_TRIPLES)
-    result = scos_merge.run({"scos": {"enabled": False}}, inputs, str(tmp_path / "out"))
+    result = scos_merge.run({"scos_merge": {"enabled": False}}, inputs, str(tmp_path / "out"))
     rep = result["report"]
     assert (rep["R0"], rep["R_star"], rep["L_info"], rep["rho_hat"]) == (3, 3, 0.0, 1.0)
     assert rep["merges"] == []
@@ -216,7 +216,7 @@ def test_stage_end_to_end(spark, tmp_path):
     assert any("NO relation_embeddings" in w for w in rep["warnings"])
     assert result["outputs"]["triples"] == inputs["triples"]
     # … unless asked to renormalise the two remaining weights: (.4·1 + .3·4/6)·(1/.7) = .857
-    result = scos_merge.run({**cfg, "scos": {"missing_embeddings": "renormalise"}}, inputs,
+    result = scos_merge.run({**cfg, "scos_merge": {"missing_embeddings": "renormalise"}}, inputs,
                             str(tmp_path / "scos3"))
     assert result["report"]["merges"] == [["film.director", "film.directed_by"]]
 
@@ -240,7 +240,7 @@ def test_stage_without_admissible_pair_passes_tables_through(tmp_path):
     inputs["relation_stats"] = str(tmp_path / "relation_stats.parquet")
     inputs["relation_pairs"] = str(tmp_path / "relation_pairs.parquet")
     # θ so high that nothing merges: identity, inputs passed through, no Spark started
-    result = scos_merge.run({"scos": {"theta_base": 0.95}}, inputs, str(tmp_path / "out"))
+    result = scos_merge.run({"scos_merge": {"theta_base": 0.95}}, inputs, str(tmp_path / "out"))
     assert result["report"]["merges"] == [] and result["report"]["rho_hat"] == 1.0
     assert result["outputs"]["triples"] == inputs["triples"]
     assert result["outputs"]["relations"] == inputs["relations"]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runtime.cli import cli
-from runtime.synth import NS, generate
+from pipeline.cli import cli
+from pipeline.synth import NS, generate
 
 # A strict N-Triples line grammar (absolute, non-empty IRIs; literals with escapes, @lang, ^^type)
 _IRI = r'<[^<>"{}|^`\\\x00-\x20]+>'

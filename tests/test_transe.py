@@ -1,4 +1,4 @@
-"""Stage transe_train (training/transe.py): TransE via PyKEEN, embeddings indexed by our ids.
+"""Stage transe (training/transe.py): TransE via PyKEEN, embeddings indexed by our ids.
 
 Tiny graphs and few epochs: the whole file runs in well under a minute on 2 cores (most of it is
 importing PyKEEN once). Device-parametrised in the style of PyG's tests: CPU always, CUDA when

@@ -47,7 +47,7 @@ def write_inputs(root: Path, n_entities: int, relations: list[str],
 def run_types(inputs: dict, out: Path) -> tuple[dict[int, list[str]], dict, list[dict]]:
     from spark_jobs import entity_types as stage
 
-    result = stage.run({"types": {}}, inputs, str(out))
+    result = stage.run({"entity_types": {}}, inputs, str(out))
     table = read_table(Path(result["outputs"]["entities"]), "entities")  # contract schema
     assert table.schema.names == TABLE_SCHEMAS["entities"].names
     rows = table.to_pylist()
@@ -136,7 +136,7 @@ def test_relation_domain():
 
 @pytest.mark.spark
 def test_ingest_then_types_explicit_from_nt(spark, tmp_path):
-    """The stages chain: ingest's outputs are the types stage's inputs (rdf:type assertions)."""
+    """The stages chain: ingest's outputs are the entity_types stage's inputs (rdf:type assertions)."""
     from spark_jobs import ingest
 
     fb = "http://rdf.freebase.com/ns/"
@@ -162,10 +162,10 @@ def test_ingest_then_types_explicit_from_nt(spark, tmp_path):
 @pytest.mark.slow
 @pytest.mark.spark
 def test_spark_submit_types(spark, tmp_path):
-    """spark_jobs/entity_types.py (stage types) runs under spark-submit."""
+    """spark_jobs/entity_types.py (stage entity_types) runs under spark-submit."""
     from runtime.config import load_config
     from runtime.contract import Store
-    from runtime.pipeline import run_stage
+    from pipeline.driver import run_stage
     from tests.test_ingest import spark_submit
 
     dump = tmp_path / "edges.tsv"

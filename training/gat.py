@@ -1,4 +1,4 @@
-"""Stage ``gat_train`` (DESIGN §2.8): relation-aware graph attention → per-edge α for TAIMR.
+"""Stage ``gat`` (DESIGN §2.8): relation-aware graph attention → per-edge α for TAIMR.
 
 Graph. Every canonical triple (s, r, o) is walked forward s→o and backward o→s (``inverse``);
 ``runtime.taimr.with_inverses`` builds the edge list, sorted by source, so node u's out-edges
@@ -36,7 +36,7 @@ e_r), not on edge ids, the gain carries over to unseen questions that use the sa
 Gold paths. ``gat.questions``: PathQuestion lines ``question \\t answers \\t
 s#r1#e1#r2#…#ans#<end>#ans`` (entity keys and relation names as ingested) or JSONL lines with
 ``topic_entities`` (keys), ``path`` (relation names) and optionally ``answer_keys`` (as
-``runtime/synth.py`` writes). Relation names go through ``relation_map`` to canonical ids. A
+``pipeline/synth.py`` writes). Relation names go through ``relation_map`` to canonical ids. A
 question constrains the entities at each hop it names; its gold edges are the forward edges of
 every walk that satisfies the constraints (forward from the topic, then pruned back from the
 reachable endpoints). Questions with an unknown key or relation, or no such walk, are counted
@@ -75,14 +75,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runtime.config import DEFAULTS, section
-from runtime.encoder import resolve_device, torch_threads
+from pipeline.stage import Laps, StageError, checked_section, torch_threads
 from runtime.contract import read_table, write_table
-from runtime.pipeline import Laps, StageError
+from runtime.encoder import resolve_device
 from runtime.taimr import uniform_edges, with_inverses
 
-STAGE = "gat_train"
-SECTION = "gat"
+STAGE = "gat"
 SPLIT_NAMES = ("dev", "test", "valid", "validation")  # never trained on
 MAX_FRONTIER = 10_000  # a gold walk reaching more entities at one hop is skipped (not a path)
 EVAL_TRIPLES = 100_000  # triples in the fixed-negative link-loss check before/after training
@@ -90,23 +88,20 @@ EVAL_TRIPLES = 100_000  # triples in the fixed-negative link-loss check before/a
 
 def settings(config: Mapping) -> dict:
     """The ``gat`` section, checked (unknown keys and bad values name themselves)."""
-    cfg = section(config, SECTION)
-    unknown = sorted(set(cfg) - set(DEFAULTS[SECTION]))
-    if unknown:
-        raise StageError(f"{SECTION}: unknown config keys {unknown} (known: {sorted(DEFAULTS[SECTION])})")
+    cfg = checked_section(config, STAGE)
     for key in ("layers", "heads", "hidden", "epochs", "negatives", "max_full_batch_edges",
                 "batch_triples"):
         if int(cfg[key]) < 1:
-            raise StageError(f"{SECTION}.{key} must be >= 1, got {cfg[key]!r}")
+            raise StageError(f"{STAGE}.{key} must be >= 1, got {cfg[key]!r}")
     if int(cfg["hidden"]) % int(cfg["heads"]):
-        raise StageError(f"{SECTION}.hidden={cfg['hidden']} must be a multiple of "
-                         f"{SECTION}.heads={cfg['heads']} (each head has hidden/heads channels)")
+        raise StageError(f"{STAGE}.hidden={cfg['hidden']} must be a multiple of "
+                         f"{STAGE}.heads={cfg['heads']} (each head has hidden/heads channels)")
     if not 0.0 <= float(cfg["dropout"]) < 1.0:
-        raise StageError(f"{SECTION}.dropout must be in [0, 1), got {cfg['dropout']!r}")
+        raise StageError(f"{STAGE}.dropout must be in [0, 1), got {cfg['dropout']!r}")
     if float(cfg["path_weight"]) < 0:
-        raise StageError(f"{SECTION}.path_weight must be >= 0, got {cfg['path_weight']!r}")
+        raise StageError(f"{STAGE}.path_weight must be >= 0, got {cfg['path_weight']!r}")
     if cfg["device"] not in ("auto", "cpu", "cuda") and not str(cfg["device"]).startswith("cuda:"):
-        raise StageError(f"{SECTION}.device must be auto, cpu or cuda[:N], got {cfg['device']!r}")
+        raise StageError(f"{STAGE}.device must be auto, cpu or cuda[:N], got {cfg['device']!r}")
     return cfg
 
 
@@ -433,7 +428,7 @@ def train(graph: Graph, x_np: np.ndarray, rel_np: np.ndarray, gold: np.ndarray, 
     """Train the GAT (full batch or sampled subgraphs) and return α before/after and losses."""
     import torch
 
-    device = torch.device(resolve_device(str(cfg["device"]), setting=f"{SECTION}.device",
+    device = torch.device(resolve_device(str(cfg["device"]), setting=f"{STAGE}.device",
                                          error=StageError))
     with torch_threads(cfg.get("threads")):
         return _train(graph, x_np, rel_np, gold, cfg, device, log)
@@ -572,7 +567,7 @@ def load_gold(cfg: Mapping, inputs: Mapping[str, str], graph: Graph) -> tuple[np
         return np.zeros(0, dtype=np.int64), {}
     path = Path(str(cfg["questions"]))
     if path.stem.lower() in SPLIT_NAMES:
-        raise StageError(f"{SECTION}.questions={path}: a {path.stem} split; the path term trains "
+        raise StageError(f"{STAGE}.questions={path}: a {path.stem} split; the path term trains "
                          f"on training questions only")
     raw = parse_questions(path)
     paths, unknown = resolve_paths(raw, inputs["entities"], inputs["relation_map"])
@@ -672,6 +667,6 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from runtime.pipeline import stage_main
+    from pipeline.driver import stage_main
 
     stage_main(STAGE)

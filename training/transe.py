@@ -1,4 +1,4 @@
-"""Stage ``transe_train``: TransE relation embeddings with PyKEEN (DESIGN §2.4).
+"""Stage ``transe``: TransE relation embeddings with PyKEEN (DESIGN §2.4).
 
 Inputs (contract tables written by ``ingest``):
 
@@ -46,12 +46,11 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime.config import DEFAULTS, section
-from runtime.encoder import resolve_device, torch_threads
+from pipeline.stage import StageError, checked_section, torch_threads
 from runtime.contract import StoreError, read_table
-from runtime.pipeline import StageError
+from runtime.encoder import resolve_device
 
-STAGE = "transe_train"
+STAGE = "transe"
 
 
 
@@ -95,11 +94,7 @@ def nearest_relations(embeddings: np.ndarray, k: int, block: int = 1024
 
 def transe_config(config: Mapping) -> dict:
     """The ``transe`` section of a build config, completed with this module's defaults."""
-    cfg = section(config, "transe")
-    known = DEFAULTS["transe"]
-    unknown = sorted(set(cfg) - set(known))
-    if unknown:
-        raise TransEError(f"transe: unknown config keys {unknown} (known: {sorted(known)})")
+    cfg = checked_section(config, STAGE, TransEError)
     for key in ("dim", "epochs", "batch_size", "negatives"):
         if int(cfg[key]) < 1:
             raise TransEError(f"transe.{key} must be >= 1, got {cfg[key]!r}")
@@ -156,7 +151,7 @@ def train_transe(mapped: np.ndarray, num_entities: int, num_relations: int, cfg:
     import torch
 
     if len(mapped) == 0:
-        raise TransEError("transe_train: the triples table is empty")
+        raise TransEError("transe: the triples table is empty")
     seed = int(cfg["seed"])
     device = torch.device(resolve_device(str(cfg["device"]), setting="transe.device",
                                          error=TransEError))
@@ -240,7 +235,7 @@ def _train(mapped, num_entities, num_relations, cfg, seed, device, log) -> Train
             "hits_at_10": float(results.get_metric("both.realistic.hits_at_10")),
             "seconds": round(time.perf_counter() - t0, 3),
         }
-        log(f"transe_train: held-out eval {metrics}")
+        log(f"transe: held-out eval {metrics}")
 
     model = model.cpu()
     with torch.no_grad():
@@ -286,7 +281,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     cfg = transe_config(config)
     for name in ("triples", "relations"):
         if name not in inputs:
-            raise TransEError(f"transe_train needs input '{name}' (run ingest first)")
+            raise TransEError(f"transe needs input '{name}' (run ingest first)")
     out = Path(out_dir)
     run_dir = out / "transe"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -302,7 +297,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         msg = (f"{len(result.unseen_relations)} relation(s) have no training triple and get a zero "
                f"embedding: {shown}" + (f" and {more} more" if more > 0 else ""))
         warnings.append(msg)
-        print(f"WARNING transe_train: {msg}", file=sys.stderr)
+        print(f"WARNING transe: {msg}", file=sys.stderr)
 
     emb_path = out / "relation_embeddings.npy"
     np.save(emb_path, result.embeddings)
@@ -355,6 +350,6 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from runtime.pipeline import stage_main
+    from pipeline.driver import stage_main
 
-    stage_main("transe_train")
+    stage_main("transe")

@@ -34,10 +34,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from runtime.config import DEFAULTS, section
+from pipeline.stage import Laps, StageError, checked_section, torch_threads
 from runtime.contract import read_table, write_table
-from runtime.encoder import EncoderError, SentenceEncoder, torch_threads
-from runtime.pipeline import Laps, StageError
+from runtime.encoder import EncoderError, SentenceEncoder
 
 STAGE = "entity_encode"
 TEXT_RULES = ("name", "name_type_description")
@@ -46,10 +45,7 @@ DESCRIPTION_WORDS = 32
 
 def settings(config: Mapping) -> dict:
     """The ``entity_encode`` section, checked (unknown keys and bad values name themselves)."""
-    cfg = section(config, STAGE)
-    unknown = sorted(set(cfg) - set(DEFAULTS[STAGE]))
-    if unknown:
-        raise StageError(f"{STAGE}: unknown config keys {unknown} (known: {sorted(DEFAULTS[STAGE])})")
+    cfg = checked_section(config, STAGE)
     if cfg["text"] not in TEXT_RULES:
         raise StageError(f"{STAGE}.text={cfg['text']!r}: expected one of {TEXT_RULES}")
     for key, low in (("batch_size", 1), ("flat_max", 0), ("hnsw_m", 2),
@@ -177,6 +173,6 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from runtime.pipeline import stage_main
+    from pipeline.driver import stage_main
 
     stage_main(STAGE)

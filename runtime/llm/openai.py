@@ -1,12 +1,4 @@
-"""LLM backends: the one call per question (DESIGN §4 step 4), behind one small interface.
-
-Every backend has a ``name`` and ``complete(prompt, *, max_tokens, system="") -> Completion``.
-``make_llm(name, **options)`` builds one from a registry (``register_backend`` adds more; the
-embedded ``local`` backend registers itself there). Every failure of a call — unreachable
-server, timeout, HTTP error, unusable response, bad configuration — raises :class:`LLMError`,
-so the runtime can catch exactly one type and fall back to the ``none`` answer, flagged.
-
-``openai`` — :class:`OpenAICompatible` — talks to any OpenAI-compatible endpoint (vLLM,
+"""The ``openai`` backend, :class:`OpenAICompatible`, talks to any OpenAI-compatible endpoint (vLLM,
 llama.cpp server, Ollama, hosted APIs) with the standard library only (``http.client``), so the
 runtime stays thin. It POSTs ``{base_url}/chat/completions`` with the model, a system message
 (the fixed instructions) and a user message (knowledge + question), ``max_tokens`` and
@@ -45,10 +37,6 @@ Token counts come from the server's ``usage`` when it reports them; a count it o
 with cl100k_base (:func:`runtime.tokens.count_tokens`) over the message texts sent and the text
 received (``Completion.usage_from_server`` says which). ``latency_ms`` is the whole call,
 retries and sleeps included.
-
-``none`` — :class:`NoLLM` — makes no call: the runtime answers from retrieval alone. Its
-``calls_model`` is False so the runtime can skip building a prompt; calling ``complete`` anyway
-returns an empty completion with ``attempts`` 0.
 """
 
 from __future__ import annotations
@@ -64,12 +52,11 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from runtime import __version__
+from runtime.llm.base import Completion, LLMConfigError, LLMError, check_max_tokens
 from runtime.tokens import count_tokens
 
 log = logging.getLogger("lokg.llm")
@@ -90,94 +77,6 @@ DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 #: HTTP statuses worth another attempt.
 RETRY_STATUSES = frozenset({429, *range(500, 600)})
 _SNIPPET = 200
-
-
-class LLMError(RuntimeError):
-    """An LLM call (or an LLM backend's set-up) failed; the runtime falls back to ``none``.
-
-    ``kind`` is one of ``config``, ``connect`` (nothing accepted the connection),
-    ``connection`` (dropped, reset, truncated), ``timeout``, ``http`` (a non-2xx status),
-    ``tls``, ``malformed`` (a 2xx body that is no usable completion) or ``deadline`` (the total
-    deadline left no room for another attempt). ``status`` is the last HTTP status (if any),
-    ``attempts`` the number of requests made, ``retryable`` whether the last failure was of a
-    retryable kind.
-    """
-
-    def __init__(self, message: str, *, kind: str, status: int | None = None,
-                 attempts: int = 0, retryable: bool = False):
-        super().__init__(message)
-        self.kind = kind
-        self.status = status
-        self.attempts = attempts
-        self.retryable = retryable
-
-
-class LLMConfigError(LLMError, ValueError):
-    """A backend cannot be built or called as asked (unknown name, missing URL, bad option)."""
-
-    def __init__(self, message: str):
-        super().__init__(message, kind="config")
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One completion and what it cost."""
-
-    text: str
-    prompt_tokens: int
-    completion_tokens: int
-    latency_ms: float  # the whole call: every attempt and every backoff sleep
-    model: str  # as the server names it (else as requested)
-    attempts: int  # HTTP requests made (0: no call)
-    usage_from_server: bool = False  # False: at least one count was taken with cl100k_base
-    finish_reason: str | None = None
-
-    def to_dict(self) -> dict:
-        return {
-            "text": self.text, "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens, "latency_ms": self.latency_ms,
-            "model": self.model, "attempts": self.attempts,
-            "usage_from_server": self.usage_from_server, "finish_reason": self.finish_reason,
-        }
-
-
-@runtime_checkable
-class LLM(Protocol):
-    """What the runtime needs from a backend."""
-
-    name: str
-    calls_model: bool
-
-    def complete(self, prompt: str, *, max_tokens: int, system: str = "") -> Completion:
-        """Complete ``prompt`` (the user message) after ``system`` (the instructions)."""
-        ...
-
-
-def _check_max_tokens(max_tokens) -> int:
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise LLMConfigError(f"max_tokens must be a positive integer; got {max_tokens!r}")
-    return max_tokens
-
-
-# --------------------------------------------------------------------------------------------
-# none
-
-
-@dataclass
-class NoLLM:
-    """The ``none`` backend: no model, no call; the runtime answers from retrieval alone."""
-
-    name: str = field(default="none", init=False)
-    calls_model: bool = field(default=False, init=False)
-
-    def complete(self, prompt: str, *, max_tokens: int, system: str = "") -> Completion:
-        _check_max_tokens(max_tokens)
-        return Completion(text="", prompt_tokens=0, completion_tokens=0, latency_ms=0.0,
-                          model="none", attempts=0, usage_from_server=False)
-
-
-# --------------------------------------------------------------------------------------------
-# openai-compatible HTTP
 
 
 class _AttemptFailed(Exception):
@@ -527,7 +426,7 @@ class OpenAICompatible:
         """One chat completion, retried and bounded as the module docstring describes."""
         if not isinstance(prompt, str) or not isinstance(system, str):
             raise LLMConfigError("prompt and system must be strings")
-        max_tokens = _check_max_tokens(max_tokens)
+        max_tokens = check_max_tokens(max_tokens)
         body = self._request_body(prompt, system, max_tokens)
         headers = self._headers(body)
         started = time.monotonic()
@@ -590,48 +489,3 @@ class OpenAICompatible:
                             f"{self.max_call_seconds:.2f} s deadline", kind="deadline")
         last.attempts = attempts
         raise last
-
-
-# --------------------------------------------------------------------------------------------
-# the registry
-
-
-def _local(**options) -> LLM:
-    """The embedded default, imported only when asked for (runtime/local_llm.py)."""
-    from runtime.local_llm import LocalLlama
-
-    return LocalLlama(**options)
-
-
-BACKENDS: dict[str, Callable[..., LLM]] = {
-    "openai": OpenAICompatible,
-    "local": _local,
-    "none": NoLLM,
-}
-
-
-def register_backend(name: str, factory: Callable[..., LLM], *, replace: bool = False) -> None:
-    """Make ``make_llm(name, **options)`` call ``factory(**options)``."""
-    key = name.strip().lower()
-    if not key:
-        raise ValueError("backend name must be non-empty")
-    if key in BACKENDS and not replace and BACKENDS[key] is not factory:
-        raise ValueError(f"LLM backend {key!r} is already registered")
-    BACKENDS[key] = factory
-
-
-def available_backends() -> list[str]:
-    return sorted(BACKENDS)
-
-
-def make_llm(name: str, **options) -> LLM:
-    """The backend registered as ``name`` (case-insensitive), built with ``options``."""
-    key = name.strip().lower() if isinstance(name, str) else name
-    factory = BACKENDS.get(key) if isinstance(key, str) else None
-    if factory is None:
-        raise LLMConfigError(
-            f"unknown LLM backend {name!r}; choose one of {', '.join(available_backends())}")
-    try:
-        return factory(**options)
-    except TypeError as exc:
-        raise LLMConfigError(f"bad options for the {key!r} LLM backend: {exc}") from None

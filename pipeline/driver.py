@@ -1,15 +1,17 @@
-"""The build pipeline: stages registered by name, run in order, then validated and published.
+"""The build driver: runs the stages of ``pipeline.registry`` in order, then validates and
+publishes the build atomically (DESIGN §2.10).
 
 A stage is a module exposing ``run(config, inputs, out_dir) -> dict``:
 
 * ``config``  — the whole build config (runtime.config); a stage reads its own section;
-* ``inputs``  — artefact name → path, everything earlier stages produced (plus ``dump``);
+* ``inputs``  — artefact name → path for exactly the artefacts the registry says it reads;
 * ``out_dir`` — a fresh directory of its own, renamed to ``staging/<build_id>/<stage>/`` after.
 
-It returns ``{"outputs": {artefact: path}, "report": {...}}``. The driver records that as
-``out_dir/_stage.json`` so that a later stage — in this process, in another Airflow task, or
-in a rerun — finds its inputs without re-running anything. Re-running a stage replaces only
-its own directory. Stage modules are imported lazily: this module never imports pyspark.
+It returns ``{"outputs": {artefact: path}, "report": {...}}`` with exactly its declared outputs.
+The driver records that as ``out_dir/_stage.json`` so that a later stage — in this process, in
+another Airflow task, or in a rerun — finds its inputs without re-running anything. Re-running a
+stage replaces only its own directory. Stage modules are imported by name when they run: this
+module never imports pyspark or torch.
 """
 
 from __future__ import annotations
@@ -23,21 +25,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from pipeline.registry import STAGE_NAMES, Stage, producers, stage
+from pipeline.stage import BuildError
 from runtime.contract import REQUIRED_TABLES, Build, Store, StoreError, new_build_id
-
-#: Stage name → module implementing ``run``; dict order is execution order.
-STAGES: dict[str, str] = {
-    "ingest": "spark_jobs.ingest",
-    "types": "spark_jobs.entity_types",
-    "transe_train": "training.transe",
-    "relation_stats": "spark_jobs.relation_stats",
-    "scos_merge": "spark_jobs.scos_merge",
-    "node_gain": "spark_jobs.node_gain",
-    "entity_encode": "training.encode",
-    "gat_train": "training.gat",
-    "path_cache": "spark_jobs.path_cache",
-    "relation_knowledge": "training.relknow",
-}
+from runtime.query_stats import QUERY_STATS_FILE, query_stats
 
 #: Artefacts published as contract tables (a later stage's artefact of the same name wins:
 #: scos_merge's rewritten ``triples``/``relations`` replace ingest's).
@@ -57,59 +48,65 @@ MODEL_ARTEFACTS = {"transe_run": "models/transe",
 STAGE_RECORD = "_stage.json"
 
 
-class BuildError(RuntimeError):
-    """A stage failed or produced something unusable; the message names the stage."""
-
-
-class StageError(BuildError):
-    """A stage refused its input or configuration; the message tells the user what and where."""
-
-
-class Laps:
-    """Named wall-clock laps for a stage report: ``lap("step")`` records the time since the last."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self._last = time.perf_counter()
-
-    def __call__(self, name: str) -> None:
-        now = time.perf_counter()
-        self.seconds[name] = round(now - self._last, 3)
-        self._last = now
-
-
-def stage_names() -> list[str]:
-    return list(STAGES)
+def _known(name: str) -> Stage:
+    try:
+        return stage(name)
+    except KeyError as exc:
+        raise BuildError(exc.args[0]) from None
 
 
 def stage_script(name: str) -> Path:
     """The file to hand to ``spark-submit`` for a stage (found without importing it)."""
     import importlib.util
 
-    if name not in STAGES:
-        raise BuildError(f"unknown stage '{name}' (stages: {', '.join(STAGES)})")
-    return Path(importlib.util.find_spec(STAGES[name]).origin)
+    return Path(importlib.util.find_spec(_known(name).module).origin)
 
 
 def _load_stage(name: str) -> Callable:
-    if name not in STAGES:
-        raise BuildError(f"unknown stage '{name}' (stages: {', '.join(STAGES)})")
-    return importlib.import_module(STAGES[name]).run
+    return importlib.import_module(_known(name).module).run
 
 
-def collect_inputs(store: Store, build_id: str, dump: str | None, upto: str) -> dict[str, str]:
-    """Artefacts produced by the stages before ``upto`` in this build, read from their records."""
+def collect_inputs(store: Store, build_id: str, dump: str | None, name: str) -> dict[str, str]:
+    """The artefacts stage ``name`` declares, read from the records of the stages producing
+    them; a required one that is missing is one error naming the artefact and its producer."""
+    spec, made = _known(name), producers(name)
     inputs: dict[str, str] = {}
-    if dump is not None:
-        inputs["dump"] = str(dump)
-    for name in STAGES:
-        if name == upto:
-            break
-        record = store.staging_dir(build_id) / name / STAGE_RECORD
-        if not record.is_file():
-            raise BuildError(f"stage '{upto}' needs stage '{name}' first: {record} missing")
-        inputs.update(json.loads(record.read_text())["outputs"])
+    records: dict[str, dict] = {}
+    for artefact in (*spec.inputs, *spec.optional):
+        if artefact == "dump":
+            if dump is None:
+                raise BuildError(f"stage '{name}' needs the dump (lokg build --dump PATH)")
+            inputs["dump"] = str(dump)
+            continue
+        producer = made.get(artefact)
+        if producer is None:
+            raise BuildError(f"stage '{name}' reads '{artefact}', which no earlier stage makes")
+        if producer not in records:
+            records[producer] = _record(store, build_id, producer, needed_by=name)
+        outputs = records[producer]["outputs"]
+        if artefact in outputs:
+            inputs[artefact] = outputs[artefact]
+        elif artefact not in spec.optional:
+            raise BuildError(f"stage '{name}' needs '{artefact}' from stage '{producer}', whose "
+                             f"record lists only {sorted(outputs)}")
     return inputs
+
+
+def _record(store: Store, build_id: str, producer: str, *, needed_by: str) -> dict:
+    path = store.staging_dir(build_id) / producer / STAGE_RECORD
+    if not path.is_file():
+        raise BuildError(f"stage '{needed_by}' needs stage '{producer}' first: {path} missing")
+    return json.loads(path.read_text())
+
+
+def _checked_outputs(name: str, result: dict) -> dict:
+    """The stage's outputs, exactly as the registry declares them (a stage bug otherwise)."""
+    declared, got = set(_known(name).outputs), set(result.get("outputs", {}))
+    if got != declared:
+        raise BuildError(f"stage '{name}' returned outputs {sorted(got)}; pipeline/registry.py "
+                         f"declares {sorted(declared)} (missing {sorted(declared - got)}, "
+                         f"undeclared {sorted(got - declared)})")
+    return result["outputs"]
 
 
 def run_stage(store: Store, build_id: str, name: str, config: dict, dump: str | None) -> dict:
@@ -132,7 +129,8 @@ def run_stage(store: Store, build_id: str, name: str, config: dict, dump: str | 
         record = {
             "stage": name,
             "seconds": round(time.perf_counter() - started, 3),
-            "outputs": {k: _moved(v, work, final) for k, v in result["outputs"].items()},
+            "outputs": {k: _moved(v, work, final)
+                        for k, v in _checked_outputs(name, result).items()},
             "report": result.get("report", {}),
         }
         (work / STAGE_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True))
@@ -164,7 +162,7 @@ def _replace_dir(new: Path, final: Path) -> None:
 
 def stage_records(store: Store, build_id: str) -> dict[str, dict]:
     records = {}
-    for name in STAGES:
+    for name in STAGE_NAMES:
         path = store.staging_dir(build_id) / name / STAGE_RECORD
         if path.is_file():
             records[name] = json.loads(path.read_text())
@@ -197,6 +195,7 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
     report_path = store.staging_dir(build_id) / "build_report.json"
     report_path.write_text(json.dumps(report, indent=2, sort_keys=True))
     extra["reports/build_report.json"] = report_path
+    extra[QUERY_STATS_FILE] = _write_query_stats(store.staging_dir(build_id), tables)
     build = store.publish(
         build_id,
         tables,
@@ -211,6 +210,18 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
     os.rename(staging, gone)  # out of sight in one step: a retry never sees half of it
     shutil.rmtree(gone)
     return build
+
+
+def _write_query_stats(staging: Path, tables: dict[str, Path]) -> Path:
+    """The runtime's per-store statistics (σ*, H(O|R)) of the triples about to be published."""
+    from runtime.contract import read_table
+
+    relations = read_table(tables["relations"], "relations", columns=["id"])
+    n_relations = int(relations.column("id").to_numpy().max(initial=-1)) + 1
+    stats = query_stats(read_table(tables["triples"], "triples"), n_relations)
+    path = staging / "query_stats.json"
+    path.write_text(json.dumps(stats, sort_keys=True))
+    return path
 
 
 def _validate_published(build: Build) -> None:
@@ -241,13 +252,14 @@ def source_fingerprints(dump: str) -> list[dict]:
 def build(dump: str, store_root: str, config: dict, *, until: str | None = None,
           build_id: str | None = None, log: Callable[[str], None] = print) -> Build | None:
     """Run every stage (or up to ``until``) and publish. Returns the build, or None if stopped."""
-    if until is not None and until not in STAGES and until != "publish":
-        raise BuildError(f"--until {until}: unknown stage (stages: {', '.join(STAGES)}, publish)")
+    if until is not None and until not in STAGE_NAMES and until != "publish":
+        raise BuildError(f"--until {until}: unknown stage (stages: {', '.join(STAGE_NAMES)}, "
+                         "publish)")
     if not Path(dump).exists():
         raise BuildError(f"dump not found: {dump}")
     store = Store(store_root)
     build_id = build_id or new_build_id()
-    for name in STAGES:
+    for name in STAGE_NAMES:
         record = run_stage(store, build_id, name, config, dump)
         log(f"stage {name}: {record['seconds']:.1f}s")
         if name == until:

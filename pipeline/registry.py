@@ -1,0 +1,83 @@
+"""The stages of a build, in execution order — a table with no imports (the DAG reads it).
+
+A stage's name is its module's name (``spark_jobs/<name>.py`` or ``training/<name>.py``) and
+its config section's name. It declares the artefacts it reads (``inputs``: the ``dump`` or the
+outputs of earlier stages; ``optional`` ones are passed when an earlier stage produced them) and
+the artefacts it writes (``outputs``); the driver checks both. An artefact produced by two stages
+is the later one's from then on (``scos_merge`` rewrites ``triples`` and ``relations``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+#: Dump formats ``ingest.format`` accepts (``auto`` detects one from the files).
+FORMATS = ("auto", "nt", "tsv", "pathquestion", "fb15k237", "synth")
+
+
+class Stage(NamedTuple):
+    """One stage: where its module lives and which artefacts it reads and writes."""
+
+    name: str
+    package: str  # spark_jobs (run with spark-submit) | training (GPU-capable, python -m)
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+
+    @property
+    def module(self) -> str:
+        return f"{self.package}.{self.name}"
+
+    @property
+    def kind(self) -> str:
+        return "spark" if self.package == "spark_jobs" else "train"
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("ingest", "spark_jobs", ("dump",),
+          ("entities", "relations", "triples", "quarantine", "type_assertions")),
+    Stage("entity_types", "spark_jobs", ("entities", "relations", "triples"), ("entities",),
+          optional=("type_assertions",)),
+    Stage("transe", "training", ("triples", "relations"), ("relation_embeddings", "transe_run")),
+    Stage("relation_stats", "spark_jobs", ("entities", "relations", "triples"),
+          ("relation_stats", "relation_pairs"), optional=("relation_embeddings",)),
+    Stage("scos_merge", "spark_jobs",
+          ("entities", "relations", "triples", "relation_stats", "relation_pairs"),
+          ("relation_map", "merge_log", "triples", "relations"), optional=("relation_embeddings",)),
+    Stage("node_gain", "spark_jobs", ("entities", "relations", "triples"), ("node_gain",)),
+    Stage("entity_encode", "training", ("entities",),
+          ("entity_vectors", "entity_index", "entity_ids", "encoder")),
+    Stage("gat", "training",
+          ("entities", "relations", "triples", "relation_map", "relation_embeddings",
+           "entity_ids", "entity_vectors"), ("edges", "gat_run")),
+    Stage("path_cache", "spark_jobs", ("edges", "node_gain", "entities"), ("path_cache",)),
+    Stage("relation_knowledge", "training", ("entities", "relations", "relation_map", "triples"),
+          ("relknow",), optional=("encoder",)),
+)
+
+STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)
+
+
+def stage(name: str) -> Stage:
+    """The stage called ``name``; KeyError listing the stages otherwise."""
+    for s in STAGES:
+        if s.name == name:
+            return s
+    raise KeyError(f"unknown stage '{name}' (stages: {', '.join(STAGE_NAMES)})")
+
+
+def producers(name: str) -> dict[str, str]:
+    """Artefact → the stage before ``name`` whose output it is (the latest such stage)."""
+    made: dict[str, str] = {}
+    for s in STAGES:
+        if s.name == name:
+            return made
+        made.update(dict.fromkeys(s.outputs, s.name))
+    raise KeyError(f"unknown stage '{name}' (stages: {', '.join(STAGE_NAMES)})")
+
+
+def upstream(name: str) -> list[str]:
+    """The stages ``name`` reads from, in execution order (its DAG dependencies)."""
+    s, made = stage(name), producers(name)
+    wanted = {made[a] for a in (*s.inputs, *s.optional) if a in made}
+    return [n for n in STAGE_NAMES if n in wanted]

@@ -1,0 +1,75 @@
+"""What every stage module shares: its error, its checked config section, input paths, laps,
+and the thread setting of the torch stages (their device: ``runtime.encoder.resolve_device``,
+which the query encoder uses too).
+
+Stages import this module (``spark_jobs`` and ``training`` → ``pipeline.stage`` → ``runtime``);
+the driver imports the stages only by name, so no import cycle arises.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from runtime.config import DEFAULTS, section
+from runtime.errors import LokgError
+
+
+class BuildError(LokgError, RuntimeError):
+    """A stage failed or produced something unusable; the message names the stage."""
+
+
+class StageError(BuildError):
+    """A stage refused its input or configuration; the message tells the user what and where."""
+
+
+def checked_section(config: Mapping, name: str,
+                    error: type[Exception] = StageError) -> dict:
+    """Stage ``name``'s config section over its defaults; unknown keys are refused by name."""
+    cfg = section(config, name)
+    known = DEFAULTS.get(name, {})
+    unknown = sorted(set(cfg) - set(known))
+    if unknown:
+        raise error(f"{name}: unknown config keys {unknown} (known: {sorted(known)})")
+    return cfg
+
+
+def stage_input(inputs: Mapping[str, str], stage: str, name: str) -> Path:
+    """The path of a stage's input artefact; StageError naming what is missing."""
+    if name not in inputs:
+        raise StageError(f"stage {stage} needs input '{name}' (have {sorted(inputs)})")
+    path = Path(inputs[name])
+    if not path.exists():
+        raise StageError(f"stage {stage}: input '{name}' not found at {path}")
+    return path
+
+
+class Laps:
+    """Named wall-clock laps for a stage report: ``lap("step")`` records the time since the last."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self._last, 3)
+        self._last = now
+
+
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """torch's CPU threads set to ``threads`` for a block (None or 0: left as they are) and
+    restored after it: the setting is process-global, and a stage must not leave it changed
+    for the next stage of an in-process build."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(int(threads))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
