@@ -23,7 +23,7 @@ from runtime.config import DEFAULTS  # noqa: E402
 from runtime.contract import read_table, write_table  # noqa: E402
 from runtime.encoder import EncoderError, SentenceEncoder, resolve_model  # noqa: E402
 from pipeline.stage import StageError  # noqa: E402
-from training import encode  # noqa: E402
+from training import entity_encode as encode  # noqa: E402
 
 # (key, name, types, description); ids are assigned in a shuffled order below
 ENTITIES = [

@@ -21,7 +21,7 @@ from runtime.relknow import (PLACEHOLDER, Checker, Facts, Gate, Prediction, Rela
                              derive, learn_exclusive, learn_functional, mask_topic)
 from tests.test_cli import BLOCK_HEAVY
 from tests.test_query import FakeLLM
-from training import relknow as fit
+from training import relation_knowledge as fit
 
 FIRST = ["alba", "bruno", "cora", "dario", "edda", "fabio", "greta", "hugo", "ines", "jonas"]
 LAST = ["quist", "rourke", "sandor", "tamm", "ulloa", "varga"]

@@ -19,7 +19,8 @@ pytest.importorskip("pykeen")
 
 from runtime.config import DEFAULTS  # noqa: E402
 from runtime.contract import write_table  # noqa: E402
-from runtime.encoder import resolve_device, torch_threads  # noqa: E402
+from pipeline.stage import torch_threads  # noqa: E402
+from runtime.encoder import resolve_device  # noqa: E402
 from training import transe  # noqa: E402
 from training.transe import TransEError, nearest_relations  # noqa: E402
 
