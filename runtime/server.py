@@ -68,8 +68,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from runtime import __version__
 from runtime.contract import Store, StoreError
 from runtime.llm import LLM, LLMError, available_backends, make_llm
-from runtime.query import (ENCODINGS, MAX_BUDGET, MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS,
-                           POLICIES, RETRIEVALS, Answer, QueryError, Runtime)
+from runtime.answer import Answer
+from runtime.config import ENCODINGS, POLICIES, RETRIEVALS
+from runtime.query import MAX_BUDGET, MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS, QueryError, Runtime
 
 log = logging.getLogger("lokg.server")
 
