@@ -11,8 +11,8 @@ One question goes through the four steps of DESIGN §4 and makes at most one LLM
    so); the triples supporting the best paths of the top ``max_candidates`` candidates form the
    candidate set. ``similarity`` (ablation "w/o TAIMR") ranks the same reachable entities by the
    cosine alone; ``neighbourhood`` (baseline) takes the linked entities' 1-hop triples;
-3. **encode** — ``ittc``: ITTC under the knowledge budget B (runtime/ittc.py; σ* and H(O|R) are
-   computed from this store's triples when it is opened); ``uniform`` (ablation "w/o ITTC"):
+3. **encode** — ``ittc``: ITTC under the knowledge budget B (runtime/ittc.py; σ* and H(O|R) come
+   with the build, runtime/query_stats.py); ``uniform`` (ablation "w/o ITTC"):
    every triple at the balanced template in s-r-o order, cut by rank to fit B;
 4. **read** — one call to the chosen backend (``none``: no call, the top-ranked candidate is the
    answer). A failed call returns the ``none`` answer with ``fallback`` set and the reason.
@@ -28,12 +28,13 @@ linked, no path) return a well-formed Answer whose ``status`` says why.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from runtime.contract import Build, Store, StoreError
 from runtime.linker import Link, Linker, normalise, vector_fallback
 from runtime.llm import LLM, LLMError, make_llm
 from runtime.path_cache import PathCache, PathRow, path_rows, path_triples
+from runtime.query_stats import QUERY_STATS_FILE, query_stats, read_query_stats
 from runtime.tokens import count_tokens
 
 #: Hard limits on a request; beyond them ask() refuses with a QueryError.
@@ -60,22 +62,6 @@ COLD_HEADS_KEPT = 4096
 
 class QueryError(ValueError):
     """A request the runtime refuses (bad argument); the message names the argument."""
-
-
-def _tail_entropies_bits(triples: pa.Table, n_relations: int) -> np.ndarray:
-    """H(O|R=r) in bits per canonical relation, from the store's triples."""
-    r = triples.column("r").to_numpy()
-    o = triples.column("o").to_numpy()
-    out = np.zeros(n_relations, dtype=np.float64)
-    if not len(r):
-        return out
-    span = int(o.max()) + 1
-    keys, counts = np.unique(r.astype(np.int64) * span + o, return_counts=True)  # 1-D: fast
-    rel = keys // span
-    totals = np.bincount(rel, weights=counts, minlength=n_relations)
-    p = counts / totals[rel]
-    np.add.at(out, rel, -p * np.log2(p))
-    return np.maximum(out, 0.0)
 
 
 class Runtime:
@@ -138,15 +124,13 @@ class Runtime:
         rel = b.read("relations")
         self.relation_names = dict(zip(rel.column("id").to_pylist(), rel.column("name").to_pylist()))
         self.n_relations = max(self.relation_names, default=-1) + 1
-        triples = b.read("triples")
-        self.tail_entropy = _tail_entropies_bits(triples, self.n_relations)
-        self.order = ittc.component_order(np.stack(
-            [triples.column(c).to_numpy() for c in ("s", "r", "o")], axis=1))
+        triples = functools.cache(lambda: b.read("triples"))  # only where something needs it
+        self.order, self.tail_entropy = self._query_stats(triples)
         self.has_taimr = "edges" in tables and "node_gain" in tables
         if self.has_taimr:
             self.graph = taimr.EdgeGraph.from_tables(b.read("edges"), b.read("node_gain"))
         else:  # a build without TAIMR artefacts: uniform attention, μ = 1
-            edges = taimr.uniform_edges(triples)
+            edges = taimr.uniform_edges(triples())
             self.graph = taimr.EdgeGraph(*(edges.column(c).to_numpy(zero_copy_only=False)
                                            for c in ("s", "r", "o", "inverse", "attention")),
                                          np.ones(self.n_entities))
@@ -180,8 +164,17 @@ class Runtime:
                 know = relknow.RelationKnowledge.load(rk_path, names)
             except relknow.RelknowError as exc:
                 raise StoreError(str(exc)) from None
-            self.relknow = (know, relknow.Facts(*(triples.column(c).to_numpy() for c in "sro"),
+            self.relknow = (know, relknow.Facts(*(triples().column(c).to_numpy() for c in "sro"),
                                                 self.n_relations))
+
+    def _query_stats(self, triples: Callable[[], pa.Table]) -> tuple[tuple[str, ...], np.ndarray]:
+        """σ* and H(O|R) from the build's stats file; builds published before it had one get
+        them computed here, as every open did before."""
+        path = self.build.path / QUERY_STATS_FILE
+        if path.is_file():
+            return read_query_stats(path, self.n_relations)
+        stats = query_stats(triples(), self.n_relations)
+        return tuple(stats["component_order"]), np.asarray(stats["tail_entropy_bits"])
 
     # ---------------------------------------------------------------- optional encoder
 
