@@ -11,11 +11,19 @@ One question goes through the four steps of DESIGN §4 and makes at most one LLM
    so); the triples supporting the best paths of the top ``max_candidates`` candidates form the
    candidate set. ``similarity`` (ablation "w/o TAIMR") ranks the same reachable entities by the
    cosine alone; ``neighbourhood`` (baseline) takes the linked entities' 1-hop triples;
-3. **encode** — ``ittc``: ITTC under the knowledge budget B (runtime/ittc.py; σ* and H(O|R) are
-   computed from this store's triples when it is opened); ``uniform`` (ablation "w/o ITTC"):
-   every triple at the balanced template in s-r-o order, cut by rank to fit B;
+3. **encode** — ``ittc``: ITTC under the knowledge budget B (runtime/ittc.py; σ* and H(O|R) come
+   with the build, runtime/query_stats.py); ``uniform`` (ablation "w/o ITTC"): every triple at
+   the balanced template in s-r-o order, cut by rank to fit B;
 4. **read** — one call to the chosen backend (``none``: no call, the top-ranked candidate is the
    answer). A failed call returns the ``none`` answer with ``fallback`` set and the reason.
+
+``ask`` is one chain of steps, each a method: check the request → link → relation plan →
+retrieve → encode → read → answer. The relation plan (runtime/relknow.py, on stores with
+relation knowledge) is computed once, before retrieval: it may be the answer itself (a passed
+gate, or policy precision's abstention); otherwise every later step reads what it decided
+(the compact context, the query-relation term, the boosted facts). The question is embedded
+at most once per form, the masked form (relation knowledge) and the plain one (the semantic
+term) in one encoder batch.
 
 The prompt is the fixed instructions + ``Knowledge:`` + the encoded lines + the question; the
 knowledge never exceeds B tokens (cl100k_base, counted on the final text), so the whole prompt
@@ -28,32 +36,35 @@ linked, no path) return a well-formed Answer whose ``status`` says why.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from runtime import ittc, relknow, taimr
-from runtime.answers import ANSWER_MAX_TOKENS, build_prompt, parse_answers, prompt_overhead
-from runtime.config import ENCODINGS, POLICIES, RETRIEVALS, section
+from runtime.answer import Answer
+from runtime.answers import (ANSWER_MAX_TOKENS, Prompt, build_prompt, parse_answers,
+                             prompt_overhead)
+from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS, section
 from runtime.contract import Build, Store, StoreError
 from runtime.errors import LokgError
 from runtime.linker import Link, Linker, normalise, vector_fallback
 from runtime.llm import LLM, LLMError, make_llm
+from runtime.path_cache import PathCache, PathRow, path_rows, path_triples
+from runtime.query_stats import QUERY_STATS_FILE, query_stats, read_query_stats
+from runtime.relknow import Triple
 from runtime.tokens import count_tokens
 
 #: Hard limits on a request; beyond them ask() refuses with a QueryError.
 MAX_QUESTION_CHARS = 4096
-MAX_BUDGET = 131072
 MAX_GIVEN_ENTITIES = 32
 #: Heads missing from the path cache whose computed paths are kept in memory.
 COLD_HEADS_KEPT = 4096
@@ -63,126 +74,114 @@ class QueryError(LokgError, ValueError):
     """A request the runtime refuses (bad argument); the message names the argument."""
 
 
-@dataclass
-class Answer:
-    """Everything about one answered question, JSON-serialisable with :meth:`to_dict`."""
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate answer: the entity, its scores and the best path that reaches it."""
 
-    question: str
-    answers: list[str]
-    answer_ids: list[int | None]
-    status: str  # ok | fallback | no_entity | no_paths | abstained (policy precision)
-    message: str
-    fallback: bool
-    fallback_reason: str | None
-    llm: dict  # backend, model, calls_model
-    llm_calls: int
-    prompt: dict  # system, user ("" when no prompt was built)
-    tokens: dict  # prompt, completion, knowledge (T_after), naive (T_naive), tcr, overhead, budget
-    triples: list[dict]
-    linked: list[dict]
-    candidates: list[dict]
-    encoding: dict  # mode, order, dropped, total_value, semantic
-    timings: dict  # ms per step
-    build_id: str
-    retrieval: str
-    policy: str
-    #: policies precision/route and the relation feeds: which path answered and why (None for
-    #: policy lokg with the feeds off) — source derived | llm | retrieval | abstain, reason,
-    #: chain, vote share, derived answers, consistency, gate
-    route: dict | None = None
+    id: int
+    name: str
+    s_final: float
+    s_topo: float
+    cos: float
+    path: tuple[int, PathRow] | None = None  # (head, best path); None for a derived endpoint
+
+    @property
+    def triples(self) -> list[Triple]:
+        """The KG triples of the best path (none for a derived endpoint)."""
+        return path_triples(*self.path) if self.path is not None else []
 
     def to_dict(self) -> dict:
-        return asdict(self)
-
-    def to_json(self, **kw) -> str:
-        return json.dumps(self.to_dict(), ensure_ascii=False, **kw)
+        return {"id": self.id, "name": self.name, "s_final": self.s_final,
+                "s_topo": self.s_topo, "cos": self.cos}
 
 
-class _PathCache:
-    """The published path_cache: one bucket file per ``head % buckets``, a few kept in memory."""
+@dataclass(frozen=True)
+class RelationPlan:
+    """What the relation knowledge decided for one question, once, before retrieval; the later
+    steps read it instead of re-deriving it. The default is "not consulted" (policy lokg with
+    the feeds off, or a store without relation knowledge)."""
 
-    def __init__(self, directory: Path, buckets: int, keep: int = 256):
-        self.directory = directory
-        self.buckets = buckets
-        self.keep = keep
-        self._loaded: OrderedDict[int, tuple[pa.Table, dict[int, tuple[int, int]]]] = OrderedDict()
-        self._lock = threading.Lock()
+    knowledge: relknow.RelationKnowledge | None = None
+    assessment: relknow.Assessment | None = None
+    route: dict | None = None  # Answer.route before the read; None: not consulted
+    passed: bool = False  # the policy's gate passed: the derived endpoints are the answer
+    final: bool = False  # the plan is the answer: passed, or policy precision abstains
+    compact: bool = False  # policy route past its gate: read the derived chain's facts only
+    relation_weight: float = 0.0  # λ_rel of the query-relation term (0: no term)
+    boosted: tuple[Triple, ...] = ()  # the derived chain's facts: in the context, in focus
 
-    def _bucket(self, b: int) -> tuple[pa.Table, dict[int, tuple[int, int]]]:
-        with self._lock:
-            if b in self._loaded:
-                self._loaded.move_to_end(b)
-                return self._loaded[b]
-        path = self.directory / f"bucket-{b:05d}.parquet"
-        table = pq.read_table(path, memory_map=True).combine_chunks()
-        heads = table.column("head").to_numpy()
-        starts = np.flatnonzero(np.r_[True, heads[1:] != heads[:-1]]) if len(heads) else []
-        ends = list(starts[1:]) + [len(heads)] if len(heads) else []
-        offsets = {int(heads[s]): (int(s), int(e)) for s, e in zip(starts, ends)}
-        # Flat numpy columns: slicing them per head is ~10x cheaper than Arrow's to_pydict.
-        lists = {c: table.column(c).chunk(0) if table.num_rows else None
-                 for c in ("relations", "inverses", "nodes")}
-        flat = (table.column("score").to_numpy(),
-                lists["relations"].offsets.to_numpy() if table.num_rows else np.zeros(1, np.int32),
-                *(lists[c].values.to_numpy(zero_copy_only=False) if table.num_rows
-                  else np.zeros(0) for c in ("relations", "inverses", "nodes")))
-        with self._lock:
-            self._loaded[b] = (flat, offsets)
-            while len(self._loaded) > self.keep:
-                self._loaded.popitem(last=False)
-        return flat, offsets
-
-    def get(self, head: int) -> list[PathRow] | None:
-        """The cached paths of ``head``, or None when the head is not in the cache (cold)."""
-        (score, offs, rel, inv, nodes), offsets = self._bucket(head % self.buckets)
-        if head not in offsets:
-            return None
-        start, end = offsets[head]
-        lo, hi = int(offs[start]), int(offs[end])
-        rel_l, inv_l, nodes_l = (rel[lo:hi].tolist(), inv[lo:hi].tolist(), nodes[lo:hi].tolist())
-        bounds = (offs[start:end + 1] - lo).tolist()
-        return [(sc, rel_l[a:b], inv_l[a:b], nodes_l[a:b])
-                for sc, a, b in zip(score[start:end].tolist(), bounds[:-1], bounds[1:])]
+    def relation_term(self, path: PathRow) -> float:
+        """λ_rel·q_rel(p), added to a path's S_topo to rank its endpoint."""
+        return self.relation_weight * self.knowledge.relation_term(
+            self.assessment.prediction, path[1], path[2])
 
 
-#: One path: (S_topo, relations, inverses, nodes) hop by hop, the head excluded from nodes.
-PathRow = tuple[float, Sequence[int], Sequence[bool], Sequence[int]]
+@dataclass(frozen=True)
+class _Request:
+    """The arguments of one ask(), checked, with the settings' defaults filled in."""
+
+    question: str
+    budget: int
+    reader: LLM
+    policy: str
+    retrieval: str
+    encoding: str
+    relation_weight: float
+    chain_boost: bool
 
 
-def path_rows(paths: taimr.Paths) -> list[PathRow]:
-    """taimr's flat per-head result as one tuple per path (the cache's row shape)."""
-    ends = np.cumsum(paths.lengths)
-    rel, inv, nodes = paths.relations.tolist(), paths.inverses.tolist(), paths.nodes.tolist()
-    out, start = [], 0
-    for score, end in zip(paths.score.tolist(), ends.tolist()):
-        out.append((score, rel[start:end], inv[start:end], nodes[start:end]))
-        start = end
-    return out
+@dataclass(frozen=True)
+class _Retrieval:
+    """Step 2's result: the ranked candidate answers and the candidate set of triples, each
+    with its retrieval score (the S_final of the candidate whose path brought it first)."""
+
+    candidates: list[Candidate]
+    triples: list[Triple]
+    scores: list[float]
+    sources: dict[int, str]  # head → cache | computed
+    semantic: bool  # a question vector was at hand (Answer.encoding.semantic)
 
 
-def path_triples(head: int, path: PathRow) -> list[tuple[int, int, int]]:
-    """The KG triples a path walks (an inverse hop u -r⁻¹-> v is the triple (v, r, u))."""
-    out, here = [], head
-    for rel, inv, there in zip(path[1], path[2], path[3]):
-        out.append((there, rel, here) if inv else (here, rel, there))
-        here = there
-    return out
+@dataclass(frozen=True)
+class _Reading:
+    """Step 4's result: the answers, how they were obtained, and the prompt they came from."""
+
+    answers: list[str]
+    answer_ids: list[int | None]
+    status: str
+    message: str
+    fallback_reason: str | None
+    calls: int
+    completion: int  # tokens of the reply
+    prompt: Prompt
 
 
-def _tail_entropies_bits(triples: pa.Table, n_relations: int) -> np.ndarray:
-    """H(O|R=r) in bits per canonical relation, from the store's triples."""
-    r = triples.column("r").to_numpy()
-    o = triples.column("o").to_numpy()
-    out = np.zeros(n_relations, dtype=np.float64)
-    if not len(r):
-        return out
-    span = int(o.max()) + 1
-    keys, counts = np.unique(r.astype(np.int64) * span + o, return_counts=True)  # 1-D: fast
-    rel = keys // span
-    totals = np.bincount(rel, weights=counts, minlength=n_relations)
-    p = counts / totals[rel]
-    np.add.at(out, rel, -p * np.log2(p))
-    return np.maximum(out, 0.0)
+class _Timer:
+    """Milliseconds per step of one ask() (each since the previous lap), and the total."""
+
+    def __init__(self):
+        self.timings: dict[str, float] = {}
+        self._started = self._last = time.perf_counter()
+
+    def mark(self) -> None:
+        """Start the next step here: the time before it counts in the total only."""
+        self._last = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.timings[step] = round((now - self._last) * 1000.0, 3)
+        self._last = now
+
+    def done(self) -> dict[str, float]:
+        self.timings["total"] = round((time.perf_counter() - self._started) * 1000.0, 3)
+        return self.timings
+
+
+NO_ENTITY = ("no entity of the store was found in the question; pass entity ids to ask about "
+             "a specific entity")
+NO_FACTS = "the linked entities have no facts in the store"
+NO_RELATION_KNOWLEDGE = "the store has no relation knowledge (stage relation_knowledge)"
+READ_FAILED = "LLM call failed or gave no answer; top retrieval answer returned"
 
 
 class Runtime:
@@ -197,6 +196,9 @@ class Runtime:
         self._llm_lock = threading.Lock()
         self._encoder = None
         self._encoder_error: str | None = None
+        self._fields: dict[int, tuple[str, str, tuple, tuple]] = {}
+        self._cold: OrderedDict[int, list[PathRow]] = OrderedDict()
+        self._cold_lock = threading.Lock()
         self._load()
 
     # ---------------------------------------------------------------- opening
@@ -224,47 +226,20 @@ class Runtime:
         return runtime
 
     def _load(self) -> None:
+        """Everything a question needs, read once. The triples table is read only by what
+        needs it: statistics of a build without its stats file, a graph without TAIMR
+        artefacts, the relation knowledge's facts."""
         b = self.build
         tables = b.manifest.get("tables", {})
-        ent = b.read("entities")
-        ids = ent.column("id").to_numpy()
-        self.n_entities = len(ids)
-        if not np.array_equal(ids, np.arange(self.n_entities)):
-            raise StoreError(f"{b.table_path('entities')}: entity ids are not 0..n-1 in order")
-        self._entities = ent
-        # Rendering fields as Python lists once: per-row Arrow access costs ~60 µs an entity.
-        self._types = ent.column("types").to_pylist()
-        self._descriptions = ent.column("description").to_pylist()
-        self._aliases = ent.column("aliases").to_pylist()
-        self._attributes = ent.column("attributes").to_pylist()
-        self._fields: dict[int, tuple[str, str, tuple, tuple]] = {}
-        self._cold: OrderedDict[int, list[PathRow]] = OrderedDict()
-        self._cold_lock = threading.Lock()
-        self.names: list[str] = ent.column("name").to_pylist()
-        self.keys: list[str] = ent.column("key").to_pylist()
+        self._load_entities(b.read("entities"))
         rel = b.read("relations")
         self.relation_names = dict(zip(rel.column("id").to_pylist(), rel.column("name").to_pylist()))
         self.n_relations = max(self.relation_names, default=-1) + 1
-        triples = b.read("triples")
-        self.tail_entropy = _tail_entropies_bits(triples, self.n_relations)
-        self.order = ittc.component_order(np.stack(
-            [triples.column(c).to_numpy() for c in ("s", "r", "o")], axis=1))
+        triples = functools.cache(lambda: b.read("triples"))
+        self.order, self.tail_entropy = self._query_stats(triples)
         self.has_taimr = "edges" in tables and "node_gain" in tables
-        if self.has_taimr:
-            self.graph = taimr.EdgeGraph.from_tables(b.read("edges"), b.read("node_gain"))
-        else:  # a build without TAIMR artefacts: uniform attention, μ = 1
-            edges = taimr.uniform_edges(triples)
-            self.graph = taimr.EdgeGraph(*(edges.column(c).to_numpy(zero_copy_only=False)
-                                           for c in ("s", "r", "o", "inverse", "attention")),
-                                         np.ones(self.n_entities))
-        degree = self.graph.out_degree()
-        forms: list[tuple[int, str]] = []
-        for i, (name, key, aliases) in enumerate(zip(self.names, self.keys,
-                                                      self._aliases)):
-            forms.append((i, name))
-            forms.append((i, key))
-            forms.extend((i, a) for a in aliases or ())
-        self.linker = Linker(forms, degree)
+        self.graph = self._graph(triples)
+        self.linker = Linker(self._surface_forms(), self.graph.out_degree())
         cache_cfg = section(b.manifest.get("config") or {}, "path_cache")
         self.path_settings = {k: cache_cfg[k] for k in
                               ("max_hops", "k_top", "beam_width", "lambda_topo")}
@@ -272,23 +247,67 @@ class Runtime:
         if "path_cache" in tables:
             report = b.manifest.get("report", {}).get("stages", {}).get("path_cache", {})
             buckets = int(report.get("buckets") or cache_cfg["buckets"])
-            self.path_cache = _PathCache(b.table_path("path_cache"), buckets)
-        self.vectors = None
+            self.path_cache = PathCache(b.table_path("path_cache"), buckets)
         vec_path = b.path / "entity_vectors.npy"
-        if vec_path.is_file():
-            self.vectors = np.load(vec_path, mmap_mode="r")
+        self.vectors = np.load(vec_path, mmap_mode="r") if vec_path.is_file() else None
         enc_path = b.path / "models" / "encoder.json"
         self.encoder_spec = json.loads(enc_path.read_text()) if enc_path.is_file() else None
-        self.relknow: tuple[relknow.RelationKnowledge, relknow.Facts] | None = None
-        rk_path = b.path / "models" / relknow.ARTEFACT
-        if rk_path.is_dir():
-            names = {name: i for i, name in self.relation_names.items()}
-            try:
-                know = relknow.RelationKnowledge.load(rk_path, names)
-            except relknow.RelknowError as exc:
-                raise StoreError(str(exc)) from None
-            self.relknow = (know, relknow.Facts(*(triples.column(c).to_numpy() for c in "sro"),
-                                                self.n_relations))
+        self.relknow = self._relation_knowledge(triples)
+
+    def _load_entities(self, ent: pa.Table) -> None:
+        ids = ent.column("id").to_numpy()
+        self.n_entities = len(ids)
+        if not np.array_equal(ids, np.arange(self.n_entities)):
+            raise StoreError(f"{self.build.table_path('entities')}: entity ids are not 0..n-1 "
+                             "in order")
+        self._entities = ent
+        # Rendering fields as Python lists once: per-row Arrow access costs ~60 µs an entity.
+        self._types = ent.column("types").to_pylist()
+        self._descriptions = ent.column("description").to_pylist()
+        self._aliases = ent.column("aliases").to_pylist()
+        self._attributes = ent.column("attributes").to_pylist()
+        self.names: list[str] = ent.column("name").to_pylist()
+        self.keys: list[str] = ent.column("key").to_pylist()
+
+    def _query_stats(self, triples: Callable[[], pa.Table]) -> tuple[tuple[str, ...], np.ndarray]:
+        """σ* and H(O|R) from the build's stats file; builds published before it had one get
+        them computed here, as every open did before."""
+        path = self.build.path / QUERY_STATS_FILE
+        if path.is_file():
+            return read_query_stats(path, self.n_relations)
+        stats = query_stats(triples(), self.n_relations)
+        return tuple(stats["component_order"]), np.asarray(stats["tail_entropy_bits"])
+
+    def _graph(self, triples: Callable[[], pa.Table]) -> taimr.EdgeGraph:
+        if self.has_taimr:
+            return taimr.EdgeGraph.from_tables(self.build.read("edges"),
+                                               self.build.read("node_gain"))
+        edges = taimr.uniform_edges(triples())  # no TAIMR artefacts: uniform attention, μ = 1
+        return taimr.EdgeGraph(*(edges.column(c).to_numpy(zero_copy_only=False)
+                                 for c in ("s", "r", "o", "inverse", "attention")),
+                               np.ones(self.n_entities))
+
+    def _surface_forms(self) -> list[tuple[int, str]]:
+        """(entity, form) for every name, key and alias: what the linker matches."""
+        forms: list[tuple[int, str]] = []
+        for i, (name, key, aliases) in enumerate(zip(self.names, self.keys, self._aliases)):
+            forms.append((i, name))
+            forms.append((i, key))
+            forms.extend((i, a) for a in aliases or ())
+        return forms
+
+    def _relation_knowledge(self, triples: Callable[[], pa.Table]
+                            ) -> tuple[relknow.RelationKnowledge, relknow.Facts] | None:
+        path = self.build.path / "models" / relknow.ARTEFACT
+        if not path.is_dir():
+            return None
+        names = {name: i for i, name in self.relation_names.items()}
+        try:
+            know = relknow.RelationKnowledge.load(path, names)
+        except relknow.RelknowError as exc:
+            raise StoreError(str(exc)) from None
+        table = triples()
+        return know, relknow.Facts(*(table.column(c).to_numpy() for c in "sro"), self.n_relations)
 
     # ---------------------------------------------------------------- optional encoder
 
@@ -311,11 +330,19 @@ class Runtime:
                     self._encoder_error = f"encoder unavailable: {exc}"
         return self._encoder
 
-    def embed_question(self, question: str) -> np.ndarray | None:
+    def _embed(self, masked: str | None, plain: str | None
+               ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The question's masked form (relation knowledge) and plain form (entity vectors) as
+        vectors, from one encoder batch: an encoder call costs far more than a second text in
+        it. A form passed as None, or either without the encoder, comes back None."""
         enc = self.encoder()
-        if enc is None or self.vectors is None:
-            return None
-        return np.asarray(enc.encode_queries([question]), dtype=np.float32)[0]
+        texts = [t for t in (masked, plain) if t is not None]
+        if enc is None or not texts:
+            return None, None
+        vectors = list(enc.encode_queries(texts))
+        masked_vec = vectors.pop(0) if masked is not None else None
+        plain_vec = np.asarray(vectors.pop(0), dtype=np.float32) if plain is not None else None
+        return masked_vec, plain_vec
 
     def _search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         scores = np.asarray(self.vectors @ query[0], dtype=np.float32)
@@ -333,9 +360,115 @@ class Runtime:
                 self._llms[key] = make_llm(key)
             return self._llms[key]
 
-    # ---------------------------------------------------------------- steps
+    # ---------------------------------------------------------------- ask
+
+    def ask(self, question: str, *, entities: Sequence[int | str] | None = None,
+            budget: int = DEFAULT_BUDGET, llm: str | LLM = "none", policy: str = "lokg",
+            retrieval: str = "taimr", encoding: str = "ittc",
+            relation_weight: float | None = None, chain_boost: bool | None = None) -> Answer:
+        """Answer one question with at most one LLM call; see the module docstring.
+
+        Relation knowledge (runtime/relknow.py, when the store has it): ``policy="precision"``
+        returns the derived answer where the precision gate passes and abstains elsewhere;
+        ``"route"`` returns it where the routing gate passes, else makes the one call on the
+        compact context of the instantiated chain (the LOKG context when none instantiates).
+        ``relation_weight`` (λ_rel; setting ``relation_weight``) adds λ_rel·q_rel(p_a) to
+        S_final; ``chain_boost`` (setting ``chain_boost``) gives ITTC's λ_boost to the predicted
+        chain's facts, added to the candidate set. ``Answer.route`` says what answered and why."""
+        timer = _Timer()
+        req = self._check(question, budget, llm, policy, retrieval, encoding, relation_weight,
+                          chain_boost)
+        timer.mark()
+        links, linked_vec = self._link(question, entities)
+        timer.lap("link")
+        base = self._common_fields(req, links)
+        heads = list(dict.fromkeys(link.id for link in links))
+        if not heads:
+            return Answer.empty("no_entity", NO_ENTITY, timer.done(), **base)
+        plan, batch_vec = self._plan(req, heads, linked_vec)
+        if plan.route is not None:
+            timer.lap("relknow")
+        base["route"] = plan.route
+        if plan.final:
+            return self._derived(base, plan, timer.done())
+        q_vec = self._question_vector(req, plan, linked_vec, batch_vec)
+        timer.lap("embed")
+        found = self._retrieve(req, heads, q_vec, plan)
+        timer.lap("retrieve")
+        if not found.triples:
+            return Answer.empty("no_paths", NO_FACTS, timer.done(), **base)
+        knowledge, enc = self._encode(req, heads, found, plan)
+        timer.lap("encode")
+        reading = self._read(req, enc, found.candidates)
+        timer.lap("llm")
+        return self._answer(req, base, plan, found, (knowledge, enc), reading, timer.done())
+
+    # ---------------------------------------------------------------- 0. the request
+
+    def _check(self, question, budget, llm, policy, retrieval, encoding, relation_weight,
+               chain_boost) -> _Request:
+        """Every argument checked (a QueryError naming it) before any work is done."""
+        if not isinstance(question, str):
+            raise QueryError(f"question must be a string; got {type(question).__name__}")
+        if not question.strip():
+            raise QueryError("question is empty")
+        if len(question) > MAX_QUESTION_CHARS:
+            raise QueryError(f"question is {len(question)} characters; the limit is "
+                             f"{MAX_QUESTION_CHARS}")
+        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
+            raise QueryError(f"budget must be an integer number of tokens; got {budget!r}")
+        if not 1 <= budget <= MAX_BUDGET:
+            raise QueryError(f"budget must be between 1 and {MAX_BUDGET} tokens; got {budget}")
+        for name, value, allowed in (("policy", policy, POLICIES),
+                                     ("retrieval", retrieval, RETRIEVALS),
+                                     ("encoding", encoding, ENCODINGS)):
+            if value not in allowed:
+                raise QueryError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+        raw = self.settings["relation_weight"] if relation_weight is None else relation_weight
+        try:
+            weight = float(raw)
+        except (TypeError, ValueError):
+            weight = math.nan
+        if not math.isfinite(weight) or weight < 0:
+            raise QueryError(f"relation_weight must be a finite number >= 0; got {raw!r}")
+        boost = bool(self.settings["chain_boost"] if chain_boost is None else chain_boost)
+        try:
+            reader = self.llm(llm)
+        except LLMError as exc:
+            raise QueryError(f"llm: {exc}") from None
+        return _Request(question, int(budget), reader, policy, retrieval, encoding, weight, boost)
+
+    def _common_fields(self, req: _Request, links: list[Link]) -> dict:
+        """The Answer fields every outcome shares, from the no-entity one to a full reading."""
+        reader = req.reader
+        return dict(question=req.question,
+                    llm={"backend": getattr(reader, "name", "?"),
+                         "model": getattr(reader, "model", None),
+                         "calls_model": bool(reader.calls_model)},
+                    linked=[{**link.to_dict(), "key": self.keys[link.id],
+                             "name": self.names[link.id]} for link in links],
+                    build_id=self.build_id, retrieval=req.retrieval, policy=req.policy)
+
+    # ---------------------------------------------------------------- 1. link
+
+    def link(self, question: str, entities: Sequence[int | str] | None = None) -> list[Link]:
+        """Step 1 alone: caller ids/keys, else string matches, else the vector fallback."""
+        return self._link(question, entities)[0]
+
+    def _link(self, question: str, entities) -> tuple[list[Link], np.ndarray | None]:
+        """The links, and the plain question's vector when the vector fallback needed it."""
+        if entities:
+            return self._given(entities), None
+        links, q_vec = self.linker.link(question), None
+        if not links and self.vectors is not None:
+            q_vec = self._embed(None, question)[1]
+            if q_vec is not None:
+                links = vector_fallback(question, lambda _: q_vec[None, :], self._search,
+                                        min_cosine=float(self.settings["min_link_cosine"]))
+        return links, q_vec
 
     def _given(self, entities: Sequence[int | str]) -> list[Link]:
+        """Caller ids or keys as links (they skip the linker); unknown ones are refused."""
         if isinstance(entities, (str, int)):
             entities = [entities]
         if len(entities) > MAX_GIVEN_ENTITIES:
@@ -360,6 +493,164 @@ class Runtime:
                              f"(ids are 0..{self.n_entities - 1} in build {self.build_id})")
         return links
 
+    # ---------------------------------------------------------------- 1b. relation plan
+
+    def _plan(self, req: _Request, heads: list[int], linked_vec: np.ndarray | None
+              ) -> tuple[RelationPlan, np.ndarray | None]:
+        """The relation knowledge's view of the question, for the two policies that may answer
+        from the graph and for the relation feeds; and the plain question's vector when
+        retrieval may want it (embedded in the same batch as the masked question). The
+        question is embedded with its topic mention masked; without the encoder a labelled
+        store still predicts from the lexicon."""
+        feeds = req.relation_weight or req.chain_boost
+        if req.policy == "lokg" and not (feeds and self.relknow is not None):
+            return RelationPlan(), None
+        if self.relknow is None:
+            source = "abstain" if req.policy == "precision" else None
+            return RelationPlan(route={"source": source, "reason": NO_RELATION_KNOWLEDGE},
+                                final=req.policy == "precision"), None
+        know, facts = self.relknow
+        forms = [f for h in heads for f in (self.names[h], self.keys[h],
+                                            *self._entity_fields(h)[2])]
+        masked = relknow.mask_topic(req.question, forms)
+        with_plain = req.policy != "precision" and self._wants_question_vector(req, linked_vec)
+        masked_vec, batch_vec = self._embed(masked, req.question if with_plain else None)
+        enc = self.encoder()
+        assessment = know.assess(masked, heads, facts, q_vec=masked_vec,
+                                 embed=None if enc is None else enc.encode_queries)
+        gate = know.precision_gate if req.policy == "precision" else know.route_gate
+        passed, reason = (False, "") if req.policy == "lokg" else gate.check(
+            assessment.prediction, assessment.derivation, assessment.consistency)
+        d = assessment.derivation
+        return RelationPlan(
+            knowledge=know, assessment=assessment,
+            route=self._route_record(req.policy, gate, assessment, passed, reason),
+            passed=passed, final=passed or req.policy == "precision",
+            compact=req.policy == "route" and d is not None, relation_weight=req.relation_weight,
+            boosted=tuple(d.facts) if req.chain_boost and d is not None else ()), batch_vec
+
+    def _route_record(self, policy: str, gate: relknow.Gate, assessment: relknow.Assessment,
+                      passed: bool, reason: str) -> dict:
+        """Answer.route as the plan leaves it: the prediction, the derivation, the gate."""
+        pred, d, cons = assessment.prediction, assessment.derivation, assessment.consistency
+        name = self._relation_name
+        return {
+            "source": ("derived" if passed else "abstain" if policy == "precision" else None),
+            "reason": reason, "predictor": pred.source, "encoder": self._encoder_error,
+            "chain": [name(r) for r in pred.chain] if pred.chain else None,
+            "vote_share": round(pred.share, 6), "vote_support": round(pred.support, 6),
+            "votes": [{"chain": [name(r) for r in v.chain], "weight": round(v.weight, 6),
+                       "derivable": v.derivable} for v in pred.votes[:5]],
+            "named_relations": sorted(name(r) for r in pred.named),
+            "derivable": bool(d is not None and d.derivable),
+            "derived": [self.names[e] for e in d.endpoints[:10]] if d is not None else [],
+            "consistency": cons.to_dict() if cons is not None else None,
+            "flagged": bool(cons is not None and not cons.ok),
+            "gate": {"name": policy, **gate.to_dict(), "passed": passed},
+            "masked_question": assessment.masked,
+        }
+
+    def _derived(self, base: dict, plan: RelationPlan, timings: dict) -> Answer:
+        """The answer of a passed gate (the derived endpoints, no LLM call), or the abstention
+        of policy precision."""
+        reason = plan.route["reason"]
+        if not plan.passed:
+            return Answer.empty("abstained", f"abstained: {reason}", timings, **base)
+        d = plan.assessment.derivation
+        return replace(
+            Answer.empty("ok", f"derived from the graph: {reason}", timings, **base),
+            answers=[self.names[e] for e in d.endpoints], answer_ids=list(d.endpoints),
+            triples=[{"s": self.names[s], "r": self._relation_name(r), "o": self.names[o],
+                      "score": 1.0, "granularity": None, "cost": 0, "line": ""}
+                     for s, r, o in d.facts],
+            candidates=[{"id": e, "name": self.names[e], "walks": w}
+                        for e, w in zip(d.endpoints[:10], d.walks[:10])])
+
+    # ---------------------------------------------------------------- 2. retrieve
+
+    def _wants_question_vector(self, req: _Request, q_vec: np.ndarray | None) -> bool:
+        """Whether retrieval ranks with cos(enc(q), enc(a)) and has no question vector yet."""
+        semantic = req.retrieval == "similarity" or float(self.settings["lambda_q"]) != 0.0
+        return (q_vec is None and semantic and req.retrieval != "neighbourhood"
+                and self.vectors is not None)
+
+    def _question_vector(self, req: _Request, plan: RelationPlan, linked_vec: np.ndarray | None,
+                         batch_vec: np.ndarray | None) -> np.ndarray | None:
+        """The plain question's vector for the semantic term: linking's, else the relation
+        plan's batch's, else embedded now. The compact context ranks nothing: it keeps
+        linking's alone."""
+        if plan.compact:
+            return linked_vec
+        q_vec = linked_vec
+        if self._wants_question_vector(req, q_vec):
+            q_vec = batch_vec if batch_vec is not None else self._embed(None, req.question)[1]
+        if req.retrieval == "similarity" and q_vec is None:
+            why = self._encoder_error if self.encoder() is None else "no entity vectors"
+            raise QueryError(f"retrieval 'similarity' needs the store's encoder ({why})")
+        return q_vec
+
+    def _retrieve(self, req: _Request, heads: list[int], q_vec: np.ndarray | None,
+                  plan: RelationPlan) -> _Retrieval:
+        """The candidate answers and the candidate set: the derived chain's facts and endpoints
+        (compact), the linked entities' 1-hop triples (neighbourhood), or the triples of the
+        top candidates' best paths (taimr, similarity); then the boosted chain facts."""
+        semantic, sources = q_vec is not None, {}
+        if plan.compact:
+            d = plan.assessment.derivation
+            candidates = [Candidate(e, self.names[e], float(w), 0.0, 0.0)
+                          for w, e in zip(d.walks, d.endpoints)]
+            triples, scores = list(d.facts), [1.0] * len(d.facts)
+        elif req.retrieval == "neighbourhood":
+            candidates, triples = [], self._neighbourhood(heads)
+            scores = [0.0] * len(triples)
+        else:
+            candidates, sources = self._rank(heads, q_vec, req.retrieval, plan)
+            first: dict[Triple, float] = {}
+            for c in candidates:
+                for t in c.triples:
+                    first.setdefault(t, c.s_final)
+            triples, scores = list(first), list(first.values())
+        if triples and plan.boosted:
+            present = set(triples)
+            extra = [f for f in plan.boosted if f not in present]
+            triples, scores = triples + extra, scores + [min(scores)] * len(extra)
+        return _Retrieval(candidates, triples, scores, sources, semantic)
+
+    def _rank(self, heads: list[int], q_vec: np.ndarray | None, retrieval: str,
+              plan: RelationPlan) -> tuple[list[Candidate], dict[int, str]]:
+        """The top ``max_candidates`` entities the heads' paths reach, best S_final first, and
+        where each head's paths came from. S_final = S_topo (+ the query-relation term) +
+        λ_q·cos, or the cosine alone for ``similarity``."""
+        best: dict[int, tuple[float, int, PathRow]] = {}
+        sources = {}
+        term = plan.relation_term if plan.relation_weight else None
+        for h in heads:
+            paths, sources[h] = self.paths(h)
+            for p in paths:
+                a = p[3][-1]
+                if a in heads:
+                    continue
+                key = p[0] if term is None else p[0] + term(p)
+                if a not in best or key > best[a][0]:
+                    best[a] = (key, h, p)
+        lam = float(self.settings["lambda_q"])
+        ranked = []
+        for a, (key, h, p) in best.items():
+            cos = float(self.vectors[a] @ q_vec) if q_vec is not None else 0.0
+            ranked.append((cos if retrieval == "similarity" else key + lam * cos, a, cos, h, p))
+        ranked.sort(key=lambda c: (-c[0], c[1]))
+        return [Candidate(a, self.names[a], final, p[0], cos, (h, p))
+                for final, a, cos, h, p in ranked[: int(self.settings["max_candidates"])]], sources
+
+    def _neighbourhood(self, heads: list[int]) -> list[Triple]:
+        g = self.graph
+        out = []
+        for h in heads:
+            for j in range(g.indptr[h], g.indptr[h + 1]):
+                o, r, inv = int(g.targets[j]), int(g.relations[j]), bool(g.inverse[j])
+                out.append((o, r, h) if inv else (h, r, o))
+        return list(dict.fromkeys(out))
+
     def paths(self, head: int) -> tuple[list[PathRow], str]:
         """Top paths of a head: from the cache, else computed now by the shared scorer."""
         if self.path_cache is not None:
@@ -378,6 +669,36 @@ class Runtime:
                 self._cold.popitem(last=False)
         return rows, "computed"
 
+    # ---------------------------------------------------------------- 3. encode
+
+    def _encode(self, req: _Request, heads: list[int], found: _Retrieval, plan: RelationPlan
+                ) -> tuple[list[ittc.KnowledgeTriple], ittc.Encoding]:
+        """The candidate set as ITTC knowledge — the linked entities, the top candidates and
+        the boosted chain facts in focus — encoded under the budget."""
+        top = found.candidates[: int(self.settings["focus_candidates"])]
+        focus = set(heads) | {c.id for c in top}
+        knowledge = self._knowledge(found.triples, found.scores, focus, set(plan.boosted))
+        if req.encoding == "ittc":
+            return knowledge, ittc.encode(knowledge, req.budget, self.order)
+        return knowledge, ittc.encode_uniform(knowledge, req.budget)
+
+    def _knowledge(self, triples: list[Triple], scores: list[float], focus: set[int],
+                   boosted: set[Triple]) -> list[ittc.KnowledgeTriple]:
+        fields = {e: self._entity_fields(e) for t in triples for e in (t[0], t[2])}
+        out = []
+        for rank, ((s, r, o), score) in enumerate(zip(triples, scores)):
+            st, sd, sa, sx = fields[s]
+            ot, od, oa, ox = fields[o]
+            out.append(ittc.KnowledgeTriple(
+                subject=self.names[s], relation=self._relation_name(r),
+                object=self.names[o], rank=rank, score=float(score),
+                tail_entropy=float(self.tail_entropy[r]) if r < len(self.tail_entropy) else 0.0,
+                focus=s in focus or o in focus or (s, r, o) in boosted, subject_type=st,
+                object_type=ot,
+                subject_description=sd, object_description=od, subject_aliases=sa,
+                object_aliases=oa, subject_attributes=sx, object_attributes=ox))
+        return out
+
     def _entity_fields(self, i: int) -> tuple[str, str, tuple, tuple]:
         """(first type, description, aliases, attributes) of an entity, memoised per runtime."""
         fields = self._fields.get(i)
@@ -388,345 +709,98 @@ class Runtime:
                                         tuple(self._aliases[i] or ()), attributes)
         return fields
 
-    def _knowledge(self, triples: list[tuple[int, int, int]], scores: list[float],
-                   focus: set[int], boosted: frozenset | set = frozenset()
-                   ) -> list[ittc.KnowledgeTriple]:
-        fields = {e: self._entity_fields(e) for t in triples for e in (t[0], t[2])}
-        out = []
-        for rank, ((s, r, o), score) in enumerate(zip(triples, scores)):
-            st, sd, sa, sx = fields[s]
-            ot, od, oa, ox = fields[o]
-            out.append(ittc.KnowledgeTriple(
-                subject=self.names[s], relation=self.relation_names.get(r, str(r)),
-                object=self.names[o], rank=rank, score=float(score),
-                tail_entropy=float(self.tail_entropy[r]) if r < len(self.tail_entropy) else 0.0,
-                focus=s in focus or o in focus or (s, r, o) in boosted, subject_type=st,
-                object_type=ot,
-                subject_description=sd, object_description=od, subject_aliases=sa,
-                object_aliases=oa, subject_attributes=sx, object_attributes=ox))
-        return out
+    def _relation_name(self, r: int) -> str:
+        return self.relation_names.get(r, str(r))
 
-    def _retrieve_paths(self, heads: list[int], q_vec: np.ndarray | None, retrieval: str,
-                        rel_term=None):
-        """Candidates (entity, S_topo, cos, S_final, best path) ranked, and cache hits.
-        ``rel_term(path)``: the query-relation term, added to S_topo for the final ranking."""
-        best: dict[int, tuple[float, int, PathRow]] = {}
-        sources = {}
-        for h in heads:
-            paths, source = self.paths(h)
-            sources[h] = source
-            for p in paths:
-                a = p[3][-1]
-                if a in heads:
-                    continue
-                key = p[0] if rel_term is None else p[0] + rel_term(p)
-                if a not in best or key > best[a][0]:
-                    best[a] = (key, h, p)
-        lam = float(self.settings["lambda_q"])
-        cands = []
-        for a, (key, h, p) in best.items():
-            cos = float(self.vectors[a] @ q_vec) if q_vec is not None else 0.0
-            final = cos if retrieval == "similarity" else key + lam * cos
-            cands.append((final, p[0], cos, a, (h, p)))
-        cands.sort(key=lambda c: (-c[0], c[3]))
-        top = int(self.settings["max_candidates"])  # only these paths become triples
-        cands[:top] = [(*c[:4], path_triples(*c[4])) for c in cands[:top]]
-        return cands, sources
+    # ---------------------------------------------------------------- 4. read
 
-    def _neighbourhood(self, heads: list[int]) -> list[tuple[int, int, int]]:
-        g = self.graph
-        out = []
-        for h in heads:
-            for j in range(g.indptr[h], g.indptr[h + 1]):
-                o, r, inv = int(g.targets[j]), int(g.relations[j]), bool(g.inverse[j])
-                out.append((o, r, h) if inv else (h, r, o))
-        return list(dict.fromkeys(out))
-
-    def link(self, question: str, entities: Sequence[int | str] | None = None) -> list[Link]:
-        """Step 1 alone: caller ids/keys, else string matches, else the vector fallback."""
-        return self._link(question, entities)[0]
-
-    def _link(self, question: str, entities) -> tuple[list[Link], np.ndarray | None]:
-        if entities:
-            return self._given(entities), None
-        links, q_vec = self.linker.link(question), None
-        if not links and self.vectors is not None:
-            q_vec = self.embed_question(question)
-            if q_vec is not None:
-                links = vector_fallback(question, lambda _: q_vec[None, :], self._search,
-                                        min_cosine=float(self.settings["min_link_cosine"]))
-        return links, q_vec
-
-    # ---------------------------------------------------------------- ask
-
-    def ask(self, question: str, *, entities: Sequence[int | str] | None = None,
-            budget: int = 2048, llm: str | LLM = "none", policy: str = "lokg",
-            retrieval: str = "taimr", encoding: str = "ittc",
-            relation_weight: float | None = None, chain_boost: bool | None = None) -> Answer:
-        """Answer one question with at most one LLM call; see the module docstring.
-
-        Relation knowledge (runtime/relknow.py, when the store has it): ``policy="precision"``
-        returns the derived answer where the precision gate passes and abstains elsewhere;
-        ``"route"`` returns it where the routing gate passes and otherwise makes the one call
-        on the compact context of the instantiated chain (the LOKG context when none
-        instantiates). ``relation_weight`` (λ_rel; settings ``relation_weight``) adds the
-        query-relation term λ_rel·q_rel(p_a) to S_final; ``chain_boost`` (setting
-        ``chain_boost``) gives ITTC's λ_boost to the facts of the predicted chain, added to
-        the candidate set. ``Answer.route`` says which path answered and why."""
-        t0 = time.perf_counter()
-        timings: dict[str, float] = {}
-
-        def lap(name: str, since: float) -> float:
-            now = time.perf_counter()
-            timings[name] = round((now - since) * 1000.0, 3)
-            return now
-
-        if not isinstance(question, str):
-            raise QueryError(f"question must be a string; got {type(question).__name__}")
-        if not question.strip():
-            raise QueryError("question is empty")
-        if len(question) > MAX_QUESTION_CHARS:
-            raise QueryError(f"question is {len(question)} characters; the limit is "
-                             f"{MAX_QUESTION_CHARS}")
-        if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
-            raise QueryError(f"budget must be an integer number of tokens; got {budget!r}")
-        if not 1 <= budget <= MAX_BUDGET:
-            raise QueryError(f"budget must be between 1 and {MAX_BUDGET} tokens; got {budget}")
-        for name, value, allowed in (("policy", policy, POLICIES), ("retrieval", retrieval, RETRIEVALS),
-                                     ("encoding", encoding, ENCODINGS)):
-            if value not in allowed:
-                raise QueryError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+    def _read(self, req: _Request, enc: ittc.Encoding, candidates: list[Candidate]) -> _Reading:
+        """The one call on the prompt, its reply parsed and grounded; without a model, or when
+        the call fails or its reply holds no answer, the top candidate."""
+        prompt = build_prompt(enc.text, req.question)
+        top = candidates[:1]
+        answers, ids = [c.name for c in top], [c.id for c in top]
+        reader = req.reader
+        if not reader.calls_model:
+            return _Reading(answers, ids, "ok", "answered from retrieval (no LLM)", None, 0, 0,
+                            prompt)
         try:
-            reader = self.llm(llm)
+            reply = reader.complete(prompt.user, system=prompt.system,
+                                    max_tokens=ANSWER_MAX_TOKENS)
         except LLMError as exc:
-            raise QueryError(f"llm: {exc}") from None
+            return _Reading(answers, ids, "fallback", READ_FAILED, f"{exc.kind}: {exc}", 1, 0,
+                            prompt)
+        completion = count_tokens(reply.text)
+        parsed = parse_answers(reply.text)
+        if not parsed:
+            return _Reading(answers, ids, "fallback", READ_FAILED, "the LLM reply held no answer",
+                            1, completion, prompt)
+        answers, ids = self._ground(parsed, candidates)
+        return _Reading(answers, ids, "ok", f"answered by {reader.name}", None, 1, completion,
+                        prompt)
 
-        # 1. link
-        t = time.perf_counter()
-        links, q_vec = self._link(question, entities)
-        t = lap("link", t)
-        heads = list(dict.fromkeys(link.id for link in links))
-        base = dict(question=question, llm={"backend": getattr(reader, "name", "?"),
-                                            "model": getattr(reader, "model", None),
-                                            "calls_model": bool(reader.calls_model)},
-                    linked=[{**link.to_dict(), "key": self.keys[link.id],
-                             "name": self.names[link.id]} for link in links],
-                    build_id=self.build_id, retrieval=retrieval, policy=policy)
-        if not heads:
-            timings["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
-            return self._empty(base, "no_entity", "no entity of the store was found in the "
-                               "question; pass entity ids to ask about a specific entity", timings)
-
-        # 1b. relation knowledge: the two policies that may answer from the graph, and the feeds
-        rel_weight = float(self.settings.get("relation_weight", 0.0)
-                           if relation_weight is None else relation_weight)
-        boost = bool(self.settings.get("chain_boost", False) if chain_boost is None
-                     else chain_boost)
-        if not math.isfinite(rel_weight) or rel_weight < 0:
-            raise QueryError(f"relation_weight must be a finite number >= 0; got {rel_weight!r}")
-        assessment = None
-        if policy != "lokg" or ((rel_weight or boost) and self.relknow is not None):
-            assessment, base["route"], passed = self._assess(question, heads, policy)
-            t = lap("relknow", t)
-            if passed or policy == "precision":
-                timings["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
-                return self._derived(base, assessment if passed else None, timings)
-        compact = policy == "route" and assessment is not None and \
-            assessment.derivation is not None
-
-        # 2. retrieve
-        semantic = retrieval == "similarity" or float(self.settings["lambda_q"]) != 0.0
-        if retrieval != "neighbourhood" and q_vec is None and not compact and semantic:
-            q_vec = self.embed_question(question)
-        if retrieval == "similarity" and q_vec is None:
-            raise QueryError("retrieval 'similarity' needs the store's encoder "
-                             f"({self._encoder_error or 'no entity vectors'})")
-        t = lap("embed", t)
-        rel_term = None
-        if rel_weight and assessment is not None:
-            know, prediction = self.relknow[0], assessment.prediction
-            rel_term = lambda p: rel_weight * know.relation_term(prediction, p[1], p[2])  # noqa: E731
-        cands, sources = ([], {}) if retrieval == "neighbourhood" or compact else \
-            self._retrieve_paths(heads, q_vec, retrieval, rel_term)
-        top = cands[: int(self.settings["max_candidates"])]
-        if compact:  # the facts of the instantiated chain; its endpoints are the candidates
-            derivation = assessment.derivation
-            support, scores = list(derivation.facts), [1.0] * len(derivation.facts)
-            top = [(float(w), 0.0, 0.0, e, []) for w, e in zip(derivation.walks,
-                                                               derivation.endpoints)]
-        elif retrieval == "neighbourhood":
-            support = self._neighbourhood(heads)
-            scores = [0.0] * len(support)
-        else:
-            support, scores = [], []
-            for final, _, _, _, path_triples in top:
-                for trip in path_triples:
-                    support.append(trip)
-                    scores.append(final)
-            seen: dict[tuple[int, int, int], float] = {}
-            for trip, sc in zip(support, scores):
-                seen.setdefault(trip, sc)
-            support, scores = list(seen), list(seen.values())
-        t = lap("retrieve", t)
-        candidates = [{"id": a, "name": self.names[a], "s_final": f, "s_topo": s, "cos": c}
-                      for f, s, c, a, _ in top]
-        if not support:
-            timings["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
-            return self._empty(base, "no_paths", "the linked entities have no facts in the store",
-                               timings)
-
-        # 3. encode
-        focus = set(heads) | {c["id"] for c in candidates[: int(self.settings["focus_candidates"])]}
-        boosted: set = set()
-        if boost and assessment is not None and assessment.derivation is not None:
-            boosted = set(assessment.derivation.facts)
-            extra = [f for f in assessment.derivation.facts if f not in set(support)]
-            scores = scores + [min(scores)] * len(extra)
-            support = support + extra
-        knowledge = self._knowledge(support, scores, focus, boosted)
-        if encoding == "ittc":
-            enc = ittc.encode(knowledge, int(budget), self.order)
-        else:
-            enc = ittc.encode_uniform(knowledge, int(budget))
-        t = lap("encode", t)
-
-        # 4. read
-        none_answer = [candidates[0]["name"]] if candidates else []
-        none_ids: list[int | None] = [candidates[0]["id"]] if candidates else []
-        overhead = prompt_overhead(question)
-        prompt = build_prompt(enc.text, question)
-        answers, answer_ids, status, fallback_reason, completion = none_answer, none_ids, "ok", None, 0
-        calls = 0
-        message = "answered from retrieval (no LLM)"
-        if reader.calls_model:
-            calls = 1
-            try:
-                reply = reader.complete(prompt.user, system=prompt.system,
-                                        max_tokens=ANSWER_MAX_TOKENS)
-                completion = count_tokens(reply.text)
-                parsed = parse_answers(reply.text)
-                if parsed:
-                    answers, answer_ids = self._ground(parsed, candidates)
-                    message = f"answered by {reader.name}"
-                else:
-                    status, fallback_reason = "fallback", "the LLM reply held no answer"
-            except LLMError as exc:
-                status, fallback_reason = "fallback", f"{exc.kind}: {exc}"
-            if status == "fallback":
-                message = f"LLM call failed or gave no answer; top retrieval answer returned"
-        lap("llm", t)
-        if base.get("route") is not None:  # route past its gate, or lokg with a relation feed
-            know_facts = self.relknow
-            why = base["route"]["reason"] or f"policy {policy}"
-            base["route"].update(
-                source="llm" if calls and status == "ok" else "retrieval",
-                context="compact" if compact else "lokg",
-                reason=why + ("; one LLM call" if calls else "; top retrieval answer"))
-            if not compact and know_facts is not None:
-                base["route"]["consistency"] = know_facts[0].checker.check(
-                    support, know_facts[1]).to_dict()
-        prompt_tok = overhead.total + enc.tokens if reader.calls_model else 0
-        timings["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
-        return Answer(
-            **base, answers=answers, answer_ids=answer_ids, status=status, message=message,
-            fallback=status == "fallback", fallback_reason=fallback_reason, llm_calls=calls,
-            prompt=prompt.to_dict() if reader.calls_model else {"system": "", "user": ""},
-            tokens={"prompt": prompt_tok, "completion": completion, "knowledge": enc.tokens,
-                    "naive": enc.naive_tokens, "tcr": enc.tcr, "budget": int(budget),
-                    "overhead": overhead.to_dict()},
-            triples=[{"s": k.subject, "r": k.relation, "o": k.object, "score": k.score,
-                      "granularity": e.granularity, "cost": e.cost, "line": e.line}
-                     for k, e in zip(knowledge, enc.triples) if e.granularity is not None],
-            candidates=candidates[:10],
-            encoding={"mode": enc.mode, "order": list(enc.order), "dropped": enc.dropped,
-                      "total_value": enc.total_value, "semantic": q_vec is not None,
-                      "paths": sources, "solve_ms": enc.solve_ms},
-            timings=timings)
-
-    # ---------------------------------------------------------------- relation knowledge
-
-    def _assess(self, question: str, heads: list[int], policy: str
-                ) -> tuple[relknow.Assessment | None, dict, bool]:
-        """The relation knowledge's view of a question: (assessment, route record, whether the
-        policy's gate passed). The question is embedded with its topic mention masked; without
-        the encoder a labelled store still predicts from the lexicon."""
-        if self.relknow is None:
-            return None, {"source": "abstain" if policy == "precision" else None,
-                          "reason": "the store has no relation knowledge "
-                                    "(stage relation_knowledge)"}, False
-        know, facts = self.relknow
-        forms = [f for h in heads for f in (self.names[h], self.keys[h],
-                                            *self._entity_fields(h)[2])]
-        masked = relknow.mask_topic(question, forms)
-        enc = self.encoder()
-        q_vec = None if enc is None else enc.encode_queries([masked])[0]
-        assessment = know.assess(masked, heads, facts, q_vec=q_vec,
-                                 embed=None if enc is None else enc.encode_queries)
-        pred, d, cons = assessment.prediction, assessment.derivation, assessment.consistency
-        gate = know.precision_gate if policy == "precision" else know.route_gate
-        passed, reason = gate.check(pred, d, cons) if policy != "lokg" else (False, "")
-        name = lambda r: self.relation_names.get(r, str(r))  # noqa: E731
-        route = {
-            "source": ("derived" if passed else "abstain" if policy == "precision" else None),
-            "reason": reason, "predictor": pred.source,
-            "encoder": None if enc is not None else self._encoder_error,
-            "chain": [name(r) for r in pred.chain] if pred.chain else None,
-            "vote_share": round(pred.share, 6), "vote_support": round(pred.support, 6),
-            "votes": [{"chain": [name(r) for r in v.chain], "weight": round(v.weight, 6),
-                       "derivable": v.derivable} for v in pred.votes[:5]],
-            "named_relations": sorted(name(r) for r in pred.named),
-            "derivable": bool(d is not None and d.derivable),
-            "derived": [self.names[e] for e in d.endpoints[:10]] if d is not None else [],
-            "consistency": cons.to_dict() if cons is not None else None,
-            "flagged": bool(cons is not None and not cons.ok),
-            "gate": {"name": policy, **gate.to_dict(), "passed": passed},
-            "masked_question": masked,
-        }
-        return assessment, route, passed
-
-    def _derived(self, base: dict, assessment: relknow.Assessment | None,
-                 timings: dict) -> Answer:
-        """The answer of a passed gate (the derived endpoints, no LLM call), or the abstention
-        of policy precision (``assessment`` None)."""
-        route = base["route"]
-        if assessment is None:
-            return self._empty(base, "abstained", f"abstained: {route['reason']}", timings)
-        d = assessment.derivation
-        return replace(
-            self._empty(base, "ok", f"derived from the graph: {route['reason']}", timings),
-            answers=[self.names[e] for e in d.endpoints], answer_ids=list(d.endpoints),
-            triples=[{"s": self.names[s], "r": self.relation_names.get(r, str(r)),
-                      "o": self.names[o], "score": 1.0, "granularity": None, "cost": 0,
-                      "line": ""} for s, r, o in d.facts],
-            candidates=[{"id": e, "name": self.names[e], "walks": w}
-                        for e, w in zip(d.endpoints[:10], d.walks[:10])])
-
-    def _ground(self, items: list[str], candidates: list[dict]) -> tuple[list[str], list]:
+    def _ground(self, items: list[str], candidates: list[Candidate]) -> tuple[list[str], list]:
         """LLM answers → entity names and ids. An item naming a candidate or any entity keeps
         its text; an item that only *mentions* a candidate ("The capital is Berlin.") becomes
         that candidate (the longest name found in it); anything else stays, id None."""
         names, ids = [], []
         for item in items:
             key = normalise(item)
-            hit = next((c["id"] for c in candidates if normalise(c["name"]) == key), None)
+            hit = next((c.id for c in candidates if normalise(c.name) == key), None)
             if hit is None:
                 found = self.linker.lookup(item)
                 hit = found[0] if found else None
             if hit is None:
                 padded = f" {key} "
-                inside = [c for c in candidates if f" {normalise(c['name'])} " in padded]
+                inside = [c for c in candidates if f" {normalise(c.name)} " in padded]
                 if inside:
-                    best = max(inside, key=lambda c: len(normalise(c["name"])))
-                    item, hit = best["name"], best["id"]
+                    best = max(inside, key=lambda c: len(normalise(c.name)))
+                    item, hit = best.name, best.id
             if item.casefold() not in (n.casefold() for n in names):
                 names.append(item)
                 ids.append(hit)
         return names, ids
 
-    def _empty(self, base: dict, status: str, message: str, timings: dict) -> Answer:
-        return Answer(**base, answers=[], answer_ids=[], status=status, message=message,
-                      fallback=False, fallback_reason=None, llm_calls=0,
-                      prompt={"system": "", "user": ""},
-                      tokens={"prompt": 0, "completion": 0, "knowledge": 0, "naive": 0,
-                              "tcr": 1.0, "budget": 0, "overhead": {}},
-                      triples=[], candidates=[], encoding={}, timings=timings)
+    # ---------------------------------------------------------------- 5. answer
+
+    def _route_after_read(self, req: _Request, plan: RelationPlan, found: _Retrieval,
+                          reading: _Reading) -> dict | None:
+        """The plan's route record completed with what answered (route past its gate, or lokg
+        with a relation feed) and, for the LOKG context, the consistency of what was read."""
+        if plan.route is None:
+            return None
+        reason = plan.route["reason"] or f"policy {req.policy}"
+        route = {**plan.route,
+                 "source": "llm" if reading.calls and reading.status == "ok" else "retrieval",
+                 "context": "compact" if plan.compact else "lokg",
+                 "reason": reason + ("; one LLM call" if reading.calls else
+                                     "; top retrieval answer")}
+        if not plan.compact and self.relknow is not None:
+            know, facts = self.relknow
+            route["consistency"] = know.checker.check(found.triples, facts).to_dict()
+        return route
+
+    def _answer(self, req: _Request, base: dict, plan: RelationPlan, found: _Retrieval,
+                encoded: tuple[list[ittc.KnowledgeTriple], ittc.Encoding], reading: _Reading,
+                timings: dict) -> Answer:
+        """The full Answer of a question that got as far as the read."""
+        (knowledge, enc), overhead = encoded, prompt_overhead(req.question)
+        calls_model = req.reader.calls_model
+        return Answer(
+            **{**base, "route": self._route_after_read(req, plan, found, reading)},
+            answers=reading.answers, answer_ids=reading.answer_ids,
+            status=reading.status, message=reading.message, fallback=reading.status == "fallback",
+            fallback_reason=reading.fallback_reason, llm_calls=reading.calls,
+            prompt=reading.prompt.to_dict() if calls_model else {"system": "", "user": ""},
+            tokens={"prompt": overhead.total + enc.tokens if calls_model else 0,
+                    "completion": reading.completion, "knowledge": enc.tokens,
+                    "naive": enc.naive_tokens, "tcr": enc.tcr, "budget": req.budget,
+                    "overhead": overhead.to_dict()},
+            triples=[{"s": k.subject, "r": k.relation, "o": k.object, "score": k.score,
+                      "granularity": e.granularity, "cost": e.cost, "line": e.line}
+                     for k, e in zip(knowledge, enc.triples) if e.granularity is not None],
+            candidates=[c.to_dict() for c in found.candidates[:10]],
+            encoding={"mode": enc.mode, "order": list(enc.order), "dropped": enc.dropped,
+                      "total_value": enc.total_value, "semantic": found.semantic,
+                      "paths": found.sources, "solve_ms": enc.solve_ms},
+            timings=timings)

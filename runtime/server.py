@@ -66,10 +66,11 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from runtime import __version__
+from runtime.answer import Answer
+from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS
 from runtime.contract import Store, StoreError
 from runtime.llm import LLM, LLMError, available_backends, make_llm
-from runtime.query import (ENCODINGS, MAX_BUDGET, MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS,
-                           POLICIES, RETRIEVALS, Answer, QueryError, Runtime)
+from runtime.query import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS, QueryError, Runtime
 
 log = logging.getLogger("lokg.server")
 
@@ -102,7 +103,7 @@ class AskRequest(BaseModel):
 
     question: Annotated[StrictStr, Field(min_length=1, max_length=MAX_QUESTION_CHARS)]
     entities: Annotated[list[EntityRef] | None, Field(max_length=MAX_GIVEN_ENTITIES)] = None
-    budget: Annotated[StrictInt, Field(ge=1, le=MAX_BUDGET)] = 2048
+    budget: Annotated[StrictInt, Field(ge=1, le=MAX_BUDGET)] = DEFAULT_BUDGET
     llm: Annotated[StrictStr, Field(max_length=64)] = "none"
     policy: Literal[POLICIES] = "lokg"
     retrieval: Literal[RETRIEVALS] = "taimr"

@@ -14,7 +14,9 @@ from runtime import taimr
 from runtime.contract import TABLE_SCHEMAS, Store, StoreError, write_table
 from runtime.linker import Linker, normalise
 from runtime.llm import Completion, LLMError
-from runtime.query import MAX_BUDGET, QueryError, Runtime, path_rows, path_triples
+from runtime.path_cache import path_rows, path_triples
+from runtime.config import MAX_BUDGET
+from runtime.query import QueryError, Runtime
 from runtime.tokens import count_tokens
 from tests.test_cli import BLOCK_HEAVY
 
@@ -33,8 +35,10 @@ RELATIONS = ["film.film.sequel", "film.film.directed_by", "people.person.place_o
 TRIPLES = [(0, 0, 1), (0, 1, 2), (1, 1, 3), (2, 2, 4), (3, 2, 4), (4, 3, 5)]
 
 
-def make_store(root, *, with_cache: bool = True, build_id: str = "toy") -> Store:
-    """Publish a complete toy build: core tables, uniform attention, μ = 1, a path cache."""
+def make_store(root, *, with_cache: bool = True, build_id: str = "toy",
+               extra_files: dict | None = None) -> Store:
+    """Publish a complete toy build: core tables, uniform attention, μ = 1, a path cache (and
+    ``extra_files``, build path → source file)."""
     staging = root / "src"
     staging.mkdir(parents=True, exist_ok=True)
     entities = pa.table({
@@ -66,7 +70,7 @@ def make_store(root, *, with_cache: bool = True, build_id: str = "toy") -> Store
         paths["path_cache"] = cache
         info["report"]["stages"]["path_cache"] = {"buckets": buckets}
     store = Store(root / "store")
-    store.publish(build_id, paths, info=info)
+    store.publish(build_id, paths, info=info, extra_files=extra_files)
     return store
 
 

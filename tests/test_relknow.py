@@ -385,6 +385,31 @@ def test_feeds_off_leave_lokg_untouched_and_the_relation_term_reranks(rt):
         rt.ask(q, relation_weight=-1.0)
 
 
+class CountingEncoder:
+    """A stand-in question encoder: one fixed vector per text, every batch recorded."""
+
+    def __init__(self, dim: int = 4):
+        self.dim, self.batches = dim, []
+
+    def encode_queries(self, texts):
+        self.batches.append(list(texts))
+        return np.full((len(texts), self.dim), 1 / np.sqrt(self.dim), np.float32)
+
+
+def test_the_question_is_embedded_once_masked_and_plain_in_one_batch(planted):
+    rt = Runtime.open(planted[0])
+    rt._encoder = encoder = CountingEncoder()
+    rt.vectors = np.full((rt.n_entities, encoder.dim), 0.5, np.float32)
+    q = "what is the job of edda quist 's wife ?"
+    fed = rt.ask(q)  # the feeds (relation knowledge, masked) and λ_q (plain)
+    derived = rt.ask(q, policy="precision")  # never retrieves: the masked form alone
+    plain = rt.ask(q, relation_weight=0.0, chain_boost=False)  # relation knowledge not asked
+    masked = fed.route["masked_question"]
+    assert encoder.batches == [[masked, q], [masked], [q]]
+    assert fed.encoding["semantic"] and plain.encoding["semantic"]
+    assert derived.answers == ["pilot"] and fed.answers == ["pilot"]
+
+
 def test_query_command_takes_the_policy_and_prints_the_route(planted):
     from click.testing import CliRunner
 

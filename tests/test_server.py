@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from bench.load import Connection, republish, run_load
 from runtime.contract import Store
-from runtime.query import (ENCODINGS, MAX_BUDGET, MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS, POLICIES,
-                           Runtime)
+from runtime.config import ENCODINGS, MAX_BUDGET, POLICIES
+from runtime.query import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS, Runtime
 from runtime.server import MAX_BATCH, ServeSettings, create_app, serve_command
 from tests.test_query import make_store
 
