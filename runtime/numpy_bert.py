@@ -18,12 +18,17 @@ then falls back to sentence-transformers:
 * weights in ``model.safetensors`` (F32, F16 or BF16), read by ``read_safetensors`` with
   ``np.memmap``: no safetensors/torch dependency. ``pytorch_model.bin`` only: torch is needed;
 * tokenizer.json read by ``tokenizers`` (HuggingFace's Rust tokenizer), truncated at
-  sentence_bert_config.json's ``max_seq_length`` and padded to the longest text of a batch,
-  as sentence-transformers does (tokenizer.json's own fixed padding is overridden).
+  sentence_bert_config.json's ``max_seq_length`` as sentence-transformers does. A batch is not
+  padded: its tokens are packed end to end (``Packed``), so the masked and the plain form of a
+  question cost their own lengths; attention masks per text, and the vectors are those of a
+  padded batch up to float noise.
 
-Threads: numpy's OpenBLAS is left as the process has it. On the 2-core host one question is too
-small for BLAS threads to matter (BENCHMARKS); a service that runs several requests at once
-sets ``OPENBLAS_NUM_THREADS=1`` before starting, as it would for any numpy code.
+Threads: importing this module changes nothing. A question is a GEMM of ~20 rows, too small to
+share out: with OpenBLAS's default (a thread per core) one question on the busy 2-core host
+took ~1 s instead of ~23 ms (docs/BENCHMARKS.md). ``runtime.encoder.query_encoder(threads=…)``
+(the runtime passes ``query.encoder_threads``, 1) therefore sets numpy's BLAS threads for the
+process, as it sets torch's for the torch encoder, with threadpoolctl where installed;
+without it, start the service with ``OPENBLAS_NUM_THREADS=1``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -46,6 +52,17 @@ _MAX_HEADER = 100 * 2**20  # the format's own limit on the JSON header
 
 class NumpyEncoderError(EncoderError):
     """A model directory the numpy encoder cannot load; the message names the file."""
+
+
+def limit_blas_threads(threads: int) -> bool:
+    """numpy's BLAS threads set to ``threads`` for the whole process (why: module docstring).
+    Needs threadpoolctl; without it nothing changes and the result is False."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return False
+    threadpool_limits(limits=int(threads), user_api="blas")
+    return True
 
 
 # ---------------------------------------------------------------- safetensors
@@ -280,19 +297,41 @@ def layer_norm(x: np.ndarray, weight: tuple[np.ndarray, np.ndarray], eps: float)
     return centred / np.sqrt(var + eps) * weight[0] + weight[1]
 
 
-def _attention(x: np.ndarray, layer: dict, bias: np.ndarray, heads: int) -> np.ndarray:
-    """Multi-head self-attention of [b, t, h] activations (given as [b·t, h]); ``bias`` is
-    [b, 1, 1, t]: 0 for real tokens, float32 min for padding (as transformers masks)."""
-    b, t = bias.shape[0], bias.shape[-1]
-    h = x.shape[-1]
+class Packed(NamedTuple):
+    """A batch's tokens end to end, without padding, so that the GEMMs (nearly all the time)
+    see only real tokens — the masked and the plain question differ in length. Attention alone
+    needs them per text: it scatters them into [b, t_max] with a mask."""
+
+    lengths: np.ndarray  # [b] tokens of each text
+    slots: np.ndarray | None  # [n] each token's row in the padded [b·t_max] layout; None: b = 1
+    bias: np.ndarray  # [b, 1, 1, t_max]: 0 for tokens, float32 min for padding (as transformers)
+
+    @classmethod
+    def of(cls, lengths: np.ndarray) -> Packed:
+        b, t = len(lengths), int(lengths.max())
+        real = np.arange(t)[None, :] < lengths[:, None]
+        bias = np.where(real, np.float32(0), np.finfo(np.float32).min).astype(np.float32)
+        return cls(lengths, np.flatnonzero(real) if b > 1 else None, bias[:, None, None, :])
+
+
+def _attention(x: np.ndarray, layer: dict, packed: Packed, heads: int) -> np.ndarray:
+    """Multi-head self-attention of packed activations [n, h] → [n, h]."""
+    n, h = x.shape
+    b, t = packed.bias.shape[0], packed.bias.shape[-1]
     dh = h // heads
-    qkv = (x @ layer["qkv"][0] + layer["qkv"][1]).reshape(b, t, 3, heads, dh)
-    q, k, v = qkv.transpose(2, 0, 3, 1, 4)  # each [b, heads, t, dh]
-    scores = (q @ k.transpose(0, 1, 3, 2)) * np.float32(1.0 / math.sqrt(dh)) + bias
+    qkv = x @ layer["qkv"][0] + layer["qkv"][1]
+    if packed.slots is not None:
+        padded = np.zeros((b * t, 3 * h), dtype=qkv.dtype)
+        padded[packed.slots] = qkv
+        qkv = padded
+    q, k, v = qkv.reshape(b, t, 3, heads, dh).transpose(2, 0, 3, 1, 4)  # [b, heads, t, dh]
+    scores = (q @ k.transpose(0, 1, 3, 2)) * np.float32(1.0 / math.sqrt(dh)) + packed.bias
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
     context = (scores @ v).transpose(0, 2, 1, 3).reshape(b * t, h)
+    if packed.slots is not None:
+        context = context[packed.slots]
     return context @ layer["out"][0] + layer["out"][1]
 
 
@@ -317,11 +356,8 @@ class NumpyBertEncoder:
             self._tokenizer = Tokenizer.from_file(str(tok_path))
         except Exception as exc:  # tokenizers raises its own Exception types
             raise NumpyEncoderError(f"{tok_path}: cannot load the tokenizer ({exc})") from None
-        pad = self._tokenizer.padding or {}
         self._tokenizer.enable_truncation(max_length=found["max_seq_length"])
-        self._tokenizer.enable_padding(  # to the longest text of a batch, not tokenizer.json's
-            pad_id=int(pad.get("pad_id", config.get("pad_token_id") or 0)),
-            pad_token=str(pad.get("pad_token", "[PAD]")))
+        self._tokenizer.no_padding()  # tokenizer.json may pad to a fixed length; Packed does not
         dim = int(config["hidden_size"])
         if spec.get("dim") is not None and int(spec["dim"]) != dim:
             raise NumpyEncoderError(f"{model_dir}: model gives {dim}-d vectors but the encoder "
@@ -370,28 +406,28 @@ class NumpyBertEncoder:
         if not texts:
             return np.empty((0, self.dim), dtype=np.float32)
         encodings = self._tokenizer.encode_batch(list(texts))
-        ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.float32)
-        types = np.array([e.type_ids for e in encodings], dtype=np.int64)
-        hidden = self._hidden(ids, types, mask)
+        packed = Packed.of(np.array([len(e.ids) for e in encodings]))
+        hidden = self._hidden(
+            np.concatenate([e.ids for e in encodings]).astype(np.int64),
+            np.concatenate([e.type_ids for e in encodings]).astype(np.int64),
+            np.concatenate([np.arange(n) for n in packed.lengths]), packed)
+        starts = np.concatenate([[0], np.cumsum(packed.lengths)[:-1]])
         if self._pooling == "cls":
-            pooled = hidden[:, 0]
-        else:  # mean over real tokens
-            pooled = ((hidden * mask[:, :, None]).sum(axis=1)
-                      / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9))
+            pooled = hidden[starts]
+        else:  # the mean over each text's tokens
+            pooled = np.add.reduceat(hidden, starts, axis=0) / packed.lengths[:, None]
         norm = np.linalg.norm(pooled, axis=1, keepdims=True)
         return (pooled / np.maximum(norm, 1e-12)).astype(np.float32)
 
-    def _hidden(self, ids: np.ndarray, types: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        """BERT's last hidden state [b, t, h]: embeddings + LayerNorm, then the layers (post-LN:
-        attention → add & norm → GELU feed-forward → add & norm)."""
-        b, t = ids.shape
+    def _hidden(self, ids: np.ndarray, types: np.ndarray, positions: np.ndarray,
+                packed: Packed) -> np.ndarray:
+        """BERT's last hidden state of the packed tokens [n, h]: embeddings + LayerNorm, then
+        the layers (post-LN: attention → add & norm → GELU feed-forward → add & norm)."""
         emb = self._emb
-        x = emb["word"][ids] + emb["position"][:t] + emb["type"][types]
-        x = layer_norm(x.reshape(b * t, -1), emb["ln"], self._eps)
-        bias = ((1.0 - mask) * np.finfo(np.float32).min).astype(np.float32)[:, None, None, :]
+        x = emb["word"][ids] + emb["position"][positions] + emb["type"][types]
+        x = layer_norm(x, emb["ln"], self._eps)
         for layer in self._layers:
-            x = layer_norm(_attention(x, layer, bias, self._heads) + x, layer["ln1"], self._eps)
+            x = layer_norm(_attention(x, layer, packed, self._heads) + x, layer["ln1"], self._eps)
             up = gelu(x @ layer["up"][0] + layer["up"][1])
             x = layer_norm(up @ layer["down"][0] + layer["down"][1] + x, layer["ln2"], self._eps)
-        return x.reshape(b, t, -1)
+        return x

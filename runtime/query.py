@@ -301,13 +301,9 @@ class Runtime:
                 try:
                     from runtime.encoder import query_encoder
 
-                    enc = query_encoder(self.encoder_spec, self.settings["encoder_backend"])
-                    threads = self.settings["encoder_threads"]
-                    if threads and enc.backend == "torch":  # torch's default (all cores) is
-                        import torch  # ~15x slower per question here
-
-                        torch.set_num_threads(int(threads))
-                    self._encoder = enc
+                    self._encoder = query_encoder(self.encoder_spec,
+                                                  self.settings["encoder_backend"],
+                                                  threads=self.settings["encoder_threads"])
                 except Exception as exc:  # ImportError without torch, or a bad model path
                     self._encoder_error = f"encoder unavailable: {exc}"
         return self._encoder

@@ -106,6 +106,13 @@ def test_query_prefix_and_spec(numpy_encoder):
         query_encoder(SPEC, "tensorflow")
 
 
+def test_threads_limit_numpys_blas_for_the_process():
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    assert query_encoder(SPEC, threads=1).backend == "numpy"
+    blas = [lib for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
+    assert blas and all(lib["num_threads"] == 1 for lib in blas)
+
+
 def test_torch_backend_and_fallback_for_unsupported_models(tmp_path, torch_encoder):
     assert isinstance(query_encoder(SPEC, "torch"), SentenceEncoder)
     model = copy_model(tmp_path, "1_Pooling/config.json")
