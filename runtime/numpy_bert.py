@@ -115,7 +115,7 @@ def _tensor(path: Path, name: str, info, data: np.ndarray | None) -> np.ndarray:
     return data[start:end].view(dtype).reshape(shape)
 
 
-def _float32(array: np.ndarray) -> np.ndarray:
+def to_float32(array: np.ndarray) -> np.ndarray:
     """A weight as float32: F32 stays memory-mapped, BF16 (read as uint16: its bits are the top
     half of a float32) is widened, other types are cast."""
     if array.dtype == np.uint16:
@@ -169,6 +169,8 @@ def layout(model_dir: Path) -> dict:
                                     f"directory; the numpy encoder needs a sentence-transformers "
                                     f"one)")
     modules = _read_json(model_dir / "modules.json")
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise NumpyEncoderError(f"{model_dir / 'modules.json'}: not a list of modules")
     kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
     if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
         raise UnsupportedModelError(f"{model_dir / 'modules.json'}: modules {kinds} (the numpy "
@@ -207,7 +209,10 @@ def unsupported_reason(model_dir: Path) -> str | None:
         found = layout(model_dir)
     except UnsupportedModelError as exc:
         return str(exc)
-    tdir = found["transformer"]
+    return _torch_weights_only(found["transformer"])
+
+
+def _torch_weights_only(tdir: Path) -> str | None:
     if not (tdir / WEIGHTS).is_file() and (tdir / TORCH_WEIGHTS).is_file():
         return (f"{tdir}: weights only as {TORCH_WEIGHTS}, which needs torch to read "
                 f"(convert them to {WEIGHTS} or use the torch encoder)")
@@ -224,49 +229,57 @@ def load_weights(tdir: Path, config: Mapping) -> tuple[dict, list[dict]]:
     memory-mapped (only the rows of the tokens seen become resident)."""
     path = tdir / WEIGHTS
     if not path.is_file():
-        if (tdir / TORCH_WEIGHTS).is_file():
-            raise UnsupportedModelError(f"{tdir}: weights only as {TORCH_WEIGHTS}, which needs "
-                                        f"torch to read (convert them to {WEIGHTS} or use the "
-                                        f"torch encoder)")
+        reason = _torch_weights_only(tdir)
+        if reason:
+            raise UnsupportedModelError(reason)
         raise NumpyEncoderError(f"{path}: model weights not found")
-    tensors = read_safetensors(path)
-    prefix = "bert." if "bert.embeddings.word_embeddings.weight" in tensors else ""
+    get = _getter(path, read_safetensors(path))
     h, inner = int(config["hidden_size"]), int(config["intermediate_size"])
-
-    def get(name: str, *shape: int) -> np.ndarray:
-        if prefix + name not in tensors:
-            raise NumpyEncoderError(f"{path}: no tensor {prefix + name!r} (not a BERT checkpoint "
-                                    f"matching {tdir / 'config.json'}?)")
-        arr = tensors[prefix + name]
-        if shape and tuple(arr.shape) != shape:
-            raise NumpyEncoderError(f"{path}: tensor {prefix + name!r} has shape "
-                                    f"{list(arr.shape)}, config.json implies {list(shape)}")
-        return _float32(arr)
-
     emb = {k: get(f"embeddings.{n}.weight", *s) for k, n, s in (
         ("word", "word_embeddings", (int(config["vocab_size"]), h)),
         ("position", "position_embeddings", (int(config["max_position_embeddings"]), h)),
         ("type", "token_type_embeddings", (int(config.get("type_vocab_size", 2)), h)))}
-    emb["ln"] = (get("embeddings.LayerNorm.weight", h), get("embeddings.LayerNorm.bias", h))
-    layers = []
-    for i in range(int(config["num_hidden_layers"])):
-        p = f"encoder.layer.{i}."
-        att = [(get(f"{p}attention.self.{n}.weight", h, h), get(f"{p}attention.self.{n}.bias", h))
-               for n in ("query", "key", "value")]
-        layers.append({
-            "qkv": (np.concatenate([w.T for w, _ in att], axis=1),
-                    np.concatenate([b for _, b in att])),
-            "out": (_matrix(get(f"{p}attention.output.dense.weight", h, h)),
-                    get(f"{p}attention.output.dense.bias", h)),
-            "ln1": (get(f"{p}attention.output.LayerNorm.weight", h),
-                    get(f"{p}attention.output.LayerNorm.bias", h)),
-            "up": (_matrix(get(f"{p}intermediate.dense.weight", inner, h)),
-                   get(f"{p}intermediate.dense.bias", inner)),
-            "down": (_matrix(get(f"{p}output.dense.weight", h, inner)),
-                     get(f"{p}output.dense.bias", h)),
-            "ln2": (get(f"{p}output.LayerNorm.weight", h), get(f"{p}output.LayerNorm.bias", h)),
-        })
+    emb["ln"] = _norm(get, "embeddings.LayerNorm", h)
+    layers = [_layer(get, f"encoder.layer.{i}.", h, inner)
+              for i in range(int(config["num_hidden_layers"]))]
     return emb, layers
+
+
+def _getter(path: Path, tensors: Mapping[str, np.ndarray]):
+    """``get(name, *shape)``: a float32 tensor of the checkpoint, its shape checked; names with
+    or without the ``bert.`` prefix of BertFor* checkpoints."""
+    prefix = "bert." if "bert.embeddings.word_embeddings.weight" in tensors else ""
+
+    def get(name: str, *shape: int) -> np.ndarray:
+        if prefix + name not in tensors:
+            raise NumpyEncoderError(f"{path}: no tensor {prefix + name!r} (not a BERT checkpoint "
+                                    f"matching config.json?)")
+        arr = tensors[prefix + name]
+        if tuple(arr.shape) != shape:
+            raise NumpyEncoderError(f"{path}: tensor {prefix + name!r} has shape "
+                                    f"{list(arr.shape)}, config.json implies {list(shape)}")
+        return to_float32(arr)
+
+    return get
+
+
+def _linear(get, name: str, n_out: int, n_in: int) -> tuple[np.ndarray, np.ndarray]:
+    return _matrix(get(f"{name}.weight", n_out, n_in)), get(f"{name}.bias", n_out)
+
+
+def _norm(get, name: str, h: int) -> tuple[np.ndarray, np.ndarray]:
+    return get(f"{name}.weight", h), get(f"{name}.bias", h)
+
+
+def _layer(get, p: str, h: int, inner: int) -> dict:
+    att = [_linear(get, f"{p}attention.self.{n}", h, h) for n in ("query", "key", "value")]
+    return {"qkv": (np.concatenate([w for w, _ in att], axis=1),
+                    np.concatenate([b for _, b in att])),
+            "out": _linear(get, f"{p}attention.output.dense", h, h),
+            "ln1": _norm(get, f"{p}attention.output.LayerNorm", h),
+            "up": _linear(get, f"{p}intermediate.dense", inner, h),
+            "down": _linear(get, f"{p}output.dense", h, inner),
+            "ln2": _norm(get, f"{p}output.LayerNorm", h)}
 
 
 # ---------------------------------------------------------------- the forward pass
@@ -316,7 +329,7 @@ class Packed(NamedTuple):
 
 def _attention(x: np.ndarray, layer: dict, packed: Packed, heads: int) -> np.ndarray:
     """Multi-head self-attention of packed activations [n, h] → [n, h]."""
-    n, h = x.shape
+    h = x.shape[1]
     b, t = packed.bias.shape[0], packed.bias.shape[-1]
     dh = h // heads
     qkv = x @ layer["qkv"][0] + layer["qkv"][1]

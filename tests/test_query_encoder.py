@@ -21,7 +21,7 @@ from runtime.contract import TABLE_SCHEMAS, Store, write_table
 from runtime.encoder import (EncoderError, SentenceEncoder, query_encoder, resolve_model,
                              torch_threads)
 from runtime.numpy_bert import (NumpyBertEncoder, NumpyEncoderError, UnsupportedModelError,
-                                read_safetensors, unsupported_reason)
+                                to_float32, read_safetensors, unsupported_reason)
 from runtime.query import Runtime
 from tests.test_query import ENTITIES, RELATIONS, TRIPLES
 
@@ -165,10 +165,30 @@ def test_torch_weights_only_need_the_torch_path(tmp_path):
 
 
 def test_safetensors_reader_memory_maps_the_tensors():
-    tensors = read_safetensors(resolve_model("minilm") / "model.safetensors")
+    path = resolve_model("minilm") / "model.safetensors"
+    tensors = read_safetensors(path)
     word = tensors["embeddings.word_embeddings.weight"]
     assert word.shape == (30522, 384) and word.dtype == np.float32 and not word.flags.writeable
     assert tensors["embeddings.position_ids"].dtype == np.int64
+    reference = pytest.importorskip("safetensors.numpy").load_file(str(path))
+    assert sorted(reference) == sorted(tensors)
+    for name, array in reference.items():
+        np.testing.assert_array_equal(tensors[name], array)
+
+
+def test_half_precision_weights_are_widened(tmp_path):
+    values = np.array([1.0, -2.5, 0.15625, 3e-3], dtype=np.float32)
+    bf16 = (values.view(np.uint32) >> 16).astype("<u2").tobytes()  # truncated to 8 mantissa bits
+    f16 = values.astype("<f2").tobytes()
+    header = json.dumps({"__metadata__": {"format": "pt"},
+                         "b": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]},
+                         "h": {"dtype": "F16", "shape": [4], "data_offsets": [8, 16]}}).encode()
+    path = tmp_path / "half.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bf16 + f16)
+    tensors = read_safetensors(path)
+    np.testing.assert_allclose(to_float32(tensors["b"]).ravel(), values, rtol=1e-2)
+    np.testing.assert_allclose(to_float32(tensors["h"]), values, rtol=1e-3)
+    assert to_float32(tensors["b"]).dtype == to_float32(tensors["h"]).dtype == np.float32
 
 
 def publish_store(root, encoder: NumpyBertEncoder):
