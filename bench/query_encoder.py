@@ -95,22 +95,24 @@ def worker(backend: str, spec: dict, pairs: list[tuple[str, str]], warmup: int,
     rss_loaded = memory_mib()["VmRSS"]
     for plain, masked in pairs[:warmup]:
         enc.encode_queries([plain]), enc.encode_queries([masked, plain])
-    one, two, vectors = [], [], []
+    one, two, cpu, vectors = [], [], [], []
     for plain, masked in pairs:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         v1 = enc.encode_queries([plain])
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         v2 = enc.encode_queries([masked, plain])
         t2 = time.perf_counter()
         one.append((t1 - t0) * 1000)
         two.append((t2 - t1) * 1000)
+        cpu.append((c1 - c0) * 1000)
         vectors += [v1[0], v2[0], v2[1]]
     heavy = sorted(m for m in ("torch", "transformers", "sentence_transformers")
                    if m in sys.modules)
     np.save(out.with_suffix(".npy"), np.stack(vectors))
     out.write_text(json.dumps({
         "backend": enc.backend, "load_ms": load_ms, "rss_loaded": rss_loaded,
-        "rss_peak": memory_mib()["VmHWM"], "one": one, "two": two, "heavy_modules": heavy}))
+        "rss_peak": memory_mib()["VmHWM"], "one": one, "two": two, "cpu": cpu,
+        "heavy_modules": heavy}))
 
 
 def run_worker(backend: str, blas: str, args, pairs_file: Path, tmp: Path) -> dict:
@@ -134,8 +136,9 @@ def pct(values: list[float], q: float) -> float:
 
 def table(results: list[dict], reference: np.ndarray) -> list[str]:
     rows = ["| encoder | OPENBLAS threads | load (ms) | RSS loaded / peak (MiB) "
-            "| 1 text p50 / p99 (ms) | 2 texts p50 / p99 (ms) | max abs dev | min cosine |",
-            "|---|---|--:|--:|--:|--:|--:|--:|"]
+            "| 1 text p50 / p99 (ms) | 2 texts p50 / p99 (ms) | 1 text CPU p50 (ms) "
+            "| max abs dev | min cosine |",
+            "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
     for r in results:
         v = r["vectors"]
         dev = float(np.abs(v - reference).max())
@@ -146,7 +149,7 @@ def table(results: list[dict], reference: np.ndarray) -> list[str]:
                     f"| {r['rss_loaded']:.0f} / {r['rss_peak']:.0f} "
                     f"| {pct(r['one'], 50):.2f} / {pct(r['one'], 99):.2f} "
                     f"| {pct(r['two'], 50):.2f} / {pct(r['two'], 99):.2f} "
-                    f"| {dev:.1e} | {cos:.7f} |")
+                    f"| {pct(r['cpu'], 50):.2f} | {dev:.1e} | {cos:.7f} |")
     return rows
 
 
@@ -155,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", help="a PathQuestion directory (its */test.txt) or file")
     parser.add_argument("--limit", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="every configuration runs once per round, in turn (load drifts)")
     parser.add_argument("--spec", help="an encoder.json (default: minilm, no prefixes)")
     parser.add_argument("--blas-threads", default="1,default",
                         help="OPENBLAS_NUM_THREADS values for the numpy encoder")
@@ -172,14 +177,25 @@ def main(argv: list[str] | None = None) -> int:
         pairs_file = Path(tmp) / "pairs.json"
         pairs_file.write_text(json.dumps(pairs))
         load_before = os.getloadavg()[0]
-        results = [run_worker("torch", "default", args, pairs_file, Path(tmp))]
-        results += [run_worker("numpy", b.strip(), args, pairs_file, Path(tmp))
-                    for b in args.blas_threads.split(",")]
-    report(results, pairs, args, spec, load_before)
+        runs = [("torch", "default")] + [("numpy", b.strip()) for b in args.blas_threads.split(",")]
+        rounds = [[run_worker(b, t, args, pairs_file, Path(tmp)) for b, t in runs]
+                  for _ in range(args.rounds)]
+    report([merge(same) for same in zip(*rounds)], pairs, spec, load_before)
     return 0
 
 
-def report(results: list[dict], pairs, args, spec: dict, load_before: float) -> None:
+def merge(runs: list[dict]) -> dict:
+    """One configuration over several rounds: timings pooled, the worst load and memory."""
+    out = dict(runs[0])
+    for key in ("one", "two", "cpu"):
+        out[key] = [v for r in runs for v in r[key]]
+    for key in ("load_ms", "rss_loaded", "rss_peak"):
+        out[key] = max(r[key] for r in runs)
+    out["heavy_modules"] = sorted({m for r in runs for m in r["heavy_modules"]})
+    return out
+
+
+def report(results: list[dict], pairs, spec: dict, load_before: float) -> None:
     from tokenizers import Tokenizer
 
     from runtime.encoder import spec_model_dir
@@ -197,7 +213,8 @@ def report(results: list[dict], pairs, args, spec: dict, load_before: float) -> 
     print(f"\ntorch / numpy (OPENBLAS threads {best['blas']}): 1 text p50 "
           f"{pct(torch_run['one'], 50) / pct(best['one'], 50):.1f}x, 2 texts p50 "
           f"{pct(torch_run['two'], 50) / pct(best['two'], 50):.1f}x, RSS loaded "
-          f"{torch_run['rss_loaded'] / best['rss_loaded']:.1f}x")
+          f"{torch_run['rss_loaded'] / best['rss_loaded']:.1f}x, 1 text CPU p50 "
+          f"{pct(torch_run['cpu'], 50) / pct(best['cpu'], 50):.1f}x")
     print("\ncommand: python bench/query_encoder.py " + " ".join(sys.argv[1:]))
 
 

@@ -1,11 +1,13 @@
 """The query encoder without torch: a BERT sentence-transformers model run in numpy.
 
 Why: the query service embeds one or two short questions per request. Through
-sentence-transformers that is a 38–76 ms torch forward and ~800 MiB resident (torch alone); the
-same forward in numpy is a few milliseconds on a process of numpy + the ``tokenizers`` package
-(docs/BENCHMARKS.md, "Query encoder without torch"). The vectors are the sentence-transformers
-vectors up to float noise (tests/test_query_encoder.py), so a store built with torch
-(``training/encode.py``) is queried without it.
+sentence-transformers that needs torch: a process of ~560 MiB that takes 8 s to load and 27 ms
+(p50) a question on the busy 2-core host. The same forward in numpy (+ the ``tokenizers``
+package) runs in ~130 MiB, loads in 0.2 s and takes 15 ms (docs/BENCHMARKS.md, "Query encoder
+without torch"; the rest is float32 GEMM work, ~0.4 GFLOP for a 20-token question). The vectors
+are the sentence-transformers vectors up to float noise (max |diff| ~1e-7,
+tests/test_query_encoder.py), so a store built with torch (``training/encode.py``) is queried
+without it.
 
 What is supported — ``unsupported_reason`` says what is not, and ``runtime.encoder.query_encoder``
 then falls back to sentence-transformers:
@@ -24,8 +26,8 @@ then falls back to sentence-transformers:
   padded batch up to float noise.
 
 Threads: importing this module changes nothing. A question is a GEMM of ~20 rows, too small to
-share out: with OpenBLAS's default (a thread per core) one question on the busy 2-core host
-took ~1 s instead of ~23 ms (docs/BENCHMARKS.md). ``runtime.encoder.query_encoder(threads=…)``
+share out: with OpenBLAS's default (a thread per core) a question on the busy 2-core host took
+131 ms p50 / 1.1 s p99 instead of 15 / 31 ms with one thread (docs/BENCHMARKS.md). ``runtime.encoder.query_encoder(threads=…)``
 (the runtime passes ``query.encoder_threads``, 1) therefore sets numpy's BLAS threads for the
 process, as it sets torch's for the torch encoder, with threadpoolctl where installed;
 without it, start the service with ``OPENBLAS_NUM_THREADS=1``.
@@ -86,7 +88,8 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
     except OSError as exc:
         raise NumpyEncoderError(f"{path}: cannot read the model weights ({exc.strerror})") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise NumpyEncoderError(f"{path}: not a safetensors file (bad JSON header: {exc})") from None
+        raise NumpyEncoderError(f"{path}: not a safetensors file (bad JSON header: "
+                                f"{exc})") from None
     if not isinstance(header, dict):
         raise NumpyEncoderError(f"{path}: not a safetensors file (header is not a JSON object)")
     header.pop("__metadata__", None)

@@ -21,7 +21,7 @@ from runtime.contract import TABLE_SCHEMAS, Store, write_table
 from runtime.encoder import (EncoderError, SentenceEncoder, query_encoder, resolve_model,
                              torch_threads)
 from runtime.numpy_bert import (NumpyBertEncoder, NumpyEncoderError, UnsupportedModelError,
-                                to_float32, read_safetensors, unsupported_reason)
+                                read_safetensors, to_float32, unsupported_reason)
 from runtime.query import Runtime
 from tests.test_query import ENTITIES, RELATIONS, TRIPLES
 
