@@ -126,7 +126,10 @@ DEFAULTS: dict = {
         "max_candidates": 20,  # candidate answers whose best paths form the candidate set
         "focus_candidates": 5,  # top candidates that get ITTC's λ_boost (with linked entities)
         "min_link_cosine": 0.5,  # vector fallback: nearest entity must reach this cosine
-        "encoder_threads": 1,  # torch threads of the question encoder; null = torch default
+        # threads of the question encoder (numpy's BLAS or torch), process-wide; null = default
+        "encoder_threads": 1,
+        # auto: numpy forward (no torch) for BERT models, else sentence-transformers | numpy | torch
+        "encoder_backend": "auto",
         # relation knowledge (stores with models/relknow; chosen on PathQuestion dev, BENCHMARKS):
         "relation_weight": 20.0,  # λ_rel: weight of the query-relation term in S_final (0 = off)
         "chain_boost": True,  # ITTC's λ_boost for the facts of the predicted relation chain

@@ -312,20 +312,18 @@ class Runtime:
     # ---------------------------------------------------------------- optional encoder
 
     def encoder(self):
-        """The store's sentence encoder, or None when the encoder extra is not installed."""
+        """The store's question encoder (numpy for BERT models, else sentence-transformers:
+        ``query.encoder_backend``), or None when it cannot be loaded (the reason is kept)."""
         if self._encoder is None and self._encoder_error is None:
             if self.encoder_spec is None:
                 self._encoder_error = "the store has no encoder"
             else:
                 try:
-                    from runtime.encoder import SentenceEncoder
+                    from runtime.encoder import query_encoder
 
-                    threads = self.settings["encoder_threads"]
-                    if threads:  # torch's default (all cores) is ~15x slower per question here
-                        import torch
-
-                        torch.set_num_threads(int(threads))
-                    self._encoder = SentenceEncoder.from_spec(self.encoder_spec)
+                    self._encoder = query_encoder(self.encoder_spec,
+                                                  self.settings["encoder_backend"],
+                                                  threads=self.settings["encoder_threads"])
                 except Exception as exc:  # ImportError without torch, or a bad model path
                     self._encoder_error = f"encoder unavailable: {exc}"
         return self._encoder
