@@ -2,7 +2,7 @@
 
     python bench/query_encoder.py --questions ../shared/data/pathquestion --limit 200
 
-Both encoders of ``runtime.encoder.query_encoder`` — ``numpy`` (runtime/numpy_bert.py) and
+Both encoders of ``runtime.question_encoder.query_encoder`` — ``numpy`` (runtime/numpy_bert.py) and
 ``torch`` (sentence-transformers) — each in a fresh subprocess (the numpy one with torch,
 transformers and sentence-transformers blocked from import), on the same questions: PathQuestion
 test questions (``--questions``: a PathQuestion directory or test.txt; else generated strings)
@@ -86,7 +86,7 @@ def worker(backend: str, spec: dict, pairs: list[tuple[str, str]], warmup: int,
         import torch
 
         torch.set_num_threads(1)
-    from runtime.encoder import query_encoder
+    from runtime.question_encoder import query_encoder
 
     started = time.perf_counter()
     enc = query_encoder(spec, backend)

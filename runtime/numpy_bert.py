@@ -9,7 +9,7 @@ are the sentence-transformers vectors up to float noise (max |diff| ~1e-7,
 tests/test_query_encoder.py), so a store built with torch (``training/encode.py``) is queried
 without it.
 
-What is supported — ``unsupported_reason`` says what is not, and ``runtime.encoder.query_encoder``
+What is supported — ``unsupported_reason`` says what is not, and ``runtime.question_encoder.query_encoder``
 then falls back to sentence-transformers:
 
 * modules.json: Transformer → Pooling (mean or CLS) → optional Normalize (vectors are always
@@ -27,7 +27,7 @@ then falls back to sentence-transformers:
 
 Threads: importing this module changes nothing. A question is a GEMM of ~20 rows, too small to
 share out: with OpenBLAS's default (a thread per core) a question on the busy 2-core host took
-131 ms p50 / 1.1 s p99 instead of 15 / 31 ms with one thread (docs/BENCHMARKS.md). ``runtime.encoder.query_encoder(threads=…)``
+131 ms p50 / 1.1 s p99 instead of 15 / 31 ms with one thread (docs/BENCHMARKS.md). ``runtime.question_encoder.query_encoder(threads=…)``
 (the runtime passes ``query.encoder_threads``, 1) therefore sets numpy's BLAS threads for the
 process, as it sets torch's for the torch encoder, with threadpoolctl where installed;
 without it, start the service with ``OPENBLAS_NUM_THREADS=1``.

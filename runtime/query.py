@@ -319,7 +319,7 @@ class Runtime:
                 self._encoder_error = "the store has no encoder"
             else:
                 try:
-                    from runtime.encoder import query_encoder
+                    from runtime.question_encoder import query_encoder
 
                     self._encoder = query_encoder(self.encoder_spec,
                                                   self.settings["encoder_backend"],

@@ -133,7 +133,7 @@ def test_summary_lists_every_stage_with_its_time(built):
     text = render_summary(built)
     for stage in pipeline.STAGE_NAMES:
         assert f"stage {stage}" in text
-    assert f"scos_merge" in text and f"R_star={built.rows('relations')}" in text
+    assert "scos_merge" in text and f"R_star={built.rows('relations')}" in text
 
 
 def test_published_store_holds_the_taimr_artefacts(built):

@@ -17,9 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from pipeline.stage import torch_threads
 from runtime.contract import TABLE_SCHEMAS, Store, write_table
-from runtime.encoder import (EncoderError, SentenceEncoder, query_encoder, resolve_model,
-                             torch_threads)
+from runtime.encoder import EncoderError, SentenceEncoder, resolve_model
+from runtime.question_encoder import query_encoder
 from runtime.numpy_bert import (NumpyBertEncoder, NumpyEncoderError, UnsupportedModelError,
                                 read_safetensors, to_float32, unsupported_reason)
 from runtime.query import Runtime
@@ -222,11 +223,11 @@ def test_runtime_uses_the_numpy_encoder_unless_told(store, numpy_encoder, torch_
     question = "who directed the sequel of the long road ?"
     rt = Runtime.open(store)
     assert rt.encoder().backend == "numpy"
-    np.testing.assert_allclose(rt.embed_question(question),
-                               numpy_encoder.encode_queries([question])[0], atol=1e-6)
+    plain = rt._embed(None, question)[1]
+    np.testing.assert_allclose(plain, numpy_encoder.encode_queries([question])[0], atol=1e-6)
     rt_torch = Runtime.open(store, encoder_backend="torch")
     assert rt_torch.encoder().backend == "torch"
-    assert_same_vectors(rt_torch.embed_question(question)[None], rt.embed_question(question)[None])
+    assert_same_vectors(rt_torch._embed(None, question)[1][None], plain[None])
 
 
 def test_runtime_embeds_with_torch_blocked(store, numpy_encoder, tmp_path):
