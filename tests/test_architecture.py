@@ -140,3 +140,15 @@ def test_every_project_error_has_the_one_root():
                    and not c.__name__.startswith("_")]
     assert errors, "no error classes found"
     assert [c.__qualname__ for c in errors if not issubclass(c, LokgError)] == []
+
+
+def test_ask_reads_as_one_chain_of_short_steps():
+    """``Runtime.ask`` is the chain check → link → plan → retrieve → encode → read → answer."""
+    from runtime.query import Runtime
+
+    lines = inspect.getsource(Runtime.ask).splitlines()
+    assert len(lines) <= 40, f"Runtime.ask is {len(lines)} lines"
+    body = "\n".join(lines)
+    steps = [body.index(f"self.{step}(") for step in
+             ("_check", "_link", "_plan", "_retrieve", "_encode", "_read", "_answer")]
+    assert steps == sorted(steps)
