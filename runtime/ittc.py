@@ -48,7 +48,7 @@ from itertools import permutations
 
 import numpy as np
 
-from runtime.tokens import count_tokens
+from runtime.tokens import count_joined, count_tokens
 
 COMPONENTS = ("s", "r", "o")
 #: The six component orders, in the fixed enumeration used as the last tie-break.
@@ -234,27 +234,45 @@ def _entity_levels(name, etype, description, aliases, attributes) -> tuple[str, 
     return text, balanced, verbose
 
 
+@lru_cache(maxsize=1 << 16)
+def _rendered(subject: tuple[str, str, str], relation, obj: tuple[str, str, str], source,
+              order: tuple[str, str, str]) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """(lines, parts) of a triple whose entities are already at their three granularities:
+    per granularity the line and the fields it joins, the separator leading each field but
+    the first and the newline ending the last (so ``"".join(parts[k]) == lines[k]``).
+
+    Memoised: a question's triples recur in later questions."""
+    relation = _clean(relation) or "?"
+    components = {"s": subject, "r": (relation, relation, relation), "o": obj}
+    all_parts = []
+    for level in range(len(GRANULARITIES)):
+        fields = [components[c][level] for c in order]
+        if level == len(GRANULARITIES) - 1:
+            source = _shorten(source, MAX_SOURCE_CHARS)
+            if source:
+                fields.append(f"source: {source}")
+        fields[1:] = [SEPARATOR + f for f in fields[1:]]
+        fields[-1] += "\n"
+        all_parts.append(tuple(fields))
+    return tuple("".join(f) for f in all_parts), tuple(all_parts)
+
+
+def _render(triple: KnowledgeTriple, order: tuple[str, str, str]):
+    """:func:`_rendered` of ``triple`` (its entities through the memoised :func:`_entity_levels`)."""
+    t = triple
+    return _rendered(
+        _entity_levels(t.subject, t.subject_type, t.subject_description, t.subject_aliases,
+                       t.subject_attributes),
+        t.relation,
+        _entity_levels(t.object, t.object_type, t.object_description, t.object_aliases,
+                       t.object_attributes),
+        t.source, order)
+
+
 def render_levels(triple: KnowledgeTriple, order: Sequence[str]) -> tuple[str, str, str]:
     """The (compact, balanced, verbose) lines of ``triple``, components in ``order``, each
     ending with its newline."""
-    t = triple
-    relation = _clean(t.relation) or "?"
-    parts = {
-        "s": _entity_levels(t.subject, t.subject_type, t.subject_description, t.subject_aliases,
-                            t.subject_attributes),
-        "r": (relation, relation, relation),
-        "o": _entity_levels(t.object, t.object_type, t.object_description, t.object_aliases,
-                            t.object_attributes),
-    }
-    lines = []
-    for level in range(len(GRANULARITIES)):
-        fields = [parts[c][level] for c in order]
-        if level == len(GRANULARITIES) - 1:
-            source = _shorten(t.source, MAX_SOURCE_CHARS)
-            if source:
-                fields.append(f"source: {source}")
-        lines.append(SEPARATOR.join(fields) + "\n")
-    return tuple(lines)  # type: ignore[return-value]
+    return _render(triple, tuple(order))[0]  # type: ignore[return-value]
 
 
 def render(triple: KnowledgeTriple, order: Sequence[str], level: int | str) -> str:
@@ -440,6 +458,40 @@ def naive_fits(naive_tokens: int, budget: int) -> bool:
     return NAIVE_DEN * naive_tokens <= NAIVE_NUM * budget
 
 
+@lru_cache(maxsize=1 << 16)
+def _cl100k_costs(parts: tuple[tuple[str, ...], ...]) -> tuple[int, ...]:
+    """cl100k cost of each granularity's line from :func:`_rendered`'s parts. Every field
+    starts and ends with a non-space and the next part starts with the separator's space, so
+    ``count_joined`` sums the fields' memoised counts: exact, and a new triple of known
+    entities costs no tokenizer call. Memoised per rendered triple."""
+    return tuple(count_joined(level) for level in parts)
+
+
+def _costed(triples: list[KnowledgeTriple], order, count) -> tuple[list, list]:
+    """Each triple's three lines and their token costs (lists of 3-tuples): from
+    :func:`_cl100k_costs` with the cl100k counter, else ``count`` of each distinct line."""
+    rendered = [_render(t, order) for t in triples]
+    lines = [lines for lines, _ in rendered]
+    if count is count_tokens:
+        return lines, [_cl100k_costs(parts) for _, parts in rendered]
+    costs = []
+    for row in lines:
+        known: dict[str, int] = {}
+        for line in row:
+            if line not in known:
+                known[line] = count(line)
+        costs.append(tuple(known[line] for line in row))
+    return lines, costs
+
+
+def _joined(lines: list[str], costs: list[int], count) -> tuple[str, int]:
+    """The emitted text and its tokens, counted on that text: ``count`` of it, or with the
+    cl100k counter ``count_joined`` over its lines (exact: a line ends with its newline and
+    the next starts with a non-space, so no pre-token spans two lines)."""
+    text = "".join(lines)
+    return text, count_joined(lines, costs) if count is count_tokens else count(text)
+
+
 def encode(
     triples: Sequence[KnowledgeTriple],
     budget: int,
@@ -467,80 +519,80 @@ def encode(
     triples = list(triples)
     n = len(triples)
     ranked = sorted(range(n), key=lambda i: (triples[i].rank, i))  # best first
-
-    lines = [render_levels(t, order) for t in triples]
-    costs = np.zeros((n, len(GRANULARITIES)), dtype=np.int64)
-    for i, row in enumerate(lines):
-        known: dict[str, int] = {}
-        for level, line in enumerate(row):
-            if line not in known:
-                known[line] = count(line)
-            costs[i, level] = known[line]
+    lines, cost_rows = _costed(triples, order, count)
+    costs = np.array(cost_rows, dtype=np.int64).reshape(n, len(GRANULARITIES))
     values = np.array([triple_values(t, beta, boost) for t in triples], dtype=np.float64)
     values = values.reshape(n, len(GRANULARITIES))
-
-    verbose = len(GRANULARITIES) - 1
-    naive_text = "".join(lines[i][verbose] for i in ranked)
     # Lines are additive under cl100k (module docstring), so T_naive is the sum of the verbose
-    # costs; the text actually emitted is always recounted below.
-    naive_tokens = int(costs[:, verbose].sum())
+    # costs; the text actually emitted is always counted on itself.
+    naive_tokens = int(costs[:, -1].sum())
+    choices, kept, dropped, mode, solve_ms = _select(costs, values, ranked, budget,
+                                                     dp_max_budget, naive_tokens)
 
-    choices = np.full(n, -1, dtype=np.int64)  # -1 = dropped
-    solve_ms = 0.0
-    dropped = 0
+    def emit() -> tuple[str, int]:
+        return _joined([lines[i][choices[i]] for i in kept],
+                       [cost_rows[i][choices[i]] for i in kept], count)
+
+    text, tokens = emit()
     repairs = 0
-    if naive_fits(naive_tokens, budget):
-        mode = "naive"
-        choices[:] = verbose
-        text, tokens = naive_text, count(naive_text)
-    else:
-        mode = "dp" if budget <= dp_max_budget else "greedy"
-        kept = list(ranked)
-        compact_total = int(costs[kept, 0].sum())
-        while kept and compact_total > budget:
-            compact_total -= int(costs[kept.pop(), 0])
+    # The line costs are additive under cl100k for these lines, so this never runs; it keeps
+    # the hard bound even if a tokenizer change broke additivity.
+    while tokens > budget:
+        repairs += 1
+        upgraded = [i for i in kept if choices[i] > 0]
+        if upgraded:
+            choices[upgraded[-1]] -= 1
+        else:
+            choices[kept.pop()] = -1
             dropped += 1
-        idx = np.array(kept, dtype=np.int64)
-        t0 = time.perf_counter()
-        if kept:
-            solver = solve_mckp if mode == "dp" else solve_greedy
-            chosen, _ = solver(costs[idx], values[idx], budget)
-            choices[idx] = chosen
-        solve_ms = (time.perf_counter() - t0) * 1000.0
-        text = "".join(lines[i][choices[i]] for i in kept)
-        tokens = count(text)
-        # The line costs are additive under cl100k for these lines, so this never runs; it
-        # keeps the hard bound even if a tokenizer change broke additivity.
-        while tokens > budget:
-            repairs += 1
-            upgraded = [i for i in kept if choices[i] > 0]
-            if upgraded:
-                choices[upgraded[-1]] -= 1
-            else:
-                choices[kept.pop()] = -1
-                dropped += 1
-            text = "".join(lines[i][choices[i]] for i in kept)
-            tokens = count(text)
-
-    return _assemble(triples, lines, costs, values, choices, text=text, tokens=tokens,
+        text, tokens = emit()
+    return _assemble(triples, lines, cost_rows, values, choices, text=text, tokens=tokens,
                      order=order, mode=mode, budget=budget, naive_tokens=naive_tokens,
                      dropped=dropped, solve_ms=solve_ms, started=started, repairs=repairs)
 
 
+def _select(costs: np.ndarray, values: np.ndarray, ranked: list[int], budget: int,
+            dp_max_budget: int, naive_tokens: int):
+    """(choices, kept, dropped, mode, solve_ms): the naive rule, else drop the lowest-ranked
+    until all-compact fits and solve the MCKP over the rest (DP up to ``dp_max_budget``).
+    ``choices[i]`` is the granularity index, -1 dropped; ``kept`` is in rank order."""
+    n = len(ranked)
+    if naive_fits(naive_tokens, budget):
+        return [len(GRANULARITIES) - 1] * n, list(ranked), 0, "naive", 0.0
+    mode = "dp" if budget <= dp_max_budget else "greedy"
+    choices = [-1] * n
+    kept = list(ranked)
+    dropped = 0
+    compact_total = int(costs[kept, 0].sum())
+    while kept and compact_total > budget:
+        compact_total -= int(costs[kept.pop(), 0])
+        dropped += 1
+    t0 = time.perf_counter()
+    if kept:
+        idx = np.array(kept, dtype=np.int64)
+        solver = solve_mckp if mode == "dp" else solve_greedy
+        chosen, _ = solver(costs[idx], values[idx], budget)
+        for i, c in zip(kept, chosen.tolist()):
+            choices[i] = c
+    return choices, kept, dropped, mode, (time.perf_counter() - t0) * 1000.0
+
+
 def _assemble(triples, lines, costs, values, choices, *, started: float, **fields) -> Encoding:
-    """The Encoding of a finished selection (``choices[i]`` = granularity index, -1 dropped)."""
+    """The Encoding of a finished selection (``choices[i]`` = granularity index, -1 dropped;
+    ``costs`` one tuple of ints per triple)."""
     items = []
     total_value = 0.0
+    value_rows = values.tolist()
     for i, t in enumerate(triples):
         c = int(choices[i])
-        value = float(values[i, c]) if c >= 0 else 0.0
+        value = value_rows[i][c] if c >= 0 else 0.0
         total_value += value
         items.append(EncodedTriple(
             index=i, rank=t.rank, score=float(t.score),
             granularity=GRANULARITIES[c] if c >= 0 else None,
             line=lines[i][c] if c >= 0 else "",
-            cost=int(costs[i, c]) if c >= 0 else 0, value=value,
-            costs=tuple(int(x) for x in costs[i]), values=tuple(float(x) for x in values[i]),
+            cost=int(costs[i][c]) if c >= 0 else 0, value=value,
+            costs=tuple(int(x) for x in costs[i]), values=tuple(value_rows[i]),
         ))
     fields["tokens"] = int(fields["tokens"])
     fields["naive_tokens"] = int(fields["naive_tokens"])
