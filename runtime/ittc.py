@@ -18,9 +18,14 @@ and the line terminated by ``\\n``. Names are sanitised (every whitespace run, l
 included, becomes one space; lone surrogates become ``?``), so each line is exactly one line
 and starts with a non-space character. Under cl100k_base's pre-tokeniser no token then spans a
 line boundary, so the token count of the joined text is the sum of the line costs
-(tests/test_ittc.py checks this on random unicode); the encoder still re-counts the final text
-and repairs it if it were ever over (``Encoding.repairs``, expected 0). Cost c = tokens of the
-line including its newline. Value v = β_k·α(t)·H(O|R=r), β = (0.5, 0.8, 1.0), α = λ_boost = 3
+(tests/test_ittc.py checks this on random unicode). Cost c = tokens of the line including its
+newline. No token spans two fields either (a field starts and ends with a non-space, the
+separator starts with a space: ``tokens.splits``), so c is the sum of the memoised counts of the
+line's fields, each with its separator or newline attached; a new triple of entities seen
+before costs no tokenizer call. The final text is counted on itself — ``tokens.count_joined``
+over its lines, exact because it checks every line boundary — and repaired if it were ever
+over (``Encoding.repairs``, expected 0). An injected ``count`` counts every line and the
+final text whole. Value v = β_k·α(t)·H(O|R=r), β = (0.5, 0.8, 1.0), α = λ_boost = 3
 when the triple touches a query or candidate entity (``focus``), else 1. H(O|R=r) below
 :data:`ENTROPY_FLOOR` (1e-6, i.e. 0 for functional relations) is raised to the floor, so such
 triples still prefer richer renderings when they fit (deterministically, at a negligible value);
@@ -175,17 +180,23 @@ class KnowledgeTriple:
     source: str = ""
 
     def __post_init__(self):
-        try:
-            h = float(self.tail_entropy)
-        except (TypeError, ValueError):
-            h = math.nan
-        if isinstance(self.tail_entropy, bool) or not math.isfinite(h) or h < 0:
-            raise ValueError(f"tail_entropy must be a finite number ≥ 0; got {self.tail_entropy!r}")
-        object.__setattr__(self, "tail_entropy", h)
+        # The runtime builds dozens a question, already typed: only other values are converted.
+        if type(self.tail_entropy) is not float or not 0.0 <= self.tail_entropy < math.inf:
+            try:
+                h = float(self.tail_entropy)
+            except (TypeError, ValueError):
+                h = math.nan
+            if isinstance(self.tail_entropy, bool) or not math.isfinite(h) or h < 0:
+                raise ValueError(
+                    f"tail_entropy must be a finite number ≥ 0; got {self.tail_entropy!r}")
+            object.__setattr__(self, "tail_entropy", h)
         for name in ("subject_aliases", "object_aliases"):  # hashable: renderings are memoised
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+            if type(getattr(self, name)) is not tuple:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         for name in ("subject_attributes", "object_attributes"):
-            object.__setattr__(self, name, tuple(tuple(kv) for kv in getattr(self, name)))
+            pairs = getattr(self, name)
+            if type(pairs) is not tuple or any(type(kv) is not tuple for kv in pairs):
+                object.__setattr__(self, name, tuple(tuple(kv) for kv in pairs))
 
 
 _WHITESPACE = re.compile(r"\s+")
@@ -234,39 +245,51 @@ def _entity_levels(name, etype, description, aliases, attributes) -> tuple[str, 
     return text, balanced, verbose
 
 
-@lru_cache(maxsize=1 << 16)
-def _rendered(subject: tuple[str, str, str], relation, obj: tuple[str, str, str], source,
-              order: tuple[str, str, str]) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
-    """(lines, parts) of a triple whose entities are already at their three granularities:
-    per granularity the line and the fields it joins, the separator leading each field but
-    the first and the newline ending the last (so ``"".join(parts[k]) == lines[k]``).
+@lru_cache(maxsize=1 << 10)
+def _relation_levels(relation) -> tuple[str, str, str]:
+    """A relation at the three granularities (always its name alone)."""
+    text = _clean(relation) or "?"
+    return text, text, text
 
-    Memoised: a question's triples recur in later questions."""
-    relation = _clean(relation) or "?"
-    components = {"s": subject, "r": (relation, relation, relation), "o": obj}
-    all_parts = []
-    for level in range(len(GRANULARITIES)):
-        fields = [components[c][level] for c in order]
-        if level == len(GRANULARITIES) - 1:
-            source = _shorten(source, MAX_SOURCE_CHARS)
-            if source:
-                fields.append(f"source: {source}")
-        fields[1:] = [SEPARATOR + f for f in fields[1:]]
-        fields[-1] += "\n"
-        all_parts.append(tuple(fields))
-    return tuple("".join(f) for f in all_parts), tuple(all_parts)
+
+#: Per granularity, what ends a field: nothing, the line's newline, or (the last component of
+#: a triple with a source, which only the verbose line shows) the newline but at verbose.
+_INNER, _LAST, _BEFORE_SOURCE, _SOURCE = ("", "", ""), ("\n",) * 3, ("\n", "\n", ""), ("", "", "\n")
+
+
+@lru_cache(maxsize=1 << 17)
+def _field(levels: tuple[str, str, str], lead: str,
+           tails: tuple[str, str, str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """One field of a line at the three granularities as the line holds it — ``lead`` (the
+    separator; "" for the first field) before, ``tails`` after, "" where the granularity
+    omits the field — and the cl100k count of each. A field starts and ends with a non-space
+    (:func:`_clean`) and a separator starts with a space, so no pre-token spans two fields
+    (tokens.splits) and a line's count is the sum of its fields'. Memoised: entities recur
+    across triples and questions, so a new triple of known entities costs no tokenizer call."""
+    assert all(not x or not (x[0].isspace() or x[-1].isspace()) for x in levels), levels
+    texts = tuple(lead + x + tail if x else "" for x, tail in zip(levels, tails))
+    return texts, tuple(count_tokens(x) for x in texts)
 
 
 def _render(triple: KnowledgeTriple, order: tuple[str, str, str]):
-    """:func:`_rendered` of ``triple`` (its entities through the memoised :func:`_entity_levels`)."""
+    """(lines, cl100k costs) of ``triple`` at the three granularities, components in
+    ``order``; each line ends with its newline."""
     t = triple
-    return _rendered(
-        _entity_levels(t.subject, t.subject_type, t.subject_description, t.subject_aliases,
-                       t.subject_attributes),
-        t.relation,
-        _entity_levels(t.object, t.object_type, t.object_description, t.object_aliases,
-                       t.object_attributes),
-        t.source, order)
+    components = {
+        "s": _entity_levels(t.subject, t.subject_type, t.subject_description, t.subject_aliases,
+                            t.subject_attributes),
+        "r": _relation_levels(t.relation),
+        "o": _entity_levels(t.object, t.object_type, t.object_description, t.object_aliases,
+                            t.object_attributes),
+    }
+    source = _shorten(t.source, MAX_SOURCE_CHARS) if t.source else ""
+    first, middle, last = (components[c] for c in order)
+    fields = [_field(first, "", _INNER), _field(middle, SEPARATOR, _INNER),
+              _field(last, SEPARATOR, _BEFORE_SOURCE if source else _LAST)]
+    if source:
+        fields.append(_field(("", "", f"source: {source}"), SEPARATOR, _SOURCE))
+    lines = tuple(map("".join, zip(*(texts for texts, _ in fields))))
+    return lines, tuple(map(sum, zip(*(costs for _, costs in fields))))
 
 
 def render_levels(triple: KnowledgeTriple, order: Sequence[str]) -> tuple[str, str, str]:
@@ -458,28 +481,19 @@ def naive_fits(naive_tokens: int, budget: int) -> bool:
     return NAIVE_DEN * naive_tokens <= NAIVE_NUM * budget
 
 
-@lru_cache(maxsize=1 << 16)
-def _cl100k_costs(parts: tuple[tuple[str, ...], ...]) -> tuple[int, ...]:
-    """cl100k cost of each granularity's line from :func:`_rendered`'s parts. Every field
-    starts and ends with a non-space and the next part starts with the separator's space, so
-    ``count_joined`` sums the fields' memoised counts: exact, and a new triple of known
-    entities costs no tokenizer call. Memoised per rendered triple."""
-    return tuple(count_joined(level) for level in parts)
-
-
 def _costed(triples: list[KnowledgeTriple], order, count) -> tuple[list, list]:
-    """Each triple's three lines and their token costs (lists of 3-tuples): from
-    :func:`_cl100k_costs` with the cl100k counter, else ``count`` of each distinct line."""
+    """Each triple's three lines and their token costs (lists of 3-tuples): the cl100k costs
+    :func:`_render` sums from its fields, or ``count`` of each distinct line."""
     rendered = [_render(t, order) for t in triples]
     lines = [lines for lines, _ in rendered]
     if count is count_tokens:
-        return lines, [_cl100k_costs(parts) for _, parts in rendered]
+        return lines, [costs for _, costs in rendered]
     costs = []
     for row in lines:
         known: dict[str, int] = {}
         for line in row:
             if line not in known:
-                known[line] = count(line)
+                known[line] = int(count(line))
         costs.append(tuple(known[line] for line in row))
     return lines, costs
 
@@ -579,7 +593,7 @@ def _select(costs: np.ndarray, values: np.ndarray, ranked: list[int], budget: in
 
 def _assemble(triples, lines, costs, values, choices, *, started: float, **fields) -> Encoding:
     """The Encoding of a finished selection (``choices[i]`` = granularity index, -1 dropped;
-    ``costs`` one tuple of ints per triple)."""
+    ``costs`` one sequence of Python ints per triple)."""
     items = []
     total_value = 0.0
     value_rows = values.tolist()
@@ -591,8 +605,8 @@ def _assemble(triples, lines, costs, values, choices, *, started: float, **field
             index=i, rank=t.rank, score=float(t.score),
             granularity=GRANULARITIES[c] if c >= 0 else None,
             line=lines[i][c] if c >= 0 else "",
-            cost=int(costs[i][c]) if c >= 0 else 0, value=value,
-            costs=tuple(int(x) for x in costs[i]), values=tuple(value_rows[i]),
+            cost=costs[i][c] if c >= 0 else 0, value=value,
+            costs=tuple(costs[i]), values=tuple(value_rows[i]),
         ))
     fields["tokens"] = int(fields["tokens"])
     fields["naive_tokens"] = int(fields["naive_tokens"])
@@ -635,7 +649,7 @@ def encode_uniform(triples: Sequence[KnowledgeTriple], budget: int, *, level: st
         text = "".join(lines[i][k] for i in kept)
         tokens = count(text)
     naive_tokens = count("".join(lines[i][-1] for i in ranked))  # T_naive: all verbose
-    return _assemble(triples, lines, costs, values, choices, text=text, tokens=tokens,
+    return _assemble(triples, lines, costs.tolist(), values, choices, text=text, tokens=tokens,
                      order=UNIFORM_ORDER, mode="uniform", budget=int(budget),
                      naive_tokens=naive_tokens, dropped=n - len(kept), solve_ms=0.0,
                      started=started)

@@ -154,6 +154,8 @@ def count_joined(parts: Sequence[str], counts: Sequence[int] | None = None) -> i
     parts' counts (``counts`` when the caller has them, else memoised :func:`count_tokens`),
     where parts meeting at a boundary a pre-token could span (see :func:`splits`) are joined
     and counted together."""
+    if all(parts) and all(map(splits, parts[:-1], parts[1:])):  # the usual case: ITTC's lines
+        return sum(map(count_tokens, parts)) if counts is None else sum(counts)
     chunks: list[list] = []  # [text, known count or None]
     for i, part in enumerate(parts):
         if not part:
