@@ -411,15 +411,17 @@ class Runtime:
         ``rel_term(path)``: the query-relation term, added to S_topo for the final ranking."""
         best: dict[int, tuple[float, int, PathRow]] = {}
         sources = {}
+        linked = set(heads)
         for h in heads:
             paths, source = self.paths(h)
             sources[h] = source
             for p in paths:
                 a = p[3][-1]
-                if a in heads:
+                if a in linked:
                     continue
                 key = p[0] if rel_term is None else p[0] + rel_term(p)
-                if a not in best or key > best[a][0]:
+                held = best.get(a)
+                if held is None or key > held[0]:
                     best[a] = (key, h, p)
         lam = float(self.settings["lambda_q"])
         cands = []
