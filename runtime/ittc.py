@@ -283,13 +283,17 @@ def _render(triple: KnowledgeTriple, order: tuple[str, str, str]):
                             t.object_attributes),
     }
     source = _shorten(t.source, MAX_SOURCE_CHARS) if t.source else ""
-    first, middle, last = (components[c] for c in order)
-    fields = [_field(first, "", _INNER), _field(middle, SEPARATOR, _INNER),
-              _field(last, SEPARATOR, _BEFORE_SOURCE if source else _LAST)]
+    (a, ac), (b, bc), (c, cc) = (
+        _field(components[order[0]], "", _INNER), _field(components[order[1]], SEPARATOR, _INNER),
+        _field(components[order[2]], SEPARATOR, _BEFORE_SOURCE if source else _LAST))
+    # spelled out per granularity: this runs for every triple of every question
+    lines = [a[0] + b[0] + c[0], a[1] + b[1] + c[1], a[2] + b[2] + c[2]]
+    costs = [ac[0] + bc[0] + cc[0], ac[1] + bc[1] + cc[1], ac[2] + bc[2] + cc[2]]
     if source:
-        fields.append(_field(("", "", f"source: {source}"), SEPARATOR, _SOURCE))
-    lines = tuple(map("".join, zip(*(texts for texts, _ in fields))))
-    return lines, tuple(map(sum, zip(*(costs for _, costs in fields))))
+        (_, _, tail), (_, _, tail_cost) = _field(("", "", f"source: {source}"), SEPARATOR, _SOURCE)
+        lines[2] += tail
+        costs[2] += tail_cost
+    return tuple(lines), tuple(costs)
 
 
 def render_levels(triple: KnowledgeTriple, order: Sequence[str]) -> tuple[str, str, str]:
