@@ -245,7 +245,7 @@ def _entity_levels(name, etype, description, aliases, attributes) -> tuple[str, 
     return text, balanced, verbose
 
 
-@lru_cache(maxsize=1 << 10)
+@lru_cache(maxsize=1 << 12)
 def _relation_levels(relation) -> tuple[str, str, str]:
     """A relation at the three granularities (always its name alone)."""
     text = _clean(relation) or "?"
