@@ -11,14 +11,23 @@ runs ``Runtime.ask(..., llm="none")``: link, TAIMR retrieval (path cache, cold h
 ITTC encoding — everything but the LLM, which the figure excludes by design (issue 5).
 
 Reported: store open (ms), resident memory after open and after the run (MiB, psutil when
-installed else /proc), per-question total and per-step p50 / p99 / mean (ms), ITTC mode counts,
-cache hits vs computed heads. The first ``--warmup`` questions are not timed (tokenizer load,
-bucket reads). Targets (issue 5): p50 ≤ 5 ms, p99 ≤ 50 ms on 2 cores.
+installed else /proc), per-question total and per-step p50 / p99 / mean (ms) — ask()'s laps
+(``llm`` with llm none is building the prompt and counting its overhead), its ``encode`` lap
+split into ``knowledge`` (the KnowledgeTriples) and ``ittc`` (of which ``solve`` is the
+knapsack) and ``total cpu`` (the process's CPU time for the question, which preemption by
+other jobs on a shared machine does not inflate) — ITTC mode counts, cache hits vs computed heads, and a sha256 of every answer,
+token count and emitted line, so two versions of the code can be checked for equal outputs.
+The first ``--warmup`` questions are not timed (tokenizer load, bucket reads); the first read of
+each path-cache bucket still lands in the timed questions unless ``--warm-buckets`` reads them
+all first. Targets (issue
+5): p50 ≤ 5 ms, p99 ≤ 50 ms on 2 cores; with ``--encoder-off`` (no torch model: λ_q 0, no
+relation-knowledge term or chain boost) p50 ≤ 2 ms, p99 ≤ 20 ms.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -29,8 +38,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from runtime import ittc  # noqa: E402
 from runtime.config import DEFAULT_BUDGET  # noqa: E402
-
 from runtime.query import Runtime  # noqa: E402
 
 
@@ -69,6 +78,28 @@ def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
 
+class EncodeClock:
+    """Wraps ``ittc.encode`` (called by ask() as a module attribute) to keep the last
+    Encoding's own timings, so ask()'s encode lap splits into building the KnowledgeTriples
+    and ITTC itself (of which ``solve`` is the knapsack)."""
+
+    def __init__(self):
+        self.inner, self.last = ittc.encode, None
+        ittc.encode = self
+
+    def __call__(self, *args, **kw):
+        self.last = self.inner(*args, **kw)
+        return self.last
+
+    def steps(self, answer) -> dict[str, float]:
+        out = dict(answer.timings)
+        if "encode" in out and self.last is not None:
+            out["knowledge"] = max(out["encode"] - self.last.encode_ms, 0.0)
+            out["ittc"], out["solve"] = self.last.encode_ms, self.last.solve_ms
+        self.last = None
+        return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", required=True)
@@ -79,11 +110,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lambda-q", type=float,
                         help="override query.lambda_q; 0 skips the question embedding")
+    parser.add_argument("--encoder-off", action="store_true",
+                        help="no torch model at all: lambda_q 0, relation_weight 0, chain_boost "
+                             "off")
+    parser.add_argument("--warm-buckets", action="store_true",
+                        help="read every path-cache bucket before timing (a long-running "
+                             "service's steady state)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
 
     rss0 = rss_mib()
     settings = {} if args.lambda_q is None else {"lambda_q": args.lambda_q}
+    if args.encoder_off:
+        settings.update(lambda_q=0.0, relation_weight=0.0, chain_boost=False)
     rt = Runtime.open(args.store, **settings)
     rss_open = rss_mib()
     if args.questions_file:
@@ -92,14 +131,24 @@ def main(argv: list[str] | None = None) -> int:
         questions = store_questions(rt, args.questions + args.warmup, args.seed)
     for q, ents in questions[: args.warmup]:
         rt.ask(q, entities=ents, budget=args.budget)
+    if args.warm_buckets and rt.path_cache is not None:
+        for head in range(min(rt.n_entities, rt.path_cache.buckets)):  # head % buckets: each once
+            rt.paths(head)
+    clock = EncodeClock()
     steps: dict[str, list[float]] = {}
     modes, sources, statuses = Counter(), Counter(), Counter()
+    digest = hashlib.sha256()
     for q, ents in questions[args.warmup:]:
+        cpu = time.process_time()
         answer = rt.ask(q, entities=ents, budget=args.budget)
+        cpu = (time.process_time() - cpu) * 1000.0
+        audit = {k: v for k, v in answer.encoding.items() if k != "solve_ms"}
+        digest.update(json.dumps([answer.answers, answer.tokens, answer.triples, audit],
+                                 default=str).encode())
         statuses[answer.status] += 1
         modes[answer.encoding.get("mode", "-")] += 1
         sources.update((answer.encoding.get("paths") or {}).values())
-        for step, ms in answer.timings.items():
+        for step, ms in {**clock.steps(answer), "total cpu": cpu}.items():
             steps.setdefault(step, []).append(ms)
     result = {
         "store": args.store, "build_id": rt.build_id, "lambda_q": rt.settings["lambda_q"], "entities": rt.n_entities,
@@ -109,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         "ms": {step: {"p50": round(pct(v, 50), 3), "p99": round(pct(v, 99), 3),
                       "mean": round(float(np.mean(v)), 3)} for step, v in steps.items()},
         "modes": dict(modes), "paths": dict(sources), "status": dict(statuses),
+        "outputs_sha256": digest.hexdigest(),
     }
     if args.json:
         print(json.dumps(result))
@@ -118,10 +168,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{result['rss_end_mib']:.0f} MiB at the end")
     print(f"{result['questions']} questions, budget {args.budget}, llm none, "
           f"lambda_q {rt.settings['lambda_q']}; status {dict(statuses)}")
-    print(f"{'step':<10}{'p50 ms':>10}{'p99 ms':>10}{'mean ms':>10}")
+    print(f"{'step':<12}{'p50 ms':>10}{'p99 ms':>10}{'mean ms':>10}")
     for step, row in result["ms"].items():
-        print(f"{step:<10}{row['p50']:>10.3f}{row['p99']:>10.3f}{row['mean']:>10.3f}")
+        print(f"{step:<12}{row['p50']:>10.3f}{row['p99']:>10.3f}{row['mean']:>10.3f}")
     print(f"ITTC modes {dict(modes)}; heads {dict(sources)}")
+    print(f"outputs sha256 {result['outputs_sha256']}")
     return 0
 
 

@@ -18,9 +18,14 @@ and the line terminated by ``\\n``. Names are sanitised (every whitespace run, l
 included, becomes one space; lone surrogates become ``?``), so each line is exactly one line
 and starts with a non-space character. Under cl100k_base's pre-tokeniser no token then spans a
 line boundary, so the token count of the joined text is the sum of the line costs
-(tests/test_ittc.py checks this on random unicode); the encoder still re-counts the final text
-and repairs it if it were ever over (``Encoding.repairs``, expected 0). Cost c = tokens of the
-line including its newline. Value v = β_k·α(t)·H(O|R=r), β = (0.5, 0.8, 1.0), α = λ_boost = 3
+(tests/test_ittc.py checks this on random unicode). Cost c = tokens of the line including its
+newline. No token spans two fields either (a field starts and ends with a non-space, the
+separator starts with a space: ``tokens.splits``), so c is the sum of the memoised counts of the
+line's fields, each with its separator or newline attached; a new triple of entities seen
+before costs no tokenizer call. The final text is counted on itself — ``tokens.count_joined``
+over its lines, exact because it checks every line boundary — and repaired if it were ever
+over (``Encoding.repairs``, expected 0). An injected ``count`` counts every line and the
+final text whole. Value v = β_k·α(t)·H(O|R=r), β = (0.5, 0.8, 1.0), α = λ_boost = 3
 when the triple touches a query or candidate entity (``focus``), else 1. H(O|R=r) below
 :data:`ENTROPY_FLOOR` (1e-6, i.e. 0 for functional relations) is raised to the floor, so such
 triples still prefer richer renderings when they fit (deterministically, at a negligible value);
@@ -48,8 +53,8 @@ from itertools import permutations
 
 import numpy as np
 
-from runtime.tokens import count_tokens
 from runtime.errors import LokgError
+from runtime.tokens import count_joined, count_tokens
 
 COMPONENTS = ("s", "r", "o")
 #: The six component orders, in the fixed enumeration used as the last tie-break.
@@ -176,17 +181,23 @@ class KnowledgeTriple:
     source: str = ""
 
     def __post_init__(self):
-        try:
-            h = float(self.tail_entropy)
-        except (TypeError, ValueError):
-            h = math.nan
-        if isinstance(self.tail_entropy, bool) or not math.isfinite(h) or h < 0:
-            raise ValueError(f"tail_entropy must be a finite number ≥ 0; got {self.tail_entropy!r}")
-        object.__setattr__(self, "tail_entropy", h)
+        # The runtime builds dozens a question, already typed: only other values are converted.
+        if type(self.tail_entropy) is not float or not 0.0 <= self.tail_entropy < math.inf:
+            try:
+                h = float(self.tail_entropy)
+            except (TypeError, ValueError):
+                h = math.nan
+            if isinstance(self.tail_entropy, bool) or not math.isfinite(h) or h < 0:
+                raise ValueError(
+                    f"tail_entropy must be a finite number ≥ 0; got {self.tail_entropy!r}")
+            object.__setattr__(self, "tail_entropy", h)
         for name in ("subject_aliases", "object_aliases"):  # hashable: renderings are memoised
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+            if type(getattr(self, name)) is not tuple:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         for name in ("subject_attributes", "object_attributes"):
-            object.__setattr__(self, name, tuple(tuple(kv) for kv in getattr(self, name)))
+            pairs = getattr(self, name)
+            if type(pairs) is not tuple or any(type(kv) is not tuple for kv in pairs):
+                object.__setattr__(self, name, tuple(tuple(kv) for kv in pairs))
 
 
 _WHITESPACE = re.compile(r"\s+")
@@ -235,27 +246,61 @@ def _entity_levels(name, etype, description, aliases, attributes) -> tuple[str, 
     return text, balanced, verbose
 
 
-def render_levels(triple: KnowledgeTriple, order: Sequence[str]) -> tuple[str, str, str]:
-    """The (compact, balanced, verbose) lines of ``triple``, components in ``order``, each
-    ending with its newline."""
+@lru_cache(maxsize=1 << 12)
+def _relation_levels(relation) -> tuple[str, str, str]:
+    """A relation at the three granularities (always its name alone)."""
+    text = _clean(relation) or "?"
+    return text, text, text
+
+
+#: Per granularity, what ends a field: nothing, the line's newline, or (the last component of
+#: a triple with a source, which only the verbose line shows) the newline but at verbose.
+_INNER, _LAST, _BEFORE_SOURCE, _SOURCE = ("", "", ""), ("\n",) * 3, ("\n", "\n", ""), ("", "", "\n")
+
+
+@lru_cache(maxsize=1 << 17)
+def _field(levels: tuple[str, str, str], lead: str,
+           tails: tuple[str, str, str]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """One field of a line at the three granularities as the line holds it — ``lead`` (the
+    separator; "" for the first field) before, ``tails`` after, "" where the granularity
+    omits the field — and the cl100k count of each. A field starts and ends with a non-space
+    (:func:`_clean`) and a separator starts with a space, so no pre-token spans two fields
+    (tokens.splits) and a line's count is the sum of its fields'. Memoised: entities recur
+    across triples and questions, so a new triple of known entities costs no tokenizer call."""
+    assert all(not x or not (x[0].isspace() or x[-1].isspace()) for x in levels), levels
+    texts = tuple(lead + x + tail if x else "" for x, tail in zip(levels, tails))
+    return texts, tuple(count_tokens(x) for x in texts)
+
+
+def _render(triple: KnowledgeTriple, order: tuple[str, str, str]):
+    """(lines, cl100k costs) of ``triple`` at the three granularities, components in
+    ``order``; each line ends with its newline."""
     t = triple
-    relation = _clean(t.relation) or "?"
-    parts = {
+    components = {
         "s": _entity_levels(t.subject, t.subject_type, t.subject_description, t.subject_aliases,
                             t.subject_attributes),
-        "r": (relation, relation, relation),
+        "r": _relation_levels(t.relation),
         "o": _entity_levels(t.object, t.object_type, t.object_description, t.object_aliases,
                             t.object_attributes),
     }
-    lines = []
-    for level in range(len(GRANULARITIES)):
-        fields = [parts[c][level] for c in order]
-        if level == len(GRANULARITIES) - 1:
-            source = _shorten(t.source, MAX_SOURCE_CHARS)
-            if source:
-                fields.append(f"source: {source}")
-        lines.append(SEPARATOR.join(fields) + "\n")
-    return tuple(lines)  # type: ignore[return-value]
+    source = _shorten(t.source, MAX_SOURCE_CHARS) if t.source else ""
+    (a, ac), (b, bc), (c, cc) = (
+        _field(components[order[0]], "", _INNER), _field(components[order[1]], SEPARATOR, _INNER),
+        _field(components[order[2]], SEPARATOR, _BEFORE_SOURCE if source else _LAST))
+    # spelled out per granularity: this runs for every triple of every question
+    lines = [a[0] + b[0] + c[0], a[1] + b[1] + c[1], a[2] + b[2] + c[2]]
+    costs = [ac[0] + bc[0] + cc[0], ac[1] + bc[1] + cc[1], ac[2] + bc[2] + cc[2]]
+    if source:
+        (_, _, tail), (_, _, tail_cost) = _field(("", "", f"source: {source}"), SEPARATOR, _SOURCE)
+        lines[2] += tail
+        costs[2] += tail_cost
+    return tuple(lines), tuple(costs)
+
+
+def render_levels(triple: KnowledgeTriple, order: Sequence[str]) -> tuple[str, str, str]:
+    """The (compact, balanced, verbose) lines of ``triple``, components in ``order``, each
+    ending with its newline."""
+    return _render(triple, tuple(order))[0]  # type: ignore[return-value]
 
 
 def render(triple: KnowledgeTriple, order: Sequence[str], level: int | str) -> str:
@@ -431,14 +476,44 @@ class Encoding:
 def triple_values(triple: KnowledgeTriple, beta: Sequence[float] = BETA,
                   boost: float = LAMBDA_BOOST) -> tuple[float, ...]:
     """v_k = β_k · α(t) · max(H(O|R=r), ENTROPY_FLOOR) for each granularity k."""
-    alpha = boost if triple.focus else 1.0
-    h = max(float(triple.tail_entropy), ENTROPY_FLOOR)
-    return tuple(b * alpha * h for b in beta)
+    return tuple(_values([triple], beta, boost)[0].tolist())
+
+
+def _values(triples: Sequence[KnowledgeTriple], beta: Sequence[float], boost: float) -> np.ndarray:
+    """:func:`triple_values` of every triple as an N×K array, in one vectorised pass."""
+    alpha = np.array([boost if t.focus else 1.0 for t in triples], dtype=np.float64)
+    h = np.maximum(np.array([t.tail_entropy for t in triples], dtype=np.float64), ENTROPY_FLOOR)
+    return (np.asarray(beta, dtype=np.float64)[None, :] * alpha[:, None]) * h[:, None]
 
 
 def naive_fits(naive_tokens: int, budget: int) -> bool:
     """The 0.7·B rule, inclusive and exact: T_naive ≤ 0.7·B ⇔ 10·T_naive ≤ 7·B."""
     return NAIVE_DEN * naive_tokens <= NAIVE_NUM * budget
+
+
+def _costed(triples: list[KnowledgeTriple], order, count) -> tuple[list, list]:
+    """Each triple's three lines and their token costs (lists of 3-tuples): the cl100k costs
+    :func:`_render` sums from its fields, or ``count`` of each distinct line."""
+    rendered = [_render(t, order) for t in triples]
+    lines = [lines for lines, _ in rendered]
+    if count is count_tokens:
+        return lines, [costs for _, costs in rendered]
+    costs = []
+    for row in lines:
+        known: dict[str, int] = {}
+        for line in row:
+            if line not in known:
+                known[line] = int(count(line))
+        costs.append(tuple(known[line] for line in row))
+    return lines, costs
+
+
+def _joined(lines: list[str], costs: list[int], count) -> tuple[str, int]:
+    """The emitted text and its tokens, counted on that text: ``count`` of it, or with the
+    cl100k counter ``count_joined`` over its lines (exact: a line ends with its newline and
+    the next starts with a non-space, so no pre-token spans two lines)."""
+    text = "".join(lines)
+    return text, count_joined(lines, costs) if count is count_tokens else count(text)
 
 
 def encode(
@@ -468,80 +543,79 @@ def encode(
     triples = list(triples)
     n = len(triples)
     ranked = sorted(range(n), key=lambda i: (triples[i].rank, i))  # best first
-
-    lines = [render_levels(t, order) for t in triples]
-    costs = np.zeros((n, len(GRANULARITIES)), dtype=np.int64)
-    for i, row in enumerate(lines):
-        known: dict[str, int] = {}
-        for level, line in enumerate(row):
-            if line not in known:
-                known[line] = count(line)
-            costs[i, level] = known[line]
-    values = np.array([triple_values(t, beta, boost) for t in triples], dtype=np.float64)
-    values = values.reshape(n, len(GRANULARITIES))
-
-    verbose = len(GRANULARITIES) - 1
-    naive_text = "".join(lines[i][verbose] for i in ranked)
+    lines, cost_rows = _costed(triples, order, count)
+    costs = np.array(cost_rows, dtype=np.int64).reshape(n, len(GRANULARITIES))
+    values = _values(triples, beta, boost)
     # Lines are additive under cl100k (module docstring), so T_naive is the sum of the verbose
-    # costs; the text actually emitted is always recounted below.
-    naive_tokens = int(costs[:, verbose].sum())
+    # costs; the text actually emitted is always counted on itself.
+    naive_tokens = int(costs[:, -1].sum())
+    choices, kept, dropped, mode, solve_ms = _select(costs, values, ranked, budget,
+                                                     dp_max_budget, naive_tokens)
 
-    choices = np.full(n, -1, dtype=np.int64)  # -1 = dropped
-    solve_ms = 0.0
-    dropped = 0
+    def emit() -> tuple[str, int]:
+        return _joined([lines[i][choices[i]] for i in kept],
+                       [cost_rows[i][choices[i]] for i in kept], count)
+
+    text, tokens = emit()
     repairs = 0
-    if naive_fits(naive_tokens, budget):
-        mode = "naive"
-        choices[:] = verbose
-        text, tokens = naive_text, count(naive_text)
-    else:
-        mode = "dp" if budget <= dp_max_budget else "greedy"
-        kept = list(ranked)
-        compact_total = int(costs[kept, 0].sum())
-        while kept and compact_total > budget:
-            compact_total -= int(costs[kept.pop(), 0])
+    # The line costs are additive under cl100k for these lines, so this never runs; it keeps
+    # the hard bound even if a tokenizer change broke additivity.
+    while tokens > budget:
+        repairs += 1
+        upgraded = [i for i in kept if choices[i] > 0]
+        if upgraded:
+            choices[upgraded[-1]] -= 1
+        else:
+            choices[kept.pop()] = -1
             dropped += 1
-        idx = np.array(kept, dtype=np.int64)
-        t0 = time.perf_counter()
-        if kept:
-            solver = solve_mckp if mode == "dp" else solve_greedy
-            chosen, _ = solver(costs[idx], values[idx], budget)
-            choices[idx] = chosen
-        solve_ms = (time.perf_counter() - t0) * 1000.0
-        text = "".join(lines[i][choices[i]] for i in kept)
-        tokens = count(text)
-        # The line costs are additive under cl100k for these lines, so this never runs; it
-        # keeps the hard bound even if a tokenizer change broke additivity.
-        while tokens > budget:
-            repairs += 1
-            upgraded = [i for i in kept if choices[i] > 0]
-            if upgraded:
-                choices[upgraded[-1]] -= 1
-            else:
-                choices[kept.pop()] = -1
-                dropped += 1
-            text = "".join(lines[i][choices[i]] for i in kept)
-            tokens = count(text)
-
-    return _assemble(triples, lines, costs, values, choices, text=text, tokens=tokens,
+        text, tokens = emit()
+    return _assemble(triples, lines, cost_rows, values, choices, text=text, tokens=tokens,
                      order=order, mode=mode, budget=budget, naive_tokens=naive_tokens,
                      dropped=dropped, solve_ms=solve_ms, started=started, repairs=repairs)
 
 
+def _select(costs: np.ndarray, values: np.ndarray, ranked: list[int], budget: int,
+            dp_max_budget: int, naive_tokens: int):
+    """(choices, kept, dropped, mode, solve_ms): the naive rule, else drop the lowest-ranked
+    until all-compact fits and solve the MCKP over the rest (DP up to ``dp_max_budget``).
+    ``choices[i]`` is the granularity index, -1 dropped; ``kept`` is in rank order."""
+    n = len(ranked)
+    if naive_fits(naive_tokens, budget):
+        return [len(GRANULARITIES) - 1] * n, list(ranked), 0, "naive", 0.0
+    mode = "dp" if budget <= dp_max_budget else "greedy"
+    choices = [-1] * n
+    kept = list(ranked)
+    dropped = 0
+    compact_total = int(costs[kept, 0].sum())
+    while kept and compact_total > budget:
+        compact_total -= int(costs[kept.pop(), 0])
+        dropped += 1
+    t0 = time.perf_counter()
+    if kept:
+        idx = np.array(kept, dtype=np.int64)
+        solver = solve_mckp if mode == "dp" else solve_greedy
+        chosen, _ = solver(costs[idx], values[idx], budget)
+        for i, c in zip(kept, chosen.tolist()):
+            choices[i] = c
+    return choices, kept, dropped, mode, (time.perf_counter() - t0) * 1000.0
+
+
 def _assemble(triples, lines, costs, values, choices, *, started: float, **fields) -> Encoding:
-    """The Encoding of a finished selection (``choices[i]`` = granularity index, -1 dropped)."""
+    """The Encoding of a finished selection (``choices[i]`` = granularity index, -1 dropped;
+    ``costs`` one sequence of Python ints per triple)."""
     items = []
     total_value = 0.0
+    value_rows = values.tolist()
     for i, t in enumerate(triples):
         c = int(choices[i])
-        value = float(values[i, c]) if c >= 0 else 0.0
+        value = value_rows[i][c] if c >= 0 else 0.0
         total_value += value
         items.append(EncodedTriple(
             index=i, rank=t.rank, score=float(t.score),
             granularity=GRANULARITIES[c] if c >= 0 else None,
             line=lines[i][c] if c >= 0 else "",
-            cost=int(costs[i, c]) if c >= 0 else 0, value=value,
-            costs=tuple(int(x) for x in costs[i]), values=tuple(float(x) for x in values[i]),
+            cost=costs[i][c] if c >= 0 else 0, value=value,
+            costs=tuple(costs[i]), values=tuple(value_rows[i]),
         ))
     fields["tokens"] = int(fields["tokens"])
     fields["naive_tokens"] = int(fields["naive_tokens"])
@@ -566,8 +640,7 @@ def encode_uniform(triples: Sequence[KnowledgeTriple], budget: int, *, level: st
     lines = [render_levels(t, UNIFORM_ORDER) for t in triples]
     costs = np.zeros((n, len(GRANULARITIES)), dtype=np.int64)
     costs[:, k] = [count(row[k]) for row in lines]
-    values = np.array([triple_values(t) for t in triples], dtype=np.float64).reshape(
-        n, len(GRANULARITIES))
+    values = _values(triples, BETA, LAMBDA_BOOST)
     choices = np.full(n, -1, dtype=np.int64)
     used = 0
     kept = []
@@ -584,7 +657,7 @@ def encode_uniform(triples: Sequence[KnowledgeTriple], budget: int, *, level: st
         text = "".join(lines[i][k] for i in kept)
         tokens = count(text)
     naive_tokens = count("".join(lines[i][-1] for i in ranked))  # T_naive: all verbose
-    return _assemble(triples, lines, costs, values, choices, text=text, tokens=tokens,
+    return _assemble(triples, lines, costs.tolist(), values, choices, text=text, tokens=tokens,
                      order=UNIFORM_ORDER, mode="uniform", budget=int(budget),
                      naive_tokens=naive_tokens, dropped=n - len(kept), solve_ms=0.0,
                      started=started)

@@ -621,15 +621,17 @@ class Runtime:
         λ_q·cos, or the cosine alone for ``similarity``."""
         best: dict[int, tuple[float, int, PathRow]] = {}
         sources = {}
-        term = plan.relation_term if plan.relation_weight else None
+        term = plan.relation_weight and plan.relation_term
+        linked = set(heads)
         for h in heads:
             paths, sources[h] = self.paths(h)
             for p in paths:
                 a = p[3][-1]
-                if a in heads:
+                if a in linked:
                     continue
-                key = p[0] if term is None else p[0] + term(p)
-                if a not in best or key > best[a][0]:
+                key = p[0] + term(p) if term else p[0]
+                held = best.get(a)
+                if held is None or key > held[0]:
                     best[a] = (key, h, p)
         lam = float(self.settings["lambda_q"])
         ranked = []

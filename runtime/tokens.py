@@ -18,6 +18,7 @@ import hashlib
 import os
 import tempfile
 import threading
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -110,11 +111,12 @@ def get_encoding() -> tiktoken.Encoding:
 
 
 #: Texts up to this many characters have their counts memoised: ITTC renders the same triple
-#: lines again and again across questions, and counting dominates its per-question time.
+#: lines and line fragments again and again across questions, and counting dominates its
+#: per-question time. Bounded (``_count_short``'s LRU), so memory stays flat.
 MEMO_MAX_CHARS = 512
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=1 << 17)
 def _count_short(text: str) -> int:
     return len(get_encoding().encode_ordinary(text))
 
@@ -124,6 +126,46 @@ def count_tokens(text: str) -> int:
     if len(text) <= MEMO_MAX_CHARS:
         return _count_short(text)
     return len(get_encoding().encode_ordinary(text))
+
+
+def splits(left: str, right: str) -> bool:
+    r"""True when no cl100k pre-token spans the boundary of ``left + right``, so its count is
+    ``count_tokens(left) + count_tokens(right)``.
+
+    tiktoken counts a text as the sum of the BPE counts of the pieces its pre-tokeniser
+    (:data:`PAT_STR`) finds, so additivity only needs the pieces to break at the boundary, in
+    two cases. (1) ``left`` ends in a non-space and ``right`` starts with a space: only the
+    leading optional character of the letter or punctuation patterns may be a space, and a
+    piece only starts with it; punctuation's trailing ``[\r\n]*`` never takes a space.
+    (2) ``left`` ends with ``\n`` and ``right`` starts with a non-space: every pattern that
+    takes a newline stops at the next non-space, and the whitespace run ending ``left`` is one
+    piece whether ``\s++$`` (alone) or ``\s*[\r\n]`` (joined) takes it. "Space" is Python's
+    ``str.isspace``, a superset of the regex's Unicode White_Space ``\s``, so a character this
+    calls a non-space is one there too. tests/test_tokens.py checks both on random unicode.
+    """
+    if not left or not right:
+        return True
+    if right[0] == " ":
+        return not left[-1].isspace()
+    return left[-1] == "\n" and not right[0].isspace()
+
+
+def count_joined(parts: Sequence[str], counts: Sequence[int] | None = None) -> int:
+    """Exact cl100k count of ``"".join(parts)`` without tokenising it whole: the sum of the
+    parts' counts (``counts`` when the caller has them, else memoised :func:`count_tokens`),
+    where parts meeting at a boundary a pre-token could span (see :func:`splits`) are joined
+    and counted together."""
+    if all(parts) and all(map(splits, parts[:-1], parts[1:])):  # the usual case: ITTC's lines
+        return sum(map(count_tokens, parts)) if counts is None else sum(counts)
+    chunks: list[list] = []  # [text, known count or None]
+    for i, part in enumerate(parts):
+        if not part:
+            continue
+        if chunks and not splits(chunks[-1][0], part):
+            chunks[-1] = [chunks[-1][0] + part, None]
+        else:
+            chunks.append([part, None if counts is None else counts[i]])
+    return sum(count_tokens(text) if known is None else known for text, known in chunks)
 
 
 def encode(text: str) -> list[int]:

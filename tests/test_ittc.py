@@ -30,7 +30,7 @@ from runtime.ittc import (
     solve_mckp,
     triple_values,
 )
-from runtime.tokens import count_tokens
+from runtime.tokens import count_tokens, get_encoding
 
 
 
@@ -190,6 +190,24 @@ def test_values_are_beta_alpha_entropy():
 def test_line_costs_add_up_to_the_joined_text(triples, order):
     lines = [line for t in triples for line in render_levels(t, order)]
     assert sum(count_tokens(line) for line in lines) == count_tokens("".join(lines))
+
+
+def _uncached(text: str) -> int:
+    """cl100k straight from tiktoken, every line and text whole: the reference for the
+    memoised, field-by-field counting the default counter does."""
+    return len(get_encoding().encode_ordinary(text))
+
+
+def _audit(enc) -> dict:
+    return {k: v for k, v in enc.to_dict().items() if k not in ("solve_ms", "encode_ms")}
+
+
+@given(knowledge_triples(), st.integers(1, 700), ORDER, st.booleans())
+def test_memoised_counting_gives_the_uncached_encoding(triples, budget, order, greedy):
+    dp_max = 0 if greedy else ittc.DP_MAX_BUDGET
+    reference = _audit(encode(triples, budget, order, dp_max_budget=dp_max, count=_uncached))
+    for _ in range(2):  # then with every memo warm
+        assert _audit(encode(triples, budget, order, dp_max_budget=dp_max)) == reference
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,15 +7,19 @@ import shutil
 import pytest
 import tiktoken
 import tiktoken.load
+from hypothesis import given
+from hypothesis import strategies as st
 
 from runtime import tokens
 from runtime.tokens import (
     BPE_CACHE_KEY,
     TokenizerUnavailable,
     bpe_path,
+    count_joined,
     count_tokens,
     get_encoding,
     load_cl100k,
+    splits,
 )
 
 SAMPLES = [
@@ -42,6 +46,34 @@ def test_matches_tiktoken_on_the_same_cached_file(text):
     reference = tiktoken.get_encoding("cl100k_base")
     assert get_encoding().encode_ordinary(text) == reference.encode_ordinary(text)
     assert count_tokens(text) == len(reference.encode_ordinary(text))
+
+
+def _tiktoken(text: str) -> int:
+    """The reference: the whole text through tiktoken, no memo, no splitting."""
+    return len(get_encoding().encode_ordinary(text))
+
+
+TRICKY = [" ", "\n", "\r\n", " \n", "\n\n", "'s", "'ll", "1234", ")", "(x)", " | ", "...",
+          "\t", "\u3000", "\u2028", "\x85", "\xa0", "\x1c", "\u180e", "東京", "🙂", "\ud83d",
+          "\ude00", "e\u0301", "$$ ", "<|endoftext|>"]
+PIECE = st.one_of(st.sampled_from(TRICKY), st.text(max_size=8),
+                  st.text(alphabet=st.characters(codec="utf-8"), max_size=6))
+
+
+@given(PIECE, PIECE)
+def test_splits_where_no_pre_token_spans_the_boundary(left, right):
+    # the two cases of splits(): non-space | space…, and …\n | non-space
+    for a, b in ((left.rstrip() or "x", " " + right), (left + "\n", right.lstrip() or "x")):
+        assert splits(a, b)
+        assert _tiktoken(a + b) == _tiktoken(a) + _tiktoken(b)
+
+
+@given(st.lists(st.lists(st.sampled_from(TRICKY + list("ab1.|")), max_size=4).map("".join),
+                max_size=8))
+def test_count_joined_is_the_count_of_the_joined_text(parts):
+    expected = _tiktoken("".join(parts))
+    assert count_joined(parts) == expected
+    assert count_joined(parts, [count_tokens(p) for p in parts]) == expected
 
 
 def test_special_token_lookalikes_are_counted_as_text():
