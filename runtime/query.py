@@ -60,6 +60,7 @@ from runtime.linker import Link, Linker, normalise, vector_fallback
 from runtime.llm import LLM, LLMError, make_llm
 from runtime.path_cache import PathCache, PathRow, path_rows, path_triples
 from runtime.query_stats import QUERY_STATS_FILE, query_stats, read_query_stats
+from runtime.question_encoder import CachedEmbeddings
 from runtime.relknow import Triple
 from runtime.tokens import count_tokens
 
@@ -195,6 +196,7 @@ class Runtime:
         self._llms: dict[str, LLM] = {}
         self._llm_lock = threading.Lock()
         self._encoder = None
+        self._spans: CachedEmbeddings | None = None
         self._encoder_error: str | None = None
         self._fields: dict[int, tuple[str, str, tuple, tuple]] = {}
         self._cold: OrderedDict[int, list[PathRow]] = OrderedDict()
@@ -327,6 +329,12 @@ class Runtime:
                 except Exception as exc:  # ImportError without torch, or a bad model path
                     self._encoder_error = f"encoder unavailable: {exc}"
         return self._encoder
+
+    def _span_embedder(self) -> CachedEmbeddings | None:
+        """The encoder for question spans, through a cache: spans recur across questions."""
+        if self._spans is None and self.encoder() is not None:
+            self._spans = CachedEmbeddings(self.encoder())
+        return self._spans
 
     def _embed(self, masked: str | None, plain: str | None
                ) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -513,9 +521,8 @@ class Runtime:
         masked = relknow.mask_topic(req.question, forms)
         with_plain = req.policy != "precision" and self._wants_question_vector(req, linked_vec)
         masked_vec, batch_vec = self._embed(masked, req.question if with_plain else None)
-        enc = self.encoder()
         assessment = know.assess(masked, heads, facts, q_vec=masked_vec,
-                                 embed=None if enc is None else enc.encode_queries)
+                                 embed=self._span_embedder())
         gate = know.precision_gate if req.policy == "precision" else know.route_gate
         passed, reason = (False, "") if req.policy == "lokg" else gate.check(
             assessment.prediction, assessment.derivation, assessment.consistency)

@@ -5,7 +5,11 @@ store's model, else sentence-transformers. A module of its own because it choose
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+
+import numpy as np
 
 from runtime import numpy_bert
 from runtime.encoder import EncoderError, SentenceEncoder, spec_model_dir
@@ -41,3 +45,32 @@ def query_encoder(spec: Mapping, backend: str = "auto", threads: int | None = No
 
         torch.set_num_threads(int(threads))
     return encoder
+
+
+class CachedEmbeddings:
+    """``encode_queries`` for short texts that recur across questions (the question spans the
+    zero-shot matcher compares with relation names): each text's vector is kept in a bounded
+    LRU, and the texts not held are embedded together in one batch."""
+
+    def __init__(self, encoder, capacity: int = 4096):
+        self.encoder = encoder
+        self.capacity = int(capacity)
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            held = {t: self._vectors[t] for t in texts if t in self._vectors}
+            for t in held:
+                self._vectors.move_to_end(t)
+        missing = list(dict.fromkeys(t for t in texts if t not in held))
+        if missing:
+            fresh = dict(zip(missing, np.asarray(self.encoder.encode_queries(missing),
+                                                 dtype=np.float32)))
+            held.update(fresh)
+            with self._lock:
+                self._vectors.update(fresh)
+                while len(self._vectors) > self.capacity:
+                    self._vectors.popitem(last=False)
+        return np.stack([held[t] for t in texts]) if texts else np.zeros((0, self.encoder.dim),
+                                                                         dtype=np.float32)

@@ -76,6 +76,8 @@ KEPT_STOP_WORDS = frozenset({"of"})
 MAX_SPAN_WORDS = 4
 #: Most hops a zero-shot chain may have (orders tried: at most 3! = 6).
 MAX_ZERO_SHOT_HOPS = 3
+#: Cosines this close to a span's best relation are a tie (names that embed alike).
+ZERO_SHOT_TIE = 1e-5
 
 Triple = tuple[int, int, int]
 
@@ -566,17 +568,30 @@ class RelationKnowledge:
             out.append((conf, i, i + 1, r))
         return out
 
-    def zero_shot_hops(self, masked: str, embed: Callable[[list[str]], np.ndarray]
+    def zero_shot_hops(self, masked: str, embed: Callable[[list[str]], np.ndarray],
+                       facts: Facts | None = None, topics: Sequence[int] = ()
                        ) -> list[tuple[float, int, int, int]]:
-        """(cosine, start, end, relation) of every span whose best relation passes θ_zs."""
+        """(cosine, start, end, relation) of every span whose best relation passes θ_zs.
+
+        Relations whose names embed alike tie up to float noise (two relations both called
+        "capital"): among those within :data:`ZERO_SHOT_TIE` of a span's best, one with facts
+        from a topic entity wins, then the first in relation order — never the noise."""
         spans = question_spans(masked)
         if not spans or not len(self.relation_vectors):
             return []
         sims = np.asarray(embed([t for _, _, t in spans]), dtype=np.float32) \
             @ self.relation_vectors.T
-        best, cos = sims.argmax(axis=1), sims.max(axis=1)
-        return [(float(c), a, b, self.relation_order[int(r)])
-                for (a, b, _), r, c in zip(spans, best, cos) if c >= self.zero_shot_cosine]
+        cos = sims.max(axis=1)
+        subjects = np.asarray(list(topics), dtype=np.int64)
+        out = []
+        for (a, b, _), row, c in zip(spans, sims, cos):
+            if c < self.zero_shot_cosine:
+                continue
+            tied = [self.relation_order[int(i)] for i in np.flatnonzero(row >= c - ZERO_SHOT_TIE)]
+            used = [r for r in tied if facts is not None and len(subjects)
+                    and len(facts.step(subjects, r)[1])]
+            out.append((float(c), a, b, (used or tied)[0]))
+        return out
 
     def predict_spans(self, hops: Sequence[tuple[float, int, int, int]], n_words: int,
                       facts: Facts, topics: Sequence[int], *, source: str,
@@ -638,8 +653,9 @@ class RelationKnowledge:
                 prediction = Prediction("none", None, 0.0, 0.0, [], named, None,
                                         "no labelled questions and no encoder")
             else:
-                prediction = self.predict_spans(self.zero_shot_hops(masked, embed), n_words,
-                                                facts, topics, source="zero_shot", named=named)
+                hops = self.zero_shot_hops(masked, embed, facts, topics)
+                prediction = self.predict_spans(hops, n_words, facts, topics,
+                                                source="zero_shot", named=named)
         consistency = None
         if prediction.derivation is not None:
             consistency = self.checker.check(prediction.derivation.facts, facts)

@@ -249,3 +249,34 @@ def test_runtime_embeds_with_torch_blocked(store, numpy_encoder, tmp_path):
     assert out.stdout.strip() == "numpy []"
     np.testing.assert_allclose(np.load(tmp_path / "q.npy"),
                                numpy_encoder.encode_queries(questions), atol=1e-6)
+
+
+class CountingEncoder:
+    """Vectors that name their text (its length, then ones), and a log of every batch."""
+
+    dim = 3
+
+    def __init__(self):
+        self.batches: list[list[str]] = []
+
+    def encode_queries(self, texts):
+        self.batches.append(list(texts))
+        return np.array([[len(t), 1.0, 1.0] for t in texts], dtype=np.float32)
+
+
+def test_cached_embeddings_embed_each_text_once_in_one_batch():
+    from runtime.question_encoder import CachedEmbeddings
+
+    inner = CountingEncoder()
+    cached = CachedEmbeddings(inner, capacity=3)
+    first = cached(["a", "bb", "a"])
+    assert inner.batches == [["a", "bb"]]
+    np.testing.assert_array_equal(first, inner.encode_queries(["a", "bb", "a"]))
+    inner.batches.clear()
+    np.testing.assert_array_equal(cached(["bb", "ccc"]), inner.encode_queries(["bb", "ccc"]))
+    assert inner.batches[0] == ["ccc"]  # "bb" was held
+    inner.batches.clear()
+    cached(["dddd"])  # capacity 3: the least recently used ("a") goes
+    cached(["a"])
+    assert inner.batches == [["dddd"], ["a"]]
+    assert cached([]).shape == (0, 3)
