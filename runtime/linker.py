@@ -27,6 +27,9 @@ _NON_WORD = re.compile(r"[^\w]+|_+")
 #: Possessive clitics fold away: "Gong 's father" and "Gong's father" both give "gong father".
 _POSSESSIVE = re.compile(r"(?<=\w)\s*['’]s\b", re.I)
 
+#: The build file of the folded surface forms (entity id, form), written at publish.
+LINKER_FORMS_FILE = "reports/linker_forms.parquet"
+
 STOP_WORDS = frozenset(
     "a an the of in on at to for from by with and or is are was were be been what which who whom "
     "whose where when why how s does do did has have had that this these those it its his her "
@@ -39,6 +42,28 @@ def normalise(text: str) -> str:
     text = unicodedata.normalize("NFKC", text)
     text = _POSSESSIVE.sub(" ", text)
     return " ".join(_NON_WORD.sub(" ", text.casefold()).split())
+
+
+def surface_forms(names: Sequence[str], keys: Sequence[str],
+                  aliases: Sequence[Sequence[str] | None]) -> list[tuple[int, str]]:
+    """(entity, form) for every name, key and alias of the entities: what the linker matches."""
+    forms: list[tuple[int, str]] = []
+    for i, (name, key, more) in enumerate(zip(names, keys, aliases)):
+        forms.append((i, name))
+        forms.append((i, key))
+        forms.extend((i, a) for a in more or ())
+    return forms
+
+
+def folded_forms(forms: Iterable[tuple[int, str]]) -> tuple[list[int], list[str]]:
+    """The forms :func:`normalise`\ d (empty ones dropped), as entity and form columns."""
+    ids, folded = [], []
+    for entity_id, form in forms:
+        key = normalise(form) if form else ""
+        if key:
+            ids.append(int(entity_id))
+            folded.append(key)
+    return ids, folded
 
 
 @dataclass(frozen=True)
@@ -58,13 +83,15 @@ class Linker:
     """Surface-form index over a store's entities; :meth:`link` maps a question to entity ids."""
 
     def __init__(self, surface_forms: Iterable[tuple[int, str]], degree: np.ndarray | None = None,
-                 *, max_span_words: int = 12, max_per_span: int = 3):
+                 *, max_span_words: int = 12, max_per_span: int = 3, folded: bool = False):
+        """``folded``: the forms are already :func:`normalise`\ d (:func:`folded_forms`, which a
+        build writes at publish so that opening a store does not fold every name again)."""
         index: dict[str, set[int]] = {}
         longest = 1
         for entity_id, form in surface_forms:
             if not form:
                 continue
-            key = normalise(form)
+            key = form if folded else normalise(form)
             if not key:
                 continue
             index.setdefault(key, set()).add(int(entity_id))

@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from runtime import ittc, relknow, taimr
 from runtime.answer import Answer
@@ -56,7 +57,8 @@ from runtime.answers import (ANSWER_MAX_TOKENS, Prompt, build_prompt, parse_answ
 from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS, section
 from runtime.contract import Build, Store, StoreError
 from runtime.errors import LokgError
-from runtime.linker import Link, Linker, normalise, vector_fallback
+from runtime.linker import (LINKER_FORMS_FILE, Link, Linker, normalise, surface_forms,
+                            vector_fallback)
 from runtime.llm import LLM, LLMError, make_llm
 from runtime.path_cache import PathCache, PathRow, path_rows, path_triples
 from runtime.query_stats import QUERY_STATS_FILE, query_stats, read_query_stats
@@ -241,7 +243,7 @@ class Runtime:
         self.order, self.tail_entropy = self._query_stats(triples)
         self.has_taimr = "edges" in tables and "node_gain" in tables
         self.graph = self._graph(triples)
-        self.linker = Linker(self._surface_forms(), self.graph.out_degree())
+        self.linker = self._linker()
         cache_cfg = section(b.manifest.get("config") or {}, "path_cache")
         self.path_settings = {k: cache_cfg[k] for k in
                               ("max_hops", "k_top", "beam_width", "lambda_topo")}
@@ -289,14 +291,16 @@ class Runtime:
                                  for c in ("s", "r", "o", "inverse", "attention")),
                                np.ones(self.n_entities))
 
-    def _surface_forms(self) -> list[tuple[int, str]]:
-        """(entity, form) for every name, key and alias: what the linker matches."""
-        forms: list[tuple[int, str]] = []
-        for i, (name, key, aliases) in enumerate(zip(self.names, self.keys, self._aliases)):
-            forms.append((i, name))
-            forms.append((i, key))
-            forms.extend((i, a) for a in aliases or ())
-        return forms
+    def _linker(self) -> Linker:
+        """The surface-form index, from the forms the build folded at publish; builds
+        published before that have their names, keys and aliases folded here."""
+        degree = self.graph.out_degree()
+        path = self.build.path / LINKER_FORMS_FILE
+        if path.is_file():
+            table = pq.read_table(path)
+            forms = zip(table.column("id").to_pylist(), table.column("form").to_pylist())
+            return Linker(forms, degree, folded=True)
+        return Linker(surface_forms(self.names, self.keys, self._aliases), degree)
 
     def _relation_knowledge(self, triples: Callable[[], pa.Table]
                             ) -> tuple[relknow.RelationKnowledge, relknow.Facts] | None:

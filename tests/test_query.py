@@ -274,3 +274,35 @@ def test_a_sentence_reply_is_grounded_to_the_candidate_it_names(rt):
     answer = rt.ask("Who directed the sequel of The Long Road?",
                     llm=FakeLLM("The director of the sequel is Ben Stone."))
     assert answer.answers == ["Ben Stone"] and answer.answer_ids == [3]
+
+
+def test_the_linker_built_from_the_builds_folded_forms_is_the_one_folded_at_open(tmp_path):
+    """Publish folds every name, key and alias once (reports/linker_forms.parquet); the index
+    a runtime builds from that file equals the one it builds by folding the entities itself."""
+    import pyarrow.parquet as pq
+
+    from runtime.linker import LINKER_FORMS_FILE, folded_forms, surface_forms
+
+    names = ["The Long Road", "Ada Brook", "Ben Stone", "  "]
+    keys = ["m.road", "m.ada", "m.ben", "m.blank"]
+    aliases = [["Long Road, The"], None, ["B. Stone", ""], []]
+    forms = surface_forms(names, keys, aliases)
+    degree = np.array([3, 1, 2, 0])
+    ids, folded = folded_forms(forms)
+    assert "" not in folded and len(ids) == len(folded) < len(forms)
+    from_file = Linker(zip(ids, folded), degree, folded=True)
+    at_open = Linker(forms, degree)
+    assert from_file._index == at_open._index and len(from_file) == len(at_open)
+    assert from_file.max_span_words == at_open.max_span_words
+
+    store_forms = folded_forms(surface_forms([e[1] for e in ENTITIES], [e[0] for e in ENTITIES],
+                                             [e[2] for e in ENTITIES]))
+    path = tmp_path / "forms.parquet"
+    # one extra folded form, so that the test sees the file is what the runtime reads
+    pq.write_table(pa.table({"id": [*store_forms[0], 4], "form": [*store_forms[1], "zz top"]}),
+                   path)
+    with_file = Runtime.open(make_store(tmp_path / "s", extra_files={LINKER_FORMS_FILE: path}).root)
+    without = Runtime.open(make_store(tmp_path / "t").root)
+    assert with_file.linker._index == {**without.linker._index, "zz top": (4,)}
+    assert with_file.link("who directed the sequel of a. brook ?") == \
+        without.link("who directed the sequel of a. brook ?") != []
