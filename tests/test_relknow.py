@@ -505,20 +505,25 @@ def test_knn_predictor_with_the_real_encoder(tmp_path):
     assert a.answers == ["pilot"] and a.route["predictor"] == "knn"
 
 
-def test_zero_shot_orders_the_named_relations_by_what_instantiates():
-    """Spans matched to relation names (here through hand-made vectors: one axis a relation);
-    the two named relations are tried in both orders and only one instantiates."""
-    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+def zero_shot_knowledge(relation_vectors: np.ndarray) -> RelationKnowledge:
+    """Unlabelled relation knowledge (no chains, no lexicon) matching spans to these vectors."""
     spec = {"format_version": 1, "settings": {"k": 10, "min_share": 0.6, "max_frontier": 100},
             "thresholds": {"lift": 2.0, "zero_shot_cosine": 0.8,
                            "precision": {"max_answers": 1, "min_share": 0.6},
                            "route": {"max_answers": 2, "min_share": 0.6}},
             "chains": [], "relation_names": RELATIONS, "lexicon": {}, "functional": [],
             "exclusive": []}
-    eye = np.eye(len(RELATIONS), dtype=np.float32)
-    know = RelationKnowledge(spec, {"question_vectors": np.zeros((0, 5), np.float32),
+    return RelationKnowledge(spec, {"question_vectors": np.zeros((0, 5), np.float32),
                                     "question_chain": np.zeros(0, np.int32),
-                                    "relation_vectors": eye}, REL)
+                                    "relation_vectors": relation_vectors}, REL)
+
+
+def test_zero_shot_orders_the_named_relations_by_what_instantiates():
+    """Spans matched to relation names (here through hand-made vectors: one axis a relation);
+    the two named relations are tried in both orders and only one instantiates."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    eye = np.eye(len(RELATIONS), dtype=np.float32)
+    know = zero_shot_knowledge(eye)
     axes = {"job": eye[REL["profession"]], "wife": eye[REL["spouse"]]}
     embed = lambda texts: np.stack([axes.get(t, np.zeros(5, np.float32)) for t in texts])  # noqa: E731
     a = know.assess(mask_topic("what is the job of edda quist 's wife", ["edda quist"]), [4],
@@ -534,18 +539,10 @@ def test_zero_shot_ties_go_to_the_relation_the_topic_has_facts_of():
     """Two relation names that embed alike (here: the same vector up to float noise) are a
     tie; the one with facts from the topic entity is matched, whichever is higher by noise."""
     facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
-    spec = {"format_version": 1, "settings": {"k": 10, "min_share": 0.6, "max_frontier": 100},
-            "thresholds": {"lift": 2.0, "zero_shot_cosine": 0.8,
-                           "precision": {"max_answers": 1, "min_share": 0.6},
-                           "route": {"max_answers": 2, "min_share": 0.6}},
-            "chains": [], "relation_names": RELATIONS, "lexicon": {}, "functional": [],
-            "exclusive": []}
     vectors = np.eye(len(RELATIONS), dtype=np.float32)
     unused = next(r for r in RELATIONS if not len(facts.step(np.array([4]), REL[r])[1]))
     vectors[REL[unused]] = vectors[REL["profession"]] * np.float32(1 + 1e-7)  # noise ahead
-    know = RelationKnowledge(spec, {"question_vectors": np.zeros((0, 5), np.float32),
-                                    "question_chain": np.zeros(0, np.int32),
-                                    "relation_vectors": vectors}, REL)
+    know = zero_shot_knowledge(vectors)
     embed = lambda texts: np.stack([vectors[REL["profession"]] if t == "job"  # noqa: E731
                                     else np.zeros(5, np.float32) for t in texts])
     hops = know.zero_shot_hops("job of someone", embed, facts, [4])
