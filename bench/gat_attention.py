@@ -50,7 +50,7 @@ def staged_inputs(dump: Path, workdir: Path) -> dict[str, str]:
             print(f"  {dump.name}: stage {name} {record['seconds']:.1f}s", file=sys.stderr)
             if name == "scos_merge":
                 break
-    inputs = pipeline.collect_inputs(store, build_id, str(dump), "node_gain")
+    inputs = pipeline.staged_outputs(pipeline.stage_records(store, build_id))
     enc_dir = workdir / "entity_encode"
     if not (enc_dir / "encoder.json").is_file():
         enc_dir.mkdir(parents=True, exist_ok=True)

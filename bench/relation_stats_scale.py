@@ -23,10 +23,10 @@ numpy) and the stage's time with its sub-steps. ``--with-transe`` adds a random 
 embedding, so that the TransE nearest-neighbour generator runs too.
 
 ``synth`` generates ``pipeline.synth`` output (no questions; or reuses ``--dump``) and runs
-ingest and types through ``pipeline.driver.run_stage``, then relation_stats. transe is
-skipped, so relation_stats cannot go through ``run_stage`` (which needs every earlier stage's
-record): its module's ``run`` is called with ``collect_inputs(..., "transe")``, i.e.
-exactly the ingest and types outputs. One row per stage.
+ingest and entity_types through ``pipeline.driver.run_stage``, then relation_stats. transe
+is skipped, so relation_stats cannot go through ``run_stage`` (which needs the record of the
+stage producing each input it reads): its module's ``run`` is called with the staged outputs
+(``staged_outputs``), i.e. exactly the ingest and entity_types outputs. One row per stage.
 
 Measurement: the Spark session (``local[2]``, ``--driver-memory``) is started before the timed
 steps, so times exclude JVM start-up (reported separately). Peak memory is the peak resident set
@@ -259,11 +259,11 @@ def run_synth(args) -> dict:
         spark, startup_s = start_spark(config)
         peaks = Peaks(spark)
         stages, reports = {}, {}
-        for name in ("ingest", "types"):
+        for name in ("ingest", "entity_types"):
             record, seconds, peak = measured(
                 peaks, lambda: pipeline.run_stage(store, build_id, name, config, str(dump)))
             stages[name], reports[name] = {"seconds": seconds, **peak}, record["report"]
-        inputs = pipeline.collect_inputs(store, build_id, str(dump), "transe")
+        inputs = pipeline.staged_outputs(pipeline.stage_records(store, build_id))
         out_dir = store.staging_dir(build_id) / "relation_stats"
         out_dir.mkdir(parents=True)
         result, seconds, peak = measured(
@@ -273,7 +273,7 @@ def run_synth(args) -> dict:
     return {
         "mode": "synth", "dump": str(args.dump) if args.dump else None, "seed": args.seed,
         "triples": reports["ingest"]["triples"], "relations": report["relations"],
-        "type_rule": reports["types"]["rule"],
+        "type_rule": reports["entity_types"]["rule"],
         "candidate_pairs": report["candidate_pairs"], "stages": stages,
         "generate_seconds": generate_s, "spark_startup_seconds": startup_s,
         "driver_memory": args.driver_memory, **machine(),
@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     vocab.add_argument("--types", type=int, default=50)
     vocab.add_argument("--with-transe", action="store_true",
                        help="add a random relation embedding (TransE neighbour candidates)")
-    synth = sub.add_parser("synth", parents=[common], help="ingest → types → relation_stats")
+    synth = sub.add_parser("synth", parents=[common], help="ingest → entity_types → relation_stats")
     synth.add_argument("--triples", type=int, default=10_000_000)
     synth.add_argument("--dump", type=Path,
                        help="an existing pipeline.synth directory (skips generation)")

@@ -4,7 +4,7 @@
     python bench/scos_families.py --triples 10000 --json scos.json
 
 For each size: generate a synthetic KG, run `lokg build` up to and including ``scos_merge``
-(ingest → types → transe → relation_stats → scos_merge), read the relation map φ, and
+(ingest → entity_types → transe → relation_stats → scos_merge), read the relation map φ, and
 compare the pairs it puts together with the ground truth of ``families.json``:
 
 * predicted pairs = unordered pairs of relations mapped to the same canonical relation;
@@ -102,13 +102,13 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(run_size(n, args.seed, workdir, args.overrides))
             print(json.dumps(rows[-1]), flush=True)
     print("\n| triples | R0 → R* | ρ̂ | L_info | precision | recall | inverses merged | "
-          "ingest+types s | transe s | relation_stats s | scos_merge s |")
+          "ingest+entity_types s | transe s | relation_stats s | scos_merge s |")
     print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for r in rows:
         t = r["stage_seconds"]
         print(f"| {r['triples']:,} | {r['R0']} → {r['R_star']} | {r['rho_hat']} | {r['L_info']} | "
               f"{r['precision']} | {r['recall']} | {r['inverse_pairs_merged']} | "
-              f"{t['ingest'] + t['types']:.0f} | {t['transe']:.0f} | "
+              f"{t['ingest'] + t['entity_types']:.0f} | {t['transe']:.0f} | "
               f"{t['relation_stats']:.0f} | {t['scos_merge']:.0f} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))

@@ -25,9 +25,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from pipeline.registry import STAGE_NAMES, Stage, producers, stage
 from pipeline.stage import BuildError
-from runtime.contract import REQUIRED_TABLES, Build, Store, StoreError, new_build_id
+from runtime.contract import (REQUIRED_TABLES, Build, Store, StoreError, new_build_id,
+                              read_table, sha256_file)
 from runtime.linker import LINKER_FORMS_FILE, folded_forms, surface_forms
 from runtime.query_stats import QUERY_STATS_FILE, query_stats
 
@@ -162,12 +166,22 @@ def _replace_dir(new: Path, final: Path) -> None:
 
 
 def stage_records(store: Store, build_id: str) -> dict[str, dict]:
+    """The records of the stages of a build staged so far, in stage order."""
     records = {}
     for name in STAGE_NAMES:
         path = store.staging_dir(build_id) / name / STAGE_RECORD
         if path.is_file():
             records[name] = json.loads(path.read_text())
     return records
+
+
+def staged_outputs(records: dict[str, dict]) -> dict[str, str]:
+    """Artefact → path over staged records in stage order: a later stage's artefact of the
+    same name wins, as at publish."""
+    artefacts: dict[str, str] = {}
+    for record in records.values():
+        artefacts.update(record["outputs"])
+    return artefacts
 
 
 def publish_build(store: Store, build_id: str, config: dict, *, sources: list[dict] | None = None,
@@ -181,9 +195,7 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
     if not store.staging_dir(build_id).is_dir() and build_id in store.build_ids():
         return store.build(build_id, verify=True)
     records = stage_records(store, build_id)
-    artefacts: dict[str, str] = {}
-    for record in records.values():
-        artefacts.update(record["outputs"])
+    artefacts = staged_outputs(records)
     missing = [t for t in REQUIRED_TABLES if t not in artefacts]
     if missing:
         raise BuildError(f"build {build_id}: cannot publish, tables missing: {missing}")
@@ -216,8 +228,6 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
 
 def _write_query_stats(staging: Path, tables: dict[str, Path]) -> Path:
     """The runtime's per-store statistics (σ*, H(O|R)) of the triples about to be published."""
-    from runtime.contract import read_table
-
     relations = read_table(tables["relations"], "relations", columns=["id"])
     n_relations = int(relations.column("id").to_numpy().max(initial=-1)) + 1
     stats = query_stats(read_table(tables["triples"], "triples"), n_relations)
@@ -229,11 +239,6 @@ def _write_query_stats(staging: Path, tables: dict[str, Path]) -> Path:
 def _write_linker_forms(staging: Path, tables: dict[str, Path]) -> Path:
     """Every entity name, key and alias folded for the linker, once here instead of at every
     open (folding 29k forms of FB15k-237 took half a second of each open)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from runtime.contract import read_table
-
     ent = read_table(tables["entities"], "entities", columns=["name", "key", "aliases"])
     ids, forms = folded_forms(surface_forms(*(ent.column(c).to_pylist()
                                               for c in ("name", "key", "aliases"))))
@@ -261,8 +266,6 @@ def _validate_published(build: Build) -> None:
 
 def source_fingerprints(dump: str) -> list[dict]:
     """Size and sha256 of every input file of a dump (a file or a directory)."""
-    from runtime.contract import sha256_file
-
     root = Path(dump)
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
     return [{"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in files]

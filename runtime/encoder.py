@@ -5,8 +5,9 @@ normalisation that built ``entity.faiss`` (DESIGN §2.7). ``training/entity_enco
 description to ``models/encoder.json``; ``SentenceEncoder.from_spec`` rebuilds the same encoder
 from it at query time. torch, sentence-transformers and tqdm are imported inside methods only,
 so ``runtime`` still imports on a machine without them (the encoder is an optional extra).
-``query_encoder`` is what the runtime loads: for BERT models the torch-free numpy encoder of
-``runtime/numpy_bert.py`` (same vectors, ~4x less memory), else ``SentenceEncoder``.
+``runtime.question_encoder.query_encoder`` is what the runtime loads: for BERT models the
+torch-free numpy encoder of ``runtime/numpy_bert.py`` (same vectors, ~4x less memory), else
+``SentenceEncoder``.
 
 Model specs:
 

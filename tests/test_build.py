@@ -90,7 +90,7 @@ def test_until_stops_before_publishing(synth_dump, tmp_path, spark):
     assert store.current_id() is None
     (staged,) = list((tmp_path / "staging").iterdir())
     assert (staged / "ingest" / "_stage.json").is_file()
-    assert not (staged / "types").exists()
+    assert not (staged / "entity_types").exists()
 
 
 def test_failing_stage_publishes_nothing(tmp_path, spark):

@@ -172,7 +172,7 @@ def test_spark_submit_types(spark, tmp_path):
     dump.write_text("a\tknows\tb\nb\tknows\tc\na\tlikes\tc\n")
     store = tmp_path / "store"
     run_stage(Store(store), "b1", "ingest", load_config(), str(dump))  # in-process
-    record = spark_submit("types", store, "b1", dump)
+    record = spark_submit("entity_types", store, "b1", dump)
     assert record["report"]["rule"] == "frequent_relation"
     rows = read_table(Path(record["outputs"]["entities"]), "entities").to_pylist()
     assert {r["key"]: r["types"] for r in rows} == {"a": ["knows"], "b": ["knows"],
