@@ -58,17 +58,23 @@ def rss_mib() -> float:
     return float("nan")
 
 
-def store_questions(rt: Runtime, n: int, seed: int) -> list[tuple[str, list[int]]]:
+def sampled_facts(rt: Runtime, n: int, seed: int) -> list[tuple[int, int]]:
+    """(subject, relation) of ``n`` random triples of the store (seeded)."""
     triples = rt.build.read("triples")
     rng = np.random.default_rng(seed)
     rows = rng.choice(triples.num_rows, size=min(n, triples.num_rows), replace=False)
-    s = triples.column("s").to_numpy()[rows]
-    r = triples.column("r").to_numpy()[rows]
-    out = []
-    for si, ri in zip(s.tolist(), r.tolist()):
-        words = rt.relation_names[ri].rstrip("./").split("/")[-1].split(".")[-1].replace("_", " ")
-        out.append((f"what is the {words} of {rt.names[si]}?", [si]))
-    return out
+    return list(zip(triples.column("s").to_numpy()[rows].tolist(),
+                    triples.column("r").to_numpy()[rows].tolist()))
+
+
+def fact_question(rt: Runtime, s: int, r: int) -> str:
+    """"what is the <last words of the relation name> of <name of s>?"."""
+    words = rt.relation_names[r].rstrip("./").split("/")[-1].split(".")[-1].replace("_", " ")
+    return f"what is the {words} of {rt.names[s]}?"
+
+
+def store_questions(rt: Runtime, n: int, seed: int) -> list[tuple[str, list[int]]]:
+    return [(fact_question(rt, s, r), [s]) for s, r in sampled_facts(rt, n, seed)]
 
 
 def file_questions(path: Path, n: int) -> list[tuple[str, None]]:

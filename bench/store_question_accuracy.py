@@ -1,0 +1,49 @@
+"""H@1 of the runtime (reader none) on questions made from a store's own triples.
+
+    python bench/store_question_accuracy.py --store /tmp/fbstore-final --questions 400
+
+The questions of ``bench/query_latency.py`` (random triples (s, r, o), "what is the <relation
+words> of <name of s>?", s given as the entity); an answer is right when its top entity is an
+object of (s, r) in the store. No labelled questions are needed, so it works on any store — with
+relation knowledge fitted zero-shot this is where the zero-shot matcher is exercised. Run it
+from two checkouts (``PYTHONPATH=<checkout>``) on the same store to compare versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from query_latency import fact_question, sampled_facts  # noqa: E402
+
+from runtime.query import Runtime  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--questions", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    rt = Runtime.open(args.store)
+    triples = rt.build.read("triples", columns=["s", "r", "o"]).to_pydict()
+    objects: dict[tuple[int, int], set[int]] = {}
+    for s, r, o in zip(triples["s"], triples["r"], triples["o"]):
+        objects.setdefault((s, r), set()).add(o)
+    hits = 0
+    sampled = sampled_facts(rt, args.questions, args.seed)
+    for s, r in sampled:
+        answer = rt.ask(fact_question(rt, s, r), entities=[s], llm="none")
+        hits += bool(answer.answer_ids) and answer.answer_ids[0] in objects[(s, r)]
+    print(json.dumps({"store": args.store, "build_id": rt.build_id, "questions": len(sampled),
+                      "H@1": round(hits / len(sampled), 3)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
