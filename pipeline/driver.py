@@ -194,6 +194,7 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
     """
     if not store.staging_dir(build_id).is_dir() and build_id in store.build_ids():
         return store.build(build_id, verify=True)
+    expected = store.current_id()  # compare-and-swap: refused if CURRENT moves meanwhile
     records = stage_records(store, build_id)
     artefacts = staged_outputs(records)
     missing = [t for t in REQUIRED_TABLES if t not in artefacts]
@@ -215,10 +216,10 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
         tables,
         extra_files=extra,
         info={"config": config, "sources": sources or [], "report": report},
-        keep=int(config["publish"]["keep"]),
+        keep=config["publish"]["keep"],
         hook=hook,
+        expect_current=expected,
     )
-    _validate_published(build)
     staging = store.staging_dir(build_id)
     gone = staging.with_name(f".{build_id}.published-{secrets.token_hex(4)}")
     os.rename(staging, gone)  # out of sight in one step: a retry never sees half of it
@@ -227,13 +228,29 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
 
 
 def _write_query_stats(staging: Path, tables: dict[str, Path]) -> Path:
-    """The runtime's per-store statistics (σ*, H(O|R)) of the triples about to be published."""
+    """The runtime's per-store statistics (σ*, H(O|R)) of the triples about to be published,
+    once their ids are checked: a build that fails the check never becomes CURRENT."""
     relations = read_table(tables["relations"], "relations", columns=["id"])
     n_relations = int(relations.column("id").to_numpy().max(initial=-1)) + 1
-    stats = query_stats(read_table(tables["triples"], "triples"), n_relations)
+    triples = read_table(tables["triples"], "triples")
+    n_entities = read_table(tables["entities"], "entities", columns=["id"]).num_rows
+    _check_ids(triples, tables["triples"], n_entities, relations.num_rows)
+    stats = query_stats(triples, n_relations)
     path = staging / "query_stats.json"
     path.write_text(json.dumps(stats, sort_keys=True))
     return path
+
+
+def _check_ids(triples: pa.Table, where: Path, n_entities: int, n_relations: int) -> None:
+    """Every triple's s, o and r is a row of the entity and relation tables."""
+    import pyarrow.compute as pc
+
+    if not triples.num_rows:
+        return
+    for col, bound in (("s", n_entities), ("o", n_entities), ("r", n_relations)):
+        lo, hi = pc.min(triples[col]).as_py(), pc.max(triples[col]).as_py()
+        if lo < 0 or hi >= bound:
+            raise StoreError(f"{where}: column {col} has ids in [{lo}, {hi}], outside [0, {bound})")
 
 
 def _write_linker_forms(staging: Path, tables: dict[str, Path]) -> Path:
@@ -246,22 +263,6 @@ def _write_linker_forms(staging: Path, tables: dict[str, Path]) -> Path:
     pq.write_table(pa.table({"id": pa.array(ids, pa.int64()), "form": pa.array(forms, pa.string())}),
                    path)
     return path
-
-
-def _validate_published(build: Build) -> None:
-    """Row counts and id ranges of the core tables (cheap sanity checks after publishing)."""
-    import pyarrow.compute as pc
-
-    n_entities, n_relations = build.rows("entities"), build.rows("relations")
-    triples = build.read("triples")
-    if triples.num_rows:
-        for col, bound in (("s", n_entities), ("o", n_entities), ("r", n_relations)):
-            lo, hi = pc.min(triples[col]).as_py(), pc.max(triples[col]).as_py()
-            if lo < 0 or hi >= bound:
-                raise StoreError(
-                    f"{build.table_path('triples')}: column {col} has ids in [{lo}, {hi}], "
-                    f"outside [0, {bound})"
-                )
 
 
 def source_fingerprints(dump: str) -> list[dict]:

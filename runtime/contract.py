@@ -10,6 +10,8 @@ Layout (DESIGN §3)::
       builds/<build_id>/          one complete build: manifest.json + tables + reports
       builds/.partial-<build_id>/ a build being assembled (never read, garbage-collected)
       staging/<build_id>/<stage>/ per-stage outputs of a build in progress
+      pins/<build_id>/<reader>    a process reading that build (runtime/pins.py)
+      .publish.lock               flock held by the one publisher, rollback or retention run
 
 A table is a Parquet dataset: either one file ``<name>.parquet`` or a directory of that name
 holding ``*.parquet`` part files (as Spark writes them). The manifest records the sha256, size
@@ -19,19 +21,24 @@ and row count of every file, so any corruption is caught and named.
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
+import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from runtime import pins
 from runtime.errors import LokgError
 
 SCHEMA_VERSION = 1
@@ -42,6 +49,14 @@ MANIFEST_FILE = "manifest.json"
 BUILDS_DIR = "builds"
 STAGING_DIR = "staging"
 PARTIAL_PREFIX = ".partial-"
+LOCK_FILE = ".publish.lock"
+#: Written into a build by retention before it deletes it: a reader that pins the build after
+#: retention looked at the pins sees it and refuses the build instead of losing files mid-read.
+DOOMED_FILE = ".doomed"
+#: A build id: a file name that cannot be a path ("..", "/") or hidden; new_build_id's fit.
+BUILD_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: How long a publish, rollback or retention run waits for another one to finish.
+LOCK_TIMEOUT_S = 600.0
 
 _ATTRIBUTE = pa.struct([("key", pa.string()), ("value", pa.string())])
 
@@ -175,6 +190,14 @@ def new_build_id(now: _dt.datetime | None = None) -> str:
     """Sortable, unique build id: UTC timestamp plus random suffix."""
     now = now or _dt.datetime.now(_dt.timezone.utc)
     return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+
+
+def check_build_id(build_id: str, where: str = "build id") -> str:
+    """Refuse anything but a plain build id (a path would point CURRENT outside the store)."""
+    if not isinstance(build_id, str) or not BUILD_ID_PATTERN.fullmatch(build_id):
+        raise StoreError(f"{where}: {build_id!r} is not a build id (letters, digits, '.', '_', "
+                         f"'-'; no path)")
+    return build_id
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -347,7 +370,14 @@ PublishHook = Callable[[str], None]
 
 
 class Store:
-    """A store root on the local filesystem."""
+    """A store root on the local filesystem.
+
+    Writers of CURRENT and deleters of builds (publish, rollback, retention) hold one
+    exclusive lock, so CURRENT only ever moves to a build that exists and nothing deletes a
+    build another writer is about to make CURRENT; readers take no lock, they pin
+    (:meth:`pin`). The lock is ``flock`` on :data:`LOCK_FILE`: reliable on a local disk,
+    not on every network filesystem.
+    """
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
@@ -358,17 +388,20 @@ class Store:
         return self.root / BUILDS_DIR
 
     def staging_dir(self, build_id: str) -> Path:
-        return self.root / STAGING_DIR / build_id
+        return self.root / STAGING_DIR / check_build_id(build_id)
 
     # -- reading
     def current_id(self) -> str | None:
         path = self.root / CURRENT_FILE
         if not path.exists():
             return None
-        build_id = path.read_text(encoding="utf-8").strip()
+        try:
+            build_id = path.read_bytes().decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise StoreError(f"{path}: CURRENT pointer is not UTF-8 text") from None
         if not build_id:
             raise StoreError(f"{path}: empty CURRENT pointer")
-        return build_id
+        return check_build_id(build_id, str(path))
 
     def build_ids(self) -> list[str]:
         """Ids of complete builds (those with a manifest), oldest first."""
@@ -388,15 +421,54 @@ class Store:
             build_id = self.current_id()
             if build_id is None:
                 raise StoreError(f"{self.root / CURRENT_FILE}: no published build in this store")
-        path = self.builds_dir / build_id
-        if not path.is_dir():
+        path = self.builds_dir / check_build_id(build_id)
+        if not path.is_dir() or (path / DOOMED_FILE).exists():
             raise StoreError(f"{path}: build '{build_id}' does not exist")
         build = Build(self.root, build_id, load_manifest(path))
         if verify:
             verify_build(build)
         return build
 
+    def pin(self, build_id: str) -> Path | None:
+        """Protect ``build_id`` from retention while this process reads it; release with
+        ``pins.release``. Raises StoreError when retention is deleting the build already."""
+        held = pins.pin(self.root, check_build_id(build_id))
+        if (self.builds_dir / build_id / DOOMED_FILE).exists() \
+                or not (self.builds_dir / build_id).is_dir():
+            pins.release(held)
+            raise StoreError(f"{self.builds_dir / build_id}: build '{build_id}' does not exist")
+        return held
+
     # -- writing
+    @contextmanager
+    def locked(self, what: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+        """Hold the store's writer lock for ``what``; waits up to ``timeout`` s, then refuses
+        naming the holder."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / LOCK_FILE
+        with open(path, "a+", encoding="utf-8") as fh:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        fh.seek(0)
+                        raise StoreError(f"{path}: {what} refused: the store is locked by "
+                                         f"{fh.read().strip() or 'another writer'} "
+                                         f"for more than {timeout:.0f} s") from None
+                    time.sleep(0.05)
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"{what} (pid {os.getpid()} on {socket.gethostname()})\n")
+            fh.flush()
+            try:
+                yield
+            finally:
+                fh.truncate(0)
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
     def publish(
         self,
         build_id: str,
@@ -406,39 +478,51 @@ class Store:
         info: Mapping | None = None,
         keep: int = 3,
         hook: PublishHook | None = None,
+        expect_current: str | None | object = ...,
     ) -> Build:
         """Assemble a build from stage outputs and make it CURRENT, atomically.
 
-        Steps: copy into ``builds/.partial-<id>`` → write the manifest → rename to
-        ``builds/<id>`` → swap CURRENT → garbage-collect. A crash before the CURRENT swap leaves
-        the previous build published; ``hook(step)`` runs after each step (fault injection).
-        A retry after a crash past the rename finds ``builds/<id>`` already there: when it
-        verifies and holds exactly the same tables and files, the retry finishes the swap;
-        anything else under that id is refused.
+        Steps, under the writer lock: copy into ``builds/.partial-<id>`` → write the manifest
+        → rename to ``builds/<id>`` → swap CURRENT → retention. A crash before the CURRENT
+        swap leaves the previous build published; ``hook(step)`` runs after each step (fault
+        injection). A retry after a crash past the rename finds ``builds/<id>`` already there:
+        when it verifies and holds exactly the same tables and files, the retry finishes the
+        swap; anything else under that id is refused.
+
+        Compare-and-swap: CURRENT must still be ``expect_current`` (default: what it was when
+        this call began) once the lock is held — a publisher that waited while another one
+        moved CURRENT is refused, naming both, instead of silently replacing its build.
         """
         hook = hook or (lambda step: None)
+        check_build_id(build_id)
+        check_keep(keep)
+        expected = self.current_id() if expect_current is ... else expect_current
         missing = [t for t in REQUIRED_TABLES if t not in tables]
         if missing:
             raise StoreError(f"publish of {build_id}: required tables missing: {missing}")
+        with self.locked(f"publish of {build_id}"):
+            current = self.current_id()
+            if current != expected:
+                raise StoreError(f"publish of {build_id} refused: CURRENT moved from "
+                                 f"{expected} to {current} while it waited for the store lock; "
+                                 f"publish again to replace {current}")
+            manifest = self._assemble(build_id, tables, extra_files, info, hook)
+            _write_atomic(self.root / CURRENT_FILE, build_id + "\n")
+            hook("current")
+            self._retain(keep)
+        return Build(self.root, build_id, manifest)
+
+    def _assemble(self, build_id: str, tables: Mapping[str, Path],
+                  extra_files: Mapping[str, Path] | None, info: Mapping | None,
+                  hook: PublishHook) -> dict:
+        """Copy a build into ``builds/<id>`` with its manifest; the manifest it ends with."""
         final = self.builds_dir / build_id
         partial = self.builds_dir / f"{PARTIAL_PREFIX}{build_id}"
         if partial.exists():
             shutil.rmtree(partial)
         partial.mkdir(parents=True)
-
-        table_entries: dict[str, dict] = {}
-        for table, src in tables.items():
-            src = Path(src)
-            data_files = table_files(src)
-            schema = pq.read_schema(data_files[0]) if data_files else None
-            if table in TABLE_SCHEMAS and schema is not None:
-                check_schema(table, schema, data_files[0])
-            rel = f"{table}.parquet"
-            _copy_tree_or_file(src, partial / rel)
-            table_entries[table] = {
-                "path": rel,
-                "rows": sum(_parquet_rows(f) for f in table_files(partial / rel)),
-            }
+        table_entries = {table: _copy_table(table, Path(src), partial)
+                         for table, src in tables.items()}
         for rel, src in (extra_files or {}).items():
             _copy_tree_or_file(Path(src), partial / rel)
         hook("copied")
@@ -460,12 +544,7 @@ class Store:
             os.rename(partial, final)
             _fsync_dir(self.builds_dir)
         hook("renamed")
-
-        _write_atomic(self.root / CURRENT_FILE, build_id + "\n")
-        hook("current")
-
-        self.collect_garbage(keep=keep)
-        return Build(self.root, build_id, manifest)
+        return manifest
 
     def _same_build(self, final: Path, partial: Path, manifest: dict) -> dict:
         """The manifest of published ``final`` if it is the build assembled in ``partial``.
@@ -489,25 +568,49 @@ class Store:
         return published
 
     def rollback(self, build_id: str) -> Build:
-        """Point CURRENT at an older complete build after verifying it."""
-        build = self.build(build_id, verify=True)
-        _write_atomic(self.root / CURRENT_FILE, build_id + "\n")
+        """Point CURRENT at an older complete build after verifying it (under the lock, so
+        retention cannot delete it between the check and the swap)."""
+        check_build_id(build_id)
+        with self.locked(f"rollback to {build_id}"):
+            build = self.build(build_id, verify=True)
+            _write_atomic(self.root / CURRENT_FILE, build_id + "\n")
         return build
 
     def collect_garbage(self, keep: int = 3) -> list[str]:
+        """Retention under the writer lock: see :meth:`_retain`."""
+        check_keep(keep)
+        with self.locked("retention"):
+            return self._retain(keep)
+
+    def _retain(self, keep: int) -> list[str]:
         """Delete complete builds beyond the newest ``keep`` previous ones, and stale partials.
 
-        The CURRENT build is never deleted, whatever its age.
+        Never deleted: the CURRENT build and builds a live reader pins (runtime/pins.py) —
+        those count towards ``keep`` and go at a later run once unpinned. The caller holds
+        the lock.
         """
         current = self.current_id()
         others = [b for b in self.build_ids() if b != current]
-        doomed = others[: max(0, len(others) - keep)]
-        for build_id in doomed:
-            shutil.rmtree(self.builds_dir / build_id)
+        doomed = [b for b in others[: max(0, len(others) - keep)] if self._delete_unpinned(b)]
         if self.builds_dir.is_dir():
             for stale in self.builds_dir.glob(f"{PARTIAL_PREFIX}*"):
                 shutil.rmtree(stale)
         return doomed
+
+    def _delete_unpinned(self, build_id: str) -> bool:
+        """Delete a build unless a reader pins it. The tombstone goes first and the pins are
+        read after it, so a reader pinning concurrently either is seen here or sees the
+        tombstone (:meth:`pin`)."""
+        path = self.builds_dir / build_id
+        (path / DOOMED_FILE).touch()
+        if pins.live_pins(self.root, build_id):
+            (path / DOOMED_FILE).unlink()
+            return False
+        gone = self.builds_dir / f"{PARTIAL_PREFIX}{build_id}.deleted-{secrets.token_hex(4)}"
+        os.rename(path, gone)
+        shutil.rmtree(gone)
+        shutil.rmtree(pins.pins_dir(self.root, build_id), ignore_errors=True)
+        return True
 
     def collect_staging(self, older_than_s: float, *, now: float | None = None) -> list[str]:
         """Delete the staging directories in which nothing changed for ``older_than_s`` seconds.
@@ -536,6 +639,24 @@ def _newest_mtime(root: Path) -> float:
             except FileNotFoundError:  # removed meanwhile by the stage writing it
                 pass
     return newest
+
+
+def check_keep(keep) -> int:
+    """Retention's ``keep``: a count of previous builds (negative would delete them all)."""
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+        raise StoreError(f"publish.keep: {keep!r} must be an integer >= 0 (previous builds kept)")
+    return keep
+
+
+def _copy_table(table: str, src: Path, partial: Path) -> dict:
+    """Copy one table into a build being assembled (schema checked); its manifest entry."""
+    data_files = table_files(src)
+    schema = pq.read_schema(data_files[0]) if data_files else None
+    if table in TABLE_SCHEMAS and schema is not None:
+        check_schema(table, schema, data_files[0])
+    rel = f"{table}.parquet"
+    _copy_tree_or_file(src, partial / rel)
+    return {"path": rel, "rows": sum(_parquet_rows(f) for f in table_files(partial / rel))}
 
 
 def _copy_tree_or_file(src: Path, dst: Path) -> None:

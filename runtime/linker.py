@@ -56,7 +56,7 @@ def surface_forms(names: Sequence[str], keys: Sequence[str],
 
 
 def folded_forms(forms: Iterable[tuple[int, str]]) -> tuple[list[int], list[str]]:
-    """The forms :func:`normalise`\ d (empty ones dropped), as entity and form columns."""
+    r"""The forms :func:`normalise`\ d (empty ones dropped), as entity and form columns."""
     ids, folded = [], []
     for entity_id, form in forms:
         key = normalise(form) if form else ""
@@ -84,7 +84,7 @@ class Linker:
 
     def __init__(self, surface_forms: Iterable[tuple[int, str]], degree: np.ndarray | None = None,
                  *, max_span_words: int = 12, max_per_span: int = 3, folded: bool = False):
-        """``folded``: the forms are already :func:`normalise`\ d (:func:`folded_forms`, which a
+        r"""``folded``: the forms are already :func:`normalise`\ d (:func:`folded_forms`, which a
         build writes at publish so that opening a store does not fold every name again)."""
         index: dict[str, set[int]] = {}
         longest = 1

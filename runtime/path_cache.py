@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from runtime import taimr
+from runtime.contract import StoreError
 
 #: One path: (S_topo, relations, inverses, nodes) hop by hop, the head excluded from nodes.
 PathRow = tuple[float, Sequence[int], Sequence[bool], Sequence[int]]
@@ -38,7 +39,10 @@ class PathCache:
                 self._loaded.move_to_end(b)
                 return self._loaded[b]
         path = self.directory / f"bucket-{b:05d}.parquet"
-        table = pq.read_table(path, memory_map=True).combine_chunks()
+        try:
+            table = pq.read_table(path, memory_map=True).combine_chunks()
+        except (OSError, pa.ArrowException) as exc:  # the build was deleted or damaged
+            raise StoreError(f"{path}: cannot read path-cache bucket ({exc})") from None
         heads = table.column("head").to_numpy()
         starts = np.flatnonzero(np.r_[True, heads[1:] != heads[:-1]]) if len(heads) else []
         ends = list(starts[1:]) + [len(heads)] if len(heads) else []

@@ -41,6 +41,7 @@ import json
 import math
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -50,7 +51,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from runtime import ittc, relknow, taimr
+from runtime import ittc, pins, relknow, taimr
 from runtime.answer import Answer
 from runtime.answers import (ANSWER_MAX_TOKENS, Prompt, build_prompt, parse_answers,
                              prompt_overhead)
@@ -187,6 +188,24 @@ NO_RELATION_KNOWLEDGE = "the store has no relation knowledge (stage relation_kno
 READ_FAILED = "LLM call failed or gave no answer; top retrieval answer returned"
 
 
+def _pinned_build(store: Store, build_id: str | None, verify: bool):
+    """The build to open and its pin. CURRENT is read again once if the build it named was
+    removed between reading CURRENT and pinning (a publish with retention in that gap)."""
+    wanted = build_id if build_id is not None else store.build().build_id
+    try:
+        held = store.pin(wanted)
+    except StoreError:
+        if build_id is not None:
+            raise
+        wanted = store.build().build_id
+        held = store.pin(wanted)
+    try:
+        return store.build(wanted, verify=verify), held
+    except BaseException:
+        pins.release(held)
+        raise
+
+
 class Runtime:
     """A published build, opened once: tables in memory, vectors memory-mapped, LLMs cached."""
 
@@ -210,24 +229,37 @@ class Runtime:
     @classmethod
     def open(cls, store_root: str | Path, *, build_id: str | None = None, verify: bool = True,
              **settings) -> Runtime:
-        """Resolve CURRENT (or ``build_id``) once, verify the manifest, load the build.
+        """Resolve CURRENT (or ``build_id``) once, pin it, verify the manifest, load the build.
 
-        Raises StoreError (naming the file) for anything that is not a complete, intact build.
-        ``settings`` override the ``query`` section of the config defaults.
+        The pin (runtime/pins.py) keeps retention from deleting the build while this Runtime
+        exists; :meth:`close` (or the Runtime's collection) releases it. Raises StoreError
+        (naming the file) for anything that is not a complete, intact build. ``settings``
+        override the ``query`` section of the config defaults.
         """
         started = time.perf_counter()
         root = Path(store_root)
         if not root.is_dir():
             raise StoreError(f"{root}: not a directory — not a LOKG store")
-        build = Store(root).build(build_id, verify=verify)
         unknown = set(settings) - set(section({}, "query"))
         if unknown:
             raise QueryError(f"unknown runtime settings: {sorted(unknown)}")
-        config = build.manifest.get("config") or {}
-        merged = {**section(config, "query"), **settings}
-        runtime = cls(build, merged, 0.0)
+        build, held = _pinned_build(Store(root), build_id, verify)
+        try:
+            config = build.manifest.get("config") or {}
+            runtime = cls(build, {**section(config, "query"), **settings}, 0.0)
+        except BaseException:
+            pins.release(held)
+            raise
+        runtime._release = weakref.finalize(runtime, pins.release, held)
         runtime.open_ms = (time.perf_counter() - started) * 1000.0
         return runtime
+
+    def close(self) -> None:
+        """Release the build's pin (tables already in memory stay usable; lazily read files,
+        such as path-cache buckets, may be gone once retention runs)."""
+        release = getattr(self, "_release", None)
+        if release is not None:
+            release()
 
     def _load(self) -> None:
         """Everything a question needs, read once. The triples table is read only by what

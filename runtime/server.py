@@ -55,7 +55,7 @@ import os
 import threading
 import time
 from collections import Counter
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
@@ -89,6 +89,10 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                    30.0, 60.0)
 #: Build load failures kept for /readyz (newest last).
 KEEP_FAILURES = 10
+
+
+class BuildLost(StoreError):
+    """The served build could not be read while answering; the client should retry."""
 
 
 # ------------------------------------------------------------------------------ requests
@@ -300,6 +304,8 @@ class Service:
         self._lock = threading.Lock()
         self._llms: dict[str, LLM] = {}
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._reopen = False  # the served build lost a file: open CURRENT again even if same
         self._thread: threading.Thread | None = None
 
     # ---- builds
@@ -311,10 +317,11 @@ class Service:
         except (StoreError, OSError) as exc:
             self._failed(None, f"cannot read CURRENT: {exc}")
             return
-        if current is None or current == self.current:
+        reopen, self._reopen = self._reopen, False
+        if current is None or (current == self.current and not reopen):
             return
         self.current = current
-        if self.runtime is not None and current == self.runtime.build_id:
+        if self.runtime is not None and current == self.runtime.build_id and not reopen:
             return
         log.info("CURRENT is %s; opening and verifying it", current)
         try:
@@ -345,13 +352,27 @@ class Service:
             return [dict(f) for f in self._failures]
 
     def _watch(self) -> None:
-        while True:
+        while not self._stop.is_set():
             try:
                 self.poll()
             except Exception:  # the watcher must outlive any surprise; it is logged
                 log.exception("store watcher failed; retrying")
-            if self._stop.wait(self.settings.poll_interval):
-                return
+            self._wake.wait(self.settings.poll_interval)
+            self._wake.clear()
+
+    @contextmanager
+    def reading(self, runtime: Runtime):
+        """Turn a failure to read the build under a request (deleted or damaged files) into
+        :class:`BuildLost` — a 503 with Retry-After — and make the watcher poll now and open
+        CURRENT again, even when CURRENT still names the build being served."""
+        try:
+            yield
+        except (StoreError, OSError) as exc:
+            log.error("build %s failed while answering: %s", runtime.build_id, exc)
+            if self.runtime is runtime:
+                self._reopen = True
+            self._wake.set()
+            raise BuildLost(f"build {runtime.build_id}: {exc}") from exc
 
     def start(self) -> None:
         self._stop.clear()
@@ -361,6 +382,7 @@ class Service:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
 
@@ -507,16 +529,17 @@ def create_app(settings: ServeSettings) -> FastAPI:
     async def refused(request, exc: QueryError):
         return _json({"detail": str(exc)}, 422)
 
-    @app.exception_handler(StoreError)
-    async def store_changed(request, exc: StoreError):
-        log.error("store error while answering: %s", exc)
-        return _json({"detail": f"store error: {exc}"}, 503, {"Retry-After": "1"})
+    @app.exception_handler(StoreError)  # BuildLost included
+    async def store_failed(request, exc: StoreError):
+        return _json({"detail": f"store error: {exc}; retry"}, 503, {"Retry-After": "1"})
 
-    @app.post("/v1/ask", responses={200: {"model": Answer}, 422: {"description": "bad request"}})
+    @app.post("/v1/ask", responses={200: {"model": Answer}, 422: {"description": "bad request"},
+                                    503: {"description": "no build loaded, or it lost a file"}})
     def ask(request: AskRequest) -> Response:
         """Answer one question with at most one LLM call; the Answer JSON."""
         runtime = service.serving()
-        answer = service.answer(runtime, request)
+        with service.reading(runtime):
+            answer = service.answer(runtime, request)
         return _json(answer, headers={"X-LOKG-Build": runtime.build_id})
 
     @app.post("/v1/ask/batch", responses={200: {"model": BatchResponse}})
@@ -524,11 +547,12 @@ def create_app(settings: ServeSettings) -> FastAPI:
         """Answer each question in order from one build; a refused item does not stop the rest."""
         runtime = service.serving()
         results = []
-        for item in batch.requests:
-            try:
-                results.append({"ok": True, "answer": service.answer(runtime, item)})
-            except QueryError as exc:
-                results.append({"ok": False, "status": 422, "detail": str(exc)})
+        with service.reading(runtime):
+            for item in batch.requests:
+                try:
+                    results.append({"ok": True, "answer": service.answer(runtime, item)})
+                except QueryError as exc:
+                    results.append({"ok": False, "status": 422, "detail": str(exc)})
         return _json({"build_id": runtime.build_id, "results": results},
                      headers={"X-LOKG-Build": runtime.build_id})
 

@@ -303,6 +303,23 @@ def test_new_build_is_swapped_in_and_a_corrupted_one_is_not(tmp_path):
         assert "lokg_build_stale 0" in c.call("GET", "/metrics")[2].splitlines()
 
 
+def test_a_served_build_losing_a_file_answers_503_and_is_reopened(tmp_path):
+    make_store(tmp_path, build_id="b1")
+    store = tmp_path / "store"
+    with serving(store, llm_backends=("none",)) as c:
+        for bucket in (Store(store).builds_dir / "b1" / "path_cache.parquet").iterdir():
+            bucket.unlink()  # not read yet: buckets load on first use
+        status, head, body = c.ask()
+        assert status == 503 and head["retry-after"] == "1"
+        assert "bucket-0000" in body["detail"] and "retry" in body["detail"]
+        ready = wait_for(lambda: (r := c.call("GET", "/readyz")[2])["failed_builds"] and r,
+                         what="the reopen of b1 to fail")
+        assert "listed in the manifest but missing" in ready["failed_builds"][0]["error"]
+        make_store(tmp_path, build_id="b2")
+        wait_for(lambda: c.ask()[0] == 200, what="b2 loaded")
+        assert served_build(c) == "b2"
+
+
 def test_a_corrupted_first_build_leaves_the_service_unready_until_a_good_one(tmp_path):
     make_store(tmp_path, build_id="b1")
     store = tmp_path / "store"
