@@ -15,6 +15,10 @@ exercise hot reload under load. Every response must carry one build id, the same
 ``X-LOKG-Build`` header and the body; a mismatch counts as an error. ``flaps`` counts responses
 from the old build to requests that started after a response from the new build had already
 arrived (with one worker process: always 0 — the swap is one reference).
+
+``--churn`` runs operator traffic meanwhile (:func:`churn`: publish with ``keep=0``, roll back
+to the oldest other build, retention with ``keep=0``, in a loop): with reader pins no served
+build is deleted, so every status stays below 500 (``statuses`` counts them).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -39,13 +44,13 @@ sys.path.insert(0, str(REPO))
 
 from runtime.config import DEFAULT_BUDGET  # noqa: E402
 
-from runtime.contract import Store, new_build_id  # noqa: E402
+from runtime.contract import Store, StoreError, new_build_id  # noqa: E402
 
 _MANIFEST_KEYS = ("schema_version", "build_id", "created_at", "tables", "files")
 
 
 def republish(store_root: str | Path, build_id: str | None = None, *,
-              hook: Callable[[str], None] | None = None) -> str:
+              hook: Callable[[str], None] | None = None, keep: int = 3) -> str:
     """Publish the CURRENT build's tables and files again as a new build; returns its id."""
     store = Store(store_root)
     build = store.build(verify=True)
@@ -55,8 +60,32 @@ def republish(store_root: str | Path, build_id: str | None = None, *,
              if not any(rel == t or rel.startswith(t + "/") for t in table_rels)}
     info = {k: v for k, v in build.manifest.items() if k not in _MANIFEST_KEYS}
     new_id = build_id or new_build_id()
-    store.publish(new_id, tables, extra_files=extra, info=info, hook=hook)
+    store.publish(new_id, tables, extra_files=extra, info=info, hook=hook, keep=keep)
     return new_id
+
+
+def churn(store_root: str | Path, stop: threading.Event, pause: float = 0.2) -> Counter:
+    """Until ``stop``: republish with ``keep=0``, roll back to the oldest other build, run
+    retention with ``keep=0`` — the operator traffic of issue 21 that deleted served builds.
+    Counts each operation; a refused one (e.g. a CAS loss) is counted, not raised."""
+    store, done = Store(store_root), Counter()
+    steps = itertools.cycle(("publish", "rollback", "gc"))
+    while not stop.wait(pause):
+        step = next(steps)
+        try:
+            if step == "publish":
+                republish(store_root, keep=0)
+            elif step == "rollback":
+                others = [b for b in store.build_ids() if b != store.current_id()]
+                if others:
+                    store.rollback(others[0])
+            else:
+                store.collect_garbage(keep=0)
+            done[step] += 1
+        except StoreError as exc:
+            done[f"{step} refused"] += 1
+            print(f"churn: {step} refused: {exc}", file=sys.stderr)
+    return done
 
 
 def store_questions(store_root: str | Path, limit: int = 500) -> list[str]:
@@ -178,6 +207,8 @@ def run_load(url: str, questions: list[str], *, requests: int, concurrency: int,
         "p99_ms": round(_percentile(latencies, 0.99), 2),
         "max_ms": round(latencies[-1], 2) if latencies else None,
         "errors": len(errors), "error_samples": sorted(set(errors))[:5],
+        "statuses": {str(k): v for k, v in sorted(Counter(r[2] for r in rows).items(),
+                                                   key=lambda kv: str(kv[0]))},
         "builds": dict(builds),
     }
     if "build_id" in published:
@@ -223,6 +254,25 @@ def wait_ready(url: str, timeout: float, proc: subprocess.Popen | None = None) -
     raise TimeoutError(f"{url}/readyz not ready after {timeout} s: {last}")
 
 
+@contextmanager
+def churning(store_root: str | Path | None):
+    """:func:`churn` in a thread for the duration of the block (nothing when no store); the
+    block gets the operation counts, filled in when it ends."""
+    operations: Counter = Counter()
+    if store_root is None:
+        yield operations
+        return
+    stop = threading.Event()
+    thread = threading.Thread(target=lambda: operations.update(churn(store_root, stop)),
+                              daemon=True)
+    thread.start()
+    try:
+        yield operations
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="a running server (default: start one on --store)")
@@ -237,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET)
     parser.add_argument("--workers", type=int, default=1, help="server workers (started here)")
     parser.add_argument("--poll-interval", type=float, default=0.5)
+    parser.add_argument("--churn", action="store_true",
+                        help="publish (keep=0), roll back and run retention in a loop meanwhile")
     parser.add_argument("--json", dest="json_out", help="also write the report here")
     args = parser.parse_args(argv)
 
@@ -252,11 +304,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ready = wait_ready(url, 300, proc)
         publish_after = max(1, int(args.requests * args.publish_at)) if args.publish_at else None
-        report = run_load(url, questions, requests=args.requests, concurrency=args.concurrency,
-                          options={"llm": args.llm, "budget": args.budget},
-                          token=os.environ.get("LOKG_API_TOKEN") or None, warmup=args.warmup,
-                          publish=(lambda: republish(args.store)) if publish_after else None,
-                          publish_after=publish_after)
+        with churning(args.store if args.churn else None) as operations:
+            report = run_load(url, questions, requests=args.requests,
+                              concurrency=args.concurrency,
+                              options={"llm": args.llm, "budget": args.budget},
+                              token=os.environ.get("LOKG_API_TOKEN") or None, warmup=args.warmup,
+                              publish=(lambda: republish(args.store)) if publish_after else None,
+                              publish_after=publish_after)
+        if args.churn:
+            report["churn"] = dict(operations)
     finally:
         if proc is not None:
             proc.terminate()

@@ -130,6 +130,8 @@ DEFAULTS: dict = {
         "encoder_threads": 1,
         # auto: numpy forward (no torch) for BERT models, else sentence-transformers | numpy | torch
         "encoder_backend": "auto",
+        # path-cache buckets kept in memory (LRU); fewer: less memory, more bucket reads
+        "cached_buckets": 256,
         # relation knowledge (stores with models/relknow; chosen on PathQuestion dev, BENCHMARKS):
         "relation_weight": 20.0,  # λ_rel: weight of the query-relation term in S_final (0 = off)
         "chain_boost": True,  # ITTC's λ_boost for the facts of the predicted relation chain

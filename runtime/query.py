@@ -283,7 +283,8 @@ class Runtime:
         if "path_cache" in tables:
             report = b.manifest.get("report", {}).get("stages", {}).get("path_cache", {})
             buckets = int(report.get("buckets") or cache_cfg["buckets"])
-            self.path_cache = PathCache(b.table_path("path_cache"), buckets)
+            self.path_cache = PathCache(b.table_path("path_cache"), buckets,
+                                        keep=int(self.settings["cached_buckets"]))
         vec_path = b.path / "entity_vectors.npy"
         self.vectors = np.load(vec_path, mmap_mode="r") if vec_path.is_file() else None
         enc_path = b.path / "models" / "encoder.json"

@@ -36,9 +36,9 @@ TRIPLES = [(0, 0, 1), (0, 1, 2), (1, 1, 3), (2, 2, 4), (3, 2, 4), (4, 3, 5)]
 
 
 def make_store(root, *, with_cache: bool = True, build_id: str = "toy",
-               extra_files: dict | None = None) -> Store:
+               extra_files: dict | None = None, config: dict | None = None) -> Store:
     """Publish a complete toy build: core tables, uniform attention, μ = 1, a path cache (and
-    ``extra_files``, build path → source file)."""
+    ``extra_files``, build path → source file; ``config``, the build's recorded config)."""
     staging = root / "src"
     staging.mkdir(parents=True, exist_ok=True)
     entities = pa.table({
@@ -57,7 +57,7 @@ def make_store(root, *, with_cache: bool = True, build_id: str = "toy",
     for name, table in tables.items():
         write_table(name, table, staging / f"{name}.parquet")
         paths[name] = staging / f"{name}.parquet"
-    info = {"config": {}, "report": {"stages": {}}}
+    info = {"config": config or {}, "report": {"stages": {}}}
     if with_cache:
         graph = taimr.EdgeGraph.from_tables(edges, node_gain)
         cache = staging / "path_cache"

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.load import Connection, republish, run_load
+from bench.load import Connection, churning, republish, run_load
 from runtime.contract import Store
 from runtime.config import ENCODINGS, MAX_BUDGET, POLICIES
 from runtime.query import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS, Runtime
@@ -365,6 +365,24 @@ def test_hot_reload_under_load_keeps_every_response_consistent(tmp_path):
     assert report["errors"] == 0, report["error_samples"]
     assert set(report["builds"]) == {"b1", "b2"} and sum(report["builds"].values()) == 600
     assert report["published"]["flaps"] == 0
+
+
+@pytest.mark.slow
+def test_publish_rollback_and_retention_churn_under_load_never_gives_a_5xx(tmp_path):
+    """Issue 21's operator race: keep=0 publishes, rollbacks to old builds and retention in a
+    loop while 5,000 questions are answered; pinned builds are never deleted under them. One
+    path-cache bucket in memory: questions about heads in the other bucket read its file."""
+    make_store(tmp_path, build_id="b1", config={"query": {"cached_buckets": 1}})
+    store = tmp_path / "store"
+    republish(store, "b2")
+    questions = [QUESTION, "Where was Ben Stone born?", "Where is Ada Brook?"]
+    with serving(store, llm_backends=("none",), poll=0.05) as c, churning(store) as operations:
+        report = run_load(f"http://127.0.0.1:{c.port}", questions, requests=5_000,
+                          concurrency=8)
+    assert report["errors"] == 0, (report["error_samples"], report["statuses"])
+    assert operations["publish"] >= 5 and operations["rollback"] >= 5 and operations["gc"] >= 5
+    assert len(report["builds"]) >= 3  # the server followed the churn
+    Store(store).build(verify=True)
 
 
 # ------------------------------------------------------------------------------ LLM faults
