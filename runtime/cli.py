@@ -75,21 +75,31 @@ def store_rollback(build_id: str, store_root: str) -> None:
 @store.command("gc")
 @click.option("--older-than", "hours", type=click.FloatRange(min=0), default=48.0,
               show_default=True, help="Only staging directories unchanged for this many hours.")
+@click.option("--keep", type=click.IntRange(min=0), default=None,
+              help="Also run retention: delete builds beyond this many previous ones "
+                   "(CURRENT and builds a reader pins are kept).")
 @STORE_OPTION
-def store_gc(hours: float, store_root: str) -> None:
-    """Delete the staging directories of killed or abandoned builds.
+def store_gc(hours: float, keep: int | None, store_root: str) -> None:
+    """Delete the staging directories of killed or abandoned builds (and, with --keep, old
+    builds).
 
     Publish removes its own build's staging; this collects what runs that never published
     left behind. Keep --older-than above the longest stage's run time (tasks time out
     after 12 h).
     """
+    st = Store(store_root)
     try:
-        removed = Store(store_root).collect_staging(hours * 3600)
+        removed = st.collect_staging(hours * 3600)
+        builds = st.collect_garbage(keep) if keep is not None else []
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     for name in removed:
         click.echo(f"removed {Path(store_root) / 'staging' / name}")
     click.echo(f"{len(removed)} staging director{'y' if len(removed) == 1 else 'ies'} removed")
+    for name in builds:
+        click.echo(f"removed build {name}")
+    if keep is not None:
+        click.echo(f"{len(builds)} build{'' if len(builds) == 1 else 's'} removed by retention")
 
 
 @store.command("show")

@@ -165,3 +165,21 @@ def test_a_held_lock_times_out_naming_its_holder(tmp_path):
         with pytest.raises(StoreError, match=r"locked by publish of x \(pid"):
             with other.locked("rollback", timeout=0.2):
                 pass
+
+
+def test_store_gc_keep_runs_retention_around_a_pinned_build(tmp_path):
+    from click.testing import CliRunner
+
+    from runtime.cli import cli
+
+    store = Store(tmp_path / "store")
+    for b in ("b1", "b2", "b3"):
+        _publish(store, tmp_path, b)
+    held = store.pin("b1")
+    result = CliRunner().invoke(cli, ["store", "gc", "--keep", "0", "--store", str(store.root)])
+    assert result.exit_code == 0, result.output
+    assert "removed build b2" in result.output and "1 build removed by retention" in result.output
+    assert store.build_ids() == ["b1", "b3"]
+    pins.release(held)
+    bad = CliRunner().invoke(cli, ["store", "gc", "--keep", "-1", "--store", str(store.root)])
+    assert bad.exit_code == 2 and "-1" in bad.output
