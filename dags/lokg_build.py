@@ -3,7 +3,8 @@
 Tasks, in ``pipeline.registry.STAGES`` order (a task per stage, named as the stage and its
 module; the chain is linear, each stage after the one before it):
 
-* ``plan``    — derives the build id from the DAG run and the argument list every stage gets;
+* ``plan``    — validates the build config (``lokg config``), derives the build id from the DAG
+  run and the argument list every stage gets;
 * Spark stages (``spark_jobs.*``) — ``SparkSubmitOperator`` on the ``spark_default`` connection
   (master from the connection: ``local[2]`` embedded, ``spark://``, ``yarn``, ``k8s://``);
 * training stages (``training.*``) — ``python -m training.<stage>`` on the ``gpu`` queue and pool;
@@ -65,6 +66,10 @@ def plan(*, params=None, dag_run=None) -> dict:
         config += ["--set", kv]
     if params["config"]:
         config += ["--config", str(Path(lc.ROOT, params["config"]).resolve())]
+    try:  # a bad value fails the run here, once, not in every retry of the first stage
+        lc.run_logged([lc.LOKG, "config", *config])
+    except RuntimeError as exc:
+        raise AirflowFailException(f"invalid build config: {exc}") from None
     build_id = build_id_of(dag_run)
     print(f"build {build_id}: dump {dump} -> store {store}")
     return {

@@ -42,6 +42,8 @@ EVAL_FLOOR = json.loads(os.environ.get("LOKG_EVAL_FLOOR", '{"H@1": 0.2}'))
 #: The query's default knowledge budget B: ``runtime.config.DEFAULT_BUDGET``, which the DAGs
 #: cannot import (no runtime modules in the scheduler); tests/test_dags.py checks they agree.
 DEFAULT_BUDGET = 2048
+#: The dump formats of ``ingest.format``: ``runtime.config.FORMATS``, copied for the same reason.
+FORMATS = ("auto", "nt", "tsv", "pathquestion", "fb15k237", "synth")
 #: Cron of the scheduled refresh (default: Sundays 03:00 UTC); a new dump also triggers a build.
 BUILD_CRON = os.environ.get("LOKG_BUILD_CRON", "0 3 * * 0")
 
@@ -71,7 +73,7 @@ DEFAULT_ARGS = {
 
 if str(ROOT) not in sys.path:  # the checkout's pipeline/registry.py: no imports of its own
     sys.path.insert(0, str(ROOT))
-from pipeline.registry import FORMATS, STAGES  # noqa: E402,F401  (the DAGs' one stage table)
+from pipeline.registry import STAGES  # noqa: E402,F401  (the DAGs' one stage table)
 
 
 def module_file(module: str) -> str:

@@ -17,7 +17,7 @@ from evaluation.context import ENTITY_MODES, MethodError
 from evaluation.methods import METHODS, method_names
 from evaluation.report import markdown_table
 from evaluation.runner import EvalError
-from runtime.config import DEFAULT_BUDGET, MAX_BUDGET, POLICIES
+from runtime.config import DEFAULT_BUDGET, MAX_BUDGET, POLICIES, ConfigError
 from runtime.llm import available_backends
 
 PLOT_FILE = "accuracy_vs_tokens.png"
@@ -178,7 +178,7 @@ def eval_command(**options) -> None:
     try:
         summary = run_eval(**options, log=lambda m: click.echo(m, err=True))
     except (DatasetError, MethodError, EvalError, StoreError, LLMError, BuildError,
-            QueryError) as exc:
+            QueryError, ConfigError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(markdown_table(summary), nl=False)
     click.echo(f"reports in {options['out']}")

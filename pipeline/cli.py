@@ -1,5 +1,6 @@
-"""The build side of the ``lokg`` command: ``synth``, ``build``, ``publish``, ``demo``, added to
-the runtime's commands (``query``, ``serve``, ``store``, ``scos-report``) and ``eval``.
+"""The build side of the ``lokg`` command: ``synth``, ``build``, ``publish``, ``demo``,
+``config``, added to the runtime's commands (``query``, ``serve``, ``store``, ``scos-report``)
+and ``eval``.
 
 This is the ``lokg`` entry point; a query host with only ``runtime`` installed still has
 ``python -m runtime.cli``. Heavy modules (pyspark, torch) load only inside the commands needing
@@ -16,9 +17,8 @@ from pathlib import Path
 import click
 
 from evaluation.cli import eval_command
-from pipeline.registry import FORMATS
 from runtime.cli import STORE_OPTION, cli, render_answer, render_summary
-from runtime.config import load_config
+from runtime.config import FORMATS, load_config
 from runtime.contract import Store
 from runtime.errors import LokgError
 
@@ -104,10 +104,22 @@ def publish(store_root: str, build_id: str, dump: str | None, config_file: str |
 
 
 def _load_config(config_file, overrides) -> dict:
+    """The validated config, or a one-line error (exit 1) before any stage starts."""
     try:
         return load_config(config_file, overrides)
     except LokgError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+@click.command("config")
+@click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE")
+def config_command(config_file: str | None, overrides: tuple[str, ...]) -> None:
+    """Validate a build config and print it resolved (defaults, file, overrides) as JSON.
+
+    The DAG's plan task runs it, so a bad value fails the run once instead of in every retry
+    of the first stage."""
+    click.echo(json.dumps(_load_config(config_file, overrides), indent=2))
 
 
 @click.command()
@@ -144,7 +156,7 @@ def demo(workdir: str | None, n_triples: int, seed: int, llm_name: str) -> None:
     click.echo(f"  gold answer: {'; '.join(first['answers'])}")
 
 
-for command in (synth, build, publish, demo, eval_command):
+for command in (synth, build, publish, demo, config_command, eval_command):
     cli.add_command(command)
 
 

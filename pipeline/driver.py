@@ -297,7 +297,7 @@ def stage_main(name: str, argv: list[str] | None = None) -> None:
     """Command line of one stage, used by ``spark-submit spark_jobs/<stage>.py`` and DAG tasks."""
     import argparse
 
-    from runtime.config import load_config
+    from runtime.config import ConfigError, load_config
 
     parser = argparse.ArgumentParser(prog=f"lokg-stage-{name}", description=f"Run stage '{name}'.")
     parser.add_argument("--store", required=True, help="store root")
@@ -307,6 +307,9 @@ def stage_main(name: str, argv: list[str] | None = None) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="config override, repeatable")
     args = parser.parse_args(argv)
-    config = load_config(args.config, args.overrides)
+    try:
+        config = load_config(args.config, args.overrides)
+    except ConfigError as exc:  # one line and exit 2, before the stage (and Spark) starts
+        parser.error(str(exc))
     record = run_stage(Store(args.store), args.build_id, name, config, args.dump)
     print(json.dumps({"stage": name, "seconds": record["seconds"]}))

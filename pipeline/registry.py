@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-#: Dump formats ``ingest.format`` accepts (``auto`` detects one from the files).
-FORMATS = ("auto", "nt", "tsv", "pathquestion", "fb15k237", "synth")
-
 
 class Stage(NamedTuple):
     """One stage: where its module lives and which artefacts it reads and writes."""

@@ -7,13 +7,27 @@ records exactly what produced it.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
-from collections.abc import Iterable, Mapping
+import math
+import re
+import reprlib
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
 from runtime.errors import LokgError
+
+#: Dump formats ``ingest.format`` accepts (``auto`` detects one from the files); the DAGs keep
+#: a copy (dags/lokg_common.py, which cannot import runtime), checked by tests/test_dags.py.
+FORMATS = ("auto", "nt", "tsv", "pathquestion", "fb15k237", "synth")
+TYPE_RULES = ("spread", "min")  # relation_stats.type_rule (spark_jobs/relation_stats.py)
+MISSING_EMBEDDINGS = ("zero", "renormalise")  # scos_merge.missing_embeddings
+TEXT_RULES = ("name", "name_type_description")  # entity_encode.text (training/entity_encode.py)
+QUERY_BACKENDS = ("auto", "numpy", "torch")  # query.encoder_backend (runtime/question_encoder.py)
+SPARK_LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF", "TRACE")
 
 DEFAULTS: dict = {
     "spark": {
@@ -23,7 +37,7 @@ DEFAULTS: dict = {
         "log_level": "ERROR",  # Spark's own log level (WARN shows planner chatter)
     },
     "ingest": {
-        "format": "auto",  # auto | nt | tsv | pathquestion | fb15k237 | synth
+        "format": "auto",  # one of FORMATS
         "max_malformed_share": 0.01,  # fail the stage above this share of malformed lines
         "languages": ["en"],  # literal language tags kept as names/aliases/descriptions ("" = untagged)
         "literals_as_edges": False,  # literal facts become entity attributes unless set
@@ -154,32 +168,232 @@ class ConfigError(LokgError, ValueError):
     """A configuration file or override is invalid; the message names it."""
 
 
+# ---- the schema: what every key of every section accepts -------------------------------------
+class Rule(NamedTuple):
+    """What one key accepts. ``kind`` is the type test (a failure says "has the wrong type"),
+    ``within`` the test of a value of that type (a failure says ``refusal``); ``expected`` is
+    what both messages say is allowed. Validated before any stage starts, so a bad value fails
+    in a second instead of after Spark has started."""
+
+    expected: str
+    kind: Callable[[object], bool]
+    within: Callable[[object], bool] = lambda value: True
+    nullable: bool = False
+    refusal: str = "is out of range"
+    choices: tuple = ()  # the allowed strings, for a "did you mean" suggestion
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)  # True is an int in Python
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite(value) -> bool:
+    return isinstance(value, int) or math.isfinite(value)  # math.isfinite overflows on huge ints
+
+
+def integer(low: int = 0, *, nullable: bool = False) -> Rule:
+    """An int >= ``low`` (or null where ``nullable``); a bool is refused."""
+    return Rule(f"{'null or ' if nullable else ''}an integer >= {low}", _is_int,
+                lambda v: v >= low, nullable)
+
+
+def number(low: float = -math.inf, high: float = math.inf, *, low_open: bool = False,
+           high_open: bool = False) -> Rule:
+    """A finite int or float in the interval (YAML reads ``1`` as an int, so ints count)."""
+    if high == math.inf:
+        words = f"a number {'>' if low_open else '>='} {low:g}"
+    else:
+        words = f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    return Rule(words, _is_number, lambda v: _finite(v) and (low < v if low_open else low <= v)
+                and (v < high if high_open else v <= high))
+
+
+def choice(*options) -> Rule:
+    """One of ``options``, of exactly their type (so True is not the int choice 1)."""
+    types = {type(o) for o in options}
+    return Rule(f"one of {' | '.join(map(str, options))}", lambda v: type(v) in types,
+                lambda v: v in options, refusal="is not one of the choices",
+                choices=tuple(o for o in options if isinstance(o, str)))
+
+
+def text(pattern: str = r".*", expected: str = "a string", *, nullable: bool = False) -> Rule:
+    """A str matching ``pattern`` whole (or null where ``nullable``)."""
+    rx = re.compile(pattern, re.DOTALL | re.IGNORECASE)
+    return Rule(f"{'null or ' if nullable else ''}{expected}", lambda v: isinstance(v, str),
+                lambda v: rx.fullmatch(v) is not None, nullable, refusal="is not allowed")
+
+
+def _numbers(value) -> bool:
+    return isinstance(value, list) and all(_is_number(w) for w in value)
+
+
+BOOL = Rule("true or false", lambda v: isinstance(v, bool))
+SHARE = number(0, 1)
+COUNT = integer(1)
+SEED = integer(0)
+RATE = number(0, low_open=True)  # learning rates
+WEIGHT = number(0)
+DEVICE = text(r"auto|cpu|cuda(:\d+)?", "auto, cpu or cuda[:N]")
+THREADS = integer(1, nullable=True)  # null = the library's default
+FILE = text(r".+", "a file path", nullable=True)  # null = none
+
+SCHEMA: dict = {
+    "spark": {
+        "master": text(r".+", "a Spark master URL such as local[2]"),
+        "driver_memory": text(r"\d+[kmgtp]?b?", "a Spark memory size such as 4g or 512m"),
+        "shuffle_partitions": COUNT,
+        "log_level": text("|".join(SPARK_LOG_LEVELS), f"one of {' | '.join(SPARK_LOG_LEVELS)}"),
+    },
+    "ingest": {
+        "format": choice(*FORMATS),
+        "max_malformed_share": SHARE,
+        "languages": Rule("a list of strings",
+                          lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v)),
+        "literals_as_edges": BOOL,
+        "entities_file": FILE,
+    },
+    "entity_types": {},
+    "relation_stats": {
+        "max_relations_per_entity": COUNT,
+        "max_relations_per_type_pair": COUNT,
+        "type_pair_min_share": SHARE,
+        "type_rule": choice(*TYPE_RULES),
+        "transe_neighbours": integer(0),  # 0: no TransE candidates
+    },
+    "transe": {
+        "dim": COUNT, "epochs": COUNT, "seed": SEED, "batch_size": COUNT, "learning_rate": RATE,
+        "negatives": COUNT, "margin": number(0, low_open=True), "scoring_norm": choice(1, 2),
+        "device": DEVICE, "threads": THREADS, "evaluate": BOOL,
+        "eval_share": number(0, 1, low_open=True, high_open=True),
+    },
+    "scos_merge": {
+        "enabled": BOOL,
+        "weights": Rule("a list of 3 numbers >= 0 with a positive sum", _numbers,
+                        lambda v: len(v) == 3 and all(_finite(w) and w >= 0 for w in v)
+                        and sum(v) > 0),
+        "theta_base": SHARE,
+        "epsilon": WEIGHT,
+        "missing_embeddings": choice(*MISSING_EMBEDDINGS),
+    },
+    "node_gain": {},
+    "entity_encode": {
+        "model": text(r".+", "minilm, e5-small or a model directory"),
+        "query_prefix": text(), "passage_prefix": text(),
+        "text": choice(*TEXT_RULES),
+        "batch_size": COUNT, "flat_max": integer(0), "hnsw_m": integer(2),
+        "hnsw_ef_construction": COUNT, "hnsw_ef_search": COUNT,
+        "device": DEVICE, "threads": THREADS,
+    },
+    "gat": {  # hidden must also be a multiple of heads (_check_gat)
+        "layers": COUNT, "heads": COUNT, "hidden": COUNT,
+        "dropout": number(0, 1, high_open=True), "epochs": COUNT, "learning_rate": RATE,
+        "weight_decay": WEIGHT, "negatives": COUNT, "path_weight": WEIGHT, "questions": FILE,
+        "uniform": BOOL, "max_full_batch_edges": COUNT, "batch_triples": COUNT, "seed": SEED,
+        "device": DEVICE, "threads": THREADS,
+    },
+    "path_cache": {
+        "max_hops": COUNT, "k_top": COUNT, "beam_width": COUNT, "lambda_topo": WEIGHT,
+        "heads": text(r".+", "all or a file of entity keys"), "buckets": COUNT,
+    },
+    "relation_knowledge": {
+        "questions": FILE, "dev_questions": FILE, "k": COUNT, "min_share": SHARE,
+        "min_support": COUNT, "precision_target": SHARE, "route_min_precision": SHARE,
+        "functional_tolerance": SHARE, "functional_min_subjects": COUNT,
+        "exclusive_tolerance": SHARE, "exclusive_min_support": COUNT, "max_frontier": COUNT,
+        "batch_size": COUNT, "device": DEVICE, "threads": THREADS,
+    },
+    "publish": {"keep": integer(0)},  # previous builds kept; -1 would delete them all
+    "query": {
+        "lambda_q": WEIGHT, "max_candidates": COUNT, "focus_candidates": integer(0),
+        "min_link_cosine": number(-1, 1), "encoder_threads": THREADS,
+        "encoder_backend": choice(*QUERY_BACKENDS), "relation_weight": WEIGHT,
+        "chain_boost": BOOL,
+    },
+}
+
+
 #: Sections renamed when stage names became their module names (issue 14): a config using the
 #: old name is refused with the new one instead of being silently ignored.
 RENAMED_SECTIONS = {"types": "entity_types", "scos": "scos_merge", "transe_train": "transe",
                     "gat_train": "gat"}
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 60
 
-def check_config(config: Mapping) -> None:
-    """A section LOKG knows holds only keys it knows, and no section has a pre-rename name
-    (other sections are the user's own and pass through)."""
+
+def _suggestion(word, candidates) -> str:
+    """`` (did you mean 'x'?)`` for the nearest candidate, else the candidates themselves."""
+    near = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1)
+    if near:
+        return f" (did you mean '{near[0]}'?)"
+    return f" (known: {', '.join(map(str, candidates))})" if candidates else ""
+
+
+def value_problem(key: str, value, rule: Rule) -> str | None:
+    """The one-line complaint about ``value`` of ``key`` (``section.name``), or None if fine."""
+    if value is None and rule.nullable:
+        return None
+    shown = _REPR.repr(value)
+    if not rule.kind(value):
+        return f"{key}: {shown} has the wrong type (expected {rule.expected})"
+    if not rule.within(value):
+        hint = _suggestion(value, rule.choices) if rule.choices else ""
+        return f"{key}: {shown} {rule.refusal} (expected {rule.expected}){hint}"
+    return None
+
+
+def _check_gat(settings: Mapping) -> str | None:
+    hidden, heads = settings.get("hidden", DEFAULTS["gat"]["hidden"]), settings.get(
+        "heads", DEFAULTS["gat"]["heads"])
+    if hidden % heads:
+        return (f"gat.hidden: {hidden} is not a multiple of gat.heads={heads} "
+                f"(each head has hidden/heads channels)")
+    return None
+
+
+def section_problem(name: str, settings) -> tuple[str, str] | None:
+    """(key path, complaint) of the first bad key of a known section, or None."""
+    if not isinstance(settings, Mapping):
+        return name, f"config section '{name}' must be a mapping; got {_REPR.repr(settings)}"
+    rules = SCHEMA[name]
+    for key, value in settings.items():
+        where = f"{name}.{key}"
+        if key not in rules:
+            return where, f"{name}: unknown config key {_REPR.repr(key)}" + (
+                _suggestion(key, list(rules)) if rules else f" ('{name}' has no settings)")
+        problem = value_problem(where, value, rules[key])
+        if problem:
+            return where, problem
+    problem = _check_gat(settings) if name == "gat" else None
+    return (f"{name}.hidden", problem) if problem else None
+
+
+def check_config(config: Mapping, origins: Mapping[str, str] | None = None) -> None:
+    """Every key of a section LOKG knows has a valid value (SCHEMA) and no section has a
+    pre-rename name; other sections are the user's own and pass through. ``origins`` maps a
+    key path to the file it came from, which the message then names."""
     for name, value in config.items():
         if name in RENAMED_SECTIONS:
             raise ConfigError(f"config section '{name}' is called '{RENAMED_SECTIONS[name]}' now")
-        if name not in DEFAULTS:
-            continue
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"config section '{name}' must be a mapping; got {value!r}")
-        unknown = sorted(set(value) - set(DEFAULTS[name]))
-        if unknown:
-            raise ConfigError(f"{name}: unknown config keys {unknown} "
-                              f"(known: {sorted(DEFAULTS[name])})")
+        found = section_problem(name, value) if name in SCHEMA else None
+        if found:
+            where = (origins or {}).get(found[0])
+            raise ConfigError(f"{where}: {found[1]}" if where else found[1])
+    try:
+        json.dumps(config)
+    except (TypeError, ValueError, RecursionError) as exc:  # the manifest stores it as JSON
+        raise ConfigError(f"config is not JSON-serialisable ({exc})") from None
 
 
-def _merge(base: dict, update: Mapping, where: str) -> dict:
+# ---- loading ---------------------------------------------------------------------------------
+def _merge(base: dict, update: Mapping) -> dict:
     for key, value in update.items():
         if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            _merge(base[key], value, f"{where}.{key}")
+            _merge(base[key], value)
         else:
             base[key] = copy.deepcopy(value)
     return base
@@ -190,39 +404,69 @@ def section(config: Mapping, name: str) -> dict:
     return {**DEFAULTS.get(name, {}), **(config.get(name) or {})}
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as LOKG reads it: ``1e-3`` is a number (YAML 1.2; PyYAML's 1.1 wants ``1.0e-3``),
+    and dates stay text (a datetime would not survive the JSON manifest)."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float",
+                              re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"),
+                              list("-+0123456789."))
+_YAML_ERRORS = (yaml.YAMLError, ValueError, RecursionError)  # ValueError: e.g. !!int of 5000 digits
+
+
 def _parse_value(text: str):
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
+    except _YAML_ERRORS:
         return text
 
 
+def _read_file(path: Path) -> Mapping:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config ({getattr(exc, 'strerror', exc)})") from None
+    try:
+        loaded = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_Loader)  # noqa: S506
+    except _YAML_ERRORS as exc:  # json.JSONDecodeError is a ValueError
+        raise ConfigError(f"{path}: invalid config ({' '.join(str(exc).split())})") from None
+    if loaded is not None and not isinstance(loaded, Mapping):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    return loaded or {}
+
+
+def _apply_override(config: dict, item: str) -> str:
+    """Set ``a.b.c=value`` in ``config``; returns the key path."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"override {item!r}: expected key.path=value")
+    node = config
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"override {item!r}: '{part}' is not a section")
+    node[parts[-1]] = _parse_value(raw)
+    return key
+
+
 def load_config(path: str | Path | None = None, overrides: Iterable[str] = ()) -> dict:
-    """Defaults ← file (YAML or JSON) ← ``a.b.c=value`` overrides (values parsed as YAML)."""
+    """Defaults ← file (YAML or JSON) ← ``a.b.c=value`` overrides (values parsed as YAML),
+    validated (check_config) before it is returned, so no stage starts on a bad value."""
     config = copy.deepcopy(DEFAULTS)
+    origins: dict[str, str] = {}
     if path is not None:
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
-        try:
-            loaded = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        except (json.JSONDecodeError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{path}: invalid config ({exc})") from None
-        if loaded is not None and not isinstance(loaded, Mapping):
-            raise ConfigError(f"{path}: top level must be a mapping")
-        _merge(config, loaded or {}, str(path))
+        loaded = _read_file(Path(path))
+        _merge(config, loaded)
+        for name, value in loaded.items():
+            origins[str(name)] = str(path)
+            origins.update((f"{name}.{key}", str(path)) for key in
+                           (value if isinstance(value, Mapping) else ()))
     for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"override {item!r}: expected key.path=value")
-        node = config
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r}: '{part}' is not a section")
-        node[parts[-1]] = _parse_value(raw)
-    check_config(config)
+        origins.pop(_apply_override(config, item), None)
+    check_config(config, origins)
     return config

@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from runtime import numpy_bert
+from runtime.config import QUERY_BACKENDS
 from runtime.encoder import EncoderError, SentenceEncoder, spec_model_dir
 
-QUERY_BACKENDS = ("auto", "numpy", "torch")  # query.encoder_backend (runtime/config.py)
 
 
 def query_encoder(spec: Mapping, backend: str = "auto", threads: int | None = None):

@@ -30,7 +30,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
-from pipeline.registry import FORMATS
+from runtime.config import FORMATS
 from runtime.errors import LokgError
 
 FREEBASE_NS = "http://rdf.freebase.com/ns/"

@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.stage import Laps, StageError
-from runtime.config import section
+from runtime.config import TYPE_RULES, section
 from runtime.contract import (
     TABLE_SCHEMAS,
     StoreError,
@@ -57,7 +57,6 @@ from runtime.contract import (
 )
 
 UNTYPED = "∅"
-TYPE_RULES = ("spread", "min")
 #: Decimals kept of the tail entropy and of P_r: Spark sums doubles in partition order, so the
 #: last bits would otherwise differ between runs on different masters or partitionings.
 DIGITS = 12

@@ -45,6 +45,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from pipeline.stage import Laps, StageError, checked_section
+from runtime.config import MISSING_EMBEDDINGS
 from runtime.contract import TABLE_SCHEMAS, StoreError, read_table, table_files, write_table
 from spark_jobs.relation_stats import (
     TypeIndex,
@@ -63,7 +64,7 @@ def settings(config: Mapping) -> dict:
     cfg = checked_section(config, "scos_merge")
     if len(cfg["weights"]) != 3:
         raise StageError(f"scos_merge.weights={cfg['weights']!r}: expected three weights")
-    if cfg["missing_embeddings"] not in ("zero", "renormalise"):
+    if cfg["missing_embeddings"] not in MISSING_EMBEDDINGS:
         raise StageError(f"scos_merge.missing_embeddings={cfg['missing_embeddings']!r}: zero | renormalise")
     return cfg
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -12,7 +13,7 @@ from pipeline.cli import cli
 from runtime.contract import Store
 from tests.test_contract import _publish
 
-COMMANDS = [[], ["synth"], ["build"], ["demo"], ["store"], ["store", "list"],
+COMMANDS = [[], ["synth"], ["build"], ["demo"], ["config"], ["store"], ["store", "list"],
             ["store", "verify"], ["store", "rollback"], ["store", "show"], ["store", "gc"]]
 
 
@@ -63,6 +64,40 @@ def test_bad_config_override_is_reported(tmp_path):
                                       "--set", "no_equals_sign"])
     assert result.exit_code == 1
     assert "expected key.path=value" in result.output
+
+
+@pytest.mark.parametrize("command", ["build", "publish", "config"])
+def test_an_invalid_config_value_is_one_line_before_any_stage(tmp_path, command, monkeypatch):
+    from pipeline import driver
+
+    monkeypatch.setattr(driver, "run_stage", lambda *a, **k: pytest.fail("a stage started"))
+    monkeypatch.setattr(driver, "publish_build", lambda *a, **k: pytest.fail("publish started"))
+    dump = tmp_path / "kb.tsv"
+    dump.write_text("a\tr\tb\n")
+    args = {"build": ["--dump", str(dump), "--store", str(tmp_path / "s")],
+            "publish": ["--store", str(tmp_path / "s"), "--build-id", "b1"], "config": []}[command]
+    result = CliRunner().invoke(cli, [command, *args, "--set", "ingest.max_malformed_share=abc"])
+    assert result.exit_code == 1, result.output
+    assert result.output == ("Error: ingest.max_malformed_share: 'abc' has the wrong type "
+                             "(expected a number in [0, 1])\n")
+
+
+def test_config_prints_the_resolved_config(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("publish:\n  keep: 5\n")
+    result = CliRunner().invoke(cli, ["config", "--config", str(path), "--set", "gat.epochs=2"])
+    assert result.exit_code == 0, result.output
+    config = json.loads(result.output)
+    assert config["publish"]["keep"] == 5 and config["gat"]["epochs"] == 2
+
+
+def test_stage_main_refuses_a_bad_config_with_a_usage_error(capsys):
+    from pipeline.driver import stage_main
+
+    with pytest.raises(SystemExit) as exit_:
+        stage_main("ingest", ["--store", "s", "--build-id", "b", "--set", "publish.keep=-1"])
+    assert exit_.value.code == 2
+    assert "publish.keep: -1 is out of range" in capsys.readouterr().err
 
 
 #: Prepended to a subprocess's code: importing pyspark, torch or airflow (or what pulls torch)

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.registry import STAGE_NAMES, STAGES
-from runtime.config import DEFAULT_BUDGET
+from runtime.config import DEFAULT_BUDGET, FORMATS
 
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW_VENV = REPO / ".venv-airflow" / "bin"
@@ -203,6 +203,7 @@ def test_stage_table_is_the_registry_imported_without_the_project(tmp_path):
         sys.path.remove(str(REPO / "dags"))
     assert [s.kind for s in lc.STAGES].count("train") == 4
     assert lc.DEFAULT_BUDGET == DEFAULT_BUDGET
+    assert lc.FORMATS == FORMATS
     assert lc.current_build(str(tmp_path)) is None
     (tmp_path / "CURRENT").write_text("20260101T000000Z-abcdef\n")
     assert lc.current_build(str(tmp_path)) == "20260101T000000Z-abcdef"

@@ -35,11 +35,11 @@ import numpy as np
 import pyarrow as pa
 
 from pipeline.stage import Laps, StageError, checked_section, torch_threads
+from runtime.config import TEXT_RULES
 from runtime.contract import read_table, write_table
 from runtime.encoder import EncoderError, SentenceEncoder
 
 STAGE = "entity_encode"
-TEXT_RULES = ("name", "name_type_description")
 DESCRIPTION_WORDS = 32
 
 
