@@ -311,7 +311,7 @@ SCHEMA: dict = {
         "lambda_q": WEIGHT, "max_candidates": COUNT, "focus_candidates": integer(0),
         "min_link_cosine": number(-1, 1), "encoder_threads": THREADS,
         "encoder_backend": choice(*QUERY_BACKENDS), "relation_weight": WEIGHT,
-        "chain_boost": BOOL,
+        "chain_boost": BOOL, "cached_buckets": COUNT,
     },
 }
 
@@ -374,11 +374,16 @@ def section_problem(name: str, settings) -> tuple[str, str] | None:
 
 def check_config(config: Mapping, origins: Mapping[str, str] | None = None) -> None:
     """Every key of a section LOKG knows has a valid value (SCHEMA) and no section has a
-    pre-rename name; other sections are the user's own and pass through. ``origins`` maps a
+    pre-rename name; other sections are the user's own and pass through, unless the name is
+    one edit or so from a section LOKG knows (a typo like ``ingst`` would be silently ignored). ``origins`` maps a
     key path to the file it came from, which the message then names."""
     for name, value in config.items():
         if name in RENAMED_SECTIONS:
             raise ConfigError(f"config section '{name}' is called '{RENAMED_SECTIONS[name]}' now")
+        near = difflib.get_close_matches(name, SCHEMA, n=1, cutoff=0.75)
+        if name not in SCHEMA and near:
+            raise ConfigError(f"unknown config section '{name}' (did you mean '{near[0]}'?); "
+                              "a section of your own needs a name unlike LOKG's")
         found = section_problem(name, value) if name in SCHEMA else None
         if found:
             where = (origins or {}).get(found[0])

@@ -257,3 +257,11 @@ def test_fuzz_load_config_returns_a_valid_config_or_raises_config_error(file, as
             assert "\n" not in str(exc)
             return
     assert_satisfies_schema(config)
+
+
+@pytest.mark.parametrize("override,near", [("ingst.format=nt", "ingest"),
+                                           ("publsh.keep=1", "publish"), ("gat_.epochs=2", "gat")])
+def test_a_section_name_one_typo_away_is_refused_with_the_known_one(override, near):
+    with pytest.raises(ConfigError, match=rf"unknown config section '.*' \(did you mean '{near}'"):
+        load_config(None, [override])
+    assert load_config(None, ["my_team.owner=data"])["my_team"] == {"owner": "data"}
