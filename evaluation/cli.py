@@ -17,7 +17,7 @@ from evaluation.context import ENTITY_MODES, MethodError
 from evaluation.methods import METHODS, method_names
 from evaluation.report import markdown_table
 from evaluation.runner import EvalError
-from runtime.config import DEFAULT_BUDGET, MAX_BUDGET, POLICIES, ConfigError
+from runtime.config import DEFAULT_BUDGET, MAX_BUDGET, POLICIES, READER_MODES, ConfigError
 from runtime.llm import available_backends
 
 PLOT_FILE = "accuracy_vs_tokens.png"
@@ -27,8 +27,8 @@ MARKDOWN_FILE = "summary.md"
 def command_line(**options) -> str:
     """The ``lokg eval`` command that reproduces a run, options in a fixed order."""
     parts = ["lokg", "eval"]
-    for name in ("dataset", "split", "store", "store_no_scos", "methods", "llm", "policy",
-                 "budget", "entities", "out", "limit", "kb"):
+    for name in ("dataset", "split", "store", "store_no_scos", "methods", "llm", "reader",
+                 "policy", "budget", "entities", "out", "limit", "kb"):
         value = options.get(name)
         if value is not None:
             parts += [f"--{name.replace('_', '-')}", str(value)]
@@ -78,8 +78,11 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
              out: str,
              store_no_scos: str | None = None, build: bool = False, kb: str | None = None,
              overrides: Sequence[str] = (), limit: int | None = None, progress: bool = True,
-             threads: int | None = 1, log: Callable[[str], None] = print) -> dict:
+             threads: int | None = 1, reader: str | None = None,
+             log: Callable[[str], None] = print) -> dict:
     """Everything ``lokg eval`` does; returns the summary written to ``summary.json``.
+
+    ``reader`` (choice | free) overrides the store's ``query.reader`` setting.
 
     ``threads`` caps torch's CPU threads (the question encoder): on a shared 2-core host one
     thread embeds a question in ~40 ms and torch's default two in ~600 ms.
@@ -95,7 +98,7 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
                            store_no_scos=store_no_scos, methods=methods, llm=llm,
                            policy=None if policy == "lokg" else policy, budget=budget,
                            entities=entities, out=out, limit=limit, kb=kb, overrides=overrides,
-                           build=build)
+                           build=build, reader=reader)
     data = load_dataset(dataset, split)
     if threads:
         import torch
@@ -104,7 +107,8 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
     names = method_names(methods)
     questions = data.questions[:limit] if limit else data.questions
     ensure_store(store, data, build=build, kb=kb, overrides=overrides, scos=True, log=log)
-    rt = Runtime.open(store)
+    query_settings = {"reader": reader} if reader else {}
+    rt = Runtime.open(store, **query_settings)
     rt_no_scos = None
     if any(METHODS[n].needs_no_scos_store for n in names):
         if store_no_scos is None and build:
@@ -114,16 +118,17 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
                               "scos_merge.enabled=false), or --build to build one")
         ensure_store(store_no_scos, data, build=build, kb=kb, overrides=overrides, scos=False,
                      log=log)
-        rt_no_scos = Runtime.open(store_no_scos)
-    reader = make_llm(llm)
-    ctx = EvalContext(rt, CountingLLM(reader), budget, entities, rt_no_scos, policy)
+        rt_no_scos = Runtime.open(store_no_scos, **query_settings)
+    backend = make_llm(llm)
+    ctx = EvalContext(rt, CountingLLM(backend), budget, entities, rt_no_scos, policy)
     out_dir = Path(out)
     stores = {"store": rt.build_id}
     if rt_no_scos is not None:
         stores["store_no_scos"] = rt_no_scos.build_id
     settings = {"dataset": data.describe(), "llm": llm, "policy": policy,
                 "model": None if ctx.llm.model is None else str(ctx.llm.model),
-                "budget": budget, "entities": entities, "stores": stores}
+                "budget": budget, "entities": entities, "stores": stores,
+                **({"reader": reader} if reader else {})}
     run = check_run_file(out_dir, settings, command)
     summary = evaluate(make_methods(names, ctx), questions, out_dir, progress=progress)
     summary = merge_summary(out_dir, summary, list(METHODS))
@@ -147,6 +152,9 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
               help=f"Comma-separated, or 'all': {', '.join(METHODS)}.")
 @click.option("--llm", type=click.Choice(available_backends()), default="none", show_default=True,
               help="Reader for every method (openai: LOKG_LLM_BASE_URL, LOKG_LLM_MODEL).")
+@click.option("--reader", type=click.Choice(READER_MODES),
+              help="How the one call answers: choice (one of the top candidates) | free (any "
+                   "answer list). Default: the store's query.reader (choice).")
 @click.option("--policy", type=click.Choice(POLICIES), default="lokg", show_default=True,
               help="Policy of the lokg methods: lokg (one call), precision (derived answer or "
                    "abstain, no call), route (derived where the routing gate passes, else one "

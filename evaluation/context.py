@@ -28,6 +28,7 @@ class CountingLLM:
         self.name = inner.name
         self.calls_model = bool(inner.calls_model)
         self.model = getattr(inner, "model", None)
+        self.constrains_choices = bool(getattr(inner, "constrains_choices", False))
         self.reset()
 
     def reset(self) -> None:
@@ -35,13 +36,13 @@ class CountingLLM:
         self.failed = 0
         self.errors: list[str] = []
 
-    def complete(self, prompt: str, *, max_tokens: int, system: str = ""):
+    def complete(self, prompt: str, *, max_tokens: int, system: str = "", **options):
         from runtime.llm import LLMError
 
         if self.calls_model:
             self.calls += 1
         try:
-            return self.inner.complete(prompt, max_tokens=max_tokens, system=system)
+            return self.inner.complete(prompt, max_tokens=max_tokens, system=system, **options)
         except LLMError as exc:
             self.failed += 1
             self.errors.append(f"{exc.kind}: {exc}")

@@ -2,8 +2,10 @@
 
 **Prompt.** :func:`build_prompt` returns a :class:`Prompt`: ``system`` — the fixed instructions
 (:data:`INSTRUCTIONS`, kept short because every token of it is paid per question) — and
-``user`` — ``"Knowledge:\\n" + knowledge + "Question: " + question``. The question is put on one
-line (whitespace runs → one space, lone surrogates → ``?``). The runtime reports the knowledge
+``user`` — ``"Knowledge:\\n" + knowledge + "Question: " + question``; with a forced choice the
+candidates come between the two (``"Candidates:\\n- A\\n- B\\n"``) and the instructions are
+:data:`CHOICE_INSTRUCTIONS`. The question is put on one line (whitespace runs → one space, lone
+surrogates → ``?``). The runtime reports the knowledge
 budget and the fixed overhead separately: :func:`prompt_overhead` counts (cl100k_base) the
 instructions and the user message with empty knowledge. When the knowledge is ITTC output
 (lines that start with a non-space character and end with ``\\n``), no token spans the
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
@@ -62,7 +65,13 @@ INSTRUCTIONS = (
     "Reply with only the answer names, one per line, best first, no explanations. "
     "If you cannot answer, reply: none"
 )
+#: Forced choice (``query.reader: choice``): the reply must be one of the listed candidates.
+CHOICE_INSTRUCTIONS = (
+    "Answer the question using the knowledge (one fact per line, fields separated by |). "
+    "Reply with exactly one of the candidates, copied as written, nothing else."
+)
 KNOWLEDGE_HEADER = "Knowledge:\n"
+CHOICES_HEADER = "Candidates:\n"
 QUESTION_PREFIX = "Question: "
 #: A sensible completion budget for an answer list.
 ANSWER_MAX_TOKENS = 128
@@ -112,13 +121,26 @@ def clean_question(question: str) -> str:
     return _WS.sub(" ", question).strip()
 
 
-def build_prompt(knowledge: str, question: str, *, instructions: str = INSTRUCTIONS) -> Prompt:
-    """The system (instructions) and user (knowledge, then the question) messages."""
+def choice_lines(choices: Sequence[str]) -> list[str]:
+    """The candidates as the prompt lists them (and a grammar allows them): one line each,
+    whitespace collapsed, empty and repeated ones dropped."""
+    return list(dict.fromkeys(line for c in choices if (line := clean_question(c))))
+
+
+def build_prompt(knowledge: str, question: str, *, instructions: str | None = None,
+                 choices: Sequence[str] = ()) -> Prompt:
+    """The system (instructions) and user (knowledge, the candidates when the reply is a
+    forced choice, then the question) messages. Default instructions: :data:`INSTRUCTIONS`,
+    or :data:`CHOICE_INSTRUCTIONS` with choices."""
     if not isinstance(knowledge, str):
         raise TypeError(f"knowledge must be a string; got {type(knowledge).__name__}")
     if knowledge and not knowledge.endswith("\n"):
         knowledge += "\n"
-    return Prompt(instructions, f"{KNOWLEDGE_HEADER}{knowledge}{QUESTION_PREFIX}"
+    listed = "".join(f"- {line}\n" for line in choice_lines(choices))
+    if instructions is None:
+        instructions = CHOICE_INSTRUCTIONS if listed else INSTRUCTIONS
+    return Prompt(instructions, f"{KNOWLEDGE_HEADER}{knowledge}"
+                                f"{CHOICES_HEADER + listed if listed else ''}{QUESTION_PREFIX}"
                                 f"{clean_question(question)}")
 
 
@@ -127,10 +149,12 @@ def _instruction_tokens(instructions: str) -> int:
     return count_tokens(instructions)
 
 
-def prompt_overhead(question: str, *, instructions: str = INSTRUCTIONS) -> PromptOverhead:
-    """Tokens of everything but the knowledge: instructions, header and question line."""
-    empty = build_prompt("", question, instructions=instructions)
-    return PromptOverhead(_instruction_tokens(instructions), count_tokens(empty.user))
+def prompt_overhead(question: str, *, instructions: str | None = None,
+                    choices: Sequence[str] = ()) -> PromptOverhead:
+    """Tokens of everything but the knowledge: instructions, header, candidates (forced
+    choice) and question line."""
+    empty = build_prompt("", question, instructions=instructions, choices=choices)
+    return PromptOverhead(_instruction_tokens(empty.system), count_tokens(empty.user))
 
 
 def prompt_tokens(prompt: Prompt) -> int:

@@ -146,6 +146,11 @@ DEFAULTS: dict = {
         "encoder_backend": "auto",
         # path-cache buckets kept in memory (LRU); fewer: less memory, more bucket reads
         "cached_buckets": 256,
+        # the one call: "choice" = the reply must be one of the top choice_candidates (a grammar
+        # on the local model, validated for other backends; outside them = the top candidate,
+        # flagged) | "free" = any answer list (strong endpoints, answers beyond the candidates)
+        "reader": "choice",
+        "choice_candidates": 5,
         # relation knowledge (stores with models/relknow; chosen on PathQuestion dev, BENCHMARKS):
         "relation_weight": 20.0,  # λ_rel: weight of the query-relation term in S_final (0 = off)
         "chain_boost": True,  # ITTC's λ_boost for the facts of the predicted relation chain
@@ -157,6 +162,8 @@ DEFAULTS: dict = {
 #: without importing numpy. Policy: one call on the LOKG context | the graph's derived answer or
 #: an abstention | derived where the routing gate passes, else one call (runtime/relknow.py).
 POLICIES = ("lokg", "precision", "route")
+#: How the one call may answer (setting ``query.reader``): one of the candidates | anything.
+READER_MODES = ("choice", "free")
 #: The knowledge budget B of a question when none is given, and the most a request may ask for.
 DEFAULT_BUDGET = 2048
 MAX_BUDGET = 131072
@@ -311,7 +318,8 @@ SCHEMA: dict = {
         "lambda_q": WEIGHT, "max_candidates": COUNT, "focus_candidates": integer(0),
         "min_link_cosine": number(-1, 1), "encoder_threads": THREADS,
         "encoder_backend": choice(*QUERY_BACKENDS), "relation_weight": WEIGHT,
-        "chain_boost": BOOL, "cached_buckets": COUNT,
+        "chain_boost": BOOL, "cached_buckets": COUNT, "reader": choice(*READER_MODES),
+        "choice_candidates": COUNT,
     },
 }
 

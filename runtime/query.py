@@ -53,8 +53,8 @@ import pyarrow.parquet as pq
 
 from runtime import ittc, pins, relknow, taimr
 from runtime.answer import Answer
-from runtime.answers import (ANSWER_MAX_TOKENS, Prompt, build_prompt, parse_answers,
-                             prompt_overhead)
+from runtime.answers import (ANSWER_MAX_TOKENS, Prompt, build_prompt, choice_lines,
+                             parse_answers, prompt_overhead)
 from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS, section
 from runtime.contract import Build, Store, StoreError
 from runtime.errors import LokgError
@@ -158,6 +158,7 @@ class _Reading:
     calls: int
     completion: int  # tokens of the reply
     prompt: Prompt
+    choices: tuple[str, ...] = ()  # the candidates listed for a forced choice
 
 
 class _Timer:
@@ -760,28 +761,46 @@ class Runtime:
 
     def _read(self, req: _Request, enc: ittc.Encoding, candidates: list[Candidate]) -> _Reading:
         """The one call on the prompt, its reply parsed and grounded; without a model, or when
-        the call fails or its reply holds no answer, the top candidate."""
-        prompt = build_prompt(enc.text, req.question)
+        the call fails, its reply holds no answer or (forced choice) names no candidate, the
+        top candidate."""
+        reader = req.reader
+        forced = self.settings["reader"] == "choice" and reader.calls_model
+        listed = candidates[:int(self.settings["choice_candidates"])] if forced else []
+        choices = tuple(choice_lines([c.name for c in listed]))
+        prompt = build_prompt(enc.text, req.question, choices=choices)
         top = candidates[:1]
         answers, ids = [c.name for c in top], [c.id for c in top]
-        reader = req.reader
         if not reader.calls_model:
             return _Reading(answers, ids, "ok", "answered from retrieval (no LLM)", None, 0, 0,
-                            prompt)
+                            prompt, choices)
+        options = {"choices": list(choices)} if choices and getattr(
+            reader, "constrains_choices", False) else {}
         try:
             reply = reader.complete(prompt.user, system=prompt.system,
-                                    max_tokens=ANSWER_MAX_TOKENS)
+                                    max_tokens=ANSWER_MAX_TOKENS, **options)
         except LLMError as exc:
             return _Reading(answers, ids, "fallback", READ_FAILED, f"{exc.kind}: {exc}", 1, 0,
-                            prompt)
+                            prompt, choices)
         completion = count_tokens(reply.text)
         parsed = parse_answers(reply.text)
-        if not parsed:
-            return _Reading(answers, ids, "fallback", READ_FAILED, "the LLM reply held no answer",
-                            1, completion, prompt)
-        answers, ids = self._ground(parsed, candidates)
+        picked = self._picked(parsed, listed) if choices else None
+        if not parsed or (choices and picked is None):
+            why = "the LLM reply held no answer" if not parsed else \
+                f"the LLM reply {parsed[0]!r} is none of the {len(choices)} candidates"
+            return _Reading(answers, ids, "fallback", READ_FAILED, why, 1, completion, prompt,
+                            choices)
+        answers, ids = ([picked.name], [picked.id]) if choices else self._ground(parsed,
+                                                                                 candidates)
         return _Reading(answers, ids, "ok", f"answered by {reader.name}", None, 1, completion,
-                        prompt)
+                        prompt, choices)
+
+    def _picked(self, parsed: list[str], listed: list[Candidate]) -> Candidate | None:
+        """The listed candidate a forced-choice reply names: its first item, grounded (a
+        backend without a grammar may wrap the name in a sentence)."""
+        if not parsed:
+            return None
+        hit = self._ground(parsed[:1], listed)[1][0]
+        return next((c for c in listed if c.id == hit), None)
 
     def _ground(self, items: list[str], candidates: list[Candidate]) -> tuple[list[str], list]:
         """LLM answers → entity names and ids. An item naming a candidate or any entity keeps
@@ -828,7 +847,8 @@ class Runtime:
                 encoded: tuple[list[ittc.KnowledgeTriple], ittc.Encoding], reading: _Reading,
                 timings: dict) -> Answer:
         """The full Answer of a question that got as far as the read."""
-        (knowledge, enc), overhead = encoded, prompt_overhead(req.question)
+        (knowledge, enc) = encoded
+        overhead = prompt_overhead(req.question, choices=reading.choices)
         calls_model = req.reader.calls_model
         return Answer(
             **{**base, "route": self._route_after_read(req, plan, found, reading)},

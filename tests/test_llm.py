@@ -490,3 +490,17 @@ def test_local_model_threads_come_from_the_environment(monkeypatch):
         local_llm.default_threads()
     monkeypatch.delenv(local_llm.ENV_THREADS)
     assert 1 <= local_llm.default_threads() <= 4
+
+
+def test_the_local_models_grammar_allows_only_the_choices():
+    """The real SmolLM2 through llama.cpp, a forced choice among awkward names (quotes,
+    backslashes, non-ASCII): whatever it prefers, it writes exactly one of them."""
+    pytest.importorskip("llama_cpp")
+    from runtime.llm.local import LocalLlama
+
+    choices = ['Paris', 'Saint-Étienne', 'The "Big" Apple', 'C:\\Temp', 'Rome']
+    reply = LocalLlama(threads=1).complete(
+        "Knowledge:\nFrance | capital | Paris\nQuestion: What is the capital of France?",
+        system="Reply with exactly one of: " + "; ".join(choices), max_tokens=16,
+        choices=choices)
+    assert reply.text in choices

@@ -16,6 +16,7 @@ from runtime.linker import Linker, normalise
 from runtime.llm import Completion, LLMError
 from runtime.path_cache import path_rows, path_triples
 from runtime.config import MAX_BUDGET
+from runtime.answers import CHOICE_INSTRUCTIONS, CHOICES_HEADER
 from runtime.query import QueryError, Runtime
 from runtime.tokens import count_tokens
 from tests.test_cli import BLOCK_HEAVY
@@ -84,6 +85,12 @@ def store_root(tmp_path_factory):
 @pytest.fixture(scope="module")
 def rt(store_root):
     return Runtime.open(store_root)
+
+
+@pytest.fixture(scope="module")
+def rt_free(store_root):
+    """The free-form reader: any answer list, grounded where it can be."""
+    return Runtime.open(store_root, reader="free")
 
 
 class FakeLLM:
@@ -169,14 +176,15 @@ def test_knowledge_fits_the_budget_and_the_prompt_adds_only_its_overhead(rt, bud
     assert llm.calls == 1 and answer.llm_calls == 1
     system, user = llm.prompts[0]
     knowledge = user.split("Knowledge:\n", 1)[1].rsplit("Question: ", 1)[0]
+    knowledge = knowledge.rsplit(CHOICES_HEADER, 1)[0]  # the forced choice's candidates follow
     assert count_tokens(knowledge) == answer.tokens["knowledge"] <= budget
     assert answer.tokens["prompt"] == count_tokens(system) + count_tokens(user)
     assert answer.tokens["prompt"] <= budget + answer.tokens["overhead"]["instructions"] \
         + answer.tokens["overhead"]["question"]
 
 
-def test_llm_answer_is_parsed_and_resolved_to_entities(rt):
-    answer = rt.ask("Who directed the sequel of The Long Road?",
+def test_llm_answer_is_parsed_and_resolved_to_entities(rt_free):
+    answer = rt_free.ask("Who directed the sequel of The Long Road?",
                     llm=FakeLLM("Answers:\n1. ben stone\n2. Nobody Known"))
     assert answer.answers == ["ben stone", "Nobody Known"]
     assert answer.answer_ids == [3, None]
@@ -270,10 +278,43 @@ print("OK")
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
 
 
-def test_a_sentence_reply_is_grounded_to_the_candidate_it_names(rt):
-    answer = rt.ask("Who directed the sequel of The Long Road?",
-                    llm=FakeLLM("The director of the sequel is Ben Stone."))
+@pytest.mark.parametrize("mode", ["rt", "rt_free"])
+def test_a_sentence_reply_is_grounded_to_the_candidate_it_names(mode, request):
+    answer = request.getfixturevalue(mode).ask("Who directed the sequel of The Long Road?",
+                                               llm=FakeLLM("The director of the sequel is Ben Stone."))
     assert answer.answers == ["Ben Stone"] and answer.answer_ids == [3]
+
+
+class ChoosingLLM(FakeLLM):
+    """A double of a backend that constrains its reply (the local model's grammar)."""
+
+    constrains_choices = True
+
+    def complete(self, prompt, *, max_tokens, system="", choices=None):
+        self.choices = choices
+        return super().complete(prompt, max_tokens=max_tokens, system=system)
+
+
+def test_forced_choice_lists_the_candidates_and_keeps_a_reply_among_them(rt):
+    llm = ChoosingLLM("Ben Stone")
+    answer = rt.ask("Who directed the sequel of The Long Road?", llm=llm)
+    listed = [c["name"] for c in answer.candidates[:5]]
+    assert llm.choices == listed and "Ben Stone" in listed
+    system, user = llm.prompts[0]
+    assert system == CHOICE_INSTRUCTIONS
+    assert CHOICES_HEADER + "".join(f"- {n}\n" for n in listed) in user
+    assert answer.answers == ["Ben Stone"] and answer.answer_ids == [3] and not answer.fallback
+    assert answer.tokens["prompt"] == count_tokens(system) + count_tokens(user) \
+        == answer.tokens["overhead"]["total"] + answer.tokens["knowledge"]
+
+
+def test_a_forced_choice_reply_outside_the_candidates_falls_back_flagged(rt, rt_free):
+    plain = rt.ask("Who directed the sequel of The Long Road?")
+    answer = rt.ask("Who directed the sequel of The Long Road?", llm=FakeLLM("Nobody Known"))
+    assert answer.fallback and answer.answers == plain.answers
+    assert "'Nobody Known' is none of the 5 candidates" in answer.fallback_reason
+    free = rt_free.ask("Who directed the sequel of The Long Road?", llm=FakeLLM("Nobody Known"))
+    assert free.answers == ["Nobody Known"] and not free.fallback
 
 
 def test_the_linker_built_from_the_builds_folded_forms_is_the_one_folded_at_open(tmp_path):

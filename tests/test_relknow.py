@@ -368,8 +368,9 @@ def test_flagged_contexts_abstain_or_go_to_the_reader(rt):
 
 
 def test_route_makes_one_call_on_the_lokg_context_when_no_chain_instantiates(rt):
-    llm = FakeLLM("baker")
-    a = rt.ask("tell me something about fabio quist", policy="route", llm=llm)
+    llm = FakeLLM("baker")  # not a retrieval candidate: the free-form reader keeps it
+    a = Runtime.open(rt.build.root, reader="free").ask("tell me something about fabio quist",
+                                                       policy="route", llm=llm)
     assert a.route["source"] == "llm" and a.route["context"] == "lokg" and llm.calls == 1
     assert a.answers == ["baker"] and a.route["consistency"] is not None
     assert rt.ask("tell me something about fabio quist", policy="precision").status == "abstained"
@@ -452,7 +453,7 @@ def test_precision_and_route_without_relation_knowledge_fall_back_cleanly(tmp_pa
     inputs = write_tables(tmp_path / "tables", family_triples())
     Store(tmp_path / "store").publish("bare", {t: Path(p) for t, p in inputs.items()},
                                       info={"config": {}, "report": {"stages": {}}})
-    rt = Runtime.open(tmp_path / "store")
+    rt = Runtime.open(tmp_path / "store", reader="free")
     a = rt.ask("what is the job of edda quist 's wife ?", policy="precision")
     assert a.status == "abstained" and "no relation knowledge" in a.message
     b = rt.ask("what is the job of edda quist 's wife ?", policy="route", llm=FakeLLM("pilot"))

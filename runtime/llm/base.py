@@ -1,6 +1,9 @@
 """The LLM interface of the one call per question (DESIGN §4 step 4), its errors and the registry.
 
-Every backend has a ``name`` and ``complete(prompt, *, max_tokens, system="") -> Completion``.
+Every backend has a ``name`` and ``complete(prompt, *, max_tokens, system="") -> Completion``;
+one with ``constrains_choices`` True also takes ``choices=[...]`` and replies with one of them
+(the local backend, by a grammar); the runtime validates every other backend's forced-choice
+reply itself.
 ``make_llm(name, **options)`` builds one from the registry: the built-in backends are one module
 each (``runtime/llm/none.py``, ``openai.py``, ``local.py``), imported only when asked for, and
 ``register_backend`` adds more. Every failure of a call — unreachable
@@ -73,6 +76,7 @@ class LLM(Protocol):
 
     name: str
     calls_model: bool
+    # optional: constrains_choices = True when complete() takes choices=[...] (see module doc)
 
     def complete(self, prompt: str, *, max_tokens: int, system: str = "") -> Completion:
         """Complete ``prompt`` (the user message) after ``system`` (the instructions)."""

@@ -23,6 +23,7 @@ import importlib.util
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,6 +90,20 @@ def _load(path: Path, n_ctx: int, threads: int):
         return model
 
 
+def _choice_grammar(choices: Sequence[str]):
+    """A GBNF grammar whose only sentences are the given strings."""
+    import llama_cpp
+
+    def literal(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    rule = " | ".join(literal(c) for c in dict.fromkeys(choices) if c)
+    try:
+        return llama_cpp.LlamaGrammar.from_string(f"root ::= {rule}", verbose=False)
+    except Exception as exc:  # llama.cpp's parser raises ValueError/RuntimeError
+        raise LLMError(f"cannot build the choice grammar ({exc})", kind="config") from None
+
+
 @dataclass
 class LocalLlama:
     """SmolLM2-135M-Instruct (or any chat GGUF) through llama-cpp-python, in this process."""
@@ -99,6 +114,7 @@ class LocalLlama:
     timeout: float = DEFAULT_TIMEOUT
     name: str = field(default="local", init=False)
     calls_model: bool = field(default=True, init=False)
+    constrains_choices: bool = field(default=True, init=False)  # a grammar, see complete()
 
     def __post_init__(self):
         self.path = Path(self.model_path) if self.model_path else default_model_path()
@@ -107,11 +123,15 @@ class LocalLlama:
         if not (isinstance(self.timeout, (int, float)) and self.timeout > 0):
             raise LLMConfigError(f"timeout must be a positive number of seconds; got {self.timeout!r}")
 
-    def complete(self, prompt: str, *, max_tokens: int, system: str = "") -> Completion:
+    def complete(self, prompt: str, *, max_tokens: int, system: str = "",
+                 choices: Sequence[str] | None = None) -> Completion:
+        """Greedy completion; with ``choices``, a llama.cpp grammar lets the model write
+        nothing but one of them (a forced choice: it can pick, not invent)."""
         if not isinstance(prompt, str) or not isinstance(system, str):
             raise LLMConfigError("prompt and system must be strings")
         max_tokens = check_max_tokens(max_tokens)
         llama = _load(self.path, int(self.n_ctx), int(self.threads))
+        grammar = _choice_grammar(choices) if choices else None
         messages = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": prompt}]
         started = time.monotonic()
@@ -122,7 +142,7 @@ class LocalLlama:
             try:
                 stream = llama.create_chat_completion(
                     messages=messages, max_tokens=max_tokens, temperature=0.0, top_k=1, seed=0,
-                    stream=True)
+                    stream=True, grammar=grammar)
                 for chunk in stream:
                     choice = chunk["choices"][0]
                     parts.append(choice.get("delta", {}).get("content") or "")
