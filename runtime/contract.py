@@ -365,7 +365,12 @@ class Store:
         path = self.root / CURRENT_FILE
         if not path.exists():
             return None
-        build_id = path.read_text(encoding="utf-8").strip()
+        try:
+            build_id = path.read_text(encoding="utf-8").strip()
+        except UnicodeDecodeError as exc:
+            raise StoreError(f"{path}: CURRENT pointer is not UTF-8 text (byte "
+                             f"{exc.object[exc.start]:#04x} at offset {exc.start}); it must "
+                             "hold a build id") from None
         if not build_id:
             raise StoreError(f"{path}: empty CURRENT pointer")
         return build_id
