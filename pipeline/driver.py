@@ -192,8 +192,11 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
     (``Store.publish``), and one after the staging clean-up finds the build published and
     verifies it. The staging directory goes once the build is published.
     """
-    if not store.staging_dir(build_id).is_dir() and build_id in store.build_ids():
-        return store.build(build_id, verify=True)
+    if not store.staging_dir(build_id).is_dir():
+        if build_id in store.build_ids():
+            return store.build(build_id, verify=True)
+        raise BuildError(f"build {build_id}: no such staged build ({store.staging_dir(build_id)} "
+                         "does not exist; stage one with lokg build --stage NAME --build-id ID)")
     records = stage_records(store, build_id)
     artefacts = staged_outputs(records)
     missing = [t for t in REQUIRED_TABLES if t not in artefacts]
