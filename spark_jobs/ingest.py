@@ -24,7 +24,8 @@ Rules:
   is numbered from the split it was read in (``_metadata.file_block_start``) and its order within
   that split, then split sizes are summed per file on the driver.
 * More malformed lines than ``ingest.max_malformed_share`` of the non-blank, non-comment lines
-  fails the stage with ``IngestError`` — after the quarantine is written.
+  fails the stage with ``IngestError`` — after the quarantine is written; the driver keeps it
+  at ``staging/<build_id>/failed/ingest/quarantine.parquet``, the path the message names.
 """
 
 from __future__ import annotations
@@ -265,7 +266,8 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
                 f"ingest of {dump}: {malformed} of {lines} lines are malformed "
                 f"(share {share:.4%}), above the ceiling {ceiling:.4%} set by "
                 f"ingest.max_malformed_share; see the quarantine at {paths['quarantine']} "
-                f"(reasons: {dict(sorted(reasons.items(), key=lambda kv: -kv[1]))})"
+                f"(reasons: {dict(sorted(reasons.items(), key=lambda kv: -kv[1]))})",
+                kept=[paths["quarantine"]],
             )
         if lines == 0:
             raise IngestError(f"ingest of {dump}: no statements in {[str(f) for f in plan.files]}")
