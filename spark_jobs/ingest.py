@@ -26,6 +26,8 @@ Rules:
 * More malformed lines than ``ingest.max_malformed_share`` of the non-blank, non-comment lines
   fails the stage with ``IngestError`` — after the quarantine is written; the driver keeps it
   at ``staging/<build_id>/failed/ingest/quarantine.parquet``, the path the message names.
+* A line that is not valid UTF-8 is malformed (reason ``formats.R_INVALID_UTF8``), in every
+  format; the quarantine keeps its text with U+FFFD for the bad bytes, so it always reads back.
 """
 
 from __future__ import annotations
