@@ -9,6 +9,7 @@ import click
 
 from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS
 from runtime.contract import MANIFEST_FILE, Build, Store, StoreError
+from runtime.environment import apply_defaults
 
 STORE_OPTION = click.option(
     "--store", "store_root", envvar="LOKG_STORE", default="lokg_store", show_default=True,
@@ -20,6 +21,7 @@ STORE_OPTION = click.option(
 @click.version_option(package_name="lokg")
 def cli() -> None:
     """LOKG: one-call, token-budgeted question answering over knowledge graphs."""
+    apply_defaults()  # Spark's Python, the tokenizer cache, offline models: no env script
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ import os
 
 from pyspark.sql import SparkSession
 
+from runtime.environment import apply_defaults
+
 
 def get_spark(config: dict, app_name: str = "lokg") -> SparkSession:
     """Return the active session, or start one from the ``spark`` section of the config.
@@ -15,6 +17,7 @@ def get_spark(config: dict, app_name: str = "lokg") -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    apply_defaults()  # before the context exists: it fixes the workers' Python at creation
     spark_cfg = config.get("spark", {})
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
