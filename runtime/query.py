@@ -409,8 +409,7 @@ class Runtime:
         base = self._common_fields(req, links)
         heads = list(dict.fromkeys(link.id for link in links))
         if not heads:
-            return Answer.empty("no_entity", NO_ENTITY, timer.done(), budget=req.budget,
-                                **base)
+            return Answer.empty("no_entity", NO_ENTITY, timer.done(), budget=req.budget, **base)
         plan, batch_vec = self._plan(req, heads, linked_vec)
         if plan.route is not None:
             timer.lap("relknow")
@@ -422,8 +421,7 @@ class Runtime:
         found = self._retrieve(req, heads, q_vec, plan)
         timer.lap("retrieve")
         if not found.triples:
-            return Answer.empty("no_paths", NO_FACTS, timer.done(), budget=req.budget,
-                                **base)
+            return Answer.empty("no_paths", NO_FACTS, timer.done(), budget=req.budget, **base)
         knowledge, enc = self._encode(req, heads, found, plan)
         timer.lap("encode")
         reading = self._read(req, enc, found.candidates)

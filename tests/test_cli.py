@@ -101,7 +101,8 @@ def test_installed_lokg_builds_without_the_env_script(tmp_path):
     which needs pyarrow), and the tokenizer cache is found or seeded by lokg itself."""
     dump = tmp_path / "kg.nt"
     dump.write_text('<http://x/a> <http://x/r> <http://x/b> .\n'
-                    '<http://x/a> <http://rdf.freebase.com/ns/type.object.name> "A \\U0001F600"@en .\n')
+                    '<http://x/a> <http://rdf.freebase.com/ns/type.object.name> '
+                    '"A \\U0001F600"@en .\n')
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
         [str(Path(sys.executable).parent / "lokg"), "build", "--dump", str(dump),
