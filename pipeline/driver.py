@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.registry import STAGE_NAMES, Stage, producers, stage
-from pipeline.stage import BuildError
+from pipeline.stage import BuildError, StageError
 from runtime.contract import (REQUIRED_TABLES, Build, Store, StoreError, new_build_id,
                               read_table, sha256_file)
 from runtime.linker import LINKER_FORMS_FILE, folded_forms, surface_forms
@@ -51,6 +51,8 @@ MODEL_ARTEFACTS = {"transe_run": "models/transe",
                    "relknow": "models/relknow"}
 
 STAGE_RECORD = "_stage.json"
+#: Under ``staging/<build_id>/``: what failed stages left for the user (``StageError.kept``).
+FAILED_DIR = "failed"
 
 
 def _known(name: str) -> Stage:
@@ -140,10 +142,27 @@ def run_stage(store: Store, build_id: str, name: str, config: dict, dump: str | 
         }
         (work / STAGE_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True))
         _replace_dir(work, final)
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, StageError) and exc.kept:
+            _keep_failed(exc, store.staging_dir(build_id) / FAILED_DIR / name)
         shutil.rmtree(work, ignore_errors=True)
         raise
     return record
+
+
+def _keep_failed(exc: StageError, place: Path) -> None:
+    """Move the files a failed stage's error names (``exc.kept``) out of its directory, which
+    is about to be deleted, into ``place`` (replacing an earlier failure's), and make the
+    message name them there: the user is told to inspect them."""
+    new = place.with_name(f".{place.name}.tmp-{secrets.token_hex(4)}")
+    new.mkdir(parents=True)
+    message = str(exc)
+    for path in exc.kept:
+        if path.exists():
+            os.rename(path, new / path.name)
+            message = message.replace(str(path), str(place / path.name))
+    _replace_dir(new, place)
+    exc.args = (message,)
 
 
 def _moved(path, work: Path, final: Path) -> str:
@@ -192,8 +211,11 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
     (``Store.publish``), and one after the staging clean-up finds the build published and
     verifies it. The staging directory goes once the build is published.
     """
-    if not store.staging_dir(build_id).is_dir() and build_id in store.build_ids():
-        return store.build(build_id, verify=True)
+    if not store.staging_dir(build_id).is_dir():
+        if build_id in store.build_ids():
+            return store.build(build_id, verify=True)
+        raise BuildError(f"build {build_id}: no such staged build ({store.staging_dir(build_id)} "
+                         "does not exist; stage one with lokg build --stage NAME --build-id ID)")
     expected = store.current_id()  # compare-and-swap: refused if CURRENT moves meanwhile
     records = stage_records(store, build_id)
     artefacts = staged_outputs(records)

@@ -9,7 +9,7 @@ the driver imports the stages only by name, so no import cycle arises.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,7 +22,17 @@ class BuildError(LokgError, RuntimeError):
 
 
 class StageError(BuildError):
-    """A stage refused its input or configuration; the message tells the user what and where."""
+    """A stage refused its input or configuration; the message tells the user what and where.
+
+    ``kept``: files in the stage's own directory that the message names and the user needs
+    after the failure (the quarantine of a refused dump). That directory is deleted when the
+    stage fails, so the driver moves them to ``staging/<build_id>/failed/<stage>/`` first and
+    makes the message name them there (``pipeline.driver.run_stage``).
+    """
+
+    def __init__(self, message: str, *, kept: Sequence[str | Path] = ()):
+        super().__init__(message)
+        self.kept = tuple(Path(p) for p in kept)
 
 
 def checked_section(config: Mapping, name: str,

@@ -41,14 +41,15 @@ class Answer:
     route: dict | None = None
 
     @classmethod
-    def empty(cls, status: str, message: str, timings: dict, **common) -> Answer:
+    def empty(cls, status: str, message: str, timings: dict, *, budget: int, **common) -> Answer:
         """An answer with nothing read (no entity, no paths, an abstention): no call, no prompt,
-        no knowledge; ``common`` are the fields every outcome shares (question, linked, …)."""
+        no knowledge; ``budget`` is the one asked for, so the audit line reports it even when
+        none of it was spent; ``common`` are the fields every outcome shares (question, …)."""
         return cls(**common, answers=[], answer_ids=[], status=status, message=message,
                    fallback=False, fallback_reason=None, llm_calls=0,
                    prompt={"system": "", "user": ""},
                    tokens={"prompt": 0, "completion": 0, "knowledge": 0, "naive": 0,
-                           "tcr": 1.0, "budget": 0, "overhead": {}},
+                           "tcr": 1.0, "budget": budget, "overhead": {}},
                    triples=[], candidates=[], encoding={}, timings=timings)
 
     def to_dict(self) -> dict:

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS
-from runtime.contract import Build, Store, StoreError
+from runtime.contract import MANIFEST_FILE, Build, Store, StoreError
+from runtime.environment import apply_defaults
 
 STORE_OPTION = click.option(
     "--store", "store_root", envvar="LOKG_STORE", default="lokg_store", show_default=True,
@@ -20,6 +21,7 @@ STORE_OPTION = click.option(
 @click.version_option(package_name="lokg")
 def cli() -> None:
     """LOKG: one-call, token-budgeted question answering over knowledge graphs."""
+    apply_defaults()  # Spark's Python, the tokenizer cache, offline models: no env script
 
 
 # ---------------------------------------------------------------------------------------------
@@ -32,7 +34,11 @@ def store() -> None:
 @store.command("list")
 @STORE_OPTION
 def store_list(store_root: str) -> None:
-    """List complete builds, newest last; '*' marks CURRENT."""
+    """List complete builds, newest last; '*' marks CURRENT.
+
+    A build whose manifest cannot be read is listed with '!' and its error, the others still
+    are, and the command then exits 1, so a script notices the damaged build.
+    """
     st = Store(store_root)
     try:
         current = st.current_id()
@@ -41,11 +47,28 @@ def store_list(store_root: str) -> None:
     ids = st.build_ids()
     if not ids:
         raise click.ClickException(f"{st.root}: no builds")
-    for build_id in ids:
+    bad = [build_id for build_id in ids if not _list_line(st, build_id, current)]
+    if bad:
+        raise click.ClickException(f"{len(bad)} of {len(ids)} builds unreadable: "
+                                   f"{', '.join(bad)}")
+
+
+def _list_line(st: Store, build_id: str, current: str | None) -> bool:
+    """Print a build's line of ``store list``; False (and its error on the line) if unreadable."""
+    mark = "*" if build_id == current else " "
+    try:
         manifest = st.build(build_id).manifest
         rows = ", ".join(f"{t}={e['rows']}" for t, e in sorted(manifest["tables"].items()))
-        mark = "*" if build_id == current else " "
-        click.echo(f"{mark} {build_id}  {manifest['created_at']}  {rows}")
+        created = manifest["created_at"]
+    except StoreError as exc:
+        click.echo(f"! {build_id}  unreadable: {exc}")
+        return False
+    except (KeyError, TypeError, AttributeError) as exc:
+        click.echo(f"! {build_id}  unreadable: {st.builds_dir / build_id / MANIFEST_FILE}: "
+                   f"malformed manifest ({type(exc).__name__}: {exc})")
+        return False
+    click.echo(f"{mark} {build_id}  {created}  {rows}")
+    return True
 
 
 @store.command("verify")

@@ -396,9 +396,11 @@ class Store:
         if not path.exists():
             return None
         try:
-            build_id = path.read_bytes().decode("utf-8").strip()
-        except UnicodeDecodeError:
-            raise StoreError(f"{path}: CURRENT pointer is not UTF-8 text") from None
+            build_id = path.read_text(encoding="utf-8").strip()
+        except UnicodeDecodeError as exc:
+            raise StoreError(f"{path}: CURRENT pointer is not UTF-8 text (byte "
+                             f"{exc.object[exc.start]:#04x} at offset {exc.start}); it must "
+                             "hold a build id") from None
         if not build_id:
             raise StoreError(f"{path}: empty CURRENT pointer")
         return check_build_id(build_id, str(path))

@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import threading
 import time
 import weakref
@@ -76,6 +77,20 @@ COLD_HEADS_KEPT = 4096
 
 class QueryError(LokgError, ValueError):
     """A request the runtime refuses (bad argument); the message names the argument."""
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _refuse_lone_surrogates(question: str) -> None:
+    """A lone surrogate (what undecodable bytes on a command line or a JSON ``"\\ud800"``
+    escape become) is not text: the question encoder's tokenizer raises on it, and replacing
+    it would answer a question nobody asked, so it is refused, saying where it is."""
+    found = _SURROGATE.search(question)
+    if found is not None:
+        raise QueryError(f"question is not valid Unicode text: lone surrogate "
+                         f"U+{ord(found.group()):04X} at character {found.start() + 1} "
+                         "(undecodable bytes, e.g. from a non-UTF-8 terminal); send UTF-8 text")
 
 
 @dataclass(frozen=True)
@@ -428,19 +443,19 @@ class Runtime:
         base = self._common_fields(req, links)
         heads = list(dict.fromkeys(link.id for link in links))
         if not heads:
-            return Answer.empty("no_entity", NO_ENTITY, timer.done(), **base)
+            return Answer.empty("no_entity", NO_ENTITY, timer.done(), budget=req.budget, **base)
         plan, batch_vec = self._plan(req, heads, linked_vec)
         if plan.route is not None:
             timer.lap("relknow")
         base["route"] = plan.route
         if plan.final:
-            return self._derived(base, plan, timer.done())
+            return self._derived(base, plan, req.budget, timer.done())
         q_vec = self._question_vector(req, plan, linked_vec, batch_vec)
         timer.lap("embed")
         found = self._retrieve(req, heads, q_vec, plan)
         timer.lap("retrieve")
         if not found.triples:
-            return Answer.empty("no_paths", NO_FACTS, timer.done(), **base)
+            return Answer.empty("no_paths", NO_FACTS, timer.done(), budget=req.budget, **base)
         knowledge, enc = self._encode(req, heads, found, plan)
         timer.lap("encode")
         reading = self._read(req, enc, found.candidates)
@@ -459,6 +474,7 @@ class Runtime:
         if len(question) > MAX_QUESTION_CHARS:
             raise QueryError(f"question is {len(question)} characters; the limit is "
                              f"{MAX_QUESTION_CHARS}")
+        _refuse_lone_surrogates(question)
         if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
             raise QueryError(f"budget must be an integer number of tokens; got {budget!r}")
         if not 1 <= budget <= MAX_BUDGET:
@@ -593,15 +609,17 @@ class Runtime:
             "masked_question": assessment.masked,
         }
 
-    def _derived(self, base: dict, plan: RelationPlan, timings: dict) -> Answer:
+    def _derived(self, base: dict, plan: RelationPlan, budget: int, timings: dict) -> Answer:
         """The answer of a passed gate (the derived endpoints, no LLM call), or the abstention
         of policy precision."""
         reason = plan.route["reason"]
         if not plan.passed:
-            return Answer.empty("abstained", f"abstained: {reason}", timings, **base)
+            return Answer.empty("abstained", f"abstained: {reason}", timings, budget=budget,
+                                **base)
         d = plan.assessment.derivation
         return replace(
-            Answer.empty("ok", f"derived from the graph: {reason}", timings, **base),
+            Answer.empty("ok", f"derived from the graph: {reason}", timings, budget=budget,
+                         **base),
             answers=[self.names[e] for e in d.endpoints], answer_ids=list(d.endpoints),
             triples=[{"s": self.names[s], "r": self._relation_name(r), "o": self.names[o],
                       "score": 1.0, "granularity": None, "cost": 0, "line": ""}

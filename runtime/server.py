@@ -463,13 +463,16 @@ class _Gate:
         self.app = app
         self.metrics = service.metrics
         token = service.settings.token
-        self.expected = f"Bearer {token}".encode() if token else None
+        self.expected = token.encode() if token else None
         self.routes = routes
 
     def _authorised(self, scope) -> bool:
+        """``Authorization: Bearer <token>``, the scheme in any case (RFC 7235 §2.1)."""
         for name, value in scope["headers"]:
             if name == b"authorization":
-                return hmac.compare_digest(value, self.expected)
+                scheme, _, given = value.partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(given.lstrip(b" "),
+                                                                           self.expected)
         return False
 
     async def __call__(self, scope, receive, send):
@@ -594,7 +597,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-@click.command("serve")
+@click.command("serve", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--store", "store_root", envvar="LOKG_STORE", default="lokg_store",
               show_default=True, type=click.Path(file_okay=False),
               help="Store root (env LOKG_STORE).")
@@ -628,6 +631,13 @@ def serve_command(store_root: str, host: str, port: int, workers: int, poll_inte
 
     The build CURRENT names is loaded and verified in the background and hot-reloaded when
     CURRENT changes; a build that fails verification is not swapped in.
+
+    \b
+    Environment:
+      LOKG_API_TOKEN  bearer token every route but /healthz and /readyz then requires
+                      (header "Authorization: Bearer <token>"); unset: no check, and only a
+                      loopback --host is allowed unless --allow-unauthenticated. An
+                      environment variable, not an option, so it never shows in ps.
     """
     import uvicorn
 

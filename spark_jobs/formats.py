@@ -73,6 +73,7 @@ R_UNTERMINATED_LITERAL = "unterminated literal (missing closing quote)"
 R_UNTERMINATED_IRI = "unterminated IRI (missing '>')"
 R_LITERAL_SUFFIX = "invalid language tag or datatype after literal"
 R_CONTROL = "control character U+0001 in line"
+R_INVALID_UTF8 = "invalid UTF-8 (bad bytes shown as U+FFFD)"
 R_GARBAGE = "not an N-Triples statement"
 # ---- malformed-line reasons (tab-separated formats)
 R_EMPTY_FIELD = "empty field"
@@ -214,6 +215,15 @@ def _is_skip(value: Column) -> Column:
 
 def _row(df: DataFrame, graph: bool, kind: Column, s: Column, p: Column, o: Column,
          reason: Column, extra: Column | None = None, escaped: Column | None = None) -> DataFrame:
+    """The ``PARSED_COLUMNS`` of a parser's classification, for every format alike: a line
+    that is not valid UTF-8 is malformed whatever the parser made of it (Spark reads bytes
+    unchecked, and decoding them later would turn them silently into U+FFFD), and the text
+    of a malformed line is made valid UTF-8 so that the quarantine always reads back."""
+    invalid = ~F.is_valid_utf8(F.col("value")) & (kind != F.lit(SKIP))
+    kind = F.when(invalid, F.lit(MALFORMED)).otherwise(kind)
+    reason = F.when(invalid, F.lit(R_INVALID_UTF8)).otherwise(reason)
+    plain = F.lit(ESC_NONE)
+    escaped = plain if escaped is None else F.when(invalid, plain).otherwise(escaped)
     is_bad = kind == F.lit(MALFORMED)
     return df.select(
         "fp", "bs", "mid",
@@ -223,9 +233,9 @@ def _row(df: DataFrame, graph: bool, kind: Column, s: Column, p: Column, o: Colu
         p.cast("string").alias("p"),
         o.cast("string").alias("o"),
         (extra if extra is not None else F.lit(None)).cast("array<string>").alias("extra"),
-        (escaped if escaped is not None else F.lit(ESC_NONE)).cast("int").alias("escaped"),
+        escaped.cast("int").alias("escaped"),
         F.when(is_bad, reason).cast("string").alias("reason"),
-        F.when(is_bad, F.col("value")).alias("text"),
+        F.when(is_bad, F.make_valid_utf8(F.col("value"))).alias("text"),
     )
 
 

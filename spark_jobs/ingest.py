@@ -24,7 +24,12 @@ Rules:
   is numbered from the split it was read in (``_metadata.file_block_start``) and its order within
   that split, then split sizes are summed per file on the driver.
 * More malformed lines than ``ingest.max_malformed_share`` of the non-blank, non-comment lines
-  fails the stage with ``IngestError`` — after the quarantine is written.
+  fails the stage with ``IngestError`` — after the quarantine is written; the driver keeps it
+  at ``staging/<build_id>/failed/ingest/quarantine.parquet``, the path the message names.
+* A line that is not valid UTF-8 is malformed (reason ``formats.R_INVALID_UTF8``), in every
+  format; the quarantine keeps its text with U+FFFD for the bad bytes, so it always reads back.
+* A dump file Spark cannot read (a truncated ``.gz``) fails the stage with ``IngestError``
+  naming the file and the first cause.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ if __name__ == "__main__":  # spark-submit spark_jobs/ingest.py: import from the
     _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
     _sys.path.insert(0, _os.path.dirname(_here))
 
+import re
 import shutil
 import time
 from pathlib import Path
@@ -44,7 +50,9 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from py4j.protocol import Py4JJavaError
 from pyspark import StorageLevel
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
@@ -110,6 +118,24 @@ def dense_ids(spark: SparkSession, keys: DataFrame, key: str, cache: _Cache
         F.col(key), (F.col("base") + F.col("_mid").bitwiseAND(F.lit(_LOW33))).alias("id")
     )
     return ids, total
+
+
+_FAILED_READ = re.compile(r"\[FAILED_READ_FILE\.\w+\] Encountered error while reading file "
+                          r"(\S+?)\.?\s")
+_CAUSE = re.compile(r"Caused by: ([\w.$]+(?:: [^\n]*)?)")
+
+
+def _unreadable_file(exc: Exception) -> str | None:
+    """The dump file Spark failed to read and why, as ``<file>: <first cause>`` (a truncated
+    or corrupt .gz, an I/O error), else None. Spark reports it as a Java exception whose text
+    holds a 100-line stack; the user needs the file and the first cause only."""
+    text = str(exc)
+    found = _FAILED_READ.search(text)
+    if found is None:
+        return None
+    cause = _CAUSE.search(text)
+    why = cause.group(1).strip() if cause else "read error"
+    return f"{_local_path(found.group(1))}: {why} (truncated or corrupt file?)"
 
 
 def _rows_written(path: Path) -> int:
@@ -265,7 +291,8 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
                 f"ingest of {dump}: {malformed} of {lines} lines are malformed "
                 f"(share {share:.4%}), above the ceiling {ceiling:.4%} set by "
                 f"ingest.max_malformed_share; see the quarantine at {paths['quarantine']} "
-                f"(reasons: {dict(sorted(reasons.items(), key=lambda kv: -kv[1]))})"
+                f"(reasons: {dict(sorted(reasons.items(), key=lambda kv: -kv[1]))})",
+                kept=[paths["quarantine"]],
             )
         if lines == 0:
             raise IngestError(f"ingest of {dump}: no statements in {[str(f) for f in plan.files]}")
@@ -345,6 +372,11 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         ).select("s", F.col("o").alias("type")).distinct()
         _write(assertions.join(ids(ent_ids.withColumnRenamed("key", "s")), "s")
                .select("id", "type"), paths["type_assertions"])
+    except (Py4JJavaError, PySparkException) as exc:
+        unreadable = _unreadable_file(exc)
+        if unreadable is None:
+            raise
+        raise IngestError(f"ingest: cannot read {unreadable}") from None
     finally:
         cache.release()
 

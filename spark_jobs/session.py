@@ -6,6 +6,8 @@ import os
 
 from pyspark.sql import SparkSession
 
+from runtime.environment import apply_defaults
+
 
 def get_spark(config: dict, app_name: str = "lokg") -> SparkSession:
     """Return the active session, or start one from the ``spark`` section of the config.
@@ -15,6 +17,7 @@ def get_spark(config: dict, app_name: str = "lokg") -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    apply_defaults()  # before the context exists: it fixes the workers' Python at creation
     spark_cfg = config.get("spark", {})
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
@@ -28,4 +31,17 @@ def get_spark(config: dict, app_name: str = "lokg") -> SparkSession:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel(spark_cfg.get("log_level", "ERROR"))
+    if session.sparkContext.master.startswith("local"):
+        _quiet_task_failures(session)
     return session
+
+
+def _quiet_task_failures(session: SparkSession) -> None:
+    """Silence the executor's and the task set manager's log of a failed task. In local mode
+    the failure is raised in this process right after, where the stage turns it into one
+    error naming the input (a truncated .gz); the logs only repeat it as a Java stack."""
+    jvm = session.sparkContext._jvm
+    off = jvm.org.apache.logging.log4j.Level.OFF
+    for logger in ("org.apache.spark.executor.Executor",
+                   "org.apache.spark.scheduler.TaskSetManager"):
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger, off)

@@ -5,21 +5,27 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from pipeline.cli import cli
-from runtime.contract import Store
+from runtime.contract import Store, read_table
+from runtime.tokens import BPE_CACHE_KEY
+from tests.conftest import REPO
+from tests.helpers import assert_clean_error
 from tests.test_contract import _publish
 
-COMMANDS = [[], ["synth"], ["build"], ["demo"], ["config"], ["store"], ["store", "list"],
-            ["store", "verify"], ["store", "rollback"], ["store", "show"], ["store", "gc"]]
+COMMANDS = [[], ["synth"], ["build"], ["publish"], ["demo"], ["config"], ["query"], ["serve"],
+            ["store"], ["store", "list"], ["store", "verify"], ["store", "rollback"],
+            ["store", "show"], ["store", "gc"], ["scos-report"]]
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a) or "lokg")
-def test_every_command_has_help(args):
-    result = CliRunner().invoke(cli, [*args, "--help"])
+def test_every_command_has_help(args, flag):
+    result = CliRunner().invoke(cli, [*args, flag])
     assert result.exit_code == 0, result.output
     assert "Usage: " in result.output and "--help" in result.output
 
@@ -52,9 +58,7 @@ def test_store_commands_round_trip(tmp_path):
 
 def test_store_commands_on_a_non_store_fail_cleanly(tmp_path):
     result = CliRunner().invoke(cli, ["store", "verify", "--store", str(tmp_path / "missing")])
-    assert result.exit_code == 1
-    assert "store root does not exist" in result.output
-    assert "Traceback" not in result.output
+    assert_clean_error(result.output, result.exit_code, 1, "store root does not exist")
 
 
 def test_bad_config_override_is_reported(tmp_path):
@@ -122,3 +126,26 @@ def test_runtime_imports_without_heavy_packages():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+@pytest.mark.spark
+def test_installed_lokg_builds_without_the_env_script(tmp_path):
+    """`lokg build` with none of infra/env.sh's variables: Spark's Python workers must run this
+    venv's interpreter (a ``\\U`` escape in a literal sends the unescape through a Python UDF,
+    which needs pyarrow), and the tokenizer cache is found or seeded by lokg itself."""
+    dump = tmp_path / "kg.nt"
+    dump.write_text('<http://x/a> <http://x/r> <http://x/b> .\n'
+                    '<http://x/a> <http://rdf.freebase.com/ns/type.object.name> '
+                    '"A \\U0001F600"@en .\n')
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "lokg"), "build", "--dump", str(dump),
+         "--store", str(tmp_path / "store"), "--build-id", "b1", "--until", "ingest"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((tmp_path / "store/staging/b1/ingest/_stage.json").read_text())
+    names = read_table(Path(record["outputs"]["entities"]), "entities").column("name")
+    assert "A \U0001F600" in names.to_pylist()
+    seeded = tmp_path / ".cache" / "lokg" / "tiktoken" / BPE_CACHE_KEY
+    checkout = REPO / ".cache" / "tiktoken" / BPE_CACHE_KEY
+    assert seeded.is_file() or checkout.is_file()

@@ -201,6 +201,7 @@ def test_metrics_count_requests_latency_answers_and_name_the_build(client):
     ({"question": QUESTION, "retrieval": "magic"}, "retrieval"),
     ({"question": QUESTION, "colour": "red"}, "colour"),
     ({}, "question"),
+    ({"question": QUESTION + " \ud800"}, "question"),  # JSON "\ud800": a lone surrogate
 ])
 def test_bad_requests_are_422_naming_the_field(client, payload, field):
     status, _, body = client.call("POST", "/v1/ask", payload)
@@ -238,6 +239,11 @@ def test_bearer_token_guards_every_route_but_health(toy_store):
             assert status == 401 and head["www-authenticate"] == "Bearer", path
         wrong = {"Authorization": "Bearer not-it"}
         assert anonymous.call("POST", "/v1/ask", {"question": QUESTION}, wrong)[0] == 401
+        for scheme in ("bearer", "BEARER"):  # RFC 7235: the scheme is case-insensitive
+            header = {"Authorization": f"{scheme} {TOKEN}"}
+            assert anonymous.call("POST", "/v1/ask", {"question": QUESTION}, header)[0] == 200
+        assert anonymous.call("POST", "/v1/ask", {"question": QUESTION},
+                              {"Authorization": f"Basic {TOKEN}"})[0] == 401
         assert anonymous.call("GET", "/healthz")[0] == 200
         assert anonymous.call("GET", "/readyz")[0] == 200
         assert authed.ask()[0] == 200
