@@ -36,7 +36,7 @@ from runtime.errors import LokgError
 def synth(n_triples: int, seed: int, out_dir: str, malformed_rate: float, gzip_: bool,
           n_questions: int) -> None:
     """Generate a deterministic synthetic Freebase-like KG (DESIGN §6)."""
-    from pipeline.synth import generate
+    from pipeline.synth import generate, labelled_overrides
 
     manifest = generate(out_dir, n_triples=n_triples, seed=seed, malformed_rate=malformed_rate,
                         gzip=gzip_, n_questions=n_questions)
@@ -133,15 +133,16 @@ def config_command(config_file: str | None, overrides: tuple[str, ...]) -> None:
 def demo(workdir: str | None, n_triples: int, seed: int, llm_name: str) -> None:
     """The embedded default end to end: synthetic KG → build → publish → one question answered."""
     from pipeline import driver as pipeline
-    from pipeline.synth import generate
+    from pipeline.synth import generate, labelled_overrides
     from runtime.query import Runtime
 
     root = Path(workdir or tempfile.mkdtemp(prefix="lokg-demo-"))
     dump = root / "dump"
     click.echo(f"[1/4] generating a synthetic KG with {n_triples:,} triples in {dump}")
     generate(dump, n_triples=n_triples, seed=seed, malformed_rate=0.001, gzip=True)
-    click.echo("[2/4] building the store (Spark local)")
-    config = load_config(None, ["ingest.format=synth"])
+    click.echo("[2/4] building the store (Spark local), learning from the dump's train/dev "
+               "questions")
+    config = load_config(None, ["ingest.format=synth", *labelled_overrides(dump)])
     try:
         published = pipeline.build(str(dump), str(root / "store"), config, log=click.echo)
     except LokgError as exc:
@@ -149,7 +150,7 @@ def demo(workdir: str | None, n_triples: int, seed: int, llm_name: str) -> None:
     click.echo("[3/4] verifying the published store")
     Store(root / "store").build(verify=True)
     click.echo(render_summary(published))
-    first = json.loads((dump / "questions.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    first = json.loads((dump / "test.jsonl").read_text(encoding="utf-8").splitlines()[0])
     click.echo(f"[4/4] asking the store, reader '{llm_name}': {first['question']}")
     answer = Runtime.open(root / "store").ask(first["question"], llm=llm_name)
     click.echo(render_answer(answer))

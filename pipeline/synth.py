@@ -42,7 +42,8 @@ line, one ``@en`` name, an English description, 0-2 aliases per entity, some non
 and dated/numeric literal facts, and optionally malformed lines at stratified positions),
 ``kg.tsv`` (the edges: ``s_mid \\t relation \\t o_mid``, same order), ``families.json`` (ground
 truth), ``questions.jsonl`` (2- and 3-hop questions, answers computed by walking the generated
-graph) and ``manifest.json`` (params, counts, per-relation counts, sha256 of every file).
+graph), the same questions split into ``train.jsonl`` / ``dev.jsonl`` / ``test.jsonl``
+(:func:`question_splits`) and ``manifest.json`` (params, counts, per-relation counts, sha256 of every file).
 """
 
 from __future__ import annotations
@@ -795,6 +796,30 @@ def _chains(hops: int) -> list[tuple[int, ...]]:
     return chains
 
 
+def question_splits(questions: list[dict]) -> dict[str, list[dict]]:
+    """Train/dev/test by position (every 10th from the first is test, the one after it dev):
+    the labelled questions a build may learn from (relation knowledge, GAT's gold paths) and
+    the ones it is judged on stay apart, and the first question — the demo's — is a test one."""
+    splits: dict[str, list[dict]] = {"train": [], "dev": [], "test": []}
+    for i, q in enumerate(questions):
+        split = "test" if i % 10 == 0 else "dev" if i % 10 == 1 else "train"
+        splits[split].append({**q, "split": split})
+    return splits
+
+
+def labelled_overrides(dump: str | Path) -> list[str]:
+    """Build overrides that let a build of this dump learn from its train/dev questions:
+    relation knowledge (and its gates, on dev) and GAT's gold-path term."""
+    dump = Path(dump)
+    return [f"relation_knowledge.questions={dump / 'train.jsonl'}",
+            f"relation_knowledge.dev_questions={dump / 'dev.jsonl'}",
+            f"gat.questions={dump / 'train.jsonl'}"]
+
+
+def _jsonl(records: list[dict]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+
+
 def _questions(world: World, n_questions: int, max_answers: int = 5) -> list[dict]:
     """2-/3-hop questions whose answers are every endpoint of the base-relation chain."""
     rng = np.random.default_rng([world.seed, 0x51])
@@ -929,7 +954,8 @@ def generate(out_dir, *, n_triples: int, seed: int = 0, malformed_rate: float = 
     files = {nt_name: nt_file.sha.hexdigest(), "kg.tsv": tsv_file.sha.hexdigest()}
     for name, data in (
         ("families.json", json.dumps(families_ground_truth(), indent=2) + "\n"),
-        ("questions.jsonl", "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in questions)),
+        ("questions.jsonl", _jsonl(questions)),
+        *((f"{split}.jsonl", _jsonl(part)) for split, part in question_splits(questions).items()),
     ):
         raw = data.encode()
         (out / name).write_bytes(raw)

@@ -219,18 +219,18 @@ def render_scos_report(built: Build) -> str:
 @click.option("--retrieval", default="taimr", show_default=True,
               type=click.Choice(RETRIEVALS))
 @click.option("--encoding", default="ittc", show_default=True, type=click.Choice(ENCODINGS))
-@click.option("--policy", default="lokg", show_default=True,
-              type=click.Choice(POLICIES),
+@click.option("--policy", default=None, type=click.Choice(POLICIES),
               help="lokg: one call on the LOKG context; precision: the answer derived from the "
                    "graph where the precision gate passes, else abstain (no call); route: derived "
-                   "where the routing gate passes, else one call (stage relation_knowledge).")
+                   "where the routing gate passes, else one call (stage relation_knowledge). "
+                   "Default: route on a store with relation knowledge, else lokg.")
 @click.option("--relation-weight", type=click.FloatRange(min=0), default=None,
               help="λ_rel of the query-relation term (default: the store's query.relation_weight).")
 @click.option("--chain-boost/--no-chain-boost", default=None,
               help="ITTC boost of the predicted chain's facts (default: query.chain_boost).")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole Answer as JSON.")
 def query(question: str, store_root: str, budget: int, llm_name: str, entities: tuple[str, ...],
-          retrieval: str, encoding: str, policy: str, relation_weight: float | None,
+          retrieval: str, encoding: str, policy: str | None, relation_weight: float | None,
           chain_boost: bool | None, as_json: bool) -> None:
     """Answer QUESTION from the published store with at most one LLM call."""
     from runtime.query import QueryError, Runtime
@@ -249,8 +249,13 @@ def query(question: str, store_root: str, budget: int, llm_name: str, entities: 
     click.echo(render_answer(answer))
 
 
+#: Triples an answer's evidence line shows (the derived chain's facts, or the top of the context).
+EVIDENCE_TRIPLES = 4
+
+
 def render_answer(answer) -> str:
-    """The answer, then the audit line: status, linked entities, tokens, calls, time."""
+    """The answer, then the audit lines: status, linked entities, tokens, calls, time, the
+    route, and the evidence (the triples used, best first)."""
     linked = ", ".join(f"{link['name']} [{link['method']}]" for link in answer.linked) or "none"
     tokens = answer.tokens
     lines = [("; ".join(answer.answers) if answer.answers else "(no answer)")
@@ -270,6 +275,11 @@ def render_answer(answer) -> str:
                      f"chain {chain} (vote share {route.get('vote_share', 0):.2f})"
                      + (", FLAGGED by the consistency check" if route.get("flagged") else "")
                      + (f"; {route['reason']}" if route.get("reason") else ""))
+    if answer.triples:
+        shown = answer.triples[:EVIDENCE_TRIPLES]
+        lines.append("  evidence: " + "; ".join(f"{t['s']} --{t['r']}--> {t['o']}" for t in shown)
+                     + (f" (+{len(answer.triples) - len(shown)} more)"
+                        if len(answer.triples) > len(shown) else ""))
     return "\n".join(lines)
 
 

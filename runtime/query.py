@@ -422,11 +422,12 @@ class Runtime:
     # ---------------------------------------------------------------- ask
 
     def ask(self, question: str, *, entities: Sequence[int | str] | None = None,
-            budget: int = DEFAULT_BUDGET, llm: str | LLM = "none", policy: str = "lokg",
+            budget: int = DEFAULT_BUDGET, llm: str | LLM = "none", policy: str | None = None,
             retrieval: str = "taimr", encoding: str = "ittc",
             relation_weight: float | None = None, chain_boost: bool | None = None) -> Answer:
         """Answer one question with at most one LLM call; see the module docstring.
 
+        Default ``policy``: ``route`` on a store with relation knowledge, else ``lokg``.
         Relation knowledge (runtime/relknow.py, when the store has it): ``policy="precision"``
         returns the derived answer where the precision gate passes and abstains elsewhere;
         ``"route"`` returns it where the routing gate passes, else makes the one call on the
@@ -479,6 +480,8 @@ class Runtime:
             raise QueryError(f"budget must be an integer number of tokens; got {budget!r}")
         if not 1 <= budget <= MAX_BUDGET:
             raise QueryError(f"budget must be between 1 and {MAX_BUDGET} tokens; got {budget}")
+        if policy is None:
+            policy = "route" if self.relknow is not None else "lokg"
         for name, value, allowed in (("policy", policy, POLICIES),
                                      ("retrieval", retrieval, RETRIEVALS),
                                      ("encoding", encoding, ENCODINGS)):

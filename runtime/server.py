@@ -109,7 +109,7 @@ class AskRequest(BaseModel):
     entities: Annotated[list[EntityRef] | None, Field(max_length=MAX_GIVEN_ENTITIES)] = None
     budget: Annotated[StrictInt, Field(ge=1, le=MAX_BUDGET)] = DEFAULT_BUDGET
     llm: Annotated[StrictStr, Field(max_length=64)] = "none"
-    policy: Literal[POLICIES] = "lokg"
+    policy: Literal[POLICIES] | None = None  # route on a store with relation knowledge, else lokg
     retrieval: Literal[RETRIEVALS] = "taimr"
     encoding: Literal[ENCODINGS] = "ittc"
 

@@ -378,9 +378,9 @@ def test_route_makes_one_call_on_the_lokg_context_when_no_chain_instantiates(rt)
 
 def test_feeds_off_leave_lokg_untouched_and_the_relation_term_reranks(rt):
     q = "what is the job of edda quist 's wife ?"
-    plain = rt.ask(q, relation_weight=0.0, chain_boost=False)
+    plain = rt.ask(q, policy="lokg", relation_weight=0.0, chain_boost=False)
     assert plain.route is None and plain.answers != ["pilot"]
-    fed = rt.ask(q, relation_weight=10.0, chain_boost=True)
+    fed = rt.ask(q, policy="lokg", relation_weight=10.0, chain_boost=True)
     assert fed.answers == ["pilot"] and fed.route["chain"] == ["spouse", "profession"]
     with pytest.raises(QueryError, match="relation_weight"):
         rt.ask(q, relation_weight=-1.0)
@@ -402,9 +402,9 @@ def test_the_question_is_embedded_once_masked_and_plain_in_one_batch(planted):
     rt._encoder = encoder = CountingEncoder()
     rt.vectors = np.full((rt.n_entities, encoder.dim), 0.5, np.float32)
     q = "what is the job of edda quist 's wife ?"
-    fed = rt.ask(q)  # the feeds (relation knowledge, masked) and λ_q (plain)
+    fed = rt.ask(q, policy="lokg")  # the feeds (relation knowledge, masked) and λ_q (plain)
     derived = rt.ask(q, policy="precision")  # never retrieves: the masked form alone
-    plain = rt.ask(q, relation_weight=0.0, chain_boost=False)  # relation knowledge not asked
+    plain = rt.ask(q, policy="lokg", relation_weight=0.0, chain_boost=False)  # no relknow
     masked = fed.route["masked_question"]
     assert encoder.batches == [[masked, q], [masked], [q]]
     assert fed.encoding["semantic"] and plain.encoding["semantic"]
@@ -423,8 +423,23 @@ def test_query_command_takes_the_policy_and_prints_the_route(planted):
     assert result.output.startswith("pilot") and "LLM calls 0" in result.output
     assert "policy precision: source derived, chain spouse -> profession" in result.output
     result = CliRunner().invoke(cli, ["query", q, "--store", str(planted[0]), "--json",
-                                      "--relation-weight", "0", "--no-chain-boost"])
+                                      "--policy", "lokg", "--relation-weight", "0",
+                                      "--no-chain-boost"])
     assert result.exit_code == 0 and json.loads(result.output)["route"] is None
+    result = CliRunner().invoke(cli, ["query", q, "--store", str(planted[0])])
+    assert "policy route: source derived, chain spouse -> profession" in result.output
+    evidence = next(line for line in result.output.splitlines() if "evidence:" in line)
+    assert "edda quist --spouse--> " in evidence and "--profession--> pilot" in evidence
+
+
+def test_the_default_policy_is_route_with_relation_knowledge_and_lokg_without(rt, tmp_path):
+    q = "what is the job of edda quist 's wife ?"
+    assert rt.ask(q).policy == "route" and rt.ask(q).route["source"] == "derived"
+    inputs = write_tables(tmp_path / "tables", family_triples())
+    Store(tmp_path / "store").publish("bare", {t: Path(p) for t, p in inputs.items()},
+                                      info={"config": {}, "report": {"stages": {}}})
+    bare = Runtime.open(tmp_path / "store").ask(q)
+    assert bare.policy == "lokg" and bare.route is None
 
 
 def test_eval_policy_reaches_the_lokg_methods_only(planted, tmp_path):

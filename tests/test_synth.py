@@ -201,3 +201,17 @@ def test_cli_prints_counts(tmp_path):
     counts = json.loads(result.output)
     assert counts["triples"] == 500 and counts["questions"] == 5
     assert (tmp_path / "kg.nt.gz").is_file() and (tmp_path / "manifest.json").is_file()
+
+
+def test_question_splits_partition_the_questions_and_the_first_is_test(tmp_path):
+    from pipeline.synth import labelled_overrides
+
+    generate(tmp_path, n_triples=2000, seed=3, n_questions=40)
+    every = [json.loads(line) for line in (tmp_path / "questions.jsonl").read_text().splitlines()]
+    parts = {s: [json.loads(line) for line in (tmp_path / f"{s}.jsonl").read_text().splitlines()]
+             for s in ("train", "dev", "test")}
+    assert [len(parts[s]) for s in ("train", "dev", "test")] == [32, 4, 4]
+    assert parts["test"][0]["id"] == every[0]["id"]
+    assert sorted(q["id"] for p in parts.values() for q in p) == sorted(q["id"] for q in every)
+    assert all(q["split"] == s for s, p in parts.items() for q in p)
+    assert not any("test.jsonl" in o for o in labelled_overrides(tmp_path))

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job through Airflow on the embedded default (the README's `make demo`): a synthetic KG,
 # the whole lokg_build DAG run by `airflow dags test` (Spark stages via spark-submit on local[2],
-# training stages, publish), `lokg store verify`, then one of the generated questions answered
-# from the published store by the embedded SmolLM2 (llama.cpp, in process).
+# training stages, publish — relation knowledge and GAT's gold paths learnt from the generator's
+# train/dev questions), `lokg store verify`, then the first test question answered from the
+# published store (policy route by default: derived where the routing gate passes, else one
+# call to the embedded SmolLM2, llama.cpp in process).
 #
 #   infra/airflow/demo.sh [WORKDIR]     (default out/demo; dump/ and store/ go there)
 # Environment: LOKG_DEMO_TRIPLES (10000), LOKG_DEMO_LLM (local | none | openai), LOKG_DEMO_BUDGET
@@ -19,13 +21,14 @@ mkdir -p "$WORK"
 echo "[1/5] Airflow metadata DB in $AIRFLOW_HOME"
 bash infra/airflow/init.sh
 echo "[2/5] synthetic KG with $TRIPLES triples in $WORK/dump"
-lokg synth --triples "$TRIPLES" --seed 0 --out "$WORK/dump" --questions 100 >/dev/null
+lokg synth --triples "$TRIPLES" --seed 0 --out "$WORK/dump" --questions 500 >/dev/null
 echo "[3/5] airflow dags test lokg_build (output in $WORK/dags_test.log, task logs in $AIRFLOW_HOME/logs)"
 conf=$(python - "$WORK" ${LOKG_DEMO_SET:-} <<'PY'
 import json, sys
+from pipeline.synth import labelled_overrides
 work, overrides = sys.argv[1], sys.argv[2:]
 print(json.dumps({"dump": f"{work}/dump", "format": "synth", "store": f"{work}/store",
-                  "overrides": overrides}))
+                  "overrides": [*labelled_overrides(f"{work}/dump"), *overrides]}))
 PY
 )
 started=$SECONDS
@@ -36,7 +39,7 @@ echo "[4/5] verifying the published store"
 lokg store verify --store "$WORK/store"
 lokg store show --store "$WORK/store"
 echo "[5/5] a question from the published store, reader '${LOKG_DEMO_LLM:-local}'"
-python - "$WORK/dump/questions.jsonl" >"$WORK/question.txt" <<'PY'
+python - "$WORK/dump/test.jsonl" >"$WORK/question.txt" <<'PY'
 import json, sys
 with open(sys.argv[1], encoding="utf-8") as fh:
     first = json.loads(fh.readline())
