@@ -36,7 +36,7 @@ from runtime.errors import LokgError
 def synth(n_triples: int, seed: int, out_dir: str, malformed_rate: float, gzip_: bool,
           n_questions: int) -> None:
     """Generate a deterministic synthetic Freebase-like KG (DESIGN §6)."""
-    from pipeline.synth import generate, labelled_overrides
+    from pipeline.synth import generate
 
     manifest = generate(out_dir, n_triples=n_triples, seed=seed, malformed_rate=malformed_rate,
                         gzip=gzip_, n_questions=n_questions)
