@@ -151,6 +151,9 @@ DEFAULTS: dict = {
         # flagged) | "free" = any answer list (strong endpoints, answers beyond the candidates)
         "reader": "choice",
         "choice_candidates": 5,
+        # forced choice lists only candidates whose S_final is within this of the top one; when
+        # none is, retrieval decides and no call is made (a weak reader cannot undo a clear lead)
+        "choice_margin": 1.0,
         # relation knowledge (stores with models/relknow; chosen on PathQuestion dev, BENCHMARKS):
         "relation_weight": 20.0,  # λ_rel: weight of the query-relation term in S_final (0 = off)
         "chain_boost": True,  # ITTC's λ_boost for the facts of the predicted relation chain
@@ -319,7 +322,7 @@ SCHEMA: dict = {
         "min_link_cosine": number(-1, 1), "encoder_threads": THREADS,
         "encoder_backend": choice(*QUERY_BACKENDS), "relation_weight": WEIGHT,
         "chain_boost": BOOL, "cached_buckets": COUNT, "reader": choice(*READER_MODES),
-        "choice_candidates": COUNT,
+        "choice_candidates": COUNT, "choice_margin": WEIGHT,
     },
 }
 

@@ -781,19 +781,21 @@ class Runtime:
     # ---------------------------------------------------------------- 4. read
 
     def _read(self, req: _Request, enc: ittc.Encoding, candidates: list[Candidate]) -> _Reading:
-        """The one call on the prompt, its reply parsed and grounded; without a model, or when
-        the call fails, its reply holds no answer or (forced choice) names no candidate, the
-        top candidate."""
+        """The one call on the prompt, its reply parsed and grounded; without a model, when a
+        forced choice has one candidate only, or when the call fails, its reply holds no answer
+        or (forced choice) names no candidate, the top candidate."""
         reader = req.reader
-        forced = self.settings["reader"] == "choice" and reader.calls_model
-        listed = candidates[:int(self.settings["choice_candidates"])] if forced else []
+        listed = self._choices(candidates) if reader.calls_model and \
+            self.settings["reader"] == "choice" else []
         choices = tuple(choice_lines([c.name for c in listed]))
         prompt = build_prompt(enc.text, req.question, choices=choices)
         top = candidates[:1]
         answers, ids = [c.name for c in top], [c.id for c in top]
-        if not reader.calls_model:
-            return _Reading(answers, ids, "ok", "answered from retrieval (no LLM)", None, 0, 0,
-                            prompt, choices)
+        if not reader.calls_model or len(listed) == 1:
+            why = ("no other candidate within query.choice_margin of the top one, no call"
+                   if reader.calls_model else "no LLM")
+            return _Reading(answers, ids, "ok", f"answered from retrieval ({why})", None, 0, 0,
+                            prompt)
         options = {"choices": list(choices)} if choices and getattr(
             reader, "constrains_choices", False) else {}
         try:
@@ -814,6 +816,14 @@ class Runtime:
                                                                                  candidates)
         return _Reading(answers, ids, "ok", f"answered by {reader.name}", None, 1, completion,
                         prompt, choices)
+
+    def _choices(self, candidates: list[Candidate]) -> list[Candidate]:
+        """A forced choice's candidates: the top ones (``choice_candidates``) whose S_final is
+        within ``choice_margin`` of the best."""
+        best = candidates[0].s_final if candidates else 0.0
+        margin = float(self.settings["choice_margin"])
+        return [c for c in candidates[:int(self.settings["choice_candidates"])]
+                if best - c.s_final <= margin]
 
     def _picked(self, parsed: list[str], listed: list[Candidate]) -> Candidate | None:
         """The listed candidate a forced-choice reply names: its first item, grounded (a
@@ -870,14 +880,14 @@ class Runtime:
         """The full Answer of a question that got as far as the read."""
         (knowledge, enc) = encoded
         overhead = prompt_overhead(req.question, choices=reading.choices)
-        calls_model = req.reader.calls_model
+        called = reading.calls > 0  # a prompt went out (a forced choice of one makes none)
         return Answer(
             **{**base, "route": self._route_after_read(req, plan, found, reading)},
             answers=reading.answers, answer_ids=reading.answer_ids,
             status=reading.status, message=reading.message, fallback=reading.status == "fallback",
             fallback_reason=reading.fallback_reason, llm_calls=reading.calls,
-            prompt=reading.prompt.to_dict() if calls_model else {"system": "", "user": ""},
-            tokens={"prompt": overhead.total + enc.tokens if calls_model else 0,
+            prompt=reading.prompt.to_dict() if called else {"system": "", "user": ""},
+            tokens={"prompt": overhead.total + enc.tokens if called else 0,
                     "completion": reading.completion, "knowledge": enc.tokens,
                     "naive": enc.naive_tokens, "tcr": enc.tcr, "budget": req.budget,
                     "overhead": overhead.to_dict()},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -298,8 +299,9 @@ class ChoosingLLM(FakeLLM):
 def test_forced_choice_lists_the_candidates_and_keeps_a_reply_among_them(rt):
     llm = ChoosingLLM("Ben Stone")
     answer = rt.ask("Who directed the sequel of The Long Road?", llm=llm)
-    listed = [c["name"] for c in answer.candidates[:5]]
-    assert llm.choices == listed and "Ben Stone" in listed
+    best = answer.candidates[0]["s_final"]
+    listed = [c["name"] for c in answer.candidates[:5] if best - c["s_final"] <= 1.0]
+    assert llm.choices == listed and "Ben Stone" in listed and 1 < len(listed)
     system, user = llm.prompts[0]
     assert system == CHOICE_INSTRUCTIONS
     assert CHOICES_HEADER + "".join(f"- {n}\n" for n in listed) in user
@@ -308,11 +310,27 @@ def test_forced_choice_lists_the_candidates_and_keeps_a_reply_among_them(rt):
         == answer.tokens["overhead"]["total"] + answer.tokens["knowledge"]
 
 
+def test_the_choice_margin_lists_only_the_near_ties_and_one_candidate_makes_no_call(store_root):
+    """choice_margin 0: only candidates tied with the top are offered; a choice of one is no
+    choice — retrieval answers, no call, no prompt tokens."""
+    question = "Who directed the sequel of The Long Road?"
+    llm = ChoosingLLM("Ben Stone")
+    tied = Runtime.open(store_root, choice_margin=0.0).ask(question, llm=llm)
+    best = tied.candidates[0]["s_final"]
+    assert llm.choices == [c["name"] for c in tied.candidates if c["s_final"] == best]
+    assert 1 < len(llm.choices) < len(tied.candidates)
+    llm = ChoosingLLM("Ben Stone")
+    one = Runtime.open(store_root, choice_candidates=1).ask(question, llm=llm)
+    assert llm.calls == 0 and one.llm_calls == 0 and not one.fallback
+    assert one.answers == [one.candidates[0]["name"]] and one.tokens["prompt"] == 0
+    assert "choice_margin" in one.message
+
+
 def test_a_forced_choice_reply_outside_the_candidates_falls_back_flagged(rt, rt_free):
     plain = rt.ask("Who directed the sequel of The Long Road?")
     answer = rt.ask("Who directed the sequel of The Long Road?", llm=FakeLLM("Nobody Known"))
     assert answer.fallback and answer.answers == plain.answers
-    assert "'Nobody Known' is none of the 5 candidates" in answer.fallback_reason
+    assert re.search(r"'Nobody Known' is none of the \d candidates", answer.fallback_reason)
     free = rt_free.ask("Who directed the sequel of The Long Road?", llm=FakeLLM("Nobody Known"))
     assert free.answers == ["Nobody Known"] and not free.fallback
 
