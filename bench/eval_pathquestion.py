@@ -2,6 +2,7 @@
 
     python bench/eval_pathquestion.py --data ../shared/data/pathquestion --work /tmp/lokg-pq
     python bench/eval_pathquestion.py --llm none --methods lokg,kaping --limit 50
+    python bench/eval_pathquestion.py --llm none,local --methods lokg --reader choice
 
 For each dataset (``pq-2h``, ``pq-3h``) it builds, once, a store from ``kb.txt`` and a second
 one with ``scos_merge.enabled=false`` (for ``lokg-no-scos``) under ``WORK/<dataset>/``, then runs
@@ -120,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default="lokg",
                         help="policies, comma-separated (lokg, precision, route); policies "
                              "other than lokg run the lokg method only")
+    parser.add_argument("--reader", choices=("choice", "free"),
+                        help="how the one call answers (query.reader; default: the store's); "
+                             "runs of the calling readers go to WORK/<dataset>/<reader>-<mode>")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="build config override (repeatable)")
     parser.add_argument("--markdown", help="also write the Markdown here")
@@ -145,13 +149,16 @@ def main(argv: list[str] | None = None) -> int:
             limit = args.local_limit if reader == "local" and args.local_limit else args.limit
             label, run = ((reader, reader) if policy == "lokg"
                           else (f"{reader}, policy {policy}", f"{reader}-{policy}"))
+            mode = args.reader if reader != "none" else None
+            if mode:
+                label, run = f"{label}, reader {mode}", f"{run}-{mode}"
             options = dict(dataset=f"pathquestion:{directory}", split="test",
                            store=str(work / name / "store"),
                            store_no_scos=str(work / name / "store-no-scos"),
                            methods=args.methods if policy == "lokg" else "lokg", llm=reader,
                            policy=policy, budget=args.budget,
                            out=str(work / name / run), build=True,
-                           overrides=args.overrides, limit=limit)
+                           overrides=args.overrides, limit=limit, reader=mode)
             print(f"== {name} test, reader {label}", file=sys.stderr)
             summary = run_eval(**options, progress=not args.no_progress,
                                log=lambda m: print(m, file=sys.stderr))
