@@ -19,6 +19,7 @@ llama.cpp's own OpenAI-compatible server (``python -m llama_cpp.server``, the pa
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import threading
@@ -39,6 +40,16 @@ DEFAULT_TIMEOUT = 120.0
 
 _MODELS: dict[tuple[str, int, int], object] = {}
 _MODELS_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_models() -> None:
+    """Free the cached models before interpreter teardown: llama-cpp-python's own __del__ at
+    that point finds its module globals gone and prints a TypeError traceback."""
+    with _MODELS_LOCK:
+        for model in _MODELS.values():
+            model.close()
+        _MODELS.clear()
 
 
 def default_threads() -> int:
