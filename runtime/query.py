@@ -427,13 +427,12 @@ class Runtime:
             relation_weight: float | None = None, chain_boost: bool | None = None) -> Answer:
         """Answer one question with at most one LLM call; see the module docstring.
 
-        Default ``policy``: ``route`` on a store with relation knowledge, else ``lokg``.
-        Relation knowledge (runtime/relknow.py, when the store has it): ``policy="precision"``
-        returns the derived answer where the precision gate passes and abstains elsewhere;
-        ``"route"`` returns it where the routing gate passes, else makes the one call on the
-        compact context of the instantiated chain (the LOKG context when none instantiates).
-        ``relation_weight`` (λ_rel; setting ``relation_weight``) adds λ_rel·q_rel(p_a) to
-        S_final; ``chain_boost`` (setting ``chain_boost``) gives ITTC's λ_boost to the predicted
+        Default ``policy``: ``route`` on a store with relation knowledge, else ``lokg``. Relation
+        knowledge (runtime/relknow.py): ``policy="precision"`` returns the derived answer where
+        the precision gate passes and abstains elsewhere; ``"route"`` returns it where the
+        routing gate passes, else makes the one call on the compact context of the instantiated
+        chain (the LOKG context when none instantiates). ``relation_weight`` (λ_rel) adds
+        λ_rel·q_rel(p_a) to S_final; ``chain_boost`` gives ITTC's λ_boost to the predicted
         chain's facts, added to the candidate set. ``Answer.route`` says what answered and why."""
         timer = _Timer()
         req = self._check(question, budget, llm, policy, retrieval, encoding, relation_weight,
