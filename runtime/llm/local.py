@@ -61,7 +61,7 @@ def _close_models() -> None:
     that point finds its module globals gone and prints a TypeError traceback."""
     with _MODELS_LOCK:
         for model in _MODELS.values():
-            model.close()
+            getattr(model, "close", lambda: None)()
         _MODELS.clear()
 
 
@@ -114,6 +114,9 @@ class _LlamaCppPython:
         self._llama_cpp = llama_cpp
         self.llama = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads,
                                      n_threads_batch=threads, seed=0, verbose=False)
+
+    def close(self) -> None:
+        self.llama.close()
 
     def chat(self, messages, max_tokens: int, grammar: str | None, on_chunk) -> None:
         """Stream a greedy chat completion; ``on_chunk(delta_text, finish_reason)`` returning
