@@ -34,7 +34,6 @@ elif kind == "xll":
     grammar = gbnf
     class _L:
         def create_chat_completion(self, messages, max_tokens, temperature, top_k, seed, stream, grammar=None):
-            out = []
             req = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature,
                    "top_k": top_k, "seed": seed, "stream": True, "n_probs": 0}
             if grammar: req["grammar"] = grammar
