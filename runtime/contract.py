@@ -445,8 +445,9 @@ class Store:
     @contextmanager
     def locked(self, what: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
         """Hold the store's writer lock for ``what``; waits up to ``timeout`` s, then refuses
-        naming the holder."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        naming the holder. Only publish creates a store root; the others refuse a missing one."""
+        if not self.root.is_dir():
+            raise StoreError(f"{self.root}: store root does not exist")
         path = self.root / LOCK_FILE
         with open(path, "a+", encoding="utf-8") as fh:
             deadline = time.monotonic() + timeout
@@ -502,6 +503,7 @@ class Store:
         missing = [t for t in REQUIRED_TABLES if t not in tables]
         if missing:
             raise StoreError(f"publish of {build_id}: required tables missing: {missing}")
+        self.root.mkdir(parents=True, exist_ok=True)
         with self.locked(f"publish of {build_id}"):
             current = self.current_id()
             if current != expected:

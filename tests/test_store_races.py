@@ -183,3 +183,11 @@ def test_store_gc_keep_runs_retention_around_a_pinned_build(tmp_path):
     pins.release(held)
     bad = CliRunner().invoke(cli, ["store", "gc", "--keep", "-1", "--store", str(store.root)])
     assert bad.exit_code == 2 and "-1" in bad.output
+
+
+def test_rollback_and_retention_of_a_missing_store_create_nothing(tmp_path):
+    missing = Store(tmp_path / "nowhere")
+    for action in (lambda: missing.rollback("b1"), lambda: missing.collect_garbage(keep=1)):
+        with pytest.raises(StoreError, match="store root does not exist"):
+            action()
+    assert not (tmp_path / "nowhere").exists()
