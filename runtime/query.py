@@ -204,16 +204,21 @@ NO_RELATION_KNOWLEDGE = "the store has no relation knowledge (stage relation_kno
 READ_FAILED = "LLM call failed or gave no answer; top retrieval answer returned"
 
 
+def _current(store: Store) -> str:
+    """The id CURRENT names (read once, no manifest); Store.build's error when there is none."""
+    return store.current_id() or store.build().build_id
+
+
 def _pinned_build(store: Store, build_id: str | None, verify: bool):
     """The build to open and its pin. CURRENT is read again once if the build it named was
     removed between reading CURRENT and pinning (a publish with retention in that gap)."""
-    wanted = build_id if build_id is not None else store.build().build_id
+    wanted = build_id if build_id is not None else _current(store)
     try:
         held = store.pin(wanted)
     except StoreError:
         if build_id is not None:
             raise
-        wanted = store.build().build_id
+        wanted = _current(store)
         held = store.pin(wanted)
     try:
         return store.build(wanted, verify=verify), held
