@@ -22,7 +22,10 @@ from runtime.errors import LokgError
 
 #: Dump formats ``ingest.format`` accepts (``auto`` detects one from the files); the DAGs keep
 #: a copy (dags/lokg_common.py, which cannot import runtime), checked by tests/test_dags.py.
-FORMATS = ("auto", "nt", "tsv", "pathquestion", "fb15k237", "synth")
+FORMATS = ("auto", "nt", "tsv", "pathquestion", "fb15k237", "synth", "docs")
+#: Extraction backends of the triple_extract stage (text/extractors.py), by name.
+EXTRACTORS = ("offline", "precomputed", "openai")
+TRIPLE_CONTEXT_MODES = ("auto", "on", "off")  # triple_context.enabled: auto = on for docs builds
 TYPE_RULES = ("spread", "min")  # relation_stats.type_rule (spark_jobs/relation_stats.py)
 MISSING_EMBEDDINGS = ("zero", "renormalise")  # scos_merge.missing_embeddings
 TEXT_RULES = ("name", "name_type_description")  # entity_encode.text (training/entity_encode.py)
@@ -42,6 +45,26 @@ DEFAULTS: dict = {
         "languages": ["en"],  # literal language tags kept as names/aliases/descriptions ("" = untagged)
         "literals_as_edges": False,  # literal facts become entity attributes unless set
         "entities_file": None,  # optional JSONL/TSV of names, aliases, descriptions
+    },
+    "documents": {  # text/documents.py (DESIGN §8): format docs only
+        "max_tokens": 512,  # chunk length in cl100k_base tokens
+        "overlap": 64,  # tokens shared by consecutive chunks of a document
+        "max_document_mb": 64,  # a larger single document is quarantined, not read
+    },
+    "triple_extract": {  # text/triple_extract.py: chunks -> entities and triples with provenance
+        "backend": "offline",  # one of EXTRACTORS
+        "precomputed_file": None,  # precomputed: the OpenIE JSON (default: openie_*.json in the dump)
+        "cache_dir": None,  # per-chunk results; null = <store>/cache/triple_extract
+        "concurrency": 4,  # chunks in flight at once (openai)
+        "base_url": "http://127.0.0.1:8080/v1",  # openai: any OpenAI-compatible endpoint
+        "model": "gpt-4o-mini",
+        "api_key_env": "OPENAI_API_KEY",  # name of the environment variable holding the key
+        "timeout_s": 120.0,
+        "retries": 2,  # further attempts after a malformed (non-JSON, invalid) reply
+        "max_completion_tokens": 1024,
+        "prompt_price": 0.0,  # currency units per 1M prompt tokens (the report's cost)
+        "completion_price": 0.0,  # per 1M completion tokens
+        "max_failed_share": 0.5,  # fail the stage when more chunks than this are quarantined
     },
     "entity_types": {},  # spark_jobs/entity_types.py (DESIGN §2.2): no settings
     "relation_stats": {
@@ -108,6 +131,14 @@ DEFAULTS: dict = {
         "seed": 0,
         "device": "auto",  # auto | cpu | cuda[:N]; auto = CUDA when torch sees one
         "threads": 1,  # torch CPU threads; null = torch default
+    },
+    "triple_context": {  # text/triple_context.py (DESIGN §8): a triple's restored source sentence
+        "enabled": "auto",  # one of TRIPLE_CONTEXT_MODES; auto = on when the build read documents
+        "floor": 0.35,  # cosine below which no sentence is attached
+        "max_candidates": 200,  # sentences compared per triple (those of Sources(h) and Sources(t))
+        "batch_size": 128,  # texts per encoder call
+        "device": "auto",
+        "threads": 1,
     },
     "path_cache": {  # spark_jobs/path_cache.py (DESIGN §2.9), scorer in runtime/taimr.py
         "max_hops": 3,  # L: the longest path, in hops (DESIGN §4)
@@ -266,6 +297,16 @@ SCHEMA: dict = {
         "literals_as_edges": BOOL,
         "entities_file": FILE,
     },
+    "documents": {"max_tokens": integer(16), "overlap": integer(0), "max_document_mb": COUNT},
+    "triple_extract": {
+        "backend": choice(*EXTRACTORS), "precomputed_file": FILE, "cache_dir": FILE,
+        "concurrency": COUNT, "base_url": text(r"https?://.+", "an http(s) URL"),
+        "model": text(r".+", "a model name"), "api_key_env": text(r"[A-Za-z_][A-Za-z0-9_]*",
+                                                                   "an environment variable name"),
+        "timeout_s": number(0, low_open=True), "retries": integer(0),
+        "max_completion_tokens": COUNT, "prompt_price": number(0), "completion_price": number(0),
+        "max_failed_share": SHARE,
+    },
     "entity_types": {},
     "relation_stats": {
         "max_relations_per_entity": COUNT,
@@ -304,6 +345,10 @@ SCHEMA: dict = {
         "weight_decay": WEIGHT, "negatives": COUNT, "path_weight": WEIGHT, "questions": FILE,
         "uniform": BOOL, "max_full_batch_edges": COUNT, "batch_triples": COUNT, "seed": SEED,
         "device": DEVICE, "threads": THREADS,
+    },
+    "triple_context": {
+        "enabled": choice(*TRIPLE_CONTEXT_MODES), "floor": number(-1, 1),
+        "max_candidates": COUNT, "batch_size": COUNT, "device": DEVICE, "threads": THREADS,
     },
     "path_cache": {
         "max_hops": COUNT, "k_top": COUNT, "beam_width": COUNT, "lambda_topo": WEIGHT,
