@@ -181,7 +181,8 @@ def test_server_down_is_a_chunk_error_not_a_crash():
 
 def test_http_refusal_is_a_chunk_error_without_retries(server):
     server.script = [("json", 404, {"error": {"message": "model 'test-model' not found"}})]
-    with pytest.raises(ChunkExtractionError, match="LLM call failed: .*HTTP 404: model 'test-model'"):
+    with pytest.raises(ChunkExtractionError,
+                       match="LLM call failed: .*HTTP 404: model 'test-model'"):
         extractor(server.url).extract(PASSAGE)
     assert len(server.requests) == 1
 
