@@ -169,14 +169,15 @@ class Usage:
     failed: list[tuple[dict, str]] = field(default_factory=list)
 
 
-def _extract_one(extractor, cache: ChunkCache, chunk: dict) -> tuple[dict | None, bool, str]:
+def _extract_one(extractor, cache: ChunkCache, chunk: dict) -> tuple[dict, bool, str]:
+    """(result, from the cache, failure reason or ""); a failure's result holds its usage."""
     hit = cache.get(chunk["text"])
     if hit is not None:
         return hit, True, ""
     try:
         result = extractor.extract(chunk["text"])
     except ChunkExtractionError as exc:
-        return None, False, str(exc)
+        return {"usage": exc.usage}, False, str(exc)
     cache.put(chunk["text"], result)
     return result, False, ""
 
@@ -193,15 +194,15 @@ def extract_chunks(extractor, cache: ChunkCache, chunks: list[dict],
         for chunk, job in zip(chunks, jobs):
             result, cached, reason = job.result()
             bar.update()
-            if result is None:
+            if not cached:  # tokens are spent by failed attempts too
+                spent = result.get("usage") or {}
+                usage.prompt_tokens += int(spent.get("prompt_tokens", 0))
+                usage.completion_tokens += int(spent.get("completion_tokens", 0))
+            if reason:
                 usage.failed.append((chunk, reason))
                 continue
             usage.cached += cached
             usage.extracted += not cached
-            if not cached:
-                usage.prompt_tokens += int((result.get("usage") or {}).get("prompt_tokens", 0))
-                usage.completion_tokens += int(
-                    (result.get("usage") or {}).get("completion_tokens", 0))
             collected.add(result, chunk["chunk_id"], sentences.get(chunk["chunk_id"], []))
     return usage
 
@@ -290,8 +291,8 @@ def _extract(cfg: Mapping, dump: Path, out: Path, inputs: Mapping,
     extractor = make_extractor(cfg)
     cache = ChunkCache(cache_root(cfg, out), extractor.fingerprint)
     usage = extract_chunks(extractor, cache, chunks, by_chunk, collected)
-    price = (usage.prompt_tokens * float(cfg["prompt_price"])
-             + usage.completion_tokens * float(cfg["completion_price"])) / 1e6
+    price = (usage.prompt_tokens * cfg["prompt_price"]
+             + usage.completion_tokens * cfg["completion_price"]) / 1e6  # prices per 1M tokens
     report = {"fingerprint": extractor.fingerprint, "cache": str(cache.dir),
               "chunks": len(chunks), "cached_chunks": usage.cached,
               "extracted_chunks": usage.extracted, "failed_chunks": len(usage.failed),
