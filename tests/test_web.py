@@ -158,3 +158,27 @@ def test_browser_renders_citations_and_never_markup_from_an_answer(browser, page
     assert not browser.find_elements("css selector", "img")
     assert browser.execute_script("return window.pwned") is None
     assert all(u.startswith(base + "/") for u in fetched_urls(browser))
+
+
+@pytest.mark.slow
+def test_browser_shows_a_derived_answer_and_an_empty_one(browser, page_client):
+    """The other outcomes the page must read: a route answer derived from the graph (its facts
+    carry no granularity or line) and an answer with nothing read."""
+    browser.get(f"http://127.0.0.1:{page_client.port}/")
+    ask_in_page(browser, QUESTION)
+    show = ("const a = JSON.parse(document.getElementById('raw').textContent);"
+            "Object.assign(a, arguments[0]); show(a);")
+    browser.execute_script(show, {
+        "route": {"source": "derived", "chain": ["film.film.sequel"], "reason": "gate passed"},
+        "triples": [{"s": "The Long Road", "r": "film.film.sequel", "o": "The Long Road II",
+                     "granularity": None, "cost": 0, "line": ""}]})
+    assert browser.find_element("id", "path").text == "derived"
+    assert "chain film.film.sequel" in browser.find_element("id", "path-detail").text
+    row = browser.find_element("css selector", "#triples tbody tr").text
+    assert "derived" in row and "The Long Road | film.film.sequel | The Long Road II" in row
+    browser.execute_script(show, {"answers": [], "triples": [], "status": "no_entity",
+                                  "route": None, "timings": {"link": 0.1, "total": 0.2}})
+    assert browser.find_element("id", "path").text == "nothing (no_entity)"
+    assert "no triples read" in browser.find_element("id", "graph").text
+    assert not browser.find_elements("css selector", "#triples tbody tr")
+    assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
