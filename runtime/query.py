@@ -284,6 +284,12 @@ class Runtime:
         if release is not None:
             release()
 
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def _load(self) -> None:
         """Everything a question needs, read once. The triples table is read only by what
         needs it: statistics of a build without its stats file, a graph without TAIMR

@@ -125,6 +125,7 @@ class AskRequest(BaseModel):
     policy: Literal[POLICIES] | None = None  # route on a store with relation knowledge, else lokg
     retrieval: Literal[RETRIEVALS] = "taimr"
     encoding: Literal[ENCODINGS] = "ittc"
+    source_sentences: bool = True  # restored source sentences as ITTC's verbose granularity
 
 
 class BatchRequest(BaseModel):
@@ -433,7 +434,8 @@ class Service:
     def answer(self, runtime: Runtime, request: AskRequest) -> Answer:
         answer = runtime.ask(request.question, entities=request.entities, budget=request.budget,
                              llm=self.reader(request.llm), policy=request.policy,
-                             retrieval=request.retrieval, encoding=request.encoding)
+                             retrieval=request.retrieval, encoding=request.encoding,
+                             source_sentences=request.source_sentences)
         self.metrics.answered(answer)
         return answer
 

@@ -306,7 +306,7 @@ def _ingested(tmp_path: Path, extracted: Path) -> dict:
     keys = sorted(r["key"] for r in records)
     names = {r["key"]: r["name"] for r in records}
     lines = [x.split("\t") for x in (extracted / "triples.tsv").read_text().splitlines()]
-    phrases = sorted({r for _, r, _ in lines} | {"is capital of"})
+    phrases = sorted({r for _, r, _ in lines} | {"capital of"})
     out = {}
     ent = {"id": list(range(len(keys))), "key": keys, "name": [names[k] for k in keys],
            "aliases": [[] for _ in keys],
