@@ -59,6 +59,8 @@ STAGE_ENV = {
     "TIKTOKEN_CACHE_DIR": os.environ.get("TIKTOKEN_CACHE_DIR") or str(ROOT / ".cache" / "tiktoken"),
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
+    # Spark's log4j2.properties, errors only (spark_jobs/session.py sets the same in-process)
+    "SPARK_CONF_DIR": os.environ.get("SPARK_CONF_DIR") or str(ROOT / "spark_jobs" / "conf"),
 }
 
 #: Every task: an owner, at least two retries with exponential backoff, a hard time limit.

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from runtime.environment import apply_defaults
+
+#: Holds log4j2.properties (errors only); a user's own SPARK_CONF_DIR wins.
+CONF_DIR = Path(__file__).with_name("conf")
 
 
 def get_spark(config: dict, app_name: str = "lokg") -> SparkSession:
@@ -18,6 +22,7 @@ def get_spark(config: dict, app_name: str = "lokg") -> SparkSession:
     if active is not None:
         return active
     apply_defaults()  # before the context exists: it fixes the workers' Python at creation
+    os.environ.setdefault("SPARK_CONF_DIR", str(CONF_DIR))  # read when the JVM starts
     spark_cfg = config.get("spark", {})
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
