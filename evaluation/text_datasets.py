@@ -18,20 +18,21 @@ Shapes (a ``.jsonl`` file holds one record a line, any other file a JSON array o
   ``context`` ``[[title, [sentences]]]``. A document is a title with its sentences joined as
   written (HotpotQA sentences carry their own leading spaces), de-duplicated the same way.
 
-A document's id is a content hash of its title and text, so the same paragraph gets the same
-id in every set and every run. Bad input raises :class:`~evaluation.datasets.DatasetError`
+A document's id is the store's own content hash of its title and text
+(``text.chunking.content_id``): the same paragraph has the same id in every set, and it is
+the ``doc_id`` a build from the corpus gives it. Bad input raises :class:`~evaluation.datasets.DatasetError`
 naming the file and the line (JSONL) or the record (JSON array).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from evaluation.datasets import Dataset, DatasetError, Question, _sha256
+from text.chunking import content_id
 
 SHAPES = ("musique", "hotpotqa")
 #: The reading sets of ../shared/data by name: (shape, file relative to the data root).
@@ -61,11 +62,6 @@ class ReadingSet:
 
     dataset: Dataset
     documents: tuple[Document, ...]
-
-
-def document_id(title: str, text: str) -> str:
-    """A content hash: the same paragraph has the same id whichever set it comes from."""
-    return hashlib.sha256(f"{title}\0{text}".encode("utf-8")).hexdigest()[:16]
 
 
 def _records(source: Path) -> Iterator[tuple[str, object]]:
@@ -161,7 +157,7 @@ def load_reading_file(file: str | Path, shape: str) -> ReadingSet:
         seen.add(question.id)
         questions.append(question)
         for title, text in docs:
-            corpus.setdefault((title, text), Document(document_id(title, text), title, text))
+            corpus.setdefault((title, text), Document(content_id(title, text), title, text))
     dataset = Dataset(shape, source, None, tuple(questions), _sha256(source), kb_format="docs")
     return ReadingSet(dataset, tuple(corpus.values()))
 

@@ -18,13 +18,14 @@ from evaluation.methods import METHODS, make_methods, method_names
 from evaluation.metrics import READING_KEYS, SUMMARY_KEYS, contains_answer, read_scores, \
     squad_normalise
 from evaluation.runner import PREDICTIONS, Prediction, evaluate
-from evaluation.text_datasets import READING_SETS, document_id, load_reading_file, \
-    load_reading_set, write_corpus
+from evaluation.text_datasets import READING_SETS, load_reading_file, load_reading_set, \
+    write_corpus
 from runtime.answer import Answer
 from runtime.contract import Build
 from runtime.llm import Completion
 from runtime.llm.none import NoLLM
 from runtime.tokens import count_tokens
+from text.chunking import content_id
 
 P1 = {"idx": 0, "title": "Journal of Psychotherapy Integration",
       "paragraph_text": "It is published by the American Psychological Association.",
@@ -80,7 +81,7 @@ def test_musique_questions_and_corpus(tmp_path, form):
     # P1 and P3 recur (P1 with another idx/is_supporting): the union by (title, text), once each
     assert [(d.title, d.text) for d in got.documents] == [
         (p["title"], p["paragraph_text"]) for p in (P1, P2, P3)]
-    assert got.documents[0].id == document_id(P1["title"], P1["paragraph_text"])
+    assert got.documents[0].id == content_id(P1["title"], P1["paragraph_text"])  # the doc_id
     assert got.dataset.kind == "musique" and got.dataset.kb_format == "docs"
 
 
