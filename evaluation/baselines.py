@@ -173,7 +173,8 @@ def _prediction(ctx: EvalContext, rt, readings: list[_Reading], answers: list[st
         triples=[{"s": rt.names[s], "r": rt.relation_names.get(r, str(r)), "o": rt.names[o]}
                  for s, r, o in triples],
         timings={k: round(v, 3) for k, v in timings.items()},
-        error="; ".join(ctx.llm.errors) or None, details={"build_id": rt.build_id, **details})
+        error="; ".join(ctx.llm.errors) or None, details={"build_id": rt.build_id, **details},
+        knowledge="".join(e.text for e in encodings))
 
 
 # --------------------------------------------------------------------------------------------

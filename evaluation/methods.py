@@ -37,7 +37,8 @@ the same for every method.
 **Knowledge** (``Prediction.knowledge``, what a reading run's context recall reads): for the
 lokg methods the lines of the triples the encoding kept (``Answer.triples[*].line``) joined in
 their order — exactly ITTC's text, the knowledge block of the prompt, and there even when the
-reader ``none`` builds no prompt.
+reader ``none`` builds no prompt; for ``chunk-rag`` the packed passages; for KAPING and ToG the
+texts of their encodings (ToG: of every depth's call, joined).
 """
 
 from __future__ import annotations
