@@ -20,8 +20,9 @@ Shapes (a ``.jsonl`` file holds one record a line, any other file a JSON array o
 
 A document's id is the store's own content hash of its title and text
 (``text.chunking.content_id``): the same paragraph has the same id in every set, and it is
-the ``doc_id`` a build from the corpus gives it. Bad input raises :class:`~evaluation.datasets.DatasetError`
-naming the file and the line (JSONL) or the record (JSON array).
+the ``doc_id`` a build from the corpus gives it. Bad input raises
+:class:`~evaluation.datasets.DatasetError` naming the file and the line (JSONL) or the record
+(JSON array).
 """
 
 from __future__ import annotations
