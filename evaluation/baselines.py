@@ -1,4 +1,4 @@
-"""KAPING and ToG, the two external baselines, on top of an opened LOKG store.
+"""KAPING, ToG and chunk-RAG, the external baselines, on top of an opened LOKG store.
 
 Both read the same graph the runtime reads (``Runtime.graph``: canonical triples with inverse
 edges, so a topic entity's 1-hop facts include the ones where it is the object), embed with the
@@ -37,13 +37,26 @@ relations are picked by cosine alone, the search always runs to depth D, and the
 end (not a topic entity) of the path with the highest **mean** relation cosine over every depth
 — the mean, not the sum, so that a 1-hop path competes with a 3-hop one. That is a faithful
 "ToG without its LLM", not ToG: expect it to be weak.
+
+**chunk-RAG** (dense top-k chunk retrieval, the plain text-RAG most users start from; DESIGN
+§5), on a store built from documents: its ``chunks`` table (and ``documents`` for titles). Each
+chunk is one knowledge line, ``title | text`` with whitespace collapsed (the reader's
+one-fact-a-line form). Chunks are ranked by cosine between the question
+(``encode_queries``) and the chunk text — the build's :data:`CHUNK_VECTORS_FILE` (unit rows in
+``chunks`` order) when it has one, else the chunk texts embedded once (``encode_passages``)
+when the method is built — ties by table order, then packed greedily into B: whole lines
+while they fit, the first that does not is cut at a word boundary to the tokens left, and
+packing stops (so k is what B holds, and the knowledge is never over B). One call. Reader
+``none``: there is no answer extraction from passages, so the prediction is empty (status
+``no_reader``; EM and F1 0) — its context recall is still measured. TCR is undefined (no
+naive rendering: T_naive = 0).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,12 +65,16 @@ from evaluation.datasets import Question
 from evaluation.metrics import normalise_answer
 from evaluation.context import EvalContext, MethodError
 from evaluation.runner import Method, Prediction
+from runtime.contract import StoreError
+from runtime.tokens import count_joined, count_tokens
 
 KAPING_POOL = 200
 KAPING_TOP_K = 20
 TOG_WIDTH = 3
 TOG_DEPTH = 3
 TOG_MAX_OPTIONS = 30
+#: A documents build's chunk embeddings: float32 [n_chunks, d], unit rows in ``chunks`` order.
+CHUNK_VECTORS_FILE = "chunk_vectors.npy"
 #: Cached triple-text vectors per KAPING method (cleared past this size).
 _CACHE_LIMIT = 200_000
 
@@ -156,7 +173,8 @@ def _prediction(ctx: EvalContext, rt, readings: list[_Reading], answers: list[st
         triples=[{"s": rt.names[s], "r": rt.relation_names.get(r, str(r)), "o": rt.names[o]}
                  for s, r, o in triples],
         timings={k: round(v, 3) for k, v in timings.items()},
-        error="; ".join(ctx.llm.errors) or None, details={"build_id": rt.build_id, **details})
+        error="; ".join(ctx.llm.errors) or None, details={"build_id": rt.build_id, **details},
+        knowledge="".join(e.text for e in encodings))
 
 
 # --------------------------------------------------------------------------------------------
@@ -338,5 +356,125 @@ def tog(ctx: EvalContext) -> Method:
         support = list(dict.fromkeys(t for p in beam for t in p.triples))
         return _prediction(ctx, rt, readings, answers, status, encodings, support, timings,
                            details)
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# chunk-RAG
+
+
+def passage_line(title: str, text: str) -> str:
+    """A chunk as one knowledge line, ``title | text``, whitespace collapsed and newline-ended,
+    so no token spans two lines and the packed text costs the sum of its lines."""
+    body = " ".join(text.split())
+    title = " ".join(title.split())
+    return f"{title} | {body}\n" if title else f"{body}\n"
+
+
+@dataclass(frozen=True)
+class Packing:
+    """The packed knowledge: its text and tokens, how many ranked lines it holds (the last
+    one cut when ``cut``)."""
+
+    text: str
+    tokens: int
+    count: int
+    cut: bool
+
+
+def _cut(line: str, room: int) -> str:
+    """The longest word prefix of ``line`` (newline-ended) within ``room`` tokens, or ""."""
+    words = line.rstrip("\n").split(" ")
+    lo, hi = 0, len(words)  # invariant: words[:lo] fits; the count grows with the prefix
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count_tokens(" ".join(words[:mid]) + "\n") <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo]) + "\n" if lo else ""
+
+
+def pack_passages(lines: Iterable[str], budget: int) -> Packing:
+    """Ranked lines into ``budget`` tokens: whole while they fit, then the next one cut."""
+    kept, used = [], 0
+    for line in lines:
+        cost = count_tokens(line)
+        if used + cost > budget:
+            cut = _cut(line, budget - used)
+            if cut:
+                kept.append(cut)
+            return Packing("".join(kept), count_joined(kept), len(kept), bool(cut))
+        kept.append(line)
+        used += cost
+    return Packing("".join(kept), count_joined(kept), len(kept), False)
+
+
+def _chunks(rt) -> tuple[list[str], list[str], list[str], list[str]]:
+    """(chunk ids, doc ids, texts, knowledge lines) of the build's chunks, in table order."""
+    try:
+        table = rt.build.read("chunks", columns=["chunk_id", "doc_id", "text"])
+    except StoreError as exc:
+        raise MethodError(f"chunk-rag needs a store built from documents (ingest format docs): "
+                          f"{exc}") from None
+    chunk_ids, doc_ids, texts = (table.column(c).to_pylist() for c in ("chunk_id", "doc_id",
+                                                                       "text"))
+    if not texts:
+        raise MethodError(f"{rt.build.table_path('chunks')}: the store has no chunks")
+    titles = {}
+    if "documents" in rt.build.manifest.get("tables", {}):
+        docs = rt.build.read("documents", columns=["doc_id", "title"])
+        titles = dict(zip(docs.column("doc_id").to_pylist(), docs.column("title").to_pylist()))
+    lines = [passage_line(titles.get(d) or "", t or "") for d, t in zip(doc_ids, texts)]
+    return chunk_ids, doc_ids, texts, lines
+
+
+def _chunk_vectors(rt, texts: list[str], enc) -> np.ndarray:
+    """The build's chunk vectors when it has them (checked against the chunks and the
+    encoder), else the chunk texts embedded now."""
+    path = rt.build.path / CHUNK_VECTORS_FILE
+    if not path.is_file():
+        return np.asarray(enc.encode_passages(texts), dtype=np.float32)
+    vectors = np.load(path, mmap_mode="r")
+    if vectors.shape != (len(texts), enc.dim):
+        raise MethodError(f"{path}: shape {vectors.shape}, expected ({len(texts)}, {enc.dim}): "
+                          "one row per chunk of the chunks table, of the store's encoder")
+    return vectors
+
+
+def chunk_rag(ctx: EvalContext) -> Method:
+    """Dense top-k chunks packed into B under the context's reader (module docstring)."""
+    rt = ctx.runtime
+    enc = _encoder(ctx, "chunk-rag")
+    chunk_ids, doc_ids, texts, lines = _chunks(rt)
+    vectors = _chunk_vectors(rt, texts, enc)
+
+    def run(question: Question) -> Prediction:
+        ctx.llm.reset()
+        t0 = time.perf_counter()
+        sims = np.asarray(vectors @ enc.encode_queries([question.question])[0])
+        ranked = np.argsort(-sims, kind="stable")
+        packing = pack_passages((lines[i] for i in ranked), ctx.budget)
+        timings = {"retrieve": (time.perf_counter() - t0) * 1e3}
+        readings, answers, status = [], [], "no_reader"
+        if ctx.llm.calls_model:
+            reading = _read(ctx, packing.text, question.question)
+            readings.append(reading)
+            timings["llm"] = reading.ms
+            answers = reading.answers or []
+            status = "ok" if answers else "no_answer"
+        timings["total"] = (time.perf_counter() - t0) * 1e3
+        used = [{"chunk_id": chunk_ids[i], "doc_id": doc_ids[i], "score": round(float(sims[i]), 6)}
+                for i in ranked[:packing.count]]
+        return Prediction(
+            answers=answers, status=status, llm_calls=ctx.llm.calls, failed_calls=ctx.llm.failed,
+            prompt_tokens=sum(r.prompt_tokens for r in readings),
+            completion_tokens=sum(r.completion_tokens for r in readings),
+            knowledge_tokens=packing.tokens, prompts=[r.prompt for r in readings],
+            timings={k: round(v, 3) for k, v in timings.items()},
+            error="; ".join(ctx.llm.errors) or None,
+            details={"build_id": rt.build_id, "chunks": used, "cut": packing.cut},
+            knowledge=packing.text)
 
     return run

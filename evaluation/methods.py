@@ -10,6 +10,9 @@ the same knowledge budget B:
 ``lokg-no-taimr``  ``retrieval="similarity"``: reachable entities ranked by cosine alone
 ``lokg-no-relknow`` policy ``lokg`` with the relation feeds off (the store's relation knowledge
                    unused): LOKG as issue 5 shipped it
+``lokg-tcr``       ``source_sentences=True``: each triple's restored source sentence is its
+                   verbose ITTC granularity (DESIGN §8); ``lokg`` asks with ``False`` (w/o TCR)
+``chunk-rag``      dense top-k chunks of a documents store, packed into B (baselines.py)
 ``neighbourhood``  the topic entities' 1-hop triples, truncated to B
 ``kaping``         top-20 of a ≤200-triple 1-hop pool by embedding similarity (baselines.py)
 ``tog``            LLM-driven beam search, width 3, depth 3, several calls (baselines.py)
@@ -30,6 +33,12 @@ routing gate passes, else one call (runtime/relknow.py). Baselines never use rel
 that raised :class:`runtime.llm.LLMError`, whatever the method does with the failure (the
 runtime falls back to its retrieval answer, flagged), so ``calls/q`` and ``failed_calls`` mean
 the same for every method.
+
+**Knowledge** (``Prediction.knowledge``, what a reading run's context recall reads): for the
+lokg methods the lines of the triples the encoding kept (``Answer.triples[*].line``) joined in
+their order — exactly ITTC's text, the knowledge block of the prompt, and there even when the
+reader ``none`` builds no prompt; for ``chunk-rag`` the packed passages; for KAPING and ToG the
+texts of their encodings (ToG: of every depth's call, joined).
 """
 
 from __future__ import annotations
@@ -43,10 +52,11 @@ from evaluation import baselines
 from evaluation.context import EvalContext, MethodError
 
 def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = False,
-          relation_knowledge: bool = True):
+          relation_knowledge: bool = True, source_sentences: bool | None = None):
     """A factory for the runtime under one retrieval/encoding (and store) setting. Without
     ``relation_knowledge`` the policy is ``lokg`` and the relation feeds are off (the store's
-    relation knowledge is not used at all)."""
+    relation knowledge is not used at all). ``source_sentences`` (None: not passed, the
+    runtime's default) turns TCR's restored sentences on or off."""
 
     def factory(ctx: EvalContext) -> Method:
         rt = ctx.runtime_no_scos if no_scos else ctx.runtime
@@ -60,6 +70,8 @@ def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = Fals
                 return Prediction([], status=status, details={"build_id": rt.build_id})
             ctx.llm.reset()
             feeds = {} if relation_knowledge else {"relation_weight": 0.0, "chain_boost": False}
+            if source_sentences is not None:
+                feeds["source_sentences"] = source_sentences
             ans = rt.ask(question.question, entities=keys, budget=ctx.budget, llm=ctx.llm,
                          retrieval=retrieval, encoding=encoding,
                          policy=ctx.policy if relation_knowledge else "lokg", **feeds)
@@ -74,7 +86,8 @@ def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = Fals
                 error="; ".join(ctx.llm.errors) or (ans.fallback_reason if ans.fallback else None),
                 details={"build_id": ans.build_id, "linked": ans.linked, "route": _route(ans),
                          "answer_ids": ans.answer_ids, "candidates": ans.candidates[:5],
-                         "encoding": {k: ans.encoding.get(k) for k in ("mode", "dropped")}})
+                         "encoding": {k: ans.encoding.get(k) for k in ("mode", "dropped")}},
+                knowledge="".join(t.get("line", "") for t in ans.triples))
 
         return run
 
@@ -102,10 +115,14 @@ class MethodSpec:
     summary: str
     factory: Callable[[EvalContext], Method]
     needs_no_scos_store: bool = False
+    #: meant for a store built from documents (a reading set): left out of ``all``
+    documents_only: bool = False
 
 
 METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
-    MethodSpec("lokg", "LOKG: TAIMR + ITTC, one call", _lokg()),
+    MethodSpec("lokg", "LOKG: TAIMR + ITTC, one call (w/o TCR)", _lokg(source_sentences=False)),
+    MethodSpec("lokg-tcr", "LOKG with TCR: restored source sentences as ITTC's verbose level",
+               _lokg(source_sentences=True), documents_only=True),
     MethodSpec("lokg-no-scos", "LOKG on a store without SCOS", _lokg(no_scos=True), True),
     MethodSpec("lokg-no-ittc", "LOKG with the uniform template", _lokg(encoding="uniform")),
     MethodSpec("lokg-no-taimr", "LOKG with similarity retrieval", _lokg(retrieval="similarity")),
@@ -116,13 +133,18 @@ METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
     MethodSpec("kaping", "KAPING: top-20 of ≤200 1-hop triples by similarity",
                _baseline("kaping")),
     MethodSpec("tog", "ToG: LLM beam search, width 3, depth 3", _baseline("tog")),
+    MethodSpec("chunk-rag", "dense top-k chunks of a documents store, packed into B",
+               _baseline("chunk_rag"), documents_only=True),
 )}
 
 
 def method_names(text: str) -> list[str]:
-    """``all`` or a comma-separated list of method names, validated, in the order given."""
-    names = list(METHODS) if text.strip() == "all" else [
-        n.strip() for n in text.split(",") if n.strip()]
+    """``all`` (every method but the documents-only ones) or a comma-separated list of method
+    names, validated, in the order given."""
+    if text.strip() == "all":
+        names = [n for n, spec in METHODS.items() if not spec.documents_only]
+    else:
+        names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in METHODS]
     if unknown or not names:
         raise MethodError(f"unknown method(s) {unknown or [text]}; choose from "

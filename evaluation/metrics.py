@@ -33,6 +33,24 @@ normalised gold set:
   of one command;
 * ``failed_calls`` (LLM calls that raised) and ``failed_questions`` (questions with at least one).
 
+**Reading metrics** (multi-hop reading sets, DESIGN §5; evaluation/text_datasets.py), added
+to a run that asks for them (``runner.evaluate(..., reading=True)``), per question from the
+first prediction (the reader's best answer) and the gold answer with its aliases, under the
+SQuAD normalisation (:func:`squad_normalise`: lowercase, punctuation *deleted*, articles
+``a``/``an``/``the`` dropped, whitespace collapsed — the official SQuAD v1.1 script's rules,
+not :func:`normalise_answer`'s):
+
+* ``EM`` = 1 if the normalised prediction equals a normalised gold answer or alias, else 0;
+* ``F1-SQuAD`` = the best, over gold answer and aliases, SQuAD token F1 (bag-of-words overlap
+  of the normalised strings); 0 for an empty prediction (no prediction, reader ``none``);
+* ``context_recall`` = 1 if a normalised gold answer or alias occurs in the normalised
+  knowledge text the reader was given (or, reader ``none``, would have been given), on word
+  boundaries — the best any reader of that knowledge could do. Word boundaries so that ``1``
+  is not found in ``1990``; a yes/no answer (HotpotQA comparisons) is found only where the
+  knowledge happens to say the word.
+
+The summary gets their means (keys :data:`READING_KEYS`, after :data:`SUMMARY_KEYS`).
+
 Values are rounded to 6 decimals so the summary is stable text.
 """
 
@@ -40,7 +58,9 @@ from __future__ import annotations
 
 import math
 import re
+import string
 import unicodedata
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -49,9 +69,13 @@ ARTICLES = frozenset({"a", "an", "the"})
 SUMMARY_KEYS = ("H@1", "Hit", "F1", "TCR", "tok/q", "calls/q", "P@1K", "H@1K", "n",
                 "latency_ms_mean", "latency_ms_p95", "failed_calls", "failed_questions")
 LATENCY_KEYS = ("latency_ms_mean", "latency_ms_p95")
+#: The summary keys a reading run adds (module docstring, "Reading metrics").
+READING_KEYS = ("EM", "F1-SQuAD", "context_recall")
 DECIMALS = 6
 
 _APOSTROPHES = re.compile(r"['’ʼ`]")
+_SQUAD_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_SQUAD_PUNCTUATION = frozenset(string.punctuation)
 
 
 def normalise_answer(text: str) -> str:
@@ -89,6 +113,55 @@ def score(predicted: Sequence[str], gold: Iterable[str]) -> Scores:
     return Scores(h1, 1.0, 2 * precision * recall / (precision + recall))
 
 
+def squad_normalise(text: str) -> str:
+    """The SQuAD v1.1 answer normalisation: lowercase, delete ASCII punctuation, drop the
+    articles a/an/the, collapse whitespace (as the official script, in its order)."""
+    lowered = str(text).lower()
+    kept = "".join(ch for ch in lowered if ch not in _SQUAD_PUNCTUATION)
+    return " ".join(_SQUAD_ARTICLES.sub(" ", kept).split())
+
+
+def _token_f1(predicted: str, gold: str) -> float:
+    pred, ref = predicted.split(), gold.split()
+    common = sum((Counter(pred) & Counter(ref)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The reading metrics of one question (module docstring)."""
+
+    em: float
+    f1: float
+    context_recall: float
+
+    def to_dict(self) -> dict:
+        return {"EM": self.em, "F1-SQuAD": self.f1, "context_recall": self.context_recall}
+
+
+def contains_answer(knowledge: str, gold: Iterable[str]) -> bool:
+    """Whether a normalised gold answer occurs in the normalised knowledge on word boundaries."""
+    text = f" {squad_normalise(knowledge)} "
+    return any(f" {g} " in text for g in map(squad_normalise, gold) if g)
+
+
+def read_scores(predicted: Sequence[str], gold: Iterable[str], knowledge: str) -> Reading:
+    """EM and SQuAD F1 of the first prediction (best over gold and aliases), and context
+    recall of the knowledge."""
+    gold = list(gold)
+    golds = [g for g in map(squad_normalise, gold) if g]
+    first = squad_normalise(predicted[0]) if predicted else ""
+    if not first or not golds:
+        em = f1 = 0.0
+    else:
+        em = float(first in golds)
+        f1 = max(_token_f1(first, g) for g in golds)
+    return Reading(em, f1, float(contains_answer(knowledge, gold)))
+
+
 @dataclass(frozen=True)
 class Outcome:
     """The numbers one question contributes to its method's summary."""
@@ -100,6 +173,7 @@ class Outcome:
     naive_tokens: int  # T_naive
     latency_ms: float
     failed_calls: int
+    reading: Reading | None = None  # a reading run's EM, SQuAD F1, context recall
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -117,9 +191,13 @@ def _round(value: float | None) -> float | None:
 
 
 def summarise(outcomes: Sequence[Outcome]) -> dict:
-    """One method's summary over its questions, keys :data:`SUMMARY_KEYS` (module docstring)."""
+    """One method's summary over its questions, keys :data:`SUMMARY_KEYS` (module docstring),
+    then :data:`READING_KEYS` when the outcomes carry reading metrics."""
     if not outcomes:
         raise ValueError("cannot summarise a method with no questions")
+    readings = [o.reading for o in outcomes if o.reading is not None]
+    if readings and len(readings) != len(outcomes):
+        raise ValueError("cannot summarise outcomes with and without reading metrics together")
     h1 = _mean([o.scores.h1 for o in outcomes])
     f1 = _mean([o.scores.f1 for o in outcomes])
     tok = _mean([o.tokens for o in outcomes])
@@ -140,6 +218,10 @@ def summarise(outcomes: Sequence[Outcome]) -> dict:
         "failed_calls": sum(o.failed_calls for o in outcomes),
         "failed_questions": sum(1 for o in outcomes if o.failed_calls > 0),
     }
+    if readings:
+        summary.update({"EM": _mean([r.em for r in readings]),
+                        "F1-SQuAD": _mean([r.f1 for r in readings]),
+                        "context_recall": _mean([r.context_recall for r in readings])})
     return {k: v if isinstance(v, int) else _round(v) for k, v in summary.items()}
 
 

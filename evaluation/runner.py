@@ -22,6 +22,11 @@ agree. Every summary key except ``latency_ms_mean``/``latency_ms_p95`` is a func
 predictions alone; with deterministic methods (greedy decoding, fixed store) the same command
 twice gives the same ``summary.json`` apart from those two keys (``metrics.without_latency``).
 A method summarised by an earlier command in the same directory keeps its entry until rerun.
+
+**Reading runs** (``reading=True``: the multi-hop reading sets, evaluation/text_datasets.py)
+add to each line the ``knowledge`` text the reader was given (``Prediction.knowledge``) and
+its ``reading`` scores (EM, SQuAD F1, context recall: evaluation.metrics), recomputed from
+``predicted``, ``gold`` and ``knowledge`` when summarised, like ``scores``.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evaluation.datasets import Question
-from evaluation.metrics import Outcome, score, summarise
+from evaluation.metrics import Outcome, read_scores, score, summarise
 from runtime.errors import LokgError
 
 RUN_FILE = "run.json"
@@ -64,14 +69,19 @@ class Prediction:
     timings: dict[str, float] = field(default_factory=dict)  # step → ms
     error: str | None = None  # the message of a failed LLM call
     details: dict = field(default_factory=dict)  # linked entities, answer ids, build id …
+    #: the knowledge text the reader was given (with reader none: would have been given);
+    #: what a reading run's context recall is measured on
+    knowledge: str = ""
 
 
 Method = Callable[[Question], Prediction]
 
 
-def prediction_record(question: Question, pred: Prediction, latency_ms: float) -> dict:
-    """The JSONL line of one answered question."""
-    return {
+def prediction_record(question: Question, pred: Prediction, latency_ms: float, *,
+                      reading: bool = False) -> dict:
+    """The JSONL line of one answered question (with ``reading``: its knowledge and reading
+    scores too)."""
+    record = {
         "id": question.id,
         "question": question.question,
         "gold": list(question.answers),
@@ -94,6 +104,10 @@ def prediction_record(question: Question, pred: Prediction, latency_ms: float) -
         "triples": pred.triples,
         "details": pred.details,
     }
+    if reading:
+        record["knowledge"] = pred.knowledge
+        record["reading"] = read_scores(pred.answers, question.answers, pred.knowledge).to_dict()
+    return record
 
 
 def outcome_of(record: dict) -> Outcome:
@@ -107,6 +121,8 @@ def outcome_of(record: dict) -> Outcome:
         naive_tokens=int(tokens["naive"]),
         latency_ms=float(record["latency_ms"]),
         failed_calls=int(record["failed_calls"]),
+        reading=read_scores(record["predicted"], record["gold"], record["knowledge"])
+        if "reading" in record else None,
     )
 
 
@@ -169,7 +185,7 @@ def check_run_file(out_dir: Path, settings: dict, command: str) -> dict:
 
 
 def run_method(name: str, method: Method, questions: Sequence[Question], out_dir: Path, *,
-               progress: bool = True) -> list[dict]:
+               progress: bool = True, reading: bool = False) -> list[dict]:
     """Answer every question not yet in ``<out_dir>/<name>/predictions.jsonl``; return the
     records of ``questions`` in their order."""
     from tqdm import tqdm
@@ -189,7 +205,7 @@ def run_method(name: str, method: Method, questions: Sequence[Question], out_dir
             started = time.perf_counter()
             pred = method(q)
             latency = (time.perf_counter() - started) * 1000.0
-            record = prediction_record(q, pred, latency)
+            record = prediction_record(q, pred, latency, reading=reading)
             fh.write(json.dumps(record, ensure_ascii=False) + "\n")
             fh.flush()
             done[q.id] = record
@@ -199,14 +215,15 @@ def run_method(name: str, method: Method, questions: Sequence[Question], out_dir
 
 
 def evaluate(methods: dict[str, Method], questions: Sequence[Question], out_dir: str | Path, *,
-             progress: bool = True) -> dict:
-    """Run every method (in order) and return the summary of this run's methods."""
+             progress: bool = True, reading: bool = False) -> dict:
+    """Run every method (in order) and return the summary of this run's methods (with
+    ``reading``, the reading metrics too: module docstring)."""
     if not questions:
         raise EvalError("no questions to evaluate")
     out = Path(out_dir)
     summary = {}
     for name, method in methods.items():
-        records = run_method(name, method, questions, out, progress=progress)
+        records = run_method(name, method, questions, out, progress=progress, reading=reading)
         summary[name] = summarise([outcome_of(r) for r in records])
     return summary
 
