@@ -437,20 +437,16 @@ class Runtime:
 
     def ask(self, question: str, *, entities: Sequence[int | str] | None = None,
             budget: int = DEFAULT_BUDGET, llm: str | LLM = "none", policy: str | None = None,
-            retrieval: str = "taimr", encoding: str = "ittc",
-            relation_weight: float | None = None, chain_boost: bool | None = None,
-            source_sentences: bool = True) -> Answer:
-        """Answer one question with at most one LLM call; see the module docstring.
-
-        Default ``policy``: ``route`` on a store with relation knowledge, else ``lokg``. Relation
-        knowledge (runtime/relknow.py): ``policy="precision"`` returns the derived answer where
-        the precision gate passes and abstains elsewhere; ``"route"`` returns it where the
-        routing gate passes, else makes the one call on the compact context of the instantiated
-        chain (the LOKG context when none instantiates). ``relation_weight`` (λ_rel) adds
-        λ_rel·q_rel(p_a) to S_final; ``chain_boost`` gives ITTC's λ_boost to the predicted
-        chain's facts, added to the candidate set. ``Answer.route`` says what answered and why.
-        ``source_sentences``: a triple's restored source sentence (stores built from documents)
-        is its verbose rendering, for ITTC to take where it is worth its tokens."""
+            retrieval: str = "taimr", encoding: str = "ittc", relation_weight: float | None = None,
+            chain_boost: bool | None = None, source_sentences: bool = True) -> Answer:
+        """Answer one question with at most one LLM call (module docstring). Default ``policy``:
+        ``route`` on a store with relation knowledge, else ``lokg``. ``"precision"`` returns the
+        derived answer (runtime/relknow.py) where the precision gate passes, else abstains;
+        ``"route"`` returns it where the routing gate passes, else makes the one call on the
+        compact context of the instantiated chain (the LOKG context when none instantiates).
+        ``relation_weight`` (λ_rel) adds λ_rel·q_rel(p_a) to S_final; ``chain_boost`` gives
+        ITTC's λ_boost to the predicted chain's facts. ``source_sentences``: restored source
+        sentences as ITTC's verbose rendering (§8). ``Answer.route`` says what answered, why."""
         timer = _Timer()
         req = self._check(question, budget, llm, policy, retrieval, encoding, relation_weight,
                           chain_boost, source_sentences)
