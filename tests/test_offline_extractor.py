@@ -9,8 +9,6 @@ from pipeline.stage import StageError
 from runtime.config import DEFAULTS, ConfigError, check_config
 from text.extractors import ChunkExtractionError, make_extractor
 
-pytest.importorskip("spacy")
-
 
 @pytest.fixture(scope="module")
 def extractor():
