@@ -1,7 +1,7 @@
 """Agreement of offline extraction backends with gpt-3.5's OpenIE triples (issue 15).
 
 Why: the ``offline`` backend of ``triple_extract`` is chosen on evidence. Each backend reads the
-``text`` of the first ``--limit`` passages of a HippoRAG-format OpenIE file and is scored
+``text`` (``--field passage``: title and text) of the first ``--limit`` passages of a HippoRAG-format OpenIE file and is scored
 against that file's triples and entities (docs/BENCHMARKS.md, "Offline extraction agreement
 with gpt-3.5 (issue 15)").
 
@@ -19,7 +19,7 @@ as the relation) and ``smollm2`` (the embedded SmolLM2-135M, greedy, JSON forced
 grammar, one thread).
 
 usage: python bench/extraction_agreement.py [--corpus FILE] [--limit N]
-       [--backends offline,regex,smollm2] [--json OUT]
+       [--backends offline,regex,smollm2] [--field text|passage] [--json OUT]
 """
 
 from __future__ import annotations
@@ -140,11 +140,11 @@ def make_backend(name: str):
     raise SystemExit(f"unknown backend {name!r} (offline, regex, smollm2)")
 
 
-def score(backend, docs) -> dict:
-    """Counts, precision/recall/F1 and speed of one backend over the passages."""
+def score(backend, docs, field: str = "text") -> dict:
+    """Counts, precision/recall/F1 and speed of one backend over the passages' ``field``."""
     n = {"pred": 0, "gold": 0, "hit": 0, "pair": 0, "ent_pred": 0, "ent_gold": 0, "ent_hit": 0}
     started = time.perf_counter()
-    outputs = [backend.extract(d["text"]) for d in docs]
+    outputs = [backend.extract(d[field]) for d in docs]
     seconds = time.perf_counter() - started
     for doc, out in zip(docs, outputs):
         pred = [triple_key(t) for t in out["triples"]]
@@ -186,12 +186,14 @@ def main(argv=None) -> None:
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     ap.add_argument("--limit", type=int, default=None, help="first N passages (default: all)")
     ap.add_argument("--backends", default="offline,regex")
+    ap.add_argument("--field", choices=("text", "passage"), default="text",
+                    help="what a backend reads: the text, or the passage (title, newline, text)")
     ap.add_argument("--json", type=Path, default=None, help="write the numbers here too")
     args = ap.parse_args(argv)
     docs = json.loads(args.corpus.read_text())["docs"][:args.limit]
     results = {}
     for name in args.backends.split(","):
-        results[name] = score(make_backend(name), docs)
+        results[name] = score(make_backend(name), docs, args.field)
         print(f"{name}: done", file=sys.stderr)
     print(table(results, len(docs)))
     if args.json:

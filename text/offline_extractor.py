@@ -34,6 +34,7 @@ ENTITY_TYPES = {
     "CARDINAL": "quantity",
 }
 CONCEPT = "concept"
+PLACES = {"GPE", "LOC"}
 PERSONAL_PRONOUNS = {"he", "she", "it", "they"}
 RELATIVE_TAGS = {"WDT", "WP"}  # "which", "who", "that" as the subject of a relative clause
 COPULAS = {"be", "become"}
@@ -105,8 +106,10 @@ class _Reader:
         for token in self.doc:
             if token.pos_ in ("VERB", "AUX") and token.dep_ != "aux" and token.dep_ != "auxpass":
                 self._verb(token)
-            elif token.dep_ == "appos":
-                self._add(self.name(token.head), "is", self.name(token))
+            elif token.dep_ == "appos":  # "Atlantic City, New Jersey": a place in a place
+                places = {token.ent_type_, token.head.ent_type_} <= PLACES
+                self._add(self.name(token.head), "located in" if places else "is",
+                          self.name(token))
         for ent in self.doc.ents:
             self._entity(ent)
         return {"entities": list(self.entities.values()),
