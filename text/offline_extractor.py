@@ -104,7 +104,7 @@ class _Reader:
     def read(self) -> dict:
         """Every triple of every verb and apposition, then the remaining named entities."""
         for token in self.doc:
-            if token.pos_ in ("VERB", "AUX") and token.dep_ != "aux" and token.dep_ != "auxpass":
+            if token.pos_ in ("VERB", "AUX") and token.dep_ not in ("aux", "auxpass"):
                 self._verb(token)
             elif token.dep_ == "appos":  # "Atlantic City, New Jersey": a place in a place
                 places = {token.ent_type_, token.head.ent_type_} <= PLACES
