@@ -20,10 +20,13 @@ demo-inprocess: setup
 test: setup
 	$(ENV) python -m pytest -m "not slow" -q
 
-test-slow: setup
+## The slow cases, the audit page's headless-browser test among them (setup --browser).
+test-slow:
+	bash infra/setup.sh --browser
 	$(ENV) python -m pytest -m slow -q
 
-test-all: setup
+test-all:
+	bash infra/setup.sh --browser
 	$(ENV) python -m pytest -q
 
 bench: setup

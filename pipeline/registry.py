@@ -16,7 +16,7 @@ class Stage(NamedTuple):
     """One stage: where its module lives and which artefacts it reads and writes."""
 
     name: str
-    package: str  # spark_jobs (run with spark-submit) | training (GPU-capable, python -m)
+    package: str  # spark_jobs (run with spark-submit) | training (GPU-capable) | text: python -m
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     optional: tuple[str, ...] = ()
@@ -31,8 +31,13 @@ class Stage(NamedTuple):
 
 
 STAGES: tuple[Stage, ...] = (
+    Stage("documents", "text", ("dump",),
+          ("documents", "chunks", "sentences", "document_quarantine")),
+    Stage("triple_extract", "text", ("dump", "documents", "chunks", "sentences"),
+          ("extracted", "extraction_sources", "extraction_quarantine")),
     Stage("ingest", "spark_jobs", ("dump",),
-          ("entities", "relations", "triples", "quarantine", "type_assertions")),
+          ("entities", "relations", "triples", "quarantine", "type_assertions"),
+          optional=("extracted",)),
     Stage("entity_types", "spark_jobs", ("entities", "relations", "triples"), ("entities",),
           optional=("type_assertions",)),
     Stage("transe", "training", ("triples", "relations"), ("relation_embeddings", "transe_run")),
@@ -44,6 +49,10 @@ STAGES: tuple[Stage, ...] = (
     Stage("node_gain", "spark_jobs", ("entities", "relations", "triples"), ("node_gain",)),
     Stage("entity_encode", "training", ("entities",),
           ("entity_vectors", "entity_index", "entity_ids", "encoder")),
+    Stage("triple_context", "text",
+          ("entities", "relations", "relation_map", "triples", "documents", "chunks",
+           "sentences", "extraction_sources", "encoder"),
+          ("triple_sources", "triple_context", "chunk_vectors")),
     Stage("gat", "training",
           ("entities", "relations", "triples", "relation_map", "relation_embeddings",
            "entity_ids", "entity_vectors"), ("edges", "gat_run")),

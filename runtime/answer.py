@@ -9,7 +9,7 @@ replies are runtime/answers.py.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass
@@ -39,6 +39,9 @@ class Answer:
     #: policy lokg with the feeds off) — source derived | llm | retrieval | abstain, reason,
     #: chain, vote share, derived answers, consistency, gate
     route: dict | None = None
+    #: the sources of the triples used (stores built from documents): triple (its line),
+    #: title, doc_id, chunk_id, sentence_id, sentence (runtime/provenance.py)
+    citations: list[dict] = field(default_factory=list)
 
     @classmethod
     def empty(cls, status: str, message: str, timings: dict, *, budget: int, **common) -> Answer:

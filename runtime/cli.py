@@ -228,10 +228,13 @@ def render_scos_report(built: Build) -> str:
               help="λ_rel of the query-relation term (default: the store's query.relation_weight).")
 @click.option("--chain-boost/--no-chain-boost", default=None,
               help="ITTC boost of the predicted chain's facts (default: query.chain_boost).")
+@click.option("--source-sentences/--no-source-sentences", default=True, show_default=True,
+              help="Offer each triple's restored source sentence (stores built from documents) "
+                   "as its verbose rendering.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole Answer as JSON.")
 def query(question: str, store_root: str, budget: int, llm_name: str, entities: tuple[str, ...],
           retrieval: str, encoding: str, policy: str | None, relation_weight: float | None,
-          chain_boost: bool | None, as_json: bool) -> None:
+          chain_boost: bool | None, source_sentences: bool, as_json: bool) -> None:
     """Answer QUESTION from the published store with at most one LLM call."""
     from runtime.query import QueryError, Runtime
 
@@ -240,7 +243,8 @@ def query(question: str, store_root: str, budget: int, llm_name: str, entities: 
         answer = Runtime.open(store_root).ask(question, entities=given, budget=budget,
                                               llm=llm_name, retrieval=retrieval, encoding=encoding,
                                               policy=policy, relation_weight=relation_weight,
-                                              chain_boost=chain_boost)
+                                              chain_boost=chain_boost,
+                                              source_sentences=source_sentences)
     except (StoreError, QueryError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
@@ -251,6 +255,9 @@ def query(question: str, store_root: str, budget: int, llm_name: str, entities: 
 
 #: Triples an answer's evidence line shows (the derived chain's facts, or the top of the context).
 EVIDENCE_TRIPLES = 4
+#: Distinct source sentences ``lokg query`` prints as citations (--json has them all).
+CITATIONS_SHOWN = 3
+CITATION_CHARS = 200
 
 
 def render_answer(answer) -> str:
@@ -280,7 +287,20 @@ def render_answer(answer) -> str:
         lines.append("  evidence: " + "; ".join(f"{t['s']} --{t['r']}--> {t['o']}" for t in shown)
                      + (f" (+{len(answer.triples) - len(shown)} more)"
                         if len(answer.triples) > len(shown) else ""))
+    lines.extend(_citation_lines(answer.citations))
     return "\n".join(lines)
+
+
+def _citation_lines(citations: list[dict]) -> list[str]:
+    """``[1] "Title": sentence`` for the first distinct sources of the triples used."""
+    seen = list(dict.fromkeys((c["title"], c["sentence"]) for c in citations))
+    shown = seen[:CITATIONS_SHOWN]
+    lines = [f"  [{i}] \"{title}\": " + (sentence if len(sentence) <= CITATION_CHARS
+                                         else sentence[:CITATION_CHARS - 1] + "…")
+             for i, (title, sentence) in enumerate(shown, 1)]
+    if len(seen) > len(shown):
+        lines.append(f"  (+{len(seen) - len(shown)} more sources: --json)")
+    return (["  sources:"] + lines) if lines else []
 
 
 # ---------------------------------------------------------------------------------------------

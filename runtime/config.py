@@ -60,7 +60,8 @@ DEFAULTS: dict = {
         "model": "gpt-4o-mini",
         "api_key_env": "OPENAI_API_KEY",  # name of the environment variable holding the key
         "timeout_s": 120.0,
-        "retries": 2,  # further attempts after a malformed (non-JSON, invalid) reply
+        "retries": 2,  # further attempts after a malformed (non-JSON, invalid) reply, and after
+        # a transport error, 429 or 5xx (the HTTP client's own retries, at most 10)
         "max_completion_tokens": 1024,
         "prompt_price": 0.0,  # currency units per 1M prompt tokens (the report's cost)
         "completion_price": 0.0,  # per 1M completion tokens

@@ -172,6 +172,26 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
             ("nodes", pa.list_(pa.int64())),  # entities reached, hop by hop (last = answer)
         ]
     ),
+    # Knowledge from documents (DESIGN §8); empty in builds from triple dumps. Ids are content
+    # hashes (16 hex): doc_id of (title, text), chunk_id of (doc_id, start, text), sentence_id
+    # of (doc_id, start, end); offsets are characters of the document's text, end exclusive.
+    "documents": pa.schema([("doc_id", pa.string()), ("title", pa.string()),
+                            ("source", pa.string()),  # file (and record) it was read from
+                            ("chars", pa.int64())]),
+    "chunks": pa.schema([("chunk_id", pa.string()), ("doc_id", pa.string()),
+                         ("ordinal", pa.int32()), ("start", pa.int64()), ("end", pa.int64()),
+                         ("tokens", pa.int32()), ("text", pa.string())]),
+    "sentences": pa.schema([("sentence_id", pa.string()), ("doc_id", pa.string()),
+                            ("chunk_id", pa.string()),  # the first chunk holding it
+                            ("ordinal", pa.int32()), ("start", pa.int64()), ("end", pa.int64()),
+                            ("text", pa.string())]),
+    # Provenance: a canonical triple -> a chunk and sentence it was extracted from (many a triple).
+    "triple_sources": pa.schema([("s", pa.int64()), ("r", pa.int64()), ("o", pa.int64()),
+                                 ("chunk_id", pa.string()), ("sentence_id", pa.string())]),
+    # Context restoration: a triple's best candidate sentence above triple_context.floor.
+    "triple_context": pa.schema([("s", pa.int64()), ("r", pa.int64()), ("o", pa.int64()),
+                                 ("sentence_id", pa.string()), ("score", pa.float32()),
+                                 ("text", pa.string())]),
 }
 
 #: Tables every build must contain.

@@ -63,6 +63,7 @@ from runtime.linker import (LINKER_FORMS_FILE, Link, Linker, normalise, surface_
                             vector_fallback)
 from runtime.llm import LLM, LLMError, make_llm
 from runtime.path_cache import PathCache, PathRow, path_rows, path_triples
+from runtime.provenance import Provenance
 from runtime.query_stats import QUERY_STATS_FILE, query_stats, read_query_stats
 from runtime.question_encoder import CachedEmbeddings
 from runtime.relknow import Triple
@@ -147,6 +148,7 @@ class _Request:
     encoding: str
     relation_weight: float
     chain_boost: bool
+    source_sentences: bool  # restored source sentences offered as the verbose granularity
 
 
 @dataclass(frozen=True)
@@ -282,6 +284,12 @@ class Runtime:
         if release is not None:
             release()
 
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def _load(self) -> None:
         """Everything a question needs, read once. The triples table is read only by what
         needs it: statistics of a build without its stats file, a graph without TAIMR
@@ -311,6 +319,7 @@ class Runtime:
         enc_path = b.path / "models" / "encoder.json"
         self.encoder_spec = json.loads(enc_path.read_text()) if enc_path.is_file() else None
         self.relknow = self._relation_knowledge(triples)
+        self.provenance = Provenance(b)
 
     def _load_entities(self, ent: pa.Table) -> None:
         ids = ent.column("id").to_numpy()
@@ -429,7 +438,8 @@ class Runtime:
     def ask(self, question: str, *, entities: Sequence[int | str] | None = None,
             budget: int = DEFAULT_BUDGET, llm: str | LLM = "none", policy: str | None = None,
             retrieval: str = "taimr", encoding: str = "ittc",
-            relation_weight: float | None = None, chain_boost: bool | None = None) -> Answer:
+            relation_weight: float | None = None, chain_boost: bool | None = None,
+            source_sentences: bool = True) -> Answer:
         """Answer one question with at most one LLM call; see the module docstring.
 
         Default ``policy``: ``route`` on a store with relation knowledge, else ``lokg``. Relation
@@ -438,10 +448,12 @@ class Runtime:
         routing gate passes, else makes the one call on the compact context of the instantiated
         chain (the LOKG context when none instantiates). ``relation_weight`` (λ_rel) adds
         λ_rel·q_rel(p_a) to S_final; ``chain_boost`` gives ITTC's λ_boost to the predicted
-        chain's facts, added to the candidate set. ``Answer.route`` says what answered and why."""
+        chain's facts, added to the candidate set. ``Answer.route`` says what answered and why.
+        ``source_sentences``: a triple's restored source sentence (stores built from documents)
+        is its verbose rendering, for ITTC to take where it is worth its tokens."""
         timer = _Timer()
         req = self._check(question, budget, llm, policy, retrieval, encoding, relation_weight,
-                          chain_boost)
+                          chain_boost, source_sentences)
         timer.mark()
         links, linked_vec = self._link(question, entities)
         timer.lap("link")
@@ -470,7 +482,7 @@ class Runtime:
     # ---------------------------------------------------------------- 0. the request
 
     def _check(self, question, budget, llm, policy, retrieval, encoding, relation_weight,
-               chain_boost) -> _Request:
+               chain_boost, source_sentences=True) -> _Request:
         """Every argument checked (a QueryError naming it) before any work is done."""
         if not isinstance(question, str):
             raise QueryError(f"question must be a string; got {type(question).__name__}")
@@ -503,7 +515,8 @@ class Runtime:
             reader = self.llm(llm)
         except LLMError as exc:
             raise QueryError(f"llm: {exc}") from None
-        return _Request(question, int(budget), reader, policy, retrieval, encoding, weight, boost)
+        return _Request(question, int(budget), reader, policy, retrieval, encoding, weight, boost,
+                        bool(source_sentences))
 
     def _common_fields(self, req: _Request, links: list[Link]) -> dict:
         """The Answer fields every outcome shares, from the no-entity one to a full reading."""
@@ -747,13 +760,16 @@ class Runtime:
         the boosted chain facts in focus — encoded under the budget."""
         top = found.candidates[: int(self.settings["focus_candidates"])]
         focus = set(heads) | {c.id for c in top}
-        knowledge = self._knowledge(found.triples, found.scores, focus, set(plan.boosted))
+        sentences = self.provenance.sentence if req.source_sentences else {}
+        knowledge = self._knowledge(found.triples, found.scores, focus, set(plan.boosted),
+                                    sentences)
         if req.encoding == "ittc":
             return knowledge, ittc.encode(knowledge, req.budget, self.order)
         return knowledge, ittc.encode_uniform(knowledge, req.budget)
 
     def _knowledge(self, triples: list[Triple], scores: list[float], focus: set[int],
-                   boosted: set[Triple]) -> list[ittc.KnowledgeTriple]:
+                   boosted: set[Triple], sentences: dict[Triple, str]
+                   ) -> list[ittc.KnowledgeTriple]:
         fields = {e: self._entity_fields(e) for t in triples for e in (t[0], t[2])}
         out = []
         for rank, ((s, r, o), score) in enumerate(zip(triples, scores)):
@@ -766,7 +782,8 @@ class Runtime:
                 focus=s in focus or o in focus or (s, r, o) in boosted, subject_type=st,
                 object_type=ot,
                 subject_description=sd, object_description=od, subject_aliases=sa,
-                object_aliases=oa, subject_attributes=sx, object_attributes=ox))
+                object_aliases=oa, subject_attributes=sx, object_attributes=ox,
+                source=sentences.get((s, r, o), "")))
         return out
 
     def _entity_fields(self, i: int) -> tuple[str, str, tuple, tuple]:
@@ -899,6 +916,9 @@ class Runtime:
                       "granularity": e.granularity, "cost": e.cost, "line": e.line}
                      for k, e in zip(knowledge, enc.triples) if e.granularity is not None],
             candidates=[c.to_dict() for c in found.candidates[:10]],
+            citations=self.provenance.citations(
+                (t, e.line) for t, e in zip(found.triples, enc.triples)
+                if e.granularity is not None) if self.provenance else [],
             encoding={"mode": enc.mode, "order": list(enc.order), "dropped": enc.dropped,
                       "total_value": enc.total_value, "semantic": found.semantic,
                       "paths": found.sources, "solve_ms": enc.solve_ms},

@@ -3,7 +3,9 @@
 Routes: ``POST /v1/ask`` (one question → the Answer JSON), ``POST /v1/ask/batch`` (up to
 ``MAX_BATCH`` questions, all on one build), ``GET /healthz`` (the process is up),
 ``GET /readyz`` (a verified build is loaded; which one; which builds failed to load),
-``GET /metrics`` (Prometheus text) and ``GET /openapi.json``.
+``GET /metrics`` (Prometheus text), ``GET /openapi.json``, and the audit page: ``GET /`` and its
+``GET /static/<file>`` (runtime/web/; no external assets, so it works offline and under a CSP
+of ``'self'``).
 
 Why it is shaped this way:
 
@@ -33,8 +35,9 @@ Why it is shaped this way:
   a ``QueryError`` from the runtime (e.g. an unknown entity id) is a 422; malformed JSON a 422
   or 400; a body over ``max_body_bytes`` a 413; an unknown route a 404.
 * **Security defaults**: bind 127.0.0.1; when ``LOKG_API_TOKEN`` is set, every route except
-  ``/healthz`` and ``/readyz`` needs ``Authorization: Bearer <token>`` (compared in constant
-  time, checked before the body is read); ``lokg serve`` refuses a non-loopback address
+  ``/healthz``, ``/readyz`` and the page's static files needs ``Authorization: Bearer <token>``
+  (compared in constant time, checked before the body is read; a browser cannot send the header
+  on a page load, and the page holds no data — it sends the token the user types with its asks); ``lokg serve`` refuses a non-loopback address
   without a token unless given ``--allow-unauthenticated``. The Swagger/ReDoc pages are off
   (they load scripts from a CDN); the schema is at ``/openapi.json``.
 * **Metrics by hand** in the Prometheus text format (no client library in the runtime). With
@@ -56,6 +59,7 @@ import threading
 import time
 from collections import Counter
 from contextlib import asynccontextmanager, contextmanager
+from importlib import resources
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
@@ -83,8 +87,17 @@ MAX_BATCH = 64
 #: Fits a full batch of maximal questions even with every character \u-escaped (3 MiB).
 MAX_BODY_BYTES = 4 * 1024 * 1024
 MAX_KEY_CHARS = 1024
-#: Routes open without the token: orchestrators probe them unauthenticated.
-OPEN_ROUTES = frozenset({"/healthz", "/readyz"})
+#: Routes open without the token: orchestrators probe them unauthenticated; the page is static.
+OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/"})
+STATIC_PREFIX = "/static/"
+#: The audit page's files (runtime/web/), the only ones served, with their content types.
+WEB_FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
+             "style.css": "text/css; charset=utf-8"}
+#: The page may load and call nothing but this service (and draw its SVG and data: images).
+WEB_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+                                          "object-src 'none'; base-uri 'none'; "
+                                          "frame-ancestors 'none'; form-action 'self'",
+               "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                    30.0, 60.0)
 #: Build load failures kept for /readyz (newest last).
@@ -112,6 +125,7 @@ class AskRequest(BaseModel):
     policy: Literal[POLICIES] | None = None  # route on a store with relation knowledge, else lokg
     retrieval: Literal[RETRIEVALS] = "taimr"
     encoding: Literal[ENCODINGS] = "ittc"
+    source_sentences: bool = True  # restored source sentences as ITTC's verbose granularity
 
 
 class BatchRequest(BaseModel):
@@ -420,7 +434,8 @@ class Service:
     def answer(self, runtime: Runtime, request: AskRequest) -> Answer:
         answer = runtime.ask(request.question, entities=request.entities, budget=request.budget,
                              llm=self.reader(request.llm), policy=request.policy,
-                             retrieval=request.retrieval, encoding=request.encoding)
+                             retrieval=request.retrieval, encoding=request.encoding,
+                             source_sentences=request.source_sentences)
         self.metrics.answered(answer)
         return answer
 
@@ -491,7 +506,7 @@ class _Gate:
 
         self.metrics.started()
         try:
-            if self.expected is not None and path not in OPEN_ROUTES \
+            if self.expected is not None and not _is_open(path) \
                     and not self._authorised(scope):
                 refusal = _json({"detail": f"missing or wrong bearer token (this server "
                                            f"requires {TOKEN_ENV})"}, 401,
@@ -500,8 +515,33 @@ class _Gate:
             else:
                 await self.app(scope, receive, send_and_note)
         finally:
-            self.metrics.finished(path if path in self.routes else "other", scope["method"],
-                                  status, time.perf_counter() - started)
+            route = path if path in self.routes else \
+                "/static" if path.startswith(STATIC_PREFIX) else "other"
+            self.metrics.finished(route, scope["method"], status, time.perf_counter() - started)
+
+
+def _is_open(path: str) -> bool:
+    return path in OPEN_ROUTES or path.startswith(STATIC_PREFIX)
+
+
+def _add_page(app: FastAPI) -> None:
+    """``GET /`` (the page) and ``GET /static/<file>`` (its script and style), nothing else;
+    the files are read once from the package (runtime/web/)."""
+    folder = resources.files("runtime") / "web"
+    files = {name: (folder / name).read_bytes() for name in WEB_FILES}
+
+    def served(name: str) -> Response:
+        return Response(files[name], media_type=WEB_FILES[name], headers=WEB_HEADERS)
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> Response:
+        return served("index.html")
+
+    @app.get("/static/{name}", include_in_schema=False)
+    async def static(name: str) -> Response:
+        if name not in files or name == "index.html":
+            raise HTTPException(404, detail=f"no static file {name!r}")
+        return served(name)
 
 
 def create_app(settings: ServeSettings) -> FastAPI:
@@ -576,6 +616,7 @@ def create_app(settings: ServeSettings) -> FastAPI:
         return Response(service.metrics.render(service),
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    _add_page(app)
     app.add_middleware(_Gate, service=service,
                        routes=frozenset(r.path for r in app.routes))
     return app
@@ -627,7 +668,8 @@ def serve_command(store_root: str, host: str, port: int, workers: int, poll_inte
                   llm_backends: tuple[str, ...], llm_base_url: str | None, llm_model: str | None,
                   llm_timeout: float | None, llm_retries: int | None, llm_deadline: float | None,
                   allow_unauthenticated: bool, log_level: str, access_log: bool) -> None:
-    """Serve the store over HTTP: /v1/ask, /v1/ask/batch, /healthz, /readyz, /metrics.
+    """Serve the store over HTTP: /v1/ask, /v1/ask/batch, /healthz, /readyz, /metrics, and
+    the audit page at / (ask a question, see the answer, its path, triples, tokens, timings).
 
     The build CURRENT names is loaded and verified in the background and hot-reloaded when
     CURRENT changes; a build that fails verification is not swapped in.

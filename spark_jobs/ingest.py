@@ -61,6 +61,7 @@ from runtime.config import section
 from runtime.contract import write_table
 from spark_jobs import formats as fm
 from spark_jobs.session import get_spark
+from text.corpus import build_format
 
 OUTPUTS = ("entities", "relations", "triples", "quarantine", "type_assertions")
 BROADCAST_ENTITIES = 1_000_000  # up to this many entities, id look-ups are broadcast joins
@@ -247,6 +248,12 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
     dump = inputs.get("dump")
     if not dump:
         raise IngestError("stage ingest needs a dump: inputs['dump'] (lokg build --dump PATH)")
+    if build_format(cfg["format"], Path(dump)) == "docs":  # read what triple_extract made
+        extracted = Path(inputs.get("extracted") or "")
+        if not (extracted / "triples.tsv").is_file():
+            raise IngestError(f"ingest of documents {dump} needs stage triple_extract first")
+        dump, cfg = extracted / "triples.tsv", {**cfg, "format": "tsv",
+                                                 "entities_file": extracted / "entities.jsonl"}
     try:
         plan = fm.resolve(dump, cfg["format"] or "auto", cfg.get("entities_file"))
     except fm.FormatError as exc:

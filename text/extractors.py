@@ -29,7 +29,15 @@ BACKENDS: dict[str, str] = {
 
 
 class ChunkExtractionError(StageError):
-    """One chunk could not be extracted; the stage quarantines it with this reason."""
+    """One chunk could not be extracted; the stage quarantines it with this reason.
+
+    ``usage``: the tokens its failed attempts spent (LLM backends; zeros otherwise), so the
+    stage's token and cost report counts quarantined chunks too.
+    """
+
+    def __init__(self, message: str, *, usage: Mapping[str, int] | None = None):
+        super().__init__(message)
+        self.usage = dict(usage or {"prompt_tokens": 0, "completion_tokens": 0})
 
 
 class Extractor(Protocol):

@@ -1,0 +1,383 @@
+"""Documents in (issue 15): corpus shapes, sentences and chunks, the documents stage's golden
+tables and quarantine, and the triple_extract stage (precomputed, cached chunk backends)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.stage import StageError
+from runtime.config import DEFAULTS, load_config
+from runtime.tokens import count_tokens
+from text import chunking, documents, triple_extract
+from text.corpus import Reader, build_format
+from text.extractors import BACKENDS, ChunkExtractionError
+
+CURIE = ("Marie Curie was born in Warsaw in 1867. She won the Nobel Prize in Physics in 1903. "
+         "Dr. Curie later moved to Paris.")
+WARSAW = "Warsaw is the capital of Poland. The city lies on the Vistula river."
+
+
+def write_jsonl(path: Path, records) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records),
+                    encoding="utf-8")
+    return path
+
+
+# ---- shapes ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", ["jsonl", "json_list", "musique", "hotpot_context",
+                                   "hotpot_corpus", "txt"])
+def test_every_corpus_shape_reads_the_same_two_documents(tmp_path, shape):
+    pair = [("Marie Curie", CURIE), ("Warsaw", WARSAW)]
+    if shape == "jsonl":
+        dump = write_jsonl(tmp_path / "d.jsonl", [{"id": i, "title": t, "text": x}
+                                                  for i, (t, x) in enumerate(pair)])
+    elif shape == "json_list":
+        dump = tmp_path / "corpus.json"
+        dump.write_text(json.dumps([{"title": t, "text": x} for t, x in pair]))
+    elif shape == "musique":
+        dump = write_jsonl(tmp_path / "q.jsonl", [{"id": "q1", "question": "?", "paragraphs": [
+            {"idx": i, "title": t, "paragraph_text": x} for i, (t, x) in enumerate(pair)]}])
+    elif shape == "hotpot_context":
+        dump = write_jsonl(tmp_path / "q.jsonl", [{"_id": "q1", "question": "?", "context": [
+            [t, chunking_sentences(x)] for t, x in pair]}])
+    elif shape == "hotpot_corpus":
+        dump = tmp_path / "corpus.json"
+        dump.write_text(json.dumps({t: chunking_sentences(x) for t, x in pair}))
+    else:
+        (tmp_path / "docs").mkdir()
+        for t, x in pair:
+            (tmp_path / "docs" / f"{t}.txt").write_text(x)
+        dump = tmp_path / "docs"
+    reader = Reader(max_chars=10**6)
+    docs = sorted(reader.read(dump), key=lambda d: d.title)
+    assert [(d.title, d.text) for d in docs] == sorted(pair)
+    assert reader.rejected == []
+    if shape.startswith("hotpot"):  # given sentences are kept as the spans
+        assert [docs[1].text[a:b] for a, b in docs[1].spans] == chunking_sentences(WARSAW)
+
+
+def chunking_sentences(text: str) -> list[str]:
+    """HotpotQA's way: sentences that keep their leading space."""
+    parts = [text[a:b] for a, b in chunking.split_sentences(text)]
+    return [parts[0]] + [" " + p for p in parts[1:]]
+
+
+def test_unreadable_records_are_rejected_with_file_line_and_reason(tmp_path):
+    dump = tmp_path / "docs"
+    dump.mkdir()
+    write_jsonl(dump / "a.jsonl", [{"title": "ok", "text": WARSAW}, "{not json",
+                                   {"title": "blank", "text": "   "}, ["a", "list"],
+                                   {"title": "big", "text": "x" * 500}])
+    (dump / "b.jsonl").write_bytes(b'{"title": "bad", "text": "caf\xe9"}\n')
+    (dump / "c.txt").write_bytes(b"Latin-1 \xe9t\xe9 text")
+    reader = Reader(max_chars=400)
+    docs = list(reader.read(dump))
+    assert [d.title for d in docs] == ["ok"]
+    found = {(Path(r.file).name, r.line, r.reason.split(":")[0].split(" (")[0])
+             for r in reader.rejected}
+    assert found == {("a.jsonl", 2, "not JSON"), ("a.jsonl", 3, "document has no text"),
+                     ("a.jsonl", 4, "record is not a JSON object"),
+                     ("a.jsonl", 5, "document too large"), ("b.jsonl", 1, "invalid UTF-8"),
+                     ("c.txt", 0, "invalid UTF-8")}
+
+
+def test_a_corpus_file_in_a_folder_is_the_corpus_and_auto_detects_docs(tmp_path):
+    (tmp_path / "corpus.json").write_text(json.dumps([{"title": "a", "text": WARSAW}]))
+    (tmp_path / "questions.json").write_text(json.dumps([{"question": "not a document"}]))
+    assert Reader(10**6).files(tmp_path) == [tmp_path / "corpus.json"]
+    assert build_format("auto", tmp_path) == "docs"
+    assert build_format("auto", tmp_path / "questions.json") == "docs"
+    (tmp_path / "kb.txt").write_text("a\tr\tb\n")
+    assert build_format("auto", tmp_path / "kb.txt") == "triples"
+    assert build_format("docs", tmp_path / "kb.txt") == "docs"
+
+
+# ---- sentences and chunks --------------------------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    (CURIE, ["Marie Curie was born in Warsaw in 1867.", "She won the Nobel Prize in Physics in "
+             "1903.", "Dr. Curie later moved to Paris."]),
+    ("J. K. Rowling wrote it. \"Really?\" he asked.", ["J. K. Rowling wrote it.",
+                                                       "\"Really?\" he asked."]),
+    ("A list e.g. this one. Next one", ["A list e.g. this one.", "Next one"]),
+    ("First paragraph without a stop\n\nsecond paragraph", ["First paragraph without a stop",
+                                                          "second paragraph"]),
+    ("  ", []),
+])
+def test_sentences(text, expected):
+    assert [text[a:b] for a, b in chunking.split_sentences(text)] == expected
+
+
+def test_pack_respects_the_limit_and_overlaps_whole_sentences():
+    assert chunking.pack([100, 200, 300, 50, 50, 600, 10], 512, 64) == [
+        (0, 2), (2, 5), (5, 6), (6, 7)]
+    assert chunking.pack([30] * 10, 100, 30) == [(0, 3), (2, 5), (4, 7), (6, 9), (8, 10)]
+    assert chunking.pack([30] * 10, 100, 0) == [(0, 3), (3, 6), (6, 9), (9, 10)]
+
+
+def test_chunks_of_a_long_document_stay_within_the_budget_and_cover_every_sentence():
+    text = " ".join(f"Sentence number {i} talks about the city of Place{i}." for i in range(300))
+    sentences, chunks = chunking.chunk_document(text, (), 128, 16)
+    assert len(chunks) > 10
+    covered = set()
+    for first, stop in chunks:
+        span = text[sentences[first][0]:sentences[stop - 1][1]]
+        assert count_tokens(span) <= 128
+        covered.update(range(first, stop))
+    assert covered == set(range(len(sentences)))
+    assert all(b[0] < a[1] for a, b in zip(chunks, chunks[1:]))  # consecutive chunks overlap
+
+
+def test_a_sentence_longer_than_a_chunk_is_cut_at_token_boundaries():
+    text = "word " * 1000
+    sentences, chunks = chunking.chunk_document(text.strip(), (), 100, 10)
+    assert len(sentences) == 10 and len(chunks) == 10
+    assert "".join(text.strip()[a:b] for a, b in sentences) == text.strip()
+
+
+# ---- the documents stage ---------------------------------------------------------------------
+def config(**sections) -> dict:
+    overrides = [f"{s}.{k}={json.dumps(v)}" for s, kv in sections.items() for k, v in kv.items()]
+    return load_config(None, overrides)
+
+
+def run_documents(tmp_path: Path, dump: Path, **cfg) -> dict:
+    out = tmp_path / "documents-out"
+    out.mkdir(exist_ok=True)
+    return documents.run(config(ingest={"format": "docs"}, documents=cfg), {"dump": str(dump)},
+                         str(out))
+
+
+def test_documents_stage_golden_tables(tmp_path):
+    dump = write_jsonl(tmp_path / "d.jsonl", [{"title": "Marie Curie", "text": CURIE},
+                                              {"title": "Marie Curie", "text": CURIE},
+                                              {"title": "empty", "text": ""}])
+    result = run_documents(tmp_path, dump)
+    docs = pq.read_table(result["outputs"]["documents"]).to_pylist()
+    chunks = pq.read_table(result["outputs"]["chunks"]).to_pylist()
+    sentences = pq.read_table(result["outputs"]["sentences"]).to_pylist()
+    assert [(d["title"], d["chars"]) for d in docs] == [("Marie Curie", len(CURIE))]
+    assert docs[0]["doc_id"] == chunking.content_id("Marie Curie", CURIE)
+    assert [(c["ordinal"], c["start"], c["end"], c["text"]) for c in chunks] == [
+        (0, 0, len(CURIE), CURIE)]
+    assert chunks[0]["tokens"] == count_tokens(CURIE)
+    assert [s["text"] for s in sentences] == [CURIE[a:b] for a, b in chunking.split_sentences(CURIE)]
+    assert all(CURIE[s["start"]:s["end"]] == s["text"] and s["chunk_id"] == chunks[0]["chunk_id"]
+               for s in sentences)
+    assert result["report"]["duplicate_documents"] == 1 and result["report"]["rejected"] == 1
+    quarantine = pq.read_table(result["outputs"]["document_quarantine"]).to_pylist()
+    assert [(q["line"], q["reason"]) for q in quarantine] == [(3, "document has no text")]
+
+
+def test_documents_stage_writes_empty_tables_for_a_triple_dump(tmp_path):
+    dump = tmp_path / "kb.txt"
+    dump.write_text("a\tr\tb\n")
+    out = tmp_path / "o"
+    out.mkdir()
+    result = documents.run(config(), {"dump": str(dump)}, str(out))
+    assert result["report"]["format"] == "triples"
+    assert pq.read_table(result["outputs"]["chunks"]).num_rows == 0
+
+
+def test_documents_stage_refuses_a_dump_with_no_readable_document(tmp_path):
+    dump = write_jsonl(tmp_path / "d.jsonl", ["{oops", {"title": "x"}])
+    with pytest.raises(StageError, match="no readable document") as err:
+        run_documents(tmp_path, dump)
+    assert err.value.kept and err.value.kept[0].name == "document_quarantine.parquet"
+
+
+def test_documents_stage_refuses_an_overlap_as_long_as_a_chunk(tmp_path):
+    dump = write_jsonl(tmp_path / "d.jsonl", [{"title": "a", "text": CURIE}])
+    with pytest.raises(StageError, match="overlap"):
+        run_documents(tmp_path, dump, max_tokens=64, overlap=64)
+
+
+# ---- triple_extract --------------------------------------------------------------------------
+class ScriptedExtractor:
+    """Unit-test double of a chunk backend: a triple per sentence 'X ... in Y.', counted calls;
+    a chunk mentioning 'FAIL' raises."""
+
+    name, concurrency = "scripted", 2
+    calls: list[str] = []
+
+    def __init__(self, cfg):
+        self.fingerprint = "scripted-v1"
+
+    def extract(self, text: str) -> dict:
+        type(self).calls.append(text)
+        if "FAIL" in text:
+            raise ChunkExtractionError("reply is not JSON after 3 attempts",
+                                       usage={"prompt_tokens": 7, "completion_tokens": 1})
+        words = text.split()
+        return {"entities": [{"name": words[0] + " " + words[1], "type": "person",
+                              "description": "a scientist"}],
+                "triples": [[words[0] + " " + words[1], "born in", "Warsaw"],
+                            ["bad triple"], ["Warsaw", "capital of", "Poland"]],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5}}
+
+
+@pytest.fixture
+def scripted(monkeypatch):
+    monkeypatch.setitem(BACKENDS, "scripted", f"{__name__}:ScriptedExtractor")
+    monkeypatch.setitem(DEFAULTS["triple_extract"], "backend", "offline")
+    ScriptedExtractor.calls = []
+    return ScriptedExtractor
+
+
+def staged(tmp_path: Path, records) -> tuple[dict, dict]:
+    dump = write_jsonl(tmp_path / "d.jsonl", records)
+    result = run_documents(tmp_path, dump)
+    return {"dump": str(dump), **result["outputs"]}, result
+
+
+def run_extract(tmp_path: Path, inputs: dict, name: str, **cfg) -> dict:
+    out = tmp_path / "store" / "staging" / "b" / f".triple_extract.tmp-{name}"
+    out.mkdir(parents=True)
+    conf = config(ingest={"format": "docs"}, triple_extract={"backend": "offline", **cfg})
+    conf["triple_extract"]["backend"] = cfg.get("backend", "scripted")
+    return triple_extract.run(conf, inputs, str(out))
+
+
+def test_chunk_backend_results_are_cached_and_failures_quarantined(tmp_path, scripted):
+    inputs, _ = staged(tmp_path, [{"title": "c", "text": CURIE},
+                                  {"title": "f", "text": "Bad FAIL chunk here."}])
+    first = run_extract(tmp_path, inputs, "1")
+    assert first["report"]["extracted_chunks"] == 1 and first["report"]["failed_chunks"] == 1
+    assert first["report"]["prompt_tokens"] == 17 and first["report"]["malformed_triples"] == 1
+    quarantine = pq.read_table(first["outputs"]["extraction_quarantine"]).to_pylist()
+    assert [q["reason"] for q in quarantine] == ["reply is not JSON after 3 attempts"]
+    tsv = (Path(first["outputs"]["extracted"]) / "triples.tsv").read_text().splitlines()
+    assert tsv == ["marie curie\tborn in\twarsaw", "warsaw\tcapital of\tpoland"]
+    entities = [json.loads(x) for x in
+                (Path(first["outputs"]["extracted"]) / "entities.jsonl").read_text().splitlines()]
+    assert entities[0] == {"key": "marie curie", "name": "Marie Curie", "aliases": [],
+                           "description": "a scientist"}
+    sources = pq.read_table(first["outputs"]["extraction_sources"]).to_pylist()
+    sentence_of = {s["s_key"]: s["sentence_id"] for s in sources}
+    own = pq.read_table(inputs["sentences"]).to_pylist()
+    assert sentence_of["marie curie"] == own[0]["sentence_id"]  # "...born in Warsaw..."
+    calls = len(scripted.calls)
+    again = run_extract(tmp_path, inputs, "2")
+    assert again["report"]["cached_chunks"] == 1 and again["report"]["extracted_chunks"] == 0
+    assert len(scripted.calls) == calls + 1  # only the failed chunk was asked again
+
+
+def test_too_many_failed_chunks_fail_the_stage_naming_the_quarantine(tmp_path, scripted):
+    inputs, _ = staged(tmp_path, [{"title": "f", "text": "Bad FAIL chunk here."}])
+    with pytest.raises(StageError, match="1 of 1 chunks failed") as err:
+        run_extract(tmp_path, inputs, "1")
+    assert err.value.kept[0].name == "extraction_quarantine.parquet"
+
+
+def test_precomputed_openie_triples_find_their_document_and_sentence(tmp_path):
+    inputs, _ = staged(tmp_path, [{"title": "Marie Curie", "text": CURIE},
+                                  {"title": "Warsaw", "text": WARSAW}])
+    openie = tmp_path / "openie.json"
+    openie.write_text(json.dumps({"docs": [
+        {"title": "Warsaw", "text": WARSAW, "extracted_entities": ["Warsaw", "Poland"],
+         "extracted_triples": [["Warsaw", "capital of", "Poland"], ["Warsaw", "lies on"],
+                               ["The city", "lies on", "Vistula river"]]},
+        {"title": "Elsewhere", "text": "not in the corpus", "extracted_triples": [["a", "b", "c"]]},
+    ]}))
+    result = run_extract(tmp_path, inputs, "p", backend="precomputed",
+                         precomputed_file=str(openie))
+    assert result["report"]["unmatched_passages"] == 1
+    assert result["report"]["malformed_triples"] == 1 and result["report"]["triples"] == 2
+    sentences = {s["sentence_id"]: s for s in pq.read_table(inputs["sentences"]).to_pylist()}
+    for row in pq.read_table(result["outputs"]["extraction_sources"]).to_pylist():
+        sentence = sentences[row["sentence_id"]]
+        assert row["chunk_id"] == sentence["chunk_id"]
+        expected = "capital" if row["relation"] == "capital of" else "Vistula"
+        assert expected in sentence["text"]
+
+
+# ---- triple_context --------------------------------------------------------------------------
+def _ingested(tmp_path: Path, extracted: Path) -> dict:
+    """What ingest + scos_merge would make of the extracted dump, written without Spark (and
+    with 'is capital of' merged into 'capital of', as SCOS would)."""
+    import pyarrow as pa
+
+    from runtime.contract import write_table
+
+    records = [json.loads(x) for x in (extracted / "entities.jsonl").read_text().splitlines()]
+    keys = sorted(r["key"] for r in records)
+    names = {r["key"]: r["name"] for r in records}
+    lines = [x.split("\t") for x in (extracted / "triples.tsv").read_text().splitlines()]
+    phrases = sorted({r for _, r, _ in lines} | {"capital of"})
+    out = {}
+    ent = {"id": list(range(len(keys))), "key": keys, "name": [names[k] for k in keys],
+           "aliases": [[] for _ in keys],
+           "description": ["A Polish-French physicist." if k == "marie curie" else None
+                           for k in keys],
+           "types": [[] for _ in keys], "attributes": [[] for _ in keys]}
+    canonical = {p: phrases.index("capital of" if p == "is capital of" else p) for p in phrases}
+    tables = {
+        "entities": ent,
+        "relations": {"id": list(range(len(phrases))), "name": phrases},
+        "relation_map": {"id": list(range(len(phrases))), "name": phrases,
+                         "canonical_id": [canonical[p] for p in phrases],
+                         "canonical_name": [phrases[canonical[p]] for p in phrases]},
+        "triples": {"s": [keys.index(s) for s, _, _ in lines],
+                    "r": [canonical[r] for _, r, _ in lines],
+                    "o": [keys.index(o) for _, _, o in lines]},
+    }
+    for name, columns in tables.items():
+        out[name] = tmp_path / f"{name}.parquet"
+        from runtime.contract import TABLE_SCHEMAS
+
+        write_table(name, pa.table(columns, schema=TABLE_SCHEMAS[name]) if name != "relation_map"
+                    else pa.table(columns), out[name])
+    return {k: str(v) for k, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def encoder_spec(tmp_path_factory) -> str:
+    from runtime.encoder import SentenceEncoder
+
+    path = tmp_path_factory.mktemp("enc") / "encoder.json"
+    path.write_text(json.dumps(SentenceEncoder.from_spec({"model": "minilm"}).spec))
+    return str(path)
+
+
+def test_triple_context_golden(tmp_path, encoder_spec):
+    from text import triple_context
+
+    inputs, _ = staged(tmp_path, [{"title": "Marie Curie", "text": CURIE},
+                                  {"title": "Warsaw", "text": WARSAW}])
+    openie = tmp_path / "openie.json"
+    openie.write_text(json.dumps({"docs": [
+        {"title": "Marie Curie", "text": CURIE,
+         "extracted_triples": [["Marie Curie", "born in", "Warsaw"],
+                               ["Marie Curie", "moved to", "Paris"]]},
+        {"title": "Warsaw", "text": WARSAW,
+         "extracted_triples": [["Warsaw", "is capital of", "Poland"]]}]}))
+    extracted = run_extract(tmp_path, inputs, "p", backend="precomputed",
+                            precomputed_file=str(openie))["outputs"]
+    inputs = {**inputs, **_ingested(tmp_path, Path(extracted["extracted"])),
+              "extraction_sources": extracted["extraction_sources"], "encoder": encoder_spec}
+    out = tmp_path / "tc"
+    out.mkdir()
+    result = triple_context.run(config(triple_context={"floor": 0.3}), inputs, str(out))
+    sources = pq.read_table(result["outputs"]["triple_sources"]).to_pylist()
+    context = {(r["s"], r["r"], r["o"]): r for r in
+               pq.read_table(result["outputs"]["triple_context"]).to_pylist()}
+    names = pq.read_table(inputs["entities"]).column("name").to_pylist()
+    rels = pq.read_table(inputs["relations"]).column("name").to_pylist()
+    readable = {(names[s], rels[r], names[o]): row["text"] for (s, r, o), row in context.items()}
+    assert readable == {
+        ("Marie Curie", "born in", "Warsaw"): "Marie Curie was born in Warsaw in 1867.",
+        ("Marie Curie", "moved to", "Paris"): "Dr. Curie later moved to Paris.",
+        ("Warsaw", "capital of", "Poland"): "Warsaw is the capital of Poland."}
+    assert len(sources) == 3 and {s["r"] for s in sources} == {rels.index("born in"),
+                                                               rels.index("moved to"),
+                                                               rels.index("capital of")}
+    assert all(0.3 <= row["score"] <= 1.0 for row in context.values())
+    vectors = __import__("numpy").load(result["outputs"]["chunk_vectors"])
+    assert vectors.shape == (2, 384)
+    strict = tmp_path / "strict"
+    strict.mkdir()
+    none = triple_context.run(config(triple_context={"floor": 0.99}), inputs, str(strict))
+    assert pq.read_table(none["outputs"]["triple_context"]).num_rows == 0

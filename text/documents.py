@@ -1,0 +1,118 @@
+"""Stage ``documents`` (DESIGN §8): a ``docs`` dump read into the ``documents``, ``chunks`` and
+``sentences`` tables, with a quarantine of the records it could not read.
+
+Documents with the same title and text are one document (ids are content hashes, so a refresh
+recognises what it has seen). For a dump of triples (any other format) the stage writes the
+same tables empty: the later stages then have no documents to draw on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pyarrow as pa
+
+from pipeline.stage import Laps, StageError, checked_section, stage_input
+from runtime.config import section
+from runtime.contract import TABLE_SCHEMAS, write_table
+from text.chunking import chunk_document, content_id
+from text.corpus import Document, Reader, build_format
+
+STAGE = "documents"
+TABLES = ("documents", "chunks", "sentences")
+
+
+def _rows(documents: Iterable[Document], max_tokens: int, overlap: int) -> tuple[dict, int]:
+    """Column lists of the three tables, and how many duplicate documents were dropped."""
+    rows = {name: {c: [] for c in TABLE_SCHEMAS[name].names} for name in TABLES}
+    seen: set[str] = set()
+    duplicates = 0
+    for doc in documents:
+        doc_id = content_id(doc.title, doc.text)
+        if doc_id in seen:
+            duplicates += 1
+            continue
+        seen.add(doc_id)
+        _append(rows["documents"], doc_id=doc_id, title=doc.title, source=doc.source,
+                chars=len(doc.text))
+        _add_chunks(rows, doc_id, doc, max_tokens, overlap)
+    return rows, duplicates
+
+
+def _add_chunks(rows: dict, doc_id: str, doc: Document, max_tokens: int, overlap: int) -> None:
+    sentences, chunks = chunk_document(doc.text, doc.spans, max_tokens, overlap)
+    first_chunk: dict[int, str] = {}
+    for ordinal, (first, stop) in enumerate(chunks):
+        start, end = sentences[first][0], sentences[stop - 1][1]
+        text = doc.text[start:end]
+        chunk_id = content_id(doc_id, start, text)
+        _append(rows["chunks"], chunk_id=chunk_id, doc_id=doc_id, ordinal=ordinal, start=start,
+                end=end, tokens=_tokens(text), text=text)
+        for i in range(first, stop):
+            first_chunk.setdefault(i, chunk_id)
+    for i, (start, end) in enumerate(sentences):
+        _append(rows["sentences"], sentence_id=content_id(doc_id, start, end), doc_id=doc_id,
+                chunk_id=first_chunk[i], ordinal=i, start=start, end=end,
+                text=doc.text[start:end])
+
+
+def _tokens(text: str) -> int:
+    from runtime.tokens import count_tokens
+
+    return count_tokens(text)
+
+
+def _append(columns: dict, **values) -> None:
+    for key, value in values.items():
+        columns[key].append(value)
+
+
+def _quarantine(reader: Reader, path: Path) -> None:
+    rows = {"file": [r.file for r in reader.rejected], "line": [r.line for r in reader.rejected],
+            "reason": [r.reason for r in reader.rejected],
+            "text": [r.text for r in reader.rejected]}
+    write_table("quarantine", pa.table(rows, schema=TABLE_SCHEMAS["quarantine"]), path)
+
+
+def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
+    cfg = checked_section(config, STAGE)
+    if cfg["overlap"] >= cfg["max_tokens"]:
+        raise StageError(f"documents.overlap={cfg['overlap']} must be below "
+                         f"documents.max_tokens={cfg['max_tokens']}")
+    dump = stage_input(inputs, STAGE, "dump")
+    fmt = build_format(section(config, "ingest")["format"], dump)
+    out, lap = Path(out_dir), Laps()
+    reader = Reader(max_chars=int(cfg["max_document_mb"] * 1_000_000))
+    documents = reader.read(dump) if fmt == "docs" else ()
+    rows, duplicates = _rows(documents, int(cfg["max_tokens"]), int(cfg["overlap"]))
+    n_docs = len(rows["documents"]["doc_id"])
+    lap("read_and_chunk")
+    if fmt == "docs" and n_docs == 0:
+        _quarantine(reader, out / "document_quarantine.parquet")
+        raise StageError(f"documents: no readable document in {dump} ({len(reader.rejected)} "
+                         f"rejected; see {out / 'document_quarantine.parquet'})",
+                         kept=[out / "document_quarantine.parquet"])
+    paths = {name: out / f"{name}.parquet" for name in TABLES}
+    for name in TABLES:
+        write_table(name, pa.table(rows[name], schema=TABLE_SCHEMAS[name]), paths[name])
+    paths["document_quarantine"] = out / "document_quarantine.parquet"
+    _quarantine(reader, paths["document_quarantine"])
+    lap("write")
+    reasons: dict[str, int] = {}
+    for r in reader.rejected:
+        kind = r.reason.split(":")[0].split(" (")[0]
+        reasons[kind] = reasons.get(kind, 0) + 1
+    report = {"format": fmt, "documents": n_docs, "duplicate_documents": duplicates,
+              "chunks": len(rows["chunks"]["chunk_id"]),
+              "sentences": len(rows["sentences"]["sentence_id"]),
+              "rejected": len(reader.rejected), "rejected_by_reason": reasons,
+              "max_tokens": cfg["max_tokens"], "overlap": cfg["overlap"],
+              "step_seconds": lap.seconds}
+    return {"outputs": {k: str(p) for k, p in paths.items()}, "report": report}
+
+
+if __name__ == "__main__":
+    from pipeline.driver import stage_main
+
+    stage_main("documents")

@@ -1,0 +1,215 @@
+"""Stage ``triple_context`` (DESIGN §8): provenance onto the canonical triples, and each triple's
+source sentence restored.
+
+1. ``triple_sources``: the key-level provenance of ``triple_extract`` mapped onto the canonical
+   triples (entity keys → ids, relation phrases → their SCOS canonical relation), de-duplicated.
+2. ``triple_context``: for a triple (h, r, t) the candidate sentences are those of Sources(h) ∪
+   Sources(t) — the chunks h or t was extracted from (its own source sentences first) and the
+   sentences of h's and t's descriptions (the sources of a KB dump); the template "h r t" and
+   the candidates are embedded with the store's encoder, and the most similar sentence is kept
+   with its cosine when that reaches ``triple_context.floor``.
+3. ``chunk_vectors``: every chunk embedded once (rows in ``chunks`` order, unit norm) for dense
+   passage retrieval (the chunk-RAG baseline, query-driven feedback).
+
+``enabled: auto`` restores context for builds from documents only (encoding every triple of a
+large KB dump is the price of ``on``); ``off`` writes the provenance alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.stage import Laps, StageError, checked_section, stage_input, torch_threads
+from runtime.contract import TABLE_SCHEMAS, read_table, write_table
+from runtime.encoder import EncoderError, SentenceEncoder
+from text.chunking import content_id, split_sentences
+
+STAGE = "triple_context"
+
+
+def canonical_sources(inputs: Mapping[str, str]) -> pa.Table:
+    """``extraction_sources`` (keys, phrases) as rows of canonical triple ids."""
+    raw = _read(inputs, "extraction_sources")
+    if raw.num_rows == 0:
+        return pa.table({c: pa.array([], f.type) for c, f in
+                         zip(TABLE_SCHEMAS["triple_sources"].names, TABLE_SCHEMAS["triple_sources"])})
+    entities = read_table(stage_input(inputs, STAGE, "entities"), columns=["id", "key"])
+    rmap = read_table(stage_input(inputs, STAGE, "relation_map"), columns=["name", "canonical_id"])
+    ids = dict(zip(entities["key"].to_pylist(), entities["id"].to_pylist()))
+    canon = dict(zip(rmap["name"].to_pylist(), rmap["canonical_id"].to_pylist()))
+    kept = set(map(tuple, _triples(inputs).tolist()))
+    rows, seen = {c: [] for c in TABLE_SCHEMAS["triple_sources"].names}, set()
+    for s_key, rel, o_key, chunk, sentence in zip(*(raw[c].to_pylist() for c in raw.column_names)):
+        key = (ids.get(s_key), canon.get(rel), ids.get(o_key), chunk, sentence)
+        if key in seen or key[:3] not in kept:
+            continue
+        seen.add(key)
+        for column, value in zip(rows, key):
+            rows[column].append(value)
+    return pa.table(rows, schema=TABLE_SCHEMAS["triple_sources"])
+
+
+def _read(inputs: Mapping[str, str], name: str) -> pa.Table:
+    path = stage_input(inputs, STAGE, name)
+    return read_table(path, name if name in TABLE_SCHEMAS else None)
+
+
+def _triples(inputs: Mapping[str, str]) -> np.ndarray:
+    t = read_table(stage_input(inputs, STAGE, "triples"), "triples")
+    return np.stack([t[c].to_numpy() for c in ("s", "r", "o")], axis=1).astype(np.int64)
+
+
+class Candidates:
+    """Candidate sentences (id, text) per triple: its own sources, then its entities' chunks,
+    then its entities' description sentences."""
+
+    def __init__(self, inputs: Mapping[str, str], sources: pa.Table, descriptions: bool):
+        sentences = _read(inputs, "sentences")
+        chunks = _read(inputs, "chunks")
+        self.text = dict(zip(sentences["sentence_id"].to_pylist(), sentences["text"].to_pylist()))
+        self.in_chunk = _sentences_by_chunk(chunks, sentences)
+        self.own: dict[tuple, list] = defaultdict(list)
+        self.chunks_of: dict[int, set] = defaultdict(set)
+        for s, r, o, chunk, sentence in zip(*(sources[c].to_pylist() for c in sources.column_names)):
+            if sentence:
+                self.own[(s, r, o)].append(sentence)
+            self.chunks_of[s].add(chunk)
+            self.chunks_of[o].add(chunk)
+        self.described = self._descriptions(inputs) if descriptions else {}
+
+    def _descriptions(self, inputs: Mapping[str, str]) -> dict[int, list]:
+        """Sentences of every entity description (the documents of a KB dump's entities)."""
+        entities = read_table(stage_input(inputs, STAGE, "entities"),
+                              columns=["id", "key", "description"])
+        out: dict[int, list] = {}
+        for eid, key, text in zip(*(entities[c].to_pylist() for c in entities.column_names)):
+            if text:
+                ids = []
+                for start, end in split_sentences(text):
+                    sid = content_id("description", key, start, end)
+                    self.text[sid] = text[start:end]
+                    ids.append(sid)
+                out[eid] = ids
+        return out
+
+    def of(self, s: int, r: int, o: int, limit: int) -> list[str]:
+        found = dict.fromkeys(self.own.get((s, r, o), ()))
+        for entity in (s, o):
+            for chunk in sorted(self.chunks_of.get(entity, ())):
+                found.update(dict.fromkeys(self.in_chunk.get(chunk, ())))
+            found.update(dict.fromkeys(self.described.get(entity, ())))
+        return list(found)[:limit]
+
+
+def _sentences_by_chunk(chunks: pa.Table, sentences: pa.Table) -> dict[str, list]:
+    by_doc: dict[str, list] = defaultdict(list)
+    for sid, doc, start, end in zip(*(sentences[c].to_pylist()
+                                      for c in ("sentence_id", "doc_id", "start", "end"))):
+        by_doc[doc].append((start, end, sid))
+    return {cid: [sid for a, b, sid in by_doc[doc] if start <= a and b <= end]
+            for cid, doc, start, end in zip(*(chunks[c].to_pylist()
+                                             for c in ("chunk_id", "doc_id", "start", "end")))}
+
+
+def readable_relation(name: str) -> str:
+    """``people.person.place_of_birth`` / ``/film/film/genre`` → ``place of birth`` / ``genre``."""
+    return name.strip("/").replace("/", ".").split(".")[-1].replace("_", " ")
+
+
+def templates(inputs: Mapping[str, str], triples: np.ndarray) -> list[str]:
+    entities = read_table(stage_input(inputs, STAGE, "entities"), columns=["id", "name"])
+    relations = read_table(stage_input(inputs, STAGE, "relations"), columns=["id", "name"])
+    names = dict(zip(entities["id"].to_pylist(), entities["name"].to_pylist()))
+    rels = {i: readable_relation(n) for i, n in zip(relations["id"].to_pylist(),
+                                                    relations["name"].to_pylist())}
+    return [f"{names.get(s, '')} {rels.get(r, '')} {names.get(o, '')}" for s, r, o in triples.tolist()]
+
+
+def restore(triples: np.ndarray, lines: list[str], candidates: Candidates,
+            encoder: SentenceEncoder, cfg: Mapping) -> tuple[pa.Table, dict]:
+    """The best candidate sentence of every triple (``lines``: its "h r t" templates) at or
+    above the floor, and counts for the report."""
+    limit, batch, floor = int(cfg["max_candidates"]), int(cfg["batch_size"]), float(cfg["floor"])
+    per_triple = [candidates.of(s, r, o, limit) for s, r, o in triples.tolist()]
+    sentence_ids = sorted({sid for ids in per_triple for sid in ids})
+    row = {sid: i for i, sid in enumerate(sentence_ids)}
+    sentences = encoder.encode_passages([candidates.text[s] for s in sentence_ids],
+                                        batch_size=batch, progress=True)
+    wanted = [i for i, ids in enumerate(per_triple) if ids]
+    lines_vectors = encoder.encode_passages([lines[i] for i in wanted], batch_size=batch,
+                                            progress=True)
+    out = {c: [] for c in TABLE_SCHEMAS["triple_context"].names}
+    for vector, i in zip(lines_vectors, wanted):
+        rows = np.fromiter((row[sid] for sid in per_triple[i]), np.int64)
+        scores = sentences[rows] @ vector
+        best = int(np.argmax(scores))
+        if scores[best] >= floor:
+            sid = per_triple[i][best]
+            for column, value in zip(out, (*triples[i].tolist(), sid, float(scores[best]),
+                                           candidates.text[sid])):
+                out[column].append(value)
+    counts = {"triples": len(triples), "with_candidates": len(wanted),
+              "restored": len(out["s"]), "candidate_sentences": len(sentence_ids)}
+    return pa.table(out, schema=TABLE_SCHEMAS["triple_context"]), counts
+
+
+def _enabled(mode: str, has_documents: bool) -> bool:
+    return mode == "on" or (mode == "auto" and has_documents)
+
+
+def _encoder(inputs: Mapping[str, str], cfg: Mapping) -> SentenceEncoder:
+    spec = json.loads(stage_input(inputs, STAGE, "encoder").read_text(encoding="utf-8"))
+    try:
+        return SentenceEncoder.from_spec(spec, device=str(cfg["device"]))
+    except EncoderError as exc:
+        raise StageError(f"{STAGE}: {exc}") from None
+
+
+def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
+    cfg = checked_section(config, STAGE)
+    out, lap = Path(out_dir), Laps()
+    paths = {"triple_sources": out / "triple_sources.parquet",
+             "triple_context": out / "triple_context.parquet",
+             "chunk_vectors": out / "chunk_vectors.npy"}
+    sources = canonical_sources(inputs)
+    write_table("triple_sources", sources, paths["triple_sources"])
+    chunks = _read(inputs, "chunks")
+    restoring = _enabled(cfg["enabled"], chunks.num_rows > 0)
+    lap("sources")
+    report: dict = {"enabled": restoring, "triple_sources": sources.num_rows,
+                    "chunks": chunks.num_rows}
+    context = pa.table({c: pa.array([], f.type) for c, f in
+                        zip(TABLE_SCHEMAS["triple_context"].names, TABLE_SCHEMAS["triple_context"])})
+    vectors = np.zeros((0, 0), np.float32)
+    if restoring or chunks.num_rows:
+        with torch_threads(cfg.get("threads")):
+            encoder = _encoder(inputs, cfg)
+            lap("load_model")
+            if restoring:
+                triples = _triples(inputs)
+                candidates = Candidates(inputs, sources, descriptions=cfg["enabled"] == "on"
+                                        or chunks.num_rows == 0)
+                context, counts = restore(triples, templates(inputs, triples), candidates,
+                                          encoder, cfg)
+                report.update(counts)
+                lap("restore")
+            if chunks.num_rows:
+                vectors = encoder.encode_passages(chunks["text"].to_pylist(),
+                                                  batch_size=int(cfg["batch_size"]), progress=True)
+                lap("chunk_vectors")
+    write_table("triple_context", context, paths["triple_context"])
+    np.save(paths["chunk_vectors"], np.asarray(vectors, np.float32))
+    report.update({"floor": cfg["floor"], "step_seconds": lap.seconds})
+    return {"outputs": {k: str(p) for k, p in paths.items()}, "report": report}
+
+
+if __name__ == "__main__":
+    from pipeline.driver import stage_main
+
+    stage_main("triple_context")
