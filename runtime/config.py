@@ -49,7 +49,7 @@ DEFAULTS: dict = {
     "documents": {  # text/documents.py (DESIGN §8): format docs only
         "max_tokens": 512,  # chunk length in cl100k_base tokens
         "overlap": 64,  # tokens shared by consecutive chunks of a document
-        "max_document_mb": 64,  # a larger single document is quarantined, not read
+        "max_document_mb": 16,  # a larger single document is quarantined, not read
     },
     "triple_extract": {  # text/triple_extract.py: chunks -> entities and triples with provenance
         "backend": "offline",  # one of EXTRACTORS

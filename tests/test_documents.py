@@ -381,3 +381,29 @@ def test_triple_context_golden(tmp_path, encoder_spec):
     strict.mkdir()
     none = triple_context.run(config(triple_context={"floor": 0.99}), inputs, str(strict))
     assert pq.read_table(none["outputs"]["triple_context"]).num_rows == 0
+
+
+# ---- bad input -------------------------------------------------------------------------------
+def test_a_50_mb_document_is_quarantined_and_the_others_still_read(tmp_path):
+    big = {"title": "huge", "text": "All work and no play. " * (50 * 1024 * 1024 // 22)}
+    dump = write_jsonl(tmp_path / "d.jsonl", [{"title": "Warsaw", "text": WARSAW}, big])
+    result = run_documents(tmp_path, dump)
+    assert result["report"]["documents"] == 1
+    quarantine = pq.read_table(result["outputs"]["document_quarantine"]).to_pylist()
+    assert [(q["line"], q["reason"].split(":")[0]) for q in quarantine] == [
+        (2, "document too large")]
+    assert "documents.max_document_mb" in quarantine[0]["reason"]
+
+
+def test_an_llm_that_is_down_quarantines_every_chunk_with_the_reason(tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    inputs, _ = staged(tmp_path, [{"title": "c", "text": CURIE}, {"title": "w", "text": WARSAW}])
+    with pytest.raises(StageError, match="2 of 2 chunks failed.*LLM unreachable") as err:
+        run_extract(tmp_path, inputs, "down", backend="openai",
+                    base_url=f"http://127.0.0.1:{port}/v1", retries=0, timeout_s=5.0)
+    rows = pq.read_table(err.value.kept[0]).to_pylist()
+    assert len(rows) == 2 and all("LLM unreachable" in r["reason"] for r in rows)
