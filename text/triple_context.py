@@ -137,7 +137,9 @@ def restore(triples: np.ndarray, lines: list[str], candidates: Candidates,
     above the floor, and counts for the report."""
     limit, batch, floor = int(cfg["max_candidates"]), int(cfg["batch_size"]), float(cfg["floor"])
     per_triple = [candidates.of(s, r, o, limit) for s, r, o in triples.tolist()]
-    sentence_ids = sorted({sid for ids in per_triple for sid in ids})
+    # by length: an encoder batch pads to its longest text, so similar lengths waste less
+    sentence_ids = sorted({sid for ids in per_triple for sid in ids},
+                          key=lambda sid: (len(candidates.text[sid]), sid))
     row = {sid: i for i, sid in enumerate(sentence_ids)}
     sentences = encoder.encode_passages([candidates.text[s] for s in sentence_ids],
                                         batch_size=batch, progress=True)
@@ -157,6 +159,15 @@ def restore(triples: np.ndarray, lines: list[str], candidates: Candidates,
     counts = {"triples": len(triples), "with_candidates": len(wanted),
               "restored": len(out["s"]), "candidate_sentences": len(sentence_ids)}
     return pa.table(out, schema=TABLE_SCHEMAS["triple_context"]), counts
+
+
+def encode_by_length(encoder: SentenceEncoder, texts: list[str], batch: int) -> np.ndarray:
+    """Vectors of ``texts`` in their order, encoded shortest first (less padding a batch)."""
+    order = np.argsort(np.fromiter(map(len, texts), np.int64, len(texts)), kind="stable")
+    vectors = np.empty((len(texts), encoder.dim), np.float32)
+    vectors[order] = encoder.encode_passages([texts[i] for i in order], batch_size=batch,
+                                             progress=True)
+    return vectors
 
 
 def _enabled(mode: str, has_documents: bool) -> bool:
@@ -200,8 +211,8 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                 report.update(counts)
                 lap("restore")
             if chunks.num_rows:
-                vectors = encoder.encode_passages(chunks["text"].to_pylist(),
-                                                  batch_size=int(cfg["batch_size"]), progress=True)
+                vectors = encode_by_length(encoder, chunks["text"].to_pylist(),
+                                           int(cfg["batch_size"]))
                 lap("chunk_vectors")
     write_table("triple_context", context, paths["triple_context"])
     np.save(paths["chunk_vectors"], np.asarray(vectors, np.float32))
