@@ -375,6 +375,7 @@ def test_triple_context_golden(tmp_path, encoder_spec):
                                                                rels.index("moved to"),
                                                                rels.index("capital of")}
     assert all(0.3 <= row["score"] <= 1.0 for row in context.values())
+    assert result["report"]["head_in_a_source"] == result["report"]["triples_with_sources"] == 3
     vectors = __import__("numpy").load(result["outputs"]["chunk_vectors"])
     assert vectors.shape == (2, 384)
     strict = tmp_path / "strict"

@@ -117,6 +117,23 @@ def _sentences_by_chunk(chunks: pa.Table, sentences: pa.Table) -> dict[str, list
                                              for c in ("chunk_id", "doc_id", "start", "end")))}
 
 
+def head_check(sources: pa.Table, inputs: Mapping[str, str], shown: int = 20) -> dict:
+    """How many triples have a source passage holding their head's name or an alias (as
+    extracted: case-insensitive), and the first exceptions, for the report."""
+    chunks = _read(inputs, "chunks")
+    text = dict(zip(chunks["chunk_id"].to_pylist(), (t.lower() for t in chunks["text"].to_pylist())))
+    entities = read_table(stage_input(inputs, STAGE, "entities"), columns=["name", "aliases"])
+    forms = [[f.lower() for f in (name, *(aliases or ()))] for name, aliases in
+             zip(entities["name"].to_pylist(), entities["aliases"].to_pylist())]
+    held: dict[tuple, bool] = {}
+    for s, r, o, chunk in zip(*(sources[c].to_pylist() for c in ("s", "r", "o", "chunk_id"))):
+        found = any(f in text.get(chunk, "") for f in forms[s])
+        held[(s, r, o)] = held.get((s, r, o), False) or found
+    missing = [t for t, ok in held.items() if not ok]
+    return {"triples_with_sources": len(held), "head_in_a_source": len(held) - len(missing),
+            "head_exceptions": [list(t) for t in missing[:shown]]}
+
+
 def readable_relation(name: str) -> str:
     """``people.person.place_of_birth`` / ``/film/film/genre`` → ``place of birth`` / ``genre``."""
     return name.strip("/").replace("/", ".").split(".")[-1].replace("_", " ")
@@ -194,7 +211,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     restoring = _enabled(cfg["enabled"], chunks.num_rows > 0)
     lap("sources")
     report: dict = {"enabled": restoring, "triple_sources": sources.num_rows,
-                    "chunks": chunks.num_rows}
+                    "chunks": chunks.num_rows, **head_check(sources, inputs)}
     context = pa.table({c: pa.array([], f.type) for c, f in
                         zip(TABLE_SCHEMAS["triple_context"].names, TABLE_SCHEMAS["triple_context"])})
     vectors = np.zeros((0, 0), np.float32)
