@@ -311,9 +311,10 @@ def build(dump: str, store_root: str, config: dict, *, until: str | None = None,
         raise BuildError(f"dump not found: {dump}")
     store = Store(store_root)
     build_id = build_id or new_build_id()
-    for name in STAGE_NAMES:
+    for number, name in enumerate(STAGE_NAMES, 1):
+        log(f"[{number}/{len(STAGE_NAMES)}] {name} …")
         record = run_stage(store, build_id, name, config, dump)
-        log(f"stage {name}: {record['seconds']:.1f}s")
+        log(f"[{number}/{len(STAGE_NAMES)}] {name} done in {record['seconds']:.1f}s")
         if name == until:
             log(f"stopped after '{name}'; staged outputs in {store.staging_dir(build_id)}")
             return None
