@@ -352,7 +352,9 @@ def _fields_reason(n: Column, expected: str) -> Column:
 
 
 def parse_triples_tsv(lines: DataFrame, graph: bool) -> DataFrame:
-    """``s \\t r \\t o`` lines; anything but exactly three non-empty fields is malformed."""
+    """``s \\t r \\t o`` lines; anything but exactly three non-empty fields is malformed. A
+    line whose relation is a type predicate (``type.object.type``) asserts ``o`` as a type of
+    ``s``, as in N-Triples: not a graph edge."""
     value = F.col("value")
     df = lines.select("*", F.split(value, "\t").alias("_f"))
     f = F.col("_f")
@@ -360,6 +362,7 @@ def parse_triples_tsv(lines: DataFrame, graph: bool) -> DataFrame:
     n = F.size(f)
     full = (s != "") & (p != "") & (o != "")
     kind = (F.when(_is_skip(value), F.lit(SKIP))
+            .when((n == 3) & full & p.isin(*TYPE_PREDICATES), F.lit(TYPE))
             .when((n == 3) & full, F.lit(EDGE))
             .otherwise(F.lit(MALFORMED)))
     reason = F.when(n != 3, _fields_reason(n, "3 tab-separated fields (subject, relation, object)")

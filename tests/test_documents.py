@@ -250,7 +250,8 @@ def test_chunk_backend_results_are_cached_and_failures_quarantined(tmp_path, scr
     quarantine = pq.read_table(first["outputs"]["extraction_quarantine"]).to_pylist()
     assert [q["reason"] for q in quarantine] == ["reply is not JSON after 3 attempts"]
     tsv = (Path(first["outputs"]["extracted"]) / "triples.tsv").read_text().splitlines()
-    assert tsv == ["marie curie\tborn in\twarsaw", "warsaw\tcapital of\tpoland"]
+    assert tsv == ["marie curie\tborn in\twarsaw", "warsaw\tcapital of\tpoland",
+                   "marie curie\ttype.object.type\tperson"]
     entities = [json.loads(x) for x in
                 (Path(first["outputs"]["extracted"]) / "entities.jsonl").read_text().splitlines()]
     assert entities[0] == {"key": "marie curie", "name": "Marie Curie", "aliases": [],

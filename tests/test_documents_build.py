@@ -41,19 +41,22 @@ def corpus() -> tuple[list[dict], list[dict]]:
     return docs, openie
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory, spark):
-    root = tmp_path_factory.mktemp("docs-build")
+def build_corpus(root, backend: str):
     dump = root / "corpus"
     dump.mkdir()
     docs, openie = corpus()
     (dump / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs) +
                                        '{"title": "no text"}\n')
     (dump / "openie_exact.json").write_text(json.dumps({"docs": openie}))
-    config = load_config(None, ["triple_extract.backend=precomputed", "transe.epochs=5",
+    config = load_config(None, [f"triple_extract.backend={backend}", "transe.epochs=5",
                                 "gat.epochs=3"])
-    store = root / "store"
-    return driver.build(str(dump), str(store), config, log=lambda _: None), docs
+    return driver.build(str(dump), str(root / "store"), config, log=lambda _: None), docs
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, spark):
+    """The exact extraction (precomputed): the counts are known."""
+    return build_corpus(tmp_path_factory.mktemp("docs-build"), "precomputed")
 
 
 def test_every_triple_has_a_source_sentence_that_holds_its_head(built):
@@ -89,3 +92,18 @@ def test_an_answer_cites_its_sources_and_offers_the_restored_sentence(built):
     assert "during a storm" not in "".join(t["line"] for t in plain.triples)
     cited = [c for c in answer.citations if c["title"] == person]
     assert cited and f"born in {city}" in cited[0]["sentence"] and cited[0]["chunk_id"]
+
+
+def test_the_offline_extractor_builds_a_typed_store_that_cites(tmp_path, spark):
+    """The default backend end to end: spaCy's types become the entity types (rule explicit)."""
+    build, _ = build_corpus(tmp_path, "offline")
+    report = build.manifest["report"]["stages"]
+    assert report["triple_extract"]["backend"] == "offline"
+    assert report["entity_types"]["rule"] == "explicit"
+    assert report["triple_context"]["head_in_a_source"] == report["triple_context"][
+        "triples_with_sources"] == build.rows("triples")
+    person, city = PEOPLE[4], CITIES[12 % len(CITIES)]
+    with Runtime.open(build.root) as rt:
+        answer = rt.ask(f"Where was {person} born?", budget=1024, policy="lokg")
+    assert city in [c["name"] for c in answer.candidates]
+    assert any(c["title"] == person and "born in" in c["sentence"] for c in answer.citations)

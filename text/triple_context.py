@@ -118,10 +118,13 @@ def _sentences_by_chunk(chunks: pa.Table, sentences: pa.Table) -> dict[str, list
 
 
 def head_check(sources: pa.Table, inputs: Mapping[str, str], shown: int = 20) -> dict:
-    """How many triples have a source passage holding their head's name or an alias (as
-    extracted: case-insensitive), and the first exceptions, for the report."""
+    """How many triples have a source passage (its document's title and the chunk's text)
+    holding their head's name or an alias, case-insensitive, and the first exceptions."""
     chunks = _read(inputs, "chunks")
-    text = dict(zip(chunks["chunk_id"].to_pylist(), (t.lower() for t in chunks["text"].to_pylist())))
+    docs = _read(inputs, "documents")
+    titles = dict(zip(docs["doc_id"].to_pylist(), docs["title"].to_pylist()))
+    text = {c: f"{titles.get(d, '')}\n{t}".lower() for c, d, t in
+            zip(*(chunks[k].to_pylist() for k in ("chunk_id", "doc_id", "text")))}
     entities = read_table(stage_input(inputs, STAGE, "entities"), columns=["name", "aliases"])
     forms = [[f.lower() for f in (name, *(aliases or ()))] for name, aliases in
              zip(entities["name"].to_pylist(), entities["aliases"].to_pylist())]

@@ -9,7 +9,8 @@ HippoRAG's shape (``{"docs": [{title, text, extracted_entities, extracted_triple
 passages are the dump's documents.
 
 The output is a dump ingest reads like any other (``extracted/``: ``triples.tsv`` of normalised
-entity keys and relation phrases, ``entities.jsonl`` with the most frequent surface form as the
+entity keys and relation phrases, plus each entity's most frequent extracted type as a
+``type.object.type`` line, ``entities.jsonl`` with the most frequent surface form as the
 name, the others as aliases, and the first description) plus ``extraction_sources`` (key-level
 provenance; ``triple_context`` maps it onto the canonical triples). A triple's sentence is the
 one of its chunk (or, precomputed, of its document) that best contains its head and tail.
@@ -38,6 +39,8 @@ from text.extractors import ChunkExtractionError, make_extractor
 
 STAGE = "triple_extract"
 SOURCE_COLUMNS = ("s_key", "relation", "o_key", "chunk_id", "sentence_id")
+#: The relation of a type assertion line in the extracted TSV (spark_jobs.formats.TYPE_PREDICATES).
+TYPE_PREDICATE = "type.object.type"
 _WORD = re.compile(r"\w+")
 _EDGE_PUNCTUATION = "\"'`“”‘’.,;:()[]{} "
 
@@ -61,15 +64,18 @@ class Collected:
 
     forms: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     descriptions: dict[str, str] = field(default_factory=dict)
+    types: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     sources: dict[str, list] = field(default_factory=lambda: {c: [] for c in SOURCE_COLUMNS})
     triples: set[tuple[str, str, str]] = field(default_factory=set)
     malformed_triples: int = 0
 
-    def entity(self, name: str, description: str = "") -> str | None:
+    def entity(self, name: str, description: str = "", kind: str = "") -> str | None:
         key = entity_key(name) if isinstance(name, str) else ""
         if not key:
             return None
         self.forms[key][surface(name)] += 1
+        if isinstance(kind, str) and kind.strip():
+            self.types[key][" ".join(kind.lower().split())] += 1
         if description and key not in self.descriptions:
             self.descriptions[key] = " ".join(str(description).split())
         return key
@@ -78,7 +84,8 @@ class Collected:
         """One chunk's (or document's) result; ``sentences``: (sentence_id, text) candidates."""
         for item in result.get("entities") or ():
             if isinstance(item, Mapping):
-                self.entity(item.get("name"), item.get("description") or "")
+                self.entity(item.get("name"), item.get("description") or "",
+                            item.get("type") or "")
         for triple in result.get("triples") or ():
             parts = _triple(triple)
             keys = parts and (self.entity(parts[0]), relation_key(parts[1]), self.entity(parts[2]))
@@ -117,14 +124,24 @@ def write_dump(collected: Collected, out: Path) -> None:
     """``triples.tsv`` and ``entities.jsonl``: the dump ingest reads (keys sorted: deterministic)."""
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"{s}\t{r}\t{o}\n" for s, r, o in sorted(collected.triples)]
+    linked = {k for s, _, o in collected.triples for k in (s, o)}
+    lines += [f"{key}\t{TYPE_PREDICATE}\t{_most_frequent(collected.types[key])}\n"
+              for key in sorted(linked & set(collected.types))]
     (out / "triples.tsv").write_text("".join(lines), encoding="utf-8")
     with open(out / "entities.jsonl", "w", encoding="utf-8") as f:
         for key in sorted(collected.forms):
-            ranked = [form for form, _ in sorted(collected.forms[key].items(),
-                                                 key=lambda kv: (-kv[1], kv[0]))]
+            ranked = _by_frequency(collected.forms[key])
             record = {"key": key, "name": ranked[0], "aliases": ranked[1:],
                       "description": collected.descriptions.get(key)}
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def _by_frequency(counts: Counter) -> list[str]:
+    return [item for item, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def _most_frequent(counts: Counter) -> str:
+    return _by_frequency(counts)[0]
 
 
 # ---- chunk-by-chunk backends, cached ---------------------------------------------------------
