@@ -1,0 +1,248 @@
+"""Stores on object storage against a real S3-protocol server on loopback (moto in server mode,
+started and stopped here, credentials checked): publish, open, verify, rollback, retention, hot
+reload, a publisher killed mid-upload, a corrupted object, races, bad credentials and endpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from runtime.cli import cli
+from runtime.contract import Store, StoreError
+from runtime.object_store import RemoteStore
+from runtime.query import Runtime
+from tests.helpers import assert_clean_error
+from tests.test_contract import _publish
+from tests.test_query import make_store
+from tests.test_server import QUESTION, serving, wait_for
+
+boto3 = pytest.importorskip("boto3", reason="boto3 not installed (infra/requirements)")
+pytest.importorskip("moto", reason="moto[server] not installed (infra/requirements)")
+
+BUCKET = "lokg-test"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """moto_server on a free loopback port with IAM auth on: the first 3 calls create the
+    one user whose key the tests use; anything else is refused (wrong credentials)."""
+    port = _free_port()
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                             str(port)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _answers(port), timeout=30, what="moto_server")
+        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1",
+                           aws_access_key_id="x", aws_secret_access_key="x")
+        iam.create_user(UserName="lokg")
+        key = iam.create_access_key(UserName="lokg")["AccessKey"]
+        iam.put_user_policy(UserName="lokg", PolicyName="all", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17",
+             "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+        creds = {"AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+                 "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                     aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
+                     aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"]
+                     ).create_bucket(Bucket=BUCKET)
+        yield {"LOKG_S3_ENDPOINT": endpoint, "AWS_REGION": "us-east-1", **creds}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def url(s3, monkeypatch, tmp_path):
+    """A fresh store prefix; the S3 settings in the environment; a cache of this test's own."""
+    for name, value in {**s3, "LOKG_CACHE_DIR": str(tmp_path / "cache")}.items():
+        monkeypatch.setenv(name, value)
+    return f"s3://{BUCKET}/stores/{secrets.token_hex(4)}"
+
+
+@pytest.fixture
+def client(s3):
+    return boto3.client("s3", endpoint_url=s3["LOKG_S3_ENDPOINT"], region_name="us-east-1",
+                        aws_access_key_id=s3["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=s3["AWS_SECRET_ACCESS_KEY"])
+
+
+def _local(tmp_path: Path, build_id: str) -> Store:
+    return make_store(tmp_path / f"local-{build_id}", build_id=build_id)
+
+
+def _push(tmp_path: Path, url: str, build_id: str, **kw) -> None:
+    RemoteStore(url).publish(_local(tmp_path, build_id).build(), **kw)
+
+
+def _key(url: str, rel: str) -> str:
+    return url.removeprefix(f"s3://{BUCKET}/") + "/" + rel
+
+
+def _corrupt(client, url: str, build_id: str) -> str:
+    rel = f"builds/{build_id}/entities.parquet"
+    client.put_object(Bucket=BUCKET, Key=_key(url, rel), Body=b"not the entities")
+    return rel
+
+
+def _lokg(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_publish_open_verify_and_reuse_the_cache(url, tmp_path, monkeypatch):
+    _push(tmp_path, url, "b1")
+    remote = RemoteStore(url)
+    assert remote.current_id() == "b1" and remote.build_ids() == ["b1"]
+    assert remote.build(verify=True).build_id == "b1"
+    with Runtime.open(url) as rt:
+        assert rt.build_id == "b1" and rt.ask(QUESTION, llm="none").answers
+        cached = rt.build.path
+    assert cached.is_relative_to(tmp_path / "cache") and (cached / "manifest.json").is_file()
+    downloads = []
+    monkeypatch.setattr("runtime.object_store.Bucket.download",
+                        lambda *a: downloads.append(a))
+    with Runtime.open(url) as rt:  # intact copy reused: nothing downloaded
+        assert rt.build.path == cached
+    assert downloads == []
+    result = _lokg("store", "verify", "--store", url)
+    assert result.exit_code == 0 and "ok: build b1" in result.output
+
+
+def test_rollback_and_retention_keep_current_and_pinned_builds(url, tmp_path):
+    for build_id in ("b1", "b2", "b3"):
+        _push(tmp_path, url, build_id, keep=5)
+    remote = RemoteStore(url)
+    assert _lokg("store", "rollback", "b1", "--store", url).exit_code == 0
+    assert remote.current_id() == "b1"
+    with Runtime.open(url, build_id="b3"):  # a reader elsewhere pins b3 (an object pin)
+        result = _lokg("store", "gc", "--keep", "0", "--store", url)
+        assert result.exit_code == 0, result.output
+        assert "removed build b2" in result.output and remote.build_ids() == ["b1", "b3"]
+    assert remote.collect_garbage(0) == ["b3"]
+    assert remote.build_ids() == ["b1"] and remote.build(verify=True).build_id == "b1"
+    result = _lokg("store", "rollback", "b2", "--store", url)
+    assert_clean_error(result.output, result.exit_code, 1, "b2", "does not exist")
+
+
+def test_two_publishers_racing_cannot_both_win(url, tmp_path):
+    _push(tmp_path, url, "base")
+    late, early = _local(tmp_path, "late").build(), _local(tmp_path, "early")
+
+    def other_publisher_wins(step: str) -> None:
+        if step == "manifest":  # "late" uploaded, "early" publishes before late's swap
+            RemoteStore(url).publish(early.build())
+
+    with pytest.raises(StoreError, match="CURRENT moved from base to early"):
+        RemoteStore(url).publish(late, hook=other_publisher_wins)
+    assert RemoteStore(url).current_id() == "early"
+
+
+def test_a_publisher_killed_mid_upload_leaves_no_torn_build(url, tmp_path):
+    _push(tmp_path, url, "old")
+    local = _local(tmp_path, "torn")
+    code = ("import os, signal, sys; from runtime.contract import Store; "
+            "from runtime.object_store import RemoteStore; "
+            "kill = lambda step: step.startswith('uploaded') and os.kill(os.getpid(), 9); "
+            "RemoteStore(sys.argv[1]).publish(Store(sys.argv[2]).build(), hook=kill)")
+    proc = subprocess.run([sys.executable, "-c", code, url, str(local.root)], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert proc.returncode == -9
+    remote = RemoteStore(url)
+    assert remote.current_id() == "old" and remote.build_ids() == ["old"]
+    assert _lokg("store", "verify", "--store", url).exit_code == 0
+    with Runtime.open(url) as rt:
+        assert rt.build_id == "old"
+    remote.collect_garbage(3)  # the dead publisher's pin does not protect its upload
+    assert not remote.bucket.listing("builds/torn")
+
+
+def test_a_corrupted_object_is_refused_naming_it(url, tmp_path, client):
+    _push(tmp_path, url, "b1")
+    rel = _corrupt(client, url, "b1")
+    with pytest.raises(StoreError, match="entities.parquet") as err:
+        Runtime.open(url)
+    assert _key(url, rel) in str(err.value)
+    result = _lokg("store", "verify", "--store", url)
+    assert_clean_error(result.output, result.exit_code, 1, "verify failed", rel)
+
+
+def test_push_and_pull_through_the_cli(url, tmp_path):
+    local = _local(tmp_path, "b1")
+    result = _lokg("store", "push", str(local.root), url)
+    assert result.exit_code == 0, result.output
+    pulled = tmp_path / "pulled"
+    result = _lokg("store", "pull", url, str(pulled))
+    assert result.exit_code == 0, result.output
+    assert Store(pulled).build(verify=True).build_id == "b1"
+    result = _lokg("store", "push", str(local.root), url)  # a retry: the same build, fine
+    assert result.exit_code == 0, result.output
+    other = Store(tmp_path / "other")  # another build under the same id: refused
+    _publish(other, tmp_path, "b1")
+    result = _lokg("store", "push", str(other.root), url)
+    assert_clean_error(result.output, result.exit_code, 1, "builds/b1", "different content")
+
+
+def test_serve_hot_reloads_and_refuses_a_corrupt_build(url, tmp_path, client):
+    _push(tmp_path, url, "b1")
+    with serving(url, llm_backends=("none",), poll=0.1) as http:
+        assert http.ask(llm="none")[2]["build_id"] == "b1"
+        _push(tmp_path, url, "b2")
+        wait_for(lambda: http.call("GET", "/readyz")[2]["build_id"] == "b2", what="reload b2")
+        _push(tmp_path, url, "b3", hook=lambda step: step == "manifest" and
+              _corrupt(client, url, "b3"))
+        failed = wait_for(lambda: http.call("GET", "/readyz")[2]["failed_builds"],
+                          what="b3 refused")
+        assert failed[-1]["build_id"] == "b3" and "entities.parquet" in failed[-1]["error"]
+        assert http.ask(llm="none")[2]["build_id"] == "b2"
+
+
+def test_wrong_credentials_fail_clearly_and_publish_nothing(url, tmp_path, monkeypatch, s3):
+    _push(tmp_path, url, "b1")
+    local = _local(tmp_path, "b2")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    started = time.monotonic()
+    result = _lokg("store", "push", str(local.root), url)
+    assert_clean_error(result.output, result.exit_code, 1, "push refused", url)
+    assert time.monotonic() - started < 30
+    with pytest.raises(StoreError, match=url):
+        Runtime.open(url)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3["AWS_SECRET_ACCESS_KEY"])
+    assert RemoteStore(url).build_ids() == ["b1"] and RemoteStore(url).current_id() == "b1"
+
+
+def test_an_unreachable_endpoint_fails_within_the_timeout(url, tmp_path, monkeypatch):
+    local = _local(tmp_path, "b1")
+    monkeypatch.setenv("LOKG_S3_ENDPOINT", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("LOKG_S3_TIMEOUT", "2")
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="127.0.0.1") as err:
+        Runtime.open(url)
+    assert url in str(err.value)
+    result = _lokg("store", "push", str(local.root), url)
+    assert_clean_error(result.output, result.exit_code, 1, "push refused", url)
+    assert time.monotonic() - started < 30
