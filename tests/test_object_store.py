@@ -1,13 +1,12 @@
 """Stores on object storage against a real S3-protocol server on loopback (moto in server mode,
 started and stopped here, credentials checked): publish, open, verify, rollback, retention, hot
-reload, a publisher killed mid-upload, a corrupted object, races, bad credentials and endpoints."""
+reload, a publisher killed mid-upload, a corrupted object, races, bad credentials and endpoints
+(bench/s3_server.py starts the server)."""
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from bench.load import run_load
+from bench.s3_server import free_port, loopback_s3
 from runtime.cli import cli
 from runtime.contract import Store, StoreError
 from runtime.object_store import RemoteStore
@@ -32,49 +33,11 @@ BUCKET = "lokg-test"
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3():
-    """moto_server on a free loopback port with IAM auth on: the first 3 calls create the
-    one user whose key the tests use; anything else is refused (wrong credentials)."""
-    port = _free_port()
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"}
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
-                             str(port)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: _answers(port), timeout=30, what="moto_server")
-        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1",
-                           aws_access_key_id="x", aws_secret_access_key="x")
-        iam.create_user(UserName="lokg")
-        key = iam.create_access_key(UserName="lokg")["AccessKey"]
-        iam.put_user_policy(UserName="lokg", PolicyName="all", PolicyDocument=json.dumps(
-            {"Version": "2012-10-17",
-             "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
-        creds = {"AWS_ACCESS_KEY_ID": key["AccessKeyId"],
-                 "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                     aws_access_key_id=creds["AWS_ACCESS_KEY_ID"],
-                     aws_secret_access_key=creds["AWS_SECRET_ACCESS_KEY"]
-                     ).create_bucket(Bucket=BUCKET)
-        yield {"LOKG_S3_ENDPOINT": endpoint, "AWS_REGION": "us-east-1", **creds}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def _answers(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-        return True
-    except OSError:
-        return False
+    """An S3 endpoint on loopback (moto_server, credentials checked) for this module."""
+    with loopback_s3(BUCKET) as env:
+        yield env
 
 
 @pytest.fixture
@@ -237,7 +200,7 @@ def test_wrong_credentials_fail_clearly_and_publish_nothing(url, tmp_path, monke
 
 def test_an_unreachable_endpoint_fails_within_the_timeout(url, tmp_path, monkeypatch):
     local = _local(tmp_path, "b1")
-    monkeypatch.setenv("LOKG_S3_ENDPOINT", f"http://127.0.0.1:{_free_port()}")
+    monkeypatch.setenv("LOKG_S3_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("LOKG_S3_TIMEOUT", "2")
     started = time.monotonic()
     with pytest.raises(StoreError, match="127.0.0.1") as err:
@@ -246,3 +209,15 @@ def test_an_unreachable_endpoint_fails_within_the_timeout(url, tmp_path, monkeyp
     result = _lokg("store", "push", str(local.root), url)
     assert_clean_error(result.output, result.exit_code, 1, "push refused", url)
     assert time.monotonic() - started < 30
+
+
+def test_hot_reload_under_load_from_the_object_store(url, tmp_path):
+    _push(tmp_path, url, "b1")
+    local = _local(tmp_path, "b2").build()
+    with serving(url, llm_backends=("none",), poll=0.1) as http:
+        report = run_load(f"http://127.0.0.1:{http.port}", [QUESTION], requests=400,
+                          concurrency=3, options={"llm": "none"}, publish_after=100,
+                          publish=lambda: RemoteStore(url).publish(local).build_id)
+    assert report["errors"] == 0 and report["statuses"] == {"200": 400}
+    assert report["published"]["first_response_after_s"] is not None
+    assert report["published"]["flaps"] == 0 and set(report["builds"]) == {"b1", "b2"}
