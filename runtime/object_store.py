@@ -197,8 +197,9 @@ class Bucket:
             return self.fs.get_file_info(selector)
 
     def delete(self, rel: str) -> None:
+        """Delete one object (botocore: pin releases run at exit, after pyarrow's S3 shutdown)."""
         with self.errors(rel, "delete"):
-            self.fs.delete_file(self.path(rel))
+            self.client.delete_object(Bucket=self.bucket, Key=self.key(rel))
 
     def delete_dir(self, rel: str) -> None:
         with self.errors(rel, "delete"):
@@ -324,6 +325,7 @@ class RemoteStore:
         held = ObjectPin(self.bucket, build.build_id)  # no retention deletes it meanwhile
         try:
             self._upload(build, hook)
+            self._check_uploaded(build)
             if not self.bucket.put(CURRENT_FILE, f"{build.build_id}\n".encode(),
                                    if_match=etag, if_absent=etag is None):
                 raise StoreError(f"publish of {build.build_id} to {self.root} refused: CURRENT "
@@ -353,6 +355,17 @@ class RemoteStore:
             raise StoreError(f"{self.root / rel}: build already published with different "
                              "content; refusing to publish over it")
         hook("manifest")
+
+    def _check_uploaded(self, build: Build) -> None:
+        """Every file of ``build`` is there with its size and no retention run is deleting it
+        (one listing): what a retention run that started before this publisher pinned it
+        could have removed."""
+        rel = f"{BUILDS_DIR}/{build.build_id}"
+        sizes = {self.bucket.name(i, rel): i.size for i in self.bucket.listing(rel, True)}
+        bad = sorted(n for n, e in build.manifest["files"].items() if sizes.get(n) != e["bytes"])
+        if bad or DOOMED_FILE in sizes:
+            raise StoreError(f"{self.root / rel}: publish refused, retention deleted "
+                             f"{', '.join(bad[:5]) or 'it'} during the upload; publish again")
 
     def rollback(self, build_id: str) -> Build:
         """Point CURRENT at an older published build after hashing every object of it; the

@@ -16,7 +16,9 @@ Why it is shaped this way:
   answers every item from the same build.
 * **Reload off the request path.** A watcher thread reads ``CURRENT`` every ``poll_interval``
   seconds (a tiny file; inotify does not work on every filesystem a store lives on). When the id
-  changes, that thread opens the build and verifies every checksum; only a build that opens
+  changes, that thread opens the build and verifies every checksum (a store on object storage:
+  ``CURRENT`` is an object, and opening downloads the build into the verified local cache of
+  runtime/object_store.py); only a build that opens
   cleanly is swapped in. A build that fails is logged, listed by ``/readyz`` and counted in the
   metrics, and the previous build keeps serving; it is retried only when ``CURRENT`` changes
   again. The first build is opened at start-up, before the worker accepts connections (with

@@ -19,6 +19,7 @@ from bench.load import run_load
 from bench.s3_server import free_port, loopback_s3
 from runtime.cli import cli
 from runtime.contract import Store, StoreError
+from runtime import object_store
 from runtime.object_store import RemoteStore
 from runtime.query import Runtime
 from tests.helpers import assert_clean_error
@@ -68,8 +69,11 @@ def _key(url: str, rel: str) -> str:
 
 
 def _corrupt(client, url: str, build_id: str) -> str:
+    """Flip one byte of an object in place (same size: only the sha256 can tell)."""
     rel = f"builds/{build_id}/entities.parquet"
-    client.put_object(Bucket=BUCKET, Key=_key(url, rel), Body=b"not the entities")
+    data = bytearray(client.get_object(Bucket=BUCKET, Key=_key(url, rel))["Body"].read())
+    data[len(data) // 2] ^= 0xFF
+    client.put_object(Bucket=BUCKET, Key=_key(url, rel), Body=bytes(data))
     return rel
 
 
@@ -221,3 +225,38 @@ def test_hot_reload_under_load_from_the_object_store(url, tmp_path):
     assert report["errors"] == 0 and report["statuses"] == {"200": 400}
     assert report["published"]["first_response_after_s"] is not None
     assert report["published"]["flaps"] == 0 and set(report["builds"]) == {"b1", "b2"}
+
+
+def test_a_build_losing_objects_during_its_upload_is_not_made_current(url, tmp_path, client):
+    _push(tmp_path, url, "b1")
+
+    def retention_elsewhere(step: str) -> None:
+        if step == "manifest":
+            client.delete_object(Bucket=BUCKET, Key=_key(url, "builds/b2/entities.parquet"))
+
+    with pytest.raises(StoreError, match="entities.parquet"):
+        _push(tmp_path, url, "b2", hook=retention_elsewhere)
+    assert RemoteStore(url).current_id() == "b1"
+
+
+def test_the_cache_evicts_unused_builds_above_its_cap(url, tmp_path):
+    _push(tmp_path, url, "b1")
+    remote = RemoteStore(url)
+    cache, _, held = remote.sync()
+    object_store.release(*held)
+    _push(tmp_path, url, "b2")
+    cache, _, held = remote.sync(cap_bytes=1)  # b1 unused: evicted; b2 in use: kept
+    assert cache.build_ids() == ["b2"]
+    object_store.release(*held)
+    assert not remote._live_pins("b2")
+
+
+def test_a_process_exiting_with_a_runtime_open_releases_its_pin(url, tmp_path):
+    _push(tmp_path, url, "b1")
+    code = ("import sys; from runtime.query import Runtime; "
+            "rt = Runtime.open(sys.argv[1]); print(rt.build_id)")
+    proc = subprocess.run([sys.executable, "-c", code, url], cwd=REPO, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "b1", proc.stderr
+    assert "Error" not in proc.stderr, proc.stderr
+    assert not RemoteStore(url).bucket.listing("pins/b1")
