@@ -415,6 +415,9 @@ class Store:
     """
 
     def __init__(self, root: str | os.PathLike):
+        if is_url(root):  # Path("s3://b/p") would quietly be the local directory "s3:/b/p"
+            raise StoreError(f"{root}: builds are assembled in a local store; publish there, "
+                             "then `lokg store push LOCAL_STORE URL` (runtime/object_store.py)")
         self.root = Path(root)
 
     # -- paths

@@ -260,3 +260,13 @@ def test_a_process_exiting_with_a_runtime_open_releases_its_pin(url, tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip() == "b1", proc.stderr
     assert "Error" not in proc.stderr, proc.stderr
     assert not RemoteStore(url).bucket.listing("pins/b1")
+
+
+def test_building_or_publishing_into_a_url_is_refused_with_the_way_to_push(tmp_path,
+                                                                          monkeypatch):
+    from pipeline.cli import cli as lokg
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(lokg, ["publish", "--store", "s3://b/p", "--build-id", "b1"])
+    assert_clean_error(result.output, result.exit_code, 1, "s3://b/p", "lokg store push")
+    assert list(tmp_path.iterdir()) == []  # no local directory "s3:" made
