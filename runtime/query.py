@@ -276,8 +276,8 @@ class Runtime:
         The pin (runtime/pins.py) keeps retention from deleting the build while this Runtime
         exists; :meth:`close` (or the Runtime's collection) releases it. Raises StoreError
         (naming the file) for anything that is not a complete, intact build. An ``s3://``
-        ``store_root`` is served from its verified local cache (runtime/object_store.py). ``settings``
-        override the ``query`` section of the config defaults.
+        ``store_root`` is served from its verified local cache (runtime/object_store.py).
+        ``settings`` override the ``query`` section of the config defaults.
         """
         started = time.perf_counter()
         unknown = set(settings) - set(section({}, "query"))
