@@ -5,6 +5,7 @@ reload, a publisher killed mid-upload, a corrupted object, races, bad credential
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import secrets
 import subprocess
@@ -270,3 +271,36 @@ def test_building_or_publishing_into_a_url_is_refused_with_the_way_to_push(tmp_p
     result = CliRunner().invoke(lokg, ["publish", "--store", "s3://b/p", "--build-id", "b1"])
     assert_clean_error(result.output, result.exit_code, 1, "s3://b/p", "lokg store push")
     assert list(tmp_path.iterdir()) == []  # no local directory "s3:" made
+
+
+def _push_in_process(url: str, local: str, env: dict, barrier, results) -> None:
+    os.environ.update(env)
+    build = Store(local).build()
+    barrier.wait()
+    try:
+        RemoteStore(url).publish(build, keep=0, expect_current="base")
+        results[build.build_id] = "ok"
+    except StoreError as exc:
+        results[build.build_id] = str(exc)
+
+
+def test_two_processes_pushing_at_once_exactly_one_wins(url, tmp_path, s3):
+    _push(tmp_path, url, "base")
+    env = {**s3, "LOKG_CACHE_DIR": str(tmp_path / "cache")}
+    locals_ = [str(_local(tmp_path, b).root) for b in ("p1", "p2")]
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager:
+        barrier, results = manager.Barrier(2), manager.dict()
+        procs = [ctx.Process(target=_push_in_process, args=(url, local, env, barrier, results))
+                 for local in locals_]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(timeout=120)
+        results = dict(results)
+    assert [p.exitcode for p in procs] == [0, 0]
+    won = [b for b, r in results.items() if r == "ok"]
+    assert len(won) == 1, results  # both started from "base": the other is refused, saying so
+    assert all(r == "ok" or "CURRENT" in r for r in results.values()), results
+    remote = RemoteStore(url)
+    assert remote.current_id() == won[0] and remote.build(verify=True).build_id == won[0]
