@@ -16,6 +16,12 @@ exercise hot reload under load. Every response must carry one build id, the same
 from the old build to requests that started after a response from the new build had already
 arrived (with one worker process: always 0 — the swap is one reference).
 
+``--serve-from s3://bucket/prefix`` pushes the CURRENT build of ``--store`` to that object store
+and serves from it (the server's verified local cache, runtime/object_store.py); the mid-run
+publish is then a local republish pushed there. ``--loopback-s3`` starts the S3 endpoint for it
+on loopback (moto, bench/s3_server.py); otherwise the usual ``LOKG_S3_ENDPOINT`` / ``AWS_*``
+environment applies.
+
 ``--churn`` runs operator traffic meanwhile (:func:`churn`: publish with ``keep=0``, roll back
 to the oldest other build, retention with ``keep=0``, in a loop): with reader pins no served
 build is deleted, so every status stays below 500 (``statuses`` counts them).
@@ -35,8 +41,9 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from tempfile import TemporaryDirectory
 from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,7 +51,9 @@ sys.path.insert(0, str(REPO))
 
 from runtime.config import DEFAULT_BUDGET  # noqa: E402
 
+from bench.s3_server import loopback_s3  # noqa: E402
 from runtime.contract import Store, StoreError, new_build_id  # noqa: E402
+from runtime.object_store import RemoteStore  # noqa: E402
 
 _MANIFEST_KEYS = ("schema_version", "build_id", "created_at", "tables", "files")
 
@@ -273,6 +282,30 @@ def churning(store_root: str | Path | None):
         thread.join(timeout=120)
 
 
+@contextmanager
+def serve_source(args):
+    """The store the server reads and the mid-run publish: ``--store`` and :func:`republish`,
+    or, with ``--serve-from``, that object store and a republish pushed to it."""
+    if not args.serve_from:
+        yield args.store, lambda: republish(args.store)
+        return
+    with ExitStack() as stack:
+        if args.loopback_s3:
+            os.environ.update(stack.enter_context(
+                loopback_s3(urlsplit(args.serve_from).netloc)))
+        os.environ.setdefault("LOKG_CACHE_DIR", stack.enter_context(TemporaryDirectory()))
+        remote = RemoteStore(args.serve_from)
+
+        def push() -> str:
+            new_id = republish(args.store)
+            remote.publish(Store(args.store).build(new_id))
+            return new_id
+
+        if remote.current_id() is None:
+            remote.publish(Store(args.store).build())
+        yield args.serve_from, push
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", help="a running server (default: start one on --store)")
@@ -289,16 +322,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--poll-interval", type=float, default=0.5)
     parser.add_argument("--churn", action="store_true",
                         help="publish (keep=0), roll back and run retention in a loop meanwhile")
+    parser.add_argument("--serve-from", metavar="S3_URL",
+                        help="push --store's CURRENT here and serve from this object store")
+    parser.add_argument("--loopback-s3", action="store_true",
+                        help="with --serve-from: start an S3 server (moto) on loopback for it")
     parser.add_argument("--json", dest="json_out", help="also write the report here")
     args = parser.parse_args(argv)
 
     questions = read_questions(args.questions) if args.questions else store_questions(args.store)
+    with serve_source(args) as (served, publish):
+        report = _measure(args, questions, served, publish)
+    print(json.dumps(report, indent=2))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n")
+    return 0 if report["errors"] == 0 else 1
+
+
+def _measure(args, questions: list[str], served: str, publish: Callable[[], str]) -> dict:
+    """Start the server on ``served`` (unless ``--url``), run the load, stop it; the report."""
     proc = None
     url = args.url
     if url is None:
         url = f"http://127.0.0.1:{_free_port()}"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.server", "--store", args.store, "--port",
+            [sys.executable, "-m", "runtime.server", "--store", served, "--port",
              url.rsplit(":", 1)[1], "--workers", str(args.workers), "--poll-interval",
              str(args.poll_interval), "--log-level", "warning"], cwd=REPO)
     try:
@@ -309,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
                               concurrency=args.concurrency,
                               options={"llm": args.llm, "budget": args.budget},
                               token=os.environ.get("LOKG_API_TOKEN") or None, warmup=args.warmup,
-                              publish=(lambda: republish(args.store)) if publish_after else None,
+                              publish=publish if publish_after else None,
                               publish_after=publish_after)
         if args.churn:
             report["churn"] = dict(operations)
@@ -317,12 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=60)
-    report = {"url": url, "served_build": ready["build_id"], "workers": args.workers,
-              "questions": len(questions), **report}
-    print(json.dumps(report, indent=2))
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(report, indent=2) + "\n")
-    return 0 if report["errors"] == 0 else 1
+    return {"url": url, "store": served, "served_build": ready["build_id"],
+            "workers": args.workers, "questions": len(questions), **report}
 
 
 if __name__ == "__main__":

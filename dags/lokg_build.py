@@ -8,8 +8,10 @@ module; the chain is linear, each stage after the one before it):
 * Spark stages (``spark_jobs.*``) — ``SparkSubmitOperator`` on the ``spark_default`` connection
   (master from the connection: ``local[2]`` embedded, ``spark://``, ``yarn``, ``k8s://``);
 * training stages (``training.*``) — ``python -m training.<stage>`` on the ``gpu`` queue and pool;
-* ``publish`` — ``lokg publish``: validate and publish atomically, then emit the store's Asset
-  ``lokg://store/<name>`` with the build id, which schedules ``lokg_evaluate``.
+* ``publish`` — ``lokg publish``: validate and publish atomically; with the ``publish_url``
+  param (default ``LOKG_PUBLISH_URL``) also ``lokg store push`` the build to that object store
+  (``s3://…``: files, manifest, then a conditional write of its CURRENT); then emit the store's
+  Asset ``lokg://store/<name>`` with the build id, which schedules ``lokg_evaluate``.
 
 Idempotence: the build id is a function of the DAG run (its logical date, else its run id), so a
 retry or a re-run of any task replaces the same ``staging/<build_id>/<stage>/``: each attempt
@@ -110,9 +112,13 @@ def publish(planned: dict, *, params=None, outlet_events=None) -> str:
     """``lokg publish`` the staged build; the Asset event says which build and what it replaced."""
     previous = lc.current_build(planned["store"])
     lc.run_logged([lc.LOKG, "publish", *planned["args"]])
+    if params["publish_url"]:  # a retry pushes again: an already pushed build is kept
+        lc.run_logged([lc.LOKG, "store", "push", planned["store"], params["publish_url"],
+                       "--build-id", planned["build_id"]])
     outlet_events[STORE_ASSET].extra = {
         "build_id": planned["build_id"],
         "store": planned["store"],
+        "object_store": params["publish_url"] or None,
         "dump": planned["dump"],
         "previous_build_id": previous if previous != planned["build_id"] else None,
         "validation_budget": params["validation_budget"],
@@ -135,6 +141,9 @@ def publish(planned: dict, *, params=None, outlet_events=None) -> str:
         "format": Param("auto", enum=list(lc.FORMATS), description="Dump format (ingest.format)."),
         "store": Param(lc.STORE, type="string", description="Store root to publish into."),
         "config": Param("", type="string", description="Optional YAML/JSON build config file."),
+        "publish_url": Param(lc.PUBLISH_URL, type="string",
+                             description="Also push the build to this object store "
+                                         "(s3://bucket/prefix); empty: local store only."),
         "overrides": Param([], type="array", items={"type": "string"},
                            description="Config overrides KEY=VALUE, e.g. transe.epochs=2."),
         "validation_budget": Param(lc.DEFAULT_BUDGET, type="integer", minimum=1,

@@ -33,6 +33,10 @@ SPARK_CONN_ID = os.environ.get("LOKG_SPARK_CONN_ID", "spark_default")
 DUMP = os.environ.get("LOKG_DUMP") or str(ROOT / "out" / "airflow" / "dump")
 STORE = os.environ.get("LOKG_STORE") or str(ROOT / "out" / "airflow" / "store")
 REPORTS = os.environ.get("LOKG_REPORTS") or str(ROOT / "out" / "airflow" / "reports")
+#: Where ``publish`` also pushes each published build (``lokg store push``): an object store,
+#: s3://bucket/prefix, reached with the worker's AWS_* / LOKG_S3_ENDPOINT environment; empty:
+#: the local store only (docs/OPERATIONS.md).
+PUBLISH_URL = os.environ.get("LOKG_PUBLISH_URL", "")
 #: The store's name in its Asset URI ``lokg://store/<name>`` (Assets are fixed at parse time).
 STORE_NAME = os.environ.get("LOKG_STORE_NAME", "default")
 STORE_ASSET_URI = f"lokg://store/{STORE_NAME}"

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
 from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS
 from runtime.contract import MANIFEST_FILE, Build, Store, StoreError
+from runtime.object_store import RemoteStore, open_store
 from runtime.environment import apply_defaults
 
 STORE_OPTION = click.option(
     "--store", "store_root", envvar="LOKG_STORE", default="lokg_store", show_default=True,
-    type=click.Path(file_okay=False), help="Store root (env LOKG_STORE).",
+    type=click.Path(file_okay=False),
+    help="Store root: a directory or s3://bucket/prefix (env LOKG_STORE).",
 )
 
 
@@ -39,12 +40,12 @@ def store_list(store_root: str) -> None:
     A build whose manifest cannot be read is listed with '!' and its error, the others still
     are, and the command then exits 1, so a script notices the damaged build.
     """
-    st = Store(store_root)
     try:
+        st = open_store(store_root)
         current = st.current_id()
+        ids = st.build_ids()
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
-    ids = st.build_ids()
     if not ids:
         raise click.ClickException(f"{st.root}: no builds")
     bad = [build_id for build_id in ids if not _list_line(st, build_id, current)]
@@ -77,7 +78,7 @@ def _list_line(st: Store, build_id: str, current: str | None) -> bool:
 def store_verify(build_id: str | None, store_root: str) -> None:
     """Check schema version, schemas and every file's sha256 (default: the CURRENT build)."""
     try:
-        built = Store(store_root).build(build_id, verify=True)
+        built = open_store(store_root).build(build_id, verify=True)
     except StoreError as exc:
         raise click.ClickException(f"verify failed: {exc}") from None
     click.echo(f"ok: build {built.build_id}, {len(built.manifest['files'])} files verified")
@@ -89,7 +90,7 @@ def store_verify(build_id: str | None, store_root: str) -> None:
 def store_rollback(build_id: str, store_root: str) -> None:
     """Point CURRENT at an earlier complete build (verified first)."""
     try:
-        built = Store(store_root).rollback(build_id)
+        built = open_store(store_root).rollback(build_id)
     except StoreError as exc:
         raise click.ClickException(f"rollback refused: {exc}") from None
     click.echo(f"CURRENT -> {built.build_id}")
@@ -110,14 +111,14 @@ def store_gc(hours: float, keep: int | None, store_root: str) -> None:
     left behind. Keep --older-than above the longest stage's run time (tasks time out
     after 12 h).
     """
-    st = Store(store_root)
     try:
+        st = open_store(store_root)
         removed = st.collect_staging(hours * 3600)
         builds = st.collect_garbage(keep) if keep is not None else []
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
     for name in removed:
-        click.echo(f"removed {Path(store_root) / 'staging' / name}")
+        click.echo(f"removed {st.root / 'staging' / name}")
     click.echo(f"{len(removed)} staging director{'y' if len(removed) == 1 else 'ies'} removed")
     for name in builds:
         click.echo(f"removed build {name}")
@@ -131,9 +132,40 @@ def store_gc(hours: float, keep: int | None, store_root: str) -> None:
 def store_show(build_id: str | None, store_root: str) -> None:
     """Print the summary of a build (default: CURRENT)."""
     try:
-        click.echo(render_summary(Store(store_root).build(build_id)))
+        click.echo(render_summary(open_store(store_root).build(build_id)))
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+@store.command("push")
+@click.argument("local_store", type=click.Path(file_okay=False, exists=True))
+@click.argument("url")
+@click.option("--build-id", help="Build to push (default: the local store's CURRENT).")
+@click.option("--keep", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Previous builds retention keeps on the object store.")
+def store_push(local_store: str, url: str, build_id: str | None, keep: int) -> None:
+    """Publish a local build to an object store (s3://bucket/prefix): files, manifest, then
+    CURRENT by a conditional write; refused if another publisher moved CURRENT meanwhile."""
+    try:
+        built = Store(local_store).build(build_id)
+        RemoteStore(url).publish(built, keep=keep)
+    except StoreError as exc:
+        raise click.ClickException(f"push refused: {exc}") from None
+    click.echo(f"{url} CURRENT -> {built.build_id}")
+
+
+@store.command("pull")
+@click.argument("url")
+@click.argument("local_dir", type=click.Path(file_okay=False))
+@click.option("--build-id", help="Build to pull (default: the object store's CURRENT).")
+def store_pull(url: str, local_dir: str, build_id: str | None) -> None:
+    """Download a published build (every object's sha256 checked) into LOCAL_DIR, a local
+    store whose CURRENT names it; an intact copy already there is kept."""
+    try:
+        pulled = RemoteStore(url).pull(local_dir, build_id)
+    except StoreError as exc:
+        raise click.ClickException(f"pull failed: {exc}") from None
+    click.echo(f"{local_dir}: CURRENT -> {pulled}")
 
 
 #: The figures of each stage's report worth a line in a build summary.

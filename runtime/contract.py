@@ -343,10 +343,16 @@ def describe_files(build_dir: Path) -> dict[str, dict]:
 def load_manifest(build_dir: Path) -> dict:
     path = build_dir / MANIFEST_FILE
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        return parse_manifest(path.read_bytes(), path)
     except FileNotFoundError:
         raise StoreError(f"{path}: manifest missing — not a complete build") from None
-    except json.JSONDecodeError as exc:
+
+
+def parse_manifest(data: bytes, path) -> dict:
+    """A manifest's content, refused (naming ``path``) unless JSON of a known schema version."""
+    try:
+        manifest = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise StoreError(f"{path}: manifest is not valid JSON ({exc})") from None
     version = manifest.get("schema_version")
     if version not in KNOWN_SCHEMA_VERSIONS:
@@ -372,9 +378,7 @@ def verify_build(build: Build, *, checksums: bool = True) -> None:
             )
         if checksums and sha256_file(path) != entry["sha256"]:
             raise StoreError(f"{path}: sha256 mismatch — file is corrupted or was modified")
-    for table in REQUIRED_TABLES:
-        if table not in build.manifest.get("tables", {}):
-            raise StoreError(f"{build.path / MANIFEST_FILE}: required table '{table}' missing")
+    check_required_tables(build)
     for table, entry in build.manifest.get("tables", {}).items():
         if table in TABLE_SCHEMAS:
             first = table_files(build.path / entry["path"])
@@ -382,8 +386,19 @@ def verify_build(build: Build, *, checksums: bool = True) -> None:
                 check_schema(table, pq.read_schema(first[0]), first[0])
 
 
+def check_required_tables(build: Build) -> None:
+    for table in REQUIRED_TABLES:
+        if table not in build.manifest.get("tables", {}):
+            raise StoreError(f"{build.path / MANIFEST_FILE}: required table '{table}' missing")
+
+
 # --------------------------------------------------------------------------------------------
 # the store
+
+
+def is_url(root) -> bool:
+    """A store root given as a URL (``s3://bucket/prefix``) rather than a local path."""
+    return isinstance(root, str) and "://" in root
 
 
 PublishHook = Callable[[str], None]
@@ -400,6 +415,9 @@ class Store:
     """
 
     def __init__(self, root: str | os.PathLike):
+        if is_url(root):  # Path("s3://b/p") would quietly be the local directory "s3:/b/p"
+            raise StoreError(f"{root}: builds are assembled in a local store; publish there, "
+                             "then `lokg store push LOCAL_STORE URL` (runtime/object_store.py)")
         self.root = Path(root)
 
     # -- paths

@@ -22,6 +22,7 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger("lokg.pins")
@@ -32,7 +33,9 @@ PIN_TTL_S = 300.0
 HEARTBEAT_S = 30.0
 
 _HOST = socket.gethostname().replace("-", "_")
-_held: set[Path] = set()
+#: What this process holds -> how to refresh its heartbeat (a file pin here; an object pin of a
+#: store on object storage, runtime/object_store.py).
+_held: dict[object, Callable[[], None]] = {}
 _held_lock = threading.Lock()
 _heartbeat: threading.Thread | None = None
 
@@ -44,7 +47,7 @@ def pins_dir(root: Path, build_id: str) -> Path:
 def pin(root: Path, build_id: str) -> Path | None:
     """Write a pin for ``build_id`` held by this process; None when the store is read-only
     (the reader still works, unprotected, and says so in the log)."""
-    path = pins_dir(root, build_id) / f"{_HOST}-{os.getpid()}-{secrets.token_hex(4)}"
+    path = pins_dir(root, build_id) / pin_name()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
@@ -52,18 +55,27 @@ def pin(root: Path, build_id: str) -> Path | None:
         log.warning("cannot pin build %s in %s (%s): retention may delete it while it is open",
                     build_id, root, exc)
         return None
-    with _held_lock:
-        _held.add(path)
-    _start_heartbeat()
+    hold(path, lambda: os.utime(path))
     return path
+
+
+def hold(handle, touch: Callable[[], None]) -> None:
+    """Call ``touch()`` every :data:`HEARTBEAT_S` until :func:`drop` (``handle``'s liveness)."""
+    with _held_lock:
+        _held[handle] = touch
+    _start_heartbeat()
+
+
+def drop(handle) -> None:
+    with _held_lock:
+        _held.pop(handle, None)
 
 
 def release(path: Path | None) -> None:
     """Remove a pin (idempotent; safe at interpreter exit)."""
     if path is None:
         return
-    with _held_lock:
-        _held.discard(path)
+    drop(path)
     try:
         path.unlink()
     except OSError:
@@ -85,15 +97,26 @@ def live_pins(root: Path, build_id: str, *, now: float | None = None) -> list[Pa
     return live
 
 
-def _is_live(path: Path, now: float) -> bool:
-    host, _, rest = path.name.partition("-")
+def pin_name() -> str:
+    """A new pin's name: ``<host>-<pid>-<token>``, so that the host can check the pid."""
+    return f"{_HOST}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def is_live(name: str, touched: Callable[[], float], now: float) -> bool:
+    """A pin named ``name`` is live: its pid runs (pins of this host) or ``touched()``, the
+    time of its last heartbeat, is within :data:`PIN_TTL_S` (FileNotFoundError: gone)."""
+    host, _, rest = name.partition("-")
     pid = rest.partition("-")[0]
     if host == _HOST and pid.isdigit():
         return _pid_alive(int(pid))
     try:
-        return now - path.stat().st_mtime < PIN_TTL_S
+        return now - touched() < PIN_TTL_S
     except FileNotFoundError:
         return False
+
+
+def _is_live(path: Path, now: float) -> bool:
+    return is_live(path.name, lambda: path.stat().st_mtime, now)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -119,9 +142,9 @@ def _beat() -> None:
     while True:
         time.sleep(HEARTBEAT_S)
         with _held_lock:
-            held = list(_held)
-        for path in held:
+            held = list(_held.values())
+        for touch in held:
             try:
-                os.utime(path)
-            except OSError:  # removed by hand or by a retention run that judged it stale
-                pass
+                touch()
+            except Exception:  # removed by hand or by a retention run that judged it stale,
+                log.debug("pin heartbeat failed", exc_info=True)  # or the store unreachable

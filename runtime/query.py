@@ -52,12 +52,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from runtime import ittc, pins, relknow, taimr
+from runtime import ittc, object_store, pins, relknow, taimr
 from runtime.answer import Answer
 from runtime.answers import (ANSWER_MAX_TOKENS, Prompt, build_prompt, choice_lines,
                              parse_answers, prompt_overhead)
 from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS, section
-from runtime.contract import Build, Store, StoreError
+from runtime.contract import Build, Store, StoreError, is_url
 from runtime.errors import LokgError
 from runtime.linker import (LINKER_FORMS_FILE, Link, Linker, normalise, surface_forms,
                             vector_fallback)
@@ -229,6 +229,25 @@ def _pinned_build(store: Store, build_id: str | None, verify: bool):
         raise
 
 
+def _opened_build(store_root: str | Path, build_id: str | None, verify: bool):
+    """The build to open and the pins that hold it. A store on object storage is first
+    synced into its local cache (runtime/object_store.py), which is then opened as a local
+    store; the object pin keeps the build from retention there too."""
+    if is_url(store_root):
+        cache, build_id, held = object_store.RemoteStore(str(store_root)).sync(
+            build_id, verify=verify)
+        try:
+            return cache.build(build_id, verify=False), held
+        except BaseException:
+            object_store.release(*held)
+            raise
+    root = Path(store_root)
+    if not root.is_dir():
+        raise StoreError(f"{root}: not a directory — not a LOKG store")
+    build, held = _pinned_build(Store(root), build_id, verify)
+    return build, [held]
+
+
 class Runtime:
     """A published build, opened once: tables in memory, vectors memory-mapped, LLMs cached."""
 
@@ -256,24 +275,22 @@ class Runtime:
 
         The pin (runtime/pins.py) keeps retention from deleting the build while this Runtime
         exists; :meth:`close` (or the Runtime's collection) releases it. Raises StoreError
-        (naming the file) for anything that is not a complete, intact build. ``settings``
-        override the ``query`` section of the config defaults.
+        (naming the file) for anything that is not a complete, intact build. An ``s3://``
+        ``store_root`` is served from its verified local cache (runtime/object_store.py).
+        ``settings`` override the ``query`` section of the config defaults.
         """
         started = time.perf_counter()
-        root = Path(store_root)
-        if not root.is_dir():
-            raise StoreError(f"{root}: not a directory — not a LOKG store")
         unknown = set(settings) - set(section({}, "query"))
         if unknown:
             raise QueryError(f"unknown runtime settings: {sorted(unknown)}")
-        build, held = _pinned_build(Store(root), build_id, verify)
+        build, held = _opened_build(store_root, build_id, verify)
         try:
             config = build.manifest.get("config") or {}
             runtime = cls(build, {**section(config, "query"), **settings}, 0.0)
         except BaseException:
-            pins.release(held)
+            object_store.release(*held)
             raise
-        runtime._release = weakref.finalize(runtime, pins.release, held)
+        runtime._release = weakref.finalize(runtime, object_store.release, *held)
         runtime.open_ms = (time.perf_counter() - started) * 1000.0
         return runtime
 

@@ -16,7 +16,9 @@ Why it is shaped this way:
   answers every item from the same build.
 * **Reload off the request path.** A watcher thread reads ``CURRENT`` every ``poll_interval``
   seconds (a tiny file; inotify does not work on every filesystem a store lives on). When the id
-  changes, that thread opens the build and verifies every checksum; only a build that opens
+  changes, that thread opens the build and verifies every checksum (a store on object storage:
+  ``CURRENT`` is an object, and opening downloads the build into the verified local cache of
+  runtime/object_store.py); only a build that opens
   cleanly is swapped in. A build that fails is logged, listed by ``/readyz`` and counted in the
   metrics, and the previous build keeps serving; it is retried only when ``CURRENT`` changes
   again. The first build is opened at start-up, before the worker accepts connections (with
@@ -72,7 +74,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from runtime import __version__
 from runtime.answer import Answer
 from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS
-from runtime.contract import Store, StoreError
+from runtime.contract import StoreError, is_url
+from runtime.object_store import open_store
 from runtime.llm import LLM, LLMError, available_backends, make_llm
 from runtime.query import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS, QueryError, Runtime
 
@@ -309,7 +312,7 @@ class Service:
 
     def __init__(self, settings: ServeSettings):
         self.settings = settings
-        self.store = Store(settings.store)
+        self.store = open_store(settings.store)
         self.runtime: Runtime | None = None
         self.loaded_at: str | None = None
         self.metrics = Metrics()
@@ -339,7 +342,7 @@ class Service:
             return
         log.info("CURRENT is %s; opening and verifying it", current)
         try:
-            runtime = Runtime.open(self.store.root, build_id=current, verify=True)
+            runtime = Runtime.open(self.settings.store, build_id=current, verify=True)
         except Exception as exc:  # any failure to open a build keeps the one being served
             log.error("build %s failed to load; still serving %s: %s", current,
                       self.runtime.build_id if self.runtime else "nothing", exc)
@@ -641,7 +644,7 @@ def _is_loopback(host: str) -> bool:
 @click.command("serve", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--store", "store_root", envvar="LOKG_STORE", default="lokg_store",
               show_default=True, type=click.Path(file_okay=False),
-              help="Store root (env LOKG_STORE).")
+              help="Store root: a directory or s3://bucket/prefix (env LOKG_STORE).")
 @click.option("--host", default=DEFAULT_HOST, show_default=True,
               help="Address to bind; anything but loopback needs LOKG_API_TOKEN.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
@@ -687,9 +690,9 @@ def serve_command(store_root: str, host: str, port: int, workers: int, poll_inte
     if not _is_loopback(host) and token is None and not allow_unauthenticated:
         raise click.UsageError(f"--host {host} is not a loopback address: set {TOKEN_ENV} to "
                                "require a bearer token, or pass --allow-unauthenticated")
-    store = Store(store_root)
     try:
-        if not store.root.is_dir():
+        store = open_store(store_root)
+        if not is_url(store_root) and not store.root.is_dir():
             raise StoreError(f"{store_root}: store root does not exist")
         if store.current_id() is None:
             raise StoreError(f"{store_root}: no published build (CURRENT missing)")
