@@ -94,6 +94,7 @@ def test_an_answer_cites_its_sources_and_offers_the_restored_sentence(built):
     assert cited and f"born in {city}" in cited[0]["sentence"] and cited[0]["chunk_id"]
 
 
+@pytest.mark.slow  # a second build (~3 min on 2 cores): the precomputed one covers the wiring
 def test_the_offline_extractor_builds_a_typed_store_that_cites(tmp_path, spark):
     """The default backend end to end: spaCy's types become the entity types (rule explicit)."""
     build, _ = build_corpus(tmp_path, "offline")
