@@ -139,7 +139,22 @@ class Linker:
                         seen.add(entity_id)
                         found.append((start, Link(entity_id, span, method, 1.0)))
         found.sort(key=lambda item: item[0])
-        return [link for _, link in found]
+        return named_first(question, [link for _, link in found])
+
+
+def _written_with_capitals(question: str, span: str) -> bool:
+    """The span, as the question writes it, has a capital letter or a digit ("Publix", "1990")."""
+    match = re.search(r"\W+".join(map(re.escape, span.split())), question, re.IGNORECASE)
+    return match is not None and any(c.isupper() or c.isdigit() for c in match.group(0))
+
+
+def named_first(question: str, links: list[Link]) -> list[Link]:
+    """Where the question writes some linked span as a name (capitals, digits), drop the links
+    of spans it writes in lower case: "the *country* where the Bubye River is found" names the
+    river, and "country" (an entity of graphs extracted from text) is only a common noun. A
+    question in lower case throughout (PathQuestion's) keeps every link."""
+    named = [link for link in links if _written_with_capitals(question, link.span)]
+    return named if named else links
 
 
 def vector_fallback(question: str, embed: Callable[[Sequence[str]], np.ndarray],
