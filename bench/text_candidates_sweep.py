@@ -1,0 +1,52 @@
+"""Context recall of LOKG's knowledge on a reading set as ``query.max_candidates`` grows (with
+and without restored sentences): how much of the budget the candidate set can fill.
+
+    python bench/text_candidates_sweep.py --store /tmp/mqs --dataset musique-openie \\
+        --candidates 20,60,150 --budgets 512,1024,2048
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from evaluation.metrics import contains_answer  # noqa: E402
+from evaluation.text_datasets import READING_SETS, load_reading_set  # noqa: E402
+from runtime.query import Runtime  # noqa: E402
+
+SHARED_DATA = Path(os.environ.get("LOKG_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+def recall(rt: Runtime, questions, budget: int, sentences: bool) -> float:
+    hits = 0
+    for q in questions:
+        answer = rt.ask(q.question, budget=budget, policy="lokg", source_sentences=sentences)
+        hits += contains_answer("".join(t["line"] for t in answer.triples), q.answers)
+    return hits / len(questions)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--dataset", required=True, choices=list(READING_SETS))
+    parser.add_argument("--data", type=Path, default=SHARED_DATA)
+    parser.add_argument("--candidates", default="20,60,150")
+    parser.add_argument("--budgets", default="512,1024,2048")
+    args = parser.parse_args()
+    questions = load_reading_set(args.dataset, args.data).dataset.questions
+    print("max_candidates  budget  lokg  lokg-tcr")
+    with Runtime.open(args.store) as rt:
+        for count in map(int, args.candidates.split(",")):
+            rt.settings = {**rt.settings, "max_candidates": count}
+            for budget in map(int, args.budgets.split(",")):
+                plain, restored = (recall(rt, questions, budget, s) for s in (False, True))
+                print(f"{count:14d}  {budget:6d}  {plain:.2f}  {restored:8.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
