@@ -8,6 +8,8 @@ module; the chain is linear, each stage after the one before it):
 * Spark stages (``spark_jobs.*``) — ``SparkSubmitOperator`` on the ``spark_default`` connection
   (master from the connection: ``local[2]`` embedded, ``spark://``, ``yarn``, ``k8s://``);
 * training stages (``training.*``) — ``python -m training.<stage>`` on the ``gpu`` queue and pool;
+* document stages (``text.*``: documents, triple_extract, triple_context) — ``python -m
+  text.<stage>`` on the default queue (for a dump of triples they write empty tables);
 * ``publish`` — ``lokg publish``: validate and publish atomically; with the ``publish_url``
   param (default ``LOKG_PUBLISH_URL``) also ``lokg store push`` the build to that object store
   (``s3://…``: files, manifest, then a conditional write of its CURRENT); then emit the store's
@@ -82,11 +84,13 @@ def plan(*, params=None, dag_run=None) -> dict:
     }
 
 
-def training_stage(stage: str, module: str):
-    """A non-Spark stage on the GPU queue: the module's ``stage_main`` in the project venv."""
+def python_stage(stage: str, module: str, *, gpu: bool):
+    """A non-Spark stage: the module's ``stage_main`` in the project venv, on the GPU queue and
+    pool for the training stages (the text stages take the default queue)."""
+    placement = {"queue": lc.GPU_QUEUE, "pool": lc.GPU_POOL} if gpu else {}
 
-    @task.bash(task_id=stage, queue=lc.GPU_QUEUE, pool=lc.GPU_POOL, cwd=str(lc.ROOT),
-               env=lc.STAGE_ENV, append_env=True, skip_on_exit_code=None)
+    @task.bash(task_id=stage, cwd=str(lc.ROOT), env=lc.STAGE_ENV, append_env=True,
+               skip_on_exit_code=None, **placement)
     def run_module(args: list[str]) -> str:
         return shlex.join([lc.PYTHON, "-m", module, *args])
 
@@ -157,7 +161,8 @@ def lokg_build():
         if stage.kind == "spark":
             tasks.append(spark_stage(stage.name, stage.module, planned["args"]))
         else:
-            tasks.append(training_stage(stage.name, stage.module)(planned["args"]))
+            tasks.append(python_stage(stage.name, stage.module,
+                                      gpu=stage.kind == "train")(planned["args"]))
     chain(planned, *tasks, publish(planned))
 
 

@@ -27,7 +27,8 @@ class Stage(NamedTuple):
 
     @property
     def kind(self) -> str:
-        return "spark" if self.package == "spark_jobs" else "train"
+        """How a task runs it: spark (spark-submit), train (python -m, GPU-capable), python."""
+        return {"spark_jobs": "spark", "training": "train"}.get(self.package, "python")
 
 
 STAGES: tuple[Stage, ...] = (
