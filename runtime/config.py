@@ -171,6 +171,9 @@ DEFAULTS: dict = {
     "query": {  # runtime/query.py; a build may carry its own values in its config
         "lambda_q": 1.0,  # weight of cos(enc(q), enc(a)) in S_final
         "max_candidates": 20,  # candidate answers whose best paths form the candidate set
+        # stores built from documents: the triples of this many chunks nearest the question
+        # (chunk_vectors.npy) join the candidate set; 0 = off
+        "passages": 3,
         "focus_candidates": 5,  # top candidates that get ITTC's λ_boost (with linked entities)
         "min_link_cosine": 0.5,  # vector fallback: nearest entity must reach this cosine
         # threads of the question encoder (numpy's BLAS or torch), process-wide; null = default
@@ -366,7 +369,8 @@ SCHEMA: dict = {
     },
     "publish": {"keep": integer(0)},  # previous builds kept; -1 would delete them all
     "query": {
-        "lambda_q": WEIGHT, "max_candidates": COUNT, "focus_candidates": integer(0),
+        "lambda_q": WEIGHT, "max_candidates": COUNT, "passages": integer(0),
+        "focus_candidates": integer(0),
         "min_link_cosine": number(-1, 1), "encoder_threads": THREADS,
         "encoder_backend": choice(*QUERY_BACKENDS), "relation_weight": WEIGHT,
         "chain_boost": BOOL, "cached_buckets": COUNT, "reader": choice(*READER_MODES),

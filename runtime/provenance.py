@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+import numpy as np
+
 from runtime.contract import Build
 
 Triple = tuple[int, int, int]
@@ -31,8 +33,11 @@ class Provenance:
             t = build.read("triple_context", columns=["s", "r", "o", "text"])
             self.sentence = dict(zip(zip(*(t[c].to_pylist() for c in "sro")),
                                      t["text"].to_pylist()))
+        self._passages: list[list[Triple]] = []  # chunk row -> the triples sourced there
+        self.chunk_vectors: np.ndarray | None = None
         if tables.get("triple_sources", {}).get("rows"):
             self._load_sources(build)
+            self._load_passages(build)
 
     def _load_sources(self, build: Build) -> None:
         t = build.read("triple_sources")
@@ -43,6 +48,33 @@ class Provenance:
         sent = build.read("sentences", columns=["sentence_id", "doc_id", "text"])
         self._sentences = {sid: (doc, text) for sid, doc, text in
                            zip(*(sent[c].to_pylist() for c in sent.column_names))}
+
+    def _load_passages(self, build: Build) -> None:
+        """The chunk vectors (memory-mapped) and, per chunk row, the triples it sourced."""
+        path = build.path / "chunk_vectors.npy"
+        if not path.is_file():
+            return
+        vectors = np.load(path, mmap_mode="r")
+        chunks = build.read("chunks", columns=["chunk_id"]).column("chunk_id").to_pylist()
+        if vectors.ndim != 2 or len(vectors) != len(chunks):
+            return
+        row = {chunk: i for i, chunk in enumerate(chunks)}
+        self._passages = [[] for _ in chunks]
+        for triple, sources in self._sources.items():
+            for chunk, _ in sources:
+                if chunk in row and triple not in self._passages[row[chunk]][-1:]:
+                    self._passages[row[chunk]].append(triple)
+        self.chunk_vectors = vectors
+
+    def passage_triples(self, question: np.ndarray, passages: int) -> list[Triple]:
+        """The triples sourced in the ``passages`` chunks most similar to the question vector
+        (the same encoder embedded both), best chunk first, each triple once."""
+        if self.chunk_vectors is None or passages <= 0 or question.shape[-1] != \
+                self.chunk_vectors.shape[1]:
+            return []
+        scores = self.chunk_vectors @ np.asarray(question, np.float32).reshape(-1)
+        top = np.argsort(-scores, kind="stable")[:passages]
+        return list(dict.fromkeys(t for i in top.tolist() for t in self._passages[i]))
 
     def __bool__(self) -> bool:
         return bool(self.sentence or self._sources)

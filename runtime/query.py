@@ -687,7 +687,9 @@ class Runtime:
                   plan: RelationPlan) -> _Retrieval:
         """The candidate answers and the candidate set: the derived chain's facts and endpoints
         (compact), the linked entities' 1-hop triples (neighbourhood), or the triples of the
-        top candidates' best paths (taimr, similarity); then the boosted chain facts."""
+        top candidates' best paths (taimr, similarity); then the boosted chain facts and, in a
+        store built from documents, the triples of the ``query.passages`` chunks nearest the
+        question (dense passage retrieval seeds what the paths from the links cannot reach)."""
         semantic, sources = q_vec is not None, {}
         if plan.compact:
             d = plan.assessment.derivation
@@ -704,9 +706,12 @@ class Runtime:
                 for t in c.triples:
                     first.setdefault(t, c.s_final)
             triples, scores = list(first), list(first.values())
-        if triples and plan.boosted:
+        extra = list(plan.boosted) if triples else []
+        if q_vec is not None and not plan.compact and req.retrieval != "neighbourhood":
+            extra += self.provenance.passage_triples(q_vec, int(self.settings["passages"]))
+        if triples and extra:
             present = set(triples)
-            extra = [f for f in plan.boosted if f not in present]
+            extra = [f for f in dict.fromkeys(extra) if f not in present]
             triples, scores = triples + extra, scores + [min(scores)] * len(extra)
         return _Retrieval(candidates, triples, scores, sources, semantic)
 

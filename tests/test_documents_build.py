@@ -108,3 +108,20 @@ def test_the_offline_extractor_builds_a_typed_store_that_cites(tmp_path, spark):
         answer = rt.ask(f"Where was {person} born?", budget=1024, policy="lokg")
     assert city in [c["name"] for c in answer.candidates]
     assert any(c["title"] == person and "born in" in c["sentence"] for c in answer.citations)
+
+
+def test_passage_seeds_are_the_triples_of_the_nearest_chunks(built):
+    build, _ = built
+    chunks = build.read("chunks", columns=["chunk_id"]).column("chunk_id").to_pylist()
+    sources = build.read("triple_sources").to_pylist()
+    with Runtime.open(build.root) as rt:
+        vectors = rt.provenance.chunk_vectors
+        for row in (0, len(CITIES) + 3):  # a city's article, a person's
+            expected = {(r["s"], r["r"], r["o"]) for r in sources if r["chunk_id"] == chunks[row]}
+            assert expected and set(rt.provenance.passage_triples(vectors[row], 1)) == expected
+        assert rt.provenance.passage_triples(vectors[0], 0) == []
+        rt.settings = {**rt.settings, "passages": 0}
+        alone = rt.ask(f"Where was {PEOPLE[4]} born?", budget=4096, policy="lokg")
+        rt.settings = {**rt.settings, "passages": 3}
+        seeded = rt.ask(f"Where was {PEOPLE[4]} born?", budget=4096, policy="lokg")
+    assert {(t["s"], t["o"]) for t in alone.triples} < {(t["s"], t["o"]) for t in seeded.triples}
