@@ -92,6 +92,8 @@ def collect_inputs(store: Store, build_id: str, dump: str | None, name: str) -> 
         producer = made.get(artefact)
         if producer is None:
             raise BuildError(f"stage '{name}' reads '{artefact}', which no earlier stage makes")
+        if artefact in spec.optional and not _recorded(store, build_id, producer):
+            continue  # optional: passed when an earlier stage made it, and that one has not run
         if producer not in records:
             records[producer] = _record(store, build_id, producer, needed_by=name)
         outputs = records[producer]["outputs"]
@@ -101,6 +103,10 @@ def collect_inputs(store: Store, build_id: str, dump: str | None, name: str) -> 
             raise BuildError(f"stage '{name}' needs '{artefact}' from stage '{producer}', whose "
                              f"record lists only {sorted(outputs)}")
     return inputs
+
+
+def _recorded(store: Store, build_id: str, producer: str) -> bool:
+    return (store.staging_dir(build_id) / producer / STAGE_RECORD).is_file()
 
 
 def _record(store: Store, build_id: str, producer: str, *, needed_by: str) -> dict:

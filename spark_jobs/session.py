@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -22,23 +24,37 @@ def get_spark(config: dict, app_name: str = "lokg") -> SparkSession:
     if active is not None:
         return active
     apply_defaults()  # before the context exists: it fixes the workers' Python at creation
-    os.environ.setdefault("SPARK_CONF_DIR", str(CONF_DIR))  # read when the JVM starts
     spark_cfg = config.get("spark", {})
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
         builder = builder.master(os.environ.get("LOKG_SPARK_MASTER", spark_cfg.get("master", "local[2]")))
         builder = builder.config("spark.driver.memory", spark_cfg.get("driver_memory", "4g"))
-    session = (
+    builder = (
         builder.config("spark.sql.shuffle.partitions", str(spark_cfg.get("shuffle_partitions", 8)))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    with _quiet_conf_dir():
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel(spark_cfg.get("log_level", "ERROR"))
     if session.sparkContext.master.startswith("local"):
         _quiet_task_failures(session)
     return session
+
+
+@contextmanager
+def _quiet_conf_dir() -> Iterator[None]:
+    """``SPARK_CONF_DIR`` = CONF_DIR while the JVM starts (a user's own wins), then as it was:
+    processes this one starts later (a standalone cluster's daemons) keep Spark's defaults."""
+    if "SPARK_CONF_DIR" in os.environ:
+        yield
+        return
+    os.environ["SPARK_CONF_DIR"] = str(CONF_DIR)
+    try:
+        yield
+    finally:
+        os.environ.pop("SPARK_CONF_DIR", None)
 
 
 def _quiet_task_failures(session: SparkSession) -> None:
