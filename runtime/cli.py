@@ -170,12 +170,20 @@ def store_pull(url: str, local_dir: str, build_id: str | None) -> None:
 
 #: The figures of each stage's report worth a line in a build summary.
 SUMMARY_KEYS = {
+    "documents": ("format", "documents", "chunks", "rejected"),
+    "triple_extract": ("backend", "triples", "failed_chunks", "cost"),
     "ingest": ("format", "lines", "malformed", "entities", "relations", "triples"),
     "entity_types": ("rule", "typed_entities", "distinct_types"),
     "transe": ("device", "epochs", "final_loss"),
     "relation_stats": ("candidate_pairs",),
     "scos_merge": ("R0", "R_star", "rho_hat", "L_info"),
-}
+    "node_gain": (),
+    "entity_encode": ("entities", "device"),
+    "triple_context": ("triple_sources", "restored", "head_in_a_source"),
+    "gat": (),
+    "path_cache": (),
+    "relation_knowledge": (),
+}  # in stage order (the summary lists stages so)
 
 
 def render_summary(built: Build) -> str:
