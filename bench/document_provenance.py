@@ -21,9 +21,9 @@ from text.triple_context import head_check  # noqa: E402
 
 def provenance(store: str, shown: int) -> dict:
     build = Store(store).build()
-    paths = {t: str(build.table_path(t)) for t in ("chunks", "documents", "entities")}
-    sources = build.read("triple_sources")
-    report = head_check(sources, paths, shown=shown)
+    report = head_check(build.read("triple_sources"), build.read("chunks"),
+                        build.read("documents"), build.read("entities", ["name", "aliases"]),
+                        shown=shown)
     names = build.read("entities", columns=["name"]).column("name").to_pylist()
     relations = dict(zip(*(build.read("relations").column(c).to_pylist() for c in ("id", "name"))))
     report["head_exceptions"] = [[names[s], relations[r], names[o]]

@@ -109,8 +109,13 @@ def score(predicted: Sequence[str], gold: Iterable[str]) -> Scores:
     h1 = 1.0 if ranked[0] in gold_set else 0.0
     if common == 0:
         return Scores(h1, 0.0, 0.0)
-    precision, recall = common / len(pred_set), common / len(gold_set)
-    return Scores(h1, 1.0, 2 * precision * recall / (precision + recall))
+    return Scores(h1, 1.0, _f1(common, len(pred_set), len(gold_set)))
+
+
+def _f1(common: int, predicted: int, gold: int) -> float:
+    """The harmonic mean of precision common/predicted and recall common/gold (common > 0)."""
+    precision, recall = common / predicted, common / gold
+    return 2 * precision * recall / (precision + recall)
 
 
 def squad_normalise(text: str) -> str:
@@ -124,10 +129,7 @@ def squad_normalise(text: str) -> str:
 def _token_f1(predicted: str, gold: str) -> float:
     pred, ref = predicted.split(), gold.split()
     common = sum((Counter(pred) & Counter(ref)).values())
-    if common == 0:
-        return 0.0
-    precision, recall = common / len(pred), common / len(ref)
-    return 2 * precision * recall / (precision + recall)
+    return _f1(common, len(pred), len(ref)) if common else 0.0
 
 
 @dataclass(frozen=True)

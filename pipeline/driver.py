@@ -105,12 +105,16 @@ def collect_inputs(store: Store, build_id: str, dump: str | None, name: str) -> 
     return inputs
 
 
+def _record_path(store: Store, build_id: str, producer: str) -> Path:
+    return store.staging_dir(build_id) / producer / STAGE_RECORD
+
+
 def _recorded(store: Store, build_id: str, producer: str) -> bool:
-    return (store.staging_dir(build_id) / producer / STAGE_RECORD).is_file()
+    return _record_path(store, build_id, producer).is_file()
 
 
 def _record(store: Store, build_id: str, producer: str, *, needed_by: str) -> dict:
-    path = store.staging_dir(build_id) / producer / STAGE_RECORD
+    path = _record_path(store, build_id, producer)
     if not path.is_file():
         raise BuildError(f"stage '{needed_by}' needs stage '{producer}' first: {path} missing")
     return json.loads(path.read_text())
@@ -198,7 +202,7 @@ def stage_records(store: Store, build_id: str) -> dict[str, dict]:
     """The records of the stages of a build staged so far, in stage order."""
     records = {}
     for name in STAGE_NAMES:
-        path = store.staging_dir(build_id) / name / STAGE_RECORD
+        path = _record_path(store, build_id, name)
         if path.is_file():
             records[name] = json.loads(path.read_text())
     return records

@@ -76,9 +76,6 @@ class Provenance:
         top = np.argsort(-scores, kind="stable")[:passages]
         return list(dict.fromkeys(t for i in top.tolist() for t in self._passages[i]))
 
-    def __bool__(self) -> bool:
-        return bool(self.sentence or self._sources)
-
     def citations(self, used: Iterable[tuple[Triple, str]]) -> list[dict]:
         """The sources of the used triples (``(ids, rendered line)``), in their order."""
         out = []

@@ -936,7 +936,7 @@ class Runtime:
             candidates=[c.to_dict() for c in found.candidates[:10]],
             citations=self.provenance.citations(
                 (t, e.line) for t, e in zip(found.triples, enc.triples)
-                if e.granularity is not None) if self.provenance else [],
+                if e.granularity is not None),
             encoding={"mode": enc.mode, "order": list(enc.order), "dropped": enc.dropped,
                       "total_value": enc.total_value, "semantic": found.semantic,
                       "paths": found.sources, "solve_ms": enc.solve_ms},

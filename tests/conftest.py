@@ -38,3 +38,13 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared benchmark data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture
+def server():
+    """A scripted OpenAI-compatible HTTP server on loopback (tests/helpers.py FakeServer)."""
+    from tests.helpers import FakeServer
+
+    srv = FakeServer()
+    yield srv
+    srv.close()

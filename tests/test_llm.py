@@ -25,17 +25,10 @@ from runtime.llm import (
 from runtime.llm.none import NoLLM
 from runtime.llm.openai import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, OpenAICompatible
 from runtime.tokens import count_tokens
-from tests.helpers import FakeServer, ok_body
+from tests.helpers import ok_body
 
 SLACK = 0.5  # seconds of scheduling slack on a loaded 2-core machine
 SECRET = "sk-test-0123456789abcdef"
-
-
-@pytest.fixture
-def server():
-    srv = FakeServer()
-    yield srv
-    srv.close()
 
 
 @pytest.fixture(autouse=True)

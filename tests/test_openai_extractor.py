@@ -13,7 +13,7 @@ import pytest
 from pipeline.stage import StageError
 from runtime.config import DEFAULTS
 from runtime.llm.openai import ENV_API_KEY
-from tests.helpers import FakeServer, ok_body
+from tests.helpers import ok_body
 from text.extractors import ChunkExtractionError, make_extractor
 from text.openai_extractor import (
     SYSTEM_PROMPT,
@@ -32,13 +32,6 @@ GOOD = {
     ],
     "triples": [["Lothair II", "son of", "Ermengarde of Tours"], ["Lothair II", "born in", "835"]],
 }
-
-
-@pytest.fixture
-def server():
-    srv = FakeServer()
-    yield srv
-    srv.close()
 
 
 @pytest.fixture(autouse=True)

@@ -19,9 +19,13 @@ the file, the line or record number and the reason: the caller quarantines it an
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pyarrow as pa
+
+from runtime.contract import TABLE_SCHEMAS, write_table
 
 DOCUMENT_SUFFIXES = (".json", ".jsonl", ".txt", ".md")
 CORPUS_FILES = ("corpus.json", "corpus.jsonl")
@@ -135,6 +139,15 @@ class Reader:
         given = record.get("id", record.get("idx"))
         yield Document(str(title).strip() if title is not None else "", text, where, spans,
                        None if given is None else str(given))
+
+
+def write_quarantine(rejected: Iterable[Rejected], path: Path) -> None:
+    """What a text stage could not use, as a contract ``quarantine`` table (file, line,
+    reason, text)."""
+    rows = list(rejected)
+    columns = {name: [getattr(r, name) for r in rows]
+               for name in ("file", "line", "reason", "text")}
+    write_table("quarantine", pa.table(columns, schema=TABLE_SCHEMAS["quarantine"]), path)
 
 
 def looks_like_documents(dump: Path) -> bool:

@@ -16,8 +16,9 @@ import pyarrow as pa
 from pipeline.stage import Laps, StageError, checked_section, stage_input
 from runtime.config import section
 from runtime.contract import TABLE_SCHEMAS, write_table
+from runtime.tokens import count_tokens
 from text.chunking import chunk_document, content_id
-from text.corpus import Document, Reader, build_format
+from text.corpus import Document, Reader, build_format, write_quarantine
 
 STAGE = "documents"
 TABLES = ("documents", "chunks", "sentences")
@@ -48,7 +49,7 @@ def _add_chunks(rows: dict, doc_id: str, doc: Document, max_tokens: int, overlap
         text = doc.text[start:end]
         chunk_id = content_id(doc_id, start, text)
         _append(rows["chunks"], chunk_id=chunk_id, doc_id=doc_id, ordinal=ordinal, start=start,
-                end=end, tokens=_tokens(text), text=text)
+                end=end, tokens=count_tokens(text), text=text)
         for i in range(first, stop):
             first_chunk.setdefault(i, chunk_id)
     for i, (start, end) in enumerate(sentences):
@@ -57,22 +58,9 @@ def _add_chunks(rows: dict, doc_id: str, doc: Document, max_tokens: int, overlap
                 text=doc.text[start:end])
 
 
-def _tokens(text: str) -> int:
-    from runtime.tokens import count_tokens
-
-    return count_tokens(text)
-
-
 def _append(columns: dict, **values) -> None:
     for key, value in values.items():
         columns[key].append(value)
-
-
-def _quarantine(reader: Reader, path: Path) -> None:
-    rows = {"file": [r.file for r in reader.rejected], "line": [r.line for r in reader.rejected],
-            "reason": [r.reason for r in reader.rejected],
-            "text": [r.text for r in reader.rejected]}
-    write_table("quarantine", pa.table(rows, schema=TABLE_SCHEMAS["quarantine"]), path)
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
@@ -89,7 +77,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     n_docs = len(rows["documents"]["doc_id"])
     lap("read_and_chunk")
     if fmt == "docs" and n_docs == 0:
-        _quarantine(reader, out / "document_quarantine.parquet")
+        write_quarantine(reader.rejected, out / "document_quarantine.parquet")
         raise StageError(f"documents: no readable document in {dump} ({len(reader.rejected)} "
                          f"rejected; see {out / 'document_quarantine.parquet'})",
                          kept=[out / "document_quarantine.parquet"])
@@ -97,7 +85,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     for name in TABLES:
         write_table(name, pa.table(rows[name], schema=TABLE_SCHEMAS[name]), paths[name])
     paths["document_quarantine"] = out / "document_quarantine.parquet"
-    _quarantine(reader, paths["document_quarantine"])
+    write_quarantine(reader.rejected, paths["document_quarantine"])
     lap("write")
     reasons: dict[str, int] = {}
     for r in reader.rejected:

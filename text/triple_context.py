@@ -33,17 +33,16 @@ from text.chunking import content_id, split_sentences
 STAGE = "triple_context"
 
 
-def canonical_sources(inputs: Mapping[str, str]) -> pa.Table:
-    """``extraction_sources`` (keys, phrases) as rows of canonical triple ids."""
+def canonical_sources(inputs: Mapping[str, str], triples: np.ndarray) -> pa.Table:
+    """``extraction_sources`` (keys, phrases) as rows of the canonical ``triples``' ids."""
     raw = _read(inputs, "extraction_sources")
     if raw.num_rows == 0:
-        return pa.table({c: pa.array([], f.type) for c, f in
-                         zip(TABLE_SCHEMAS["triple_sources"].names, TABLE_SCHEMAS["triple_sources"])})
+        return TABLE_SCHEMAS["triple_sources"].empty_table()
     entities = read_table(stage_input(inputs, STAGE, "entities"), columns=["id", "key"])
     rmap = read_table(stage_input(inputs, STAGE, "relation_map"), columns=["name", "canonical_id"])
     ids = dict(zip(entities["key"].to_pylist(), entities["id"].to_pylist()))
     canon = dict(zip(rmap["name"].to_pylist(), rmap["canonical_id"].to_pylist()))
-    kept = set(map(tuple, _triples(inputs).tolist()))
+    kept = set(map(tuple, triples.tolist()))
     rows, seen = {c: [] for c in TABLE_SCHEMAS["triple_sources"].names}, set()
     for s_key, rel, o_key, chunk, sentence in zip(*(raw[c].to_pylist() for c in raw.column_names)):
         key = (ids.get(s_key), canon.get(rel), ids.get(o_key), chunk, sentence)
@@ -69,9 +68,9 @@ class Candidates:
     """Candidate sentences (id, text) per triple: its own sources, then its entities' chunks,
     then its entities' description sentences."""
 
-    def __init__(self, inputs: Mapping[str, str], sources: pa.Table, descriptions: bool):
+    def __init__(self, inputs: Mapping[str, str], chunks: pa.Table, sources: pa.Table,
+                 descriptions: bool):
         sentences = _read(inputs, "sentences")
-        chunks = _read(inputs, "chunks")
         self.text = dict(zip(sentences["sentence_id"].to_pylist(), sentences["text"].to_pylist()))
         self.in_chunk = _sentences_by_chunk(chunks, sentences)
         self.own: dict[tuple, list] = defaultdict(list)
@@ -117,15 +116,13 @@ def _sentences_by_chunk(chunks: pa.Table, sentences: pa.Table) -> dict[str, list
                                              for c in ("chunk_id", "doc_id", "start", "end")))}
 
 
-def head_check(sources: pa.Table, inputs: Mapping[str, str], shown: int = 20) -> dict:
+def head_check(sources: pa.Table, chunks: pa.Table, documents: pa.Table, entities: pa.Table,
+               shown: int = 20) -> dict:
     """How many triples have a source passage (its document's title and the chunk's text)
     holding their head's name or an alias, case-insensitive, and the first exceptions."""
-    chunks = _read(inputs, "chunks")
-    docs = _read(inputs, "documents")
-    titles = dict(zip(docs["doc_id"].to_pylist(), docs["title"].to_pylist()))
+    titles = dict(zip(documents["doc_id"].to_pylist(), documents["title"].to_pylist()))
     text = {c: f"{titles.get(d, '')}\n{t}".lower() for c, d, t in
             zip(*(chunks[k].to_pylist() for k in ("chunk_id", "doc_id", "text")))}
-    entities = read_table(stage_input(inputs, STAGE, "entities"), columns=["name", "aliases"])
     forms = [[f.lower() for f in (name, *(aliases or ()))] for name, aliases in
              zip(entities["name"].to_pylist(), entities["aliases"].to_pylist())]
     held: dict[tuple, bool] = {}
@@ -208,24 +205,25 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     paths = {"triple_sources": out / "triple_sources.parquet",
              "triple_context": out / "triple_context.parquet",
              "chunk_vectors": out / "chunk_vectors.npy"}
-    sources = canonical_sources(inputs)
+    triples = _triples(inputs)
+    sources = canonical_sources(inputs, triples)
     write_table("triple_sources", sources, paths["triple_sources"])
     chunks = _read(inputs, "chunks")
     restoring = _enabled(cfg["enabled"], chunks.num_rows > 0)
     lap("sources")
+    entities = read_table(stage_input(inputs, STAGE, "entities"), columns=["name", "aliases"])
     report: dict = {"enabled": restoring, "triple_sources": sources.num_rows,
-                    "chunks": chunks.num_rows, **head_check(sources, inputs)}
-    context = pa.table({c: pa.array([], f.type) for c, f in
-                        zip(TABLE_SCHEMAS["triple_context"].names, TABLE_SCHEMAS["triple_context"])})
+                    "chunks": chunks.num_rows,
+                    **head_check(sources, chunks, _read(inputs, "documents"), entities)}
+    context = TABLE_SCHEMAS["triple_context"].empty_table()
     vectors = np.zeros((0, 0), np.float32)
     if restoring or chunks.num_rows:
         with torch_threads(cfg.get("threads")):
             encoder = _encoder(inputs, cfg)
             lap("load_model")
-            if restoring:
-                triples = _triples(inputs)
-                candidates = Candidates(inputs, sources, descriptions=cfg["enabled"] == "on"
-                                        or chunks.num_rows == 0)
+            if restoring:  # entity descriptions as sources only when asked for (mode on)
+                candidates = Candidates(inputs, chunks, sources,
+                                        descriptions=cfg["enabled"] == "on")
                 context, counts = restore(triples, templates(inputs, triples), candidates,
                                           encoder, cfg)
                 report.update(counts)

@@ -32,9 +32,9 @@ import pyarrow.parquet as pq
 
 from pipeline.stage import Laps, StageError, checked_section, stage_input
 from runtime.config import section
-from runtime.contract import TABLE_SCHEMAS, read_table, write_table
+from runtime.contract import read_table
 from text.chunking import content_id
-from text.corpus import build_format
+from text.corpus import SNIPPET, Rejected, build_format, write_quarantine
 from text.extractors import ChunkExtractionError, make_extractor
 
 STAGE = "triple_extract"
@@ -289,13 +289,11 @@ def _chunk_rows(inputs: Mapping[str, str]) -> tuple[list[dict], dict, dict, dict
     return chunks, by_chunk, doc_sentences, {d["doc_id"]: d["title"] for d in documents}
 
 
-def _write_quarantine(failed: list[tuple[dict, str]], titles: Mapping[str, str],
-                      path: Path) -> None:
-    rows = {"file": [f"chunk {c['chunk_id']} of '{titles.get(c['doc_id'], '')}'" for c, _ in failed],
-            "line": [int(c["ordinal"]) + 1 for c, _ in failed],
-            "reason": [reason for _, reason in failed],
-            "text": [c["text"][:200] for c, _ in failed]}
-    write_table("quarantine", pa.table(rows, schema=TABLE_SCHEMAS["quarantine"]), path)
+def _rejected(failed: list[tuple[dict, str]], titles: Mapping[str, str]) -> list[Rejected]:
+    """Failed chunks as quarantine records: file = the chunk and its document, line = its
+    ordinal + 1."""
+    return [Rejected(f"chunk {c['chunk_id']} of '{titles.get(c['doc_id'], '')}'",
+                     int(c["ordinal"]) + 1, reason, c["text"][:SNIPPET]) for c, reason in failed]
 
 
 def _extract(cfg: Mapping, dump: Path, out: Path, inputs: Mapping,
@@ -331,7 +329,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                              else ({"skipped": "the dump holds triples, not documents"},
                                    Usage(), {}))
     lap("extract")
-    _write_quarantine(usage.failed, titles, paths["extraction_quarantine"])
+    write_quarantine(_rejected(usage.failed, titles), paths["extraction_quarantine"])
     n_chunks = report.get("chunks", 0)
     if docs and n_chunks and len(usage.failed) > float(cfg["max_failed_share"]) * n_chunks:
         first = usage.failed[0][1]
