@@ -626,12 +626,16 @@ class Runtime:
         """Answer.route as the plan leaves it: the prediction, the derivation, the gate."""
         pred, d, cons = assessment.prediction, assessment.derivation, assessment.consistency
         name = self._relation_name
+
+        def hops(chain):
+            return [relknow.hop_name(h, name, self.n_relations) for h in chain]
+
         return {
             "source": ("derived" if passed else "abstain" if policy == "precision" else None),
             "reason": reason, "predictor": pred.source, "encoder": self._encoder_error,
-            "chain": [name(r) for r in pred.chain] if pred.chain else None,
+            "chain": hops(pred.chain) if pred.chain else None,
             "vote_share": round(pred.share, 6), "vote_support": round(pred.support, 6),
-            "votes": [{"chain": [name(r) for r in v.chain], "weight": round(v.weight, 6),
+            "votes": [{"chain": hops(v.chain), "weight": round(v.weight, 6),
                        "derivable": v.derivable} for v in pred.votes[:5]],
             "named_relations": sorted(name(r) for r in pred.named),
             "derivable": bool(d is not None and d.derivable),

@@ -35,9 +35,18 @@ The pieces:
 * **Zero-shot fallback** (a store fitted without labelled questions): question spans are
   matched to relation names by the encoder (cosine ≥ θ_zs), and the named relations are
   ordered the same way.
+* **Inverse hops.** A chain hop walks a relation forward (subject → object) or backwards
+  (object → subject, written ``~name``: "which films did X direct" is ``~directed_by``);
+  chains learned from gold paths keep their directions, and the span predictors try
+  backward hops when no chain with fewer of them instantiates. A sharing word ("films that
+  share the director of X") makes the round trip r, ~r a candidate.
+* **Relation names as words** whatever the naming scheme (``/a/b/c``, ``a.b.c``,
+  ``__a__b__c``, camel case, plain words; :func:`relation_texts`): what the zero-shot matcher
+  embeds.
 * **Derivation.** The chain is followed from the topic entities over the store's triples
-  (relational composition, forward edges); the facts on walks that reach an endpoint form the
-  compact context, the endpoints — ranked by how many walks reach them — the derived answer.
+  (relational composition, either direction); the facts on walks that reach an endpoint form
+  the compact context, the endpoints — ranked by how many walks reach them — the derived
+  answer (after a round trip, without the topic itself).
 * **Checks.** Derivability (≥ 1 endpoint). Consistency: a *functional* relation (≤ 1 object per
   subject on all but a ``tolerance`` share of its subjects, learned from the KG) with two values
   for one subject, or two facts joining the same two entities whose relations are *exclusive*
@@ -55,6 +64,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -78,6 +89,16 @@ MAX_SPAN_WORDS = 4
 MAX_ZERO_SHOT_HOPS = 3
 #: Cosines this close to a span's best relation are a tie (names that embed alike).
 ZERO_SHOT_TIE = 1e-5
+#: Names of one segment sharing leading words with this many others lose those words.
+SHARED_PREFIX_NAMES = 3
+_SEGMENT_SPLIT = re.compile(r"[./]+|__+")
+_CAMEL_SPLIT = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+#: Marks a chain hop walked from object to subject (``~film.film.directed_by``).
+INVERSE_PREFIX = "~"
+#: Words that make a question ask for what shares something with its topic ("films that
+#: share the director of X", "who co-starred with X"): a round trip out and back.
+SHARING_WORDS = frozenset({"same", "share", "shares", "shared", "sharing", "co", "also",
+                           "fellow", "together"})
 
 Triple = tuple[int, int, int]
 
@@ -90,10 +111,38 @@ class RelknowError(LokgError, ValueError):
 # text
 
 
+def relation_segments(name: str) -> list[list[str]]:
+    """A relation name as lower-case words per segment, whatever its naming scheme:
+    ``/film/film/directed_by``, ``film.film.directed_by``, ``__film__film__directed_by``
+    (segments), ``filmFilmDirectedBy`` or ``directed_by`` (one segment)."""
+    segments = [seg for seg in _SEGMENT_SPLIT.split(name) if seg.strip("_- ")]
+    out = []
+    for seg in segments or [name]:
+        words = _CAMEL_SPLIT.sub(" ", seg).replace("_", " ").replace("-", " ").lower().split()
+        out.append(words or [seg])
+    return out
+
+
 def relation_text(name: str) -> str:
-    """The words of a relation name: last segment of ``/a/b/c`` or ``a.b.c``, ``_`` → space."""
-    last = name.replace("/", ".").strip(".").rsplit(".", 1)[-1]
-    return " ".join(last.replace("_", " ").split()) or name
+    """The words of a relation name: its last segment (``…/place_of_birth`` → "place of
+    birth"), camel case split."""
+    return " ".join(relation_segments(name)[-1])
+
+
+def relation_texts(names: Sequence[str]) -> list[str]:
+    """:func:`relation_text` of every relation of a store, and for names of one segment the
+    leading words shared by at least :data:`SHARED_PREFIX_NAMES` names dropped (domain words
+    that a scheme without separators keeps: ``filmFilmDirectedBy`` → "directed by",
+    ``has_genre`` → "genre")."""
+    segments = [relation_segments(n) for n in names]
+    single = [seg[0] if len(seg) == 1 else None for seg in segments]
+    prefixes = Counter(tuple(w[:i]) for w in single if w for i in range(1, len(w)))
+    out = []
+    for seg, w in zip(segments, single):
+        cut = max((i for i in range(1, len(w)) if prefixes[tuple(w[:i])] >= SHARED_PREFIX_NAMES),
+                  default=0) if w else 0
+        out.append(" ".join(seg[-1][cut:]))
+    return out
 
 
 def mask_topic(question: str, forms: Iterable[str]) -> str:
@@ -146,48 +195,95 @@ def question_spans(masked: str, max_words: int = MAX_SPAN_WORDS) -> list[tuple[i
 
 
 class Facts:
-    """The store's triples sorted by (subject, relation, object): the objects of (s, r) are one
-    ``searchsorted`` range, so derivation and checks never scan the graph."""
+    """The store's triples indexed by (subject, hop, object) for both walking directions: hop
+    ``r`` follows relation r forward, hop ``r + n_relations`` (:func:`inverse_hop`) walks it
+    from object to subject ("which films did X direct" walks ``directed_by`` backwards). The
+    objects of (s, hop) are one ``searchsorted`` range, so derivation and checks never scan
+    the graph."""
 
     def __init__(self, s, r, o, n_relations: int):
         s, r, o = (np.asarray(x, dtype=np.int64) for x in (s, r, o))
         if not len(s) == len(r) == len(o):
             raise RelknowError("facts: columns s, r, o differ in length")
         self.n_relations = int(max(n_relations, int(r.max()) + 1 if len(r) else 1))
-        key = s * self.n_relations + r
-        order = np.lexsort((o, key))
-        self.key, self.obj = key[order], o[order]
+        self.width = 2 * self.n_relations  # hop ids: forward relations, then their inverses
+        key = np.concatenate([s * self.width + r, o * self.width + r + self.n_relations])
+        obj = np.concatenate([o, s])
+        order = np.lexsort((obj, key))
+        self.key, self.obj = key[order], obj[order]
+        self.n_facts = len(s)
 
     def __len__(self) -> int:
-        return len(self.key)
+        return self.n_facts
 
-    def _range(self, subject: int, relation: int) -> tuple[int, int]:
-        k = int(subject) * self.n_relations + int(relation)
+    def _range(self, subject: int, hop: int) -> tuple[int, int]:
+        k = int(subject) * self.width + int(hop)
         return (int(np.searchsorted(self.key, k, "left")),
                 int(np.searchsorted(self.key, k, "right")))
 
-    def objects(self, subject: int, relation: int) -> np.ndarray:
-        lo, hi = self._range(subject, relation)
+    def objects(self, subject: int, hop: int) -> np.ndarray:
+        lo, hi = self._range(subject, hop)
         return self.obj[lo:hi]
 
-    def step(self, subjects: np.ndarray, relation: int) -> tuple[np.ndarray, np.ndarray]:
-        """For subjects (an array): (index of the subject, object) of every fact (s, r, ·)."""
-        k = subjects.astype(np.int64) * self.n_relations + int(relation)
+    def step(self, subjects: np.ndarray, hop: int) -> tuple[np.ndarray, np.ndarray]:
+        """For subjects (an array): (index of the subject, entity reached) of every step along
+        ``hop`` (a forward fact (s, r, ·), or for an inverse hop a fact (·, r, s))."""
+        k = subjects.astype(np.int64) * self.width + int(hop)
         lo, hi = np.searchsorted(self.key, k, "left"), np.searchsorted(self.key, k, "right")
         sizes = hi - lo
         parent = np.repeat(np.arange(len(subjects)), sizes)
         pos = np.repeat(lo - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
         return parent, self.obj[pos]
 
+    def fact(self, start: int, hop: int, end: int) -> Triple:
+        """The stored triple behind one step from ``start`` to ``end`` along ``hop``."""
+        if hop >= self.n_relations:
+            return (int(end), int(hop) - self.n_relations, int(start))
+        return (int(start), int(hop), int(end))
+
     def between(self, a: int, b: int) -> list[Triple]:
         """Every fact joining a and b, in either direction."""
         out = []
         for x, y in ((a, b), (b, a)):
-            lo = int(np.searchsorted(self.key, int(x) * self.n_relations, "left"))
-            hi = int(np.searchsorted(self.key, (int(x) + 1) * self.n_relations, "left"))
+            lo = int(np.searchsorted(self.key, int(x) * self.width, "left"))
+            hi = int(np.searchsorted(self.key, int(x) * self.width + self.n_relations, "left"))
             hit = np.flatnonzero(self.obj[lo:hi] == y) + lo
-            out.extend((int(x), int(self.key[i] % self.n_relations), int(y)) for i in hit)
+            out.extend((int(x), int(self.key[i] % self.width), int(y)) for i in hit)
         return out
+
+
+def inverse_hop(hop: int, n_relations: int) -> int:
+    """The same relation walked the other way."""
+    return hop + n_relations if hop < n_relations else hop - n_relations
+
+
+def round_trip(chain: Sequence[int], n_relations: int) -> bool:
+    """Whether some hop is followed by the same relation walked back."""
+    return any(b == inverse_hop(a, n_relations) for a, b in zip(chain, chain[1:]))
+
+
+def hop_relation(hop: int, n_relations: int) -> int:
+    """The relation a hop walks, whichever its direction."""
+    return hop % n_relations
+
+
+def hop_id(name: str, relation_id: Callable[[str], int], n_relations: int) -> int:
+    """The hop a chain names: ``rel`` forward, ``~rel`` (:data:`INVERSE_PREFIX`) backwards."""
+    relation, inverse = split_hop(name)
+    return int(relation_id(relation)) + (n_relations if inverse else 0)
+
+
+def split_hop(name: str) -> tuple[str, bool]:
+    """(relation name, walked backwards) of a chain hop as written (``~rel`` or ``rel``)."""
+    if name.startswith(INVERSE_PREFIX):
+        return name[len(INVERSE_PREFIX):], True
+    return name, False
+
+
+def hop_name(hop: int, relation_name: Callable[[int], str], n_relations: int) -> str:
+    """A hop as chains and routes write it (:func:`hop_id`'s inverse)."""
+    name = relation_name(hop_relation(hop, n_relations))
+    return INVERSE_PREFIX + name if hop >= n_relations else name
 
 
 # ============================================================================================
@@ -213,19 +309,20 @@ class Derivation:
 
 def derive(facts: Facts, topics: Sequence[int], chain: Sequence[int], *,
            max_frontier: int = 1000) -> Derivation:
-    """Follow ``chain`` (forward edges) from ``topics``; walks may revisit entities (a parent's
-    children include the topic), as relational composition does."""
+    """Follow the hops of ``chain`` (either direction, :class:`Facts`) from ``topics``; walks
+    may revisit entities (a parent's children include the topic), as relational composition
+    does, but after a round trip (a hop, then the same relation back) a topic is an endpoint
+    only when nothing else is reached ("films that share the director of X" are the
+    director's films but X)."""
     chain, topics = tuple(int(r) for r in chain), tuple(int(t) for t in topics)
     frontier = np.array(sorted(set(topics)), dtype=np.int64)
     walks = np.ones(len(frontier), dtype=np.int64)
-    hops: list[tuple[np.ndarray, np.ndarray]] = []  # (subject, object) per hop
-    reason = ""
-    if not chain:
-        reason = "empty chain"
-    for i, rel in enumerate(chain):
-        parent, obj = facts.step(frontier, rel)
+    hops: list[tuple[np.ndarray, np.ndarray]] = []  # (start, end) of every step, per hop
+    reason = "" if chain else "empty chain"
+    for i, hop in enumerate(chain):
+        parent, obj = facts.step(frontier, hop)
         if not len(obj):
-            reason = f"no fact for hop {i + 1} ({rel}) from {len(frontier)} entit(y/ies)"
+            reason = f"no fact for hop {i + 1} ({hop}) from {len(frontier)} entit(y/ies)"
             break
         hops.append((frontier[parent], obj))
         frontier, inverse = np.unique(obj, return_inverse=True)
@@ -235,12 +332,15 @@ def derive(facts: Facts, topics: Sequence[int], chain: Sequence[int], *,
             break
     if reason:
         return Derivation(chain, topics, [], [], [], reason)
+    others = ~np.isin(frontier, topics)
+    if others.any() and round_trip(chain, facts.n_relations):
+        frontier, walks = frontier[others], walks[others]
     alive, kept = frontier, []
     for i in reversed(range(len(hops))):
-        subj, obj = hops[i]
-        on = np.isin(obj, alive)
-        kept.append([(int(s), chain[i], int(o)) for s, o in zip(subj[on], obj[on])])
-        alive = np.unique(subj[on])
+        start, end = hops[i]
+        on = np.isin(end, alive)
+        kept.append([facts.fact(a, chain[i], b) for a, b in zip(start[on], end[on])])
+        alive = np.unique(start[on])
     ranked = sorted(zip(walks.tolist(), frontier.tolist()), key=lambda x: (-x[0], x[1]))
     out = list(dict.fromkeys(t for hop in reversed(kept) for t in hop))
     return Derivation(chain, topics, [e for _, e in ranked], [w for w, _ in ranked], out, "")
@@ -352,6 +452,29 @@ def learn_exclusive(s, r, o, *, tolerance: float, min_support: int
     return sorted(out), {"pairs_with_several_facts": several, "signatures": len(joint)}
 
 
+def _reach(facts: Facts, subjects: np.ndarray, relation: int) -> int:
+    """0 when the subjects have forward facts of the relation, 1 backward ones only, 2 none."""
+    if len(facts.step(subjects, relation)[1]):
+        return 0
+    return 1 if len(facts.step(subjects, inverse_hop(relation, facts.n_relations))[1]) else 2
+
+
+def directions(order: Sequence[int], n_relations: int) -> list[tuple[int, ...]]:
+    """Every walking direction of a relation order, fewer backward hops first."""
+    options = itertools.product(*[(r, inverse_hop(r, n_relations)) for r in order])
+    return sorted(options, key=lambda c: sum(h >= n_relations for h in c))
+
+
+def round_trips(order: Sequence[int], n_relations: int) -> list[tuple[int, ...]]:
+    """Out along the relation named nearest the topic and back, then the other named relations
+    (question order reversed): "which films share the director of X" is X → director → the
+    director's films, "what genres do the films that share the director of X have" one hop
+    more; both directions of the trip, forward out first."""
+    near, rest = order[-1], tuple(reversed(order[:-1]))
+    return [(h, inverse_hop(h, n_relations)) + rest
+            for h in (near, inverse_hop(near, n_relations))]
+
+
 # ============================================================================================
 # predictions and gates
 
@@ -376,6 +499,13 @@ class Prediction:
     named: frozenset[int]  # relations the lexicon says the question names
     derivation: Derivation | None = None
     reason: str = ""
+    n_relations: int = 0  # hops ≥ this walk a relation backwards (0: forward hops only)
+
+    @property
+    def relations(self) -> frozenset[int]:
+        """The relations the chain walks, whichever the direction."""
+        n = self.n_relations
+        return frozenset(hop_relation(h, n) if n else h for h in self.chain or ())
 
     def share_of(self, chain: Sequence[int]) -> float:
         """A chain's share of the instantiating votes (0 for one that does not instantiate)."""
@@ -404,7 +534,8 @@ def tally(votes: Sequence[tuple[tuple[int, ...], float]], facts: Facts, topics: 
         return Prediction(source, None, 0.0, 0.0, ranked, named, None, reason)
     top, instantiating = good[0], sum(v.weight for v in good)
     return Prediction(source, top.chain, top.weight / instantiating if instantiating > 0 else 0.0,
-                      top.weight / total, ranked, named, derivations[top.chain])
+                      top.weight / total, ranked, named, derivations[top.chain],
+                      n_relations=facts.n_relations)
 
 
 @dataclass(frozen=True)
@@ -431,7 +562,7 @@ class Gate:
         n = len(derivation.endpoints)
         if n > self.max_answers:
             return False, f"{n} derived answers > {self.max_answers}"
-        if self.lexicon and not set(prediction.chain) <= prediction.named:
+        if self.lexicon and not prediction.relations <= prediction.named:
             return False, "the question does not name every chain relation (lexicon)"
         return True, (f"chain derivable with {n} answer(s), vote share {prediction.share:.2f}"
                       + (", named by the lexicon" if self.lexicon else ""))
@@ -469,6 +600,7 @@ class RelationKnowledge:
             return int(relation_ids[name])
 
         self.spec = dict(spec)
+        self.n_relations = max(relation_ids.values(), default=-1) + 1
         settings = spec["settings"]
         self.k = int(settings["k"])
         self.min_share = float(settings["min_share"])
@@ -478,7 +610,7 @@ class RelationKnowledge:
         self.zero_shot_cosine = float(thresholds["zero_shot_cosine"])
         self.precision_gate = Gate(**thresholds["precision"])
         self.route_gate = Gate(**thresholds["route"])
-        self.chains = [tuple(rel(n) for n in chain) for chain in spec["chains"]]
+        self.chains = [tuple(hop_id(n, rel, self.n_relations) for n in chain) for chain in spec["chains"]]
         self.lexicon = {w: {rel(n): float(x) for n, x in entries.items()}
                         for w, entries in spec["lexicon"].items()}
         self.prior = {rel(n): float(p) for n, p in spec.get("relation_prior", {}).items()}
@@ -588,20 +720,25 @@ class RelationKnowledge:
             if c < self.zero_shot_cosine:
                 continue
             tied = [self.relation_order[int(i)] for i in np.flatnonzero(row >= c - ZERO_SHOT_TIE)]
-            used = [r for r in tied if facts is not None and len(subjects)
-                    and len(facts.step(subjects, r)[1])]
-            out.append((float(c), a, b, (used or tied)[0]))
+            if facts is not None and len(subjects) and len(tied) > 1:
+                tied.sort(key=lambda r: _reach(facts, subjects, r))  # stable: relation order
+            out.append((float(c), a, b, tied[0]))
         return out
 
-    def predict_spans(self, hops: Sequence[tuple[float, int, int, int]], n_words: int,
+    def predict_spans(self, hops: Sequence[tuple[float, int, int, int]], masked: str,
                       facts: Facts, topics: Sequence[int], *, source: str,
                       named: frozenset[int]) -> Prediction:
         """Chains from relations named by question spans (best score first, no overlap, at
-        most :data:`MAX_ZERO_SHOT_HOPS`): every order of them is a vote of weight 1, so the
-        share is the fraction of instantiating orders that is the followed one; orders that
-        reach the same endpoints vote together (the question-order reversal first: English
-        puts the last hop first, "the gender of X 's father")."""
-        taken = np.zeros(n_words, dtype=bool)
+        most :data:`MAX_ZERO_SHOT_HOPS`): every order and walking direction of them is a vote
+        of weight 1, so the share is the fraction of instantiating chains that is the followed
+        one; chains that reach the same endpoints vote together. Vote order breaks ties: the
+        question-order reversal first (English puts the last hop first, "the gender of X 's
+        father"). Backward hops are tried only when no chain with fewer of them instantiates
+        (a graph whose questions walk forward keeps its forward chains); a question with a
+        sharing word ("films that share the director of X") tries the round trip r, r⁻¹ of
+        the relation named nearest its topic first."""
+        words = masked.split()
+        taken = np.zeros(len(words), dtype=bool)
         chosen = []
         for score, start, end, rel in sorted(hops, key=lambda h: (-h[0], h[1])):
             if not taken[start:end].any():
@@ -611,16 +748,29 @@ class RelationKnowledge:
         if not in_order:
             return Prediction(source, None, 0.0, 0.0, [], named, None, "no span names a relation")
         orders = list(dict.fromkeys([in_order[::-1], *itertools.permutations(in_order)]))
-        by_end: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-        for order in orders:
-            d = derive(facts, topics, order, max_frontier=self.max_frontier) if topics else None
-            key = tuple(sorted(d.endpoints)) if d is not None and d.derivable else ()
-            by_end.setdefault(key, []).append(order)
-        votes = [(order, float(len(group))) for key, group in by_end.items() if key
-                 for order in group[:1]]
-        votes += [(order, 1.0) for order in by_end.get((), [])]
+        levels = [[c for order in orders for c in directions(order, facts.n_relations)
+                   if sum(h >= facts.n_relations for h in c) == k]
+                  for k in range(len(in_order) + 1)]
+        if SHARING_WORDS.intersection(words) and len(in_order) < MAX_ZERO_SHOT_HOPS:
+            levels.insert(0, round_trips(in_order, facts.n_relations))
+        for chains in levels:
+            by_end = self._by_endpoints(chains, facts, topics)
+            if any(by_end):
+                break
+        votes = [(group[0], float(len(group))) for key, group in by_end.items() if key]
+        votes += [(chain, 1.0) for chain in by_end.get((), [])]
         return tally(votes, facts, topics, source=source, named=named,
                      max_frontier=self.max_frontier)
+
+    def _by_endpoints(self, chains: Sequence[tuple[int, ...]], facts: Facts,
+                      topics: Sequence[int]) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
+        """Chains grouped by the endpoints they reach (key ``()``: they do not instantiate)."""
+        by_end: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        for chain in chains:
+            d = derive(facts, topics, chain, max_frontier=self.max_frontier) if topics else None
+            key = tuple(sorted(d.endpoints)) if d is not None and d.derivable else ()
+            by_end.setdefault(key, []).append(chain)
+        return by_end
 
     # ------------------------------------------------------------------ all together
 
@@ -634,8 +784,10 @@ class RelationKnowledge:
         there is no encoder. Zero-shot knowledge: spans matched to relation names by the
         encoder (``embed``).
         """
+        if facts.n_relations != self.n_relations:
+            raise RelknowError(f"facts index {facts.n_relations} relations; the relation "
+                               f"knowledge was resolved against {self.n_relations}")
         named = self.names(question_words(masked))
-        n_words = len(masked.split())
         prediction = None
         width = self.question_vectors.shape[1]
         if q_vec is not None and width and len(q_vec) != width:
@@ -644,7 +796,7 @@ class RelationKnowledge:
         if self.labelled and width and q_vec is not None:
             prediction = self.predict_knn(q_vec, facts, topics, named)
         if self.labelled and (prediction is None or prediction.chain is None):
-            fallback = self.predict_spans(self.lexicon_hops(masked), n_words, facts, topics,
+            fallback = self.predict_spans(self.lexicon_hops(masked), masked, facts, topics,
                                           source="lexicon", named=named)
             if prediction is None or fallback.chain is not None:
                 prediction = fallback
@@ -654,7 +806,7 @@ class RelationKnowledge:
                                         "no labelled questions and no encoder")
             else:
                 hops = self.zero_shot_hops(masked, embed, facts, topics)
-                prediction = self.predict_spans(hops, n_words, facts, topics,
+                prediction = self.predict_spans(hops, masked, facts, topics,
                                                 source="zero_shot", named=named)
         consistency = None
         if prediction.derivation is not None:
@@ -663,12 +815,12 @@ class RelationKnowledge:
 
     def relation_term(self, prediction: Prediction, relations: Sequence[int],
                       inverses: Sequence[bool]) -> float:
-        """TAIMR's query-relation term of one path: the share of its relation chain among the
-        instantiating votes (forward paths only) plus the share of its hops whose relation the
-        question names."""
-        hops = len(relations)
-        if not hops:
+        """TAIMR's query-relation term of one path: the share of its hops (relations walked in
+        the path's directions) among the instantiating votes plus the share of its hops whose
+        relation the question names."""
+        if not len(relations):
             return 0.0
-        chain = 0.0 if any(inverses) else prediction.share_of(relations)
-        named = sum(1 for r in relations if r in prediction.named) / hops
-        return chain + named
+        hops = [inverse_hop(r, self.n_relations) if inv else r
+                for r, inv in zip(relations, inverses)]
+        named = sum(1 for r in relations if r in prediction.named) / len(hops)
+        return prediction.share_of(hops) + named

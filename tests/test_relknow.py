@@ -17,8 +17,10 @@ import pytest
 from runtime.contract import TABLE_SCHEMAS, Store, write_table
 from pipeline.stage import StageError
 from runtime.query import QueryError, Runtime
-from runtime.relknow import (PLACEHOLDER, Checker, Facts, Gate, Prediction, RelationKnowledge,
-                             derive, learn_exclusive, learn_functional, mask_topic)
+from runtime.relknow import (INVERSE_PREFIX, PLACEHOLDER, Checker, Facts, Gate, Prediction,
+                             RelationKnowledge, derive, hop_id, hop_name, inverse_hop,
+                             learn_exclusive, learn_functional, mask_topic, relation_texts,
+                             split_hop)
 from tests.test_cli import BLOCK_HEAVY
 from tests.test_query import FakeLLM
 from training import relation_knowledge as fit
@@ -184,6 +186,38 @@ def test_derivation_follows_the_chain_and_keeps_only_facts_on_successful_walks()
     assert not capped.derivable and "> 3" in capped.reason
 
 
+def test_inverse_hops_walk_a_relation_from_object_to_subject():
+    R = len(RELATIONS)
+    facts = Facts(*np.array(family_triples()).T, R)
+    # who has profession "baker" (N_PEOPLE + 2)? every i with i % 4 == 0: ~profession
+    bakers = derive(facts, [N_PEOPLE + 2], [inverse_hop(REL["profession"], R)])
+    assert bakers.endpoints == list(range(0, N_PEOPLE, 4))
+    # the facts are stored triples, not reversed ones
+    assert (4, REL["profession"], N_PEOPLE + 2) in bakers.facts
+    # colleagues of 0 (same profession): profession then back, a round trip: 0 itself excluded
+    same_job = derive(facts, [0], [REL["profession"], inverse_hop(REL["profession"], R)])
+    assert same_job.endpoints == list(range(4, N_PEOPLE, 4))
+    assert not any(f[0] == 0 for f in same_job.facts[1:])
+    # a round trip that only comes back to the topic keeps it
+    lone = derive(Facts(*np.array([(0, 3, 9), (0, 4, 1)]).T, R), [0], [3, inverse_hop(3, R)])
+    assert lone.endpoints == [0] and lone.facts == [(0, 3, 9)]
+    # ~parents is children: both give 20's parents' children the same way
+    assert derive(facts, [0], [inverse_hop(REL["parents"], R)]).endpoints == \
+        derive(facts, [0], [REL["children"]]).endpoints == [20, 30, 40, 50]
+    assert len(facts) == len(family_triples())
+    assert sorted(facts.between(0, 20)) == [(0, REL["children"], 20), (20, REL["parents"], 0)]
+
+
+def test_hop_names_round_trip_and_mark_inverse_hops():
+    R = len(RELATIONS)
+    name = RELATIONS.__getitem__
+    for hop in range(2 * R):
+        written = hop_name(hop, name, R)
+        assert written.startswith(INVERSE_PREFIX) == (hop >= R)
+        assert hop_id(written, REL.__getitem__, R) == hop
+    assert split_hop("~spouse") == ("spouse", True) and split_hop("spouse") == ("spouse", False)
+
+
 def test_a_deleted_fact_makes_the_derivability_check_fail():
     triples = family_triples()
     facts = Facts(*np.array(triples).T, len(RELATIONS))
@@ -334,7 +368,11 @@ def test_stage_report_selects_thresholds_on_dev(planted):
 def test_without_dev_questions_the_defaults_stand(tmp_path):
     _, report = fitted_store(tmp_path, family_triples(), dev=False)
     assert report["selection"] == "no dev questions: default thresholds"
-    assert report["thresholds"]["route"] == report["thresholds"]["precision"]
+    th = report["thresholds"]
+    assert th["precision"] == {"max_answers": 1, "min_share": 0.6, "min_support": 0.0,
+                               "lexicon": False}
+    # routing without calibration: a majority-voted chain with up to 100 answers
+    assert th["route"] == {**th["precision"], "max_answers": fit.DEFAULT_ROUTE_MAX_ANSWERS}
 
 
 # ------------------------------------------------------------------------------ the policies
@@ -549,6 +587,44 @@ def test_zero_shot_orders_the_named_relations_by_what_instantiates():
     assert a.derivation.endpoints == [N_PEOPLE + 3]  # 4's spouse 5 is a pilot
     no_encoder = know.assess("job of someone wife", [4], facts, q_vec=None)
     assert no_encoder.prediction.chain is None and no_encoder.derivation is None
+
+
+@pytest.mark.parametrize("question, topic, chain, endpoints", [
+    # the topic is the object of the named relation: walked backwards
+    ("who works as a pilot", N_PEOPLE + 3, ("~profession",), list(range(1, N_PEOPLE, 4))),
+    # a sharing word: out along the relation and back, the topic itself excluded
+    ("who has the same job as edda quist", 4, ("profession", "~profession"),
+     [i for i in range(0, N_PEOPLE, 4) if i != 4]),
+    # the other named relation after the round trip (question order reversed)
+    ("what is the gender of those who share the job of edda quist", 4,
+     ("profession", "~profession", "gender"), [N_PEOPLE]),
+])
+def test_zero_shot_walks_relations_backwards_and_round_trips(question, topic, chain, endpoints):
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    eye = np.eye(len(RELATIONS), dtype=np.float32)
+    axes = {"works": eye[REL["profession"]], "job": eye[REL["profession"]],
+            "gender": eye[REL["gender"]]}
+    embed = lambda texts: np.stack([axes.get(t, np.zeros(5, np.float32)) for t in texts])  # noqa: E731
+    forms = ["edda quist"] if topic == 4 else ["pilot", "a pilot"]
+    a = zero_shot_knowledge(eye).assess(mask_topic(question, forms), [topic], facts,
+                                        q_vec=None, embed=embed)
+    assert tuple(hop_name(h, RELATIONS.__getitem__, len(RELATIONS))
+                 for h in a.prediction.chain) == chain
+    assert a.derivation.endpoints == endpoints
+
+
+@pytest.mark.parametrize("names, texts", [
+    (["/film/film/directed_by", "film.film.starring", "__film__film__country"],
+     ["directed by", "starring", "country"]),
+    (["filmFilmDirectedBy", "filmFilmStarring", "filmFilmCountry", "peoplePersonSpouse"],
+     ["directed by", "starring", "country", "people person spouse"]),
+    (["has_genre", "has_tags", "has_imdb_votes", "directed_by", "in_language"],
+     ["genre", "tags", "imdb votes", "directed by", "in language"]),
+    (["people.person.place_of_birth", "spouse", "HTTPServerName"],
+     ["place of birth", "spouse", "http server name"]),
+])
+def test_relation_names_become_words_whatever_the_naming_scheme(names, texts):
+    assert relation_texts(names) == texts
 
 
 def test_zero_shot_ties_go_to_the_relation_the_topic_has_facts_of():

@@ -31,8 +31,10 @@ procedure:
    highest precision (ties: coverage).
 
 Without dev questions the defaults stand (θ_lift = :data:`DEFAULT_LIFT`, θ_zs =
-:data:`DEFAULT_ZERO_SHOT_COSINE`, σ = 0, routing gate = the precision gate) and the report
-says so. The report also gives the dev chain accuracy and both gates' dev coverage and
+:data:`DEFAULT_ZERO_SHOT_COSINE`, σ = 0, the routing gate = a majority-voted chain with at
+most :data:`DEFAULT_ROUTE_MAX_ANSWERS` answers: without a dev set to calibrate on, a derivation
+the votes agree on beats the retrieval fallback, whose top candidate is nearly always a 1-hop
+neighbour) and the report says so. The report also gives the dev chain accuracy and both gates' dev coverage and
 precision.
 
 Gold relation names go through ``relation_map`` to canonical ones; questions naming an unknown
@@ -57,6 +59,7 @@ from runtime.contract import read_table
 from runtime.relknow import (
     ARTEFACT,
     FORMAT_VERSION,
+    INVERSE_PREFIX,
     MODEL_FILE,
     VECTORS_FILE,
     Facts,
@@ -66,7 +69,9 @@ from runtime.relknow import (
     learn_functional,
     mask_topic,
     question_words,
-    relation_text,
+    hop_id,
+    relation_texts,
+    split_hop,
 )
 
 STAGE = "relation_knowledge"
@@ -74,7 +79,8 @@ LIFT_GRID = (1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 ZERO_SHOT_GRID = (0.3, 0.4, 0.5, 0.6, 0.7)
 DEFAULT_LIFT = 2.0
 DEFAULT_ZERO_SHOT_COSINE = 0.5
-ROUTE_MAX_ANSWERS = (1, 2, 3, 5, 10)
+ROUTE_MAX_ANSWERS = (1, 2, 3, 5, 10, 25, 100)  # questions about films' casts have dozens
+DEFAULT_ROUTE_MAX_ANSWERS = 100
 ROUTE_SHARES = (0.6, 0.7, 0.8, 0.9)
 SUPPORTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
 TRAIN_REFUSED = ("dev", "test", "valid", "validation")  # training questions: train split only
@@ -147,6 +153,15 @@ class Store:
         self.canonical = dict(zip(rmap.column("name").to_pylist(),
                                   rmap.column("canonical_name").to_pylist()))
 
+    def canonical_hop(self, hop: str) -> str | None:
+        """A gold hop (``rel`` or ``~rel``) with its relation's canonical name (None: unknown)."""
+        relation, inverse = split_hop(hop)
+        name = self.canonical.get(relation)
+        return None if name is None else INVERSE_PREFIX * inverse + name
+
+    def hop(self, name: str) -> int:
+        return hop_id(name, self.relation_ids.__getitem__, len(self.relation_ids))
+
     def forms(self, entity: int) -> list[str]:
         return [self.names[entity], self.keys[entity], *(self._aliases[entity].as_py() or [])]
 
@@ -154,13 +169,13 @@ class Store:
         out = Labelled([], [], [], [], 0)
         for q in questions:
             topics = [self.key_to_id.get(k) for k in q.topic_entities]
-            if not q.path or not topics or None in topics or \
-                    any(r not in self.canonical for r in q.path):
+            chain = tuple(self.canonical_hop(h) for h in q.path)
+            if not chain or not topics or None in topics or None in chain:
                 out.skipped += 1
                 continue
             out.masked.append(mask_topic(q.question, [f for t in topics for f in self.forms(t)]))
             out.topics.append(topics)
-            out.chains.append(tuple(self.canonical[r] for r in q.path))
+            out.chains.append(chain)
             out.answers.append(tuple(q.answers))
         return out
 
@@ -171,7 +186,7 @@ def fit_lexicon(masked: Sequence[str], chains: Sequence[tuple[str, ...]], min_su
     (entries with lift > 1 only: a lift ≤ 1 never names a relation)."""
     n = len(masked)
     words = [set(question_words(m)) for m in masked]
-    rels = [set(c) for c in chains]
+    rels = [{split_hop(h)[0] for h in c} for c in chains]
     word_count = Counter(w for ws in words for w in ws)
     rel_count = Counter(r for rs in rels for r in rs)
     joint = Counter((w, r) for ws, rs in zip(words, rels) for w in ws for r in rs)
@@ -234,7 +249,7 @@ def choose_route_gate(family: Sequence[Gate], assessments, correct: Sequence[boo
 def choose_lift(lexicon_names: Callable[[str, float], frozenset], dev: Labelled,
                 relation_ids: Mapping[str, int]) -> tuple[float, dict]:
     """Step 1: the θ_lift whose named relations best match the gold relations (micro-F1)."""
-    gold = [{relation_ids[r] for r in chain} for chain in dev.chains]
+    gold = [{relation_ids[split_hop(h)[0]] for h in chain} for chain in dev.chains]
     scores = {}
     for theta in LIFT_GRID:
         tp = fp = fn = 0
@@ -252,7 +267,7 @@ def choose_lift(lexicon_names: Callable[[str, float], frozenset], dev: Labelled,
 
 def relation_prior(chains: Sequence[tuple[str, ...]]) -> dict[str, float]:
     """P(r on the path) over the training questions (turns a lift into P(r | w))."""
-    counts = Counter(r for c in chains for r in set(c))
+    counts = Counter(r for c in chains for r in {split_hop(h)[0] for h in c})
     return {r: round(c / len(chains), 9) for r, c in sorted(counts.items())}
 
 
@@ -344,7 +359,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         arrays = {
             "question_vectors": encoder.queries(train.masked if train else []),
             "question_chain": np.zeros(0, dtype=np.int32),
-            "relation_vectors": encoder.passages([relation_text(n) for n in relation_names]),
+            "relation_vectors": encoder.passages(relation_texts(relation_names)),
         }
         dev_vectors = encoder.queries(dev.masked) if dev is not None and train else None
         lap("embed_questions")
@@ -358,7 +373,8 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         prior = relation_prior(train.chains) if train else {}
         precision = Gate(1, float(cfg["min_share"])).to_dict()
         thresholds = {"lift": DEFAULT_LIFT, "zero_shot_cosine": DEFAULT_ZERO_SHOT_COSINE,
-                      "precision": precision, "route": precision}
+                      "precision": precision,
+                      "route": Gate(DEFAULT_ROUTE_MAX_ANSWERS, float(cfg["min_share"])).to_dict()}
 
         def knowledge(th: Mapping) -> RelationKnowledge:
             spec = _spec(cfg, chains, lexicon, functional_names, exclusive_names,
@@ -456,7 +472,7 @@ def select_thresholds(knowledge: Callable[[Mapping], RelationKnowledge], default
     gate, route_stats = choose_route_gate(gate_family(kn.min_share), assessments, correct,
                                           float(cfg["route_min_precision"]))
     thresholds["route"] = gate.to_dict()
-    gold_ids = [tuple(store.relation_ids[r] for r in c) for c in dev.chains]
+    gold_ids = [tuple(store.hop(h) for h in c) for c in dev.chains]
     selection.update({
         "dev_chain_accuracy": round(float(np.mean([a.prediction.chain == g for a, g in
                                                    zip(assessments, gold_ids)])), 6),
