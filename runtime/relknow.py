@@ -782,45 +782,57 @@ class RelationKnowledge:
         Labelled knowledge: the kNN vote when the question is embedded (and the knowledge was
         fitted with an encoder), and the lexicon's words when no voted chain instantiates or
         there is no encoder. Zero-shot knowledge: spans matched to relation names by the
-        encoder (``embed``).
+        encoder (``embed``); the relations they match are the ones the question names.
         """
         if facts.n_relations != self.n_relations:
             raise RelknowError(f"facts index {facts.n_relations} relations; the relation "
                                f"knowledge was resolved against {self.n_relations}")
-        named = self.names(question_words(masked))
-        prediction = None
         width = self.question_vectors.shape[1]
         if q_vec is not None and width and len(q_vec) != width:
             raise RelknowError(f"the question vector has {len(q_vec)} dimensions; the relation "
                                f"knowledge was fitted with {width} (another encoder?)")
-        if self.labelled and width and q_vec is not None:
-            prediction = self.predict_knn(q_vec, facts, topics, named)
-        if self.labelled and (prediction is None or prediction.chain is None):
-            fallback = self.predict_spans(self.lexicon_hops(masked), masked, facts, topics,
-                                          source="lexicon", named=named)
-            if prediction is None or fallback.chain is not None:
-                prediction = fallback
-        if not self.labelled:
-            if embed is None or not self.relation_vectors.shape[1]:
-                prediction = Prediction("none", None, 0.0, 0.0, [], named, None,
-                                        "no labelled questions and no encoder")
-            else:
-                hops = self.zero_shot_hops(masked, embed, facts, topics)
-                prediction = self.predict_spans(hops, masked, facts, topics,
-                                                source="zero_shot", named=named)
+        if self.labelled:
+            prediction = self._predict_labelled(masked, topics, facts, q_vec)
+        elif embed is None or not self.relation_vectors.shape[1]:
+            prediction = Prediction("none", None, 0.0, 0.0, [], frozenset(), None,
+                                    "no labelled questions and no encoder")
+        else:
+            hops = self.zero_shot_hops(masked, embed, facts, topics)
+            prediction = self.predict_spans(hops, masked, facts, topics, source="zero_shot",
+                                            named=frozenset(h[3] for h in hops))
         consistency = None
         if prediction.derivation is not None:
             consistency = self.checker.check(prediction.derivation.facts, facts)
         return Assessment(masked, prediction, prediction.derivation, consistency)
 
+    def _predict_labelled(self, masked: str, topics: Sequence[int], facts: Facts,
+                          q_vec: np.ndarray | None) -> Prediction:
+        """The kNN vote, or the lexicon's chain when no voted chain instantiates."""
+        named = self.names(question_words(masked))
+        prediction = None
+        if self.question_vectors.shape[1] and q_vec is not None:
+            prediction = self.predict_knn(q_vec, facts, topics, named)
+        if prediction is None or prediction.chain is None:
+            fallback = self.predict_spans(self.lexicon_hops(masked), masked, facts, topics,
+                                          source="lexicon", named=named)
+            if prediction is None or fallback.chain is not None:
+                prediction = fallback
+        return prediction
+
     def relation_term(self, prediction: Prediction, relations: Sequence[int],
                       inverses: Sequence[bool]) -> float:
         """TAIMR's query-relation term of one path: the share of its hops (relations walked in
-        the path's directions) among the instantiating votes plus the share of its hops whose
-        relation the question names."""
+        the path's directions) among the instantiating votes, plus the share of the relations
+        the question names that the path walks, minus the share of its hops the question does
+        not name — so a path that walks every named relation outranks the 1-hop neighbour
+        that walks one of them ("the actors of the films directed by X": not the films)."""
         if not len(relations):
             return 0.0
         hops = [inverse_hop(r, self.n_relations) if inv else r
                 for r, inv in zip(relations, inverses)]
-        named = sum(1 for r in relations if r in prediction.named) / len(hops)
-        return prediction.share_of(hops) + named
+        named = prediction.named
+        if not named:
+            return prediction.share_of(hops)
+        covered = len(named.intersection(relations)) / len(named)
+        unnamed = sum(1 for r in relations if r not in named) / len(hops)
+        return prediction.share_of(hops) + covered - unnamed

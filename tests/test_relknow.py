@@ -18,7 +18,7 @@ from runtime.contract import TABLE_SCHEMAS, Store, write_table
 from pipeline.stage import StageError
 from runtime.query import QueryError, Runtime
 from runtime.relknow import (INVERSE_PREFIX, PLACEHOLDER, Checker, Facts, Gate, Prediction,
-                             RelationKnowledge, derive, hop_id, hop_name, inverse_hop,
+                             RelationKnowledge, Vote, derive, hop_id, hop_name, inverse_hop,
                              learn_exclusive, learn_functional, mask_topic, relation_texts,
                              split_hop)
 from tests.test_cli import BLOCK_HEAVY
@@ -422,6 +422,24 @@ def test_feeds_off_leave_lokg_untouched_and_the_relation_term_reranks(rt):
     assert fed.answers == ["pilot"] and fed.route["chain"] == ["spouse", "profession"]
     with pytest.raises(QueryError, match="relation_weight"):
         rt.ask(q, relation_weight=-1.0)
+
+
+def test_the_relation_term_prefers_the_path_that_walks_every_named_relation():
+    """No instantiating chain (no votes): the named relations alone rank the paths — the
+    2-hop path walking both outranks the 1-hop neighbour walking one, and an unnamed hop
+    costs; backward hops count as the relation they walk."""
+    know = zero_shot_knowledge(np.eye(len(RELATIONS), dtype=np.float32))
+    named = frozenset({REL["spouse"], REL["profession"]})
+    pred = Prediction("zero_shot", None, 0.0, 0.0, [], named, None, "", len(RELATIONS))
+    term = lambda rels, inv=None: know.relation_term(pred, rels, inv or [False] * len(rels))  # noqa: E731
+    both = term([REL["spouse"], REL["profession"]])
+    one = term([REL["spouse"]])
+    assert both == 1.0 and one == 0.5 and term([REL["spouse"], REL["gender"]]) == 0.0
+    assert term([REL["profession"], REL["spouse"]], [True, False]) == both
+    chain = (REL["spouse"], REL["profession"])
+    voted = Prediction("knn", chain, 1.0, 1.0, [Vote(chain, 1.0, True)], frozenset(), None, "",
+                       len(RELATIONS))
+    assert know.relation_term(voted, list(chain), [False, False]) == 1.0  # the chain's share
 
 
 class CountingEncoder:
