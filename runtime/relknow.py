@@ -734,9 +734,10 @@ class RelationKnowledge:
         one; chains that reach the same endpoints vote together. Vote order breaks ties: the
         question-order reversal first (English puts the last hop first, "the gender of X 's
         father"). Backward hops are tried only when no chain with fewer of them instantiates
-        (a graph whose questions walk forward keeps its forward chains); a question with a
-        sharing word ("films that share the director of X") tries the round trip r, r⁻¹ of
-        the relation named nearest its topic first."""
+        (a graph whose questions walk forward keeps its forward chains). Out and straight
+        back along one relation is a chain only for a question with a sharing word ("films
+        that share the director of X"), which tries that round trip first (two words naming
+        one relation, "cause of death", are no round trip)."""
         words = masked.split()
         taken = np.zeros(len(words), dtype=bool)
         chosen = []
@@ -749,7 +750,8 @@ class RelationKnowledge:
             return Prediction(source, None, 0.0, 0.0, [], named, None, "no span names a relation")
         orders = list(dict.fromkeys([in_order[::-1], *itertools.permutations(in_order)]))
         levels = [[c for order in orders for c in directions(order, facts.n_relations)
-                   if sum(h >= facts.n_relations for h in c) == k]
+                   if sum(h >= facts.n_relations for h in c) == k
+                   and not round_trip(c, facts.n_relations)]
                   for k in range(len(in_order) + 1)]
         if SHARING_WORDS.intersection(words) and len(in_order) < MAX_ZERO_SHOT_HOPS:
             levels.insert(0, round_trips(in_order, facts.n_relations))
@@ -807,16 +809,25 @@ class RelationKnowledge:
 
     def _predict_labelled(self, masked: str, topics: Sequence[int], facts: Facts,
                           q_vec: np.ndarray | None) -> Prediction:
-        """The kNN vote, or the lexicon's chain when no voted chain instantiates."""
+        """The kNN vote; the lexicon's chain when no voted chain instantiates, or when the
+        question's words name more hops than the voted chain has and the lexicon's chain walks
+        them all (questions that combine relations in a way no training question did: a
+        3-hop question over 2-hop training chains)."""
         named = self.names(question_words(masked))
         prediction = None
         if self.question_vectors.shape[1] and q_vec is not None:
             prediction = self.predict_knn(q_vec, facts, topics, named)
-        if prediction is None or prediction.chain is None:
-            fallback = self.predict_spans(self.lexicon_hops(masked), masked, facts, topics,
-                                          source="lexicon", named=named)
-            if prediction is None or fallback.chain is not None:
-                prediction = fallback
+        hops = self.lexicon_hops(masked)
+        voted = None if prediction is None else prediction.chain
+        if voted is not None and len(hops) <= len(voted):
+            return prediction
+        composed = self.predict_spans(hops, masked, facts, topics, source="lexicon",
+                                      named=named)
+        if voted is None:
+            return composed if prediction is None or composed.chain is not None else prediction
+        if composed.chain is not None and len(composed.chain) > len(voted) \
+                and prediction.relations <= composed.relations:
+            return composed
         return prediction
 
     def relation_term(self, prediction: Prediction, relations: Sequence[int],
