@@ -46,13 +46,21 @@ def normalise(text: str) -> str:
 
 def surface_forms(names: Sequence[str], keys: Sequence[str],
                   aliases: Sequence[Sequence[str] | None]) -> list[tuple[int, str]]:
-    """(entity, form) for every name, key and alias of the entities: what the linker matches."""
+    """(entity, form) for every name, key and alias of the entities: what the linker matches;
+    a form ending in a disambiguator ("John Smith (actor)", ``john_smith_(actor)``) also
+    without it, since questions name the entity, not the disambiguator."""
     forms: list[tuple[int, str]] = []
     for i, (name, key, more) in enumerate(zip(names, keys, aliases)):
-        forms.append((i, name))
-        forms.append((i, key))
-        forms.extend((i, a) for a in more or ())
+        for form in (name, key, *(more or ())):
+            forms.append((i, form))
+            bare = _DISAMBIGUATOR.sub("", form) if form else ""
+            if bare and bare != form:
+                forms.append((i, bare))
     return forms
+
+
+#: A trailing parenthesised qualifier of a name or key.
+_DISAMBIGUATOR = re.compile(r"[\s_]*\([^()]*\)[\s_]*$")
 
 
 def folded_forms(forms: Iterable[tuple[int, str]]) -> tuple[list[int], list[str]]:
