@@ -93,6 +93,8 @@ ZERO_SHOT_TIE = 1e-5
 SHARED_PREFIX_NAMES = 3
 _SEGMENT_SPLIT = re.compile(r"[./]+|__+")
 _CAMEL_SPLIT = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+#: Relations this close to the best match of the asked-for word also name the answer's kind.
+ANSWER_TYPE_MARGIN = 0.15
 #: Marks a chain hop walked from object to subject (``~film.film.directed_by``).
 INVERSE_PREFIX = "~"
 #: Words that make a question ask for what shares something with its topic ("films that
@@ -257,6 +259,19 @@ def inverse_hop(hop: int, n_relations: int) -> int:
     return hop + n_relations if hop < n_relations else hop - n_relations
 
 
+def canonical_hops(inverse_pairs: Iterable[tuple[int, int]], n_relations: int
+                   ) -> dict[int, int]:
+    """Hop → the hop that states the same facts (:func:`learn_inverses`): b → ~a, ~b → a, and
+    for a symmetric relation ~a → a."""
+    out: dict[int, int] = {}
+    for a, b in inverse_pairs:
+        if a == b:
+            out[inverse_hop(a, n_relations)] = a
+        else:
+            out[b], out[inverse_hop(b, n_relations)] = inverse_hop(a, n_relations), a
+    return out
+
+
 def round_trip(chain: Sequence[int], n_relations: int) -> bool:
     """Whether some hop is followed by the same relation walked back."""
     return any(b == inverse_hop(a, n_relations) for a, b in zip(chain, chain[1:]))
@@ -417,6 +432,38 @@ def learn_functional(s, r, o, *, tolerance: float, min_subjects: int) -> tuple[l
     return sorted(int(x) for x in rels[keep]), stats
 
 
+def learn_inverses(s, r, o, *, min_share: float, min_support: int) -> list[tuple[int, int]]:
+    """Relation pairs (a, b) where b states a's facts the other way round ((s, a, o) and
+    (o, b, s)) on at least ``min_share`` of the facts of each (both with ≥ ``min_support``
+    facts); a = b is a symmetric relation. ``film.actor.film`` ≈ ``~film.film.starring``: the
+    span predictors walk one of them, so a chain out along one and back along the other is
+    seen as the round trip it is. a is the relation with more facts (ties: the lower id)."""
+    s, r, o = (np.asarray(x, dtype=np.int64) for x in (s, r, o))
+    if not len(s):
+        return []
+    width = int(max(s.max(), o.max())) + 1
+    n_rel = int(r.max()) + 1
+    fwd = s * width + o
+    order = np.argsort(fwd, kind="stable")
+    fwd, fwd_r = fwd[order], r[order]
+    back = o * width + s
+    lo, hi = np.searchsorted(fwd, back, "left"), np.searchsorted(fwd, back, "right")
+    sizes = hi - lo
+    back_r = np.repeat(r, sizes)
+    pos = np.repeat(lo - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
+    pairs, counts = np.unique(fwd_r[pos] * n_rel + back_r, return_counts=True)
+    n_facts = np.bincount(r, minlength=n_rel)
+    out = set()
+    for pair, c in zip(pairs.tolist(), counts.tolist()):
+        a, b = divmod(pair, n_rel)
+        small = min(n_facts[a], n_facts[b])
+        if small >= min_support and c >= min_share * max(n_facts[a], n_facts[b]):
+            if (n_facts[b], -b) > (n_facts[a], -a):
+                a, b = b, a
+            out.add((int(a), int(b)))
+    return sorted(out)
+
+
 def learn_exclusive(s, r, o, *, tolerance: float, min_support: int
                     ) -> tuple[list[tuple[int, int, bool]], dict]:
     """Relation pairs that join one entity pair on at least one but at most a ``tolerance``
@@ -457,6 +504,40 @@ def _reach(facts: Facts, subjects: np.ndarray, relation: int) -> int:
     if len(facts.step(subjects, relation)[1]):
         return 0
     return 1 if len(facts.step(subjects, inverse_hop(relation, facts.n_relations))[1]) else 2
+
+
+def of_type(facts: Facts, endpoints: Sequence[int], relations: Iterable[int],
+            share: float = 0.5, objects: bool = True) -> bool:
+    """Whether at least ``share`` of the (first 50) endpoints are objects (or subjects) of
+    one of the relations: the endpoints are of the kind the relation's name says."""
+    ends = np.asarray(endpoints[:50], dtype=np.int64)
+    hit = np.zeros(len(ends), dtype=bool)
+    for r in relations:
+        hop = inverse_hop(r, facts.n_relations) if objects else r
+        hit[np.unique(facts.step(ends, hop)[0])] = True
+    return bool(hit.mean() >= share) if len(ends) else False
+
+
+def ending_in(chains: Sequence[tuple[int, ...]], relations: Iterable[int], n_relations: int
+              ) -> list[tuple[int, ...]]:
+    """The chains one hop longer along a relation of the asked kind, where they do not end in
+    one ("which country produced the films starring X": X → films → their country)."""
+    kinds = sorted(set(relations))
+    return [c + (r,) for c in chains if len(c) < MAX_ZERO_SHOT_HOPS
+            and hop_relation(c[-1], n_relations) not in kinds for r in kinds]
+
+
+def named_in_order(hops: Sequence[tuple[float, int, int, int]], n_words: int
+                   ) -> tuple[int, ...]:
+    """The relations of the best-scoring non-overlapping spans (at most
+    :data:`MAX_ZERO_SHOT_HOPS`), in question order."""
+    taken = np.zeros(n_words, dtype=bool)
+    chosen = []
+    for _, start, end, rel in sorted(hops, key=lambda h: (-h[0], h[1])):
+        if not taken[start:end].any():
+            taken[start:end] = True
+            chosen.append((start, rel))
+    return tuple(r for _, r in sorted(chosen[:MAX_ZERO_SHOT_HOPS]))
 
 
 def directions(order: Sequence[int], n_relations: int) -> list[tuple[int, ...]]:
@@ -626,6 +707,8 @@ class RelationKnowledge:
                                          or self.question_chain.max() >= len(self.chains)):
             raise RelknowError(f"{where}: question_chain indexes outside the "
                                f"{len(self.chains)} chains")
+        self.canonical = canonical_hops([(rel(a), rel(b)) for a, b in
+                                         spec.get("inverse_pairs", ())], self.n_relations)
         self.relation_order = [rel(n) for n in spec["relation_names"]]
         if len(self.relation_order) != len(self.relation_vectors):
             raise RelknowError(f"{where}: {len(self.relation_vectors)} relation vectors for "
@@ -725,44 +808,99 @@ class RelationKnowledge:
             out.append((float(c), a, b, tied[0]))
         return out
 
+    def answer_type(self, masked: str, embed: Callable[[list[str]], np.ndarray]
+                    ) -> frozenset[int]:
+        """The relations the question's first word names when it is not the topic ("*films*
+        someone direct", "*country* produced someone", "*directed* someone"): what the answer
+        is the object of — its best relation and those within :data:`ANSWER_TYPE_MARGIN`
+        of it, if it passes θ_zs."""
+        words = masked.split()
+        if not words or words[0] == PLACEHOLDER or words[0] in STOP_WORDS:
+            return frozenset()
+        sims = np.asarray(embed([words[0]]), dtype=np.float32)[0] @ self.relation_vectors.T
+        best = float(sims.max()) if len(sims) else 0.0
+        if best < self.zero_shot_cosine:
+            return frozenset()
+        return frozenset(self.relation_order[int(i)]
+                         for i in np.flatnonzero(sims >= best - ANSWER_TYPE_MARGIN))
+
     def predict_spans(self, hops: Sequence[tuple[float, int, int, int]], masked: str,
                       facts: Facts, topics: Sequence[int], *, source: str,
-                      named: frozenset[int]) -> Prediction:
+                      named: frozenset[int], answer_type: frozenset[int] = frozenset()
+                      ) -> Prediction:
         """Chains from relations named by question spans (best score first, no overlap, at
         most :data:`MAX_ZERO_SHOT_HOPS`): every order and walking direction of them is a vote
         of weight 1, so the share is the fraction of instantiating chains that is the followed
         one; chains that reach the same endpoints vote together. Vote order breaks ties: the
         question-order reversal first (English puts the last hop first, "the gender of X 's
         father"). Backward hops are tried only when no chain with fewer of them instantiates
-        (a graph whose questions walk forward keeps its forward chains). Out and straight
-        back along one relation is a chain only for a question with a sharing word ("films
-        that share the director of X"), which tries that round trip first (two words naming
-        one relation, "cause of death", are no round trip)."""
-        words = masked.split()
-        taken = np.zeros(len(words), dtype=bool)
-        chosen = []
-        for score, start, end, rel in sorted(hops, key=lambda h: (-h[0], h[1])):
-            if not taken[start:end].any():
-                taken[start:end] = True
-                chosen.append((start, rel))
-        in_order = tuple(r for _, r in sorted(chosen[:MAX_ZERO_SHOT_HOPS]))
+        (a graph whose questions walk forward keeps its forward chains), and — for the
+        zero-shot matcher, whose spans include type nouns — fewer of the named relations only
+        when no chain of them all does ("which films star X": "films" names the type of the
+        answer, not a hop; a lexicon learned from labelled questions names hops). Out and straight back along one relation is
+        a chain only for a question with a sharing word ("films that share the director of
+        X"), which tries that round trip first (two words naming one relation, "cause of
+        death", are no round trip). With ``answer_type`` (relations the asked-for word names,
+        :meth:`answer_type`) each chain also goes one hop further along one of them, and only
+        chains whose endpoints are mostly objects of one of them count ("which films star X"
+        asks for films, not co-stars), else subjects ("who works
+        as a pilot"), else none: "which country produced X" is no question about X's
+        studio."""
+        in_order = named_in_order(hops, len(masked.split()))
         if not in_order:
             return Prediction(source, None, 0.0, 0.0, [], named, None, "no span names a relation")
-        orders = list(dict.fromkeys([in_order[::-1], *itertools.permutations(in_order)]))
-        levels = [[c for order in orders for c in directions(order, facts.n_relations)
-                   if sum(h >= facts.n_relations for h in c) == k
-                   and not round_trip(c, facts.n_relations)]
-                  for k in range(len(in_order) + 1)]
-        if SHARING_WORDS.intersection(words) and len(in_order) < MAX_ZERO_SHOT_HOPS:
-            levels.insert(0, round_trips(in_order, facts.n_relations))
-        for chains in levels:
+        sharing = bool(SHARING_WORDS.intersection(masked.split()))
+        by_end: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        fewest = 1 if source == "zero_shot" else len(in_order)
+        subjects = None  # the first level reaching subjects of the asked kind's relations
+        for chains in self._candidate_levels(in_order, sharing, facts.n_relations, fewest):
+            chains = chains + ending_in(chains, answer_type, facts.n_relations)
             by_end = self._by_endpoints(chains, facts, topics)
+            if answer_type and any(by_end):
+                typed = {k: g for k, g in by_end.items()
+                         if not k or of_type(facts, k, answer_type)}
+                if not any(subjects or {}) and not any(typed):
+                    subjects = {k: g for k, g in by_end.items()
+                                if not k or of_type(facts, k, answer_type, objects=False)}
+                by_end = typed
             if any(by_end):
                 break
+        else:
+            by_end = subjects if subjects is not None and any(subjects) else by_end
         votes = [(group[0], float(len(group))) for key, group in by_end.items() if key]
         votes += [(chain, 1.0) for chain in by_end.get((), [])]
         return tally(votes, facts, topics, source=source, named=named,
                      max_frontier=self.max_frontier)
+
+    def _candidate_levels(self, in_order: tuple[int, ...], sharing: bool, n_relations: int,
+                          fewest: int):
+        """The chains :meth:`predict_spans` tries, level by level (the first level where one
+        instantiates votes): all the named relations before fewer of them (down to
+        ``fewest``); within a number of them the round trips (with a sharing word), then
+        fewer backward hops first."""
+        for size in range(len(in_order), fewest - 1, -1):
+            subsets = list(itertools.combinations(in_order, size))
+            if sharing and size < MAX_ZERO_SHOT_HOPS:
+                yield [c for sub in subsets for c in round_trips(sub, n_relations)]
+            orders = list(dict.fromkeys(o for sub in subsets
+                                        for o in [sub[::-1], *itertools.permutations(sub)]))
+            chains = self._distinct([c for o in orders for c in directions(o, n_relations)])
+            for k in range(size + 1):
+                yield [c for c, same in chains if sum(h >= n_relations for h in c) == k
+                       and not round_trip(same, n_relations)]
+
+    def _distinct(self, chains: Sequence[tuple[int, ...]]
+                  ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+        """(chain, the same chain in canonical hops) for the first chain of every canonical
+        form: ``~parents`` and ``children`` state the same facts, so one of them is tried,
+        and ``film.actor.film`` then ``starring`` is a round trip."""
+        seen, out = set(), []
+        for chain in chains:
+            same = tuple(self.canonical.get(h, h) for h in chain)
+            if same not in seen:
+                seen.add(same)
+                out.append((chain, same))
+        return out
 
     def _by_endpoints(self, chains: Sequence[tuple[int, ...]], facts: Facts,
                       topics: Sequence[int]) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
@@ -801,7 +939,8 @@ class RelationKnowledge:
         else:
             hops = self.zero_shot_hops(masked, embed, facts, topics)
             prediction = self.predict_spans(hops, masked, facts, topics, source="zero_shot",
-                                            named=frozenset(h[3] for h in hops))
+                                            named=frozenset(h[3] for h in hops),
+                                            answer_type=self.answer_type(masked, embed))
         consistency = None
         if prediction.derivation is not None:
             consistency = self.checker.check(prediction.derivation.facts, facts)

@@ -654,6 +654,31 @@ def test_zero_shot_walks_relations_backwards_and_round_trips(question, topic, ch
     assert a.derivation.endpoints == endpoints
 
 
+def test_zero_shot_keeps_chains_reaching_the_kind_the_first_word_asks_for():
+    """The first word of a masked question names the answer's kind ("job ..."): chains go on
+    to it and those whose endpoints are objects of that relation win over the chain of all
+    named relations that reaches something else (subjects: "who works as a pilot", above)."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    eye = np.eye(len(RELATIONS), dtype=np.float32)
+    know = zero_shot_knowledge(eye)
+    axes = {"job": eye[REL["profession"]]}
+    embed = lambda texts: np.stack([axes.get(t, np.zeros(5, np.float32)) for t in texts])  # noqa: E731
+    assert know.answer_type("job children people someone", embed) == {REL["profession"]}
+    assert know.answer_type("someone job", embed) == frozenset()
+    hops = [(0.9, 1, 2, REL["children"]), (0.8, 2, 3, REL["gender"])]
+    masked = "job children people someone"
+
+    def chain(answer_type):
+        p = know.predict_spans(hops, masked, facts, [0], source="zero_shot",
+                               named=frozenset(), answer_type=answer_type)
+        return [RELATIONS[h] for h in p.chain]
+
+    assert chain(frozenset()) == ["children", "gender"]  # reaches genders
+    # asked for a job: one hop further, to the children's professions
+    assert chain(frozenset({REL["profession"]})) == ["children", "profession"]
+    assert chain(frozenset({REL["gender"]})) == ["children", "gender"]  # objects of gender
+
+
 @pytest.mark.parametrize("names, texts", [
     (["/film/film/directed_by", "film.film.starring", "__film__film__country"],
      ["directed by", "starring", "country"]),

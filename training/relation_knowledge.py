@@ -67,6 +67,7 @@ from runtime.relknow import (
     RelationKnowledge,
     learn_exclusive,
     learn_functional,
+    learn_inverses,
     mask_topic,
     question_words,
     hop_id,
@@ -83,6 +84,8 @@ ROUTE_MAX_ANSWERS = (1, 2, 3, 5, 10, 25, 100)  # questions about films' casts ha
 DEFAULT_ROUTE_MAX_ANSWERS = 100
 ROUTE_SHARES = (0.6, 0.7, 0.8, 0.9)
 SUPPORTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+INVERSE_MIN_SHARE = 0.7  # of both relations' facts stated the other way round
+INVERSE_MIN_SUPPORT = 10
 TRAIN_REFUSED = ("dev", "test", "valid", "validation")  # training questions: train split only
 DEV_REFUSED = ("test",)
 
@@ -271,8 +274,9 @@ def relation_prior(chains: Sequence[tuple[str, ...]]) -> dict[str, float]:
     return {r: round(c / len(chains), 9) for r, c in sorted(counts.items())}
 
 
-def _spec(cfg: Mapping, chains, lexicon, functional, exclusive, relation_names, thresholds,
+def _spec(cfg: Mapping, chains, lexicon, kg: Mapping, relation_names, thresholds,
           report, prior) -> dict:
+    """The artefact's JSON; ``kg``: the functional, exclusive and inverse relations."""
     return {
         "format_version": FORMAT_VERSION,
         "settings": {k: cfg[k] for k in ("k", "min_share", "min_support", "max_frontier",
@@ -282,8 +286,9 @@ def _spec(cfg: Mapping, chains, lexicon, functional, exclusive, relation_names, 
         "relation_names": relation_names,
         "lexicon": lexicon,
         "relation_prior": prior,
-        "functional": functional,
-        "exclusive": [list(x) for x in exclusive],
+        "functional": kg["functional"],
+        "exclusive": [list(x) for x in kg["exclusive"]],
+        "inverse_pairs": kg["inverse_pairs"],
         "fit": report,
     }
 
@@ -340,9 +345,12 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     exclusive, exclusive_stats = learn_exclusive(
         s, r, o, tolerance=float(cfg["exclusive_tolerance"]),
         min_support=int(cfg["exclusive_min_support"]))
+    inverses = [[store.relation_names[a], store.relation_names[b]] for a, b in learn_inverses(
+        s, r, o, min_share=INVERSE_MIN_SHARE, min_support=INVERSE_MIN_SUPPORT)]
     functional_names = [store.relation_names[i] for i in functional]
     exclusive_names = [(store.relation_names[a], store.relation_names[b], same)
                        for a, b, same in exclusive]
+    kg = {"functional": functional_names, "exclusive": exclusive_names, "inverse_pairs": inverses}
     lap("kg_checks")
 
     train = store.resolve(read_questions(cfg["questions"])) if cfg["questions"] else None
@@ -377,8 +385,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                       "route": Gate(DEFAULT_ROUTE_MAX_ANSWERS, float(cfg["min_share"])).to_dict()}
 
         def knowledge(th: Mapping) -> RelationKnowledge:
-            spec = _spec(cfg, chains, lexicon, functional_names, exclusive_names,
-                         relation_names, dict(th), {}, prior)
+            spec = _spec(cfg, chains, lexicon, kg, relation_names, dict(th), {}, prior)
             return RelationKnowledge(spec, arrays, store.relation_ids, STAGE)
 
         report: dict = {
@@ -389,6 +396,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                           else "zero_shot" if encoder.model else "none"),
             "chains": len(chains), "lexicon_words": len(lexicon),
             "functional": functional_names, "exclusive": [list(x) for x in exclusive_names],
+            "inverse_pairs": inverses,
             "relations_checked": {store.relation_names[k]: {"subjects": v[0], "multi": v[1]}
                                   for k, v in functional_stats.items()},
             "exclusive_stats": exclusive_stats,
@@ -405,8 +413,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     target = Path(out_dir) / ARTEFACT
     target.mkdir(parents=True, exist_ok=True)
     report["step_seconds"] = lap.seconds
-    spec = _spec(cfg, chains, lexicon, functional_names, exclusive_names, relation_names,
-                 thresholds, report, prior)
+    spec = _spec(cfg, chains, lexicon, kg, relation_names, thresholds, report, prior)
     (target / MODEL_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True))
     np.savez(target / VECTORS_FILE, **arrays)
     lap("write")
