@@ -390,3 +390,22 @@ def test_bad_variant_options_are_refused_naming_the_option(tmp_path):
     assert issubclass(SynthError, LokgError)
     assert not any(tmp_path.iterdir()), "a refused call writes nothing"
 
+
+def test_cli_passes_the_variant_options(tmp_path):
+    result = CliRunner().invoke(cli, [
+        "synth", "--triples", "2000", "--out", str(tmp_path), "--questions", "30",
+        "--naming", "freebase", "--entity-names", "underscored", "--question-style", "metaqa",
+        "--hops", "1", "--hops", "2", "--test-wording", "heldout", "--max-answers", "3"])
+    assert result.exit_code == 0, result.output
+    params = json.loads((tmp_path / "manifest.json").read_text())["params"]
+    assert params == {"n_triples": 2000, "seed": 0, "malformed_rate": 0.0, "gzip": False,
+                      "n_questions": 30, "naming": "freebase", "entity_names": "underscored",
+                      "question_style": "metaqa", "hops": [1, 2], "test_wording": "heldout",
+                      "max_answers": 3}
+    questions = read_jsonl(tmp_path / "questions.jsonl")
+    assert {q["hops"] for q in questions} == {1, 2}
+    assert all(1 <= len(q["answers"]) <= 3 and q["path"][0].lstrip("~").startswith("/film/")
+               for q in questions)
+    refused = CliRunner().invoke(cli, ["synth", "--triples", "100", "--out", str(tmp_path / "x"),
+                                       "--hops", "1"])
+    assert refused.exit_code == 1 and "question_style='pathquestion'" in refused.output
