@@ -17,7 +17,8 @@ from pathlib import Path
 import click
 
 from evaluation.cli import eval_command
-from pipeline.synth import ENTITY_NAMES, MAX_INVERSE_TRIPLES, NAMINGS, generate, labelled_overrides
+from pipeline.synth import (ENTITY_NAMES, MAX_INVERSE_TRIPLES, NAMINGS, OPTION_DEFAULTS, generate,
+                            labelled_overrides)
 from pipeline.synth_wording import STYLES, WORDINGS
 from runtime.cli import STORE_OPTION, cli, render_answer, render_summary
 from runtime.config import FORMATS, load_config
@@ -35,22 +36,26 @@ from runtime.errors import LokgError
 @click.option("--gzip", "gzip_", is_flag=True, help="Write kg.nt.gz instead of kg.nt.")
 @click.option("--questions", "n_questions", type=click.IntRange(min=0), default=1000,
               show_default=True, help="Number of questions.")
-@click.option("--naming", type=click.Choice(NAMINGS), default="dotted", show_default=True,
-              help="Relation names: film.film.directed_by, /film/film/directed_by, "
+@click.option("--naming", type=click.Choice(NAMINGS), default=OPTION_DEFAULTS["naming"],
+              show_default=True, help="Relation names: film.film.directed_by, /film/film/directed_by, "
                    "__film__film__directed_by, filmFilmDirectedBy or directed_by.")
-@click.option("--entity-names", type=click.Choice(ENTITY_NAMES), default="plain",
+@click.option("--entity-names", type=click.Choice(ENTITY_NAMES),
+              default=OPTION_DEFAULTS["entity_names"],
               show_default=True, help="English names as made, with _ for spaces, or with a "
                                       "'(qualifier)' on some entities.")
-@click.option("--question-style", type=click.Choice(STYLES), default="pathquestion",
+@click.option("--question-style", type=click.Choice(STYLES),
+              default=OPTION_DEFAULTS["question_style"],
               show_default=True, help="pathquestion: forward 2-/3-hop chains; metaqa: movie "
                                       "questions whose hops may walk relations backwards "
                                       "(adds the movie families; at most "
                                       f"{MAX_INVERSE_TRIPLES:,} triples).")
 @click.option("--hops", type=click.IntRange(1, 3), multiple=True,
               help="Hop counts to ask (repeatable; default: the style's, 2 3 or 1 2 3).")
-@click.option("--test-wording", type=click.Choice(WORDINGS), default="train", show_default=True,
+@click.option("--test-wording", type=click.Choice(WORDINGS),
+              default=OPTION_DEFAULTS["test_wording"], show_default=True,
               help="Wording of the test split (train/dev always use the train wording).")
-@click.option("--max-answers", type=click.IntRange(min=1), default=5, show_default=True,
+@click.option("--max-answers", type=click.IntRange(min=1),
+              default=OPTION_DEFAULTS["max_answers"], show_default=True,
               help="Most answers a question may have.")
 def synth(n_triples: int, seed: int, out_dir: str, malformed_rate: float, gzip_: bool,
           n_questions: int, naming: str, entity_names: str, question_style: str,

@@ -124,8 +124,8 @@ INVERSE_PREFIX = "~"
 #: Largest graph the metaqa style accepts: its inverse hops need a reverse index in memory
 #: (4 bytes per edge of every family walked backwards, about 30 while one is built).
 MAX_INVERSE_TRIPLES = 2_000_000
-#: Hop counts a question style may ask, and the ones it asks by default.
-STYLE_HOPS = {"pathquestion": ((2, 3), (2, 3)), "metaqa": ((1, 2, 3), (1, 2, 3))}
+#: The hop counts a question style may ask (all of them by default).
+STYLE_HOPS = {"pathquestion": (2, 3), "metaqa": (1, 2, 3)}
 
 
 class SynthError(LokgError, ValueError):
@@ -1129,8 +1129,8 @@ def _options(n_triples: int, given: dict) -> tuple[dict, dict]:
         if given[key] not in allowed:
             raise SynthError(f"{key}={given[key]!r}: choose one of {', '.join(allowed)}")
     style = given["question_style"]
-    allowed, default_hops = STYLE_HOPS[style]
-    hops = tuple(sorted(set(given["hops"] or default_hops)))
+    allowed = STYLE_HOPS[style]
+    hops = tuple(sorted(set(given["hops"] or allowed)))
     if not set(hops) <= set(allowed):
         raise SynthError(f"hops={list(given['hops'])}: question_style={style!r} asks "
                          f"{'/'.join(map(str, allowed))}-hop questions only")
@@ -1140,7 +1140,7 @@ def _options(n_triples: int, given: dict) -> tuple[dict, dict]:
         raise SynthError(f"question_style='metaqa' holds a reverse index in memory: n_triples "
                          f"must be at most {MAX_INVERSE_TRIPLES:,}, got {n_triples:,}")
     resolved = {**given, "hops": hops}
-    defaults = {**OPTION_DEFAULTS, "hops": default_hops}
+    defaults = {**OPTION_DEFAULTS, "hops": allowed}
     changed = {k: list(v) if k == "hops" else v for k, v in resolved.items() if v != defaults[k]}
     return resolved, changed
 
@@ -1200,10 +1200,13 @@ def _edge_rows(world: World, names: dict[str, str], t: str, lo: int, hi: int,
 
 
 def generate(out_dir, *, n_triples: int, seed: int = 0, malformed_rate: float = 0.0,
-             gzip: bool = False, n_questions: int = 1000, naming: str = "dotted",
-             entity_names: str = "plain", question_style: str = "pathquestion",
-             hops: tuple[int, ...] | None = None, test_wording: str = "train",
-             max_answers: int = 5) -> dict:
+             gzip: bool = False, n_questions: int = 1000,
+             naming: str = OPTION_DEFAULTS["naming"],
+             entity_names: str = OPTION_DEFAULTS["entity_names"],
+             question_style: str = OPTION_DEFAULTS["question_style"],
+             hops: tuple[int, ...] | None = OPTION_DEFAULTS["hops"],
+             test_wording: str = OPTION_DEFAULTS["test_wording"],
+             max_answers: int = OPTION_DEFAULTS["max_answers"]) -> dict:
     """Write the synthetic KG into ``out_dir`` and return its manifest (also manifest.json).
 
     The options after ``n_questions`` are the generalisation variants (module docstring); with
