@@ -8,8 +8,9 @@ template of the ``heldout`` wording differs from every ``train`` one, so no held
 text can be produced by the training wording (tests/test_synth.py checks the texts).
 
 * ``pathquestion`` — PathQuestion-like chains of forward hops: ``templates(topic, phrases)``
-  joins one relation phrase per hop (the family's ``phrases``), e.g. "what is the country of
-  the place of birth of X ?".
+  joins one relation phrase per hop, e.g. "what is the country of the place of birth of X ?";
+  the train wording's phrases are the family's ``phrases``, the held-out wording's
+  :data:`HELDOUT_PHRASES` ("which sovereign state does the native city of X have ?").
 * ``metaqa`` — MetaQA-like questions over the movie families whose hops may walk a relation
   against its direction. A chain is read as *units*: a hop, or a forward hop followed by the
   same relation backwards (``share``: "which films share the director of X"). The last unit is
@@ -42,6 +43,38 @@ PATHQUESTION = {
                           + " : what do you reach ?",
     ),
 }
+
+#: The held-out relation phrases of the pathquestion style, by dotted base relation: words no
+#: training phrase (``Family.phrases``, the train wording's) uses.
+HELDOUT_PHRASES = {
+    "people.person.place_of_birth": ("native town", "town they were born in"),
+    "people.person.nationality": ("passport issuer", "state of allegiance"),
+    "people.person.gender": ("male or female classification",),
+    "people.person.spouse": ("husband or wife", "better half"),
+    "people.person.children": ("offspring", "son or daughter"),
+    "people.person.employer": ("firm they work at", "paymaster"),
+    "location.city.country": ("sovereign state", "land it lies in"),
+    "location.country.capital": ("seat of government", "ruling town"),
+    "organization.organization.headquarters": ("main base", "central offices"),
+    "organization.organization.founders": ("person who established it", "originator"),
+    "film.film.directed_by": ("helmer", "person behind the camera"),
+    "film.film.starring": ("leading player", "on-screen talent"),
+    "film.film.country": ("producing land", "homeland of the picture"),
+    "film.film.production_company": ("financing firm", "backer"),
+    "film.actor.nationality": ("passport issuer", "state of allegiance"),
+    "music.artist.genre": ("kind of music", "sound"),
+    "music.artist.origin": ("town they come from", "roots"),
+    "music.artist.label": ("music publisher", "recording imprint"),
+    "music.album.artist": ("musician behind it", "act that recorded it"),
+    "music.album.genre": ("kind of music", "sound"),
+    "film.film.written_by": ("scriptwriter", "author of the script"),
+    "film.film.genre": ("category of cinema", "kind of picture"),
+    "film.film.language": ("tongue", "idiom"),
+}
+
+
+def _phrases(wording: str, relation: str, train: tuple[str, ...]) -> tuple[str, ...]:
+    return train if wording == "train" else HELDOUT_PHRASES[relation]
 
 
 def _forms(train_ask, train_np, heldout_ask, heldout_np) -> dict:
@@ -186,7 +219,7 @@ def variant_counts(style: str, wording: str, steps) -> list[int]:
     per hop. pathquestion: the template, then one phrase per hop; metaqa: the question form of
     the last unit, then the noun phrase of each unit before it."""
     if style == "pathquestion":
-        return [len(PATHQUESTION[wording])] + [len(phrases) for _, phrases, _ in steps]
+        return [len(PATHQUESTION[wording])] + [len(_phrases(wording, r, p)) for r, p, _ in steps]
     units = _units(steps)
     last, kind = units[-1]
     return ([len(METAQA[last][kind][wording][0])]
@@ -196,7 +229,7 @@ def variant_counts(style: str, wording: str, steps) -> list[int]:
 def render(style: str, wording: str, steps, topic: str, choice) -> str:
     """The question text of one choice (see :func:`variant_counts`)."""
     if style == "pathquestion":
-        phrases = [p[i] for (_, p, _), i in zip(steps, choice[1:])]
+        phrases = [_phrases(wording, r, p)[i] for (r, p, _), i in zip(steps, choice[1:])]
         return PATHQUESTION[wording][choice[0]](topic, phrases)
     units = _units(steps)
     text = topic

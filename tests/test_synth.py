@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from pipeline.cli import cli
 from pipeline.synth import FAMILIES, MOVIE_FAMILIES, NS, SynthError, generate
-from pipeline.synth_wording import renderings
+from pipeline.synth_wording import HELDOUT_PHRASES, renderings
 from runtime.errors import LokgError
 
 # A strict N-Triples line grammar (absolute, non-empty IRIs; literals with escapes, @lang, ^^type)
@@ -373,6 +373,13 @@ def test_heldout_wording_differs_from_every_train_template(tmp_path, style):
         assert q["question"] not in renderings(style, "train", steps, topic), q
     assert (tmp_path / "train" / "kg.nt").read_bytes() == (
         tmp_path / "heldout" / "kg.nt").read_bytes()
+
+
+def test_heldout_relation_phrases_use_no_training_word():
+    train = {w for fam in FAMILIES + MOVIE_FAMILIES for p in fam.phrases for w in p.split()}
+    assert set(HELDOUT_PHRASES) == {fam.base for fam in FAMILIES + MOVIE_FAMILIES}
+    for relation, phrases in HELDOUT_PHRASES.items():
+        assert all(set(p.split()) & train <= {"of", "the"} for p in phrases), relation
 
 
 def test_bad_variant_options_are_refused_naming_the_option(tmp_path):
