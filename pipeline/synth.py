@@ -1199,6 +1199,20 @@ def _edge_rows(world: World, names: dict[str, str], t: str, lo: int, hi: int,
     return b"".join(nt_parts), b"".join(tsv_parts), n_edges
 
 
+def _write_texts(out: Path, families: dict, questions: list[dict]) -> dict[str, str]:
+    """families.json, questions.jsonl and the split files: sha256 by file."""
+    files = {}
+    for name, data in (
+        ("families.json", json.dumps(families, indent=2) + "\n"),
+        ("questions.jsonl", _jsonl(questions)),
+        *((f"{split}.jsonl", _jsonl(part)) for split, part in question_splits(questions).items()),
+    ):
+        raw = data.encode()
+        (out / name).write_bytes(raw)
+        files[name] = hashlib.sha256(raw).hexdigest()
+    return files
+
+
 def generate(out_dir, *, n_triples: int, seed: int = 0, malformed_rate: float = 0.0,
              gzip: bool = False, n_questions: int = 1000,
              naming: str = OPTION_DEFAULTS["naming"],
@@ -1227,16 +1241,7 @@ def generate(out_dir, *, n_triples: int, seed: int = 0, malformed_rate: float = 
     questions = _questions(world, n_questions, names, style=question_style,
                            hops=options["hops"], max_answers=max_answers,
                            test_wording=test_wording, extended=bool(changed))
-    for name, data in (
-        ("families.json", json.dumps(families_ground_truth(world.families, names), indent=2)
-         + "\n"),
-        ("questions.jsonl", _jsonl(questions)),
-        *((f"{split}.jsonl", _jsonl(part)) for split, part in question_splits(questions).items()),
-    ):
-        raw = data.encode()
-        (out / name).write_bytes(raw)
-        files[name] = hashlib.sha256(raw).hexdigest()
-
+    files.update(_write_texts(out, families_ground_truth(world.families, names), questions))
     manifest = {
         "generator": GENERATOR,
         "version": VERSION,
