@@ -17,6 +17,9 @@ from pathlib import Path
 import click
 
 from evaluation.cli import eval_command
+from pipeline.synth import (ENTITY_NAMES, MAX_INVERSE_TRIPLES, NAMINGS, OPTION_DEFAULTS, generate,
+                            labelled_overrides)
+from pipeline.synth_wording import STYLES, WORDINGS
 from runtime.cli import STORE_OPTION, cli, render_answer, render_summary
 from runtime.config import FORMATS, load_config
 from runtime.contract import Store
@@ -32,14 +35,40 @@ from runtime.errors import LokgError
               help="Share of malformed lines mixed into the N-Triples file.")
 @click.option("--gzip", "gzip_", is_flag=True, help="Write kg.nt.gz instead of kg.nt.")
 @click.option("--questions", "n_questions", type=click.IntRange(min=0), default=1000,
-              show_default=True, help="Number of 2- and 3-hop questions.")
+              show_default=True, help="Number of questions.")
+@click.option("--naming", type=click.Choice(NAMINGS), default=OPTION_DEFAULTS["naming"],
+              show_default=True, help="Relation names: film.film.directed_by, /film/film/directed_by, "
+                   "__film__film__directed_by, filmFilmDirectedBy or directed_by.")
+@click.option("--entity-names", type=click.Choice(ENTITY_NAMES),
+              default=OPTION_DEFAULTS["entity_names"],
+              show_default=True, help="English names as made, with _ for spaces, or with a "
+                                      "'(qualifier)' on some entities.")
+@click.option("--question-style", type=click.Choice(STYLES),
+              default=OPTION_DEFAULTS["question_style"],
+              show_default=True, help="pathquestion: forward 2-/3-hop chains; metaqa: movie "
+                                      "questions whose hops may walk relations backwards "
+                                      "(adds the movie families; at most "
+                                      f"{MAX_INVERSE_TRIPLES:,} triples).")
+@click.option("--hops", type=click.IntRange(1, 3), multiple=True,
+              help="Hop counts to ask (repeatable; default: the style's, 2 3 or 1 2 3).")
+@click.option("--test-wording", type=click.Choice(WORDINGS),
+              default=OPTION_DEFAULTS["test_wording"], show_default=True,
+              help="Wording of the test split (train/dev always use the train wording).")
+@click.option("--max-answers", type=click.IntRange(min=1),
+              default=OPTION_DEFAULTS["max_answers"], show_default=True,
+              help="Most answers a question may have.")
 def synth(n_triples: int, seed: int, out_dir: str, malformed_rate: float, gzip_: bool,
-          n_questions: int) -> None:
+          n_questions: int, naming: str, entity_names: str, question_style: str,
+          hops: tuple[int, ...], test_wording: str, max_answers: int) -> None:
     """Generate a deterministic synthetic Freebase-like KG (DESIGN §6)."""
-    from pipeline.synth import generate
-
-    manifest = generate(out_dir, n_triples=n_triples, seed=seed, malformed_rate=malformed_rate,
-                        gzip=gzip_, n_questions=n_questions)
+    try:
+        manifest = generate(out_dir, n_triples=n_triples, seed=seed,
+                            malformed_rate=malformed_rate, gzip=gzip_, n_questions=n_questions,
+                            naming=naming, entity_names=entity_names,
+                            question_style=question_style, hops=hops or None,
+                            test_wording=test_wording, max_answers=max_answers)
+    except LokgError as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(manifest["counts"], indent=2))
 
 
@@ -133,7 +162,6 @@ def config_command(config_file: str | None, overrides: tuple[str, ...]) -> None:
 def demo(workdir: str | None, n_triples: int, seed: int, llm_name: str) -> None:
     """The embedded default end to end: synthetic KG → build → publish → one question answered."""
     from pipeline import driver as pipeline
-    from pipeline.synth import generate, labelled_overrides
     from runtime.query import Runtime
 
     root = Path(workdir or tempfile.mkdtemp(prefix="lokg-demo-"))

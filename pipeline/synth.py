@@ -32,7 +32,8 @@ How the graph is made
   ranks are sorted and the i-th gets +i, so the file holds exactly ``n_triples`` distinct
   entity→entity edges.
 * Questions follow chains of base relations only (members[0]: never a synonym or an inverse
-  member), so a subject's answers are recomputable from that subject alone.
+  member), so a subject's answers are recomputable from that subject alone — or, for a hop
+  walked backwards (metaqa style), from a reverse index of that one relation.
 * Malformed lines (``MALFORMED_KINDS``) are placed before well-formed line
   ⌊(i + u_i)·W/M⌋; each breaks the grammar even for a parser that accepts ``<>`` (the
   empty-IRI kind also lacks the final " .").
@@ -44,6 +45,41 @@ and dated/numeric literal facts, and optionally malformed lines at stratified po
 truth), ``questions.jsonl`` (2- and 3-hop questions, answers computed by walking the generated
 graph), the same questions split into ``train.jsonl`` / ``dev.jsonl`` / ``test.jsonl``
 (:func:`question_splits`) and ``manifest.json`` (params, counts, per-relation counts, sha256 of every file).
+
+A question record: ``id``, ``question``, ``answers`` (names), ``answer_keys`` (mids, sorted),
+``topic_entities`` (one mid), ``topic_names``, ``path`` (the gold chain in the graph's relation
+names; a hop walked against the relation's direction is the name prefixed with
+:data:`INVERSE_PREFIX`, e.g. ``["~film.film.directed_by", "film.film.starring"]``), ``hops``,
+and — in every output but the all-defaults one, which stays byte for byte what it was —
+``wording`` (train | heldout) and ``inverse`` (any ``~`` hop). The splits add ``split``.
+
+Generalisation variants (options of :func:`generate`; ``lokg synth`` flags)
+--------------------------------------------------------------------------------
+Held-out graphs differ from a training graph in relation naming, entity names, question wording
+and in questions that walk relations backwards; each option varies one of these:
+
+* ``naming`` — relation names: ``dotted`` ``film.film.directed_by`` (default), ``freebase``
+  ``/film/film/directed_by``, ``underscored`` ``__film__film__directed_by``, ``camel``
+  ``filmFilmDirectedBy``, ``plain`` ``directed_by`` (the last segment; where two relations
+  share it, type and relation: ``person_nationality`` / ``actor_nationality``). Edges,
+  families.json, paths and manifest counts use the scheme's names; types, names and other
+  literal predicates keep theirs.
+* ``entity_names`` — the ``@en`` names (and so topic_names and answers): ``plain``,
+  ``underscored`` (``John_Smith``) or ``disambiguated`` (a seeded :data:`DISAMBIGUATED_SHARE`
+  get ``John Smith (politician)``, ``The Last Garden (film)``).
+* ``question_style`` — ``pathquestion`` (default: forward 2-/3-hop chains over every family)
+  or ``metaqa``: MetaQA-like movie questions over the film families (plus film.film.written_by,
+  film.film.genre and film.film.language, with film genres and languages as types — added only
+  in this style) whose hops may walk a relation backwards ("what movies did X direct": one
+  ``~film.film.directed_by`` hop; "which films share the director of X": directed_by then
+  ~directed_by, the topic never among the answers). ``hops`` picks the hop counts (1-3;
+  default 1, 2, 3). Inverse hops read a reverse index of the families walked backwards, built
+  on first use, so this style refuses graphs above :data:`MAX_INVERSE_TRIPLES` triples.
+* ``test_wording`` — ``heldout`` writes the test split in the held-out wording
+  (``pipeline.synth_wording``: other verbs and syntax than any training template) while
+  train/dev keep the train wording; the questions themselves (topics, chains, answers) are the
+  same as with ``train``, so the two dumps make a paired "unseen wording" transfer split.
+* ``max_answers`` — the most answers a question may have (default 5).
 """
 
 from __future__ import annotations
@@ -53,10 +89,14 @@ import gzip as _gzip
 import hashlib
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from pipeline.synth_wording import METAQA, STYLES, WORDINGS, render, variant_counts
+from runtime.errors import LokgError
 
 NS = "http://rdf.freebase.com/ns/"
 XSD = "http://www.w3.org/2001/XMLSchema#"
@@ -71,6 +111,26 @@ MALFORMED_KINDS = ("missing_dot", "truncated_iri", "two_terms", "unterminated_li
                    "garbage", "empty_iri")
 
 _CHUNK = 8192  # subjects per vectorised block
+
+#: Relation naming schemes (``generate(naming=...)``, module docstring).
+NAMINGS = ("dotted", "freebase", "underscored", "camel", "plain")
+#: Surface forms of entity names (``generate(entity_names=...)``).
+ENTITY_NAMES = ("plain", "underscored", "disambiguated")
+#: Share of entities whose name carries a "(qualifier)" under ``entity_names="disambiguated"``.
+DISAMBIGUATED_SHARE = 0.3
+#: Marks a hop of a gold ``path`` walked against the relation's direction (the runtime's
+#: relation knowledge reads paths with the same prefix).
+INVERSE_PREFIX = "~"
+#: Largest graph the metaqa style accepts: its inverse hops need a reverse index in memory
+#: (4 bytes per edge of every family walked backwards, about 30 while one is built).
+MAX_INVERSE_TRIPLES = 2_000_000
+#: The hop counts a question style may ask (all of them by default).
+STYLE_HOPS = {"pathquestion": (2, 3), "metaqa": (1, 2, 3)}
+
+
+class SynthError(LokgError, ValueError):
+    """Generator arguments that cannot produce a graph; the message names the argument."""
+
 
 # --------------------------------------------------------------------------------------------
 # schema
@@ -169,6 +229,20 @@ FAMILIES: tuple[Family, ...] = (
     Family(("music.album.genre",), AL, MG, 0.85, (.50, .30, .20), 1.0, ("genre", "style")),
 )
 
+FG, LA = "film.film_genre", "language.human_language"
+#: Types and families only a metaqa-style graph has (``_TYPES`` / ``FAMILIES`` alone are the
+#: default graph, byte for byte): what MetaQA's movie questions ask about besides directors,
+#: casts, countries and studios. film.film.written_by shares film.film.directed_by's type pair;
+#: its (film, person) pairs are drawn independently.
+_MOVIE_TYPES = ((FG, None, 3), (LA, None, 3))
+MOVIE_FAMILIES: tuple[Family, ...] = (
+    Family(("film.film.written_by",), FI, P, 0.85, (.70, .25, .05), 0.9,
+           ("writer", "screenwriter")),
+    Family(("film.film.genre",), FI, FG, 0.95, (.45, .35, .20), 0.8, ("genre", "film genre")),
+    Family(("film.film.language",), FI, LA, 0.95, (.85, .15), 1.4,
+           ("language", "spoken language")),
+)
+
 #: Literal facts that are not names: type -> (predicate, share of entities, value kind).
 _ATTRIBUTES = {
     P: ("people.person.date_of_birth", 0.7, "date"),
@@ -185,7 +259,8 @@ _LOC_SUFFIX = {"fr": "é", "de": "en", "es": "a", "it": "o"}
 _FILM_ARTICLE = {"fr": "Le ", "de": "Der ", "es": "El ", "it": "Il "}
 _YEARS = {P: (1900, 2005), FI: (1920, 2023), AL: (1955, 2023), ORG: (1850, 2020)}
 _LABEL = {P: "person", AC: "actor", FI: "film", AR: "band", AL: "album", ORG: "organization",
-          CI: "city", CO: "country", MG: "genre", GE: "gender"}
+          CI: "city", CO: "country", MG: "genre", GE: "gender", FG: "film genre",
+          LA: "language"}
 
 _FIRST = ("James Mary John Patricia Robert Jennifer Michael Linda William Elizabeth David "
           "Barbara Richard Susan Joseph Jessica Thomas Sarah Charles Karen Daniel Nancy Matthew "
@@ -220,6 +295,13 @@ _GENRES = ("rock|pop|jazz|blues|hip hop|electronic|classical|folk|country|reggae
            "bluegrass|trip hop|drum and bass|dubstep|synth-pop|new wave|post-rock|shoegaze|"
            "bossa nova|salsa|flamenco|k-pop|afrobeat|zydeco|emo|trance|garage rock").split("|")
 _GENDERS = ("male", "female")
+_FILM_GENRES = ("drama|comedy|thriller|documentary|western|science fiction|horror|animation|"
+                "romance|crime|mystery|fantasy|adventure|war|musical|family|biography|sport|"
+                "film noir|action|history|short").split("|")
+_LANGUAGES = ("English French German Spanish Italian Japanese Hindi Korean Mandarin Russian "
+              "Portuguese Swedish Danish Turkish Persian Arabic Polish Dutch Greek Hebrew Czech "
+              "Hungarian Finnish Norwegian Thai Tamil Cantonese Bengali Telugu Icelandic").split()
+_NAMES_OF = {FG: _FILM_GENRES, LA: _LANGUAGES}
 _ORG_KINDS = (("Corporation", "Company"), ("Group", "Conglomerate"), ("Records", "Record label"),
               ("Studios", "Film studio"), ("University", "University"),
               ("Foundation", "Non-profit organization"), ("Pictures", "Film production company"),
@@ -321,16 +403,19 @@ def _fixed_size(type_name: str, n_entities: int) -> int:
         return min(200, max(3, n_entities // 400))
     if type_name == MG:
         return min(len(_GENRES), max(3, n_entities // 2500))
+    if type_name in (FG, LA):
+        return min(len(_NAMES_OF[type_name]), max(3, n_entities // 1000))
     return len(_GENDERS)
 
 
-def _type_sizes(n_entities: int) -> dict[str, int]:
+
+def _type_sizes(n_entities: int, type_table=_TYPES) -> dict[str, int]:
     """Entities per type for a target total (the real total may exceed it by the minimums)."""
-    fixed = {t: _fixed_size(t, n_entities) for t, share, _ in _TYPES if share is None}
+    fixed = {t: _fixed_size(t, n_entities) for t, share, _ in type_table if share is None}
     rest = max(0, n_entities - sum(fixed.values()))
-    sizes = {t: max(minimum, int(share * rest)) for t, share, minimum in _TYPES if share}
+    sizes = {t: max(minimum, int(share * rest)) for t, share, minimum in type_table if share}
     sizes[P] += max(0, rest - sum(sizes.values()))
-    return {t: sizes.get(t, fixed.get(t)) for t, _, _ in _TYPES}
+    return {t: sizes.get(t, fixed.get(t)) for t, _, _ in type_table}
 
 
 # --------------------------------------------------------------------------------------------
@@ -338,11 +423,18 @@ def _type_sizes(n_entities: int) -> dict[str, int]:
 
 
 class World:
-    """The generated KG. Holds only per-entity arrays; edges are recomputed on demand."""
+    """The generated KG. Holds only per-entity arrays; edges are recomputed on demand (but for
+    the reverse index of the families a metaqa question walks backwards, built on first use).
 
-    def __init__(self, n_triples: int, seed: int):
-        self.seed = seed
-        self.sizes = _solve_sizes(n_triples)
+    ``movie`` adds the movie types and families; ``entity_names`` is the surface form of the
+    English names (module docstring)."""
+
+    def __init__(self, n_triples: int, seed: int, *, movie: bool = False,
+                 entity_names: str = "plain"):
+        self.seed, self.entity_names = seed, entity_names
+        self.families = FAMILIES + MOVIE_FAMILIES if movie else FAMILIES
+        self.sizes = _solve_sizes(n_triples, self.families,
+                                  _TYPES + _MOVIE_TYPES if movie else _TYPES)
         self.types = list(self.sizes)
         self.offset: dict[str, int] = {}
         total = 0
@@ -353,11 +445,12 @@ class World:
         self._type_starts = np.array([self.offset[t] for t in self.types])
         self.mid_width = max(4, math.ceil(math.log(max(total, 2), 32)))
         self.midtab = self._mid_table()
-        self.pools = [self._pool(f) for f in FAMILIES]
-        self.k = [self._draw_degrees(i) for i in range(len(FAMILIES))]
+        self.pools = [self._pool(f) for f in self.families]
+        self.k = [self._draw_degrees(i) for i in range(len(self.families))]
         self._fit(n_triples)
         self._templates: dict[tuple[str, str], tuple[np.ndarray, int, int]] = {}
         self._name_perm = {t: self._perm(t) for t in self.types}
+        self._reverse: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     # ---- ids, pools, degrees ---------------------------------------------------------------
     def _mid_table(self) -> np.ndarray:
@@ -392,11 +485,11 @@ class World:
 
     def _capacity(self, f: int) -> int:
         """Most distinct objects one subject can have (its own id excluded on a same-type pool)."""
-        fam = FAMILIES[f]
+        fam = self.families[f]
         return min(255, self.pools[f].count - (fam.subj == fam.obj))
 
     def _draw_degrees(self, f: int) -> np.ndarray:
-        fam = FAMILIES[f]
+        fam = self.families[f]
         n = self.sizes[fam.subj]
         keys = np.arange(n, dtype=np.int64) + self.offset[fam.subj]
         covered = _uniform(_stream(self.seed, "cov", fam.base), keys) < fam.cov
@@ -408,21 +501,20 @@ class World:
         k[self._anchor(f)] = max(1, k[self._anchor(f)])
         return k.astype(np.uint8)
 
-    @staticmethod
-    def _anchor(f: int) -> int:
+    def _anchor(self, f: int) -> int:
         """The first eligible subject: it always keeps one slot stating every family member."""
-        return FAMILIES[f].parity or 0
+        return self.families[f].parity or 0
 
     def _fit(self, n_triples: int) -> None:
         """Nudge plain families' degrees (seeded, ±1 slot per subject a round) to hit n exactly."""
-        plain = [f for f, fam in enumerate(FAMILIES) if len(fam.members) == 1]
-        total = sum(self._count_edges(f) for f in range(len(FAMILIES)))
+        plain = [f for f, fam in enumerate(self.families) if len(fam.members) == 1]
+        total = sum(self._count_edges(f) for f in range(len(self.families)))
         rng = np.random.default_rng([self.seed, n_triples, 0xF17])
         while total != n_triples:
             grow = total < n_triples
             cells = []
             for f in plain:
-                k, fam = self.k[f], FAMILIES[f]
+                k, fam = self.k[f], self.families[f]
                 if grow:
                     ok = k < min(len(fam.kdist) + 2, self._capacity(f)) if len(fam.kdist) > 1 \
                         else np.zeros(len(k), bool)
@@ -442,7 +534,7 @@ class World:
             total += len(take) if grow else -len(take)
 
     def _count_edges(self, f: int) -> int:
-        fam = FAMILIES[f]
+        fam = self.families[f]
         if len(fam.members) == 1:
             return int(self.k[f].sum(dtype=np.int64))
         popcount = np.array([bin(m).count("1") for m in self._role_masks(fam)])
@@ -460,13 +552,13 @@ class World:
         starts = np.cumsum(k) - k
         seg = np.repeat(np.arange(hi - lo), k)
         slot = np.arange(len(seg)) - starts[seg]
-        subj = self.offset[FAMILIES[f].subj] + lo + seg
+        subj = self.offset[self.families[f].subj] + lo + seg
         keys = (subj.astype(np.uint64) << np.uint64(8)) | slot.astype(np.uint64)
         return k, seg, slot, subj, keys
 
     def _roles(self, f: int, lo: int, hi: int):
         """Slots plus each slot's role index (len(roles) = the anchor's all-members role)."""
-        fam = FAMILIES[f]
+        fam = self.families[f]
         k, seg, slot, subj, keys = self._slots(f, lo, hi)
         cum = np.cumsum([p for _, p in fam.roles])
         role = np.minimum(np.searchsorted(cum / cum[-1], _uniform(
@@ -476,7 +568,7 @@ class World:
 
     def edges(self, f: int, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(subject ids, object ids, member bitmask) of family f's slots for subjects lo..hi-1."""
-        fam, pool = FAMILIES[f], self.pools[f]
+        fam, pool = self.families[f], self.pools[f]
         if len(fam.members) == 1:
             k, seg, slot, subj, keys = self._slots(f, lo, hi)
             mask = np.ones(len(seg), dtype=np.int64)
@@ -496,11 +588,36 @@ class World:
 
     def out(self, f: int, entity: int) -> list[int]:
         """Objects of the family's base relation for one subject (question walks)."""
-        local = entity - self.offset[FAMILIES[f].subj]
-        if not 0 <= local < self.sizes[FAMILIES[f].subj]:
+        local = entity - self.offset[self.families[f].subj]
+        if not 0 <= local < self.sizes[self.families[f].subj]:
             return []
         _, obj, mask = self.edges(f, local, local + 1)
         return obj[(mask & 1) == 1].tolist()
+
+    def walk(self, f: int, inverse: bool, entity: int) -> list[int]:
+        """One hop of a question chain: the base relation's objects of ``entity`` or, walked
+        ``inverse``, its subjects (from the reverse index)."""
+        if not inverse:
+            return self.out(f, entity)
+        subjects, starts = self._reverse_index(f)
+        local = entity - self.offset[self.families[f].obj]
+        if not 0 <= local < self.sizes[self.families[f].obj]:
+            return []
+        return subjects[starts[local]:starts[local + 1]].tolist()
+
+    def _reverse_index(self, f: int) -> tuple[np.ndarray, np.ndarray]:
+        """Family f's base-relation subjects ordered by object, and where each object starts:
+        the only edge-sized structure the generator holds (metaqa questions only)."""
+        if f not in self._reverse:
+            fam = self.families[f]
+            n = self.sizes[fam.subj]
+            parts = [self.edges(f, lo, min(n, lo + 8 * _CHUNK)) for lo in range(0, n, 8 * _CHUNK)]
+            subj = np.concatenate([s[(m & 1) == 1] for s, _, m in parts])
+            obj = np.concatenate([o[(m & 1) == 1] for _, o, m in parts]) - self.offset[fam.obj]
+            counts = np.bincount(obj, minlength=self.sizes[fam.obj])
+            self._reverse[f] = (subj[np.argsort(obj, kind="stable")].astype(np.int32),
+                                np.concatenate([[0], np.cumsum(counts)]))
+        return self._reverse[f]
 
     # ---- entities: names and literal lines --------------------------------------------------
     def _name_index(self, type_name: str, local: np.ndarray) -> np.ndarray:
@@ -510,7 +627,23 @@ class World:
 
     def name(self, entity: int) -> str:
         t = self.type_of(entity)
-        return _NAMERS[t](int(self._name_index(t, np.array([entity - self.offset[t]]))[0]))
+        local = np.array([entity - self.offset[t]])
+        return self.surface(t, local, [_NAMERS[t](int(self._name_index(t, local)[0]))])[0]
+
+    def surface(self, type_name: str, local: np.ndarray, names: list[str]) -> list[str]:
+        """The English names as the dump writes them (``entity_names``): as made, ``_`` for
+        spaces, or a "(qualifier)" — the occupation of a person, else the type's label — on a
+        seeded share of the entities. Aliases and other languages keep the made name."""
+        if self.entity_names == "plain":
+            return names
+        if self.entity_names == "underscored":
+            return [n.replace(" ", "_") for n in names]
+        keys = local + self.offset[type_name]
+        marked = _uniform(_stream(self.seed, "entity", "disambiguate"), keys) < DISAMBIGUATED_SHARE
+        words = _DESCRIPTION_WORDS[type_name] if type_name in (P, AC) else None
+        desc = _uniform(_stream(self.seed, "entity", "desc"), keys).tolist()
+        return [f"{n} ({words[int(u * len(words))].lower() if words else _LABEL[type_name]})"
+                if m else n for n, m, u in zip(names, marked.tolist(), desc)]
 
     def entity_draws(self, type_name: str, lo: int, hi: int) -> dict[str, np.ndarray]:
         """Per-entity choices (aliases, non-English name, literal fact) as uniform draws."""
@@ -542,7 +675,8 @@ class World:
             first, last = _YEARS[type_name]
             years = np.where(d["has_attr"], first + (d["v1"] * (last - first + 1)).astype(int),
                              0).tolist()
-        out = [f'{s}type.object.name> "{_escape(n)}"@en .\n' for s, n in zip(subj, names)]
+        shown = self.surface(type_name, np.arange(lo, hi), names)
+        out = [f'{s}type.object.name> "{_escape(n)}"@en .\n' for s, n in zip(subj, shown)]
         for i in np.flatnonzero(d["has_foreign"]).tolist():
             lang = _LANGS[int(d["lang"][i] * len(_LANGS))]
             out.append(f'{subj[i]}type.object.name> '
@@ -585,12 +719,12 @@ class World:
         return np.frombuffer(text.encode(), dtype=np.uint8), len(head), o_at
 
 
-def _solve_sizes(n_triples: int) -> dict[str, int]:
+def _solve_sizes(n_triples: int, families=FAMILIES, type_table=_TYPES) -> dict[str, int]:
     """Smallest entity total whose expected edge count reaches n_triples (binary search)."""
     def expected(n_entities: int) -> float:
-        sizes = _type_sizes(n_entities)
+        sizes = _type_sizes(n_entities, type_table)
         total = 0.0
-        for fam in FAMILIES:
+        for fam in families:
             subjects = sizes[fam.subj] / (2 if fam.parity is not None else 1)
             cap = max(1, (sizes[fam.obj] // (2 if fam.parity is not None else 1))
                       - (fam.subj == fam.obj))
@@ -605,7 +739,7 @@ def _solve_sizes(n_triples: int) -> dict[str, int]:
             hi = mid
         else:
             lo = mid + 1
-    return _type_sizes(lo)
+    return _type_sizes(lo, type_table)
 
 
 # --------------------------------------------------------------------------------------------
@@ -662,6 +796,8 @@ _NAMERS = {
     CO: lambda i: _word(i // len(_COUNTRY_SUFFIX)) + _COUNTRY_SUFFIX[i % len(_COUNTRY_SUFFIX)],
     MG: lambda i: _GENRES[i],
     GE: lambda i: _GENDERS[i],
+    FG: lambda i: _FILM_GENRES[i],
+    LA: lambda i: _LANGUAGES[i],
 }
 
 
@@ -696,7 +832,8 @@ def _attr_value(kind: str, name: str, year: int | None, v1: float, v2: float, v3
 
 _DESCRIPTION_WORDS = {P: _OCCUPATIONS, FI: _FILM_KINDS, AC: _ACTOR_KINDS, AR: _BAND_KINDS,
                       CI: _CITY_KINDS, CO: ("Sovereign state",), MG: ("Music genre",),
-                      GE: ("Gender identity",), AL: ("studio album",), ORG: ("",)}
+                      GE: ("Gender identity",), AL: ("studio album",), ORG: ("",),
+                      FG: ("Film genre",), LA: ("Human language",)}
 
 
 def _description(type_name: str, name_index: int, u: float, year: int | None) -> str:
@@ -722,8 +859,8 @@ class _Malformed:
     """M malformed lines at stratified positions: line i goes before well-formed line q_i,
     q_i = floor((i + u_i) · W / M), so they spread evenly and each is placed exactly once."""
 
-    def __init__(self, world: World, n_wellformed: int, rate: float):
-        self.world, self.w = world, n_wellformed
+    def __init__(self, world: World, names: dict[str, str], n_wellformed: int, rate: float):
+        self.world, self.names, self.w = world, names, n_wellformed
         self.m = int(round(rate * n_wellformed))
         self.stream = _stream(world.seed, "malformed")
         self.text_stream = _stream(world.seed, "malformed-text")
@@ -744,7 +881,8 @@ class _Malformed:
         w = self.world
         s = w.mid(int(u[1] * w.n_entities))
         o = w.mid(int(u[2] * w.n_entities))
-        rel = FAMILIES[int(u[3] * len(FAMILIES))].base
+        families = w.families
+        rel = self.names[families[int(u[3] * len(families))].base]
         kind = MALFORMED_KINDS[int(u[0] * len(MALFORMED_KINDS))]
         text = {
             "missing_dot": f"<{NS}{s}> <{NS}{rel}> <{NS}{o}>",
@@ -773,36 +911,85 @@ class _Malformed:
 
 
 # --------------------------------------------------------------------------------------------
+# relation names
+
+
+def _camel(segments: list[str]) -> str:
+    words = [w for segment in segments for w in segment.split("_") if w]
+    return words[0].lower() + "".join(w.capitalize() for w in words[1:])
+
+
+_RENAMERS = {"dotted": ".".join, "freebase": lambda s: "/" + "/".join(s),
+             "underscored": lambda s: "__" + "__".join(s), "camel": _camel}
+
+
+def _plain(dotted: list[str]) -> dict[str, str]:
+    """The last segment; where two relations share it, the type's last segment before it."""
+    last = Counter(r.rsplit(".", 1)[1] for r in dotted)
+    return {r: r.rsplit(".", 1)[1] if last[r.rsplit(".", 1)[1]] == 1
+            else "_".join(r.split(".")[-2:]) for r in dotted}
+
+
+def relation_names(families, naming: str) -> dict[str, str]:
+    """Each dotted relation of ``families`` → its name under ``naming`` (module docstring); a
+    scheme that is not one-to-one on them raises SynthError."""
+    dotted = [r for fam in families for r in fam.members]
+    names = _plain(dotted) if naming == "plain" else {
+        r: _RENAMERS[naming](r.split(".")) for r in dotted}
+    if len(set(names.values())) != len(names):
+        raise SynthError(f"naming={naming!r} gives two relations one name")
+    return names
+
+
+# --------------------------------------------------------------------------------------------
 # questions
 
-_TEMPLATES = (
-    lambda topic, ps: "what is the " + " of the ".join(reversed(ps)) + f" of {topic} ?",
-    lambda topic, ps: f"{topic} 's " + " 's ".join(ps) + " is what ?",
-    lambda topic, ps: f"what is the {ps[-1]} of {topic} 's " + " 's ".join(ps[:-1]) + " ?",
-)
+#: A hop of a question chain: (family index, walked against the relation's direction).
+Step = tuple[int, bool]
 
 
-def _connects(a: Family, b: Family) -> bool:
-    """b can follow a in a question path: a's objects are b's subjects (same half of people)."""
-    return a.obj == b.subj and (a.parity is None or b.parity in (None, a.parity))
+def _ends(fam: Family, inverse: bool) -> tuple[str, str]:
+    """(start type, end type) of a hop along the family's base relation."""
+    return (fam.obj, fam.subj) if inverse else (fam.subj, fam.obj)
 
 
-def _chains(hops: int) -> list[tuple[int, ...]]:
-    """Family index chains whose base relations connect type to type."""
-    chains = [(f,) for f in range(len(FAMILIES))]
+def _connects(a: tuple[Family, bool], b: tuple[Family, bool]) -> bool:
+    """Hop b can follow hop a: a ends on b's start type (and on the same half of the people)."""
+    (fa, ia), (fb, ib) = a, b
+    return (_ends(fa, ia)[1] == _ends(fb, ib)[0]
+            and (fa.parity is None or fb.parity in (None, fa.parity)))
+
+
+def _chains(families, steps: list[Step], hops: int) -> list[tuple[Step, ...]]:
+    """Chains of ``hops`` steps that connect type to type, in a fixed order."""
+    chains = [(s,) for s in steps]
     for _ in range(hops - 1):
-        chains = [c + (f,) for c in chains for f in range(len(FAMILIES))
-                  if _connects(FAMILIES[c[-1]], FAMILIES[f])]
+        chains = [c + (s,) for c in chains for s in steps
+                  if _connects((families[c[-1][0]], c[-1][1]), (families[s[0]], s[1]))]
     return chains
 
 
+def _style_steps(families, style: str) -> list[Step]:
+    """pathquestion: every base relation, forward (a subject's answers need only that subject);
+    metaqa: the movie relations synth_wording.METAQA words, both ways."""
+    if style == "pathquestion":
+        return [(f, False) for f in range(len(families))]
+    return [(f, inverse) for f, fam in enumerate(families) if fam.base in METAQA
+            for inverse in (False, True)]
+
+
+def split_of(index: int) -> str:
+    """The split of the question at ``index`` (every 10th from the first is test, the one after
+    it dev): the labelled questions a build may learn from and the ones it is judged on stay
+    apart, and the first question — the demo's — is a test one."""
+    return "test" if index % 10 == 0 else "dev" if index % 10 == 1 else "train"
+
+
 def question_splits(questions: list[dict]) -> dict[str, list[dict]]:
-    """Train/dev/test by position (every 10th from the first is test, the one after it dev):
-    the labelled questions a build may learn from (relation knowledge, GAT's gold paths) and
-    the ones it is judged on stay apart, and the first question — the demo's — is a test one."""
+    """Train/dev/test by position (:func:`split_of`)."""
     splits: dict[str, list[dict]] = {"train": [], "dev": [], "test": []}
     for i, q in enumerate(questions):
-        split = "test" if i % 10 == 0 else "dev" if i % 10 == 1 else "train"
+        split = split_of(i)
         splits[split].append({**q, "split": split})
     return splits
 
@@ -820,44 +1007,69 @@ def _jsonl(records: list[dict]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
 
 
-def _questions(world: World, n_questions: int, max_answers: int = 5) -> list[dict]:
-    """2-/3-hop questions whose answers are every endpoint of the base-relation chain."""
+def _endpoints(world: World, chain: tuple[Step, ...], topic: int, max_answers: int,
+               style: str) -> list[int] | None:
+    """The chain's endpoints walked from the topic, ordered by mid; None refuses the question
+    (no endpoint, more than ``max_answers``, or — pathquestion only — the topic among them;
+    metaqa drops the topic instead: the films sharing X's director are not X)."""
+    frontier = {topic}
+    for f, inverse in chain:
+        frontier = {o for x in frontier for o in world.walk(f, inverse, x)}
+        if not frontier or len(frontier) > 10 * max_answers:
+            break
+    if style == "metaqa":
+        frontier.discard(topic)
+    elif topic in frontier:
+        return None
+    return sorted(frontier, key=world.mid) if 1 <= len(frontier) <= max_answers else None
+
+
+def _record(world: World, names: dict[str, str], style: str, wording: str,
+            chain: tuple[Step, ...], topic: int, answers: list[int], draws: list[float],
+            index: int, extended: bool) -> dict:
+    """One question record; ``draws`` pick the wording's template and phrases."""
+    hops = [(world.families[f], inverse) for f, inverse in chain]
+    steps = [(fam.base, fam.phrases, inverse) for fam, inverse in hops]
+    choice = [int(u * n) for u, n in zip(draws, variant_counts(style, wording, steps))]
+    topic_name = world.name(topic)
+    record = {
+        "id": f"synth-{index + 1:05d}",
+        "question": render(style, wording, steps, topic_name, choice),
+        "answers": [world.name(a) for a in answers],
+        "answer_keys": [world.mid(a) for a in answers],
+        "topic_entities": [world.mid(topic)],
+        "topic_names": [topic_name],
+        "path": [INVERSE_PREFIX * inverse + names[fam.base] for fam, inverse in hops],
+        "hops": len(chain),
+    }
+    if extended:
+        record.update(wording=wording, inverse=any(inverse for _, inverse in chain))
+    return record
+
+
+def _questions(world: World, n_questions: int, names: dict[str, str], *,
+               style: str = "pathquestion", hops: tuple[int, ...] = (2, 3), max_answers: int = 5,
+               test_wording: str = "train", extended: bool = False) -> list[dict]:
+    """Questions on random chains and topics whose answers are every endpoint of the chain;
+    test questions (:func:`split_of`) in the ``test_wording``, the others in ``train``."""
     rng = np.random.default_rng([world.seed, 0x51])
-    chains = {2: _chains(2), 3: _chains(3)}
+    chains = {h: _chains(world.families, _style_steps(world.families, style), h) for h in hops}
     seen, out = set(), []
     attempts = 0
     while len(out) < n_questions and attempts < 50 * n_questions + 100:
         attempts += 1
-        hops = 2 + int(rng.random() < 0.5)
-        chain = chains[hops][int(rng.random() * len(chains[hops]))]
-        first = FAMILIES[chain[0]]
-        local = int(rng.random() * world.sizes[first.subj])
-        phrase_u, template_u = rng.random(hops), rng.random()
-        if world.k[chain[0]][local] == 0:
-            continue
-        topic = world.offset[first.subj] + local
-        frontier = {topic}
-        for f in chain:
-            frontier = {o for x in frontier for o in world.out(f, x)}
-            if not frontier or len(frontier) > 10 * max_answers:
-                break
-        if not 1 <= len(frontier) <= max_answers or topic in frontier or (topic, chain) in seen:
+        n_hops = hops[len(hops) - 1 - int(rng.random() * len(hops))]
+        chain = chains[n_hops][int(rng.random() * len(chains[n_hops]))]
+        start = _ends(world.families[chain[0][0]], chain[0][1])[0]
+        topic = world.offset[start] + int(rng.random() * world.sizes[start])
+        phrase_u, template_u = rng.random(n_hops), rng.random()
+        answers = _endpoints(world, chain, topic, max_answers, style)
+        if answers is None or (topic, chain) in seen:
             continue
         seen.add((topic, chain))
-        answers = sorted(frontier, key=world.mid)
-        phrases = [FAMILIES[f].phrases[int(u * len(FAMILIES[f].phrases))]
-                   for f, u in zip(chain, phrase_u)]
-        topic_name = world.name(topic)
-        out.append({
-            "id": f"synth-{len(out) + 1:05d}",
-            "question": _TEMPLATES[int(template_u * len(_TEMPLATES))](topic_name, phrases),
-            "answers": [world.name(a) for a in answers],
-            "answer_keys": [world.mid(a) for a in answers],
-            "topic_entities": [world.mid(topic)],
-            "topic_names": [topic_name],
-            "path": [FAMILIES[f].base for f in chain],
-            "hops": hops,
-        })
+        wording = test_wording if split_of(len(out)) == "test" else "train"
+        out.append(_record(world, names, style, wording, chain, topic, answers,
+                           [template_u, *phrase_u], len(out), extended))
     return out
 
 
@@ -883,96 +1095,165 @@ class _HashingFile:
         self.file.close()
 
 
-def families_ground_truth() -> dict:
-    """The planted redundant relation families (written as families.json)."""
+def families_ground_truth(families, names: dict[str, str]) -> dict:
+    """The planted redundant relation families (written as families.json), in ``names``."""
+    description = (
+        "Each family draws one list of distinct (subject, object) slots per subject; every "
+        "slot is stated by a random subset of the family's relations (its role). Synonyms "
+        "(first = canonical) have the same subject and object types, share about 60-72% of "
+        "their (s, o) pairs by Jaccard, add pairs of their own and differ in triple counts. "
+        "Inverses state most slots as (s, r, o) and (o, r_inv, s) and some only one way. "
+        f"All other relations differ in type pair, except {names['people.person.spouse']}, "
+        "which lives on people with even ids while children/parents live on odd ids.")
+    if "film.film.written_by" in names:
+        description += (f" {names['film.film.written_by']} has the type pair of "
+                        f"{names['film.film.directed_by']}; their pairs are drawn independently.")
     return {
-        "synonyms": [list(f.members) for f in FAMILIES if f.kind == "synonyms"],
-        "inverses": [list(f.members) for f in FAMILIES if f.kind == "inverse"],
-        "description": (
-            "Each family draws one list of distinct (subject, object) slots per subject; every "
-            "slot is stated by a random subset of the family's relations (its role). Synonyms "
-            "(first = canonical) have the same subject and object types, share about 60-72% of "
-            "their (s, o) pairs by Jaccard, add pairs of their own and differ in triple counts. "
-            "Inverses state most slots as (s, r, o) and (o, r_inv, s) and some only one way. "
-            "All other relations differ in type pair, except people.person.spouse, which lives "
-            "on people with even ids while children/parents live on odd ids."),
+        "synonyms": [[names[r] for r in f.members] for f in families if f.kind == "synonyms"],
+        "inverses": [[names[r] for r in f.members] for f in families if f.kind == "inverse"],
+        "description": description,
     }
 
 
-def generate(out_dir, *, n_triples: int, seed: int = 0, malformed_rate: float = 0.0,
-             gzip: bool = False, n_questions: int = 1000) -> dict:
-    """Write the synthetic KG into ``out_dir`` and return its manifest (also manifest.json)."""
-    if n_triples < MIN_TRIPLES:
-        raise ValueError(f"n_triples must be at least {MIN_TRIPLES}, got {n_triples}")
-    if not 0.0 <= malformed_rate <= 0.5:
-        raise ValueError(f"malformed_rate must be within [0, 0.5], got {malformed_rate}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    world = World(n_triples, seed)
+#: The generalisation options of :func:`generate` and their defaults (``hops``: the style's).
+OPTION_DEFAULTS = {"naming": "dotted", "entity_names": "plain",
+                   "question_style": "pathquestion", "hops": None, "test_wording": "train",
+                   "max_answers": 5}
 
+
+def _options(n_triples: int, given: dict) -> tuple[dict, dict]:
+    """(every option resolved, the ones differing from their defaults) — SynthError names an
+    option that is unknown or out of range."""
+    for key, allowed in (("naming", NAMINGS), ("entity_names", ENTITY_NAMES),
+                         ("question_style", STYLES), ("test_wording", WORDINGS)):
+        if given[key] not in allowed:
+            raise SynthError(f"{key}={given[key]!r}: choose one of {', '.join(allowed)}")
+    style = given["question_style"]
+    allowed = STYLE_HOPS[style]
+    hops = tuple(sorted(set(given["hops"] or allowed)))
+    if not set(hops) <= set(allowed):
+        raise SynthError(f"hops={list(given['hops'])}: question_style={style!r} asks "
+                         f"{'/'.join(map(str, allowed))}-hop questions only")
+    if given["max_answers"] < 1:
+        raise SynthError(f"max_answers must be at least 1, got {given['max_answers']}")
+    if style == "metaqa" and n_triples > MAX_INVERSE_TRIPLES:
+        raise SynthError(f"question_style='metaqa' holds a reverse index in memory: n_triples "
+                         f"must be at most {MAX_INVERSE_TRIPLES:,}, got {n_triples:,}")
+    resolved = {**given, "hops": hops}
+    defaults = {**OPTION_DEFAULTS, "hops": allowed}
+    changed = {k: list(v) if k == "hops" else v for k, v in resolved.items() if v != defaults[k]}
+    return resolved, changed
+
+
+def _write_graph(world: World, names: dict[str, str], out: Path, n_triples: int,
+                 malformed_rate: float, gzip: bool) -> tuple[dict, dict, int, int, int]:
+    """kg.nt(.gz) and kg.tsv, subject block by subject block: (sha256 by file, triples by
+    relation, literal lines, type assertions, malformed lines)."""
     n_literal = sum(world.literal_count(t, lo, min(world.sizes[t], lo + 8 * _CHUNK))
                     for t in world.types for lo in range(0, world.sizes[t], 8 * _CHUNK))
-    malformed = _Malformed(world, n_triples + n_literal + world.n_entities, malformed_rate)
-
+    malformed = _Malformed(world, names, n_triples + n_literal + world.n_entities,
+                           malformed_rate)
     nt_name = "kg.nt.gz" if gzip else "kg.nt"
     (out / ("kg.nt" if gzip else "kg.nt.gz")).unlink(missing_ok=True)
     nt_file, tsv_file = _HashingFile(out / nt_name), _HashingFile(out / "kg.tsv")
     nt = _gzip.GzipFile(filename="kg.nt", mode="wb", fileobj=nt_file, mtime=0,
                         compresslevel=6) if gzip else nt_file
-    relation_counts = {rel: 0 for fam in FAMILIES for rel in fam.members}
+    relation_counts = {names[rel]: 0 for fam in world.families for rel in fam.members}
     written = literal = typed = 0
     for t in world.types:
-        subject_families = [f for f, fam in enumerate(FAMILIES) if fam.subj == t]
         for lo in range(0, world.sizes[t], _CHUNK):
             hi = min(world.sizes[t], lo + _CHUNK)
             text, n_lit, n_typed = world.entity_lines(t, lo, hi)
-            nt_parts, tsv_parts, n_lines = [text], [], n_lit + n_typed
-            for f in subject_families:
-                fam = FAMILIES[f]
-                subj, obj, mask = world.edges(f, lo, hi)
-                for m, rel in enumerate(fam.members):
-                    sel = (mask >> m) & 1 == 1
-                    s, o = subj[sel], obj[sel]
-                    if fam.kind == "inverse" and m == 1:
-                        s, o = o, s
-                    nt_parts.append(world.rows("nt", rel, s, o))
-                    tsv_parts.append(world.rows("tsv", rel, s, o))
-                    relation_counts[rel] += len(s)
-                    n_lines += len(s)
-            malformed.write(nt, b"".join(nt_parts), written, n_lines)
-            tsv_file.write(b"".join(tsv_parts))
-            written += n_lines
-            literal += n_lit
-            typed += n_typed
+            nt_edges, tsv_edges, n_edges = _edge_rows(world, names, t, lo, hi, relation_counts)
+            n_lines = n_lit + n_typed + n_edges
+            malformed.write(nt, text + nt_edges, written, n_lines)
+            tsv_file.write(tsv_edges)
+            written, literal, typed = written + n_lines, literal + n_lit, typed + n_typed
     if gzip:
         nt.close()
     nt_file.close()
     tsv_file.close()
     assert sum(relation_counts.values()) == n_triples and written == malformed.w, "count drift"
-
-    questions = _questions(world, n_questions)
     files = {nt_name: nt_file.sha.hexdigest(), "kg.tsv": tsv_file.sha.hexdigest()}
+    return files, relation_counts, literal, typed, malformed.m
+
+
+def _edge_rows(world: World, names: dict[str, str], t: str, lo: int, hi: int,
+               relation_counts: dict[str, int]) -> tuple[bytes, bytes, int]:
+    """The N-Triples and TSV lines of the edges of subjects lo..hi-1 of type t, and how many;
+    ``relation_counts`` gets them added."""
+    nt_parts, tsv_parts, n_edges = [], [], 0
+    for f, fam in enumerate(world.families):
+        if fam.subj != t:
+            continue
+        subj, obj, mask = world.edges(f, lo, hi)
+        for m, rel in enumerate(fam.members):
+            sel = (mask >> m) & 1 == 1
+            s, o = subj[sel], obj[sel]
+            if fam.kind == "inverse" and m == 1:
+                s, o = o, s
+            nt_parts.append(world.rows("nt", names[rel], s, o))
+            tsv_parts.append(world.rows("tsv", names[rel], s, o))
+            relation_counts[names[rel]] += len(s)
+            n_edges += len(s)
+    return b"".join(nt_parts), b"".join(tsv_parts), n_edges
+
+
+def _write_texts(out: Path, families: dict, questions: list[dict]) -> dict[str, str]:
+    """families.json, questions.jsonl and the split files: sha256 by file."""
+    files = {}
     for name, data in (
-        ("families.json", json.dumps(families_ground_truth(), indent=2) + "\n"),
+        ("families.json", json.dumps(families, indent=2) + "\n"),
         ("questions.jsonl", _jsonl(questions)),
         *((f"{split}.jsonl", _jsonl(part)) for split, part in question_splits(questions).items()),
     ):
         raw = data.encode()
         (out / name).write_bytes(raw)
         files[name] = hashlib.sha256(raw).hexdigest()
+    return files
 
+
+def generate(out_dir, *, n_triples: int, seed: int = 0, malformed_rate: float = 0.0,
+             gzip: bool = False, n_questions: int = 1000,
+             naming: str = OPTION_DEFAULTS["naming"],
+             entity_names: str = OPTION_DEFAULTS["entity_names"],
+             question_style: str = OPTION_DEFAULTS["question_style"],
+             hops: tuple[int, ...] | None = OPTION_DEFAULTS["hops"],
+             test_wording: str = OPTION_DEFAULTS["test_wording"],
+             max_answers: int = OPTION_DEFAULTS["max_answers"]) -> dict:
+    """Write the synthetic KG into ``out_dir`` and return its manifest (also manifest.json).
+
+    The options after ``n_questions`` are the generalisation variants (module docstring); with
+    all of them at their defaults the output is the original generator's, byte for byte."""
+    if n_triples < MIN_TRIPLES:
+        raise SynthError(f"n_triples must be at least {MIN_TRIPLES}, got {n_triples}")
+    if not 0.0 <= malformed_rate <= 0.5:
+        raise SynthError(f"malformed_rate must be within [0, 0.5], got {malformed_rate}")
+    options, changed = _options(n_triples, dict(
+        naming=naming, entity_names=entity_names, question_style=question_style, hops=hops,
+        test_wording=test_wording, max_answers=max_answers))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    world = World(n_triples, seed, movie=question_style == "metaqa", entity_names=entity_names)
+    names = relation_names(world.families, naming)
+    files, relation_counts, literal, typed, n_malformed = _write_graph(
+        world, names, out, n_triples, malformed_rate, gzip)
+    questions = _questions(world, n_questions, names, style=question_style,
+                           hops=options["hops"], max_answers=max_answers,
+                           test_wording=test_wording, extended=bool(changed))
+    files.update(_write_texts(out, families_ground_truth(world.families, names), questions))
     manifest = {
         "generator": GENERATOR,
         "version": VERSION,
         "params": {"n_triples": n_triples, "seed": seed, "malformed_rate": malformed_rate,
-                   "gzip": gzip, "n_questions": n_questions},
+                   "gzip": gzip, "n_questions": n_questions, **changed},
         "counts": {
             "triples": n_triples,
             "entities": world.n_entities,
             "relations": sum(1 for c in relation_counts.values() if c),
             "literal_lines": literal,
             "type_assertions": typed,
-            "malformed_lines": malformed.m,
+            "malformed_lines": n_malformed,
             "questions": len(questions),
         },
         "entity_types": world.sizes,

@@ -1,0 +1,230 @@
+"""Relation knowledge on held-out graphs (issue 22): the generalisation protocol, end to end.
+
+    python bench/generalisation.py --work /tmp/lokg-gen
+    python bench/generalisation.py --triples 3000 --namings dotted,plain --json out.json
+
+Every run is ``lokg eval --policy route --llm none`` (``evaluation.cli.run_eval``, whose
+``--build`` path builds a missing store), methods ``lokg`` and, zero-shot, ``kaping``:
+
+1. **In-domain, per naming scheme** (``--namings``): a synthetic KG of ``--triples`` edges
+   (``pipeline.synth.generate(naming=...)``), built with its labelled train/dev questions
+   (``pipeline.synth.labelled_overrides``), asked its test split with ``--entities gold`` and
+   ``--entities link``.
+2. **Transfer, unseen wording**: the same test questions (same graph, topics, chains, answers)
+   in the held-out wording — a second dump with ``test_wording="heldout"`` whose kg.tsv is the
+   first's, byte for byte — against the same store, entities gold.
+3. **Transfer PQ-2H ↔ PQ-3H** (when ``--pathquestion`` holds pq-2h/ and pq-3h/): a store of
+   both KBs (their union kb.txt; either dataset's topics alone miss many of the other's
+   entities) whose relation knowledge and GAT paths learn from one dataset's train/dev, asked
+   both datasets' test splits: in-domain and transfer.
+4. **Zero-shot inverse hops**: plain naming, metaqa-style 1/2/3-hop questions (hops may walk a
+   relation backwards: gold paths carry ``~``), built with **no** labelled questions; H@1 per
+   hop count, and within it of the questions with and without an inverse hop.
+
+Per row: n, H@1, the share of questions the route answered from the graph (``derived``) and H@1
+of those. Resumable, cached per directory under ``--work``: a dump directory is named by its
+options and generated once (its manifest.json is written last), a store is built only when it
+has no published build, and ``run_eval`` resumes a run directory by question id (a dump, store
+or run made by older code is reused as it is: remove its directory to redo it). The Markdown
+goes to stdout (and ``--markdown``), the rows to ``--json`` (default WORK/results.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline.synth import NAMINGS, generate, labelled_overrides  # noqa: E402
+
+PQ_DATASETS = ("pq-2h", "pq-3h")
+HEADER = ("| setting | graph | relation knowledge from | asked | entities | method | n | H@1 "
+          "| derived | H@1 of derived |")
+
+
+def ensure_dump(path: Path, **options) -> Path:
+    """The dump at ``path``, generated unless complete (its options are in its name)."""
+    if not (path / "manifest.json").is_file():
+        print(f"generating {path}", file=sys.stderr)
+        generate(path, **options)
+    return path
+
+
+def evaluate(args, *, dataset: str, store: Path, out: Path, methods: str = "lokg",
+             entities: str = "gold", overrides=(), kb: Path | None = None, split=None) -> dict:
+    """One ``lokg eval --policy route --llm none`` run (building ``store`` if missing); the
+    per-question records of each method."""
+    from evaluation.cli import command_line, run_eval
+
+    options = dict(dataset=dataset, split=split, store=str(store), methods=methods, llm="none",
+                   policy="route", entities=entities, out=str(out), build=True,
+                   kb=str(kb) if kb else None, overrides=list(overrides), limit=args.limit)
+    print(f"== {command_line(**options)}", file=sys.stderr)
+    run_eval(**options, progress=not args.no_progress, log=lambda m: print(m, file=sys.stderr))
+    return {m: [json.loads(line) for line in
+                (out / m / "predictions.jsonl").read_text(encoding="utf-8").splitlines()]
+            for m in methods.split(",")}
+
+
+def figures(records: list[dict]) -> dict:
+    """n, H@1, the derived share and H@1 of the derived answers of some predictions."""
+    derived = [r for r in records if ((r["details"] or {}).get("route") or {}).get("source")
+               == "derived"]
+    n = len(records)
+    return {"n": n, "H@1": sum(r["scores"]["H@1"] for r in records) / n if n else None,
+            "derived": len(derived) / n if n else None,
+            "derived_H@1": (sum(r["scores"]["H@1"] for r in derived) / len(derived)
+                            if derived else None)}
+
+
+def synthetic_rows(args, work: Path) -> list[dict]:
+    """Steps 1 and 2: per naming, in-domain (gold, link) and the unseen-wording transfer."""
+    rows = []
+    for naming in args.namings.split(","):
+        root = work / f"synth-{naming}-{args.triples}t-s{args.seed}-q{args.questions}"
+        options = dict(n_triples=args.triples, seed=args.seed, n_questions=args.questions,
+                       naming=naming)
+        dump = ensure_dump(root / "dump", **options)
+        heldout = ensure_dump(root / "dump-heldout", **options, test_wording="heldout")
+        graphs = {json.loads((d / "manifest.json").read_text())["files"]["kg.tsv"]
+                  for d in (dump, heldout)}
+        if len(graphs) != 1:
+            sys.exit(f"{heldout}: not the graph of {dump} (kg.tsv differs)")
+        build = dict(store=root / "store", kb=dump, overrides=labelled_overrides(dump))
+        for label, asked, entities in (("in-domain", dump, "gold"), ("in-domain", dump, "link"),
+                                       ("unseen wording", heldout, "gold")):
+            records = evaluate(args, dataset=f"synth:{asked / 'test.jsonl'}", entities=entities,
+                               out=root / "runs" / f"{asked.name}-{entities}", **build)["lokg"]
+            rows.append({"setting": label, "graph": f"synth {naming}", "trained": "train/dev",
+                         "asked": f"test ({'held-out' if asked == heldout else 'train'} "
+                                  "wording)", "entities": entities, "method": "lokg",
+                         **figures(records)})
+    return rows
+
+
+def union_kb(data: Path, work: Path) -> Path:
+    """A PathQuestion dump of both datasets' kb.txt lines (first occurrence kept)."""
+    union = work / "pathquestion-union"
+    if not (union / "kb.txt").is_file():
+        union.mkdir(parents=True, exist_ok=True)
+        lines = [line for name in PQ_DATASETS
+                 for line in (data / name / "kb.txt").read_text(encoding="utf-8").splitlines()]
+        (union / "kb.tmp").write_text("\n".join(dict.fromkeys(lines)) + "\n", encoding="utf-8")
+        (union / "kb.tmp").rename(union / "kb.txt")
+    return union
+
+
+def pathquestion_rows(args, work: Path) -> list[dict]:
+    """Step 3: relation knowledge from one PathQuestion dataset, asked both test splits."""
+    data = Path(args.pathquestion)
+    if not all((data / name / "kb.txt").is_file() for name in PQ_DATASETS):
+        print(f"{data}: no {' and '.join(PQ_DATASETS)}; PathQuestion transfer skipped",
+              file=sys.stderr)
+        return []
+    kb, rows = union_kb(data, work), []
+    for trained in PQ_DATASETS:
+        source = data / trained
+        overrides = [f"relation_knowledge.questions={source / 'train.txt'}",
+                     f"relation_knowledge.dev_questions={source / 'dev.txt'}",
+                     f"gat.questions={source / 'train.txt'}"]
+        for asked in PQ_DATASETS:
+            records = evaluate(args, dataset=f"pathquestion:{data / asked}", split="test",
+                               store=work / f"pathquestion-store-{trained}", kb=kb,
+                               overrides=overrides,
+                               out=work / "pathquestion-runs" / f"{trained}-on-{asked}")["lokg"]
+            rows.append({"setting": "in-domain" if asked == trained else "transfer",
+                         "graph": "PQ-2H ∪ PQ-3H KB", "trained": f"{trained} train/dev",
+                         "asked": f"{asked} test", "entities": "gold", "method": "lokg",
+                         **figures(records)})
+    return rows
+
+
+def zero_shot_rows(args, work: Path) -> list[dict]:
+    """Step 4: a metaqa-style graph in plain naming, no labelled questions, H@1 per hop."""
+    root = work / f"zero-shot-{args.triples}t-s{args.seed}-q{args.zero_shot_questions}"
+    dump = ensure_dump(root / "dump", n_triples=args.triples, seed=args.seed,
+                       n_questions=args.zero_shot_questions, naming="plain",
+                       question_style="metaqa")
+    questions = {q["id"]: q for q in map(json.loads, (dump / "test.jsonl").read_text(
+        encoding="utf-8").splitlines())}
+    runs = evaluate(args, dataset=f"synth:{dump / 'test.jsonl'}", store=root / "store",
+                    kb=dump, methods=args.zero_shot_methods, out=root / "runs" / "route")
+    rows = []
+    for method, records in runs.items():
+        for hops in sorted({q["hops"] for q in questions.values()}) + [None]:
+            part = [r for r in records if hops is None or questions[r["id"]]["hops"] == hops]
+            by_kind = {kind: figures([r for r in part if questions[r["id"]]["inverse"]
+                                      == (kind == "inverse")]) for kind in ("inverse", "forward")}
+            rows.append({"setting": "zero-shot", "graph": "synth plain, metaqa",
+                         "trained": "nothing",
+                         "asked": f"test, {f'{hops}-hop' if hops else 'all hop counts'}",
+                         "entities": "gold", "method": method, **figures(part),
+                         **{f"{k} {kind}": v[k] for kind, v in by_kind.items()
+                            for k in ("n", "H@1")}})
+    return rows
+
+
+def cell(value) -> str:
+    return "—" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def markdown(rows: list[dict], command: str) -> str:
+    """The main table, then the zero-shot table with the inverse / forward split."""
+    lines = ["Regenerate with:", "", f"    {command}", "", HEADER, "|---" * 6 + "|--:" * 4 + "|"]
+    keys = ("setting", "graph", "trained", "asked", "entities", "method", "n", "H@1",
+            "derived", "derived_H@1")
+    lines += ["| " + " | ".join(cell(r[k]) for k in keys) + " |" for r in rows]
+    zero = [r for r in rows if r["setting"] == "zero-shot"]
+    if zero:
+        lines += ["", "Zero-shot, by whether the chain walks a relation backwards:", "",
+                  "| method | asked | H@1 inverse (n) | H@1 forward (n) |", "|---|---|--:|--:|"]
+        lines += [f"| {r['method']} | {r['asked']} | {cell(r['H@1 inverse'])} "
+                  f"({r['n inverse']}) | {cell(r['H@1 forward'])} ({r['n forward']}) |"
+                  for r in zero]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work", default="/tmp/lokg-gen", help="dumps, stores and runs")
+    parser.add_argument("--triples", type=int, default=20_000, help="edges of each synthetic KG")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--questions", type=int, default=1000,
+                        help="labelled synthetic questions (a tenth is the test split)")
+    parser.add_argument("--namings", default=",".join(NAMINGS))
+    parser.add_argument("--pathquestion", default=str(Path(__file__).resolve().parents[2]
+                                                      / "shared" / "data" / "pathquestion"))
+    parser.add_argument("--zero-shot-questions", type=int, default=3000,
+                        help="metaqa questions of the zero-shot graph (a tenth is asked)")
+    parser.add_argument("--zero-shot-methods", default="lokg,kaping")
+    parser.add_argument("--steps", default="synthetic,pathquestion,zero-shot")
+    parser.add_argument("--limit", type=int, help="only the first N questions of each run")
+    parser.add_argument("--json", help="rows as JSON (default WORK/results.json)")
+    parser.add_argument("--markdown", help="also write the Markdown here")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    steps = {"synthetic": synthetic_rows, "pathquestion": pathquestion_rows,
+             "zero-shot": zero_shot_rows}
+    rows = [row for step in args.steps.split(",") for row in steps[step](args, work)]
+    command = shlex.join(["python", "bench/generalisation.py",
+                          *(sys.argv[1:] if argv is None else argv)])
+    text = markdown(rows, command)
+    print(text)
+    Path(args.json or work / "results.json").write_text(
+        json.dumps({"command": command, "rows": rows}, indent=1) + "\n")
+    if args.markdown:
+        Path(args.markdown).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
