@@ -141,9 +141,10 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
 
 @click.command("eval")
 @click.option("--dataset", required=True, metavar="KIND:PATH",
-              help="pathquestion:DIR | synth:FILE | jsonl:FILE")
-@click.option("--split", help="Split to evaluate (PathQuestion: train|dev|test, default test; "
-                              "JSONL: records whose 'split' field matches).")
+              help="pathquestion:DIR | metaqa:DIR | synth:FILE | jsonl:FILE")
+@click.option("--split", help="Split to evaluate (PathQuestion, MetaQA: train|dev|test, default "
+                              "test; MetaQA also <n>-hop/<split>, e.g. 2-hop/test; JSONL: "
+                              "records whose 'split' field matches).")
 @click.option("--store", "store", envvar="LOKG_STORE", required=True,
               type=click.Path(file_okay=False), help="Store root (env LOKG_STORE).")
 @click.option("--store-no-scos", type=click.Path(file_okay=False),
