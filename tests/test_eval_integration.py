@@ -123,12 +123,18 @@ def test_every_method_with_reader_none(tmp_path, toy):
     assert list(summary) == ["lokg", "lokg-no-scos", "lokg-no-ittc", "lokg-no-taimr",
                              "lokg-no-relknow", "neighbourhood", "kaping", "tog"]
     for method, values in summary.items():
-        assert tuple(values) == SUMMARY_KEYS, method
+        runtime_method = method not in ("kaping", "tog")  # the runtime's answers: a breakdown
+        assert tuple(values) == SUMMARY_KEYS + ("breakdown",) * runtime_method, method
         assert values["n"] == 5 and values["calls/q"] == 0 and values["tok/q"] == 0
         assert values["P@1K"] is None and values["failed_calls"] == 0
         records = [json.loads(x) for x in (out / method / PREDICTIONS).read_text().splitlines()]
         assert [r["id"] for r in records] == [f"test-{i:05d}" for i in range(1, 6)]
         assert records[-1]["status"] == "topic_not_in_store" and records[-1]["predicted"] == []
+        if runtime_method:  # no relation knowledge in the toy store; zed_unknown is not in it
+            assert records[-1]["breakdown"]["linked"] is False
+            assert [r["breakdown"]["first_miss"] for r in records] == ["no_route"] * 4 + [
+                "linking"]
+            assert values["breakdown"]["linked_wrong"] == {"questions": 1, "lost": 1}
     # TAIMR on a 2-hop question whose answer is reachable: the top candidate is scored
     first = json.loads((out / "lokg" / PREDICTIONS).read_text().splitlines()[0])
     assert first["status"] == "ok" and first["predicted"] and first["tokens"]["knowledge"] > 0
