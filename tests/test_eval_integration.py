@@ -233,6 +233,36 @@ def test_build_from_the_dataset_kb(tmp_path):
     assert summary["lokg"]["n"] == 5 and summary["lokg-no-scos"]["n"] == 5
 
 
+@pytest.mark.slow
+@pytest.mark.spark
+def test_build_and_breakdown_of_a_metaqa_directory(tmp_path):
+    """MetaQA: kb.txt ingested as format metaqa, bracketed topics given (gold) or linked, and
+    a breakdown that says "no gold chain" rather than counting chain misses."""
+    from tests.test_eval_datasets import METAQA_KB, METAQA_TEST
+
+    data = tmp_path / "metaqa"
+    data.mkdir()
+    (data / "kb.txt").write_text(METAQA_KB)
+    (data / "qa_test.txt").write_text(METAQA_TEST)
+    summary = run_eval(dataset=f"metaqa:{data}", split="test", store=str(tmp_path / "store"),
+                       build=True, policy="route", entities="gold,link", out=str(tmp_path / "o"),
+                       overrides=("transe.epochs=2", "gat.epochs=2"), progress=False,
+                       log=lambda m: None)
+    built = Store(tmp_path / "store").build()
+    assert built.manifest["report"]["stages"]["ingest"]["format"] == "metaqa"
+    assert list(summary) == ["lokg@gold", "lokg@link"]
+    for row, values in summary.items():
+        records = [json.loads(x) for x in (tmp_path / "o" / row / PREDICTIONS).read_text()
+                   .splitlines()]
+        assert [r["topic_entities"] for r in records] == [["Ginger Rogers"], ["Kismet"]]
+        assert all(r["breakdown"]["gold_chain"] is None for r in records)
+        assert values["breakdown"]["chain_wrong"]["questions"] == 0
+        assert values["breakdown"]["derivation_miss"]["questions"] == 0
+    gold = [json.loads(x) for x in (tmp_path / "o" / "lokg@gold" / PREDICTIONS).read_text()
+            .splitlines()]
+    assert all(r["breakdown"]["linked"] for r in gold)  # the bracketed names are store keys
+
+
 @pytest.mark.parametrize("name, words", [
     ("people.person.place_of_birth", "people person place of birth"),
     ("/film/film/genre", "film film genre"),
