@@ -26,7 +26,8 @@ status ``topic_not_in_store`` (a dataset/store mismatch, counted as wrong, never
 
 With ``entities="gold,link"`` (:func:`make_methods` with several modes) every method runs
 once per mode, as rows ``<method>@gold`` and ``<method>@link``, so that one run (and one
-summary) shows what linking costs; the breakdown's ``linked`` row names the questions.
+summary) shows what linking costs; the breakdown's *linked wrong* row counts the questions
+linking lost (evaluation/breakdown.py).
 
 **Policy.** ``lokg eval --policy`` sets the policy of the lokg methods (``lokg``, the
 ``lokg-no-*`` ablations but ``lokg-no-relknow``): ``lokg`` one call on the LOKG context,
