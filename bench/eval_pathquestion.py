@@ -3,6 +3,7 @@
     python bench/eval_pathquestion.py --data ../shared/data/pathquestion --work /tmp/lokg-pq
     python bench/eval_pathquestion.py --llm none --methods lokg,kaping --limit 50
     python bench/eval_pathquestion.py --llm none,local --methods lokg --reader choice
+    python bench/eval_pathquestion.py --llm none --methods lokg --policies route --entities gold,link
 
 For each dataset (``pq-2h``, ``pq-3h``) it builds, once, a store from ``kb.txt`` and a second
 one with ``scos_merge.enabled=false`` (for ``lokg-no-scos``) under ``WORK/<dataset>/``, then runs
@@ -14,6 +15,9 @@ paper's reported numbers for context, and the exact commands that made it. Two d
 are added from the JSONL lines: ``T_after/q`` (knowledge tokens in the prompt, spent or not —
 the ``none`` reader spends none) and ``gold in knowledge`` (share of questions whose injected
 triples name a gold answer: what any reader of that knowledge could at best get right).
+``--entities gold,link`` runs every method with the gold topic entities and with linking, as
+rows ``<method>@gold`` and ``<method>@link``; each run's breakdown (where the answers were
+lost, evaluation/breakdown.py) follows the dataset's table.
 """
 
 from __future__ import annotations
@@ -66,6 +70,12 @@ def diagnostics(run_dir: Path, method: str, ids: set[str]) -> dict:
 
 
 TIGHT_METHODS = ("lokg", "lokg-no-ittc", "lokg-no-relknow")
+
+
+def run_dir(dataset: str, run: str, entities: str) -> str:
+    """``<dataset>/<run>``, with ``-<entities>`` unless gold alone (the runs made before
+    linking could be chosen keep their directories)."""
+    return f"{dataset}/{run}" + ("" if entities == "gold" else f"-{entities.replace(',', '-')}")
 
 
 def tight_budget_rows(name: str, budget: int, run_dir: Path, ids: set[str]) -> list[str]:
@@ -121,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default="lokg",
                         help="policies, comma-separated (lokg, precision, route); policies "
                              "other than lokg run the lokg method only")
+    parser.add_argument("--entities", default="gold",
+                        help="topic entities: gold, link or gold,link (rows <method>@<mode>)")
     parser.add_argument("--reader", choices=("choice", "free"),
                         help="how the one call answers (query.reader; default: the store's); "
                              "runs of the calling readers go to WORK/<dataset>/<reader>-<mode>")
@@ -132,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from evaluation.cli import command_line, run_eval
     from evaluation.datasets import load_dataset
+    from evaluation.report import breakdown_table
 
     work = Path(args.work)
     command = shlex.join(["python", "bench/eval_pathquestion.py", *(
@@ -156,8 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                            store=str(work / name / "store"),
                            store_no_scos=str(work / name / "store-no-scos"),
                            methods=args.methods if policy == "lokg" else "lokg", llm=reader,
-                           policy=policy, budget=args.budget,
-                           out=str(work / name / run), build=True,
+                           policy=policy, budget=args.budget, entities=args.entities,
+                           out=str(work / run_dir(name, run, args.entities)), build=True,
                            overrides=args.overrides, limit=limit, reader=mode)
             print(f"== {name} test, reader {label}", file=sys.stderr)
             summary = run_eval(**options, progress=not args.no_progress,
@@ -169,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
             commands.append(command_line(**{**options, "policy": None if policy == "lokg"
                                             else policy}))
         out += table(name, len(questions[:args.limit]), runs)
+        out += [line for label, summary in runs.items() if breakdown_table(summary)
+                for line in (f"Where the answers were lost, reader {label}:", "",
+                             breakdown_table(summary))]
         if args.local_limit and "local" in runs:
             ids = {q.id for q in questions[:args.local_limit]}
             same = [f"{label} `{m}` {diagnostics(path, m, ids)['h1_of_these']:.3f}"

@@ -13,14 +13,15 @@ from pathlib import Path
 import click
 
 from evaluation.datasets import DatasetError, load_dataset
-from evaluation.context import ENTITY_MODES, MethodError
-from evaluation.methods import METHODS, method_names
-from evaluation.report import markdown_table
+from evaluation.context import ENTITY_MODES, MethodError, entity_modes
+from evaluation.methods import METHODS, method_names, run_names
+from evaluation.report import breakdown_table, markdown_table
 from evaluation.runner import EvalError
 from runtime.config import DEFAULT_BUDGET, MAX_BUDGET, POLICIES, READER_MODES, ConfigError
 from runtime.llm import available_backends
 
 PLOT_FILE = "accuracy_vs_tokens.png"
+LOSS_PLOT_FILE = "loss_by_step.png"
 MARKDOWN_FILE = "summary.md"
 
 
@@ -82,14 +83,16 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
              log: Callable[[str], None] = print) -> dict:
     """Everything ``lokg eval`` does; returns the summary written to ``summary.json``.
 
-    ``reader`` (choice | free) overrides the store's ``query.reader`` setting.
+    ``reader`` (choice | free) overrides the store's ``query.reader`` setting. ``entities``:
+    one mode or several comma-separated (``gold,link``: rows ``<method>@<mode>``,
+    evaluation.methods.run_names).
 
     ``threads`` caps torch's CPU threads (the question encoder): on a shared 2-core host one
     thread embeds a question in ~40 ms and torch's default two in ~600 ms.
     """
     from evaluation.context import CountingLLM, EvalContext
     from evaluation.methods import make_methods
-    from evaluation.report import plot_accuracy_vs_tokens, render_markdown
+    from evaluation.report import plot_accuracy_vs_tokens, plot_loss_by_step, render_markdown
     from evaluation.runner import check_run_file, evaluate, merge_summary, write_summary
     from runtime.llm import make_llm
     from runtime.query import Runtime
@@ -100,6 +103,7 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
                            entities=entities, out=out, limit=limit, kb=kb, overrides=overrides,
                            build=build, reader=reader)
     data = load_dataset(dataset, split)
+    modes = entity_modes(entities)
     if threads:
         import torch
 
@@ -120,30 +124,32 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
                      log=log)
         rt_no_scos = Runtime.open(store_no_scos, **query_settings)
     backend = make_llm(llm)
-    ctx = EvalContext(rt, CountingLLM(backend), budget, entities, rt_no_scos, policy)
+    ctx = EvalContext(rt, CountingLLM(backend), budget, modes[0], rt_no_scos, policy)
     out_dir = Path(out)
     stores = {"store": rt.build_id}
     if rt_no_scos is not None:
         stores["store_no_scos"] = rt_no_scos.build_id
     settings = {"dataset": data.describe(), "llm": llm, "policy": policy,
                 "model": None if ctx.llm.model is None else str(ctx.llm.model),
-                "budget": budget, "entities": entities, "stores": stores,
+                "budget": budget, "entities": ",".join(modes), "stores": stores,
                 **({"reader": reader} if reader else {})}
     run = check_run_file(out_dir, settings, command)
-    summary = evaluate(make_methods(names, ctx), questions, out_dir, progress=progress)
-    summary = merge_summary(out_dir, summary, list(METHODS))
+    summary = evaluate(make_methods(names, ctx, modes), questions, out_dir, progress=progress)
+    summary = merge_summary(out_dir, summary, list(run_names(list(METHODS), modes)))
     write_summary(out_dir, summary)
     (out_dir / MARKDOWN_FILE).write_text(render_markdown(summary, run))
     title = f"{data.kind} {data.source.parent.name}/{data.source.name}, reader {llm}, B={budget}"
     plot_accuracy_vs_tokens(summary, out_dir / PLOT_FILE, title)
+    plot_loss_by_step(summary, out_dir / LOSS_PLOT_FILE, f"{title}, policy {policy}")
     return summary
 
 
 @click.command("eval")
 @click.option("--dataset", required=True, metavar="KIND:PATH",
-              help="pathquestion:DIR | synth:FILE | jsonl:FILE")
-@click.option("--split", help="Split to evaluate (PathQuestion: train|dev|test, default test; "
-                              "JSONL: records whose 'split' field matches).")
+              help="pathquestion:DIR | metaqa:DIR | synth:FILE | jsonl:FILE")
+@click.option("--split", help="Split to evaluate (PathQuestion, MetaQA: train|dev|test, default "
+                              "test; MetaQA also <n>-hop/<split>, e.g. 2-hop/test; JSONL: "
+                              "records whose 'split' field matches).")
 @click.option("--store", "store", envvar="LOKG_STORE", required=True,
               type=click.Path(file_okay=False), help="Store root (env LOKG_STORE).")
 @click.option("--store-no-scos", type=click.Path(file_okay=False),
@@ -162,8 +168,9 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
 @click.option("--budget", type=click.IntRange(1, MAX_BUDGET), default=DEFAULT_BUDGET,
               show_default=True,
               help="Knowledge budget B in cl100k_base tokens.")
-@click.option("--entities", type=click.Choice(ENTITY_MODES), default="gold", show_default=True,
-              help="gold: the dataset's topic entities; link: link them from the question.")
+@click.option("--entities", default="gold", show_default=True, metavar="|".join(ENTITY_MODES),
+              help="gold: the dataset's topic entities; link: link them from the question; "
+                   "gold,link: both, rows <method>@gold and <method>@link.")
 @click.option("--out", required=True, type=click.Path(file_okay=False),
               help="Run directory (an interrupted run resumes there).")
 @click.option("--build", is_flag=True, help="Build missing stores from the dataset's KB.")
@@ -177,7 +184,7 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
 @click.option("--threads", type=click.IntRange(min=0), default=1, show_default=True,
               help="torch CPU threads for the question encoder (0: torch's default).")
 def eval_command(**options) -> None:
-    """Evaluate methods on a dataset split: JSONL per question, summary.json/.md and a plot."""
+    """Evaluate methods on a dataset split: JSONL per question, summary.json/.md and plots."""
     from runtime.contract import StoreError
     from runtime.llm import LLMError
     from pipeline.stage import BuildError
@@ -189,4 +196,7 @@ def eval_command(**options) -> None:
             QueryError, ConfigError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(markdown_table(summary), nl=False)
+    table = breakdown_table(summary)
+    if table:
+        click.echo("\nWhere answers were lost, questions (H@1 = 0):\n" + table, nl=False)
     click.echo(f"reports in {options['out']}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from evaluation.breakdown import map_hop
 from evaluation.datasets import Question
 from runtime.config import DEFAULT_BUDGET, POLICIES
 from runtime.errors import LokgError
@@ -18,6 +19,29 @@ ENTITY_MODES = ("gold", "link")
 
 class MethodError(LokgError, ValueError):
     """A method cannot run as asked (unknown name, missing store or encoder)."""
+
+
+def entity_modes(text: str) -> list[str]:
+    """``gold``, ``link`` or several comma-separated (``gold,link``: each method runs in each
+    mode), validated, in the order given."""
+    modes = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    unknown = [m for m in modes if m not in ENTITY_MODES]
+    if unknown or not modes:
+        raise MethodError(f"--entities {text!r}: choose {', '.join(ENTITY_MODES)} or several "
+                          "of them comma-separated (gold,link)")
+    return modes
+
+
+def relation_map(rt) -> dict[str, str]:
+    """Relation name → canonical name of ``rt``'s store, as the relation_knowledge stage reads
+    its relation_map (training.relation_knowledge.Store); a store without that table (one not
+    built by the pipeline) keeps every name."""
+    if "relation_map" not in rt.build.manifest.get("tables", {}):
+        return {}
+    from training.relation_knowledge import Store
+
+    tables = ("entities", "relations", "relation_map")
+    return Store({t: str(rt.build.table_path(t)) for t in tables}).canonical
 
 
 class CountingLLM:
@@ -60,6 +84,7 @@ class EvalContext:
     runtime_no_scos: object | None = None
     policy: str = "lokg"  # of the lokg methods (baselines and lokg-no-relknow: always lokg)
     _key_index: dict[int, dict[str, int]] = field(default_factory=dict, repr=False)
+    _canonical: dict[int, dict[str, str]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         if self.entities not in ENTITY_MODES:
@@ -78,6 +103,16 @@ class EvalContext:
         if any(k not in index for k in question.topic_entities):
             return None, "topic_not_in_store"
         return list(question.topic_entities), None
+
+    def gold_chain(self, rt, question: Question) -> list[str] | None:
+        """The question's gold relation path in ``rt``'s relation names (None: it has none):
+        each hop through the store's relation_map (evaluation.breakdown.map_hop)."""
+        if not question.path:
+            return None
+        canonical = self._canonical.get(id(rt))
+        if canonical is None:
+            canonical = self._canonical[id(rt)] = relation_map(rt)
+        return [map_hop(hop, canonical) for hop in question.path]
 
     def topic_ids(self, rt, question: Question) -> tuple[list[int], list[dict], str | None]:
         """Topic entity ids, their link records, and a failing status (None when found)."""

@@ -1,5 +1,5 @@
-"""Question sets for evaluation: PathQuestion directories, the synthetic generator's questions,
-and generic JSONL — all read into one :class:`Question` record.
+"""Question sets for evaluation: PathQuestion and MetaQA directories, the synthetic
+generator's questions, and generic JSONL — all read into one :class:`Question` record.
 
 Why one record: every method and metric sees the same fields whatever the source, and the
 ``id`` is a pure function of the file (never of the run), so an interrupted run resumes by id.
@@ -14,6 +14,14 @@ Sources (``--dataset KIND:PATH``):
   ``topic#r1#e1#r2#...#answer#<end>#answer``: the topic entity is its first element and the gold
   relation path its odd elements before ``<end>``. Id: ``<split>-<line number>`` (1-based).
   ``--build`` builds the store from ``DIR/kb.txt`` (format ``pathquestion``).
+* ``metaqa:DIR`` — MetaQA (Zhang et al. 2018): ``DIR/kb.txt`` (``subject|relation|object``,
+  format ``metaqa``) and ``DIR/qa_<split>.txt``, or with ``--split <n>-hop/<split>`` (e.g.
+  ``2-hop/test``) the released layout ``DIR/<n>-hop/vanilla/qa_<split>.txt``. A line is
+  ``question with the [topic entity] in brackets \\t answer1|answer2|...``: the bracketed
+  names are the topic entity keys (the KB's names as written), the question is the text with
+  the brackets dropped (so ``--entities link`` has to find the name), and there is no gold
+  relation path (``Question.path`` is empty). Id: ``<split>-<line number>`` with ``/`` → ``-``.
+  A build gets no labelled questions (no gold paths to fit relation knowledge on).
 * ``synth:FILE`` — ``questions.jsonl`` of ``pipeline.synth`` (or the directory holding it):
   ``id``, ``question``, ``answers``, ``topic_entities`` (mids), ``path``. The KB is the
   directory's ``kg.nt(.gz)`` (format ``synth``). The file has no splits.
@@ -30,13 +38,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime.errors import LokgError
 
 PATHQUESTION_SPLITS = ("train", "dev", "test")
-KINDS = ("pathquestion", "synth", "jsonl")
+METAQA_SPLITS = ("train", "dev", "test")  # qa_<split>.txt
+KINDS = ("pathquestion", "metaqa", "synth", "jsonl")
 END_MARK = "<end>"
 
 
@@ -163,6 +173,58 @@ def load_pathquestion(directory: str | Path, split: str = "test") -> Dataset:
                    dev_file=dev if dev.is_file() else None)
 
 
+_BRACKETED = re.compile(r"\[([^\[\]]+)\]")
+
+
+def metaqa_file(root: Path, split: str) -> Path:
+    """``DIR/qa_<split>.txt``, or ``DIR/<n>-hop/vanilla/qa_<split>.txt`` for ``<n>-hop/<split>``."""
+    hop, _, name = split.rpartition("/")
+    if name not in METAQA_SPLITS or (hop and not re.fullmatch(r"[1-9][0-9]*-hop", hop)):
+        raise DatasetError(f"{root}: split {split!r} unknown for MetaQA (choose "
+                           f"{', '.join(METAQA_SPLITS)}, or <n>-hop/<split> such as 2-hop/test)")
+    return root / hop / "vanilla" / f"qa_{name}.txt" if hop else root / f"qa_{name}.txt"
+
+
+def parse_metaqa_line(line: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """(question without brackets, topic entities, answers) of ``question \\t a1|a2|...``."""
+    parts = line.split("\t")
+    if len(parts) != 2:
+        raise ValueError(f"expected the question and its answers separated by a tab; got "
+                         f"{len(parts)} field(s)")
+    text, answer_field = parts
+    topics = tuple(dict.fromkeys(m.strip() for m in _BRACKETED.findall(text)))
+    if not topics or not all(topics):
+        raise ValueError("no [topic entity] in brackets")
+    answers = tuple(dict.fromkeys(a.strip() for a in answer_field.split("|") if a.strip()))
+    if not answers:
+        raise ValueError("no answer")
+    question = " ".join(_BRACKETED.sub(lambda m: m.group(1).strip(), text).split())
+    return question, topics, answers
+
+
+def load_metaqa(directory: str | Path, split: str = "test") -> Dataset:
+    """The questions of a MetaQA split file (module docstring)."""
+    root = Path(directory).resolve()
+    if not root.is_dir():
+        raise DatasetError(f"{root}: MetaQA directory not found")
+    source, kb = metaqa_file(root, split), root / "kb.txt"
+    for path, what in ((source, "split file missing"), (kb, "MetaQA directory has no kb.txt")):
+        if not path.is_file():
+            raise DatasetError(f"{path}: {what}")
+    questions, prefix = [], split.replace("/", "-")
+    with open(source, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                text, topics, answers = parse_metaqa_line(line.rstrip("\r\n"))
+            except ValueError as exc:
+                raise DatasetError(f"{source}:{lineno}: {exc}") from None
+            questions.append(Question(f"{prefix}-{lineno:05d}", text, answers, topics))
+    return Dataset("metaqa", source, split, tuple(questions), _sha256(source), kb=kb,
+                   kb_format="metaqa")
+
+
 def _strings(value, what: str, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
@@ -223,11 +285,14 @@ def load_jsonl(file: str | Path, split: str | None = None, *, kind: str = "jsonl
 
 
 def load_dataset(spec: str, split: str | None = None) -> Dataset:
-    """``pathquestion:DIR`` (split default ``test``), ``synth:FILE`` or ``jsonl:FILE``."""
+    """``pathquestion:DIR`` / ``metaqa:DIR`` (split default ``test``), ``synth:FILE`` or
+    ``jsonl:FILE``."""
     kind, sep, path = spec.partition(":")
     if not sep or kind not in KINDS or not path:
         raise DatasetError(f"dataset {spec!r}: expected KIND:PATH with KIND one of "
                            f"{', '.join(KINDS)}")
     if kind == "pathquestion":
         return load_pathquestion(path, split or "test")
+    if kind == "metaqa":
+        return load_metaqa(path, split or "test")
     return load_jsonl(path, split, kind=kind)

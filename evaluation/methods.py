@@ -24,6 +24,11 @@ without any is linked from its text. With ``entities="link"`` every question is 
 text by the runtime's linker. A gold key missing from the store gives an empty prediction with
 status ``topic_not_in_store`` (a dataset/store mismatch, counted as wrong, never skipped).
 
+With ``entities="gold,link"`` (:func:`make_methods` with several modes) every method runs
+once per mode, as rows ``<method>@gold`` and ``<method>@link``, so that one run (and one
+summary) shows what linking costs; the breakdown's *linked wrong* row counts the questions
+linking lost (evaluation/breakdown.py).
+
 **Policy.** ``lokg eval --policy`` sets the policy of the lokg methods (``lokg``, the
 ``lokg-no-*`` ablations but ``lokg-no-relknow``): ``lokg`` one call on the LOKG context,
 ``precision`` the answer derived from the graph or an abstention, ``route`` derived where the
@@ -43,13 +48,14 @@ texts of their encodings (ToG: of every depth's call, joined).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from evaluation.datasets import Question
 from evaluation.runner import Method, Prediction
 from evaluation import baselines
-from evaluation.context import EvalContext, MethodError
+from evaluation.breakdown import answer_path, question_breakdown
+from evaluation.context import CountingLLM, EvalContext, MethodError
 
 def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = False,
           relation_knowledge: bool = True, source_sentences: bool | None = None):
@@ -66,8 +72,10 @@ def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = Fals
 
         def run(question: Question) -> Prediction:
             keys, status = ctx.topic_keys(rt, question)
+            gold = ctx.gold_chain(rt, question)
             if status is not None:
-                return Prediction([], status=status, details={"build_id": rt.build_id})
+                return Prediction([], status=status, details={"build_id": rt.build_id},
+                                  breakdown=question_breakdown(question, gold, [], None, "none"))
             ctx.llm.reset()
             feeds = {} if relation_knowledge else {"relation_weight": 0.0, "chain_boost": False}
             if source_sentences is not None:
@@ -75,23 +83,31 @@ def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = Fals
             ans = rt.ask(question.question, entities=keys, budget=ctx.budget, llm=ctx.llm,
                          retrieval=retrieval, encoding=encoding,
                          policy=ctx.policy if relation_knowledge else "lokg", **feeds)
-            tokens = ans.tokens
-            return Prediction(
-                answers=list(ans.answers), status=ans.status, llm_calls=ctx.llm.calls,
-                failed_calls=ctx.llm.failed, prompt_tokens=int(tokens["prompt"]),
-                completion_tokens=int(tokens["completion"]),
-                knowledge_tokens=int(tokens["knowledge"]), naive_tokens=int(tokens["naive"]),
-                prompts=[ans.prompt] if ctx.llm.calls else [], triples=ans.triples,
-                timings=ans.timings,
-                error="; ".join(ctx.llm.errors) or (ans.fallback_reason if ans.fallback else None),
-                details={"build_id": ans.build_id, "linked": ans.linked, "route": _route(ans),
-                         "answer_ids": ans.answer_ids, "candidates": ans.candidates[:5],
-                         "encoding": {k: ans.encoding.get(k) for k in ("mode", "dropped")}},
-                knowledge="".join(t.get("line", "") for t in ans.triples))
+            return _prediction(ctx.llm, question, ans, gold)
 
         return run
 
     return factory
+
+
+def _prediction(llm: CountingLLM, question: Question, ans, gold_chain: list[str] | None
+                ) -> Prediction:
+    """The Prediction of a runtime Answer, with its calls counted by ``llm`` and its
+    breakdown (evaluation/breakdown.py)."""
+    tokens = ans.tokens
+    path = answer_path(ans.route, ans.status, ans.answers, ans.llm_calls, ans.fallback)
+    return Prediction(
+        answers=list(ans.answers), status=ans.status, llm_calls=llm.calls,
+        failed_calls=llm.failed, prompt_tokens=int(tokens["prompt"]),
+        completion_tokens=int(tokens["completion"]),
+        knowledge_tokens=int(tokens["knowledge"]), naive_tokens=int(tokens["naive"]),
+        prompts=[ans.prompt] if llm.calls else [], triples=ans.triples, timings=ans.timings,
+        error="; ".join(llm.errors) or (ans.fallback_reason if ans.fallback else None),
+        details={"build_id": ans.build_id, "linked": ans.linked, "route": _route(ans),
+                 "answer_ids": ans.answer_ids, "candidates": ans.candidates[:5],
+                 "encoding": {k: ans.encoding.get(k) for k in ("mode", "dropped")}},
+        knowledge="".join(t.get("line", "") for t in ans.triples),
+        breakdown=question_breakdown(question, gold_chain, ans.linked, ans.route, path))
 
 
 def _route(answer) -> dict | None:
@@ -152,5 +168,19 @@ def method_names(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def make_methods(names: list[str], ctx: EvalContext) -> dict[str, Method]:
-    return {name: METHODS[name].factory(ctx) for name in names}
+def run_names(names: Sequence[str], modes: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """Row (and run directory) name → (method, entity mode): with one mode the method's name,
+    as every run had before the modes could be combined; with several ``<method>@<mode>``,
+    the modes of one method side by side."""
+    if len(modes) == 1:
+        return {name: (name, modes[0]) for name in names}
+    return {f"{name}@{mode}": (name, mode) for name in names for mode in modes}
+
+
+def make_methods(names: list[str], ctx: EvalContext, modes: Sequence[str] | None = None
+                 ) -> dict[str, Method]:
+    """The methods by row name (:func:`run_names`), each on ``ctx`` in its entity mode
+    (default: ``ctx``'s own)."""
+    rows = run_names(names, modes or (ctx.entities,))
+    return {row: METHODS[name].factory(replace(ctx, entities=mode))
+            for row, (name, mode) in rows.items()}

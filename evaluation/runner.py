@@ -7,6 +7,11 @@ Layout of a run directory::
     RUN_DIR/summary.json                method → metrics (evaluation.metrics.SUMMARY_KEYS)
     RUN_DIR/summary.md                  the same as a Markdown table, with the command
     RUN_DIR/accuracy_vs_tokens.png      H@1 and F1 against tok/q, one point per method
+    RUN_DIR/loss_by_step.png            the lost questions by the step that failed (lokg methods)
+
+With several entity modes (``--entities gold,link``) ``<method>`` is ``<method>@<mode>``.
+The lokg methods' lines carry a ``breakdown`` and their summaries its rows
+(evaluation/breakdown.py): which step lost each answer.
 
 **Resume.** Each line is written and flushed as soon as its question is answered. On start a
 method's JSONL is read back: questions already there are not recomputed. A last line without
@@ -39,6 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evaluation.breakdown import summarise_breakdown
 from evaluation.datasets import Question
 from evaluation.metrics import Outcome, read_scores, score, summarise
 from runtime.errors import LokgError
@@ -72,6 +78,9 @@ class Prediction:
     #: the knowledge text the reader was given (with reader none: would have been given);
     #: what a reading run's context recall is measured on
     knowledge: str = ""
+    #: where a lokg method's answer went right or wrong (evaluation/breakdown.py); None for
+    #: the baselines
+    breakdown: dict | None = None
 
 
 Method = Callable[[Question], Prediction]
@@ -104,6 +113,8 @@ def prediction_record(question: Question, pred: Prediction, latency_ms: float, *
         "triples": pred.triples,
         "details": pred.details,
     }
+    if pred.breakdown is not None:
+        record["breakdown"] = pred.breakdown
     if reading:
         record["knowledge"] = pred.knowledge
         record["reading"] = read_scores(pred.answers, question.answers, pred.knowledge).to_dict()
@@ -225,6 +236,9 @@ def evaluate(methods: dict[str, Method], questions: Sequence[Question], out_dir:
     for name, method in methods.items():
         records = run_method(name, method, questions, out, progress=progress, reading=reading)
         summary[name] = summarise([outcome_of(r) for r in records])
+        breakdown = summarise_breakdown(records)
+        if breakdown is not None:
+            summary[name]["breakdown"] = breakdown
     return summary
 
 

@@ -22,7 +22,7 @@ from runtime.errors import LokgError
 
 #: Dump formats ``ingest.format`` accepts (``auto`` detects one from the files); the DAGs keep
 #: a copy (dags/lokg_common.py, which cannot import runtime), checked by tests/test_dags.py.
-FORMATS = ("auto", "nt", "tsv", "pathquestion", "fb15k237", "synth", "docs")
+FORMATS = ("auto", "nt", "tsv", "pathquestion", "metaqa", "fb15k237", "synth", "docs")
 #: Extraction backends of the triple_extract stage (text/extractors.py), by name.
 EXTRACTORS = ("offline", "precomputed", "openai")
 TRIPLE_CONTEXT_MODES = ("auto", "on", "off")  # triple_context.enabled: auto = on for docs builds

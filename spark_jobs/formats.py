@@ -15,6 +15,11 @@ Formats (DESIGN §2.1):
   directory written by ``pipeline.synth``.
 * ``tsv`` — ``s \\t r \\t o``; key = token.
 * ``pathquestion`` — ``kb.txt`` with ``s \\t r \\t o``; name = key with ``_`` → space.
+* ``metaqa`` — MetaQA's ``kb.txt``: ``subject|relation|object`` with plain-text names (spaces
+  and all); key = name = the field as written (trimmed). Names never hold ``|`` in MetaQA, so a
+  line with other than 3 ``|``-separated fields is malformed; a leading ``#`` is part of a title
+  (``#Horror``), not a comment. Detected (``auto``) as a directory with ``kb.txt`` beside
+  question files ``qa_*.txt`` or ``<n>-hop/`` folders.
 * ``fb15k237`` — ``train.txt valid.txt test.txt`` (``/m/mid \\t /rel/path \\t /m/mid``) plus
   ``entity2name.txt`` (``mid \\t name``).
 * an optional entities file (config ``ingest.entities_file``): JSONL
@@ -84,11 +89,17 @@ class FormatError(LokgError, ValueError):
     """The dump cannot be read as the requested format; the message names the path."""
 
 
+#: The formats whose dump is one ``kb.txt`` (or that file): its parser, the name rule of
+#: :class:`Plan` and the dataset's name for messages.
+KB_FORMATS = {"pathquestion": ("triples_tsv", "underscores", "PathQuestion"),
+              "metaqa": ("triples_psv", "key", "MetaQA")}
+
+
 @dataclass(frozen=True)
 class Source:
     """Files read with one parser. ``graph``: its subjects/objects define entities."""
 
-    parser: str  # nt | triples_tsv | names_tsv | entities
+    parser: str  # nt | triples_tsv | triples_psv | names_tsv | entities
     files: tuple[Path, ...]
     graph: bool
 
@@ -122,20 +133,28 @@ def _data_files(root: Path) -> list[Path]:
     )
 
 
+def _kb_format(root: Path) -> str:
+    """The format of a ``kb.txt`` in ``root``: MetaQA keeps its questions beside it as
+    ``qa_*.txt`` or in ``<n>-hop/`` folders; PathQuestion as ``train.txt`` etc."""
+    metaqa = any(root.glob("qa_*.txt")) or any(p.is_dir() for p in root.glob("*-hop"))
+    return "metaqa" if metaqa else "pathquestion"
+
+
 def detect_format(dump: Path) -> str:
-    """``auto``: fb15k237 / pathquestion / synth / nt / tsv from the dump's files (DESIGN §2.1)."""
+    """``auto``: fb15k237 / pathquestion / metaqa / synth / nt / tsv from the dump's files
+    (DESIGN §2.1)."""
     if dump.is_dir():
         if (dump / "entity2name.txt").is_file():
             return "fb15k237"
         if (dump / "kb.txt").is_file():
-            return "pathquestion"
+            return _kb_format(dump)
         if (dump / "kg.nt").is_file() or (dump / "kg.nt.gz").is_file():
             return "synth"
         if any(_is_nt(p) for p in _data_files(dump)):
             return "nt"
         return "tsv"
     if dump.name == "kb.txt":
-        return "pathquestion"
+        return _kb_format(dump.parent)
     return "nt" if _is_nt(dump) else "tsv"
 
 
@@ -161,13 +180,12 @@ def resolve(dump: str | Path, fmt: str = "auto", entities_file: str | Path | Non
             raise FormatError(
                 f"{dump}: synthetic dump needs kg.nt or kg.nt.gz (ingest.format=synth)")
         plan.sources.append(Source("nt", (found[0],), True))  # kg.nt wins if both exist
-    elif fmt == "pathquestion":
+    elif fmt in KB_FORMATS:
+        parser, plan.name_rule, what = KB_FORMATS[fmt]
         kb = dump / "kb.txt" if dump.is_dir() else dump
         if not kb.is_file():
-            raise FormatError(
-                f"{dump}: PathQuestion dump needs kb.txt (ingest.format=pathquestion)")
-        plan.sources.append(Source("triples_tsv", (kb,), True))
-        plan.name_rule = "underscores"
+            raise FormatError(f"{dump}: {what} dump needs kb.txt (ingest.format={fmt})")
+        plan.sources.append(Source(parser, (kb,), True))
     elif fmt == "fb15k237":
         if not dump.is_dir():
             raise FormatError(
@@ -344,28 +362,37 @@ def parse_nt(lines: DataFrame, graph: bool, languages: list[str]) -> DataFrame:
                 o=F.when(fact, o), reason=diagnosis, escaped=escaped)
 
 
-# ---- tab-separated formats ------------------------------------------------------------------
+# ---- field-separated formats -------------------------------------------------------------
 
 
 def _fields_reason(n: Column, expected: str) -> Column:
     return F.concat(F.lit(f"expected {expected}, found "), n.cast("string"))
 
 
-def parse_triples_tsv(lines: DataFrame, graph: bool) -> DataFrame:
-    """``s \\t r \\t o`` lines; anything but exactly three non-empty fields is malformed. A
-    line whose relation is a type predicate (``type.object.type``) asserts ``o`` as a type of
-    ``s``, as in N-Triples: not a graph edge."""
+#: The triple parsers: (separator as a Java regex, how a message names it, whether a line
+#: starting with ``#`` is a comment). MetaQA's names are movie titles and may start with ``#``.
+TRIPLE_PARSERS = {"triples_tsv": ("\t", "tab-separated", True),
+                  "triples_psv": (r"\|", "'|'-separated", False)}
+
+
+def parse_triples(lines: DataFrame, graph: bool, parser: str) -> DataFrame:
+    """``s \\t r \\t o`` lines (``triples_psv``: ``s|r|o``); blank lines (and, but for
+    ``triples_psv``, ``#`` comments) are skipped; anything else but exactly three non-empty
+    fields is malformed. A line whose relation is a type predicate (``type.object.type``)
+    asserts ``o`` as a type of ``s``, as in N-Triples: not a graph edge."""
+    separator, separated, comments = TRIPLE_PARSERS[parser]
     value = F.col("value")
-    df = lines.select("*", F.split(value, "\t").alias("_f"))
+    skip = _is_skip(value) if comments else F.trim(value) == ""
+    df = lines.select("*", F.split(value, separator).alias("_f"))
     f = F.col("_f")
     s, p, o = F.trim(F.get(f, 0)), F.trim(F.get(f, 1)), F.trim(F.get(f, 2))
     n = F.size(f)
     full = (s != "") & (p != "") & (o != "")
-    kind = (F.when(_is_skip(value), F.lit(SKIP))
+    kind = (F.when(skip, F.lit(SKIP))
             .when((n == 3) & full & p.isin(*TYPE_PREDICATES), F.lit(TYPE))
             .when((n == 3) & full, F.lit(EDGE))
             .otherwise(F.lit(MALFORMED)))
-    reason = F.when(n != 3, _fields_reason(n, "3 tab-separated fields (subject, relation, object)")
+    reason = F.when(n != 3, _fields_reason(n, f"3 {separated} fields (subject, relation, object)")
                     ).otherwise(F.lit(R_EMPTY_FIELD))
     return _row(df, graph, kind, s, p, o, reason)
 
@@ -419,8 +446,8 @@ def parse_source(spark: SparkSession, source: Source, languages: list[str]) -> D
     lines = read_lines(spark, list(source.files))
     if source.parser == "nt":
         return parse_nt(lines, source.graph, languages)
-    if source.parser == "triples_tsv":
-        return parse_triples_tsv(lines, source.graph)
+    if source.parser in TRIPLE_PARSERS:
+        return parse_triples(lines, source.graph, source.parser)
     if source.parser == "names_tsv":
         return parse_names_tsv(lines, source.graph)
     if source.parser == "entities":

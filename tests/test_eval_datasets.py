@@ -74,17 +74,6 @@ def test_pathquestion_directory(pq_dir):
         "train-00001"]
 
 
-@pytest.mark.parametrize("line, message", [
-    ("only a question\n", r"test.txt:1: expected question, answer and path"),
-    ("q ?\tmale(male/)\tann#parents#<end>#ann\n", r"test.txt:1: path"),
-    ("q ?\t\tann#r#b#<end>#b\n", r"test.txt:1: empty question or answer"),
-])
-def test_pathquestion_bad_lines_name_file_and_line(pq_dir, line, message):
-    (pq_dir / "test.txt").write_text(line)
-    with pytest.raises(DatasetError, match=message):
-        load_dataset(f"pathquestion:{pq_dir}")
-
-
 def test_pathquestion_missing_pieces(pq_dir, tmp_path):
     with pytest.raises(DatasetError, match="split 'valid' unknown"):
         load_dataset(f"pathquestion:{pq_dir}", "valid")
@@ -96,6 +85,70 @@ def test_pathquestion_missing_pieces(pq_dir, tmp_path):
         load_dataset(f"pathquestion:{pq_dir}")
     with pytest.raises(DatasetError, match="directory not found"):
         load_dataset(f"pathquestion:{tmp_path / 'nope'}")
+
+
+METAQA_KB = ("Kismet|directed_by|William Dieterle\nKismet|starred_actors|Marlene Dietrich\n"
+             "Top Hat|starred_actors|Ginger Rogers\nKitty Foyle|starred_actors|Ginger Rogers\n")
+METAQA_TEST = ("what movies are about [Ginger Rogers]\tTop Hat|Kitty Foyle|Top Hat\n"
+               "\n"
+               "who directed [Kismet]\tWilliam Dieterle\n")
+
+
+@pytest.fixture()
+def metaqa_dir(tmp_path):
+    root = tmp_path / "metaqa"
+    (root / "2-hop" / "vanilla").mkdir(parents=True)
+    (root / "kb.txt").write_text(METAQA_KB)
+    (root / "qa_test.txt").write_text(METAQA_TEST)
+    (root / "2-hop" / "vanilla" / "qa_dev.txt").write_text(
+        "which person directed the films acted by [Marlene Dietrich]\tWilliam Dieterle\n")
+    return root
+
+
+def test_metaqa_directory(metaqa_dir):
+    data = load_dataset(f"metaqa:{metaqa_dir}")  # split defaults to test
+    assert data.kind == "metaqa" and data.split == "test"
+    assert data.kb == metaqa_dir / "kb.txt" and data.kb_format == "metaqa"
+    assert data.train_file is None and data.dev_file is None  # nothing labelled to fit on
+    first, second = data.questions
+    assert [first.id, second.id] == ["test-00001", "test-00003"]
+    assert first.question == "what movies are about Ginger Rogers"  # brackets dropped
+    assert first.topic_entities == ("Ginger Rogers",)
+    assert first.answers == ("Top Hat", "Kitty Foyle")  # de-duplicated, order kept
+    assert first.path == () and second.answers == ("William Dieterle",)
+    hop = load_dataset(f"metaqa:{metaqa_dir}", "2-hop/dev")
+    assert hop.source == metaqa_dir / "2-hop" / "vanilla" / "qa_dev.txt"
+    assert [(q.id, q.topic_entities) for q in hop.questions] == [
+        ("2-hop-dev-00001", ("Marlene Dietrich",))]
+
+
+#: Each kind's split file in its fixture directory.
+SPLIT_FILES = {"pathquestion": ("pq_dir", "test.txt"), "metaqa": ("metaqa_dir", "qa_test.txt")}
+
+
+@pytest.mark.parametrize("kind, line, message", [
+    ("pathquestion", "only a question\n", r"test.txt:1: expected question, answer and path"),
+    ("pathquestion", "q ?\tmale(male/)\tann#parents#<end>#ann\n", r"test.txt:1: path"),
+    ("pathquestion", "q ?\t\tann#r#b#<end>#b\n", r"test.txt:1: empty question or answer"),
+    ("metaqa", "who directed Kismet\tWilliam Dieterle\n", r"qa_test.txt:1: no \[topic entity\]"),
+    ("metaqa", "who directed [Kismet]\n", r"qa_test.txt:1: expected the question and its answers"),
+    ("metaqa", "who directed [Kismet]\t | \n", r"qa_test.txt:1: no answer"),
+])
+def test_bad_lines_name_file_and_line(request, kind, line, message):
+    fixture, name = SPLIT_FILES[kind]
+    root = request.getfixturevalue(fixture)
+    (root / name).write_text(line)
+    with pytest.raises(DatasetError, match=message):
+        load_dataset(f"{kind}:{root}")
+
+
+@pytest.mark.parametrize("split, message", [
+    ("valid", "split 'valid' unknown for MetaQA"), ("two-hop/test", "unknown for MetaQA"),
+    ("train", "qa_train.txt: split file missing"), ("3-hop/test", "qa_test.txt: split file"),
+])
+def test_metaqa_missing_splits(metaqa_dir, split, message):
+    with pytest.raises(DatasetError, match=message):
+        load_dataset(f"metaqa:{metaqa_dir}", split)
 
 
 def test_synth_questions(tmp_path):

@@ -123,12 +123,18 @@ def test_every_method_with_reader_none(tmp_path, toy):
     assert list(summary) == ["lokg", "lokg-no-scos", "lokg-no-ittc", "lokg-no-taimr",
                              "lokg-no-relknow", "neighbourhood", "kaping", "tog"]
     for method, values in summary.items():
-        assert tuple(values) == SUMMARY_KEYS, method
+        runtime_method = method not in ("kaping", "tog")  # the runtime's answers: a breakdown
+        assert tuple(values) == SUMMARY_KEYS + ("breakdown",) * runtime_method, method
         assert values["n"] == 5 and values["calls/q"] == 0 and values["tok/q"] == 0
         assert values["P@1K"] is None and values["failed_calls"] == 0
         records = [json.loads(x) for x in (out / method / PREDICTIONS).read_text().splitlines()]
         assert [r["id"] for r in records] == [f"test-{i:05d}" for i in range(1, 6)]
         assert records[-1]["status"] == "topic_not_in_store" and records[-1]["predicted"] == []
+        if runtime_method:  # no relation knowledge in the toy store; zed_unknown is not in it
+            assert records[-1]["breakdown"]["linked"] is False
+            assert [r["breakdown"]["first_miss"] for r in records] == ["no_route"] * 4 + [
+                "linking"]
+            assert values["breakdown"]["linked_wrong"] == {"questions": 1, "lost": 1}
     # TAIMR on a 2-hop question whose answer is reachable: the top candidate is scored
     first = json.loads((out / "lokg" / PREDICTIONS).read_text().splitlines()[0])
     assert first["status"] == "ok" and first["predicted"] and first["tokens"]["knowledge"] > 0
@@ -225,6 +231,36 @@ def test_build_from_the_dataset_kb(tmp_path):
     assert built.manifest["config"]["gat"]["questions"] == str(data / "train.txt")
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["lokg"]["n"] == 5 and summary["lokg-no-scos"]["n"] == 5
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_build_and_breakdown_of_a_metaqa_directory(tmp_path):
+    """MetaQA: kb.txt ingested as format metaqa, bracketed topics given (gold) or linked, and
+    a breakdown that says "no gold chain" rather than counting chain misses."""
+    from tests.test_eval_datasets import METAQA_KB, METAQA_TEST
+
+    data = tmp_path / "metaqa"
+    data.mkdir()
+    (data / "kb.txt").write_text(METAQA_KB)
+    (data / "qa_test.txt").write_text(METAQA_TEST)
+    summary = run_eval(dataset=f"metaqa:{data}", split="test", store=str(tmp_path / "store"),
+                       build=True, policy="route", entities="gold,link", out=str(tmp_path / "o"),
+                       overrides=("transe.epochs=2", "gat.epochs=2"), progress=False,
+                       log=lambda m: None)
+    built = Store(tmp_path / "store").build()
+    assert built.manifest["report"]["stages"]["ingest"]["format"] == "metaqa"
+    assert list(summary) == ["lokg@gold", "lokg@link"]
+    for row, values in summary.items():
+        records = [json.loads(x) for x in (tmp_path / "o" / row / PREDICTIONS).read_text()
+                   .splitlines()]
+        assert [r["topic_entities"] for r in records] == [["Ginger Rogers"], ["Kismet"]]
+        assert all(r["breakdown"]["gold_chain"] is None for r in records)
+        assert values["breakdown"]["chain_wrong"]["questions"] == 0
+        assert values["breakdown"]["derivation_miss"]["questions"] == 0
+    gold = [json.loads(x) for x in (tmp_path / "o" / "lokg@gold" / PREDICTIONS).read_text()
+            .splitlines()]
+    assert all(r["breakdown"]["linked"] for r in gold)  # the bracketed names are store keys
 
 
 @pytest.mark.parametrize("name, words", [

@@ -412,6 +412,42 @@ def test_pathquestion_golden(spark, tmp_path):
 
 
 @pytest.mark.spark
+def test_metaqa_golden(spark, tmp_path):
+    dump = tmp_path / "metaqa"
+    dump.mkdir()
+    (dump / "kb.txt").write_text("\n".join([
+        "Kismet|directed_by|William Dieterle",  # 1
+        "Kismet|starred_actors|Marlene Dietrich",  # 2
+        "Kismet|release_year|1944",  # 3
+        "#Horror|has_genre|Horror",  # 4 a title, not a comment
+        "Kismet|directed_by|William Dieterle",  # 5 duplicate
+        "",  # 6 blank
+        "Kismet|has_tags",  # 7 two fields
+        "A|b|c|d",  # 8 a name with '|': four fields
+        "Kismet||1944",  # 9 empty relation
+        " The Mark of Zorro | written_by | Johnston McCulley ",  # 10 trimmed
+    ]) + "\n", encoding="utf-8")
+    (dump / "qa_test.txt").write_text("what films did [William Dieterle] direct\tKismet\n")
+    res = Result(ingest(dump, tmp_path / "out", max_malformed_share=0.5))
+    assert res.report["format"] == "metaqa"
+    assert [Path(f).name for f in res.report["files"]] == ["kb.txt"]  # not the questions
+    assert res.triples == {("Kismet", "directed_by", "William Dieterle"),
+                           ("Kismet", "starred_actors", "Marlene Dietrich"),
+                           ("Kismet", "release_year", "1944"),
+                           ("#Horror", "has_genre", "Horror"),
+                           ("The Mark of Zorro", "written_by", "Johnston McCulley")}
+    assert all(name == key for key, name in res.names.items())  # names are the text as is
+    fields = "expected 3 '|'-separated fields (subject, relation, object), found"
+    assert res.quarantine == [("kb.txt", 7, f"{fields} 2"), ("kb.txt", 8, f"{fields} 4"),
+                              ("kb.txt", 9, "empty field")]
+    assert res.report["lines"] == 9 and res.report["skipped_lines"] == 1
+    assert res.report["malformed"] == 3 and res.report["malformed_by_reason"] == {
+        f"{fields} 2": 1, f"{fields} 4": 1, "empty field": 1}
+    assert res.report["duplicate_triples_removed"] == 1
+    assert_dense_ids(res)
+
+
+@pytest.mark.spark
 def test_fb15k237_golden(spark, tmp_path):
     dump = tmp_path / "fb"
     dump.mkdir()
@@ -527,6 +563,10 @@ def test_detect_format(tmp_path):
     assert detect_format(make("fb", ["train.txt", "entity2name.txt"])) == "fb15k237"
     assert detect_format(make("pq", ["kb.txt", "train.txt"])) == "pathquestion"
     assert detect_format(make("pq2", ["kb.txt"]) / "kb.txt") == "pathquestion"
+    assert detect_format(make("mq", ["kb.txt", "qa_train.txt"])) == "metaqa"
+    assert detect_format(tmp_path / "mq" / "kb.txt") == "metaqa"
+    (make("mq2", ["kb.txt"]) / "2-hop").mkdir()
+    assert detect_format(tmp_path / "mq2") == "metaqa"
     assert detect_format(make("syn", ["kg.nt.gz", "kg.tsv", "manifest.json"])) == "synth"
     assert detect_format(make("nts", ["a.nt", "b.nt.gz"])) == "nt"
     assert detect_format(make("one", ["x.nt.gz"]) / "x.nt.gz") == "nt"
@@ -540,6 +580,10 @@ def test_detect_format(tmp_path):
         resolve(tmp_path / "tsv", "csv")
     with pytest.raises(FormatError, match="kg.nt"):
         resolve(tmp_path / "tsv", "synth")
+    with pytest.raises(FormatError, match="MetaQA dump needs kb.txt"):
+        resolve(tmp_path / "tsv", "metaqa")
+    assert [(s.parser, s.files[0].name) for s in resolve(tmp_path / "mq2").sources] == [
+        ("triples_psv", "kb.txt")]
 
 
 def test_unescape_nt():
