@@ -44,8 +44,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from evaluation.datasets import Question
 from evaluation.metrics import score
+from runtime.relknow import INVERSE_PREFIX, split_hop
 
-INVERSE = "~"  # an inverse hop as gold paths and predicted chains write it: ~relation
 PATHS = ("derived", "llm", "retrieval", "abstain", "none")
 #: The partition by ``first_miss``, in pipeline order: (summary key, Markdown label, value).
 MISS_ROWS = (
@@ -72,9 +72,8 @@ ROWS: tuple[tuple[str, str, Callable[[dict], bool]], ...] = (
 def map_hop(hop: str, canonical: Mapping[str, str]) -> str:
     """A gold hop (``rel`` or ``~rel``) in the store's names: the relation through
     ``canonical`` (name → canonical name; a name it lacks stays as written), ``~`` kept."""
-    inverse = hop.startswith(INVERSE)
-    relation = hop[len(INVERSE):] if inverse else hop
-    return INVERSE * inverse + canonical.get(relation, relation)
+    relation, inverse = split_hop(hop)
+    return INVERSE_PREFIX * inverse + canonical.get(relation, relation)
 
 
 def answer_path(route: dict | None, status: str, answers: Sequence[str], llm_calls: int,

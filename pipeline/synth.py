@@ -97,6 +97,7 @@ import numpy as np
 
 from pipeline.synth_wording import METAQA, STYLES, WORDINGS, render, variant_counts
 from runtime.errors import LokgError
+from runtime.relknow import INVERSE_PREFIX
 
 NS = "http://rdf.freebase.com/ns/"
 XSD = "http://www.w3.org/2001/XMLSchema#"
@@ -118,9 +119,6 @@ NAMINGS = ("dotted", "freebase", "underscored", "camel", "plain")
 ENTITY_NAMES = ("plain", "underscored", "disambiguated")
 #: Share of entities whose name carries a "(qualifier)" under ``entity_names="disambiguated"``.
 DISAMBIGUATED_SHARE = 0.3
-#: Marks a hop of a gold ``path`` walked against the relation's direction (the runtime's
-#: relation knowledge reads paths with the same prefix).
-INVERSE_PREFIX = "~"
 #: Largest graph the metaqa style accepts: its inverse hops need a reverse index in memory
 #: (4 bytes per edge of every family walked backwards, about 30 while one is built).
 MAX_INVERSE_TRIPLES = 2_000_000

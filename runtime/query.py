@@ -640,6 +640,7 @@ class Runtime:
             "named_relations": sorted(name(r) for r in pred.named),
             "derivable": bool(d is not None and d.derivable),
             "derived": [self.names[e] for e in d.endpoints[:10]] if d is not None else [],
+            "derived_count": len(d.endpoints) if d is not None else 0,
             "consistency": cons.to_dict() if cons is not None else None,
             "flagged": bool(cons is not None and not cons.ok),
             "gate": {"name": policy, **gate.to_dict(), "passed": passed},
