@@ -19,9 +19,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 PYTHON=${PYTHON:-python3}
-# --no-compile: byte-compiling every installed module was most of a fresh set-up's time (torch,
-# sympy, scipy, Airflow: tens of thousands of files, most never imported); Python compiles and
-# caches the few that are imported on first use instead (docs/BENCHMARKS.md, `lokg demo`).
+# --no-compile: byte-compiling every installed module (torch, sympy, scipy, Airflow: tens of
+# thousands of files, most never imported) was more than half of pip's CPU in a fresh set-up;
+# Python compiles and caches the few a run imports, on first use (docs/BENCHMARKS.md, `lokg demo`).
 PIP_FLAGS=(--quiet --disable-pip-version-check --no-compile)
 LOCAL_LLM_WHEEL=xllamacpp==2026.10.11549
 LOCAL_LLM_SOURCE=llama-cpp-python==0.3.36
