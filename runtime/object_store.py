@@ -78,6 +78,17 @@ def _env_float(name: str, default: float) -> float:
         raise StoreError(f"{name}={raw!r}: expected a number") from None
 
 
+def _require_boto3(url: str) -> None:
+    """Fail up front, naming the extra to install, where boto3 is missing: it is optional (the
+    demo's set-up skips it) and would otherwise surface as an ImportError mid-transfer."""
+    try:
+        import boto3  # noqa: F401
+    except ImportError:
+        raise StoreError(f"{url}: s3:// stores need boto3, which is not installed: "
+                         f"pip install 'lokg[s3]' (or, in a checkout, bash infra/setup.sh "
+                         f"--extras)") from None
+
+
 class Bucket:
     """One ``s3://bucket/prefix``: object reads and writes relative to the prefix; every
     failure is a StoreError naming the object's URL."""
@@ -85,6 +96,7 @@ class Bucket:
     def __init__(self, url: str):
         if not url.startswith("s3://") or not url[5:].strip("/"):
             raise StoreError(f"{url}: unsupported store URL (expected s3://bucket[/prefix])")
+        _require_boto3(url)
         self.bucket, _, prefix = url[5:].partition("/")
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.url = UrlPath(f"s3://{self.bucket}/{self.prefix}".rstrip("/"))

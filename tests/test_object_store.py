@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import boto3  # the extras (infra/setup.sh --extras, as make test installs them): never skipped
 import pytest
 from click.testing import CliRunner
 
@@ -28,8 +29,6 @@ from tests.test_contract import _publish
 from tests.test_query import make_store
 from tests.test_server import QUESTION, serving, wait_for
 
-boto3 = pytest.importorskip("boto3", reason="boto3 not installed (infra/requirements)")
-pytest.importorskip("moto", reason="moto[server] not installed (infra/requirements)")
 
 BUCKET = "lokg-test"
 REPO = Path(__file__).resolve().parents[1]
@@ -271,6 +270,17 @@ def test_building_or_publishing_into_a_url_is_refused_with_the_way_to_push(tmp_p
     result = CliRunner().invoke(lokg, ["publish", "--store", "s3://b/p", "--build-id", "b1"])
     assert_clean_error(result.output, result.exit_code, 1, "s3://b/p", "lokg store push")
     assert list(tmp_path.iterdir()) == []  # no local directory "s3:" made
+
+
+def test_an_s3_store_without_boto3_names_the_extra_to_install(tmp_path, monkeypatch):
+    """boto3 is an optional extra: where it is missing, push (and every s3:// command) says
+    what to install instead of failing with an ImportError mid-transfer."""
+    monkeypatch.setitem(sys.modules, "boto3", None)  # import boto3 raises ImportError
+    url = f"s3://{BUCKET}/no-boto3"
+    result = _lokg("store", "push", str(_local(tmp_path, "b1").root), url)
+    assert_clean_error(result.output, result.exit_code, 1, url, "lokg[s3]", "--extras")
+    with pytest.raises(StoreError, match="lokg\\[s3\\]"):
+        Runtime.open(url)
 
 
 def _push_in_process(url: str, local: str, env: dict, barrier, results) -> None:

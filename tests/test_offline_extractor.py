@@ -2,6 +2,7 @@
 down for plain sentences, typed entities, clear refusals, and a stable, deterministic output."""
 
 import copy
+import sys
 
 import pytest
 
@@ -93,6 +94,15 @@ def test_non_text_chunk_is_refused(extractor):
 def test_missing_model_is_a_clear_error():
     cfg = {**DEFAULTS["triple_extract"], "offline_model": "no_such_spacy_model"}
     with pytest.raises(StageError, match="offline_model.*no_such_spacy_model"):
+        make_extractor(cfg)
+
+
+def test_missing_spacy_names_the_extra_to_install(monkeypatch):
+    """spaCy is an optional extra (make demo's set-up skips it): a documents build without it
+    says what to install."""
+    monkeypatch.setitem(sys.modules, "spacy", None)  # import spacy raises ImportError
+    cfg = {**DEFAULTS["triple_extract"], "offline_model": "a_model_not_loaded_yet"}
+    with pytest.raises(StageError, match=r"lokg\[documents\].*--extras"):
         make_extractor(cfg)
 
 

@@ -58,7 +58,8 @@ def load_pipeline(model: str):
             except (ImportError, OSError) as exc:
                 raise StageError(
                     f"triple_extract.offline_model: cannot load spaCy model '{model}' ({exc}); "
-                    f"bash infra/setup.sh installs spaCy and the default model") from None
+                    f"spaCy and the default model are an extra: pip install 'lokg[documents]' "
+                    f"(or, in a checkout, bash infra/setup.sh --extras)") from None
         return _PIPELINES[model]
 
 

@@ -1,0 +1,118 @@
+"""Fit ``query.choice_margin`` for a reader on a dev split (issue 20): the forced-choice call is
+made only when another candidate's S_final is within the margin of the top one, so the margin
+says how many near-ties a reader is trusted to decide.
+
+    python bench/fit_choice_margin.py --dataset ../shared/data/pathquestion/pq-3h \\
+        --store /tmp/pq/pq-3h/store --split dev --llm local --out /tmp/pq/margin-pq3-dev.json
+
+Procedure (fixed before looking at any test figure): the ``lokg`` method of ``lokg eval``
+(policy lokg, topic entities given, B = ``--budget``, reader mode choice) is run over every
+question of the split once with reader ``none`` and once per margin of ``--grid``; the fitted
+margin is the **largest** grid value whose H@1 with the reader is at least H@1 with reader
+``none`` minus ``--tolerance`` (default 0.01, one point). Margin 0 offers only exact ties, so a
+reader that loses even there fits 0 (and the script says so). The test split is never read.
+
+A reply depends only on the prompt, and the prompt only on the knowledge, the question and the
+listed candidates (a prefix of the top ``choice_candidates``), so replies are memoised by
+prompt: each distinct (question, candidate list) costs one call, whatever the grid. The local
+reader is greedy (temperature 0), so a memoised reply is the reply a new call would give.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from runtime.config import DEFAULT_BUDGET  # noqa: E402
+
+GRID = "0,0.05,0.1,0.2,0.3,0.5,0.75,1.0"
+
+
+class MemoLLM:
+    """A reader whose replies are memoised by (system, prompt, choices, max_tokens); ``calls``
+    counts the model calls really made."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.model = inner, inner.name, getattr(inner, "model", None)
+        self.calls_model = bool(inner.calls_model)
+        self.constrains_choices = bool(getattr(inner, "constrains_choices", False))
+        self.replies: dict[tuple, object] = {}
+        self.calls = 0
+
+    def complete(self, prompt: str, *, max_tokens: int, system: str = "", **options):
+        key = (system, prompt, tuple(options.get("choices", ())), max_tokens)
+        if key not in self.replies:
+            self.calls += 1
+            self.replies[key] = self.inner.complete(prompt, max_tokens=max_tokens, system=system,
+                                                    **options)
+        return self.replies[key]
+
+
+def h1_run(store: str, questions, llm, *, budget: int, margin: float) -> dict:
+    """H@1 and calls/q of the ``lokg`` method at one margin, as ``lokg eval`` scores them."""
+    from evaluation.context import CountingLLM, EvalContext
+    from evaluation.methods import make_methods
+    from evaluation.metrics import score
+    from runtime.query import Runtime
+
+    rt = Runtime.open(store, reader="choice", choice_margin=margin)
+    method = make_methods(["lokg"], EvalContext(rt, CountingLLM(llm), budget))["lokg"]
+    hits = calls = 0
+    for q in questions:
+        prediction = method(q)
+        hits += score(prediction.answers, q.answers).h1
+        calls += prediction.llm_calls
+    n = len(questions)
+    return {"margin": margin, "n": n, "H@1": round(hits / n, 4), "calls/q": round(calls / n, 3)}
+
+
+def fitted(curve: list[dict], floor: float) -> float | None:
+    """The largest margin whose H@1 reaches the floor; None when none does."""
+    passing = [row["margin"] for row in curve if row["H@1"] >= floor - 1e-9]
+    return max(passing) if passing else None
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from evaluation.datasets import load_dataset
+    from runtime.llm import make_llm
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dataset", required=True, help="a PathQuestion directory (dev.txt)")
+    p.add_argument("--store", required=True, help="a store built by lokg eval --build")
+    p.add_argument("--split", default="dev", choices=("train", "dev"))
+    p.add_argument("--llm", default="local")
+    p.add_argument("--grid", default=GRID, help="margins, comma-separated")
+    p.add_argument("--tolerance", type=float, default=0.01)
+    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET)
+    p.add_argument("--out", help="also write the result here (JSON)")
+    args = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)  # the question encoder, as lokg eval --threads 1
+    questions = load_dataset(f"pathquestion:{args.dataset}", args.split).questions
+    none = h1_run(args.store, questions, make_llm("none"), budget=args.budget, margin=0.0)
+    reader, curve = MemoLLM(make_llm(args.llm)), []
+    for margin in sorted(float(m) for m in args.grid.split(",")):
+        started = time.perf_counter()
+        curve.append(h1_run(args.store, questions, reader, budget=args.budget, margin=margin))
+        curve[-1]["seconds"] = round(time.perf_counter() - started, 1)
+        print(json.dumps(curve[-1]), file=sys.stderr, flush=True)
+    floor = none["H@1"] - args.tolerance
+    result = {"dataset": args.dataset, "split": args.split, "llm": args.llm,
+              "budget": args.budget, "tolerance": args.tolerance, "none": none,
+              "curve": curve, "model_calls": reader.calls, "floor": round(floor, 4),
+              "fitted_margin": fitted(curve, floor)}
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    return result
+
+
+if __name__ == "__main__":
+    main()
