@@ -951,15 +951,19 @@ class RelationKnowledge:
         """The kNN vote; the lexicon's chain when no voted chain instantiates, or when the
         question's words name more hops than the voted chain has and the lexicon's chain walks
         them all (questions that combine relations in a way no training question did: a
-        3-hop question over 2-hop training chains)."""
+        3-hop question over 2-hop training chains). A word that also names a voted relation
+        is no extra hop ("place" of "place of birth" names place_of_death too)."""
         named = self.names(question_words(masked))
         prediction = None
         if self.question_vectors.shape[1] and q_vec is not None:
             prediction = self.predict_knn(q_vec, facts, topics, named)
         hops = self.lexicon_hops(masked)
         voted = None if prediction is None else prediction.chain
-        if voted is not None and len(hops) <= len(voted):
-            return prediction
+        if voted is not None:  # a word that also names a voted relation is explained by it
+            words, walked = masked.split(), prediction.relations
+            hops = [h for h in hops if h[3] in walked or not self.names([words[h[1]]]) & walked]
+            if len(hops) <= len(voted):
+                return prediction
         composed = self.predict_spans(hops, masked, facts, topics, source="lexicon",
                                       named=named)
         if voted is None:
