@@ -691,7 +691,8 @@ class RelationKnowledge:
         self.zero_shot_cosine = float(thresholds["zero_shot_cosine"])
         self.precision_gate = Gate(**thresholds["precision"])
         self.route_gate = Gate(**thresholds["route"])
-        self.chains = [tuple(hop_id(n, rel, self.n_relations) for n in chain) for chain in spec["chains"]]
+        self.chains = [tuple(hop_id(n, rel, self.n_relations) for n in chain)
+                       for chain in spec["chains"]]
         self.lexicon = {w: {rel(n): float(x) for n, x in entries.items()}
                         for w, entries in spec["lexicon"].items()}
         self.prior = {rel(n): float(p) for n, p in spec.get("relation_prior", {}).items()}
