@@ -838,8 +838,8 @@ class RelationKnowledge:
         (a graph whose questions walk forward keeps its forward chains), and — for the
         zero-shot matcher, whose spans include type nouns — fewer of the named relations only
         when no chain of them all does ("which films star X": "films" names the type of the
-        answer, not a hop; a lexicon learned from labelled questions names hops). Out and straight back along one relation is
-        a chain only for a question with a sharing word ("films that share the director of
+        answer, not a hop; a lexicon learned from labelled questions names hops). Out and
+        straight back along one relation is a chain only for a question with a sharing word ("films that share the director of
         X"), which tries that round trip first (two words naming one relation, "cause of
         death", are no round trip). With ``answer_type`` (relations the asked-for word names,
         :meth:`answer_type`) each chain also goes one hop further along one of them, and only
