@@ -3,7 +3,8 @@
 A stage's name is its module's name (``spark_jobs/<name>.py`` or ``training/<name>.py``) and
 its config section's name. It declares the artefacts it reads (``inputs``: the ``dump`` or the
 outputs of earlier stages; ``optional`` ones are passed when an earlier stage produced them) and
-the artefacts it writes (``outputs``); the driver checks both. An artefact produced by two stages
+the artefacts it writes (``outputs``, and ``optional_outputs`` it may leave out); the driver
+checks both. An artefact produced by two stages
 is the later one's from then on (``scos_merge`` rewrites ``triples`` and ``relations``).
 """
 
@@ -20,6 +21,9 @@ class Stage(NamedTuple):
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     optional: tuple[str, ...] = ()
+    #: outputs a stage writes only when its input allows (entity_encode's exported question
+    #: model: BERT models only); the others it must always write
+    optional_outputs: tuple[str, ...] = ()
 
     @property
     def module(self) -> str:
@@ -49,7 +53,8 @@ STAGES: tuple[Stage, ...] = (
           ("relation_map", "merge_log", "triples", "relations"), optional=("relation_embeddings",)),
     Stage("node_gain", "spark_jobs", ("entities", "relations", "triples"), ("node_gain",)),
     Stage("entity_encode", "training", ("entities",),
-          ("entity_vectors", "entity_index", "entity_ids", "encoder")),
+          ("entity_vectors", "entity_index", "entity_ids", "encoder"),
+          optional_outputs=("query_encoder",)),
     Stage("triple_context", "text",
           ("entities", "relations", "relation_map", "triples", "documents", "chunks",
            "sentences", "extraction_sources", "encoder"),
@@ -79,7 +84,7 @@ def producers(name: str) -> dict[str, str]:
     for s in STAGES:
         if s.name == name:
             return made
-        made.update(dict.fromkeys(s.outputs, s.name))
+        made.update(dict.fromkeys((*s.outputs, *s.optional_outputs), s.name))
     raise KeyError(f"unknown stage '{name}' (stages: {', '.join(STAGE_NAMES)})")
 
 

@@ -29,7 +29,8 @@ TRIPLE_CONTEXT_MODES = ("auto", "on", "off")  # triple_context.enabled: auto = o
 TYPE_RULES = ("spread", "min")  # relation_stats.type_rule (spark_jobs/relation_stats.py)
 MISSING_EMBEDDINGS = ("zero", "renormalise")  # scos_merge.missing_embeddings
 TEXT_RULES = ("name", "name_type_description")  # entity_encode.text (training/entity_encode.py)
-QUERY_BACKENDS = ("auto", "numpy", "torch")  # query.encoder_backend (runtime/question_encoder.py)
+QUERY_BACKENDS = ("auto", "onnx", "numpy", "torch")
+QUERY_ONNX = ("int8", "fp32", "off")  # entity_encode.query_onnx (training/onnx_export.py)  # query.encoder_backend (runtime/question_encoder.py)
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF", "TRACE")
 
 DEFAULTS: dict = {
@@ -115,6 +116,9 @@ DEFAULTS: dict = {
         "hnsw_ef_search": 128,  # HNSW query beam, stored in the index file
         "device": "auto",  # auto | cpu | cuda[:N]; auto = CUDA when torch sees one
         "threads": 1,  # torch/FAISS CPU threads; null = library default
+        # the question encoder exported for the query service (models/query_encoder.onnx,
+        # onnxruntime; BERT models only): int8 (weights per channel, ~2x faster) | fp32 | off
+        "query_onnx": "int8",
     },
     "gat": {  # training/gat.py (DESIGN §2.8)
         "layers": 2,  # GAT layers: all but the last concatenate heads (ELU), the last averages
@@ -178,7 +182,8 @@ DEFAULTS: dict = {
         "min_link_cosine": 0.5,  # vector fallback: nearest entity must reach this cosine
         # threads of the question encoder (numpy's BLAS or torch), process-wide; null = default
         "encoder_threads": 1,
-        # auto: numpy forward (no torch) for BERT models, else sentence-transformers | numpy | torch
+        # auto: the build's exported ONNX model (onnxruntime), else the numpy forward (no torch)
+        # for BERT models, else sentence-transformers | onnx | numpy | torch
         "encoder_backend": "auto",
         # path-cache buckets kept in memory (LRU); fewer: less memory, more bucket reads
         "cached_buckets": 256,
@@ -346,7 +351,7 @@ SCHEMA: dict = {
         "text": choice(*TEXT_RULES),
         "batch_size": COUNT, "flat_max": integer(0), "hnsw_m": integer(2),
         "hnsw_ef_construction": COUNT, "hnsw_ef_search": COUNT,
-        "device": DEVICE, "threads": THREADS,
+        "device": DEVICE, "threads": THREADS, "query_onnx": choice(*QUERY_ONNX),
     },
     "gat": {  # hidden must also be a multiple of heads (_check_gat)
         "layers": COUNT, "heads": COUNT, "hidden": COUNT,

@@ -363,10 +363,8 @@ class NumpyBertEncoder:
         spec = dict(spec or {})
         found = layout(model_dir)
         tdir, config = found["transformer"], found["config"]
-        self._emb, self._layers = load_weights(tdir, config)
-        self._heads = int(config["num_attention_heads"])
-        self._eps = float(config.get("layer_norm_eps", 1e-12))
-        self._pooling, self._lower = found["pooling"], found["do_lower_case"]
+        self._load_model(found)
+        self._lower = found["do_lower_case"]
         tok_path = tdir / "tokenizer.json"
         try:
             self._tokenizer = Tokenizer.from_file(str(tok_path))
@@ -383,6 +381,15 @@ class NumpyBertEncoder:
                      "passage_prefix": str(spec.get("passage_prefix") or ""),
                      "normalize": True, "max_seq_length": found["max_seq_length"],
                      "device": "cpu"}
+
+    def _load_model(self, found: Mapping) -> None:
+        """The forward's weights and shape (``layout``'s result); subclasses run the model
+        another way."""
+        config = found["config"]
+        self._emb, self._layers = load_weights(found["transformer"], config)
+        self._heads = int(config["num_attention_heads"])
+        self._eps = float(config.get("layer_norm_eps", 1e-12))
+        self._pooling = found["pooling"]
 
     @classmethod
     def from_spec(cls, spec: Mapping) -> NumpyBertEncoder:

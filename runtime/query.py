@@ -405,11 +405,13 @@ class Runtime:
                 self._encoder_error = "the store has no encoder"
             else:
                 try:
+                    from runtime.onnx_bert import exported_model
                     from runtime.question_encoder import query_encoder
 
-                    self._encoder = query_encoder(self.encoder_spec,
-                                                  self.settings["encoder_backend"],
-                                                  threads=self.settings["encoder_threads"])
+                    self._encoder = query_encoder(
+                        self.encoder_spec, self.settings["encoder_backend"],
+                        threads=self.settings["encoder_threads"],
+                        exported=exported_model(self.encoder_spec, self.build.path / "models"))
                 except Exception as exc:  # ImportError without torch, or a bad model path
                     self._encoder_error = f"encoder unavailable: {exc}"
         return self._encoder
@@ -607,7 +609,8 @@ class Runtime:
                                             *self._entity_fields(h)[2])]
         masked = relknow.mask_topic(req.question, forms)
         with_plain = req.policy != "precision" and self._wants_question_vector(req, linked_vec)
-        masked_vec, batch_vec = self._embed(masked, req.question if with_plain else None)
+        masked_vec, batch_vec = self._embed(masked if know.votes_by_question_vector else None,
+                                            req.question if with_plain else None)
         assessment = know.assess(masked, heads, facts, q_vec=masked_vec,
                                  embed=self._span_embedder())
         gate = know.precision_gate if req.policy == "precision" else know.route_gate

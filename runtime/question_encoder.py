@@ -1,34 +1,45 @@
-"""The question encoder a query service loads: the numpy BERT (no torch) where it runs the
-store's model, else sentence-transformers. A module of its own because it chooses between
-``runtime.encoder`` and ``runtime.numpy_bert``, and the second builds on the first.
+"""The question encoder a query service loads: the store's exported ONNX model, else the
+numpy BERT (no torch) where it runs the store's model, else sentence-transformers. A module of
+its own because it chooses between ``runtime.encoder``, ``runtime.numpy_bert`` and
+``runtime.onnx_bert``, each building on the one before.
 """
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from runtime import numpy_bert
+from runtime import numpy_bert, onnx_bert
 from runtime.config import QUERY_BACKENDS
 from runtime.encoder import EncoderError, SentenceEncoder, spec_model_dir
 
 
 
-def query_encoder(spec: Mapping, backend: str = "auto", threads: int | None = None):
-    """The question encoder of a store: ``runtime.numpy_bert.NumpyBertEncoder`` (no torch,
-    ~4x less memory) when it runs the spec's model, else ``SentenceEncoder``.
+def query_encoder(spec: Mapping, backend: str = "auto", threads: int | None = None,
+                  exported: Path | None = None):
+    """The question encoder of a store: ``OnnxBertEncoder`` on the store's exported model
+    (``exported``: its path, None when the build has none) when onnxruntime is installed, else
+    ``NumpyBertEncoder`` (no torch, ~4x less memory than torch) when it runs the spec's model,
+    else ``SentenceEncoder``.
 
-    ``backend``: ``auto`` (numpy where supported), ``numpy`` (refuse otherwise, saying why) or
-    ``torch`` (sentence-transformers). A supported model with an unreadable file raises; it
-    does not fall back, because the torch path would fail on the same file. ``threads`` (None:
-    left as they are) sets, for the whole process, the threads of the chosen path only: numpy's
-    BLAS or torch's."""
+    ``backend``: ``auto`` (the first of those that can run), ``onnx`` or ``numpy`` (refuse
+    otherwise, saying why) or ``torch`` (sentence-transformers). A supported model with an
+    unreadable file raises; it does not fall back, because the next path would fail on the
+    same file. ``threads`` (None: left as they are) sets, for the whole process, the threads of
+    the numpy or torch path (the ONNX session has its own single thread)."""
     if backend not in QUERY_BACKENDS:
         raise EncoderError(f"query encoder backend {backend!r}: expected one of "
                            f"{', '.join(QUERY_BACKENDS)}")
+    if backend in ("auto", "onnx"):
+        reason = _onnx_unavailable(exported)
+        if reason is None:
+            return onnx_bert.OnnxBertEncoder(spec_model_dir(spec), spec, exported)
+        if backend == "onnx":
+            raise numpy_bert.UnsupportedModelError(reason)
     if backend != "torch":
         path = spec_model_dir(spec)
         reason = numpy_bert.unsupported_reason(path)
@@ -45,6 +56,16 @@ def query_encoder(spec: Mapping, backend: str = "auto", threads: int | None = No
 
         torch.set_num_threads(int(threads))
     return encoder
+
+
+def _onnx_unavailable(exported: Path | None) -> str | None:
+    """Why the ONNX path cannot run (None: it can)."""
+    if exported is None:
+        return ("the build has no exported question encoder (models/"
+                f"{onnx_bert.QUERY_MODEL}; entity_encode.query_onnx off, or an older build)")
+    if not onnx_bert.available():
+        return "onnxruntime is not installed (pip install onnxruntime: the query-encoder extra)"
+    return None
 
 
 class CachedEmbeddings:

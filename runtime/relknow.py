@@ -63,6 +63,7 @@ The pieces:
 from __future__ import annotations
 
 import itertools
+import threading
 import json
 import re
 from collections import Counter
@@ -214,6 +215,9 @@ class Facts:
         order = np.lexsort((obj, key))
         self.key, self.obj = key[order], obj[order]
         self.n_facts = len(s)
+        self._entities = int(obj.max()) + 1 if len(obj) else 1
+        self._pairs: tuple[np.ndarray, np.ndarray] | None = None
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return self.n_facts
@@ -243,15 +247,39 @@ class Facts:
             return (int(end), int(hop) - self.n_relations, int(start))
         return (int(start), int(hop), int(end))
 
+    def joining(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For entity pairs (two arrays): every fact joining a pair, either direction, as
+        (index of the pair, triples [m, 3]) — two ``searchsorted`` over an index of the facts
+        by entity pair, so hubs cost no more than anyone (scanning a hub's facts did: 0.3 s
+        for one consistency check on FB15k-237)."""
+        keys, triples = self._by_pair()
+        wanted = self._pair_key(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64))
+        lo, hi = np.searchsorted(keys, wanted, "left"), np.searchsorted(keys, wanted, "right")
+        sizes = hi - lo
+        parent = np.repeat(np.arange(len(wanted)), sizes)
+        pos = np.repeat(lo - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
+        return parent, triples[pos].astype(np.int64)
+
+    def _pair_key(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.minimum(a, b) * self._entities + np.maximum(a, b)
+
+    def _by_pair(self) -> tuple[np.ndarray, np.ndarray]:
+        """The facts sorted by entity pair (made on first use: only consistency checks ask)."""
+        with self._lock:
+            if self._pairs is None:
+                forward = self.key % self.width < self.n_relations
+                s, o = self.key[forward] // self.width, self.obj[forward]
+                r = self.key[forward] % self.width
+                keys = self._pair_key(s, o)
+                order = np.argsort(keys, kind="stable")
+                dtype = np.int32 if self._entities < 2**31 else np.int64
+                self._pairs = (keys[order], np.stack([s, r, o], axis=1)[order].astype(dtype))
+            return self._pairs
+
     def between(self, a: int, b: int) -> list[Triple]:
-        """Every fact joining a and b, in either direction."""
-        out = []
-        for x, y in ((a, b), (b, a)):
-            lo = int(np.searchsorted(self.key, int(x) * self.width, "left"))
-            hi = int(np.searchsorted(self.key, int(x) * self.width + self.n_relations, "left"))
-            hit = np.flatnonzero(self.obj[lo:hi] == y) + lo
-            out.extend((int(x), int(self.key[i] % self.width), int(y)) for i in hit)
-        return out
+        """Every fact joining a and b, in either direction (:meth:`joining` of one pair)."""
+        _, triples = self.joining(np.array([a]), np.array([b]))
+        return [tuple(t) for t in triples.tolist()]
 
 
 def inverse_hop(hop: int, n_relations: int) -> int:
@@ -408,13 +436,24 @@ class Checker:
         for t in context:
             if t[0] != t[2]:
                 pairs.setdefault((min(t[0], t[2]), max(t[0], t[2])), set()).add(t)
-        for (a, b), group in pairs.items():
-            if facts is not None:
-                group = group | set(facts.between(a, b))
+        for group in self._with_store_facts(pairs, facts):
             for f1, f2 in itertools.combinations(sorted(group), 2):
                 if pair_signature(f1, f2) in self.exclusive:
                     issues.append({"kind": "contradiction", "facts": [list(f1), list(f2)]})
         return Consistency(not issues, issues)
+
+    @staticmethod
+    def _with_store_facts(pairs: dict[tuple[int, int], set[Triple]], facts: Facts | None
+                          ) -> list[set[Triple]]:
+        """Each pair's context facts, with every store fact joining the pair when ``facts``
+        is given (one :meth:`Facts.joining` for all the pairs)."""
+        groups = list(pairs.values())
+        if facts is None or not pairs:
+            return groups
+        parent, triples = facts.joining(*np.array(list(pairs), dtype=np.int64).T)
+        for i, t in zip(parent.tolist(), triples.tolist()):
+            groups[i].add(tuple(t))
+        return groups
 
 
 def learn_functional(s, r, o, *, tolerance: float, min_subjects: int) -> tuple[list[int], dict]:
@@ -737,6 +776,12 @@ class RelationKnowledge:
     def labelled(self) -> bool:
         """Fitted from labelled questions (else only the zero-shot matcher predicts chains)."""
         return len(self.question_chain) > 0
+
+    @property
+    def votes_by_question_vector(self) -> bool:
+        """Whether ``assess`` reads the masked question's vector (the kNN vote of labelled
+        knowledge fitted with an encoder): the zero-shot matcher embeds spans instead."""
+        return self.labelled and bool(self.question_vectors.shape[1])
 
     # ------------------------------------------------------------------ lexicon
 

@@ -98,7 +98,7 @@ BAD = [
     ("spark.log_level=LOUD", "'LOUD' is not allowed"),
     ("gat.questions=3", "3 has the wrong type (expected null or a file path)"),
     ("path_cache.heads=''", "'' is not allowed (expected all or a file of entity keys)"),
-    ("query.encoder_backend=onnx", "expected one of auto | numpy | torch"),
+    ("query.encoder_backend=tensorrt", "expected one of auto | onnx | numpy | torch"),
     ("query.min_link_cosine=2", "2 is out of range (expected a number in [-1, 1])"),
 ]
 

@@ -22,6 +22,8 @@ faiss = pytest.importorskip("faiss")
 from runtime.config import DEFAULTS  # noqa: E402
 from runtime.contract import read_table, write_table  # noqa: E402
 from runtime.encoder import EncoderError, SentenceEncoder, resolve_model  # noqa: E402
+from runtime.onnx_bert import exported_model  # noqa: E402
+from runtime.question_encoder import query_encoder  # noqa: E402
 from pipeline.stage import StageError  # noqa: E402
 from training import entity_encode as encode  # noqa: E402
 
@@ -86,7 +88,8 @@ def test_outputs_are_unit_vectors_in_id_order(built):
     ids = read_table(out / "entity_ids.parquet", "entity_ids")
     assert ids.column("row").to_pylist() == list(range(len(ENTITIES)))
     assert ids.column("id").to_pylist() == sorted(IDS)
-    assert set(result["outputs"]) == {"entity_vectors", "entity_index", "entity_ids", "encoder"}
+    assert set(result["outputs"]) == {"entity_vectors", "entity_index", "entity_ids", "encoder",
+                                      "query_encoder"}
     report = result["report"]
     assert report["entities"] == len(ENTITIES) and report["unnamed"] == 1
     assert report["index"] == "flat_ip" and report["dim"] == 384 and report["device"] == "cpu"
@@ -125,6 +128,24 @@ def test_encoder_json_round_trips_to_the_same_vectors(built):
                            encoder.encode_passages(["Marie Curie"]), atol=1e-3)
     with pytest.raises(EncoderError, match="dim=7"):
         SentenceEncoder.from_spec({**spec, "dim": 7})
+
+
+def test_the_question_encoder_is_exported_for_the_query_service(built, tmp_path):
+    """int8 ONNX by default (recorded in encoder.json, picked by the runtime); none when off."""
+    result, out = built
+    spec = json.loads((out / "encoder.json").read_text())
+    assert spec["onnx"]["file"] == "query_encoder.onnx" and spec["onnx"]["quantization"] == "int8"
+    assert Path(result["outputs"]["query_encoder"]) == out / "query_encoder.onnx"
+    encoder = query_encoder(spec, exported=exported_model(spec, out))
+    reference = SentenceEncoder.from_spec(spec).encode_queries(["Marie Curie", "Paris"])
+    assert encoder.backend == "onnx"
+    assert (encoder.encode_queries(["Marie Curie", "Paris"]) * reference).sum(axis=1).min() > 0.98
+    write_entities(tmp_path / "entities.parquet")
+    off = encode.run(config(query_onnx="off"), {"entities": str(tmp_path / "entities.parquet")},
+                     str(tmp_path))
+    assert "query_encoder" not in off["outputs"] and not (tmp_path / "query_encoder.onnx").exists()
+    assert "onnx" not in json.loads((tmp_path / "encoder.json").read_text())
+    assert off["report"]["query_onnx"] == {"skipped": "entity_encode.query_onnx is off"}
 
 
 def test_hnsw_index_above_flat_max(built):

@@ -8,6 +8,7 @@ import builtins
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -347,6 +348,23 @@ def test_planted_contradiction_and_second_value_are_flagged_and_clean_contexts_p
     assert checker.check(derive(facts, [24], [REL["parents"], REL["gender"]]).facts, facts).ok
 
 
+def test_between_finds_every_fact_joining_two_entities_either_way():
+    """From the entity with fewer facts (a hub's are not scanned): the same facts as a scan."""
+    rng = np.random.default_rng(3)
+    s, o = rng.integers(0, 30, 400), np.r_[rng.integers(0, 30, 300), np.zeros(100, int)]
+    r = rng.integers(0, 6, 400)
+    facts = Facts(s, r, o, 6)
+    stored = list(zip(s.tolist(), r.tolist(), o.tolist()))
+    for a, b in [(0, 5), (5, 0), (0, 0), *rng.integers(0, 30, (300, 2)).tolist()]:
+        if a != b:  # (self-loops are no pair: the check skips them)
+            assert Counter(facts.between(a, b)) == Counter(t for t in stored
+                                                           if {t[0], t[2]} == {a, b})
+    a, b = rng.integers(0, 30, (2, 500))
+    parent, triples = facts.joining(a, b)  # all pairs at once: the same facts pair by pair
+    assert [sorted(map(tuple, triples[parent == i].tolist())) for i in range(len(a))] == \
+        [sorted(facts.between(x, y)) for x, y in zip(a.tolist(), b.tolist())]
+
+
 # ------------------------------------------------------------------------------ the stage
 
 def test_fitting_refuses_test_and_dev_files_as_training_questions(tmp_path):
@@ -482,6 +500,12 @@ def test_the_question_is_embedded_once_masked_and_plain_in_one_batch(planted):
     rt._encoder = encoder = CountingEncoder()
     rt.vectors = np.full((rt.n_entities, encoder.dim), 0.5, np.float32)
     q = "what is the job of edda quist 's wife ?"
+    # fitted without an encoder, the knowledge never reads the masked form's vector
+    rt.ask(q, policy="lokg")
+    assert encoder.batches == [[q]]
+    know = rt.relknow[0]  # as if fitted with the encoder: the kNN vote reads it
+    know.question_vectors = np.full((len(know.question_chain), encoder.dim), 0.5, np.float32)
+    encoder.batches.clear()
     fed = rt.ask(q, policy="lokg")  # the feeds (relation knowledge, masked) and λ_q (plain)
     derived = rt.ask(q, policy="precision")  # never retrieves: the masked form alone
     plain = rt.ask(q, policy="lokg", relation_weight=0.0, chain_boost=False)  # no relknow

@@ -17,7 +17,10 @@ Outputs in ``out_dir``:
   ``flat_max`` entities, ``IndexHNSWFlat`` with ``METRIC_INNER_PRODUCT`` above (M = ``hnsw_m``);
 * ``encoder.json`` — everything the runtime needs to embed a question the same way: the model
   spec as given and its resolved directory, dim, prefixes, ``normalize: true``, index type and
-  metric, read back by ``runtime.encoder.SentenceEncoder.from_spec``.
+  metric, read back by ``runtime.encoder.SentenceEncoder.from_spec``; ``onnx`` names the next
+  file when it was written;
+* ``query_encoder.onnx`` — the same model for the query service, int8 by default
+  (``query_onnx``; ``training/onnx_export.py``), for BERT models (others: none, reported).
 
 Encoding runs in batches behind a tqdm bar on stderr, on CUDA when ``device=auto`` finds one,
 with ``threads`` torch/FAISS CPU threads (one by default: the hosts are shared).
@@ -38,6 +41,7 @@ from pipeline.stage import Laps, StageError, checked_section, torch_threads
 from runtime.config import TEXT_RULES
 from runtime.contract import read_table, write_table
 from runtime.encoder import EncoderError, SentenceEncoder
+from runtime.onnx_bert import QUERY_MODEL
 
 STAGE = "entity_encode"
 DESCRIPTION_WORDS = 32
@@ -155,6 +159,9 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
             "index": {"type": kind, "metric": "inner_product", "rows": len(ids),
                       **({"hnsw_m": int(cfg["hnsw_m"]), "ef_search": int(cfg["hnsw_ef_search"])}
                          if kind == "hnsw_ip" else {})}}
+    exported = _export_query_encoder(Path(encoder.spec["path"]), out, cfg["query_onnx"])
+    if "file" in exported:
+        spec["onnx"], paths["query_encoder"] = exported, out / exported["file"]
     paths["encoder"].write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     lap("write")
     if unnamed:
@@ -166,10 +173,26 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         "report": {
             "entities": len(ids), "unnamed": unnamed, "model": cfg["model"],
             "path": encoder.spec["path"], "dim": encoder.dim, "device": encoder.spec["device"],
-            "text": cfg["text"], "index": kind, "step_seconds": seconds,
+            "text": cfg["text"], "index": kind, "query_onnx": exported,
+            "step_seconds": seconds,
             "entities_per_second": round(len(ids) / seconds["encode"], 1) if seconds["encode"] else None,
         },
     }
+
+
+def _export_query_encoder(model_dir: Path, out: Path, quantization: str) -> dict:
+    """The question encoder for the query service (``training/onnx_export.py``): its
+    encoder.json entry, or why there is none (off, or a model the export does not cover)."""
+    if quantization == "off":
+        return {"skipped": "entity_encode.query_onnx is off"}
+    from runtime.numpy_bert import unsupported_reason
+    from training.onnx_export import export
+
+    reason = unsupported_reason(model_dir)
+    if reason is not None:
+        print(f"WARNING {STAGE}: no ONNX question encoder: {reason}", file=sys.stderr)
+        return {"skipped": reason}
+    return export(model_dir, out / QUERY_MODEL, quantization)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,87 @@
+"""training/onnx_export.py + runtime/onnx_bert.py: the exported question encoder gives the
+numpy encoder's vectors (float32 exactly, int8 within its stated cosine), and the runtime picks
+it only where the build has one and onnxruntime is installed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from runtime import onnx_bert
+from runtime.encoder import resolve_model
+from runtime.numpy_bert import NumpyBertEncoder, NumpyEncoderError, UnsupportedModelError
+from runtime.onnx_bert import OnnxBertEncoder, exported_model
+from runtime.question_encoder import query_encoder
+from training.onnx_export import export
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+SPEC = {"model": "minilm", "query_prefix": "query: ", "passage_prefix": ""}
+TEXTS = ["who directed the sequel of the long road ?", "Ada Brook", "",
+         "which nationality is frederica of mecklenburg-strelitz 's couple ?",
+         "the quick brown fox jumps over the lazy dog " * 60]  # truncated at 256 word pieces
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    return resolve_model("minilm")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, model_dir):
+    out = tmp_path_factory.mktemp("onnx")
+    return {q: (export(model_dir, out / f"{q}.onnx", q), out / f"{q}.onnx")
+            for q in ("fp32", "int8")}
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir):
+    return NumpyBertEncoder(model_dir, SPEC).encode_queries(TEXTS)
+
+
+def test_fp32_export_gives_the_numpy_vectors(exported, model_dir, reference):
+    encoder = OnnxBertEncoder(model_dir, SPEC, exported["fp32"][1])
+    vectors = encoder.encode_queries(TEXTS)  # one padded batch of unequal lengths
+    np.testing.assert_allclose(vectors, reference, atol=2e-5)
+    np.testing.assert_allclose(encoder.encode_queries(TEXTS, batch_size=1), vectors, atol=2e-5)
+    assert encoder.backend == "onnx" and encoder.dim == 384
+
+
+def test_int8_export_is_close_and_a_quarter_of_the_size(exported, model_dir, reference):
+    info, path = exported["int8"]
+    assert info == {"file": "int8.onnx", "quantization": "int8", "bytes": path.stat().st_size}
+    assert info["bytes"] < exported["fp32"][0]["bytes"] / 3
+    vectors = OnnxBertEncoder(model_dir, SPEC, path).encode_queries(TEXTS)
+    cosine = (vectors * reference).sum(axis=1)
+    assert cosine.min() > 0.97 and cosine.mean() > 0.985  # the empty text is the farthest
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_query_encoder_prefers_the_export_and_says_why_not(exported, model_dir, monkeypatch):
+    spec = {**SPEC, "path": str(model_dir)}
+    path = exported["int8"][1]
+    assert query_encoder(spec, exported=path).backend == "onnx"
+    assert query_encoder(spec, exported=None).backend == "numpy"
+    with pytest.raises(UnsupportedModelError, match="no exported question encoder"):
+        query_encoder(spec, "onnx", exported=None)
+    monkeypatch.setattr(onnx_bert, "available", lambda: False)
+    assert query_encoder(spec, exported=path).backend == "numpy"
+    with pytest.raises(UnsupportedModelError, match="onnxruntime is not installed"):
+        query_encoder(spec, "onnx", exported=path)
+
+
+def test_a_damaged_export_names_its_file(tmp_path, model_dir):
+    bad = tmp_path / "query_encoder.onnx"
+    bad.write_bytes(b"not an onnx model")
+    with pytest.raises(NumpyEncoderError, match="query_encoder.onnx: cannot load"):
+        OnnxBertEncoder(model_dir, SPEC, bad)
+
+
+def test_exported_model_only_when_recorded_and_present(tmp_path):
+    (tmp_path / "query_encoder.onnx").write_bytes(b"x")
+    assert exported_model({"onnx": {"file": "query_encoder.onnx"}}, tmp_path) == \
+        tmp_path / "query_encoder.onnx"
+    assert exported_model({}, tmp_path) is None  # an older build: encoder.json records none
+    assert exported_model({"onnx": {"file": "gone.onnx"}}, tmp_path) is None
+    assert exported_model({"onnx": {}}, tmp_path) is None
