@@ -2,9 +2,10 @@
 
     python bench/query_encoder.py --questions ../shared/data/pathquestion --limit 200
 
-Both encoders of ``runtime.question_encoder.query_encoder`` — ``numpy`` (runtime/numpy_bert.py) and
-``torch`` (sentence-transformers) — each in a fresh subprocess (the numpy one with torch,
-transformers and sentence-transformers blocked from import), on the same questions: PathQuestion
+The encoders of ``runtime.question_encoder.query_encoder`` — ``onnx`` (runtime/onnx_bert.py, on
+the model ``training/onnx_export.py`` exports: ``--onnx`` int8 and fp32), ``numpy``
+(runtime/numpy_bert.py) and ``torch`` (sentence-transformers) — each in a fresh subprocess (the
+onnx and numpy ones with torch, transformers and sentence-transformers blocked from import), on the same questions: PathQuestion
 test questions (``--questions``: a PathQuestion directory or test.txt; else generated strings)
 and their topic-masked form (``relknow.mask_topic``), as ``Runtime`` embeds them. Per call:
 ``encode_queries([plain])`` and ``encode_queries([masked, plain])`` (one batch), p50 / p99 over
@@ -30,6 +31,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from runtime.encoder import spec_model_dir  # noqa: E402
+from training.onnx_export import export  # noqa: E402
 
 BLOCK_TORCH = """
 import importlib.abc, sys
@@ -78,9 +82,9 @@ def memory_mib() -> dict:
 
 
 def worker(backend: str, spec: dict, pairs: list[tuple[str, str]], warmup: int,
-           out: Path) -> None:
+           out: Path, exported: Path | None = None) -> None:
     """One fresh process: load, one encode, memory, then the timed calls; vectors to ``out``."""
-    if backend == "numpy":  # the query service's case: torch not even importable
+    if backend in ("numpy", "onnx"):  # the query service's case: torch not even importable
         exec(BLOCK_TORCH, {})
     else:
         import torch
@@ -89,7 +93,7 @@ def worker(backend: str, spec: dict, pairs: list[tuple[str, str]], warmup: int,
     from runtime.question_encoder import query_encoder
 
     started = time.perf_counter()
-    enc = query_encoder(spec, backend)
+    enc = query_encoder(spec, backend, exported=exported)
     enc.encode_queries([pairs[0][0]])
     load_ms = (time.perf_counter() - started) * 1000
     rss_loaded = memory_mib()["VmRSS"]
@@ -116,14 +120,16 @@ def worker(backend: str, spec: dict, pairs: list[tuple[str, str]], warmup: int,
 
 
 def run_worker(backend: str, blas: str, args, pairs_file: Path, tmp: Path) -> dict:
-    """The worker in a fresh interpreter with OPENBLAS_NUM_THREADS = ``blas``."""
+    """The worker in a fresh interpreter with OPENBLAS_NUM_THREADS = ``blas`` (for ``onnx``:
+    the quantization of the model exported into ``tmp``, OpenBLAS at one thread)."""
     out = tmp / f"{backend}-{blas}.json"
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     if blas != "default":
-        env["OPENBLAS_NUM_THREADS"] = blas
+        env["OPENBLAS_NUM_THREADS"] = "1" if backend == "onnx" else blas
+    exported = ["--exported", str(tmp / f"{blas}.onnx")] if backend == "onnx" else []
     subprocess.run([sys.executable, __file__, "--worker", backend, "--pairs-file",
                     str(pairs_file), "--spec", args.spec or "", "--warmup", str(args.warmup),
-                    "--out", str(out)], env=env, check=True)
+                    "--out", str(out), *exported], env=env, check=True)
     result = json.loads(out.read_text())
     result["vectors"] = np.load(out.with_suffix(".npy"))
     result["blas"] = blas
@@ -143,8 +149,9 @@ def table(results: list[dict], reference: np.ndarray) -> list[str]:
         v = r["vectors"]
         dev = float(np.abs(v - reference).max())
         cos = float((v * reference).sum(axis=1).min())
-        label = "numpy (runtime/numpy_bert.py)" if r["backend"] == "numpy" else \
-            "sentence-transformers (torch, 1 thread)"
+        label = {"numpy": "numpy (runtime/numpy_bert.py)",
+                 "onnx": f"ONNX {r['blas']} (runtime/onnx_bert.py)"}.get(
+            r["backend"], "sentence-transformers (torch, 1 thread)")
         rows.append(f"| {label} | {r['blas']} | {r['load_ms']:.0f} "
                     f"| {r['rss_loaded']:.0f} / {r['rss_peak']:.0f} "
                     f"| {pct(r['one'], 50):.2f} / {pct(r['one'], 99):.2f} "
@@ -163,14 +170,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", help="an encoder.json (default: minilm, no prefixes)")
     parser.add_argument("--blas-threads", default="1,default",
                         help="OPENBLAS_NUM_THREADS values for the numpy encoder")
-    parser.add_argument("--worker", choices=("numpy", "torch"), help=argparse.SUPPRESS)
+    parser.add_argument("--onnx", default="int8,fp32",
+                        help="ONNX exports to run (training/onnx_export.py); '' for none")
+    parser.add_argument("--worker", choices=("numpy", "torch", "onnx"), help=argparse.SUPPRESS)
+    parser.add_argument("--exported", help=argparse.SUPPRESS)
     parser.add_argument("--pairs-file", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     spec = json.loads(Path(args.spec).read_text()) if args.spec else {"model": "minilm"}
     if args.worker:
         pairs = [tuple(p) for p in json.loads(Path(args.pairs_file).read_text())]
-        worker(args.worker, spec, pairs, args.warmup, Path(args.out))
+        worker(args.worker, spec, pairs, args.warmup, Path(args.out),
+               Path(args.exported) if args.exported else None)
         return 0
     pairs = load_questions(args.questions, args.limit)
     with tempfile.TemporaryDirectory() as tmp:
@@ -178,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         pairs_file.write_text(json.dumps(pairs))
         load_before = os.getloadavg()[0]
         runs = [("torch", "default")] + [("numpy", b.strip()) for b in args.blas_threads.split(",")]
+        for quantization in filter(None, args.onnx.split(",")):
+            export(spec_model_dir(spec), Path(tmp) / f"{quantization}.onnx", quantization)
+            runs.append(("onnx", quantization))
         rounds = [[run_worker(b, t, args, pairs_file, Path(tmp)) for b, t in runs]
                   for _ in range(args.rounds)]
     report([merge(same) for same in zip(*rounds)], pairs, spec, load_before)
@@ -198,8 +212,6 @@ def merge(runs: list[dict]) -> dict:
 def report(results: list[dict], pairs, spec: dict, load_before: float) -> None:
     from tokenizers import Tokenizer
 
-    from runtime.encoder import spec_model_dir
-
     tok = Tokenizer.from_file(str(spec_model_dir(spec) / "tokenizer.json"))
     tok.no_padding()
     tokens = [len(tok.encode(q).ids) for q, _ in pairs]
@@ -209,7 +221,12 @@ def report(results: list[dict], pairs, spec: dict, load_before: float) -> None:
           f"{os.getloadavg()[0]:.1f}; heavy modules in the numpy process: "
           f"{sorted({m for r in numpy_runs for m in r['heavy_modules']}) or 'none'}\n")
     print("\n".join(table(results, torch_run["vectors"])))
-    best = min(numpy_runs, key=lambda r: pct(r["one"], 50))
+    best = min((r for r in numpy_runs if r["backend"] == "numpy"), key=lambda r: pct(r["one"], 50))
+    for r in (r for r in numpy_runs if r["backend"] == "onnx"):
+        print(f"\nnumpy (1 thread) / ONNX {r['blas']}: 1 text p50 "
+              f"{pct(best['one'], 50) / pct(r['one'], 50):.2f}x, 2 texts p50 "
+              f"{pct(best['two'], 50) / pct(r['two'], 50):.2f}x, RSS loaded "
+              f"{best['rss_loaded'] / r['rss_loaded']:.2f}x")
     print(f"\ntorch / numpy (OPENBLAS threads {best['blas']}): 1 text p50 "
           f"{pct(torch_run['one'], 50) / pct(best['one'], 50):.1f}x, 2 texts p50 "
           f"{pct(torch_run['two'], 50) / pct(best['two'], 50):.1f}x, RSS loaded "
