@@ -8,7 +8,10 @@ Questions: from ``--questions-file`` (synthetic questions.jsonl or generic JSONL
 triples (s, r, o), the question "what is the <relation words> of <name of s>?" with s passed as
 the entity (so linking ambiguity of FB15k-237 names does not skew the figure). Every question
 runs ``Runtime.ask(..., llm="none")``: link, TAIMR retrieval (path cache, cold heads computed),
-ITTC encoding — everything but the LLM, which the figure excludes by design (issue 5).
+ITTC encoding — everything but the LLM, which the figure excludes by design (issue 5). With
+the default policy (``route`` on a store with relation knowledge) a question the routing gate
+passes is answered from the graph without retrieval; ``total [derived]`` and ``total
+[retrieval]`` split the total by the path that answered, and ``--policy lokg`` always retrieves.
 
 Reported: store open (ms), resident memory after open and after the run (MiB, psutil when
 installed else /proc), per-question total and per-step p50 / p99 / mean (ms) — ask()'s laps
@@ -124,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-buckets", action="store_true",
                         help="read every path-cache bucket before timing (a long-running "
                              "service's steady state)")
+    parser.add_argument("--policy", help="ask()'s policy (default: the store's: route with "
+                                         "relation knowledge, else lokg)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
 
@@ -138,17 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         questions = store_questions(rt, args.questions + args.warmup, args.seed)
     for q, ents in questions[: args.warmup]:
-        rt.ask(q, entities=ents, budget=args.budget)
+        rt.ask(q, entities=ents, budget=args.budget, policy=args.policy)
     if args.warm_buckets and rt.path_cache is not None:
         for head in range(min(rt.n_entities, rt.path_cache.buckets)):  # head % buckets: each once
             rt.paths(head)
     clock = EncodeClock()
     steps: dict[str, list[float]] = {}
-    modes, sources, statuses = Counter(), Counter(), Counter()
+    modes, sources, statuses, answered = Counter(), Counter(), Counter(), Counter()
     digest = hashlib.sha256()
     for q, ents in questions[args.warmup:]:
         cpu = time.process_time()
-        answer = rt.ask(q, entities=ents, budget=args.budget)
+        answer = rt.ask(q, entities=ents, budget=args.budget, policy=args.policy)
         cpu = (time.process_time() - cpu) * 1000.0
         audit = {k: v for k, v in answer.encoding.items() if k != "solve_ms"}
         digest.update(json.dumps([answer.answers, answer.tokens, answer.triples, audit],
@@ -156,7 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         statuses[answer.status] += 1
         modes[answer.encoding.get("mode", "-")] += 1
         sources.update((answer.encoding.get("paths") or {}).values())
-        for step, ms in {**clock.steps(answer), "total cpu": cpu}.items():
+        path = (answer.route or {}).get("source") or "retrieval"  # derived | llm | retrieval
+        answered[path] += 1
+        laps = clock.steps(answer)
+        for step, ms in {**laps, "total cpu": cpu, f"total [{path}]": laps["total"]}.items():
             steps.setdefault(step, []).append(ms)
     result = {
         "store": args.store, "build_id": rt.build_id, "lambda_q": rt.settings["lambda_q"], "entities": rt.n_entities,
@@ -166,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         "ms": {step: {"p50": round(pct(v, 50), 3), "p99": round(pct(v, 99), 3),
                       "mean": round(float(np.mean(v)), 3)} for step, v in steps.items()},
         "modes": dict(modes), "paths": dict(sources), "status": dict(statuses),
+        "policy": args.policy or ("route" if rt.relknow is not None else "lokg"),
+        "answered": dict(answered),
         "outputs_sha256": digest.hexdigest(),
     }
     if args.json:
@@ -179,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'step':<12}{'p50 ms':>10}{'p99 ms':>10}{'mean ms':>10}")
     for step, row in result["ms"].items():
         print(f"{step:<12}{row['p50']:>10.3f}{row['p99']:>10.3f}{row['mean']:>10.3f}")
-    print(f"ITTC modes {dict(modes)}; heads {dict(sources)}")
+    print(f"ITTC modes {dict(modes)}; heads {dict(sources)}; policy {result['policy']}, "
+          f"answered {dict(answered)}")
     print(f"outputs sha256 {result['outputs_sha256']}")
     return 0
 

@@ -608,8 +608,12 @@ class Runtime:
         forms = [f for h in heads for f in (self.names[h], self.keys[h],
                                             *self._entity_fields(h)[2])]
         masked = relknow.mask_topic(req.question, forms)
-        with_plain = req.policy != "precision" and self._wants_question_vector(req, linked_vec)
-        masked_vec, batch_vec = self._embed(masked if know.votes_by_question_vector else None,
+        # the plain form rides along when the masked one is embedded; alone it waits for
+        # retrieval, which a derived answer or the compact context never runs
+        by_vector = know.votes_by_question_vector
+        with_plain = by_vector and req.policy != "precision" and \
+            self._wants_question_vector(req, linked_vec)
+        masked_vec, batch_vec = self._embed(masked if by_vector else None,
                                             req.question if with_plain else None)
         assessment = know.assess(masked, heads, facts, q_vec=masked_vec,
                                  embed=self._span_embedder())
