@@ -50,14 +50,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from runtime import ittc, object_store, pins, relknow, taimr
 from runtime.answer import Answer
 from runtime.answers import (ANSWER_MAX_TOKENS, Prompt, build_prompt, choice_lines,
                              parse_answers, prompt_overhead)
 from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS, section
-from runtime.contract import Build, Store, StoreError, is_url
+from runtime.contract import Build, Store, StoreError, is_url, read_parquet, to_numpy
 from runtime.errors import LokgError
 from runtime.linker import (LINKER_FORMS_FILE, Link, Linker, normalise, surface_forms,
                             vector_fallback)
@@ -339,7 +338,7 @@ class Runtime:
         self.provenance = Provenance(b)
 
     def _load_entities(self, ent: pa.Table) -> None:
-        ids = ent.column("id").to_numpy()
+        ids = to_numpy(ent.column("id"))
         self.n_entities = len(ids)
         if not np.array_equal(ids, np.arange(self.n_entities)):
             raise StoreError(f"{self.build.table_path('entities')}: entity ids are not 0..n-1 "
@@ -367,7 +366,7 @@ class Runtime:
             return taimr.EdgeGraph.from_tables(self.build.read("edges"),
                                                self.build.read("node_gain"))
         edges = taimr.uniform_edges(triples())  # no TAIMR artefacts: uniform attention, μ = 1
-        return taimr.EdgeGraph(*(edges.column(c).to_numpy(zero_copy_only=False)
+        return taimr.EdgeGraph(*(to_numpy(edges.column(c))
                                  for c in ("s", "r", "o", "inverse", "attention")),
                                np.ones(self.n_entities))
 
@@ -377,7 +376,7 @@ class Runtime:
         degree = self.graph.out_degree()
         path = self.build.path / LINKER_FORMS_FILE
         if path.is_file():
-            table = pq.read_table(path)
+            table = read_parquet(path)
             forms = zip(table.column("id").to_pylist(), table.column("form").to_pylist())
             return Linker(forms, degree, folded=True)
         return Linker(surface_forms(self.names, self.keys, self._aliases), degree)
@@ -393,7 +392,7 @@ class Runtime:
         except relknow.RelknowError as exc:
             raise StoreError(str(exc)) from None
         table = triples()
-        return know, relknow.Facts(*(table.column(c).to_numpy() for c in "sro"), self.n_relations)
+        return know, relknow.Facts(*(to_numpy(table.column(c)) for c in "sro"), self.n_relations)
 
     # ---------------------------------------------------------------- optional encoder
 
