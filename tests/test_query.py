@@ -159,6 +159,17 @@ def test_cold_head_is_computed_with_the_offline_scorer(tmp_path):
     assert rows == path_rows(taimr.top_paths(cold.graph, 1))
 
 
+def test_cold_heads_are_kept_in_a_bounded_lru(tmp_path, monkeypatch):
+    monkeypatch.setattr("runtime.query.COLD_HEADS_KEPT", 2)
+    make_store(tmp_path, with_cache=False)
+    cold = Runtime.open(tmp_path / "store")
+    for head in (0, 1, 2, 3, 1):
+        rows, source = cold.paths(head)
+        assert source == "computed" and rows == path_rows(taimr.top_paths(cold.graph, head))
+        assert len(cold._cold) <= 2
+    assert list(cold._cold) == [3, 1]  # least recently used first
+
+
 def test_cached_rows_equal_the_scorer(rt):
     cached, source = rt.paths(0)
     assert source == "cache"
