@@ -14,13 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from runtime import taimr
-from runtime.contract import StoreError
+from runtime.contract import StoreError, read_parquet, to_numpy
 
 #: One path: (S_topo, relations, inverses, nodes) hop by hop, the head excluded from nodes.
 PathRow = tuple[float, Sequence[int], Sequence[bool], Sequence[int]]
+#: One bucket in memory: its flat columns (:func:`_read_bucket`) and each head's row range.
+_Bucket = tuple[tuple[np.ndarray, ...], dict[int, tuple[int, int]]]
 
 
 class PathCache:
@@ -30,35 +31,20 @@ class PathCache:
         self.directory = directory
         self.buckets = buckets
         self.keep = keep
-        self._loaded: OrderedDict[int, tuple[pa.Table, dict[int, tuple[int, int]]]] = OrderedDict()
+        self._loaded: OrderedDict[int, _Bucket] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _bucket(self, b: int) -> tuple[pa.Table, dict[int, tuple[int, int]]]:
+    def _bucket(self, b: int) -> _Bucket:
         with self._lock:
             if b in self._loaded:
                 self._loaded.move_to_end(b)
                 return self._loaded[b]
-        path = self.directory / f"bucket-{b:05d}.parquet"
-        try:
-            table = pq.read_table(path, memory_map=True).combine_chunks()
-        except (OSError, pa.ArrowException) as exc:  # the build was deleted or damaged
-            raise StoreError(f"{path}: cannot read path-cache bucket ({exc})") from None
-        heads = table.column("head").to_numpy()
-        starts = np.flatnonzero(np.r_[True, heads[1:] != heads[:-1]]) if len(heads) else []
-        ends = list(starts[1:]) + [len(heads)] if len(heads) else []
-        offsets = {int(heads[s]): (int(s), int(e)) for s, e in zip(starts, ends)}
-        # Flat numpy columns: slicing them per head is ~10x cheaper than Arrow's to_pydict.
-        lists = {c: table.column(c).chunk(0) if table.num_rows else None
-                 for c in ("relations", "inverses", "nodes")}
-        flat = (table.column("score").to_numpy(),
-                lists["relations"].offsets.to_numpy() if table.num_rows else np.zeros(1, np.int32),
-                *(lists[c].values.to_numpy(zero_copy_only=False) if table.num_rows
-                  else np.zeros(0) for c in ("relations", "inverses", "nodes")))
+        loaded = _read_bucket(self.directory / f"bucket-{b:05d}.parquet")
         with self._lock:
-            self._loaded[b] = (flat, offsets)
+            self._loaded[b] = loaded
             while len(self._loaded) > self.keep:
                 self._loaded.popitem(last=False)
-        return flat, offsets
+        return loaded
 
     def get(self, head: int) -> list[PathRow] | None:
         """The cached paths of ``head``, or None when the head is not in the cache (cold)."""
@@ -71,6 +57,35 @@ class PathCache:
         bounds = (offs[start:end + 1] - lo).tolist()
         return [(sc, rel_l[a:b], inv_l[a:b], nodes_l[a:b])
                 for sc, a, b in zip(score[start:end].tolist(), bounds[:-1], bounds[1:])]
+
+
+def _read_bucket(path: Path) -> _Bucket:
+    """One bucket as flat numpy columns (score, hop offsets, relations, inverses, nodes) and
+    each head's row range: slicing them per head is ~10x cheaper than Arrow's to_pydict. Hop
+    ids are held in the narrowest integer type that fits them (a quarter or less of the int64
+    the table stores); scores and offsets are views of the decoded Arrow buffers."""
+    try:
+        table = read_parquet(path, memory_map=True).combine_chunks()
+    except (OSError, pa.ArrowException) as exc:  # the build was deleted or damaged
+        raise StoreError(f"{path}: cannot read path-cache bucket ({exc})") from None
+    if not table.num_rows:
+        return (np.zeros(0), np.zeros(1, np.int32), *(np.zeros(0, np.int8),) * 3), {}
+    heads = to_numpy(table.column("head"))
+    starts = np.flatnonzero(np.r_[True, heads[1:] != heads[:-1]])
+    ends = np.append(starts[1:], len(heads))
+    offsets = {int(heads[s]): (int(s), int(e)) for s, e in zip(starts, ends)}
+    lists = {c: table.column(c).chunk(0) for c in ("relations", "inverses", "nodes")}
+    flat = (to_numpy(table.column("score")), to_numpy(lists["relations"].offsets),
+            *(_narrow(to_numpy(lists[c].values)) for c in ("relations", "inverses", "nodes")))
+    return flat, offsets
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """``values`` in the smallest integer dtype that holds their range (booleans as they are)."""
+    if values.dtype == bool or not len(values):
+        return values
+    dtype = np.promote_types(np.min_scalar_type(values.min()), np.min_scalar_type(values.max()))
+    return values.astype(dtype)
 
 
 def path_rows(paths: taimr.Paths) -> list[PathRow]:

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from runtime import ittc
-from runtime.contract import StoreError
+from runtime.contract import StoreError, to_numpy
 
 #: Where a build keeps them, relative to the build directory.
 QUERY_STATS_FILE = "reports/query_stats.json"
@@ -24,8 +24,8 @@ QUERY_STATS_FILE = "reports/query_stats.json"
 
 def tail_entropy_bits(triples: pa.Table, n_relations: int) -> np.ndarray:
     """H(O|R=r) in bits per canonical relation, from the store's triples."""
-    r = triples.column("r").to_numpy()
-    o = triples.column("o").to_numpy()
+    r = to_numpy(triples.column("r"))
+    o = to_numpy(triples.column("o"))
     out = np.zeros(n_relations, dtype=np.float64)
     if not len(r):
         return out
@@ -42,7 +42,7 @@ def query_stats(triples: pa.Table, n_relations: int) -> dict:
     """σ* (ITTC's component order) and H(O|R) per relation, as JSON-able values (floats
     round-trip exactly through ``json``); ``n_relations`` is the largest canonical relation id
     + 1, as the runtime counts them."""
-    sro = np.stack([triples.column(c).to_numpy() for c in ("s", "r", "o")], axis=1)
+    sro = np.stack([to_numpy(triples.column(c)) for c in ("s", "r", "o")], axis=1)
     return {"component_order": list(ittc.component_order(sro)),
             "tail_entropy_bits": tail_entropy_bits(triples, n_relations).tolist()}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -160,3 +161,25 @@ def test_build_ids_are_sortable_by_time():
     early = contract.new_build_id(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
     late = contract.new_build_id(dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc))
     assert early < late
+
+
+@pytest.mark.parametrize("column", [
+    pa.chunked_array([pa.array(np.arange(10, dtype=np.int64)).slice(3, 5),
+                      pa.array(np.arange(3, dtype=np.int64))]),
+    pa.array([True, False, True, True, False, False, True, False, True, True, False]).slice(3, 7),
+    pa.chunked_array([pa.array([True] * 9).slice(1), pa.array([False, True])]),
+    pa.array(np.linspace(0.0, 1.0, 7)).slice(2),
+    pa.array(np.arange(5, dtype=np.int32)),
+    pa.chunked_array([], type=pa.int64()),
+])
+def test_to_numpy_equals_pyarrows_conversion(column):
+    got = contract.to_numpy(column)
+    want = column.to_numpy() if isinstance(column, pa.ChunkedArray) else \
+        column.to_numpy(zero_copy_only=False)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_to_numpy_refuses_nulls_and_non_numeric_columns():
+    for column in (pa.array([1, None]), pa.array(["a"])):
+        with pytest.raises(TypeError, match="null-free numeric"):
+            contract.to_numpy(column)

@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 
 from runtime import taimr
-from runtime.contract import TABLE_SCHEMAS, Store, StoreError, write_table
+from runtime.contract import TABLE_SCHEMAS, Store, StoreError, read_table, write_table
 from runtime.linker import Linker, normalise
 from runtime.llm import Completion, LLMError
-from runtime.path_cache import path_rows, path_triples
+from runtime.path_cache import PathCache, path_rows, path_triples
 from runtime.config import MAX_BUDGET
 from runtime.answers import CHOICE_INSTRUCTIONS, CHOICES_HEADER
 from runtime.query import QueryError, Runtime
@@ -159,10 +159,48 @@ def test_cold_head_is_computed_with_the_offline_scorer(tmp_path):
     assert rows == path_rows(taimr.top_paths(cold.graph, 1))
 
 
+def test_cold_heads_are_kept_in_a_bounded_lru(tmp_path, monkeypatch):
+    monkeypatch.setattr("runtime.query.COLD_HEADS_KEPT", 2)
+    make_store(tmp_path, with_cache=False)
+    cold = Runtime.open(tmp_path / "store")
+    for head in (0, 1, 2, 3, 1):
+        rows, source = cold.paths(head)
+        assert source == "computed" and rows == path_rows(taimr.top_paths(cold.graph, head))
+        assert len(cold._cold) <= 2
+    assert list(cold._cold) == [3, 1]  # least recently used first
+
+
 def test_cached_rows_equal_the_scorer(rt):
     cached, source = rt.paths(0)
     assert source == "cache"
     assert cached == path_rows(taimr.top_paths(rt.graph, 0, **rt.path_settings))
+
+
+def test_path_cache_buckets_are_compact_bounded_and_read_back_exactly(rt):
+    cache = PathCache(rt.path_cache.directory, rt.path_cache.buckets, keep=1)
+    for head in range(rt.n_entities - 1):  # the last entity ("lone") has no cached paths
+        table = read_table(cache.directory / f"bucket-{head % cache.buckets:05d}.parquet")
+        rows = [r for r in table.to_pylist() if r["head"] == head]
+        assert cache.get(head) == [(r["score"], r["relations"], r["inverses"], r["nodes"])
+                                   for r in rows]
+        assert len(cache._loaded) == 1  # keep=1: the LRU holds one bucket, never more
+    (_, _, relations, inverses, nodes), _ = cache._bucket(0)
+    assert relations.dtype == nodes.dtype == np.uint8 and inverses.dtype == bool
+    assert cache.get(rt.n_entities - 1) is None
+
+
+def test_open_and_ask_never_import_pandas(store_root):
+    # pyarrow imports pandas (~0.9 s, ~45 MiB) on its first to_numpy or pq.read_table
+    code = f"""
+import sys
+from runtime.query import Runtime
+a = Runtime.open({str(store_root)!r}).ask("Who directed the sequel of The Long Road?")
+assert a.status == "ok" and a.encoding["paths"], a
+assert "pandas" not in sys.modules
+print("OK")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-2000:]
 
 
 def test_path_triples_walk_inverse_hops_backwards():

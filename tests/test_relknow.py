@@ -17,6 +17,7 @@ import pytest
 
 from runtime.contract import TABLE_SCHEMAS, Store, write_table
 from pipeline.stage import StageError
+from runtime import relknow
 from runtime.query import QueryError, Runtime
 from runtime.relknow import (INVERSE_PREFIX, PLACEHOLDER, Checker, Facts, Gate, Prediction,
                              RelationKnowledge, Vote, derive, hop_id, hop_name, inverse_hop,
@@ -743,3 +744,13 @@ def test_zero_shot_stage_with_the_real_encoder(tmp_path):
     assert report["predictor"] == "zero_shot"
     assert report["thresholds"]["zero_shot_cosine"] in fit.ZERO_SHOT_GRID
     assert report["selection"]["dev_derived_h1"] >= 0.5, report["selection"]
+
+
+def test_facts_sort_pairs_equals_lexsort_with_ties_and_past_int64():
+    rng = np.random.default_rng(0)
+    key, obj = rng.integers(0, 50, 2000), rng.integers(0, 7, 2000)  # many equal pairs
+    assert np.array_equal(relknow._sort_pairs(key, obj), np.lexsort((obj, key)))
+    huge = np.array([2**62, 3, 2**62, 3])  # packing would overflow: lexsort itself
+    assert np.array_equal(relknow._sort_pairs(huge, np.array([1, 5, 0, 5])),
+                          np.lexsort((np.array([1, 5, 0, 5]), huge)))
+    assert len(relknow._sort_pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))) == 0

@@ -311,3 +311,17 @@ def test_hub_fan_out_is_bounded_by_k_top():
     exact = brute_force_paths(graph, edges, 0, 2, 20, 1.0)
     two_hop = top_paths(graph, 0, max_hops=2, k_top=20, beam_width=16)
     assert as_tuples(two_hop) == exact  # every 1-hop parent kept: the 2-hop cut is exact
+
+
+def test_a_graph_from_shuffled_edges_equals_the_one_from_sorted_edges():
+    # the published edges table is sorted and skips the sort; any other order is sorted first
+    edges = uniform_edges(triples_table([(0, 0, 1), (0, 1, 2), (2, 0, 1), (1, 1, 3), (3, 0, 0)]))
+    mu = gain_table([1.0, 0.5, 2.0, 1.5])
+    shuffled = edges.take(np.random.default_rng(0).permutation(edges.num_rows))
+    a, b = EdgeGraph.from_tables(edges, mu), EdgeGraph.from_tables(shuffled, mu)
+    for name in ("indptr", "targets", "relations", "inverse", "log_alpha"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert a.targets.dtype == a.relations.dtype == np.int32
+    paths = top_paths(b, 0)
+    assert paths.relations.dtype == paths.nodes.dtype == np.int64
+    assert paths.to_table().equals(top_paths(a, 0).to_table())
