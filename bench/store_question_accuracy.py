@@ -29,8 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", required=True)
     parser.add_argument("--questions", type=int, default=400)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--encoder-backend", help="query.encoder_backend (auto | onnx | numpy | "
+                                                  "torch; default: the store's setting)")
     args = parser.parse_args(argv)
-    rt = Runtime.open(args.store)
+    rt = Runtime.open(args.store, **({"encoder_backend": args.encoder_backend}
+                                     if args.encoder_backend else {}))
     triples = rt.build.read("triples", columns=["s", "r", "o"]).to_pydict()
     objects: dict[tuple[int, int], set[int]] = {}
     for s, r, o in zip(triples["s"], triples["r"], triples["o"]):

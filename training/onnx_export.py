@@ -47,12 +47,14 @@ class _Graph:
         from onnx import helper
 
         out = out or f"{kind.lower()}_{len(self.nodes)}"
-        self.nodes.append(helper.make_node(kind, list(inputs), [out], **attrs))
+        self.nodes.append(helper.make_node(kind, list(inputs), [out], name=out, **attrs))
         return out
 
     def linear(self, x: str, weight: tuple[np.ndarray, np.ndarray], name: str) -> str:
-        """x @ w + b with w as [in, out] (numpy_bert's layout)."""
-        return self.op("Add", self.op("MatMul", x, self.const(f"{name}.w", weight[0])),
+        """x @ w + b with w as [in, out] (numpy_bert's layout); the product is node
+        ``<name>.matmul``."""
+        return self.op("Add", self.op("MatMul", x, self.const(f"{name}.w", weight[0]),
+                                      out=f"{name}.matmul"),
                        self.const(f"{name}.b", weight[1]))
 
     def norm(self, x: str, weight: tuple[np.ndarray, np.ndarray], name: str, eps: float) -> str:
