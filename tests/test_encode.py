@@ -148,6 +148,23 @@ def test_the_question_encoder_is_exported_for_the_query_service(built, tmp_path)
     assert off["report"]["query_onnx"] == {"skipped": "entity_encode.query_onnx is off"}
 
 
+def test_without_onnx_installed_the_build_goes_on_without_the_export(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_onnx(name, *args, **kwargs):
+        if name.split(".")[0] in ("onnx", "onnxruntime"):
+            raise ImportError(f"No module named {name!r}", name=name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_onnx)
+    write_entities(tmp_path / "entities.parquet")
+    result = encode.run(config(), {"entities": str(tmp_path / "entities.parquet")}, str(tmp_path))
+    assert "query_encoder" not in result["outputs"]
+    assert "onnx is not installed" in result["report"]["query_onnx"]["skipped"]
+
+
 def test_hnsw_index_above_flat_max(built):
     _, out = built
     vectors = np.load(out / "entity_vectors.npy")

@@ -188,11 +188,22 @@ def _export_query_encoder(model_dir: Path, out: Path, quantization: str) -> dict
     from runtime.numpy_bert import unsupported_reason
     from training.onnx_export import export
 
-    reason = unsupported_reason(model_dir)
+    reason = unsupported_reason(model_dir) or _missing_onnx_packages()
     if reason is not None:
         print(f"WARNING {STAGE}: no ONNX question encoder: {reason}", file=sys.stderr)
         return {"skipped": reason}
     return export(model_dir, out / QUERY_MODEL, quantization)
+
+
+def _missing_onnx_packages() -> str | None:
+    """Why the export cannot run here (None: it can): onnx writes the graph, onnxruntime
+    quantizes it; without them the build goes on and the runtime uses the numpy forward."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError as exc:
+        return f"{exc.name} is not installed (pip install onnx onnxruntime: the train extra)"
+    return None
 
 
 if __name__ == "__main__":
