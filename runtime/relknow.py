@@ -1033,17 +1033,21 @@ class RelationKnowledge:
     def relation_term(self, prediction: Prediction, relations: Sequence[int],
                       inverses: Sequence[bool]) -> float:
         """TAIMR's query-relation term of one path: the share of its hops (relations walked in
-        the path's directions) among the instantiating votes, plus the share of the relations
-        the question names that the path walks, minus the share of its hops the question does
-        not name — so a path that walks every named relation outranks the 1-hop neighbour
-        that walks one of them ("the actors of the films directed by X": not the films)."""
+        the path's directions) among the instantiating votes, plus the share of its hops the
+        question names. With no instantiating chain (no vote ranks the paths) the term adds
+        instead the share of the named relations the path walks and takes off the share of
+        its hops the question does not name — so a path that walks every named relation
+        outranks the 1-hop neighbour that walks one of them ("the actors of the films
+        directed by X": not the films). With a voted chain the votes rank, and unnamed hops
+        cost nothing: a lexicon names relations of words that are no hop ("place" names
+        place_of_death too); the penalty there cost PQ-3H's policy lokg 7 points."""
         if not len(relations):
             return 0.0
         hops = [inverse_hop(r, self.n_relations) if inv else r
                 for r, inv in zip(relations, inverses)]
         named = prediction.named
-        if not named:
-            return prediction.share_of(hops)
+        walked = sum(1 for r in relations if r in named) / len(hops)
+        if prediction.chain is not None or not named:
+            return prediction.share_of(hops) + walked
         covered = len(named.intersection(relations)) / len(named)
-        unnamed = sum(1 for r in relations if r not in named) / len(hops)
-        return prediction.share_of(hops) + covered - unnamed
+        return prediction.share_of(hops) + covered - (1.0 - walked)

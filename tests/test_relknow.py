@@ -483,6 +483,12 @@ def test_the_relation_term_prefers_the_path_that_walks_every_named_relation():
     voted = Prediction("knn", chain, 1.0, 1.0, [Vote(chain, 1.0, True)], frozenset(), None, "",
                        len(RELATIONS))
     assert know.relation_term(voted, list(chain), [False, False]) == 1.0  # the chain's share
+    # with a voted chain the votes rank: named relations add their share, unnamed hops cost
+    # nothing (a lexicon names relations of words that are no hop)
+    voted_named = \
+        Prediction("knn", chain, 1.0, 1.0, [Vote(chain, 1.0, True)], named, None, "",
+                   len(RELATIONS))
+    assert know.relation_term(voted_named, [REL["spouse"], REL["gender"]], [False] * 2) == 0.5
 
 
 class CountingEncoder:
