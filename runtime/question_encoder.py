@@ -7,9 +7,9 @@ its own because it chooses between ``runtime.encoder``, ``runtime.numpy_bert`` a
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 

@@ -895,8 +895,8 @@ class RelationKnowledge:
         zero-shot matcher, whose spans include type nouns — fewer of the named relations only
         when no chain of them all does ("which films star X": "films" names the type of the
         answer, not a hop; a lexicon learned from labelled questions names hops). Out and
-        straight back along one relation is a chain only for a question with a sharing word ("films that share the director of
-        X"), which tries that round trip first (two words naming one relation, "cause of
+        straight back along one relation is a chain only for a question with a sharing word
+        ("films that share the director of X"), which tries that round trip first (two words naming one relation, "cause of
         death", are no round trip). With ``answer_type`` (relations the asked-for word names,
         :meth:`answer_type`) each chain also goes one hop further along one of them, and only
         chains whose endpoints are mostly objects of one of them count ("which films star X"
