@@ -1,0 +1,186 @@
+"""The feedback log (runtime/feedback.py): append-only segments that concurrent writers and a
+SIGKILL mid-append never tear or interleave, rotation under a size cap, and a reader that
+skips what is malformed with its reason."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from runtime import feedback
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _record(i: int, **extra) -> dict:
+    return {"build_id": "b1", "kind": "chain_stop",
+            "missing": [{"entity": f"e{i}", "name": f"Entity {i}", "relation": "capital_of",
+                         "text": f"Entity {i} capital of"}], **extra}
+
+
+def _write_many(directory: str, start: int, count: int) -> None:
+    log = feedback.FeedbackLog(directory)
+    for i in range(start, start + count):
+        assert log.append(_record(i))
+
+
+def test_a_record_round_trips_and_the_question_is_kept_only_when_configured(tmp_path):
+    plain = feedback.FeedbackLog(tmp_path / "a")
+    keeping = feedback.FeedbackLog(tmp_path / "b", keep_questions=True)
+    assert plain.append(_record(1, question="Which city?"))
+    assert keeping.append(_record(1, question="Which city?"))
+    (a,), (b,) = (feedback.read_log(tmp_path / d).records for d in ("a", "b"))
+    assert "question" not in a and b["question"] == "Which city?"
+    assert a["missing"][0]["entity"] == "e1" and a["v"] == feedback.VERSION
+    assert a["time"].endswith("Z") and len(a["id"]) == 25
+
+
+def test_threads_and_processes_never_interleave_records(tmp_path):
+    directory = str(tmp_path / "log")
+    shared = feedback.FeedbackLog(directory)
+    threads = [threading.Thread(target=lambda k=k: [shared.append(_record(k * 1000 + i))
+                                                   for i in range(200)]) for k in range(6)]
+    procs = [multiprocessing.get_context("spawn").Process(
+        target=_write_many, args=(directory, 10_000 * (k + 1), 300)) for k in range(3)]
+    for w in (*threads, *procs):
+        w.start()
+    for w in (*threads, *procs):
+        w.join()
+    assert all(p.exitcode == 0 for p in procs)
+    read = feedback.read_log(directory)
+    assert read.skipped == []
+    entities = [r["missing"][0]["entity"] for r in read.records]
+    assert len(entities) == len(set(entities)) == 6 * 200 + 3 * 300
+    assert read.segments == 4  # one per writing process, the threads share theirs
+
+
+def test_a_forked_child_writes_its_own_segment(tmp_path):
+    log = feedback.FeedbackLog(tmp_path)
+    assert log.append(_record(0))
+    child = multiprocessing.get_context("fork").Process(target=log.append, args=(_record(1),))
+    child.start()
+    child.join()
+    assert log.append(_record(2))
+    read = feedback.read_log(tmp_path)
+    assert len(read.records) == 3 and read.segments == 2 and read.skipped == []
+
+
+KILLED_WRITER = """
+import sys
+from runtime import feedback
+log = feedback.FeedbackLog(sys.argv[1])
+big = ["m" * 200] * 250  # ~50 KB records: a kill often lands inside a write
+i = 0
+print("ready", flush=True)
+while True:
+    log.append({"build_id": "b", "kind": "no_entity", "missing": [], "mentions": big,
+                "question": str(i)})
+    i += 1
+"""
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.2, 0.4])
+def test_a_writer_killed_mid_append_leaves_nothing_torn_for_the_next(tmp_path, delay):
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(tmp_path)], cwd=ROOT,
+                            stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == b"ready"
+    time.sleep(delay)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert feedback.FeedbackLog(tmp_path).append(_record(7))
+    read = feedback.read_log(tmp_path)
+    assert read.records[-1]["missing"][0]["entity"] == "e7"  # the next writer is intact
+    assert all(len(r["mentions"]) == 250 for r in read.records[:-1])
+    # at most the killed writer's last line is lost, and only as "torn"
+    assert len(read.skipped) <= 1
+    assert all(why.startswith("torn") for _, why in read.skipped)
+
+
+def test_a_torn_line_and_a_garbage_segment_are_skipped_with_their_reasons(tmp_path):
+    log = feedback.FeedbackLog(tmp_path)
+    assert log.append(_record(1))
+    log.close()
+    good = next(tmp_path.glob("*.log"))
+    line = feedback.encode({"v": 1})
+    with open(good, "ab") as f:
+        f.write(line[: len(line) // 2])  # a torn tail
+    (tmp_path / "0-x-1-ff.log").write_bytes(b"\x00\xffgarbage\n" + feedback.encode({"v": 9}))
+    (tmp_path / "notes.txt").write_text("not a segment")
+    assert feedback.FeedbackLog(tmp_path).append(_record(2))
+    read = feedback.read_log(tmp_path)
+    assert [r["missing"][0]["entity"] for r in read.records] == ["e1", "e2"]
+    reasons = dict(read.skipped)
+    assert reasons[f"{good.name}:2"].startswith("torn")
+    assert reasons["0-x-1-ff.log:1"].startswith("not a record line")
+    assert reasons["0-x-1-ff.log:2"].startswith("version 9")
+
+
+def test_a_flipped_byte_fails_the_checksum(tmp_path):
+    log = feedback.FeedbackLog(tmp_path)
+    assert log.append(_record(1))
+    log.close()
+    seg = next(tmp_path.glob("*.log"))
+    seg.write_bytes(seg.read_bytes().replace(b"e1", b"e9"))
+    read = feedback.read_log(tmp_path)
+    assert read.records == [] and read.skipped[0][1] == "checksum mismatch"
+
+
+def test_segments_rotate_and_the_oldest_go_past_the_cap(tmp_path):
+    one = len(feedback.encode({**_record(0), "v": 1, "id": "0" * 25, "time": "x" * 24,
+                               "mentions": []}))
+    log = feedback.FeedbackLog(tmp_path, segment_bytes=one * 10, max_bytes=one * 35)
+    for i in range(100):
+        assert log.append(_record(i))
+    sizes = feedback.segment_sizes(tmp_path)
+    assert all(s <= one * 10 for s in sizes.values())
+    assert sum(sizes.values()) <= one * 35 + one * 10
+    kept = [int(r["missing"][0]["entity"][1:]) for r in feedback.read_log(tmp_path).records]
+    assert kept == list(range(100 - len(kept), 100)) and 30 <= len(kept) < 100  # newest kept
+
+
+def test_a_writer_whose_segment_was_rotated_away_opens_a_new_one(tmp_path):
+    log = feedback.FeedbackLog(tmp_path)
+    assert log.append(_record(1))
+    for seg in tmp_path.glob("*.log"):
+        seg.unlink()
+    assert log.append(_record(2))
+    assert [r["missing"][0]["entity"] for r in feedback.read_log(tmp_path).records] == ["e2"]
+
+
+def test_an_append_that_cannot_be_written_returns_false_and_counts(tmp_path, caplog):
+    (tmp_path / "file").write_text("")
+    log = feedback.FeedbackLog(tmp_path / "file" / "log")
+    assert log.append(_record(1)) is False
+    assert log.append({"kind": "bogus"}) is False  # not a record: refused, still no raise
+    assert (log.appended, log.failed) == (0, 2)
+    assert "append failed" in caplog.text
+
+
+def test_bad_sizes_are_refused_at_construction(tmp_path):
+    with pytest.raises(ValueError, match="segment_bytes"):
+        feedback.FeedbackLog(tmp_path, segment_bytes=100, max_bytes=10)
+
+
+def test_stats_count_kinds_relations_and_builds(tmp_path):
+    log = feedback.FeedbackLog(tmp_path)
+    for i in range(3):
+        log.append(_record(i))
+    log.append({"build_id": "b2", "kind": "no_entity", "missing": [], "mentions": ["Zed"]})
+    s = feedback.stats(feedback.read_log(tmp_path))
+    assert s["records"] == 4 and s["by_kind"] == {"chain_stop": 3, "no_entity": 1,
+                                                   "no_derivation": 0}
+    assert s["top_relations"] == [{"relation": "capital_of", "count": 3}]
+    assert s["builds"] == ["b1", "b2"] and s["missing_facts"] == 3
+
+
+def test_the_log_lives_beside_the_builds(tmp_path):
+    assert feedback.log_dir(tmp_path) == tmp_path / "feedback" / "log"
+    assert os.path.commonpath([feedback.log_dir(tmp_path), tmp_path / "builds"]) == str(tmp_path)
