@@ -326,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="push --store's CURRENT here and serve from this object store")
     parser.add_argument("--loopback-s3", action="store_true",
                         help="with --serve-from: start an S3 server (moto) on loopback for it")
+    parser.add_argument("--feedback", choices=("on", "off"), default=None,
+                        help="the started server's feedback log (default: the build's setting)")
     parser.add_argument("--json", dest="json_out", help="also write the report here")
     args = parser.parse_args(argv)
 
@@ -347,7 +349,9 @@ def _measure(args, questions: list[str], served: str, publish: Callable[[], str]
         proc = subprocess.Popen(
             [sys.executable, "-m", "runtime.server", "--store", served, "--port",
              url.rsplit(":", 1)[1], "--workers", str(args.workers), "--poll-interval",
-             str(args.poll_interval), "--log-level", "warning"], cwd=REPO)
+             str(args.poll_interval), "--log-level", "warning",
+             *([f"--{'' if args.feedback == 'on' else 'no-'}feedback"] if args.feedback else [])],
+            cwd=REPO)
     try:
         ready = wait_ready(url, 300, proc)
         publish_after = max(1, int(args.requests * args.publish_at)) if args.publish_at else None

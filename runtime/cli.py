@@ -7,7 +7,7 @@ import sys
 import click
 
 from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS
-from runtime.contract import MANIFEST_FILE, Build, Store, StoreError
+from runtime.contract import MANIFEST_FILE, Build, Store, StoreError, is_url
 from runtime.object_store import RemoteStore, open_store
 from runtime.environment import apply_defaults
 
@@ -354,6 +354,65 @@ def serve(args: tuple[str, ...]) -> None:
     serve_command.main(list(args), prog_name="lokg serve")
 
 
+# ---------------------------------------------------------------------------------------------
+@cli.group("feedback")
+def feedback_group() -> None:
+    """What questions found missing: the feedback log beside the builds (DESIGN §9)."""
+
+
+FEEDBACK_DIR_OPTION = click.option(
+    "--dir", "log_directory", type=click.Path(file_okay=False), default=None,
+    help="The log directory (default: <store>/feedback/log; an s3:// store: its local cache's).")
+
+
+def _read_feedback(store_root: str, log_directory: str | None):
+    """The log of ``store_root`` (or ``log_directory``), skipped lines reported on stderr."""
+    from runtime import feedback, object_store
+
+    if log_directory is None:
+        base = object_store.cache_root(store_root) if is_url(store_root) else store_root
+        log_directory = str(feedback.log_dir(base))
+    read = feedback.read_log(log_directory)
+    for where, why in read.skipped[:5]:
+        click.echo(f"skipped {where}: {why}", err=True)
+    if len(read.skipped) > 5:
+        click.echo(f"skipped {len(read.skipped) - 5} more lines", err=True)
+    return read
+
+
+@feedback_group.command("list")
+@STORE_OPTION
+@FEEDBACK_DIR_OPTION
+@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
+              help="The newest records shown (0 = all).")
+@click.option("--kind", type=click.Choice(["chain_stop", "no_entity", "no_derivation"]),
+              default=None, help="Only records of this kind.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON record per line.")
+def feedback_list(store_root: str, log_directory: str | None, limit: int, kind: str | None,
+                  as_json: bool) -> None:
+    """List the feedback records, newest last: what each question found missing."""
+    import json
+
+    records = [r for r in _read_feedback(store_root, log_directory).records
+               if kind is None or r["kind"] == kind]
+    for r in records[-limit if limit else 0:]:
+        if as_json:
+            click.echo(json.dumps(r, ensure_ascii=False))
+            continue
+        what = [m["text"] for m in r["missing"]] or [f"mention: {m}" for m in r["mentions"]]
+        click.echo(f"{r['time']}  {r['kind']:<13} {r['build_id']}  {'; '.join(what)}")
+
+
+@feedback_group.command("stats")
+@STORE_OPTION
+@FEEDBACK_DIR_OPTION
+def feedback_stats(store_root: str, log_directory: str | None) -> None:
+    """Counts of the log as JSON: records by kind, missing facts, top relations, builds."""
+    import json
+
+    from runtime import feedback
+
+    click.echo(json.dumps(feedback.stats(_read_feedback(store_root, log_directory)), indent=2))
 
 
 if __name__ == "__main__":

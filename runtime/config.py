@@ -201,6 +201,14 @@ DEFAULTS: dict = {
         # relation knowledge (stores with models/relknow; chosen on PathQuestion dev, BENCHMARKS):
         "relation_weight": 20.0,  # λ_rel: weight of the query-relation term in S_final (0 = off)
         "chain_boost": True,  # ITTC's λ_boost for the facts of the predicted relation chain
+        # the feedback log (runtime/feedback.py): what questions find missing, appended beside
+        # the builds (<store>/feedback/log; a store on S3: beside its local cache) for the
+        # scheduled refresh to fill (DESIGN §9); the question text only with feedback_questions
+        "feedback": True,
+        "feedback_dir": None,  # null = beside the builds
+        "feedback_questions": False,
+        "feedback_segment_mb": 16,  # a writer's segment rotates at this size
+        "feedback_max_mb": 256,  # past this in all segments the oldest are deleted
     },
 }
 
@@ -382,7 +390,9 @@ SCHEMA: dict = {
         "min_link_cosine": number(-1, 1), "encoder_threads": THREADS,
         "encoder_backend": choice(*QUERY_BACKENDS), "relation_weight": WEIGHT,
         "chain_boost": BOOL, "cached_buckets": COUNT, "reader": choice(*READER_MODES),
-        "choice_candidates": COUNT, "choice_margin": WEIGHT,
+        "choice_candidates": COUNT, "choice_margin": WEIGHT, "feedback": BOOL,
+        "feedback_dir": FILE, "feedback_questions": BOOL, "feedback_segment_mb": COUNT,
+        "feedback_max_mb": COUNT,
     },
 }
 

@@ -37,6 +37,10 @@ SUFFIX = ".log"
 MAX_RECORD_BYTES = 64 * 1024
 
 
+#: Missing facts one record lists at most (the entities a chain's walk stopped at).
+MAX_MISSING = 10
+
+
 def log_dir(store_root: str | Path) -> Path:
     """Where a local store's feedback log lives: beside ``builds/``, never inside a build."""
     return Path(store_root) / "feedback" / "log"
@@ -90,6 +94,38 @@ def decode(line: bytes) -> tuple[dict | None, str]:
     return (None, problem) if problem else (record, "")
 
 
+def missing_record(answer) -> dict | None:
+    """What an :class:`~runtime.answer.Answer` says the graph lacks, as a record to log: the
+    facts where the predicted chain's walk stopped (e, r_k, ?), or — nothing linked, nothing
+    derived — the question's topic mentions; None when nothing is missing."""
+    from runtime.linker import name_mentions
+
+    route = answer.route or {}
+    base = {"build_id": answer.build_id, "question": answer.question, "missing": [],
+            "mentions": []}
+    if answer.status == "no_entity":
+        return {**base, "kind": "no_entity", "mentions": name_mentions(answer.question)}
+    stopped = route.get("stopped")
+    if stopped:
+        return {**base, "kind": "chain_stop", "chain": stopped["chain"],
+                "missing": [missing_fact(e, stopped["hop"]) for e in stopped["from"]]}
+    if answer.status == "no_paths" or (route.get("predictor") and not route.get("derivable")):
+        return {**base, "kind": "no_derivation",
+                "mentions": [link["name"] for link in answer.linked]}
+    return None
+
+
+def missing_fact(entity: Mapping, hop: str) -> dict:
+    """One sub-question (e, r, ?) — or (?, r, e) for a hop walked backwards (``~r``) — with
+    its words, the form a passage retriever searches for."""
+    from runtime.relknow import relation_text, split_hop
+
+    relation, backwards = split_hop(hop)
+    words = relation_text(relation)
+    text = f"{words} {entity['name']}" if backwards else f"{entity['name']} {words}"
+    return {"entity": entity["key"], "name": entity["name"], "relation": hop, "text": text}
+
+
 class FeedbackLog:
     """This process's appender to the log in ``directory`` (created on first append)."""
 
@@ -129,6 +165,16 @@ class FeedbackLog:
                 log.warning("feedback log %s: append failed (%d so far): %s",
                             self.directory, self.failed, exc)
             return False
+
+    def append_missing(self, answer) -> bool:
+        """Log what ``answer`` found missing (nothing when nothing is); never raises."""
+        try:
+            record = missing_record(answer)
+        except Exception as exc:  # noqa: BLE001 - as append: the query goes on
+            self.failed += 1
+            log.warning("feedback log %s: no record for an answer: %s", self.directory, exc)
+            return False
+        return record is None or self.append(record)
 
     def _write(self, line: bytes) -> None:
         fd = self._segment(len(line))

@@ -156,6 +156,26 @@ def _written_with_capitals(question: str, span: str) -> bool:
     return match is not None and any(c.isupper() or c.isdigit() for c in match.group(0))
 
 
+def name_mentions(question: str, limit: int = 5) -> list[str]:
+    """The spans a question writes as names (runs of capitalised words or numbers past its
+    first word, and quoted phrases) — what it was about when nothing links; else its content
+    words."""
+    quoted = re.findall(r'"([^"]{2,80})"', question)
+    words = re.findall(r"[\w'-]+", question)
+    runs, run = [], []
+    for i, word in enumerate(words + [""]):
+        if i > 0 and word and (word[0].isupper() or word[0].isdigit()):
+            run.append(word)
+            continue
+        if run:
+            runs.append(" ".join(run))
+        run = []
+    found = list(dict.fromkeys(quoted + runs))
+    if not found:
+        found = [w for w in words if normalise(w) not in STOP_WORDS and len(w) > 2]
+    return found[:limit]
+
+
 def named_first(question: str, links: list[Link]) -> list[Link]:
     """Where the question writes some linked span as a name (capitals, digits), drop the links
     of spans it writes in lower case: "the *country* where the Bubye River is found" names the

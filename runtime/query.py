@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from runtime import ittc, object_store, pins, relknow, taimr
+from runtime import feedback, ittc, object_store, pins, relknow, taimr
 from runtime.answer import Answer
 from runtime.answers import (ANSWER_MAX_TOKENS, Prompt, build_prompt, choice_lines,
                              parse_answers, prompt_overhead)
@@ -248,6 +248,20 @@ def _opened_build(store_root: str | Path, build_id: str | None, verify: bool):
     return build, [held]
 
 
+def _logging_feedback(ask: Callable[..., Answer]) -> Callable[..., Answer]:
+    """``Runtime.ask``, then what its answer found missing to the feedback log (every outcome,
+    from no entity to a full reading; an append never fails the answer)."""
+
+    @functools.wraps(ask)
+    def logged(self: Runtime, *args, **kwargs) -> Answer:
+        answer = ask(self, *args, **kwargs)
+        if self.feedback is not None:
+            self.feedback.append_missing(answer)
+        return answer
+
+    return logged
+
+
 class Runtime:
     """A published build, opened once: tables in memory, vectors memory-mapped, LLMs cached."""
 
@@ -264,6 +278,7 @@ class Runtime:
         self._fields: dict[int, tuple[str, str, tuple, tuple]] = {}
         self._cold: OrderedDict[int, taimr.Paths] = OrderedDict()
         self._cold_lock = threading.Lock()
+        self._domains: relknow.HopDomains | None = None
         self._load()
 
     # ---------------------------------------------------------------- opening
@@ -337,9 +352,20 @@ class Runtime:
         self.encoder_spec = json.loads(enc_path.read_text()) if enc_path.is_file() else None
         self.relknow = self._relation_knowledge(triples)
         self.provenance = Provenance(b)
+        self.feedback = self._feedback_log()
         # Decoding the tables leaves Arrow's allocator holding the freed decode buffers (~35
         # MiB on FB15k-237); none of it is in use once they are loaded, so it goes back.
         pa.default_memory_pool().release_unused()
+
+    def _feedback_log(self) -> feedback.FeedbackLog | None:
+        """This process's appender to the store's feedback log (setting ``query.feedback``)."""
+        s = self.settings
+        if not s["feedback"]:
+            return None
+        return feedback.FeedbackLog(s["feedback_dir"] or feedback.log_dir(self.build.root),
+                                    keep_questions=bool(s["feedback_questions"]),
+                                    segment_bytes=int(s["feedback_segment_mb"]) << 20,
+                                    max_bytes=int(s["feedback_max_mb"]) << 20)
 
     def _load_entities(self, ent: pa.Table) -> None:
         ids = to_numpy(ent.column("id"))
@@ -458,6 +484,7 @@ class Runtime:
 
     # ---------------------------------------------------------------- ask
 
+    @_logging_feedback
     def ask(self, question: str, *, entities: Sequence[int | str] | None = None,
             budget: int = DEFAULT_BUDGET, llm: str | LLM = "none", policy: str | None = None,
             retrieval: str = "taimr", encoding: str = "ittc", relation_weight: float | None = None,
@@ -656,7 +683,29 @@ class Runtime:
             "flagged": bool(cons is not None and not cons.ok),
             "gate": {"name": policy, **gate.to_dict(), "passed": passed},
             "masked_question": assessment.masked,
+            "stopped": self._stopped(pred.stopped, hops),
         }
+
+    def _stopped(self, d: relknow.Derivation | None, hops: Callable) -> dict | None:
+        """Where the best-voted chain's walk found no fact (no chain instantiated): the hop,
+        and the entities it had reached whose types start that hop elsewhere in the graph —
+        the missing facts of the feedback log (an ill-typed hop is no gap: None)."""
+        if d is None:
+            return None
+        hop = d.chain[d.stop_hop]
+        domains = self._hop_domains()
+        lacking = [e for e in d.stop_from if domains.fits(e, hop)]
+        if not lacking:
+            return None
+        return {"chain": hops(d.chain), "at": d.stop_hop + 1, "hop": hops(d.chain)[d.stop_hop],
+                "from": [{"key": self.keys[e], "name": self.names[e]}
+                         for e in lacking[:feedback.MAX_MISSING]],
+                "from_count": len(lacking)}
+
+    def _hop_domains(self) -> relknow.HopDomains:
+        if self._domains is None:
+            self._domains = relknow.HopDomains(self.relknow[1], lambda e: self._types[e] or ())
+        return self._domains
 
     def _derived(self, base: dict, plan: RelationPlan, budget: int, timings: dict) -> Answer:
         """The answer of a passed gate (the derived endpoints, no LLM call), or the abstention

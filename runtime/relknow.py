@@ -241,6 +241,11 @@ class Facts:
         pos = np.repeat(lo - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
         return parent, self.obj[pos]
 
+    def subjects(self, hop: int) -> np.ndarray:
+        """The entities a hop starts from (sorted): subjects of a forward hop's relation,
+        objects of an inverse hop's."""
+        return np.unique(self.key[self.key % self.width == int(hop)] // self.width)
+
     def fact(self, start: int, hop: int, end: int) -> Triple:
         """The stored triple behind one step from ``start`` to ``end`` along ``hop``."""
         if hop >= self.n_relations:
@@ -355,6 +360,10 @@ class Derivation:
     walks: list[int]
     facts: list[Triple]
     reason: str  # why there are no endpoints ("" when derivable)
+    #: where a walk found no fact: the 0-based hop and the entities it had reached (the missing
+    #: knowledge is (e, chain[stop_hop], ?) for each; -1 and () when it did not stop so)
+    stop_hop: int = -1
+    stop_from: tuple[int, ...] = ()
 
     @property
     def derivable(self) -> bool:
@@ -376,8 +385,8 @@ def derive(facts: Facts, topics: Sequence[int], chain: Sequence[int], *,
     for i, hop in enumerate(chain):
         parent, obj = facts.step(frontier, hop)
         if not len(obj):
-            reason = f"no fact for hop {i + 1} ({hop}) from {len(frontier)} entit(y/ies)"
-            break
+            return Derivation(chain, topics, [], [], [], f"no fact for hop {i + 1} ({hop}) from "
+                              f"{len(frontier)} entit(y/ies)", i, tuple(frontier.tolist()))
         hops.append((frontier[parent], obj))
         frontier, inverse = np.unique(obj, return_inverse=True)
         walks = np.bincount(inverse, weights=walks[parent], minlength=len(frontier)).astype(np.int64)
@@ -398,6 +407,32 @@ def derive(facts: Facts, topics: Sequence[int], chain: Sequence[int], *,
     ranked = sorted(zip(walks.tolist(), frontier.tolist()), key=lambda x: (-x[0], x[1]))
     out = list(dict.fromkeys(t for hop in reversed(kept) for t in hop))
     return Derivation(chain, topics, [e for _, e in ranked], [w for w, _ in ranked], out, "")
+
+
+class HopDomains:
+    """The entity types a hop starts from (those of a sample of its subjects), to tell a fact
+    the graph lacks from an ill-typed sub-question: (Oriel College, ~instrument family, ?) is
+    no gap, (fabio quist, profession, ?) is one. Computed per hop on first use."""
+
+    SAMPLE = 256
+
+    def __init__(self, facts: Facts, types_of: Callable[[int], Sequence[str]]):
+        self.facts, self.types_of = facts, types_of
+        self._domains: dict[int, frozenset[str]] = {}
+
+    def domain(self, hop: int) -> frozenset[str]:
+        got = self._domains.get(hop)
+        if got is None:
+            subjects = self.facts.subjects(hop)
+            sample = subjects[::max(1, len(subjects) // self.SAMPLE)][:self.SAMPLE]
+            got = self._domains[hop] = frozenset(t for e in sample.tolist()
+                                                 for t in self.types_of(e))
+        return got
+
+    def fits(self, entity: int, hop: int) -> bool:
+        """Whether entities of ``entity``'s types start ``hop`` (yes when either is untyped)."""
+        mine, domain = set(self.types_of(entity)), self.domain(hop)
+        return not mine or not domain or bool(mine & domain)
 
 
 # ============================================================================================
@@ -631,6 +666,9 @@ class Prediction:
     derivation: Derivation | None = None
     reason: str = ""
     n_relations: int = 0  # hops ≥ this walk a relation backwards (0: forward hops only)
+    #: when no voted chain instantiates: the best-voted chain's walk where it found no fact
+    #: (what the graph is missing, DESIGN §9); None otherwise
+    stopped: Derivation | None = None
 
     @property
     def relations(self) -> frozenset[int]:
@@ -646,6 +684,11 @@ class Prediction:
                     0.0) if total > 0 else 0.0
 
 
+def stop_of(derivation: Derivation | None) -> Derivation | None:
+    """The derivation when its walk stopped for want of a fact (else None)."""
+    return derivation if derivation is not None and derivation.stop_hop >= 0 else None
+
+
 def tally(votes: Sequence[tuple[tuple[int, ...], float]], facts: Facts, topics: Sequence[int],
           *, source: str, named: frozenset[int], max_frontier: int) -> Prediction:
     """Rank weighted chain votes, follow each from the topics, keep the best that instantiates."""
@@ -655,14 +698,16 @@ def tally(votes: Sequence[tuple[tuple[int, ...], float]], facts: Facts, topics: 
     ranked, derivations = [], {}
     for chain, w in sorted(weights.items(), key=lambda cw: -cw[1]):  # stable: vote order
         d = derive(facts, topics, chain, max_frontier=max_frontier) if topics else None
-        if d is not None and d.derivable:
+        if d is not None:
             derivations[chain] = d
         ranked.append(Vote(chain, w, d is not None and d.derivable))
     total = sum(v.weight for v in ranked)
     good = [v for v in ranked if v.derivable]
     if not good or total <= 0:
         reason = "no voted chain instantiates from the topic" if ranked else "no votes"
-        return Prediction(source, None, 0.0, 0.0, ranked, named, None, reason)
+        return Prediction(source, None, 0.0, 0.0, ranked, named, None, reason,
+                          n_relations=facts.n_relations,
+                          stopped=stop_of(derivations.get(ranked[0].chain) if ranked else None))
     top, instantiating = good[0], sum(v.weight for v in good)
     return Prediction(source, top.chain, top.weight / instantiating if instantiating > 0 else 0.0,
                       top.weight / total, ranked, named, derivations[top.chain],
@@ -910,7 +955,9 @@ class RelationKnowledge:
         by_end: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
         fewest = 1 if source == "zero_shot" else len(in_order)
         subjects = None  # the first level reaching subjects of the asked kind's relations
+        first = None  # the chain tried first: where it stops is what the graph lacks
         for chains in self._candidate_levels(in_order, sharing, facts.n_relations, fewest):
+            first = first or (chains[0] if chains else None)
             chains = chains + ending_in(chains, answer_type, facts.n_relations)
             by_end = self._by_endpoints(chains, facts, topics)
             if answer_type and any(by_end):
@@ -926,8 +973,12 @@ class RelationKnowledge:
             by_end = subjects if subjects is not None and any(subjects) else by_end
         votes = [(group[0], float(len(group))) for key, group in by_end.items() if key]
         votes += [(chain, 1.0) for chain in by_end.get((), [])]
-        return tally(votes, facts, topics, source=source, named=named,
-                     max_frontier=self.max_frontier)
+        prediction = tally(votes, facts, topics, source=source, named=named,
+                           max_frontier=self.max_frontier)
+        if prediction.chain is None and prediction.stopped is None and first and topics:
+            prediction.stopped = stop_of(derive(facts, topics, first,
+                                                max_frontier=self.max_frontier))
+        return prediction
 
     def _candidate_levels(self, in_order: tuple[int, ...], sharing: bool, n_relations: int,
                           fewest: int):

@@ -169,6 +169,9 @@ class ServeSettings:
     llm_retries: int | None = None
     llm_deadline: float | None = None
     max_body_bytes: int = MAX_BODY_BYTES
+    #: the feedback log (query.feedback*, runtime/feedback.py): None keeps the build's setting
+    feedback: bool | None = None
+    feedback_dir: str | None = None
 
     def __post_init__(self):
         if not self.poll_interval > 0:
@@ -184,6 +187,11 @@ class ServeSettings:
                              "timeout": self.llm_timeout, "retries": self.llm_retries,
                              "deadline": self.llm_deadline},
                   "local": {"timeout": self.llm_timeout}}.get(backend, {})
+        return {k: v for k, v in chosen.items() if v is not None}
+
+    def runtime_settings(self) -> dict:
+        """The query settings this server overrides in every Runtime it opens."""
+        chosen = {"feedback": self.feedback, "feedback_dir": self.feedback_dir}
         return {k: v for k, v in chosen.items() if v is not None}
 
     def to_env(self) -> str:
@@ -342,7 +350,8 @@ class Service:
             return
         log.info("CURRENT is %s; opening and verifying it", current)
         try:
-            runtime = Runtime.open(self.settings.store, build_id=current, verify=True)
+            runtime = Runtime.open(self.settings.store, build_id=current, verify=True,
+                                   **self.settings.runtime_settings())
         except Exception as exc:  # any failure to open a build keeps the one being served
             log.error("build %s failed to load; still serving %s: %s", current,
                       self.runtime.build_id if self.runtime else "nothing", exc)
@@ -667,10 +676,15 @@ def _is_loopback(host: str) -> bool:
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
 @click.option("--access-log", is_flag=True, help="Log every request (costs throughput).")
+@click.option("--feedback/--no-feedback", default=None,
+              help="Log what questions find missing (default: the build's query.feedback).")
+@click.option("--feedback-dir", type=click.Path(file_okay=False), default=None,
+              help="The feedback log's directory (default: <store>/feedback/log).")
 def serve_command(store_root: str, host: str, port: int, workers: int, poll_interval: float,
                   llm_backends: tuple[str, ...], llm_base_url: str | None, llm_model: str | None,
                   llm_timeout: float | None, llm_retries: int | None, llm_deadline: float | None,
-                  allow_unauthenticated: bool, log_level: str, access_log: bool) -> None:
+                  allow_unauthenticated: bool, log_level: str, access_log: bool,
+                  feedback: bool | None, feedback_dir: str | None) -> None:
     """Serve the store over HTTP: /v1/ask, /v1/ask/batch, /healthz, /readyz, /metrics, and
     the audit page at / (ask a question, see the answer, its path, triples, tokens, timings).
 
@@ -702,7 +716,8 @@ def serve_command(store_root: str, host: str, port: int, workers: int, poll_inte
         store=str(store_root), poll_interval=poll_interval, token=token,
         llm_backends=tuple(llm_backends) or ServeSettings.llm_backends,
         llm_base_url=llm_base_url, llm_model=llm_model, llm_timeout=llm_timeout,
-        llm_retries=llm_retries, llm_deadline=llm_deadline)
+        llm_retries=llm_retries, llm_deadline=llm_deadline, feedback=feedback,
+        feedback_dir=feedback_dir)
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     options = dict(host=host, port=port, log_level=log_level, access_log=access_log)

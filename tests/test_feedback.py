@@ -184,3 +184,104 @@ def test_stats_count_kinds_relations_and_builds(tmp_path):
 def test_the_log_lives_beside_the_builds(tmp_path):
     assert feedback.log_dir(tmp_path) == tmp_path / "feedback" / "log"
     assert os.path.commonpath([feedback.log_dir(tmp_path), tmp_path / "builds"]) == str(tmp_path)
+
+
+# ------------------------------------------------------------------ what the runtime records
+
+@pytest.fixture(scope="module")
+def gap_store(tmp_path_factory):
+    """The toy family graph of tests/test_relknow.py with fabio quist's profession deleted:
+    "what is the job of edda quist 's wife ?" walks spouse (edda → fabio), then stops."""
+    from tests.test_relknow import REL, family_triples, fitted_store
+
+    fabio = 5
+    triples = [t for t in family_triples() if t[:2] != (fabio, REL["profession"])]
+    return fitted_store(tmp_path_factory.mktemp("gap"), triples)[0]
+
+
+def _log(store: Path) -> list[dict]:
+    read = feedback.read_log(feedback.log_dir(store))
+    assert read.skipped == []
+    return read.records
+
+
+def test_a_chain_that_stops_logs_the_missing_fact_and_the_route_says_where(gap_store):
+    from runtime.query import Runtime
+
+    rt = Runtime.open(gap_store)
+    a = rt.ask("what is the job of edda quist 's wife ?", policy="route")
+    assert a.route["derivable"] is False
+    assert a.route["stopped"] == {"chain": ["spouse", "profession"], "at": 2, "hop": "profession",
+                                  "from": [{"key": "e5", "name": "fabio quist"}],
+                                  "from_count": 1}
+    (record,) = _log(gap_store)
+    assert record["kind"] == "chain_stop" and record["build_id"] == rt.build_id
+    assert record["missing"] == [{"entity": "e5", "name": "fabio quist",
+                                  "relation": "profession", "text": "fabio quist profession"}]
+    assert "question" not in record  # kept only when configured
+    rt.ask("what is the job of greta quist 's wife ?", policy="route")  # derived: nothing missing
+    assert len(_log(gap_store)) == 1
+
+
+def test_no_link_logs_the_mentions_and_the_question_only_when_kept(gap_store, tmp_path):
+    from runtime.query import Runtime
+
+    rt = Runtime.open(gap_store, feedback_dir=str(tmp_path), feedback_questions=True)
+    assert rt.ask("Who founded Zebulon Works in 1901?").status == "no_entity"
+    (record,) = feedback.read_log(tmp_path).records
+    assert record["kind"] == "no_entity" and record["mentions"] == ["Zebulon Works", "1901"]
+    assert record["question"] == "Who founded Zebulon Works in 1901?"
+
+
+def test_feedback_off_writes_nothing_and_a_broken_log_never_fails_a_query(gap_store, tmp_path):
+    from runtime.query import Runtime
+
+    off = Runtime.open(gap_store, feedback=False, feedback_dir=str(tmp_path / "off"))
+    assert off.feedback is None and off.ask("Who founded Zebulon Works?").status == "no_entity"
+    assert not (tmp_path / "off").exists()
+    (tmp_path / "file").write_text("")
+    broken = Runtime.open(gap_store, feedback_dir=str(tmp_path / "file" / "log"))
+    assert broken.ask("what is the job of edda quist 's wife ?", policy="route").route["stopped"]
+    assert broken.feedback.failed == 1
+
+
+def test_feedback_list_and_stats_read_the_log_and_report_what_they_skip(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from runtime.cli import cli
+
+    directory = feedback.log_dir(tmp_path)
+    log = feedback.FeedbackLog(directory)
+    for i in range(3):
+        log.append(_record(i))
+    log.append({"build_id": "b2", "kind": "no_entity", "missing": [], "mentions": ["Zed"]})
+    (directory / "0-0-x-1-ff.log").write_bytes(b"garbage\n")
+    runner = CliRunner()
+    listed = runner.invoke(cli, ["feedback", "list", "--store", str(tmp_path), "--limit", "2"])
+    assert listed.exit_code == 0, listed.output
+    lines = [line for line in listed.stdout.splitlines()]
+    assert len(lines) == 2 and "Entity 2 capital of" in lines[0]
+    assert "no_entity" in lines[1] and "mention: Zed" in lines[1]
+    assert "skipped 0-0-x-1-ff.log:1: not a record line" in listed.stderr
+    only = runner.invoke(cli, ["feedback", "list", "--dir", str(directory), "--json",
+                               "--kind", "chain_stop", "--limit", "0"])
+    assert [json.loads(x)["missing"][0]["entity"] for x in only.stdout.splitlines()] == \
+        ["e0", "e1", "e2"]
+    stats = json.loads(runner.invoke(cli, ["feedback", "stats", "--store", str(tmp_path)]).stdout)
+    assert stats["records"] == 4 and stats["skipped"] == 1 and stats["builds"] == ["b1", "b2"]
+
+
+def test_a_hop_is_missing_only_for_entities_of_the_types_it_starts_from():
+    from runtime.relknow import Facts, HopDomains, inverse_hop
+
+    # people 0-2 have a profession (relation 0: person -> job 3); 4 is a person without one;
+    # 5 is a college: a profession is no gap there; 6 has no types (nothing to tell: a gap)
+    types = {0: ["person"], 1: ["person"], 2: ["person"], 3: ["job"], 4: ["person"],
+             5: ["college"], 6: []}
+    facts = Facts([0, 1, 2], [0, 0, 0], [3, 3, 3], n_relations=1)
+    domains = HopDomains(facts, lambda e: types[e])
+    assert facts.subjects(0).tolist() == [0, 1, 2] and facts.subjects(1).tolist() == [3]
+    assert domains.fits(4, 0) and not domains.fits(5, 0) and domains.fits(6, 0)
+    assert domains.fits(3, inverse_hop(0, 1)) and not domains.fits(4, inverse_hop(0, 1))
