@@ -21,7 +21,10 @@ writes a fresh hidden directory and renames it into place when finished, so a ki
 orphans never write into a retry's output. ``lokg publish`` can be retried at any point; nothing
 is visible to readers before it swaps ``CURRENT``.
 
-The DAG runs weekly (``LOKG_BUILD_CRON``) and whenever the raw dump's Asset is updated.
+The DAG runs weekly (``LOKG_BUILD_CRON``) and whenever the raw dump's Asset is updated. Each
+run is the store's scheduled refresh: its ``feedback_enrich`` task turns the open feedback of the
+store's log into a delta from the published build's passages, and ingest takes every delta in
+(DESIGN §9; docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
