@@ -8,8 +8,9 @@ module; the chain is linear, each stage after the one before it):
 * Spark stages (``spark_jobs.*``) — ``SparkSubmitOperator`` on the ``spark_default`` connection
   (master from the connection: ``local[2]`` embedded, ``spark://``, ``yarn``, ``k8s://``);
 * training stages (``training.*``) — ``python -m training.<stage>`` on the ``gpu`` queue and pool;
-* document stages (``text.*``: documents, triple_extract, triple_context) — ``python -m
-  text.<stage>`` on the default queue (for a dump of triples they write empty tables);
+* document stages (``text.*``: documents, triple_extract, feedback_enrich, triple_context) —
+  ``python -m text.<stage>`` on the default queue (for a dump of triples they write empty
+  tables);
 * ``publish`` — ``lokg publish``: validate and publish atomically; with the ``publish_url``
   param (default ``LOKG_PUBLISH_URL``) also ``lokg store push`` the build to that object store
   (``s3://…``: files, manifest, then a conditional write of its CURRENT); then emit the store's
@@ -21,7 +22,10 @@ writes a fresh hidden directory and renames it into place when finished, so a ki
 orphans never write into a retry's output. ``lokg publish`` can be retried at any point; nothing
 is visible to readers before it swaps ``CURRENT``.
 
-The DAG runs weekly (``LOKG_BUILD_CRON``) and whenever the raw dump's Asset is updated.
+The DAG runs weekly (``LOKG_BUILD_CRON``) and whenever the raw dump's Asset is updated. Each
+run is the store's scheduled refresh: its ``feedback_enrich`` task turns the open feedback of the
+store's log into a delta from the published build's passages, and ingest takes every delta in
+(DESIGN §9; docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations

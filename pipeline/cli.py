@@ -57,16 +57,21 @@ from runtime.errors import LokgError
 @click.option("--max-answers", type=click.IntRange(min=1),
               default=OPTION_DEFAULTS["max_answers"], show_default=True,
               help="Most answers a question may have.")
+@click.option("--withhold", type=click.IntRange(min=0), default=OPTION_DEFAULTS["withhold"],
+              show_default=True,
+              help="Edges left out of the dump and stated in linked documents instead "
+                   "(linked_documents.jsonl, openie_linked.json, withheld.json).")
 def synth(n_triples: int, seed: int, out_dir: str, malformed_rate: float, gzip_: bool,
           n_questions: int, naming: str, entity_names: str, question_style: str,
-          hops: tuple[int, ...], test_wording: str, max_answers: int) -> None:
+          hops: tuple[int, ...], test_wording: str, max_answers: int, withhold: int) -> None:
     """Generate a deterministic synthetic Freebase-like KG (DESIGN §6)."""
     try:
         manifest = generate(out_dir, n_triples=n_triples, seed=seed,
                             malformed_rate=malformed_rate, gzip=gzip_, n_questions=n_questions,
                             naming=naming, entity_names=entity_names,
                             question_style=question_style, hops=hops or None,
-                            test_wording=test_wording, max_answers=max_answers)
+                            test_wording=test_wording, max_answers=max_answers,
+                            withhold=withhold)
     except LokgError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(manifest["counts"], indent=2))

@@ -4,7 +4,9 @@ publishes the build atomically (DESIGN §2.10).
 A stage is a module exposing ``run(config, inputs, out_dir) -> dict``:
 
 * ``config``  — the whole build config (runtime.config); a stage reads its own section;
-* ``inputs``  — artefact name → path for exactly the artefacts the registry says it reads;
+* ``inputs``  — artefact name → path for exactly the artefacts the registry says it reads
+  (``dump``: the raw dump; ``store``: the store root, for a stage that reads what lies beside
+  the builds — the feedback log — or the published build, ``CURRENT``);
 * ``out_dir`` — a fresh directory of its own, renamed to ``staging/<build_id>/<stage>/`` after.
 
 It returns ``{"outputs": {artefact: path}, "report": {...}}`` with exactly its declared outputs.
@@ -39,7 +41,8 @@ from runtime.query_stats import QUERY_STATS_FILE, query_stats
 #: scos_merge's rewritten ``triples``/``relations`` replace ingest's).
 PUBLISHED_TABLES = ("entities", "relations", "triples", "relation_map", "relation_stats",
                     "relation_pairs", "node_gain", "edges", "entity_ids", "path_cache",
-                    "documents", "chunks", "sentences", "triple_sources", "triple_context")
+                    "documents", "chunks", "sentences", "triple_sources", "triple_context",
+                    "feedback_lineage")
 #: Artefact → path inside the build, for audit reports and trained models.
 REPORT_ARTEFACTS = {"quarantine": "reports/quarantine.parquet",
                     "document_quarantine": "reports/document_quarantine.parquet",
@@ -89,6 +92,9 @@ def collect_inputs(store: Store, build_id: str, dump: str | None, name: str) -> 
             if dump is None:
                 raise BuildError(f"stage '{name}' needs the dump (lokg build --dump PATH)")
             inputs["dump"] = str(dump)
+            continue
+        if artefact == "store":  # the store being refreshed: its feedback, its published build
+            inputs["store"] = str(store.root)
             continue
         producer = made.get(artefact)
         if producer is None:
@@ -273,7 +279,7 @@ def _write_query_stats(staging: Path, tables: dict[str, Path]) -> Path:
     n_relations = int(relations.column("id").to_numpy().max(initial=-1)) + 1
     triples = read_table(tables["triples"], "triples")
     n_entities = read_table(tables["entities"], "entities", columns=["id"]).num_rows
-    for name in ("triples", "triple_sources", "triple_context"):
+    for name in ("triples", "triple_sources", "triple_context", "feedback_lineage"):
         if name in tables:
             _check_ids(triples if name == "triples" else read_table(tables[name], name),
                        tables[name], n_entities, relations.num_rows)

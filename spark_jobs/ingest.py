@@ -238,6 +238,31 @@ def _literal_key(text):
     return F.concat(F.lit('"'), text, F.lit('"'))
 
 
+def feedback_sources(delta: str | None) -> list[fm.Source]:
+    """The feedback deltas' dump (``feedback_enrich``) as two more sources of the plan: its
+    triples are graph edges like the dump's, its names come after the dump's (first wins)."""
+    if not delta or not (Path(delta) / "triples.tsv").stat().st_size:
+        return []
+    return [fm.Source("triples_tsv", (Path(delta) / "triples.tsv",), True),
+            fm.Source("entities", (Path(delta) / "entities.jsonl",), False)]
+
+
+def feedback_added(parsed: DataFrame, delta: list[fm.Source]) -> dict:
+    """Edges and entities that only the feedback deltas state (the build report's "added by
+    feedback"); {} when no delta was read."""
+    if not delta:
+        return {}
+    ours = F.regexp_replace("fp", "^file:(//)?", "") == str(delta[0].files[0].resolve())
+    edge = (F.col("kind") == fm.EDGE) & F.col("graph")
+    added = parsed.filter(edge & ours).select("s", "p", "o").subtract(
+        parsed.filter(edge & ~ours).select("s", "p", "o"))
+    known = parsed.filter(F.col("graph") & ~ours).select(F.col("s").alias("key")).union(
+        parsed.filter(edge & ~ours).select(F.col("o").alias("key")))
+    ends = added.select(F.col("s").alias("key")).union(added.select(F.col("o").alias("key")))
+    return {"feedback_edges_added": added.count(),
+            "feedback_nodes_added": ends.subtract(known).count()}
+
+
 # --------------------------------------------------------------------------------------------
 # the stage
 
@@ -258,6 +283,8 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         plan = fm.resolve(dump, cfg["format"] or "auto", cfg.get("entities_file"))
     except fm.FormatError as exc:
         raise IngestError(str(exc)) from None
+    delta = feedback_sources(inputs.get("feedback_delta"))
+    plan.sources.extend(delta)
     languages = cfg["languages"]
     languages = [languages] if isinstance(languages, str) or languages is None else list(languages)
     ceiling = float(cfg["max_malformed_share"])
@@ -323,6 +350,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
             .unionByName(parsed.filter(F.col("kind").isin(*subject_kinds) & graph)
                          .select(F.col("s").alias("key")))
         )
+        added = feedback_added(parsed, delta)
         ent_ids, n_entities = dense_ids(spark, keys, "key", cache)
         ent_ids = cache(ent_ids)
         small = n_entities <= BROADCAST_ENTITIES
@@ -388,6 +416,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         cache.release()
 
     report = {
+        **added,
         "format": plan.format,
         "files": [str(f) for f in plan.files],
         "lines": lines,

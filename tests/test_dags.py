@@ -204,7 +204,7 @@ def test_stage_table_is_the_registry_imported_without_the_project(tmp_path):
     finally:
         sys.path.remove(str(REPO / "dags"))
     kinds = [s.kind for s in lc.STAGES]
-    assert (kinds.count("spark"), kinds.count("train"), kinds.count("python")) == (6, 4, 3)
+    assert (kinds.count("spark"), kinds.count("train"), kinds.count("python")) == (6, 4, 4)
     assert lc.DEFAULT_BUDGET == DEFAULT_BUDGET
     assert lc.FORMATS == FORMATS
     assert lc.current_build(str(tmp_path)) is None
@@ -573,3 +573,41 @@ def test_floor_stops_a_build_with_zero_attention(built, triggered):
     assert f"build {third} is below the quality floor (H@1=0 < 0.05)" in proc.stdout + proc.stderr
     assert f"store rolled back to {built['second']}" in proc.stdout + proc.stderr
     assert (store / "CURRENT").read_text().strip() == built["second"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the scheduled refresh takes the feedback in (slow: two lokg_build runs)
+
+
+@pytest.mark.slow
+def test_refresh_with_feedback_publishes_a_build_answering_an_unanswerable_question(tmp_path):
+    """Run 1 builds a synthetic dump with one question-answering edge withheld (stated only
+    in its linked documents); the question's sub-question goes into the store's feedback log
+    (with a malformed segment beside it); run 2, the next scheduled refresh, publishes a build
+    that answers the question, the new edge's lineage naming the feedback record."""
+    from pipeline.synth import generate, labelled_overrides
+    from runtime.contract import Store
+    from runtime.feedback import log_dir, read_log
+    from tests.test_feedback_enrich import FAST as REFRESH
+    from tests.test_feedback_enrich import _log, _missing, answers, withheld_question
+
+    dump, store = tmp_path / "dump", tmp_path / "store"
+    generate(dump, n_triples=300, seed=SEED, n_questions=40, withhold=1)
+    edge, question = withheld_question(dump)
+    env = airflow_project(tmp_path, LOKG_SPARK_PROPERTIES=str(quick_spark_properties(tmp_path)))
+    conf = json.dumps({"dump": str(dump), "store": str(store), "format": "synth",
+                       "overrides": [*FAST, *REFRESH[1:], *labelled_overrides(dump)]})
+    airflow(env, "dags", "test", "lokg_build", "2026-01-04T03:00:00+00:00", "--conf", conf)
+    assert question["answers"][0] not in answers(store, question["question"])
+    _log(store, _missing(edge["s"], edge["relation"], edge["s_name"]))
+    (log_dir(store) / "0000000000000-0-h-1-bad.log").write_bytes(b"torn{")
+    airflow(env, "dags", "test", "lokg_build", "2026-01-11T03:00:00+00:00", "--conf", conf)
+    assert answers(store, question["question"])[:1] == question["answers"]
+    built = Store(store).build()
+    stages = built.manifest["report"]["stages"]
+    assert stages["feedback_enrich"]["skipped_log_lines"] == 1
+    assert stages["ingest"]["feedback_edges_added"] == 1
+    (lineage,) = built.read("feedback_lineage").to_pylist()
+    (record,) = read_log(log_dir(store)).records
+    assert (lineage["feedback_id"], lineage["delta_id"]) == \
+        (record["id"], stages["feedback_enrich"]["from_build"])

@@ -3,7 +3,9 @@
 
 Documents with the same title and text are one document (ids are content hashes, so a refresh
 recognises what it has seen). For a dump of triples (any other format) the stage writes the
-same tables empty: the later stages then have no documents to draw on.
+same tables empty — the later stages then have no documents to draw on — unless
+``documents.corpus`` names documents linked to its entities (the sentences that state what
+the dump lacks: query-driven feedback retrieves from their chunks).
 """
 
 from __future__ import annotations
@@ -63,6 +65,18 @@ def _append(columns: dict, **values) -> None:
         columns[key].append(value)
 
 
+def linked_corpus(cfg: Mapping, dump: Path) -> Path | None:
+    """``documents.corpus``: documents linked to a triple dump's entities (a relative path is
+    inside the dump's directory), read like a docs dump so their chunks can be retrieved."""
+    if not cfg["corpus"]:
+        return None
+    path = Path(cfg["corpus"])
+    path = path if path.is_absolute() else (dump if dump.is_dir() else dump.parent) / path
+    if not path.exists():
+        raise StageError(f"documents.corpus={cfg['corpus']}: {path} does not exist")
+    return path
+
+
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     cfg = checked_section(config, STAGE)
     if cfg["overlap"] >= cfg["max_tokens"]:
@@ -72,11 +86,12 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     fmt = build_format(section(config, "ingest")["format"], dump)
     out, lap = Path(out_dir), Laps()
     reader = Reader(max_chars=int(cfg["max_document_mb"] * 1_000_000))
-    documents = reader.read(dump) if fmt == "docs" else ()
+    source = dump if fmt == "docs" else linked_corpus(cfg, dump)
+    documents = reader.read(source) if source is not None else ()
     rows, duplicates = _rows(documents, int(cfg["max_tokens"]), int(cfg["overlap"]))
     n_docs = len(rows["documents"]["doc_id"])
     lap("read_and_chunk")
-    if fmt == "docs" and n_docs == 0:
+    if source is not None and n_docs == 0:
         write_quarantine(reader.rejected, out / "document_quarantine.parquet")
         raise StageError(f"documents: no readable document in {dump} ({len(reader.rejected)} "
                          f"rejected; see {out / 'document_quarantine.parquet'})",

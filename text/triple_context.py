@@ -29,29 +29,64 @@ from pipeline.stage import Laps, StageError, checked_section, stage_input, torch
 from runtime.contract import TABLE_SCHEMAS, read_table, write_table
 from runtime.encoder import EncoderError, SentenceEncoder
 from text.chunking import content_id, split_sentences
+from text.triple_extract import SOURCE_COLUMNS
 
 STAGE = "triple_context"
 
 
-def canonical_sources(inputs: Mapping[str, str], triples: np.ndarray) -> pa.Table:
-    """``extraction_sources`` (keys, phrases) as rows of the canonical ``triples``' ids."""
+def canonical_sources(inputs: Mapping[str, str], triples: np.ndarray) -> tuple[pa.Table, pa.Table]:
+    """(``triple_sources``, ``feedback_lineage``): the key-level provenance of
+    ``triple_extract`` and of the feedback deltas (``feedback_delta``, with the feedback ids
+    each triple answers) as rows of the canonical ``triples``' ids."""
     raw = _read(inputs, "extraction_sources")
-    if raw.num_rows == 0:
-        return TABLE_SCHEMAS["triple_sources"].empty_table()
-    entities = read_table(stage_input(inputs, STAGE, "entities"), columns=["id", "key"])
-    rmap = read_table(stage_input(inputs, STAGE, "relation_map"), columns=["name", "canonical_id"])
-    ids = dict(zip(entities["key"].to_pylist(), entities["id"].to_pylist()))
-    canon = dict(zip(rmap["name"].to_pylist(), rmap["canonical_id"].to_pylist()))
-    kept = set(map(tuple, triples.tolist()))
-    rows, seen = {c: [] for c in TABLE_SCHEMAS["triple_sources"].names}, set()
-    for s_key, rel, o_key, chunk, sentence in zip(*(raw[c].to_pylist() for c in raw.column_names)):
-        key = (ids.get(s_key), canon.get(rel), ids.get(o_key), chunk, sentence)
-        if key in seen or key[:3] not in kept:
-            continue
-        seen.add(key)
-        for column, value in zip(rows, key):
-            rows[column].append(value)
-    return pa.table(rows, schema=TABLE_SCHEMAS["triple_sources"])
+    delta = _delta_sources(inputs)
+    empty = (TABLE_SCHEMAS["triple_sources"].empty_table(),
+             TABLE_SCHEMAS["feedback_lineage"].empty_table())
+    if raw.num_rows == 0 and delta.num_rows == 0:
+        return empty
+    canonical = _Canonical(inputs, triples)
+    if delta.num_rows == 0:
+        return canonical.rows(raw, "triple_sources"), empty[1]
+    columns = list(SOURCE_COLUMNS)
+    sources = canonical.rows(pa.concat_tables([raw.select(columns).cast(delta.select(
+        columns).schema), delta.select(columns)]), "triple_sources")
+    lineage = canonical.rows(delta.select(["s_key", "relation", "o_key", "delta_id",
+                                           "feedback_id", "chunk_id", "sentence_id"]),
+                             "feedback_lineage")
+    return sources, lineage
+
+
+def _delta_sources(inputs: Mapping[str, str]) -> pa.Table:
+    """The feedback deltas' provenance, when ``feedback_enrich`` ran (empty otherwise)."""
+    if "feedback_delta" not in inputs:
+        return pa.table({})
+    return read_table(stage_input(inputs, STAGE, "feedback_delta") / "sources.parquet")
+
+
+class _Canonical:
+    """Entity keys -> ids and relation names -> canonical ids, for the triples kept."""
+
+    def __init__(self, inputs: Mapping[str, str], triples: np.ndarray):
+        entities = read_table(stage_input(inputs, STAGE, "entities"), columns=["id", "key"])
+        rmap = read_table(stage_input(inputs, STAGE, "relation_map"),
+                          columns=["name", "canonical_id"])
+        self.ids = dict(zip(entities["key"].to_pylist(), entities["id"].to_pylist()))
+        self.canon = dict(zip(rmap["name"].to_pylist(), rmap["canonical_id"].to_pylist()))
+        self.kept = set(map(tuple, triples.tolist()))
+
+    def rows(self, raw: pa.Table, table: str) -> pa.Table:
+        """``raw`` (s_key, relation, o_key, then the table's other columns) with ids, rows of
+        triples the graph does not hold dropped, de-duplicated."""
+        schema = TABLE_SCHEMAS[table]
+        rows, seen = {c: [] for c in schema.names}, set()
+        for s_key, rel, o_key, *rest in zip(*(raw[c].to_pylist() for c in raw.column_names)):
+            key = (self.ids.get(s_key), self.canon.get(rel), self.ids.get(o_key), *rest)
+            if key in seen or key[:3] not in self.kept:
+                continue
+            seen.add(key)
+            for column, value in zip(rows, key):
+                rows[column].append(value)
+        return pa.table(rows, schema=schema)
 
 
 def _read(inputs: Mapping[str, str], name: str) -> pa.Table:
@@ -204,15 +239,18 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     out, lap = Path(out_dir), Laps()
     paths = {"triple_sources": out / "triple_sources.parquet",
              "triple_context": out / "triple_context.parquet",
-             "chunk_vectors": out / "chunk_vectors.npy"}
+             "chunk_vectors": out / "chunk_vectors.npy",
+             "feedback_lineage": out / "feedback_lineage.parquet"}
     triples = _triples(inputs)
-    sources = canonical_sources(inputs, triples)
+    sources, lineage = canonical_sources(inputs, triples)
     write_table("triple_sources", sources, paths["triple_sources"])
+    write_table("feedback_lineage", lineage, paths["feedback_lineage"])
     chunks = _read(inputs, "chunks")
     restoring = _enabled(cfg["enabled"], chunks.num_rows > 0)
     lap("sources")
     entities = read_table(stage_input(inputs, STAGE, "entities"), columns=["name", "aliases"])
     report: dict = {"enabled": restoring, "triple_sources": sources.num_rows,
+                    "feedback_lineage": lineage.num_rows,
                     "chunks": chunks.num_rows,
                     **head_check(sources, chunks, _read(inputs, "documents"), entities)}
     context = TABLE_SCHEMAS["triple_context"].empty_table()

@@ -186,7 +186,7 @@ class Usage:
     failed: list[tuple[dict, str]] = field(default_factory=list)
 
 
-def _extract_one(extractor, cache: ChunkCache, chunk: dict) -> tuple[dict, bool, str]:
+def extract_one(extractor, cache: ChunkCache, chunk: dict) -> tuple[dict, bool, str]:
     """(result, from the cache, failure reason or ""); a failure's result holds its usage."""
     hit = cache.get(chunk["text"])
     if hit is not None:
@@ -207,7 +207,7 @@ def extract_chunks(extractor, cache: ChunkCache, chunks: list[dict],
     usage = Usage()
     with ThreadPoolExecutor(max_workers=max(1, int(extractor.concurrency))) as pool, \
             tqdm(total=len(chunks), desc=STAGE, unit="chunk", disable=None) as bar:
-        jobs = [pool.submit(_extract_one, extractor, cache, c) for c in chunks]
+        jobs = [pool.submit(extract_one, extractor, cache, c) for c in chunks]
         for chunk, job in zip(chunks, jobs):
             result, cached, reason = job.result()
             bar.update()

@@ -1,0 +1,189 @@
+"""Stage ``feedback_enrich`` (DESIGN §9): sub-questions from the feedback log, closing what
+earlier deltas answered, de-duplication by edit distance, stores without chunks, malformed log
+segments; and (slow) the whole loop through the driver: a synthetic question a build cannot
+answer, its feedback, and the refresh that answers it with the triple's lineage.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from runtime.config import load_config
+from runtime.feedback import FeedbackLog, log_dir
+from text import feedback_enrich as fe
+
+
+def _log(store: Path, *records: dict) -> None:
+    log = FeedbackLog(log_dir(store))
+    for record in records:
+        assert log.append(record)
+    log.close()
+
+
+def _missing(entity: str, relation: str, name: str = "Febaville") -> dict:
+    return {"build_id": "b0", "kind": "chain_stop",
+            "missing": [{"entity": entity, "name": name, "relation": relation,
+                         "text": f"{name} {relation}"}]}
+
+
+def test_edit_distance_threshold_decides_duplicates():
+    graph = ["febaville · country · febaland"]
+    near = "febaville · country · febalands"  # one insertion in 31 characters: 0.032
+    assert fe.edit_distance(near, graph[0]) == pytest.approx(1 / 31)
+    assert fe.near_duplicate(near, graph, 0.1) == 0
+    assert fe.near_duplicate(near, graph, 0.02) is None
+    assert fe.near_duplicate("febaville · capital · lorvin", graph, 0.1) is None
+
+
+def test_sub_questions_merge_records_asking_the_same_fact():
+    records = [{"id": "a", **_missing("m.1", "location.city.country")},
+               {"id": "b", **_missing("m.1", "location.city.country")},
+               {"id": "c", **_missing("m.1", "~location.country.capital")},
+               {"id": "d", "build_id": "b0", "kind": "no_entity", "missing": [],
+                "mentions": ["Lorvin Bay"]}]
+    sqs = fe.sub_questions(records)
+    assert [(sq.entity, sq.relation, sq.feedback_ids) for sq in sqs] == [
+        ("m.1", "location.city.country", ["a", "b"]),
+        ("m.1", "~location.country.capital", ["c"]),
+        ("", "", ["d"])]
+    assert sqs[2].name == "Lorvin Bay"
+
+
+def test_answered_sub_questions_close_and_fruitless_ones_wait_for_new_passages(tmp_path):
+    answered, nothing = fe.SubQuestion("m.1", "A", "r", "", ["f1"]), \
+        fe.SubQuestion("m.2", "B", "r", "", ["f2"])
+    delta = fe.Delta(rows=[], answered={answered.key: ["f1"]})
+    fe.persist(tmp_path, "d1", delta, [answered, nothing], {"fingerprint": "fp1"})
+    done, tried = fe.earlier(tmp_path, own_id="d2")
+    fresh = fe.SubQuestion("m.3", "C", "r", "", ["f3"])
+    assert fe._open([answered, nothing, fresh], done, tried, "fp1", 10) == [fresh]
+    assert fe._open([answered, nothing, fresh], done, tried, "fp2", 10) == [nothing, fresh]
+    # a retried refresh (same delta id) does not close what its own first attempt answered
+    assert fe.earlier(tmp_path, own_id="d1") == (set(), {})
+
+
+def test_consolidated_delta_keeps_provenance_per_feedback_id(tmp_path):
+    row = {"s_key": "m.1", "relation": "location.city.country", "o_key": "m.2",
+           "s_name": "Febaville", "o_name": "Febaland", "phrase": "country", "chunk_id": "c1",
+           "sentence_id": "s1", "sentence": "Febaville country Febaland.",
+           "feedback_ids": ["f1", "f2"]}
+    sq = fe.SubQuestion("m.1", "Febaville", "location.city.country", "", ["f1", "f2"])
+    fe.persist(tmp_path / "deltas", "d1", fe.Delta([row], {sq.key: ["f1", "f2"]}), [sq],
+               {"fingerprint": "x"})
+    report = fe.consolidated(tmp_path / "deltas", tmp_path / "out")
+    assert report == {"deltas": 1, "delta_triples": 1}
+    assert (tmp_path / "out" / "triples.tsv").read_text() == \
+        "m.1\tlocation.city.country\tm.2\n"
+    sources = pq.read_table(tmp_path / "out" / "sources.parquet").to_pylist()
+    assert [(s["feedback_id"], s["chunk_id"], s["sentence_id"], s["delta_id"])
+            for s in sources] == [("f1", "c1", "s1", "d1"), ("f2", "c1", "s1", "d1")]
+
+
+def test_store_without_a_published_build_writes_an_empty_delta_and_skips_bad_segments(tmp_path):
+    store = tmp_path / "store"
+    _log(store, {"id": "x", **_missing("m.1", "r")})
+    (log_dir(store) / "0000000000000-0-h-1-bad.log").write_bytes(b"garbage line\n{\"torn")
+    out = tmp_path / "out"
+    out.mkdir()
+    result = fe.run(load_config(None, []), {"store": str(store), "dump": str(tmp_path)}, str(out))
+    report = result["report"]
+    assert report["log_records"] == 1 and report["sub_questions"] == 1
+    assert report["skipped_log_lines"] == 2
+    assert any("torn" in why for why in report["skipped"])
+    assert report["nothing_to_enrich"].startswith("nothing to enrich from")
+    delta = Path(result["outputs"]["feedback_delta"])
+    assert (delta / "triples.tsv").read_text() == ""
+    assert pq.read_table(delta / "sources.parquet").num_rows == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# the loop through the driver (slow: two builds of a tiny synthetic dump)
+
+FAST = ["ingest.format=synth", "transe.epochs=2", "gat.epochs=2", "path_cache.beam_width=8",
+        "path_cache.buckets=4", "spark.shuffle_partitions=2",
+        "documents.corpus=linked_documents.jsonl", "feedback_enrich.backend=precomputed"]
+
+
+def refresh_config(dump: Path) -> dict:
+    from pipeline.synth import labelled_overrides
+
+    return load_config(None, [*FAST, *labelled_overrides(dump)])
+
+
+def withheld_question(dump: Path) -> tuple[dict, dict]:
+    edge = json.loads((dump / "withheld.json").read_text())["edges"][0]
+    questions = [json.loads(line) for line in (dump / "questions.jsonl").open()]
+    return edge, next(q for q in questions if q["id"] == edge["question"])
+
+
+def answers(store: Path, question: str) -> list[str]:
+    from runtime.query import Runtime
+
+    runtime = Runtime.open(store)
+    try:
+        return runtime.ask(question, llm="none").answers
+    finally:
+        runtime.close()
+
+
+@pytest.fixture(scope="module")
+def loop(tmp_path_factory):
+    from pipeline.driver import build, run_stage
+    from pipeline.synth import generate
+    from runtime.contract import Store
+
+    root = tmp_path_factory.mktemp("feedback-loop")
+    dump, store = root / "dump", root / "store"
+    generate(dump, n_triples=300, seed=3, n_questions=40, withhold=1)
+    edge, question = withheld_question(dump)
+    config = refresh_config(dump)
+    first = build(str(dump), str(store), config)
+    before = answers(store, question["question"])
+    _log(store, _missing(edge["s"], edge["relation"], edge["s_name"]))
+    (log_dir(store) / "0000000000000-0-h-1-bad.log").write_bytes(b"not a record\n")
+    second = build(str(dump), str(store), config)
+    after = answers(store, question["question"])
+    again = run_stage(Store(store), "rerun", "feedback_enrich", config, str(dump))
+    return {"store": store, "edge": edge, "question": question, "first": first,
+            "second": second, "before": before, "after": after, "again": again["report"]}
+
+
+@pytest.mark.slow
+def test_refresh_answers_the_question_the_first_build_could_not(loop):
+    gold = loop["question"]["answers"]
+    assert gold[0] not in loop["before"]
+    assert loop["after"][:1] == gold
+    report = loop["second"].manifest["report"]["stages"]
+    assert report["feedback_enrich"]["answered"] == 1
+    assert report["feedback_enrich"]["skipped_log_lines"] == 1
+    assert report["ingest"]["feedback_edges_added"] == 1
+    assert loop["first"].manifest["report"]["stages"]["ingest"]["triples"] + 1 == \
+        report["ingest"]["triples"]
+
+
+@pytest.mark.slow
+def test_delta_triple_carries_its_feedback_lineage_and_sentence(loop):
+    from runtime.cli import render_summary
+
+    build, edge = loop["second"], loop["edge"]
+    (row,) = build.read("feedback_lineage").to_pylist()
+    keys = build.read("entities", columns=["key"])["key"].to_pylist()
+    assert (keys[row["s"]], keys[row["o"]]) == (edge["s"], edge["o"])
+    sources = build.read("triple_sources").to_pylist()
+    assert [(s["chunk_id"], s["sentence_id"]) for s in sources
+            if (s["s"], s["r"], s["o"]) == (row["s"], row["r"], row["o"])] == \
+        [(row["chunk_id"], row["sentence_id"])]
+    summary = render_summary(build)
+    assert f"{edge['s_name']} -{edge['relation']}-> {edge['o_name']}" in summary
+    assert edge["sentence"] in summary
+
+
+@pytest.mark.slow
+def test_a_later_refresh_closes_the_answered_sub_question(loop):
+    again = loop["again"]
+    assert again["closed_answered"] == 1 and again["enriched"] == 0
+    assert again["delta_triples"] == 1  # the earlier delta stays in every later build

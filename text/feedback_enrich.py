@@ -1,0 +1,489 @@
+"""Stage ``feedback_enrich`` (DESIGN §9): what questions found missing, looked up in the store's
+own documents and written as a **delta** of triples the next build takes in.
+
+It reads the store being refreshed, not this build: the feedback log beside its builds
+(``runtime.feedback.read_log``, which skips torn or malformed lines with a reason) and the
+chunk index of the **published** build (``CURRENT``: its ``chunks``, ``sentences``,
+``chunk_vectors.npy`` and encoder) — this build's own chunk vectors only exist after
+``triple_context``. The driver hands the store root over as the pseudo-input ``store``.
+
+For each open sub-question (e, r, ?) (``~r``: (?, r, e); a bare topic mention when nothing
+linked) the ``k`` chunks nearest its text by cosine are extracted with the configured backend
+(the ``triple_extract`` backends and their cache, ``precomputed``: the passage's own OpenIE
+triples). A triple is kept when it answers the sub-question: the entity on the side the
+relation asks about (by folded name or alias) and the extracted phrase close to the relation
+(cosine of the two texts with the store's encoder ≥ ``relation_min_cosine``); it is written
+with the sub-question's own relation, so it lands in the graph's relation, not beside it. A
+mention has no relation: its triples keep the graph relation nearest their phrase, else the
+phrase. Kept triples closer than ``dedupe_threshold`` (normalised edit distance of
+"h · r · t") to a triple of the graph about the same entity, or to one already kept, are
+dropped.
+
+Deltas persist in ``<store>/feedback/deltas/<id>.parquet`` + ``<id>.json``; the id is the
+published build enriched from, so a retried refresh replaces its own delta. A sub-question an
+earlier delta answered is closed; one that found nothing is recorded with the fingerprint of
+what it was tried on (chunk set, backend, k) and retried only when that changes — the same
+passages and extractor give the same nothing. The stage's output is every persisted delta in
+one dump (``triples.tsv``, ``entities.jsonl`` for new entities) plus the provenance with the
+feedback ids (``sources.parquet``): a delta's triples stay in every later build.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.stage import Laps, StageError, checked_section, stage_input, torch_threads
+from runtime.config import section
+from runtime.contract import Build, Store
+from runtime.encoder import EncoderError, SentenceEncoder
+from runtime.feedback import log_dir, read_log
+from text.chunking import content_id
+from text.triple_context import readable_relation
+from text.triple_extract import (ChunkCache, best_sentence, cache_root, entity_key,
+                                 precomputed_file, relation_key, surface)
+
+STAGE = "feedback_enrich"
+INVERSE = "~"
+DELTA_SCHEMA = pa.schema([
+    ("s_key", pa.string()), ("relation", pa.string()), ("o_key", pa.string()),
+    ("s_name", pa.string()), ("o_name", pa.string()), ("phrase", pa.string()),
+    ("chunk_id", pa.string()), ("sentence_id", pa.string()), ("sentence", pa.string()),
+    ("feedback_ids", pa.list_(pa.string()))])
+SOURCE_SCHEMA = pa.schema([
+    ("s_key", pa.string()), ("relation", pa.string()), ("o_key", pa.string()),
+    ("chunk_id", pa.string()), ("sentence_id", pa.string()), ("delta_id", pa.string()),
+    ("feedback_id", pa.string())])
+
+
+def deltas_dir(store_root: str | Path) -> Path:
+    """Where a store's deltas persist: beside ``builds/`` and the log, never inside a build."""
+    return Path(store_root) / "feedback" / "deltas"
+
+
+@dataclass
+class SubQuestion:
+    """One missing fact, merged over every feedback record that asks it."""
+
+    entity: str  # entity key; "" for a topic mention nothing linked
+    name: str
+    relation: str  # canonical relation, "~name" walks it backwards; "" for a mention
+    text: str
+    feedback_ids: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.entity}\t{self.relation}\t{entity_key(self.name) if not self.entity else ''}"
+
+
+def sub_questions(records: list[dict]) -> list[SubQuestion]:
+    """The sub-questions of the log, oldest first, one per (entity, relation) or mention."""
+    found: dict[str, SubQuestion] = {}
+    for record in records:
+        asks = [SubQuestion(m["entity"], str(m.get("name") or m["entity"]), m["relation"],
+                            str(m.get("text") or ""), []) for m in record["missing"]]
+        if not asks:
+            asks = [SubQuestion("", str(m), "", str(m), []) for m in record["mentions"]
+                    if isinstance(m, str) and entity_key(m)]
+        for sq in asks:
+            sq = found.setdefault(sq.key, sq)
+            if record["id"] not in sq.feedback_ids:
+                sq.feedback_ids.append(record["id"])
+    return list(found.values())
+
+
+def earlier(root: Path, own_id: str | None) -> tuple[set[str], dict[str, str]]:
+    """(sub-question keys answered by earlier deltas, key -> fingerprint it found nothing at)."""
+    answered, tried = set(), {}
+    for meta in sorted(root.glob("*.json")) if root.is_dir() else ():
+        if meta.stem == own_id:
+            continue
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        answered.update(data["answered"])
+        tried.update(dict.fromkeys(data["found_nothing"], data["fingerprint"]))
+    return answered, tried
+
+
+# ---- the published build: chunk index, graph, encoder --------------------------------------
+class Published:
+    """What enrichment reads of the store's CURRENT build."""
+
+    def __init__(self, build: Build, encoder: SentenceEncoder | None):
+        self.build, self.encoder = build, encoder
+        self.chunks = build.read("chunks").to_pylist()
+        sentences = build.read("sentences").to_pylist()
+        self.sentences = {c["chunk_id"]: [(s["sentence_id"], s["text"]) for s in sentences
+                                          if s["doc_id"] == c["doc_id"]
+                                          and c["start"] <= s["start"] and s["end"] <= c["end"]]
+                          for c in self.chunks}
+        self.vectors = np.load(build.path / "chunk_vectors.npy")
+        ent = build.read("entities", columns=["id", "key", "name", "aliases"])
+        self.keys = ent["key"].to_pylist()
+        self.names = ent["name"].to_pylist()
+        self.id_of = {k: i for i, k in enumerate(self.keys)}
+        self.by_form: dict[str, str] = {}
+        self.forms_of: dict[str, set[str]] = {}
+        for key, name, aliases in zip(self.keys, self.names, ent["aliases"].to_pylist()):
+            forms = {entity_key(f) for f in (name, *(aliases or ()))}
+            self.forms_of[key] = forms
+            for form in sorted(forms):
+                self.by_form.setdefault(form, key)
+        rel = build.read("relations", columns=["id", "name"])
+        self.relations = rel["name"].to_pylist()
+
+    def forms(self, key: str, name: str) -> set[str]:
+        """The folded forms that name entity ``key`` (its name, aliases, the name asked)."""
+        return self.forms_of.get(key, set()) | {entity_key(name)}
+
+    def end(self, key: str | None, written: str) -> tuple[str, str]:
+        """(key, name) of a triple's end: ``key``, else the entity its folded name names, else
+        a new entity keyed by that folded name."""
+        folded = entity_key(written)
+        key = key or self.by_form.get(folded, folded)
+        i = self.id_of.get(key)
+        return key, self.names[i] if i is not None else surface(written)
+
+    def fingerprint(self, cfg: Mapping, backend: str) -> str:
+        return content_id(*sorted(c["chunk_id"] for c in self.chunks), backend, cfg["k"])
+
+    def nearest(self, texts: list[str], k: int) -> list[list[int]]:
+        """Rows of the ``k`` chunks nearest each text by cosine, best first."""
+        queries = self.encoder.encode_queries(texts)
+        scores = queries @ self.vectors.T
+        return [list(np.argsort(-row, kind="stable")[:k]) for row in scores]
+
+    def graph_texts(self, keys: set[str]) -> dict[str, list[str]]:
+        """The graph's triples about each entity key as folded "h · r · t" texts."""
+        ids = [self.id_of[k] for k in keys if k in self.id_of]
+        out: dict[str, list[str]] = {k: [] for k in keys}
+        if not ids:
+            return out
+        t = self.build.read("triples")
+        hit = pc.or_(pc.is_in(t["s"], pa.array(ids)), pc.is_in(t["o"], pa.array(ids)))
+        for s, r, o in zip(*(t.filter(hit)[c].to_pylist() for c in ("s", "r", "o"))):
+            line = triple_text(self.names[s], self.relations[r], self.names[o])
+            for e in (s, o):
+                out.setdefault(self.keys[e], []).append(line)
+        return out
+
+
+def triple_text(head: str, relation: str, tail: str) -> str:
+    """The folded "h · r · t" a triple is compared by (relation as words, no leading ``~``)."""
+    return f"{entity_key(head)} · {readable_relation(relation.lstrip(INVERSE)).lower()} · " \
+           f"{entity_key(tail)}"
+
+
+def edit_distance(a: str, b: str) -> float:
+    """Levenshtein distance over the longer length: 0 for equal texts, 1 for nothing shared."""
+    if a == b:
+        return 0.0
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1] / max(len(a), len(b))
+
+
+def near_duplicate(text: str, others: list[str], threshold: float) -> int | None:
+    """Index of the first of ``others`` within ``threshold`` of ``text``, else None."""
+    for i, other in enumerate(others):
+        longest = max(len(text), len(other))
+        if abs(len(text) - len(other)) <= threshold * longest \
+                and edit_distance(text, other) <= threshold:
+            return i
+    return None
+
+
+# ---- extraction of the retrieved passages -----------------------------------------------------
+class Extraction:
+    """Each retrieved chunk's extracted triples with the configured backend, once per chunk."""
+
+    def __init__(self, config: Mapping, backend: str, dump: Path, out: Path):
+        extract_cfg = {**section(config, "triple_extract"), "backend": backend}
+        self.backend, self.failed = backend, 0
+        self.results: dict[str, list] = {}
+        if backend == "precomputed":
+            self.by_doc = _openie_by_document(precomputed_file(extract_cfg, dump))
+        else:
+            from text.extractors import make_extractor
+
+            self.extractor = make_extractor(extract_cfg)
+            self.cache = ChunkCache(cache_root(extract_cfg, out), self.extractor.fingerprint)
+
+    def triples(self, chunk: dict) -> list:
+        """The chunk's triples (precomputed: its document's); a failing chunk has none."""
+        if chunk["chunk_id"] not in self.results:
+            if self.backend == "precomputed":
+                found = self.by_doc.get(chunk["doc_id"], [])
+            else:
+                from text.triple_extract import extract_one
+
+                result, _, reason = extract_one(self.extractor, self.cache, chunk)
+                self.failed += bool(reason)
+                found = [] if reason else result.get("triples") or []
+            self.results[chunk["chunk_id"]] = [t for t in found if _well_formed(t)]
+        return self.results[chunk["chunk_id"]]
+
+
+def _well_formed(triple) -> bool:
+    return (isinstance(triple, (list, tuple)) and len(triple) == 3
+            and all(isinstance(x, str) and x.strip() for x in triple))
+
+
+def _openie_by_document(path: Path) -> dict[str, list]:
+    """A HippoRAG-style OpenIE file's triples by the document id its passage has."""
+    try:
+        docs = json.loads(path.read_text(encoding="utf-8"))["docs"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StageError(f"{STAGE}: cannot read the OpenIE file {path} ({exc})") from None
+    return {content_id(d.get("title", ""), d.get("text", "")): d.get("extracted_triples") or []
+            for d in docs if isinstance(d, dict)}
+
+
+# ---- which extracted triples answer a sub-question -------------------------------------------
+@dataclass
+class Candidate:
+    """An extracted triple of a passage retrieved for a sub-question, oriented as it asks."""
+
+    sq: SubQuestion
+    chunk: dict
+    triple: tuple[str, str, str]  # as extracted: head, relation phrase, tail
+    s: tuple[str, str] = ("", "")  # (key, name) in the graph's keys; new entities: folded name
+    o: tuple[str, str] = ("", "")
+    relation: str = ""
+    sentences: list = field(default_factory=list)  # (sentence_id, text) of the chunk
+
+
+def retrieved(sqs: list[SubQuestion], pub: Published, extraction: Extraction,
+              k: int) -> list[Candidate]:
+    """The triples of the ``k`` chunks nearest each sub-question whose entity is on the side
+    its relation asks about (a mention: either side)."""
+    texts = [sq.text or f"{sq.name} {readable_relation(sq.relation.lstrip(INVERSE))}"
+             for sq in sqs]
+    out = []
+    for sq, rows in zip(sqs, pub.nearest(texts, k) if sqs else ()):
+        for row in rows:
+            chunk = pub.chunks[row]
+            for triple in extraction.triples(chunk):
+                cand = oriented(Candidate(sq, chunk, tuple(triple),
+                                          sentences=pub.sentences[chunk["chunk_id"]]), pub)
+                if cand is not None:
+                    out.append(cand)
+    return out
+
+
+def oriented(cand: Candidate, pub: Published) -> Candidate | None:
+    """The candidate with graph keys on both ends, or None when the entity is not where the
+    sub-question's relation points from (``r``: the head; ``~r``: the tail)."""
+    sq, (head, _, tail) = cand.sq, cand.triple
+    forms = pub.forms(sq.entity, sq.name) if sq.entity else {entity_key(sq.name)}
+    sides = [(head, tail, False), (tail, head, True)]
+    if sq.relation:
+        sides = [sides[sq.relation.startswith(INVERSE)]]
+    for own, other, backwards in sides:
+        if entity_key(own) in forms and entity_key(other) not in forms and entity_key(other):
+            ends = (pub.end(sq.entity or None, own), pub.end(None, other))
+            cand.s, cand.o = ends[::-1] if backwards else ends
+            return cand
+    return None
+
+
+def with_relations(cands: list[Candidate], pub: Published, min_cosine: float) -> list[Candidate]:
+    """Candidates whose phrase is close to the relation asked (cosine of the two as words),
+    written with that relation; a mention's triple takes the nearest graph relation, else its
+    own phrase."""
+    phrases = sorted({readable_relation(c.triple[1]).lower() for c in cands})
+    wanted = sorted({readable_relation(r).lower() for r in pub.relations}
+                    | {readable_relation(c.sq.relation.lstrip(INVERSE)).lower()
+                       for c in cands if c.sq.relation})
+    if not phrases:
+        return []
+    vectors = pub.encoder.encode_passages(phrases + wanted)
+    sims = vectors[:len(phrases)] @ vectors[len(phrases):].T
+    row = {p: i for i, p in enumerate(phrases)}
+    col = {w: j for j, w in enumerate(wanted)}
+    kept = []
+    for c in cands:
+        scores = sims[row[readable_relation(c.triple[1]).lower()]]
+        if c.sq.relation:
+            name = c.sq.relation.lstrip(INVERSE)
+            if scores[col[readable_relation(name).lower()]] >= min_cosine:
+                c.relation = name
+                kept.append(c)
+            continue
+        best = int(np.argmax(scores)) if len(wanted) else -1
+        near = [r for r in pub.relations if readable_relation(r).lower() == wanted[best]] \
+            if best >= 0 and scores[best] >= min_cosine else []
+        c.relation = near[0] if near else relation_key(c.triple[1])
+        kept.append(c)
+    return kept
+
+
+@dataclass
+class Delta:
+    """The triples one refresh adds, and what became of each sub-question it enriched."""
+
+    rows: list[dict] = field(default_factory=list)
+    answered: dict[str, list[str]] = field(default_factory=dict)  # key -> feedback ids
+    duplicates: int = 0
+
+
+def deduplicated(cands: list[Candidate], pub: Published, threshold: float) -> Delta:
+    """Candidates not within ``threshold`` of a graph triple about the same entity, merged
+    when two are near each other (the feedback ids of both are then answered by one row)."""
+    graph = pub.graph_texts({k for c in cands for k in (c.s[0], c.o[0])})
+    delta, texts = Delta(), []
+    for c in cands:
+        text = triple_text(c.s[1], c.relation, c.o[1])
+        about = graph.get(c.s[0], []) + graph.get(c.o[0], [])
+        if near_duplicate(text, about, threshold) is not None:
+            delta.duplicates += 1
+            continue
+        same = near_duplicate(text, texts, threshold)
+        if same is None:
+            texts.append(text)
+            delta.rows.append(_row(c))
+            same = len(delta.rows) - 1
+        else:
+            delta.duplicates += 1
+        ids = delta.rows[same]["feedback_ids"]
+        ids.extend(i for i in c.sq.feedback_ids if i not in ids)
+        delta.answered.setdefault(c.sq.key, c.sq.feedback_ids)
+    return delta
+
+
+def _row(c: Candidate) -> dict:
+    sentence_id = best_sentence(c.triple[0], c.triple[2], c.sentences)
+    text = dict(c.sentences).get(sentence_id, "")
+    return {"s_key": c.s[0], "relation": c.relation, "o_key": c.o[0], "s_name": c.s[1],
+            "o_name": c.o[1], "phrase": c.triple[1], "chunk_id": c.chunk["chunk_id"],
+            "sentence_id": sentence_id or "", "sentence": text, "feedback_ids": []}
+
+
+# ---- persisted deltas and the stage's output -------------------------------------------------
+def persist(root: Path, delta_id: str, delta: Delta, tried: list[SubQuestion],
+            meta: dict) -> None:
+    """``<id>.parquet`` then ``<id>.json`` (written last: a delta without it is not one)."""
+    root.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(delta.rows, schema=DELTA_SCHEMA),
+                   root / f"{delta_id}.parquet")
+    record = {**meta, "delta_id": delta_id, "triples": len(delta.rows),
+              "answered": sorted(delta.answered),
+              "found_nothing": sorted(sq.key for sq in tried if sq.key not in delta.answered),
+              "feedback_ids": {sq.key: sq.feedback_ids for sq in tried}}
+    tmp = root / f".{delta_id}.json.tmp"
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
+    tmp.replace(root / f"{delta_id}.json")
+
+
+def consolidated(root: Path, out: Path) -> dict:
+    """Every persisted delta as one dump ingest reads (``triples.tsv``, ``entities.jsonl``)
+    and the provenance ``triple_context`` maps onto the graph (``sources.parquet``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    ids = sorted(p.stem for p in root.glob("*.json")) if root.is_dir() else []
+    sources, lines, names = {c: [] for c in SOURCE_SCHEMA.names}, {}, {}
+    for delta_id in ids:
+        for row in pq.read_table(root / f"{delta_id}.parquet").to_pylist():
+            triple = (row["s_key"], row["relation"], row["o_key"])
+            lines[triple] = f"{triple[0]}\t{triple[1]}\t{triple[2]}\n"
+            names.setdefault(row["s_key"], row["s_name"])
+            names.setdefault(row["o_key"], row["o_name"])
+            for feedback_id in row["feedback_ids"]:
+                for column, value in zip(SOURCE_SCHEMA.names, (*triple, row["chunk_id"],
+                                         row["sentence_id"], delta_id, feedback_id)):
+                    sources[column].append(value)
+    (out / "triples.tsv").write_text("".join(lines[t] for t in sorted(lines)), encoding="utf-8")
+    (out / "entities.jsonl").write_text("".join(
+        json.dumps({"key": k, "name": names[k]}, ensure_ascii=False) + "\n"
+        for k in sorted(names)), encoding="utf-8")
+    pq.write_table(pa.table(sources, schema=SOURCE_SCHEMA), out / "sources.parquet")
+    return {"deltas": len(ids), "delta_triples": len(lines)}
+
+
+def published(store: Store) -> tuple[Build | None, str]:
+    """The CURRENT build when it has a chunk index to retrieve from, else why not."""
+    current = store.current_id()
+    if current is None:
+        return None, "nothing to enrich from: the store has no published build"
+    build = store.build(current)
+    tables = build.manifest["tables"]
+    if not tables.get("chunks", {}).get("rows") or not (build.path / "chunk_vectors.npy").is_file():
+        return None, f"nothing to enrich from: build {current} has no chunks (no documents)"
+    return build, ""
+
+
+def _open(sqs: list[SubQuestion], answered: set[str], tried: dict[str, str],
+          fingerprint: str, limit: int) -> list[SubQuestion]:
+    """Sub-questions neither answered nor tried on the same passages, most asked first."""
+    still = [sq for sq in sqs if sq.key not in answered and tried.get(sq.key) != fingerprint]
+    return sorted(still, key=lambda sq: -len(sq.feedback_ids))[:limit]
+
+
+def _encoder(build: Build, cfg: Mapping) -> SentenceEncoder:
+    spec = json.loads((build.path / "models" / "encoder.json").read_text(encoding="utf-8"))
+    try:
+        return SentenceEncoder.from_spec(spec, device=str(cfg["device"]))
+    except EncoderError as exc:
+        raise StageError(f"{STAGE}: {exc}") from None
+
+
+def enrich(config: Mapping, cfg: Mapping, build: Build, sqs: list[SubQuestion],
+           dump: Path, out: Path) -> dict:
+    """Enrich the open sub-questions from ``build``'s passages; persist the delta."""
+    backend = cfg["backend"] or section(config, "triple_extract")["backend"]
+    root = deltas_dir(build.root)
+    answered, tried = earlier(root, build.build_id)
+    with torch_threads(cfg.get("threads")):
+        pub = Published(build, _encoder(build, cfg))
+        fingerprint = pub.fingerprint(cfg, backend)
+        todo = _open(sqs, answered, tried, fingerprint, int(cfg["max_sub_questions"]))
+        extraction = Extraction(config, backend, dump, out)
+        cands = with_relations(retrieved(todo, pub, extraction, int(cfg["k"])), pub,
+                               float(cfg["relation_min_cosine"]))
+        delta = deduplicated(cands, pub, float(cfg["dedupe_threshold"]))
+    if todo:
+        persist(root, build.build_id, delta, todo,
+                {"from_build": build.build_id, "fingerprint": fingerprint, "backend": backend})
+    return {"backend": backend, "closed_answered": sum(sq.key in answered for sq in sqs),
+            "closed_tried": sum(tried.get(sq.key) == fingerprint for sq in sqs),
+            "enriched": len(todo), "answered": len(delta.answered),
+            "found_nothing": len(todo) - len(delta.answered), "candidates": len(cands),
+            "delta_triples_new": len(delta.rows), "duplicates": delta.duplicates,
+            "failed_chunks": extraction.failed}
+
+
+def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
+    cfg = checked_section(config, STAGE)
+    store = Store(stage_input(inputs, STAGE, "store"))
+    out, lap = Path(out_dir), Laps()
+    log = read_log(log_dir(store.root))
+    sqs = sub_questions(log.records)
+    report: dict = {"log_records": len(log.records), "skipped_log_lines": len(log.skipped),
+                    "skipped": [f"{where}: {why}" for where, why in log.skipped[:20]],
+                    "sub_questions": len(sqs)}
+    build, reason = published(store)
+    if build is not None and sqs:
+        report.update(from_build=build.build_id,
+                      **enrich(config, cfg, build, sqs, stage_input(inputs, STAGE, "dump"), out))
+    else:
+        report["nothing_to_enrich"] = reason or "no feedback in the log"
+    lap("enrich")
+    report.update(consolidated(deltas_dir(store.root), out / "feedback_delta"))
+    lap("write")
+    report["step_seconds"] = lap.seconds
+    return {"outputs": {"feedback_delta": str(out / "feedback_delta")}, "report": report}
+
+
+if __name__ == "__main__":
+    from pipeline.driver import stage_main
+
+    stage_main(STAGE)
