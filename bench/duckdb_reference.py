@@ -40,7 +40,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.relation_stats_scale import Peaks, bench_config, machine, spark_stages, start_spark  # noqa: E402
+from bench.relation_stats_scale import (  # noqa: E402
+    Peaks, bench_config, machine, spark_stages, start_spark, synth_dump)
 from bench import duckdb_sql  # noqa: E402
 
 TOLERANCE = 1e-9
@@ -82,18 +83,10 @@ def spread(values: list[float]) -> dict:
 
 
 def run(args) -> dict:
-    from pipeline.synth import generate
-
     config = bench_config(args)
     config["ingest"]["format"] = "synth"
     with tempfile.TemporaryDirectory(prefix="lokg-duckdb-ref-", dir=args.workdir) as tmp:
-        dump, generate_s = args.dump, None
-        if dump is None:
-            dump = Path(tmp) / f"synth-{args.triples}"
-            started = time.perf_counter()
-            generate(dump, n_triples=args.triples, seed=args.seed, n_questions=0,
-                     malformed_rate=args.malformed_rate)
-            generate_s = round(time.perf_counter() - started, 2)
+        dump, generate_s = synth_dump(args, tmp, args.malformed_rate)
         spark, startup_s = start_spark(config)
         peaks = Peaks(spark)
         times: dict[str, list[float]] = {}
@@ -112,7 +105,7 @@ def run(args) -> dict:
             loads.append(machine()["load_average"])
     return {
         "mode": "duckdb_reference", "dump": str(args.dump) if args.dump else None,
-        "seed": args.seed, "malformed_rate": args.malformed_rate,
+        "seed": args.seed, "malformed_rate": None if args.dump else args.malformed_rate,
         "triples": reports["ingest"]["triples"], "lines": reports["ingest"]["lines"],
         "entities": reports["ingest"]["entities"], "relations": reports["ingest"]["relations"],
         "malformed": reports["ingest"]["malformed"],

@@ -78,12 +78,11 @@ def _setup(con) -> None:
                    THEN substr(term, {len(fm.FREEBASE_NS) + 2}, length(term) - {len(fm.FREEBASE_NS) + 2})
                    ELSE substr(term, 2, length(term) - 2) END)
         ELSE term END""")
-    try:
+    registered = con.execute("SELECT count(*) FROM duckdb_functions() "
+                             "WHERE function_name = 'nt_unescape'").fetchone()[0]
+    if not registered:
         con.create_function("nt_unescape", fm.unescape_nt, ["VARCHAR"], "VARCHAR",
                             side_effects=False)
-    except Exception as exc:  # already registered on this connection
-        if "already exists" not in str(exc):
-            raise
 
 
 def parse(con, nt_path: Path, languages: list[str]) -> None:

@@ -265,18 +265,25 @@ def spark_stages(config: dict, dump: Path, root: Path, peaks: Peaks) -> tuple[di
     return stages, reports, {**inputs, **result["outputs"]}
 
 
-def run_synth(args) -> dict:
+def synth_dump(args, tmp: str, malformed_rate: float = 0.0) -> tuple[Path, float | None]:
+    """``args.dump``, or a ``pipeline.synth`` dump of ``args.triples`` generated under ``tmp``;
+    with the generation's seconds (None when reused)."""
     from pipeline.synth import generate
 
+    if args.dump is not None:
+        return args.dump, None
+    dump = Path(tmp) / f"synth-{args.triples}"
+    started = time.perf_counter()
+    generate(dump, n_triples=args.triples, seed=args.seed, n_questions=0,
+             malformed_rate=malformed_rate)
+    return dump, round(time.perf_counter() - started, 2)
+
+
+def run_synth(args) -> dict:
     config = bench_config(args)
     config["ingest"]["format"] = "synth"
     with tempfile.TemporaryDirectory(prefix="lokg-synth-rs-bench-", dir=args.workdir) as tmp:
-        dump, generate_s = args.dump, None
-        if dump is None:
-            dump = Path(tmp) / f"synth-{args.triples}"
-            started = time.perf_counter()
-            generate(dump, n_triples=args.triples, seed=args.seed, n_questions=0)
-            generate_s = round(time.perf_counter() - started, 2)
+        dump, generate_s = synth_dump(args, tmp)
         spark, startup_s = start_spark(config)
         stages, reports, _ = spark_stages(config, dump, Path(tmp) / "store", Peaks(spark))
     report = reports["relation_stats"]
