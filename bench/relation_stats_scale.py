@@ -240,36 +240,53 @@ def vocab_table(row: dict) -> str:
 # synth
 
 
-def run_synth(args) -> dict:
+def spark_stages(config: dict, dump: Path, root: Path, peaks: Peaks) -> tuple[dict, dict, dict]:
+    """ingest and entity_types through ``run_stage``, then relation_stats on their staged
+    outputs, in a store under ``root``; returns (per-stage timings, reports, artefact paths).
+    Shared with bench/duckdb_reference.py, which compares its outputs with a DuckDB reference."""
     from pipeline import driver as pipeline
     from runtime.contract import Store, new_build_id
-    from pipeline.synth import generate
     from spark_jobs import relation_stats
 
+    store, build_id = Store(root), new_build_id()
+    stages, reports = {}, {}
+    for name in ("ingest", "entity_types"):
+        record, seconds, peak = measured(
+            peaks, lambda: pipeline.run_stage(store, build_id, name, config, str(dump)))
+        stages[name], reports[name] = {"seconds": seconds, **peak}, record["report"]
+    inputs = pipeline.staged_outputs(pipeline.stage_records(store, build_id))
+    out_dir = store.staging_dir(build_id) / "relation_stats"
+    out_dir.mkdir(parents=True)
+    result, seconds, peak = measured(
+        peaks, lambda: relation_stats.run(config, inputs, str(out_dir)))
+    reports["relation_stats"] = result["report"]
+    stages["relation_stats"] = {"seconds": seconds, **peak,
+                                "step_seconds": result["report"]["step_seconds"]}
+    return stages, reports, {**inputs, **result["outputs"]}
+
+
+def synth_dump(args, tmp: str, malformed_rate: float = 0.0) -> tuple[Path, float | None]:
+    """``args.dump``, or a ``pipeline.synth`` dump of ``args.triples`` generated under ``tmp``;
+    with the generation's seconds (None when reused)."""
+    from pipeline.synth import generate
+
+    if args.dump is not None:
+        return args.dump, None
+    dump = Path(tmp) / f"synth-{args.triples}"
+    started = time.perf_counter()
+    generate(dump, n_triples=args.triples, seed=args.seed, n_questions=0,
+             malformed_rate=malformed_rate)
+    return dump, round(time.perf_counter() - started, 2)
+
+
+def run_synth(args) -> dict:
     config = bench_config(args)
     config["ingest"]["format"] = "synth"
     with tempfile.TemporaryDirectory(prefix="lokg-synth-rs-bench-", dir=args.workdir) as tmp:
-        dump, generate_s = args.dump, None
-        if dump is None:
-            dump = Path(tmp) / f"synth-{args.triples}"
-            started = time.perf_counter()
-            generate(dump, n_triples=args.triples, seed=args.seed, n_questions=0)
-            generate_s = round(time.perf_counter() - started, 2)
-        store, build_id = Store(Path(tmp) / "store"), new_build_id()
+        dump, generate_s = synth_dump(args, tmp)
         spark, startup_s = start_spark(config)
-        peaks = Peaks(spark)
-        stages, reports = {}, {}
-        for name in ("ingest", "entity_types"):
-            record, seconds, peak = measured(
-                peaks, lambda: pipeline.run_stage(store, build_id, name, config, str(dump)))
-            stages[name], reports[name] = {"seconds": seconds, **peak}, record["report"]
-        inputs = pipeline.staged_outputs(pipeline.stage_records(store, build_id))
-        out_dir = store.staging_dir(build_id) / "relation_stats"
-        out_dir.mkdir(parents=True)
-        result, seconds, peak = measured(
-            peaks, lambda: relation_stats.run(config, inputs, str(out_dir)))
-        report = result["report"]
-        stages["relation_stats"] = {"seconds": seconds, **peak, "step_seconds": report["step_seconds"]}
+        stages, reports, _ = spark_stages(config, dump, Path(tmp) / "store", Peaks(spark))
+    report = reports["relation_stats"]
     return {
         "mode": "synth", "dump": str(args.dump) if args.dump else None, "seed": args.seed,
         "triples": reports["ingest"]["triples"], "relations": report["relations"],

@@ -1,0 +1,171 @@
+"""Spark vs DuckDB on ingest and relation_stats (issue 17 item 1): the single-node reference.
+
+    python bench/duckdb_reference.py                       # 10⁶ triples, 2 rounds, ratios
+    python bench/duckdb_reference.py --triples 10000000 --rounds 1 --json ref.jsonl
+    python bench/duckdb_reference.py --dump /data/synth-1e6  # an existing pipeline.synth dir
+
+One process, one dump (``pipeline.synth``, ``--malformed-rate`` 0.1 % by default so that the
+quarantine has work). Rounds alternate Spark then DuckDB so that both see the same machine load:
+
+* **Spark**: ``ingest`` and ``entity_types`` through ``pipeline.driver.run_stage`` and
+  ``relation_stats`` on their staged outputs — ``relation_stats_scale.spark_stages``, exactly as
+  the build runs them. The session (``local[2]``) is started once, before the rounds, and its
+  start-up is reported apart.
+* **DuckDB** (``threads`` = 2, the same cores): the same ingest in SQL — the N-Triples rules of
+  ``spark_jobs.formats`` (its regexes, made RE2-compatible), the quarantine with its reasons and
+  exact line numbers, entity ids in key order, relation ids in name order, de-duplicated
+  triples, names/aliases/descriptions/attributes, type assertions — then the relation_stats of
+  ``spark_jobs.relation_stats`` (H(r), entity sets, type-pair distributions, entity and type
+  candidate pairs with hub caps, exact shared entities, Jaccard, NMI). Its relation_stats reads
+  the entity types Spark's ``entity_types`` wrote (not a stage compared here) and DuckDB's own
+  triples, which are checked equal to Spark's first.
+
+Every output that is deterministic is compared: counts, quarantine (line, reason), entities
+(id, key, name, aliases, description, attributes), relations, triples, type assertions, per
+relation counts and H(r), type-pair masses, candidate pairs with source, shared entities,
+Jaccard and NMI (floats to ``TOLERANCE``; Spark rounds H and P_r to 12 decimals, DuckDB
+likewise, but sums in another order). Prints a Markdown table of per-step seconds (median over
+rounds, with min–max) and ratios Spark / DuckDB; ``--json PATH`` appends the row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.relation_stats_scale import (  # noqa: E402
+    Peaks, bench_config, machine, spark_stages, start_spark, synth_dump)
+from bench import duckdb_sql  # noqa: E402
+
+TOLERANCE = 1e-9
+
+
+def duck_round(dump: Path, spark_outputs: dict, config: dict, work: Path) -> tuple[dict, dict]:
+    """One DuckDB ingest + relation_stats on ``dump``; returns (step seconds, its tables)."""
+    import duckdb
+
+    from runtime.config import section
+
+    con = duckdb.connect(str(work / "ref.duckdb"))
+    con.execute("SET threads = 2")
+    con.execute("SET preserve_insertion_order = true")
+    seconds = {}
+    started = time.perf_counter()
+    languages = section(config, "ingest")["languages"]
+    duckdb_sql.ingest(con, dump / "kg.nt", [languages] if isinstance(languages, str) else languages,
+                      work)
+    seconds["ingest"] = round(time.perf_counter() - started, 2)
+    started = time.perf_counter()
+    duckdb_sql.relation_stats(con, work, spark_outputs["entities"], section(config, "relation_stats"))
+    seconds["relation_stats"] = round(time.perf_counter() - started, 2)
+    con.close()
+    tables = duckdb_sql.fetch_outputs(work)
+    return seconds, tables
+
+
+def compare(spark_outputs: dict, duck: dict) -> dict[str, str]:
+    """'equal' or the first difference, per output (see the module doc)."""
+    spark = duckdb_sql.read_spark_outputs(spark_outputs)
+    return {name: duckdb_sql.difference(spark[name], duck[name], TOLERANCE)
+            for name in sorted(duck)}
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": round(statistics.median(values), 2), "min": min(values), "max": max(values),
+            "runs": values}
+
+
+def run(args) -> dict:
+    config = bench_config(args)
+    config["ingest"]["format"] = "synth"
+    with tempfile.TemporaryDirectory(prefix="lokg-duckdb-ref-", dir=args.workdir) as tmp:
+        dump, generate_s = synth_dump(args, tmp, args.malformed_rate)
+        spark, startup_s = start_spark(config)
+        peaks = Peaks(spark)
+        times: dict[str, list[float]] = {}
+        loads, equality = [], {}
+        for i in range(args.rounds):
+            loads.append(machine()["load_average"])
+            stages, reports, outputs = spark_stages(config, dump, Path(tmp) / f"store{i}", peaks)
+            for name, st in stages.items():
+                times.setdefault(f"spark_{name}", []).append(st["seconds"])
+            work = Path(tmp) / f"duck{i}"
+            work.mkdir()
+            seconds, tables = duck_round(dump, outputs, config, work)
+            for name, s in seconds.items():
+                times.setdefault(f"duckdb_{name}", []).append(s)
+            equality = compare(outputs, tables)
+            loads.append(machine()["load_average"])
+    return {
+        "mode": "duckdb_reference", "dump": str(args.dump) if args.dump else None,
+        "seed": args.seed, "malformed_rate": None if args.dump else args.malformed_rate,
+        "triples": reports["ingest"]["triples"], "lines": reports["ingest"]["lines"],
+        "entities": reports["ingest"]["entities"], "relations": reports["ingest"]["relations"],
+        "malformed": reports["ingest"]["malformed"],
+        "candidate_pairs": reports["relation_stats"]["candidate_pairs"],
+        "spark_relation_stats_steps": reports["relation_stats"]["step_seconds"],
+        "rounds": args.rounds, "seconds": {k: spread(v) for k, v in times.items()},
+        "ratios": ratios(times), "equality": equality,
+        "generate_seconds": generate_s, "spark_startup_seconds": startup_s,
+        "duckdb_version": __import__("duckdb").__version__, "load_averages": loads,
+        "driver_memory": args.driver_memory, "cpus": machine()["cpus"],
+    }
+
+
+def ratios(times: dict[str, list[float]]) -> dict[str, float]:
+    """Spark / DuckDB of the medians: ingest (Spark's ingest stage) and relation_stats."""
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {step: round(med[f"spark_{step}"] / med[f"duckdb_{step}"], 2)
+            for step in ("ingest", "relation_stats")}
+
+
+def table(row: dict) -> str:
+    sec = row["seconds"]
+
+    def cell(key: str) -> str:
+        s = sec[key]
+        return f"{s['median']:.1f} ({s['min']:.1f}–{s['max']:.1f})"
+
+    lines = ["| triples | step | Spark s, median (min–max) | DuckDB s, median (min–max) | "
+             "Spark / DuckDB |", "|--:|---|--:|--:|--:|"]
+    for step in ("ingest", "relation_stats"):
+        lines.append(f"| {row['triples']:,} | {step} | {cell('spark_' + step)} | "
+                     f"{cell('duckdb_' + step)} | {row['ratios'][step]:.1f}× |")
+    lines.append(f"| | entity_types (Spark only, input of both relation_stats) | "
+                 f"{cell('spark_entity_types')} | — | — |")
+    lines.append(f"| | Spark session start-up (once, excluded above) | "
+                 f"{row['spark_startup_seconds']:.1f} | — | — |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--triples", type=int, default=1_000_000)
+    parser.add_argument("--dump", type=Path, help="an existing pipeline.synth directory")
+    parser.add_argument("--malformed-rate", type=float, default=0.001)
+    parser.add_argument("--rounds", type=int, default=2, help="Spark/DuckDB rounds, alternating")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--driver-memory", default="6g")
+    parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--json", type=Path, help="append the result as one JSON line")
+    parser.add_argument("--workdir", type=Path, help="parent of the temporary directory")
+    args = parser.parse_args(argv)
+    row = run(args)
+    print(json.dumps(row), flush=True)
+    print("\n" + table(row))
+    if args.json:
+        with open(args.json, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+    if any(v != "equal" for v in row["equality"].values()):
+        sys.exit(f"outputs differ: {row['equality']}")
+
+
+if __name__ == "__main__":
+    main()
