@@ -435,7 +435,8 @@ def test_killed_run_never_makes_current_incomplete_and_resumes(built):
     killed = built["killed"]
     assert killed["current"] == first and killed["builds"] == [first]
     # stages before transe finished; transe's attempt is only a hidden directory
-    assert [s for s in killed["staged"] if not s.startswith(".")] == ["entity_types", "ingest"]
+    before = sorted(STAGE_NAMES[:STAGE_NAMES.index("transe")])
+    assert [s for s in killed["staged"] if not s.startswith(".")] == before
     assert [s for s in killed["staged"] if s.startswith(".transe.tmp-")]
     assert built["watcher"].incomplete == []
     assert built["watcher"].seen == {first, second}
