@@ -683,24 +683,24 @@ class Runtime:
             "flagged": bool(cons is not None and not cons.ok),
             "gate": {"name": policy, **gate.to_dict(), "passed": passed},
             "masked_question": assessment.masked,
-            "stopped": self._stopped(pred.stopped, hops),
+            "stopped": self._stopped(pred.stops, hops),
         }
 
-    def _stopped(self, d: relknow.Derivation | None, hops: Callable) -> dict | None:
-        """Where the best-voted chain's walk found no fact (no chain instantiated): the hop,
-        and the entities it had reached whose types start that hop elsewhere in the graph —
-        the missing facts of the feedback log (an ill-typed hop is no gap: None)."""
-        if d is None:
-            return None
-        hop = d.chain[d.stop_hop]
-        domains = self._hop_domains()
-        lacking = [e for e in d.stop_from if domains.fits(e, hop)]
-        if not lacking:
-            return None
-        return {"chain": hops(d.chain), "at": d.stop_hop + 1, "hop": hops(d.chain)[d.stop_hop],
-                "from": [{"key": self.keys[e], "name": self.names[e]}
-                         for e in lacking[:feedback.MAX_MISSING]],
-                "from_count": len(lacking)}
+    def _stopped(self, stops: Sequence[relknow.Derivation], hops: Callable) -> dict | None:
+        """Where the best-voted chain whose walk stopped at a plausible gap found no fact (no
+        chain instantiated): the hop, and the entities it had reached whose types start that
+        hop elsewhere in the graph — the missing facts of the feedback log. A stop no entity
+        of those types could fill (an ill-typed vote) is no gap; None when every stop is one."""
+        domains = self._hop_domains() if stops else None
+        for d in stops:
+            hop = d.chain[d.stop_hop]
+            lacking = [e for e in d.stop_from if domains.fits(e, hop)]
+            if lacking:
+                return {"chain": hops(d.chain), "at": d.stop_hop + 1,
+                        "hop": hops(d.chain)[d.stop_hop], "from_count": len(lacking),
+                        "from": [{"key": self.keys[e], "name": self.names[e]}
+                                 for e in lacking[:feedback.MAX_MISSING]]}
+        return None
 
     def _hop_domains(self) -> relknow.HopDomains:
         if self._domains is None:

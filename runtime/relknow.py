@@ -666,9 +666,10 @@ class Prediction:
     derivation: Derivation | None = None
     reason: str = ""
     n_relations: int = 0  # hops ≥ this walk a relation backwards (0: forward hops only)
-    #: when no voted chain instantiates: the best-voted chain's walk where it found no fact
-    #: (what the graph is missing, DESIGN §9); None otherwise
-    stopped: Derivation | None = None
+    #: when no voted chain instantiates: the walks of the best-voted chains (vote order, at
+    #: most :data:`MAX_STOPS`) that stopped for want of a fact — what the graph may be missing
+    #: (DESIGN §9; the runtime keeps those whose hop fits the entities' types)
+    stops: tuple[Derivation, ...] = ()
 
     @property
     def relations(self) -> frozenset[int]:
@@ -682,6 +683,10 @@ class Prediction:
         total = sum(v.weight for v in self.votes if v.derivable)
         return next((v.weight / total for v in self.votes if v.chain == chain and v.derivable),
                     0.0) if total > 0 else 0.0
+
+
+#: Stopped walks a prediction keeps (the votes the route record shows).
+MAX_STOPS = 5
 
 
 def stop_of(derivation: Derivation | None) -> Derivation | None:
@@ -705,9 +710,9 @@ def tally(votes: Sequence[tuple[tuple[int, ...], float]], facts: Facts, topics: 
     good = [v for v in ranked if v.derivable]
     if not good or total <= 0:
         reason = "no voted chain instantiates from the topic" if ranked else "no votes"
+        stops = (stop_of(derivations.get(v.chain)) for v in ranked[:MAX_STOPS])
         return Prediction(source, None, 0.0, 0.0, ranked, named, None, reason,
-                          n_relations=facts.n_relations,
-                          stopped=stop_of(derivations.get(ranked[0].chain) if ranked else None))
+                          n_relations=facts.n_relations, stops=tuple(d for d in stops if d))
     top, instantiating = good[0], sum(v.weight for v in good)
     return Prediction(source, top.chain, top.weight / instantiating if instantiating > 0 else 0.0,
                       top.weight / total, ranked, named, derivations[top.chain],
@@ -975,9 +980,9 @@ class RelationKnowledge:
         votes += [(chain, 1.0) for chain in by_end.get((), [])]
         prediction = tally(votes, facts, topics, source=source, named=named,
                            max_frontier=self.max_frontier)
-        if prediction.chain is None and prediction.stopped is None and first and topics:
-            prediction.stopped = stop_of(derive(facts, topics, first,
-                                                max_frontier=self.max_frontier))
+        if prediction.chain is None and not prediction.stops and first and topics:
+            stopped = stop_of(derive(facts, topics, first, max_frontier=self.max_frontier))
+            prediction.stops = (stopped,) if stopped else ()
         return prediction
 
     def _candidate_levels(self, in_order: tuple[int, ...], sharing: bool, n_relations: int,

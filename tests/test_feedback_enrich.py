@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from runtime.config import load_config
-from runtime.feedback import FeedbackLog, log_dir
+from runtime.feedback import FeedbackLog, log_dir, read_log
 from text import feedback_enrich as fe
 
 
@@ -142,20 +142,24 @@ def loop(tmp_path_factory):
     edge, question = withheld_question(dump)
     config = refresh_config(dump)
     first = build(str(dump), str(store), config)
-    before = answers(store, question["question"])
-    _log(store, _missing(edge["s"], edge["relation"], edge["s_name"]))
+    before = answers(store, question["question"])  # the runtime logs what it found missing
+    logged = read_log(log_dir(store)).records
     (log_dir(store) / "0000000000000-0-h-1-bad.log").write_bytes(b"not a record\n")
     second = build(str(dump), str(store), config)
     after = answers(store, question["question"])
     again = run_stage(Store(store), "rerun", "feedback_enrich", config, str(dump))
-    return {"store": store, "edge": edge, "question": question, "first": first,
+    return {"store": store, "edge": edge, "question": question, "first": first, "logged": logged,
             "second": second, "before": before, "after": after, "again": again["report"]}
 
 
 @pytest.mark.slow
 def test_refresh_answers_the_question_the_first_build_could_not(loop):
-    gold = loop["question"]["answers"]
+    gold, edge = loop["question"]["answers"], loop["edge"]
     assert gold[0] not in loop["before"]
+    (record,) = loop["logged"]  # what the first build's answer found missing, no LLM
+    assert record["kind"] == "chain_stop"
+    assert [(m["entity"], m["relation"]) for m in record["missing"]] == \
+        [(edge["s"], edge["relation"])]
     assert loop["after"][:1] == gold
     report = loop["second"].manifest["report"]["stages"]
     assert report["feedback_enrich"]["answered"] == 1
