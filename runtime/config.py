@@ -72,6 +72,8 @@ DEFAULTS: dict = {
     },
     "feedback_enrich": {  # text/feedback_enrich.py (DESIGN §9): the log's open sub-questions -> a delta
         "backend": None,  # one of EXTRACTORS; null = triple_extract.backend (its options apply)
+        # precomputed: the OpenIE JSON enrichment reads; null = triple_extract.precomputed_file
+        "precomputed_file": None,
         "k": 3,  # passages retrieved per sub-question (chunk_vectors of the published build)
         "relation_min_cosine": 0.5,  # extracted phrase vs the relation asked, as words
         "dedupe_threshold": 0.1,  # normalised edit distance of "h · r · t" at or below: a duplicate
@@ -342,7 +344,7 @@ SCHEMA: dict = {
         "offline_model": text(r"[A-Za-z_][A-Za-z0-9_]*", "an installed spaCy model package"),
     },
     "feedback_enrich": {
-        "backend": choice(*EXTRACTORS, nullable=True), "k": COUNT,
+        "backend": choice(*EXTRACTORS, nullable=True), "precomputed_file": FILE, "k": COUNT,
         "relation_min_cosine": number(-1, 1), "dedupe_threshold": SHARE,
         "max_sub_questions": COUNT, "device": DEVICE, "threads": THREADS,
     },

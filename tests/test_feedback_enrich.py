@@ -100,6 +100,26 @@ def test_store_without_a_published_build_writes_an_empty_delta_and_skips_bad_seg
     assert pq.read_table(delta / "sources.parquet").num_rows == 0
 
 
+def _openie(path: Path, title: str, triple: list[str]) -> Path:
+    doc = {"title": title, "text": f"{title} text.", "extracted_triples": [triple]}
+    path.write_text(json.dumps({"docs": [doc]}), encoding="utf-8")
+    return path
+
+
+def test_enrichment_reads_its_own_openie_file_when_set_else_the_builds(tmp_path):
+    from text.chunking import content_id
+
+    sparse = _openie(tmp_path / "sparse.json", "Febaville", ["Febaville", "in", "Nowhere"])
+    full = _openie(tmp_path / "full.json", "Febaville", ["Febaville", "country", "Febaland"])
+    chunk = {"chunk_id": "c1", "doc_id": content_id("Febaville", "Febaville text.")}
+    base = [f"triple_extract.precomputed_file={sparse}"]
+    for extra, expected in (([], "Nowhere"),
+                            ([f"feedback_enrich.precomputed_file={full}"], "Febaland")):
+        config = load_config(None, [*base, *extra])
+        extraction = fe.Extraction(config, "precomputed", tmp_path, tmp_path)
+        assert [t[2] for t in extraction.triples(chunk)] == [expected]
+
+
 # ---------------------------------------------------------------------------------------------
 # the loop through the driver (slow: two builds of a tiny synthetic dump)
 

@@ -10,7 +10,7 @@ chunk index of the **published** build (``CURRENT``: its ``chunks``, ``sentences
 For each open sub-question (e, r, ?) (``~r``: (?, r, e); a bare topic mention when nothing
 linked) the ``k`` chunks nearest its text by cosine are extracted with the configured backend
 (the ``triple_extract`` backends and their cache, ``precomputed``: the passage's own OpenIE
-triples). A triple is kept when it answers the sub-question: the entity on the side the
+triples, from ``feedback_enrich.precomputed_file`` when set, else triple_extract's file). A triple is kept when it answers the sub-question: the entity on the side the
 relation asks about (by folded name or alias) and the extracted phrase close to the relation
 (cosine of the two texts with the store's encoder ≥ ``relation_min_cosine``); it is written
 with the sub-question's own relation, so it lands in the graph's relation, not beside it. A
@@ -209,6 +209,9 @@ class Extraction:
 
     def __init__(self, config: Mapping, backend: str, dump: Path, out: Path):
         extract_cfg = {**section(config, "triple_extract"), "backend": backend}
+        # an OpenIE file of its own: the build may read a sparser one than enrichment does
+        extract_cfg["precomputed_file"] = (section(config, STAGE)["precomputed_file"]
+                                           or extract_cfg["precomputed_file"])
         self.backend, self.failed = backend, 0
         self.results: dict[str, list] = {}
         if backend == "precomputed":

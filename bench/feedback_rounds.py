@@ -1,0 +1,332 @@
+"""Query-driven feedback (DESIGN §9, issue 16 item 6): does the refresh loop converge? Rounds of
+build → answer → refresh on a sparsified musique-openie subset, one table row per round.
+
+    python bench/feedback_rounds.py --questions 20 --rounds 5 --work /tmp/lokg-rounds \\
+        --markdown /tmp/lokg-rounds/table.md
+
+**Protocol** (fixed before any result was looked at):
+
+* **Subset.** ``--questions`` N questions of musique-openie drawn with ``--seed`` (Python's
+  ``random.Random(seed).sample``), the union of their paragraphs (20 each, gold and
+  distractors) as the corpus (evaluation/text_datasets.py), and the gpt-3.5 OpenIE file
+  restricted to those passages.
+* **Sparsified start.** A seeded ``--withhold`` share of the distinct extracted triples —
+  folded as triple_extract folds them (``entity_key`` on both ends, ``relation_key`` on the
+  phrase), well-formed, head ≠ tail — is taken out of every passage that states it. The build
+  reads the sparse copy (``triple_extract.precomputed_file``); enrichment reads the full file
+  (``feedback_enrich.precomputed_file``). So ``precomputed`` enrichment is an **oracle
+  extraction** of each retrieved passage — the triples gpt-3.5 found there, an upper bound for
+  a real extractor; the arm ``feedback-offline`` extracts the retrieved passages with the spaCy
+  extractor instead (a real one, which may find triples the file never had).
+* **Round 0** builds the store through ``pipeline.driver.build`` (cheap learned stages, not
+  measured here: :data:`CHEAP`), then answers every question with ``Runtime.ask(q,
+  llm=none)`` under the runtime's defaults (policy, budget 2048, TCR sentences) — the runtime
+  writes the feedback log itself. **Round r ≥ 1** builds again from the same dump into the
+  same store (the refresh: ``feedback_enrich`` reads the log and CURRENT's chunks, ingest takes
+  every delta) and answers again.
+* **Per round**: entities and triples of the build (manifest), the share of withheld triples
+  the build holds — *strict*: the same (head, relation, tail), the relation through the
+  build's ``relation_map`` (SCOS may rename it); *pair*: head and tail joined by any relation
+  either way, because a delta triple is written with the relation the sub-question asked, not
+  the withheld phrase — the round's log records by kind, the refresh's sub-questions (in the
+  log, enriched, answered) and delta triples (new, in all), context recall, EM, F1-SQuAD,
+  calls/q and tok/q (evaluation.metrics via evaluation.runner; reader none makes no call) and
+  the round's wall time (build + answers).
+* **Arms** on the same questions and dump, each its own store (``--arms``; default the first):
+  ``feedback-precomputed``; ``no-feedback`` (the same rebuilds with ``query.feedback=false``:
+  the log stays empty, every refresh enriches nothing — where it is not run, the no-feedback
+  row is round 0: a rebuild with an empty log reads the same inputs, seeded);
+  ``feedback-offline``. Not built, so not here: ``tcr-qf`` online feedback and answer-driven
+  feedback.
+
+Rounds resume: a finished round (``WORK/<arm>/round-<r>/result.json``) is read back, a built
+but unanswered one is answered (the runner resumes per question); ``WORK/settings.json``
+holds every setting but ``--rounds`` and a changed one refuses the directory. Output: the
+Markdown table (``--markdown FILE``), ``--json``, and ``WORK/feedback-rounds.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shlex
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.eval_documents import SHARED_DATA  # noqa: E402
+
+ARMS = {
+    "feedback-precomputed": ["feedback_enrich.backend=precomputed"],
+    "no-feedback": ["query.feedback=false"],
+    "feedback-offline": ["feedback_enrich.backend=offline"],
+}
+#: The learned stages are not what this measures: fewer epochs than the defaults (100, 50).
+CHEAP = ["transe.epochs=20", "gat.epochs=10", "spark.shuffle_partitions=2"]
+OPENIE = "musique-openie/openie_gpt-3.5-turbo-1106.json"
+QUESTIONS = "musique-openie/questions.json"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--questions", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--withhold", type=float, default=0.3)
+    parser.add_argument("--rounds", type=int, default=5, help="refresh rounds after round 0")
+    parser.add_argument("--arms", default="feedback-precomputed")
+    parser.add_argument("--data", type=Path, default=SHARED_DATA)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/lokg-rounds"))
+    parser.add_argument("--markdown", type=Path, help="also write the table here")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    args.arms = [a for a in args.arms.split(",") if a]
+    unknown = [a for a in args.arms if a not in ARMS]
+    if unknown or not args.arms:
+        parser.error(f"--arms: {unknown or 'none'}; choose from {', '.join(ARMS)}")
+    return args
+
+
+# ---- the sparsified subset --------------------------------------------------------------------
+def folded(triple) -> tuple[str, str, str] | None:
+    """A triple's keys as triple_extract folds them; None when the stage would drop it."""
+    from text.feedback_enrich import _well_formed
+    from text.triple_extract import entity_key, relation_key
+
+    if not _well_formed(triple):
+        return None
+    key = (entity_key(triple[0]), relation_key(triple[1]), entity_key(triple[2]))
+    return key if all(key) and key[0] != key[2] else None
+
+
+def withhold(docs: list[dict], share: float, seed: int) -> tuple[list[dict], list[tuple]]:
+    """The docs without a seeded ``share`` of their distinct folded triples, and those."""
+    distinct = sorted({k for d in docs for t in d.get("extracted_triples") or ()
+                       if (k := folded(t)) is not None})
+    gone = set(random.Random(seed).sample(distinct, round(share * len(distinct))))
+    sparse = [{**d, "extracted_triples": [t for t in d.get("extracted_triples") or ()
+                                          if folded(t) not in gone]} for d in docs]
+    return sparse, sorted(gone)
+
+
+def prepare(args: argparse.Namespace) -> dict:
+    """Write the subset (questions, corpus dump, full and sparse OpenIE, the withheld triples)
+    under WORK once; return their paths and the withheld triples."""
+    from evaluation.text_datasets import load_reading_file, write_corpus
+
+    work = args.work
+    files = {"questions": work / "questions.json", "dump": work / "dump",
+             "full": work / "openie_full.json", "sparse": work / "openie_sparse.json",
+             "withheld": work / "withheld.json"}
+    if not files["withheld"].is_file():
+        records = json.loads((args.data / QUESTIONS).read_text(encoding="utf-8"))
+        chosen = random.Random(args.seed).sample(records, args.questions)
+        files["questions"].write_text(json.dumps(chosen), encoding="utf-8")
+        reading = load_reading_file(files["questions"], "musique")
+        write_corpus(reading.documents, files["dump"] / "corpus.jsonl")
+        ids = {d.id for d in reading.documents}
+        docs = [d for d in json.loads((args.data / OPENIE).read_text(encoding="utf-8"))["docs"]
+                if _doc_id(d) in ids]
+        sparse, gone = withhold(docs, args.withhold, args.seed)
+        for name, subset in (("full", docs), ("sparse", sparse)):
+            files[name].write_text(json.dumps({"docs": subset}), encoding="utf-8")
+        files["withheld"].write_text(json.dumps(gone), encoding="utf-8")
+    return {**files, "reading": load_reading_file(files["questions"], "musique"),
+            "withheld_triples": [tuple(t) for t in json.loads(files["withheld"].read_text())]}
+
+
+def _doc_id(doc: dict) -> str:
+    from text.chunking import content_id
+
+    return content_id(doc.get("title", ""), doc.get("text", ""))
+
+
+def check_settings(args: argparse.Namespace) -> None:
+    """Record the settings in WORK, or refuse a WORK made with other ones."""
+    settings = {"questions": args.questions, "seed": args.seed, "withhold": args.withhold,
+                "data": str(args.data.resolve()), "cheap": CHEAP, "arms": ARMS}
+    path = args.work / "settings.json"
+    if path.is_file():
+        before = json.loads(path.read_text(encoding="utf-8"))
+        if before != settings:
+            changed = sorted(k for k in settings if before.get(k) != settings[k])
+            raise SystemExit(f"error: {args.work} was made with other settings ({', '.join(changed)});"
+                             " choose another --work")
+    args.work.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=2), encoding="utf-8")
+
+
+def build_config(setup: dict, arm: str) -> dict:
+    from runtime.config import load_config
+
+    return load_config(None, ["ingest.format=docs", "triple_extract.backend=precomputed",
+                              f"triple_extract.precomputed_file={setup['sparse']}",
+                              f"feedback_enrich.precomputed_file={setup['full']}",
+                              *CHEAP, *ARMS[arm]])
+
+
+# ---- one round --------------------------------------------------------------------------------
+def run_round(arm_dir: Path, number: int, config: dict, setup: dict, progress: bool) -> dict:
+    """Round ``number`` of one arm: (re)build, answer, measure; read back when finished."""
+    from pipeline.driver import build
+    from runtime.contract import Store
+
+    here = arm_dir / f"round-{number}"
+    done = here / "result.json"
+    if done.is_file():
+        return json.loads(done.read_text(encoding="utf-8"))
+    here.mkdir(parents=True, exist_ok=True)
+    store, built = Store(arm_dir / "store"), here / "build.json"
+    if not built.is_file():
+        started = time.perf_counter()
+        new = build(str(setup["dump"]), str(store.root), config, log=lambda _: None)
+        built.write_text(json.dumps({"build_id": new.build_id,
+                                     "build_s": round(time.perf_counter() - started, 1)}))
+    meta = json.loads(built.read_text(encoding="utf-8"))
+    if store.current_id() != meta["build_id"]:
+        raise SystemExit(f"error: {store.root} CURRENT is not round {number}'s build "
+                         f"{meta['build_id']}; remove {arm_dir} to start the arm again")
+    started = time.perf_counter()
+    summary = answer_all(store.root, setup["reading"].dataset.questions, here / "run", progress)
+    result = {"round": number, **measure(store.build(meta["build_id"]), setup),
+              **{k: summary[k] for k in ("context_recall", "EM", "F1-SQuAD", "calls/q",
+                                         "tok/q", "n")},
+              "log": round_log(store.root, meta["build_id"]),
+              "wall_s": round(meta["build_s"] + time.perf_counter() - started, 1)}
+    done.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return result
+
+
+def answer_all(store: Path, questions, out: Path, progress: bool) -> dict:
+    """Every question through ``Runtime.ask(q, llm=none)`` with the runtime's defaults, scored
+    as a reading run (evaluation.runner; the runtime logs its own feedback)."""
+    from evaluation.context import CountingLLM
+    from evaluation.methods import _prediction
+    from evaluation.runner import evaluate
+    from runtime.llm import make_llm
+    from runtime.query import Runtime
+
+    rt, llm = Runtime.open(store), CountingLLM(make_llm("none"))
+
+    def ask(question):
+        llm.reset()
+        return _prediction(llm, question, rt.ask(question.question, llm=llm), None)
+
+    try:
+        return evaluate({"lokg": ask}, questions, out, progress=progress, reading=True)["lokg"]
+    finally:
+        rt.close()
+
+
+def measure(build, setup: dict) -> dict:
+    """The build's size, its feedback_enrich/ingest report, and the withheld triples it holds."""
+    from text.feedback_enrich import Published
+
+    tables, stages = build.manifest["tables"], build.manifest["report"]["stages"]
+    enrich, ingest = stages["feedback_enrich"], stages["ingest"]
+    pub = Published(build, None)
+    canonical = dict(zip(*(build.read("relation_map")[c].to_pylist()
+                           for c in ("name", "canonical_name"))))
+    t = build.read("triples")
+    held = {(pub.keys[s], pub.relations[r], pub.keys[o])
+            for s, r, o in zip(*(t[c].to_pylist() for c in ("s", "r", "o")))}
+    pairs = {(s, o) for s, _, o in held} | {(o, s) for s, _, o in held}
+    strict = pair = 0
+    for h, r, o in setup["withheld_triples"]:
+        s_key, o_key = pub.by_form.get(h, h), pub.by_form.get(o, o)
+        strict += (s_key, canonical.get(r, r), o_key) in held
+        pair += (s_key, o_key) in pairs
+    n = len(setup["withheld_triples"])
+    return {"build_id": build.build_id, "entities": tables["entities"]["rows"],
+            "triples": tables["triples"]["rows"], "withheld": n,
+            "recovered_strict": round(strict / n, 4), "recovered_pair": round(pair / n, 4),
+            "sub_questions": enrich.get("sub_questions", 0), "enriched": enrich.get("enriched", 0),
+            "answered": enrich.get("answered", 0),
+            "delta_new": enrich.get("delta_triples_new", 0),
+            "delta_triples": enrich.get("delta_triples", 0),
+            "feedback_edges_added": ingest.get("feedback_edges_added", 0)}
+
+
+def round_log(store: Path, build_id: str) -> dict:
+    """The feedback records this round's answers wrote, by kind."""
+    from runtime.feedback import KINDS, log_dir, read_log
+
+    records = [r for r in read_log(log_dir(store)).records if r["build_id"] == build_id]
+    return {kind: sum(r["kind"] == kind for r in records) for kind in KINDS} | \
+        {"missing_facts": sum(len(r["missing"]) for r in records)}
+
+
+# ---- output -----------------------------------------------------------------------------------
+HEADER = ("| arm | round | entities | triples | withheld recovered (strict / pair) | logged "
+          "(chain_stop / no_entity / no_derivation) | sub-q in log → enriched → answered | "
+          "delta new (all) | context recall | EM | F1 | calls/q | tok/q | wall s |")
+
+
+def table(results: dict[str, list[dict]]) -> str:
+    rows = [HEADER, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for arm, rounds in results.items():
+        for r in rounds:
+            log = r["log"]
+            rows.append(
+                f"| {arm} | {r['round']} | {r['entities']} | {r['triples']} | "
+                f"{r['recovered_strict']:.3f} / {r['recovered_pair']:.3f} | "
+                f"{log['chain_stop']} / {log['no_entity']} / {log['no_derivation']} | "
+                f"{r['sub_questions']} → {r['enriched']} → {r['answered']} | "
+                f"{r['delta_new']} ({r['delta_triples']}) | {r['context_recall']:.3f} | "
+                f"{r['EM']:.3f} | {r['F1-SQuAD']:.3f} | {r['calls/q']:.2f} | {r['tok/q']:.1f} | "
+                f"{r['wall_s']:.0f} |")
+    return "\n".join(rows) + "\n"
+
+
+def plot(results: dict[str, list[dict]], path: Path) -> Path:
+    """Recovered share (pair) and context recall over rounds, one line per arm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for arm, rounds in results.items():
+        x = [r["round"] for r in rounds]
+        axes[0].plot(x, [r["recovered_pair"] for r in rounds], marker="o", label=arm)
+        axes[1].plot(x, [r["context_recall"] for r in rounds], marker="o", label=arm)
+    for ax, title in zip(axes, ("withheld triples recovered (pair)", "context recall")):
+        ax.set_title(title)
+        ax.set_xlabel("refresh round")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    command = shlex.join(["python", "bench/feedback_rounds.py", *(argv or sys.argv[1:])])
+    check_settings(args)
+    setup = prepare(args)
+    print(f"{command}\n{args.questions} questions, {len(setup['reading'].documents)} documents, "
+          f"{len(setup['withheld_triples'])} triples withheld", file=sys.stderr)
+    results = {}
+    for arm in args.arms:
+        config = build_config(setup, arm)
+        results[arm] = []
+        for number in range(args.rounds + 1):
+            results[arm].append(run_round(args.work / arm, number, config, setup,
+                                          not args.no_progress))
+            print(f"{arm} round {number}: {results[arm][-1]['wall_s']} s", file=sys.stderr)
+    text = table(results)
+    if args.markdown:
+        args.markdown.write_text(text, encoding="utf-8")
+    print(f"plot: {plot(results, args.work / 'feedback-rounds.png')}", file=sys.stderr)
+    print(json.dumps(results, indent=2) if args.json else text, end="\n" if args.json else "")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
