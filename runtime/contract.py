@@ -202,6 +202,9 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
 
 #: Tables every build must contain.
 REQUIRED_TABLES = ("entities", "relations", "triples")
+#: An entity type written ``~<relation>`` was derived from the entity's most frequent incoming
+#: relation (spark_jobs/entity_types.py), not read from a schema.
+INCOMING_TYPE_PREFIX = "~"
 
 
 class StoreError(LokgError):

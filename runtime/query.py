@@ -56,7 +56,8 @@ from runtime.answer import Answer
 from runtime.answers import (ANSWER_MAX_TOKENS, Prompt, build_prompt, choice_lines,
                              parse_answers, prompt_overhead)
 from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS, section
-from runtime.contract import Build, Store, StoreError, is_url, read_parquet, to_numpy
+from runtime.contract import (INCOMING_TYPE_PREFIX, Build, Store, StoreError, is_url,
+                              read_parquet, to_numpy)
 from runtime.errors import LokgError
 from runtime.linker import (LINKER_FORMS_FILE, Link, Linker, normalise, surface_forms,
                             vector_fallback)
@@ -703,8 +704,17 @@ class Runtime:
         return None
 
     def _hop_domains(self) -> relknow.HopDomains:
+        """Hop domains over the entities' schema types: a type the build derived from the
+        entity's own relations (entity_types' frequent_relation rule: a relation name, or
+        ``~name`` of an incoming one — all of a text graph's) says nothing about a gap."""
         if self._domains is None:
-            self._domains = relknow.HopDomains(self.relknow[1], lambda e: self._types[e] or ())
+            derived = set(self.relation_names.values())
+
+            def schema_types(e: int) -> list[str]:
+                return [t for t in self._types[e] or ()
+                        if not t.startswith(INCOMING_TYPE_PREFIX) and t not in derived]
+
+            self._domains = relknow.HopDomains(self.relknow[1], schema_types)
         return self._domains
 
     def _derived(self, base: dict, plan: RelationPlan, budget: int, timings: dict) -> Answer:

@@ -34,12 +34,12 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline.stage import stage_input
-from runtime.contract import TABLE_SCHEMAS
+from runtime.contract import INCOMING_TYPE_PREFIX, TABLE_SCHEMAS
 from spark_jobs.session import get_spark
 
 RULES = ("explicit", "domain", "frequent_relation")
 SOURCES = ("explicit", "domain", "frequent_relation", "incoming_relation")
-INCOMING_PREFIX = "~"
+INCOMING_PREFIX = INCOMING_TYPE_PREFIX
 BROADCAST_ENTITIES = 1_000_000  # up to this many entities: broadcast joins, one output file
 
 _SLASH = re.compile(r"^/([^/\s]+)/([^/\s]+)/\S+$")  # /domain/type/property[./cvt/...]
