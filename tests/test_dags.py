@@ -590,7 +590,7 @@ def test_refresh_with_feedback_publishes_a_build_answering_an_unanswerable_quest
     from runtime.contract import Store
     from runtime.feedback import log_dir, read_log
     from tests.test_feedback_enrich import FAST as REFRESH
-    from tests.test_feedback_enrich import _log, _missing, answers, withheld_question
+    from tests.test_feedback_enrich import answers, withheld_question
 
     dump, store = tmp_path / "dump", tmp_path / "store"
     generate(dump, n_triples=300, seed=SEED, n_questions=40, withhold=1)
@@ -600,7 +600,9 @@ def test_refresh_with_feedback_publishes_a_build_answering_an_unanswerable_quest
                        "overrides": [*FAST, *REFRESH[1:], *labelled_overrides(dump)]})
     airflow(env, "dags", "test", "lokg_build", "2026-01-04T03:00:00+00:00", "--conf", conf)
     assert question["answers"][0] not in answers(store, question["question"])
-    _log(store, _missing(edge["s"], edge["relation"], edge["s_name"]))
+    (logged,) = read_log(log_dir(store)).records  # the runtime's own record of the gap
+    assert [(m["entity"], m["relation"]) for m in logged["missing"]] == \
+        [(edge["s"], edge["relation"])]
     (log_dir(store) / "0000000000000-0-h-1-bad.log").write_bytes(b"torn{")
     airflow(env, "dags", "test", "lokg_build", "2026-01-11T03:00:00+00:00", "--conf", conf)
     assert answers(store, question["question"])[:1] == question["answers"]
@@ -609,6 +611,6 @@ def test_refresh_with_feedback_publishes_a_build_answering_an_unanswerable_quest
     assert stages["feedback_enrich"]["skipped_log_lines"] == 1
     assert stages["ingest"]["feedback_edges_added"] == 1
     (lineage,) = built.read("feedback_lineage").to_pylist()
-    (record,) = read_log(log_dir(store)).records
+    assert read_log(log_dir(store)).records == [logged]  # answered now: nothing more logged
     assert (lineage["feedback_id"], lineage["delta_id"]) == \
-        (record["id"], stages["feedback_enrich"]["from_build"])
+        (logged["id"], stages["feedback_enrich"]["from_build"])
