@@ -96,8 +96,9 @@ def decode(line: bytes) -> tuple[dict | None, str]:
 
 def missing_record(answer) -> dict | None:
     """What an :class:`~runtime.answer.Answer` says the graph lacks, as a record to log: the
-    facts where the predicted chain's walk stopped (e, r_k, ?), or — nothing linked, nothing
-    derived — the question's topic mentions; None when nothing is missing."""
+    facts where the predicted chain's walk stopped (e, r_k, ?) with the linked names, or —
+    nothing linked, nothing derived — the question's topic mentions; None when nothing is
+    missing."""
     from runtime.linker import name_mentions
 
     route = answer.route or {}
@@ -106,9 +107,10 @@ def missing_record(answer) -> dict | None:
     if answer.status == "no_entity":
         return {**base, "kind": "no_entity", "mentions": name_mentions(answer.question)}
     stopped = route.get("stopped")
-    if stopped:
+    if stopped:  # the fact, and its topic: what enrichment tries when the relation is a guess
         return {**base, "kind": "chain_stop", "chain": stopped["chain"],
-                "missing": [missing_fact(e, stopped["hop"]) for e in stopped["from"]]}
+                "missing": [missing_fact(e, stopped["hop"]) for e in stopped["from"]],
+                "mentions": [link["name"] for link in answer.linked]}
     if answer.status == "no_paths" or (route.get("predictor") and not route.get("derivable")):
         return {**base, "kind": "no_derivation",
                 "mentions": [link["name"] for link in answer.linked]}

@@ -218,6 +218,7 @@ def test_a_chain_that_stops_logs_the_missing_fact_and_the_route_says_where(gap_s
     assert record["kind"] == "chain_stop" and record["build_id"] == rt.build_id
     assert record["missing"] == [{"entity": "e5", "name": "fabio quist",
                                   "relation": "profession", "text": "fabio quist profession"}]
+    assert record["mentions"] == ["edda quist"]  # the topic, for enrichment's entity passages
     assert "question" not in record  # kept only when configured
     rt.ask("what is the job of greta quist 's wife ?", policy="route")  # derived: nothing missing
     assert len(_log(gap_store)) == 1

@@ -25,7 +25,7 @@ def _log(store: Path, *records: dict) -> None:
 
 
 def _missing(entity: str, relation: str, name: str = "Febaville") -> dict:
-    return {"build_id": "b0", "kind": "chain_stop",
+    return {"build_id": "b0", "kind": "chain_stop", "mentions": [],
             "missing": [{"entity": entity, "name": name, "relation": relation,
                          "text": f"{name} {relation}"}]}
 
@@ -44,13 +44,14 @@ def test_sub_questions_merge_records_asking_the_same_fact():
                {"id": "b", **_missing("m.1", "location.city.country")},
                {"id": "c", **_missing("m.1", "~location.country.capital")},
                {"id": "d", "build_id": "b0", "kind": "no_entity", "missing": [],
-                "mentions": ["Lorvin Bay"]}]
+                "mentions": ["Lorvin Bay"]},
+               {"id": "e", **_missing("m.1", "location.city.country"), "mentions": ["Febastan"]}]
     sqs = fe.sub_questions(records)
     assert [(sq.entity, sq.relation, sq.feedback_ids) for sq in sqs] == [
-        ("m.1", "location.city.country", ["a", "b"]),
+        ("m.1", "location.city.country", ["a", "b", "e"]),
         ("m.1", "~location.country.capital", ["c"]),
-        ("", "", ["d"])]
-    assert sqs[2].name == "Lorvin Bay"
+        ("", "", ["d"]), ("", "", ["e"])]  # a stopped chain's topic is asked about too
+    assert [sqs[2].name, sqs[3].name] == ["Lorvin Bay", "Febastan"]
 
 
 def test_answered_sub_questions_close_and_fruitless_ones_wait_for_new_passages(tmp_path):

@@ -84,14 +84,15 @@ class SubQuestion:
 
 
 def sub_questions(records: list[dict]) -> list[SubQuestion]:
-    """The sub-questions of the log, oldest first, one per (entity, relation) or mention."""
+    """The sub-questions of the log, oldest first, one per (entity, relation) or mention: a
+    record's missing facts and its mentions both (a chain's relation may be a guess — on a
+    graph of free-text phrases it nearly always is — while its topic is not)."""
     found: dict[str, SubQuestion] = {}
     for record in records:
         asks = [SubQuestion(m["entity"], str(m.get("name") or m["entity"]), m["relation"],
                             str(m.get("text") or ""), []) for m in record["missing"]]
-        if not asks:
-            asks = [SubQuestion("", str(m), "", str(m), []) for m in record["mentions"]
-                    if isinstance(m, str) and entity_key(m)]
+        asks += [SubQuestion("", str(m), "", str(m), []) for m in record["mentions"]
+                 if isinstance(m, str) and entity_key(m)]
         for sq in asks:
             sq = found.setdefault(sq.key, sq)
             if record["id"] not in sq.feedback_ids:
