@@ -47,8 +47,8 @@ from runtime.encoder import EncoderError, SentenceEncoder
 from runtime.feedback import log_dir, read_log
 from text.chunking import content_id
 from text.triple_context import readable_relation
-from text.triple_extract import (ChunkCache, best_sentence, cache_root, entity_key,
-                                 precomputed_file, relation_key, surface)
+from text.triple_extract import (ChunkCache, as_triple, best_sentence, cache_root, entity_key,
+                                 openie_passages, precomputed_file, relation_key, surface)
 
 STAGE = "feedback_enrich"
 INVERSE = "~"
@@ -119,10 +119,12 @@ class Published:
     def __init__(self, build: Build, encoder: SentenceEncoder | None):
         self.build, self.encoder = build, encoder
         self.chunks = build.read("chunks").to_pylist()
-        sentences = build.read("sentences").to_pylist()
-        self.sentences = {c["chunk_id"]: [(s["sentence_id"], s["text"]) for s in sentences
-                                          if s["doc_id"] == c["doc_id"]
-                                          and c["start"] <= s["start"] and s["end"] <= c["end"]]
+        by_doc: dict[str, list[dict]] = {}
+        for s in build.read("sentences").to_pylist():
+            by_doc.setdefault(s["doc_id"], []).append(s)
+        self.sentences = {c["chunk_id"]: [(s["sentence_id"], s["text"])
+                                          for s in by_doc.get(c["doc_id"], ())
+                                          if c["start"] <= s["start"] and s["end"] <= c["end"]]
                           for c in self.chunks}
         self.vectors = np.load(build.path / "chunk_vectors.npy")
         ent = build.read("entities", columns=["id", "key", "name", "aliases"])
@@ -234,23 +236,14 @@ class Extraction:
                 result, _, reason = extract_one(self.extractor, self.cache, chunk)
                 self.failed += bool(reason)
                 found = [] if reason else result.get("triples") or []
-            self.results[chunk["chunk_id"]] = [t for t in found if _well_formed(t)]
+            self.results[chunk["chunk_id"]] = [t for t in found if as_triple(t)]
         return self.results[chunk["chunk_id"]]
-
-
-def _well_formed(triple) -> bool:
-    return (isinstance(triple, (list, tuple)) and len(triple) == 3
-            and all(isinstance(x, str) and x.strip() for x in triple))
 
 
 def _openie_by_document(path: Path) -> dict[str, list]:
     """A HippoRAG-style OpenIE file's triples by the document id its passage has."""
-    try:
-        docs = json.loads(path.read_text(encoding="utf-8"))["docs"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise StageError(f"{STAGE}: cannot read the OpenIE file {path} ({exc})") from None
-    return {content_id(d.get("title", ""), d.get("text", "")): d.get("extracted_triples") or []
-            for d in docs if isinstance(d, dict)}
+    return {doc_id: doc.get("extracted_triples") or []
+            for doc_id, doc in openie_passages(path, STAGE) if doc_id is not None}
 
 
 # ---- which extracted triples answer a sub-question -------------------------------------------

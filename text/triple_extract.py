@@ -87,7 +87,7 @@ class Collected:
                 self.entity(item.get("name"), item.get("description") or "",
                             item.get("type") or "")
         for triple in result.get("triples") or ():
-            parts = _triple(triple)
+            parts = as_triple(triple)
             keys = parts and (self.entity(parts[0]), relation_key(parts[1]), self.entity(parts[2]))
             if not keys or not all(keys) or keys[0] == keys[2]:
                 self.malformed_triples += 1
@@ -98,7 +98,8 @@ class Collected:
                 self.sources[column].append(value)
 
 
-def _triple(triple) -> tuple[str, str, str] | None:
+def as_triple(triple) -> tuple[str, str, str] | None:
+    """An extracted triple as three non-blank strings, or None when it is not one."""
     if (isinstance(triple, (list, tuple)) and len(triple) == 3
             and all(isinstance(x, str) and x.strip() for x in triple)):
         return triple[0], triple[1], triple[2]
@@ -242,14 +243,9 @@ def precomputed_file(cfg: Mapping, dump: Path) -> Path:
 def read_precomputed(path: Path, documents: Mapping[str, str], sentences_by_doc: Mapping,
                      collected: Collected) -> dict:
     """Add the triples of an OpenIE file; its passages are matched to documents by content."""
-    try:
-        docs = json.loads(path.read_text(encoding="utf-8"))["docs"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise StageError(f"triple_extract: cannot read the OpenIE file {path} ({exc})") from None
+    passages = openie_passages(path, "triple_extract")
     unmatched = 0
-    for doc in docs:
-        doc_id = content_id(doc.get("title", ""), doc.get("text", "")) if isinstance(doc, dict) \
-            else None
+    for doc_id, doc in passages:
         if doc_id not in documents:
             unmatched += 1
             continue
@@ -261,7 +257,18 @@ def read_precomputed(path: Path, documents: Mapping[str, str], sentences_by_doc:
         before = len(collected.sources["sentence_id"])
         collected.add(result, "", [(sid, text) for sid, text, _ in candidates])
         _fill_chunks(collected, before, by_sentence)
-    return {"file": str(path), "passages": len(docs), "unmatched_passages": unmatched}
+    return {"file": str(path), "passages": len(passages), "unmatched_passages": unmatched}
+
+
+def openie_passages(path: Path, stage: str) -> list[tuple[str | None, dict]]:
+    """(document id, passage) of every passage of a HippoRAG-style OpenIE file, the id by
+    content as the documents stage makes it (None for a passage that is no JSON object)."""
+    try:
+        docs = json.loads(path.read_text(encoding="utf-8"))["docs"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StageError(f"{stage}: cannot read the OpenIE file {path} ({exc})") from None
+    return [(content_id(d.get("title", ""), d.get("text", "")), d) if isinstance(d, dict)
+            else (None, {}) for d in docs]
 
 
 def _fill_chunks(collected: Collected, since: int, chunk_of: Mapping[str, str]) -> None:
