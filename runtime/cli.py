@@ -10,6 +10,7 @@ from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETR
 from runtime.contract import MANIFEST_FILE, Build, Store, StoreError, is_url
 from runtime.object_store import RemoteStore, open_store
 from runtime.environment import apply_defaults
+from runtime.feedback import KINDS as FEEDBACK_KINDS
 
 STORE_OPTION = click.option(
     "--store", "store_root", envvar="LOKG_STORE", default="lokg_store", show_default=True,
@@ -411,7 +412,7 @@ def _read_feedback(store_root: str, log_directory: str | None):
 @FEEDBACK_DIR_OPTION
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
               help="The newest records shown (0 = all).")
-@click.option("--kind", type=click.Choice(["chain_stop", "no_entity", "no_derivation"]),
+@click.option("--kind", type=click.Choice(FEEDBACK_KINDS),
               default=None, help="Only records of this kind.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON record per line.")
 def feedback_list(store_root: str, log_directory: str | None, limit: int, kind: str | None,

@@ -946,13 +946,14 @@ class RelationKnowledge:
         when no chain of them all does ("which films star X": "films" names the type of the
         answer, not a hop; a lexicon learned from labelled questions names hops). Out and
         straight back along one relation is a chain only for a question with a sharing word
-        ("films that share the director of X"), which tries that round trip first (two words naming one relation, "cause of
-        death", are no round trip). With ``answer_type`` (relations the asked-for word names,
-        :meth:`answer_type`) each chain also goes one hop further along one of them, and only
-        chains whose endpoints are mostly objects of one of them count ("which films star X"
-        asks for films, not co-stars), else subjects ("who works
-        as a pilot"), else none: "which country produced X" is no question about X's
-        studio."""
+        ("films that share the director of X"), which tries that round trip first (two words
+        naming one relation, "cause of death", are no round trip). With ``answer_type``
+        (relations the asked-for word names, :meth:`answer_type`) each chain also goes one hop
+        further along one of them, and only chains whose endpoints are mostly objects of one
+        of them count ("which films star X" asks for films, not co-stars), else subjects ("who
+        works as a pilot"), else none: "which country produced X" is no question about X's
+        studio. When nothing instantiates, the walk of the chain tried first says where it
+        stopped (:attr:`Prediction.stops`)."""
         in_order = named_in_order(hops, len(masked.split()))
         if not in_order:
             return Prediction(source, None, 0.0, 0.0, [], named, None, "no span names a relation")
