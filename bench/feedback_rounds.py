@@ -94,10 +94,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ---- the sparsified subset --------------------------------------------------------------------
 def folded(triple) -> tuple[str, str, str] | None:
     """A triple's keys as triple_extract folds them; None when the stage would drop it."""
-    from text.feedback_enrich import _well_formed
-    from text.triple_extract import entity_key, relation_key
+    from text.triple_extract import as_triple, entity_key, relation_key
 
-    if not _well_formed(triple):
+    if as_triple(triple) is None:
         return None
     key = (entity_key(triple[0]), relation_key(triple[1]), entity_key(triple[2]))
     return key if all(key) and key[0] != key[2] else None
