@@ -12,7 +12,7 @@ and their topic-masked form (``relknow.mask_topic``), as ``Runtime`` embeds them
 all questions after ``--warmup`` untimed ones. Memory: resident set (VmRSS) of the fresh process
 after loading the encoder and one encode, and its peak (VmHWM) after the run. Deviation: max
 |numpy − torch| and min cosine over every vector. torch runs with 1 thread (the runtime's
-``query.encoder_threads``); numpy with each ``--blas-threads`` value as OPENBLAS_NUM_THREADS
+``query.threads``); numpy with each ``--blas-threads`` value as OPENBLAS_NUM_THREADS
 (``default``: unset). Prints a markdown table, the ratios and the command.
 """
 

@@ -192,8 +192,10 @@ DEFAULTS: dict = {
         "passages": 3,
         "focus_candidates": 5,  # top candidates that get ITTC's λ_boost (with linked entities)
         "min_link_cosine": 0.5,  # vector fallback: nearest entity must reach this cosine
-        # threads of the question encoder (numpy's BLAS or torch), process-wide; null = default
-        "encoder_threads": 1,
+        # threads of the query path's numerics, process-wide, set at open: numpy's BLAS (every
+        # product a question makes is small; runtime.environment.limit_blas_threads) and the
+        # torch encoder's; null = leave them as they are
+        "threads": 1,
         # auto: the build's exported ONNX model (onnxruntime), else the numpy forward (no torch)
         # for BERT models, else sentence-transformers | onnx | numpy | torch
         "encoder_backend": "auto",
@@ -406,7 +408,7 @@ SCHEMA: dict = {
     "query": {
         "lambda_q": WEIGHT, "max_candidates": COUNT, "passages": integer(0),
         "focus_candidates": integer(0),
-        "min_link_cosine": number(-1, 1), "encoder_threads": THREADS,
+        "min_link_cosine": number(-1, 1), "threads": THREADS,
         "encoder_backend": choice(*QUERY_BACKENDS), "relation_weight": WEIGHT,
         "chain_boost": BOOL, "cached_buckets": COUNT, "reader": choice(*READER_MODES),
         "choice_candidates": COUNT, "choice_margin": WEIGHT, "feedback": BOOL,

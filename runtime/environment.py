@@ -10,6 +10,7 @@ that an installed ``lokg`` works without ``source infra/env.sh``:
 * ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` = 1: model files are local, never fetched.
 
 A variable already set is left as it is (env.sh, the Airflow DAGs and tests set their own).
+:func:`limit_blas_threads` is the one process setting the query path changes (at open).
 """
 
 from __future__ import annotations
@@ -35,6 +36,23 @@ def apply_defaults() -> None:
         found = tiktoken_cache()
         if found is not None:
             os.environ["TIKTOKEN_CACHE_DIR"] = str(found)
+
+
+def limit_blas_threads(threads: int) -> bool:
+    """numpy's BLAS threads set to ``threads`` for the whole process, through threadpoolctl;
+    without it nothing changes and the result is False.
+
+    Every product a question makes is small (question spans against relation names, one
+    question against the entity vectors, the numpy encoder's ~20-row GEMMs). OpenBLAS's default
+    thread per core turns each into a hand-off that, on a loaded 2-core host, waits for a busy
+    core: a 60×384 by 384×225 product took 0.13 ms p50 but 32 ms p90 with the default and
+    0.17 ms p90 with one thread (docs/BENCHMARKS.md, "BLAS threads on the query path")."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return False
+    threadpool_limits(limits=int(threads), user_api="blas")
+    return True
 
 
 def tiktoken_cache() -> Path | None:

@@ -28,9 +28,9 @@ then falls back to sentence-transformers:
 Threads: importing this module changes nothing. A question is a GEMM of ~20 rows, too small to
 share out: with OpenBLAS's default (a thread per core) a question on the busy 2-core host took
 131 ms p50 / 1.1 s p99 instead of 15 / 31 ms with one thread (docs/BENCHMARKS.md). ``runtime.question_encoder.query_encoder(threads=…)``
-(the runtime passes ``query.encoder_threads``, 1) therefore sets numpy's BLAS threads for the
-process, as it sets torch's for the torch encoder, with threadpoolctl where installed;
-without it, start the service with ``OPENBLAS_NUM_THREADS=1``.
+therefore sets numpy's BLAS threads for the process (``runtime.environment.limit_blas_threads``,
+which ``Runtime.open`` applies with ``query.threads`` whatever the encoder), as it sets torch's
+for the torch encoder; without threadpoolctl, start the service with ``OPENBLAS_NUM_THREADS=1``.
 """
 
 from __future__ import annotations
@@ -54,17 +54,6 @@ _MAX_HEADER = 100 * 2**20  # the format's own limit on the JSON header
 
 class NumpyEncoderError(EncoderError):
     """A model directory the numpy encoder cannot load; the message names the file."""
-
-
-def limit_blas_threads(threads: int) -> bool:
-    """numpy's BLAS threads set to ``threads`` for the whole process (why: module docstring).
-    Needs threadpoolctl; without it nothing changes and the result is False."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return False
-    threadpool_limits(limits=int(threads), user_api="blas")
-    return True
 
 
 # ---------------------------------------------------------------- safetensors

@@ -58,6 +58,7 @@ from runtime.answers import (ANSWER_MAX_TOKENS, Prompt, build_prompt, choice_lin
 from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS, section
 from runtime.contract import (INCOMING_TYPE_PREFIX, Build, Store, StoreError, is_url,
                               read_parquet, to_numpy)
+from runtime.environment import limit_blas_threads
 from runtime.errors import LokgError
 from runtime.linker import (LINKER_FORMS_FILE, Link, Linker, normalise, surface_forms,
                             vector_fallback)
@@ -280,6 +281,8 @@ class Runtime:
         self._cold: OrderedDict[int, taimr.Paths] = OrderedDict()
         self._cold_lock = threading.Lock()
         self._domains: relknow.HopDomains | None = None
+        if settings["threads"]:
+            limit_blas_threads(int(settings["threads"]))
         self._load()
 
     # ---------------------------------------------------------------- opening
@@ -441,7 +444,7 @@ class Runtime:
 
                     self._encoder = query_encoder(
                         self.encoder_spec, self.settings["encoder_backend"],
-                        threads=self.settings["encoder_threads"],
+                        threads=self.settings["threads"],
                         exported=exported_model(self.encoder_spec, self.build.path / "models"))
                 except Exception as exc:  # ImportError without torch, or a bad model path
                     self._encoder_error = f"encoder unavailable: {exc}"

@@ -16,6 +16,7 @@ import numpy as np
 from runtime import numpy_bert, onnx_bert
 from runtime.config import QUERY_BACKENDS
 from runtime.encoder import EncoderError, SentenceEncoder, spec_model_dir
+from runtime.environment import limit_blas_threads
 
 
 
@@ -46,7 +47,7 @@ def query_encoder(spec: Mapping, backend: str = "auto", threads: int | None = No
         if reason is None:
             encoder = numpy_bert.NumpyBertEncoder(path, spec)
             if threads:
-                numpy_bert.limit_blas_threads(int(threads))
+                limit_blas_threads(int(threads))
             return encoder
         if backend == "numpy":
             raise numpy_bert.UnsupportedModelError(reason)

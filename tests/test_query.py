@@ -88,6 +88,25 @@ def rt(store_root):
     return Runtime.open(store_root)
 
 
+def blas_threads() -> set[int]:
+    from threadpoolctl import threadpool_info
+
+    return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+
+def test_open_sets_numpys_blas_threads_whatever_the_encoder(store_root):
+    """Every product a question makes is small; the default thread per core only waits."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        if blas_threads() != {2}:
+            pytest.skip("numpy's BLAS cannot run 2 threads here")
+        Runtime.open(store_root, threads=None)
+        assert blas_threads() == {2}
+        Runtime.open(store_root)  # query.threads defaults to 1; the toy store has no encoder
+        assert blas_threads() == {1}
+
+
 @pytest.fixture(scope="module")
 def rt_free(store_root):
     """The free-form reader: any answer list, grounded where it can be."""
