@@ -62,6 +62,7 @@ The pieces:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import json
@@ -90,6 +91,12 @@ MAX_SPAN_WORDS = 4
 MAX_ZERO_SHOT_HOPS = 3
 #: Cosines this close to a span's best relation are a tie (names that embed alike).
 ZERO_SHOT_TIE = 1e-5
+#: Relations this close to a span's best are its substitutes when no chain of the best ones
+#: instantiates: "nationality" names person_nationality (0.89) before actor_nationality (0.74),
+#: and an actor has only the second.
+ZERO_SHOT_NEAR = 0.15
+#: Substitutes tried per span, the nearest first.
+ZERO_SHOT_SUBSTITUTES = 2
 #: Names of one segment sharing leading words with this many others lose those words.
 SHARED_PREFIX_NAMES = 3
 _SEGMENT_SPLIT = re.compile(r"[./]+|__+")
@@ -612,17 +619,23 @@ def ending_in(chains: Sequence[tuple[int, ...]], relations: Iterable[int], n_rel
             and hop_relation(c[-1], n_relations) not in kinds for r in kinds]
 
 
-def named_in_order(hops: Sequence[tuple[float, int, int, int]], n_words: int
-                   ) -> tuple[int, ...]:
-    """The relations of the best-scoring non-overlapping spans (at most
-    :data:`MAX_ZERO_SHOT_HOPS`), in question order."""
+def chosen_spans(hops: Sequence[tuple[float, int, int, int]], n_words: int
+                 ) -> list[tuple[float, int, int, int]]:
+    """The best-scoring non-overlapping spans (at most :data:`MAX_ZERO_SHOT_HOPS`), in
+    question order."""
     taken = np.zeros(n_words, dtype=bool)
     chosen = []
-    for _, start, end, rel in sorted(hops, key=lambda h: (-h[0], h[1])):
-        if not taken[start:end].any():
-            taken[start:end] = True
-            chosen.append((start, rel))
-    return tuple(r for _, r in sorted(chosen[:MAX_ZERO_SHOT_HOPS]))
+    for hop in sorted(hops, key=lambda h: (-h[0], h[1])):
+        if not taken[hop[1]:hop[2]].any():
+            taken[hop[1]:hop[2]] = True
+            chosen.append(hop)
+    return sorted(chosen[:MAX_ZERO_SHOT_HOPS], key=lambda h: h[1])
+
+
+def named_in_order(hops: Sequence[tuple[float, int, int, int]], n_words: int
+                   ) -> tuple[int, ...]:
+    """The relations of :func:`chosen_spans`."""
+    return tuple(h[3] for h in chosen_spans(hops, n_words))
 
 
 def directions(order: Sequence[int], n_relations: int) -> list[tuple[int, ...]]:
@@ -915,6 +928,32 @@ class RelationKnowledge:
             out.append((float(c), a, b, tied[0]))
         return out
 
+    def span_substitutes(self, masked: str, embed: Callable[[list[str]], np.ndarray],
+                         hops: Sequence[tuple[float, int, int, int]]) -> list[tuple[int, ...]]:
+        """The chosen spans' relations (:func:`named_in_order`) with one swapped for one of its
+        span's :data:`ZERO_SHOT_SUBSTITUTES` nearest others within :data:`ZERO_SHOT_NEAR`,
+        least cosine given up first: what :meth:`predict_spans` tries when the best relations
+        make no chain (two families name one word: person_ and actor_nationality)."""
+        chosen = chosen_spans(hops, len(masked.split()))
+        if not chosen:
+            return []
+        words = masked.split()
+        sims = np.asarray(embed([" ".join(words[a:b]) for _, a, b, _ in chosen]),
+                          dtype=np.float32) @ self.relation_vectors.T
+        swaps = []
+        for i, (row, (c, _, _, best)) in enumerate(zip(sims, chosen)):
+            near = [int(k) for k in np.argsort(-row, kind="stable")
+                    if row[k] >= c - ZERO_SHOT_NEAR and self.relation_order[int(k)] != best]
+            swaps += [(c - float(row[k]), i, self.relation_order[k])
+                      for k in near[:ZERO_SHOT_SUBSTITUTES]]
+        base = [h[3] for h in chosen]
+        out = []
+        for _, i, relation in sorted(swaps):
+            swapped = base[:i] + [relation] + base[i + 1:]
+            if len(set(swapped)) == len(swapped):
+                out.append(tuple(swapped))
+        return out
+
     def answer_type(self, masked: str, embed: Callable[[list[str]], np.ndarray]
                     ) -> frozenset[int]:
         """The relations the question's first word names when it is not the topic ("*films*
@@ -933,7 +972,8 @@ class RelationKnowledge:
 
     def predict_spans(self, hops: Sequence[tuple[float, int, int, int]], masked: str,
                       facts: Facts, topics: Sequence[int], *, source: str,
-                      named: frozenset[int], answer_type: frozenset[int] = frozenset()
+                      named: frozenset[int], answer_type: frozenset[int] = frozenset(),
+                      substitutes: Callable[[], list[tuple[int, ...]]] | None = None
                       ) -> Prediction:
         """Chains from relations named by question spans (best score first, no overlap, at
         most :data:`MAX_ZERO_SHOT_HOPS`): every order and walking direction of them is a vote
@@ -953,15 +993,36 @@ class RelationKnowledge:
         of them count ("which films star X" asks for films, not co-stars), else subjects ("who
         works as a pilot"), else none: "which country produced X" is no question about X's
         studio. When nothing instantiates, the walk of the chain tried first says where it
-        stopped (:attr:`Prediction.stops`)."""
+        stopped (:attr:`Prediction.stops`), and ``substitutes`` (relations for the same spans,
+        :meth:`span_substitutes`) are tried in turn, the first that instantiates voting."""
         in_order = named_in_order(hops, len(masked.split()))
         if not in_order:
             return Prediction(source, None, 0.0, 0.0, [], named, None, "no span names a relation")
-        sharing = bool(SHARING_WORDS.intersection(masked.split()))
+        levels = functools.partial(self._first_level, sharing=bool(SHARING_WORDS.intersection(
+            masked.split())), facts=facts, topics=topics, answer_type=answer_type,
+            fewest=1 if source == "zero_shot" else len(in_order))
+        by_end, first = levels(in_order)
+        if not any(by_end) and substitutes is not None:
+            by_end = next((other for other, _ in map(levels, substitutes()) if any(other)), by_end)
+        votes = [(group[0], float(len(group))) for key, group in by_end.items() if key]
+        votes += [(chain, 1.0) for chain in by_end.get((), [])]
+        prediction = tally(votes, facts, topics, source=source, named=named,
+                           max_frontier=self.max_frontier)
+        if prediction.chain is None and not prediction.stops and first and topics:
+            stopped = stop_of(derive(facts, topics, first, max_frontier=self.max_frontier))
+            prediction.stops = (stopped,) if stopped else ()
+        return prediction
+
+    def _first_level(self, in_order: tuple[int, ...], *, sharing: bool, facts: Facts,
+                     topics: Sequence[int], answer_type: frozenset[int], fewest: int
+                     ) -> tuple[dict[tuple[int, ...], list[tuple[int, ...]]], tuple | None]:
+        """(chains by endpoints, the chain tried first — where it stops is what the graph
+        lacks) of the first of :meth:`_candidate_levels` where a chain instantiates, of the
+        asked kind when there is one; else the first level reaching subjects of that kind,
+        else the last level's."""
         by_end: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-        fewest = 1 if source == "zero_shot" else len(in_order)
         subjects = None  # the first level reaching subjects of the asked kind's relations
-        first = None  # the chain tried first: where it stops is what the graph lacks
+        first = None
         for chains in self._candidate_levels(in_order, sharing, facts.n_relations, fewest):
             first = first or (chains[0] if chains else None)
             chains = chains + ending_in(chains, answer_type, facts.n_relations)
@@ -974,17 +1035,8 @@ class RelationKnowledge:
                                 if not k or of_type(facts, k, answer_type, objects=False)}
                 by_end = typed
             if any(by_end):
-                break
-        else:
-            by_end = subjects if subjects is not None and any(subjects) else by_end
-        votes = [(group[0], float(len(group))) for key, group in by_end.items() if key]
-        votes += [(chain, 1.0) for chain in by_end.get((), [])]
-        prediction = tally(votes, facts, topics, source=source, named=named,
-                           max_frontier=self.max_frontier)
-        if prediction.chain is None and not prediction.stops and first and topics:
-            stopped = stop_of(derive(facts, topics, first, max_frontier=self.max_frontier))
-            prediction.stops = (stopped,) if stopped else ()
-        return prediction
+                return by_end, first
+        return (subjects if subjects is not None and any(subjects) else by_end), first
 
     def _candidate_levels(self, in_order: tuple[int, ...], sharing: bool, n_relations: int,
                           fewest: int):
@@ -1052,9 +1104,10 @@ class RelationKnowledge:
                                     "no labelled questions and no encoder")
         else:
             hops = self.zero_shot_hops(masked, embed, facts, topics)
-            prediction = self.predict_spans(hops, masked, facts, topics, source="zero_shot",
-                                            named=frozenset(h[3] for h in hops),
-                                            answer_type=self.answer_type(masked, embed))
+            prediction = self.predict_spans(
+                hops, masked, facts, topics, source="zero_shot",
+                named=frozenset(h[3] for h in hops), answer_type=self.answer_type(masked, embed),
+                substitutes=lambda: self.span_substitutes(masked, embed, hops))
         consistency = None
         if prediction.derivation is not None:
             consistency = self.checker.check(prediction.derivation.facts, facts)

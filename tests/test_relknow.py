@@ -740,6 +740,25 @@ def test_zero_shot_ties_go_to_the_relation_the_topic_has_facts_of():
     assert [h[3] for h in know.zero_shot_hops("job of someone", embed)] != [REL["profession"]]
 
 
+@pytest.mark.parametrize("profession_cosine, chain", [(0.9, ("~profession",)), (0.8, None)])
+def test_zero_shot_tries_a_near_relation_when_the_best_makes_no_chain(profession_cosine, chain):
+    """"works" is nearest gender (1.0), which links nothing to a pilot; profession, within
+    ZERO_SHOT_NEAR of it (0.9), is tried next and walks back to who works as one — one 0.2
+    below the best (0.8) is no substitute."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    eye = np.eye(len(RELATIONS), dtype=np.float32)
+    works = eye[REL["gender"]] + np.float32(profession_cosine) * eye[REL["profession"]]
+    embed = lambda texts: np.stack([works if t == "works" else np.zeros(5, np.float32)  # noqa: E731
+                                    for t in texts])
+    a = zero_shot_knowledge(eye).assess(mask_topic("who works as a pilot", ["pilot", "a pilot"]),
+                                        [N_PEOPLE + 3], facts, q_vec=None, embed=embed)
+    named = a.prediction.chain and tuple(hop_name(h, RELATIONS.__getitem__, len(RELATIONS))
+                                         for h in a.prediction.chain)
+    assert named == chain
+    if chain:
+        assert a.derivation.endpoints == list(range(1, N_PEOPLE, 4))
+
+
 @pytest.mark.slow
 def test_zero_shot_stage_with_the_real_encoder(tmp_path):
     """No training questions: relation names embedded, θ_zs picked on dev."""
