@@ -632,6 +632,16 @@ def chosen_spans(hops: Sequence[tuple[float, int, int, int]], n_words: int
     return sorted(chosen[:MAX_ZERO_SHOT_HOPS], key=lambda h: h[1])
 
 
+def shared_span(hops: Sequence[tuple[float, int, int, int]], masked: str) -> int | None:
+    """None without a sharing word (:data:`SHARING_WORDS`), else the index in
+    :func:`named_in_order` of the first span after it (what is shared), -1 when none is."""
+    words = masked.split()
+    at = next((i for i, w in enumerate(words) if w in SHARING_WORDS), None)
+    if at is None:
+        return None
+    return next((k for k, h in enumerate(chosen_spans(hops, len(words))) if h[1] > at), -1)
+
+
 def named_in_order(hops: Sequence[tuple[float, int, int, int]], n_words: int
                    ) -> tuple[int, ...]:
     """The relations of :func:`chosen_spans`."""
@@ -998,9 +1008,9 @@ class RelationKnowledge:
         in_order = named_in_order(hops, len(masked.split()))
         if not in_order:
             return Prediction(source, None, 0.0, 0.0, [], named, None, "no span names a relation")
-        levels = functools.partial(self._first_level, sharing=bool(SHARING_WORDS.intersection(
-            masked.split())), facts=facts, topics=topics, answer_type=answer_type,
-            fewest=1 if source == "zero_shot" else len(in_order))
+        levels = functools.partial(self._first_level, sharing=shared_span(hops, masked),
+                                   facts=facts, topics=topics, answer_type=answer_type,
+                                   fewest=1 if source == "zero_shot" else len(in_order))
         by_end, first = levels(in_order)
         if not any(by_end) and substitutes is not None:
             by_end = next((other for other, _ in map(levels, substitutes()) if any(other)), by_end)
@@ -1013,7 +1023,7 @@ class RelationKnowledge:
             prediction.stops = (stopped,) if stopped else ()
         return prediction
 
-    def _first_level(self, in_order: tuple[int, ...], *, sharing: bool, facts: Facts,
+    def _first_level(self, in_order: tuple[int, ...], *, sharing: int | None, facts: Facts,
                      topics: Sequence[int], answer_type: frozenset[int], fewest: int
                      ) -> tuple[dict[tuple[int, ...], list[tuple[int, ...]]], tuple | None]:
         """(chains by endpoints, the chain tried first — where it stops is what the graph
@@ -1038,16 +1048,24 @@ class RelationKnowledge:
                 return by_end, first
         return (subjects if subjects is not None and any(subjects) else by_end), first
 
-    def _candidate_levels(self, in_order: tuple[int, ...], sharing: bool, n_relations: int,
-                          fewest: int):
+    def _candidate_levels(self, in_order: tuple[int, ...], sharing: int | None,
+                          n_relations: int, fewest: int):
         """The chains :meth:`predict_spans` tries, level by level (the first level where one
         instantiates votes): all the named relations before fewer of them (down to
-        ``fewest``); within a number of them the round trips (with a sharing word), then
-        fewer backward hops first."""
+        ``fewest``); within a number of them the round trips (with a sharing word: ``sharing``
+        is the index of the relation named after it, :func:`shared_span`, or -1), those along
+        that relation first ("which films share the director of X": not X's actors' films,
+        though "films" names the relation ``film``), then fewer backward hops first."""
         for size in range(len(in_order), fewest - 1, -1):
             subsets = list(itertools.combinations(in_order, size))
-            if sharing and size < MAX_ZERO_SHOT_HOPS:
-                yield [c for sub in subsets for c in round_trips(sub, n_relations)]
+            if sharing is not None and size < MAX_ZERO_SHOT_HOPS:
+                trips = [c for sub in subsets for c in round_trips(sub, n_relations)]
+                if sharing >= 0:
+                    along = [c for c in trips
+                             if hop_relation(c[0], n_relations) == in_order[sharing]]
+                    yield along
+                    trips = [c for c in trips if c not in along]
+                yield trips
             orders = list(dict.fromkeys(o for sub in subsets
                                         for o in [sub[::-1], *itertools.permutations(sub)]))
             chains = self._distinct([c for o in orders for c in directions(o, n_relations)])

@@ -22,7 +22,7 @@ from runtime.query import QueryError, Runtime
 from runtime.relknow import (INVERSE_PREFIX, PLACEHOLDER, Checker, Facts, Gate, Prediction,
                              RelationKnowledge, Vote, derive, hop_id, hop_name, inverse_hop,
                              learn_exclusive, learn_functional, mask_topic, relation_texts,
-                             split_hop)
+                             shared_span, split_hop)
 from tests.test_cli import BLOCK_HEAVY
 from tests.test_query import FakeLLM
 from training import relation_knowledge as fit
@@ -757,6 +757,34 @@ def test_zero_shot_tries_a_near_relation_when_the_best_makes_no_chain(profession
     assert named == chain
     if chain:
         assert a.derivation.endpoints == list(range(1, N_PEOPLE, 4))
+
+
+@pytest.mark.parametrize("masked, shared", [
+    ("films share director of someone", 1),  # "director", the second chosen span
+    ("director of films share someone", -1),  # a sharing word, nothing named after it
+    ("films director of someone", None),  # no sharing word
+])
+def test_the_shared_span_is_the_first_named_after_the_sharing_word(masked, shared):
+    hops = [(0.9, 0, 1, REL["children"]), (0.8, 2, 3, REL["profession"]),
+            (0.7, 1, 3, REL["gender"])]  # overlaps the better "director" span: not chosen
+    if masked.startswith("director"):
+        hops = [(0.9, 0, 1, REL["profession"]), (0.8, 2, 3, REL["children"])]
+    assert shared_span(hops, masked) == shared
+
+
+def test_round_trips_along_the_shared_relation_are_a_level_of_their_own():
+    """With two named relations and a sharing word, the round trips along the shared one are
+    tried before the other's: both instantiating in one level would split the vote."""
+    n = len(RELATIONS)
+    know = zero_shot_knowledge(np.eye(n, dtype=np.float32))
+    gender, job = REL["gender"], REL["profession"]
+    levels = [lvl for lvl in know._candidate_levels((gender, job), 0, n, 1) if lvl]
+    single = [lvl for lvl in levels if all(len(c) == 2 and c[1] == inverse_hop(c[0], n)
+                                           for c in lvl)]
+    assert [{c[0] % n for c in lvl} for lvl in single] == [{gender}, {job}]
+    unmarked = [lvl for lvl in know._candidate_levels((gender, job), -1, n, 1) if lvl]
+    assert any({c[0] % n for c in lvl} == {gender, job} for lvl in unmarked
+               if all(len(c) == 2 for c in lvl))
 
 
 @pytest.mark.slow
