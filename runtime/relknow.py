@@ -633,13 +633,19 @@ def chosen_spans(hops: Sequence[tuple[float, int, int, int]], n_words: int
 
 
 def shared_span(hops: Sequence[tuple[float, int, int, int]], masked: str) -> int | None:
-    """None without a sharing word (:data:`SHARING_WORDS`), else the index in
-    :func:`named_in_order` of the first span after it (what is shared), -1 when none is."""
+    """What the question shares: with a sharing word (:data:`SHARING_WORDS`) the index in
+    :func:`named_in_order` of the first span after it (-1 when none is); without one, the
+    first of two spans naming one relation with a word between them that is no stop word
+    ("the writer of the films written by X": out along written_by and back; "cause of death"
+    is one relation named once); else None."""
     words = masked.split()
+    chosen = chosen_spans(hops, len(words))
     at = next((i for i, w in enumerate(words) if w in SHARING_WORDS), None)
-    if at is None:
-        return None
-    return next((k for k, h in enumerate(chosen_spans(hops, len(words))) if h[1] > at), -1)
+    if at is not None:
+        return next((k for k, h in enumerate(chosen) if h[1] > at), -1)
+    return next((i for i, j in itertools.combinations(range(len(chosen)), 2)
+                 if chosen[i][3] == chosen[j][3]
+                 and any(w not in STOP_WORDS for w in words[chosen[i][2]:chosen[j][1]])), None)
 
 
 def named_in_order(hops: Sequence[tuple[float, int, int, int]], n_words: int
