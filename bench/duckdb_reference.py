@@ -3,6 +3,7 @@
     python bench/duckdb_reference.py                       # 10⁶ triples, 2 rounds, ratios
     python bench/duckdb_reference.py --triples 10000000 --rounds 1 --json ref.jsonl
     python bench/duckdb_reference.py --dump /data/synth-1e6  # an existing pipeline.synth dir
+    python bench/duckdb_reference.py --dump D --baseline ../old  # + an older relation_stats
 
 One process, one dump (``pipeline.synth``, ``--malformed-rate`` 0.1 % by default so that the
 quarantine has work). Rounds alternate Spark then DuckDB so that both see the same machine load:
@@ -26,11 +27,17 @@ relation counts and H(r), type-pair masses, candidate pairs with source, shared 
 Jaccard and NMI (floats to ``TOLERANCE``; Spark rounds H and P_r to 12 decimals, DuckDB
 likewise, but sums in another order). Prints a Markdown table of per-step seconds (median over
 rounds, with min–max) and ratios Spark / DuckDB; ``--json PATH`` appends the row.
+
+``--baseline DIR`` (a checkout, e.g. a git worktree at an older commit): in every round its
+``spark_jobs/relation_stats.py`` also runs, in the same session, on the same staged inputs,
+right after this tree's — a before/after under the same load — and its outputs are compared
+with DuckDB's too.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import sys
@@ -70,6 +77,23 @@ def duck_round(dump: Path, spark_outputs: dict, config: dict, work: Path) -> tup
     return seconds, tables
 
 
+def load_baseline(tree: Path):
+    """``tree``'s relation_stats module (its own imports resolve to this tree's modules)."""
+    spec = importlib.util.spec_from_file_location(
+        "baseline_relation_stats", tree / "spark_jobs" / "relation_stats.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def baseline_round(module, config: dict, outputs: dict, out_dir: Path) -> tuple[float, dict]:
+    """The baseline's relation_stats on this round's staged inputs: (seconds, outputs)."""
+    out_dir.mkdir()
+    started = time.perf_counter()
+    result = module.run(config, outputs, str(out_dir))
+    return round(time.perf_counter() - started, 2), {**outputs, **result["outputs"]}
+
+
 def compare(spark_outputs: dict, duck: dict) -> dict[str, str]:
     """'equal' or the first difference, per output (see the module doc)."""
     spark = duckdb_sql.read_spark_outputs(spark_outputs)
@@ -90,18 +114,24 @@ def run(args) -> dict:
         spark, startup_s = start_spark(config)
         peaks = Peaks(spark)
         times: dict[str, list[float]] = {}
-        loads, equality = [], {}
+        loads, equality, baseline_equality = [], {}, {}
+        baseline = load_baseline(args.baseline) if args.baseline else None
         for i in range(args.rounds):
             loads.append(machine()["load_average"])
             stages, reports, outputs = spark_stages(config, dump, Path(tmp) / f"store{i}", peaks)
             for name, st in stages.items():
                 times.setdefault(f"spark_{name}", []).append(st["seconds"])
+            if baseline:
+                seconds, before = baseline_round(baseline, config, outputs, Path(tmp) / f"base{i}")
+                times.setdefault("baseline_relation_stats", []).append(seconds)
             work = Path(tmp) / f"duck{i}"
             work.mkdir()
             seconds, tables = duck_round(dump, outputs, config, work)
             for name, s in seconds.items():
                 times.setdefault(f"duckdb_{name}", []).append(s)
             equality = compare(outputs, tables)
+            if baseline:
+                baseline_equality = compare(before, tables)
             loads.append(machine()["load_average"])
     return {
         "mode": "duckdb_reference", "dump": str(args.dump) if args.dump else None,
@@ -113,6 +143,8 @@ def run(args) -> dict:
         "spark_relation_stats_steps": reports["relation_stats"]["step_seconds"],
         "rounds": args.rounds, "seconds": {k: spread(v) for k, v in times.items()},
         "ratios": ratios(times), "equality": equality,
+        "baseline": str(args.baseline) if args.baseline else None,
+        "baseline_equality": baseline_equality,
         "generate_seconds": generate_s, "spark_startup_seconds": startup_s,
         "duckdb_version": __import__("duckdb").__version__, "load_averages": loads,
         "driver_memory": args.driver_memory, "cpus": machine()["cpus"],
@@ -122,8 +154,12 @@ def run(args) -> dict:
 def ratios(times: dict[str, list[float]]) -> dict[str, float]:
     """Spark / DuckDB of the medians: ingest (Spark's ingest stage) and relation_stats."""
     med = {k: statistics.median(v) for k, v in times.items()}
-    return {step: round(med[f"spark_{step}"] / med[f"duckdb_{step}"], 2)
-            for step in ("ingest", "relation_stats")}
+    out = {step: round(med[f"spark_{step}"] / med[f"duckdb_{step}"], 2)
+           for step in ("ingest", "relation_stats")}
+    if "baseline_relation_stats" in med:
+        out["baseline_relation_stats"] = round(
+            med["baseline_relation_stats"] / med["duckdb_relation_stats"], 2)
+    return out
 
 
 def table(row: dict) -> str:
@@ -138,6 +174,10 @@ def table(row: dict) -> str:
     for step in ("ingest", "relation_stats"):
         lines.append(f"| {row['triples']:,} | {step} | {cell('spark_' + step)} | "
                      f"{cell('duckdb_' + step)} | {row['ratios'][step]:.1f}× |")
+    if "baseline_relation_stats" in sec:
+        lines.append(f"| {row['triples']:,} | relation_stats, --baseline | "
+                     f"{cell('baseline_relation_stats')} | {cell('duckdb_relation_stats')} | "
+                     f"{row['ratios']['baseline_relation_stats']:.1f}× |")
     lines.append(f"| | entity_types (Spark only, input of both relation_stats) | "
                  f"{cell('spark_entity_types')} | — | — |")
     lines.append(f"| | Spark session start-up (once, excluded above) | "
@@ -156,6 +196,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", type=Path, help="append the result as one JSON line")
     parser.add_argument("--workdir", type=Path, help="parent of the temporary directory")
+    parser.add_argument("--baseline", type=Path,
+                        help="a checkout whose relation_stats also runs in every round")
     args = parser.parse_args(argv)
     row = run(args)
     print(json.dumps(row), flush=True)
@@ -163,8 +205,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         with open(args.json, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
-    if any(v != "equal" for v in row["equality"].values()):
-        sys.exit(f"outputs differ: {row['equality']}")
+    if any(v != "equal" for v in [*row["equality"].values(), *row["baseline_equality"].values()]):
+        sys.exit(f"outputs differ: {row['equality']} (baseline: {row['baseline_equality']})")
 
 
 if __name__ == "__main__":

@@ -88,6 +88,9 @@ DEFAULTS: dict = {
         "type_pair_min_share": 0.01,  # a type pair proposes candidates only where its p >= this
         "type_rule": "spread",  # spread: weight 1/(|T(s)||T(o)|) per type pair | min: smallest type
         "transe_neighbours": 10,  # extra candidate pairs from TransE nearest neighbours
+        # up to this many relations, P_r, candidates and pair signals are computed on the driver
+        # from collected |R|-sized tables (candidates held in memory: up to |R|²/2); above, in Spark
+        "driver_max_relations": 2000,
     },
     "transe": {  # training/transe.py (PyKEEN TransE, sLCWA, Adam, margin ranking loss)
         "dim": 64,
@@ -357,6 +360,7 @@ SCHEMA: dict = {
         "type_pair_min_share": SHARE,
         "type_rule": choice(*TYPE_RULES),
         "transe_neighbours": integer(0),  # 0: no TransE candidates
+        "driver_max_relations": integer(0),  # 0: always the Spark path
     },
     "transe": {
         "dim": COUNT, "epochs": COUNT, "seed": SEED, "batch_size": COUNT, "learning_rate": RATE,

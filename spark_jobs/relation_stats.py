@@ -27,6 +27,18 @@ from the self-join, hub entities by a join of the hub's relations with the candi
 either relation has no triples). ``source`` lists the generators that proposed the pair,
 comma-separated and sorted (e.g. ``entity,type``).
 
+How (issue 17 item 2): Spark makes the passes that grow with the triples — one exchange of
+the head and tail rows by entity (``_roles``, which also de-duplicates), then on that cached,
+entity-partitioned table one aggregation for the per-relation counts and H(r), the non-hub
+entity pairs generated within each entity's relation set, and the triples counted per (head
+type set, tail type set) with the entity types broadcast. Up to ``driver_max_relations``
+relations, what is left is |R|-sized and done on the driver: P_r spread from those counts
+(``spread_counts``, as ``TypeIndex``), the type candidates, NMI (``nmi_signal``), Jaccard, and
+one Arrow write; hub entities, when there can be any (|R| > the cap), are counted for the
+candidates by one Spark join. Above that threshold (candidates may number |R|²) P_r is
+collected but candidates and signals stay DataFrames, as before. Both paths give the same
+rows (tested).
+
 The pure-numpy helpers at the top (``tail_entropy``, ``TypeIndex``, ``jsd_bits``,
 ``nmi_signal``) are the driver-side definitions of the same quantities; ``scos_merge`` uses them
 to recompute cluster statistics from the union of triples, and the tests check that they agree
@@ -35,9 +47,10 @@ with the Spark computation.
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -154,14 +167,22 @@ class TypeIndex:
             return {}
         k = len(self.sets)
         combos, counts = np.unique(self.set_ids(s) * k + self.set_ids(o), return_counts=True)
-        dist: dict[tuple[str, str], float] = {}
-        for combo, count in zip(combos.tolist(), counts.tolist()):
-            heads, tails = self.sets[combo // k], self.sets[combo % k]
-            w = count / (len(heads) * len(tails) * n)
-            for ht in heads:
-                for tt in tails:
-                    dist[(ht, tt)] = dist.get((ht, tt), 0.0) + w
-        return dist
+        return spread_counts(((self.sets[c // k], self.sets[c % k], count)
+                              for c, count in zip(combos.tolist(), counts.tolist())), n)
+
+
+def spread_counts(combos: Iterable[tuple[Sequence[str], Sequence[str], int]], n: int
+                  ) -> dict[tuple[str, str], float]:
+    """P over (head type, tail type) from triple counts per (head type set, tail type set), of
+    n triples in all: each triple's 1/n spread evenly over the product of its two sets. One
+    definition for ``TypeIndex`` and for the stage's counts collected from Spark."""
+    dist: dict[tuple[str, str], float] = {}
+    for heads, tails, count in combos:
+        w = count / (len(heads) * len(tails) * n)
+        for ht in heads:
+            for tt in tails:
+                dist[(ht, tt)] = dist.get((ht, tt), 0.0) + w
+    return dist
 
 
 def transe_neighbour_pairs(emb: np.ndarray, relation_ids: np.ndarray, k: int
@@ -184,7 +205,7 @@ def transe_neighbour_pairs(emb: np.ndarray, relation_ids: np.ndarray, k: int
 
 
 # ============================================================================================
-# Spark
+# Spark: the passes over the triples (and, past ``driver_max_relations``, the pair signals)
 
 
 def _typed_entities(spark_entities, rule: str):
@@ -195,92 +216,283 @@ def _typed_entities(spark_entities, rule: str):
         F.coalesce(F.col("types"), F.array().cast("array<string>")),
         lambda t: t.isNotNull() & (t != F.lit("")))))
     if rule == "min":
-        clean = F.when(F.size(clean) > 0, F.array(F.array_min(clean))).otherwise(clean)
-    ts = F.when(F.size(clean) > 0, clean).otherwise(F.array(F.lit(UNTYPED)))
-    return spark_entities.select(F.col("id").alias("e"), ts.alias("ts"))
+        clean = F.slice(clean, 1, 1)
+    cleaned = spark_entities.select(F.col("id").alias("e"), clean.alias("ts"))
+    return cleaned.select("e", F.when(F.size("ts") > 0, F.col("ts"))
+                          .otherwise(F.array(F.lit(UNTYPED))).alias("ts"))
+
+
+def _roles(triples):
+    """(e, r, x, h): each relation's heads (e = s, x null, h = 1) and distinct triples as tail
+    rows (e = o, x = s, h = 0). The stage's one exchange of the triples (by e) de-duplicates
+    them too, and every per-entity aggregation after it needs no other: hash(e) satisfies
+    their grouping."""
+    from pyspark.sql import functions as F
+
+    heads = triples.select(F.col("s").alias("e"), "r", F.lit(None).cast("long").alias("x"),
+                           F.lit(1).alias("h"))
+    tails = triples.select(F.col("o").alias("e"), "r", F.col("s").alias("x"), F.lit(0).alias("h"))
+    return heads.unionByName(tails).repartition("e").distinct()
+
+
+def _entity_relations(roles):
+    """(e, r, h, c): e is a head of r (h = 1) and the tail of c distinct triples of r."""
+    from pyspark.sql import functions as F
+
+    return roles.groupBy("e", "r").agg(F.max("h").alias("h"), F.sum(1 - F.col("h")).alias("c"))
+
+
+def _relation_facts(er):
+    """Per relation, one aggregation: triples, heads, tails, entities and H(r) in nats
+    (H = ln n − Σ_o c_o ln c_o / n, c_o the triples with tail o, n = Σ c_o)."""
+    from pyspark.sql import functions as F
+
+    c = F.col("c")
+    per_r = er.groupBy("r").agg(
+        F.sum(c).alias("triples"), F.sum("h").alias("heads"),
+        F.count(F.when(c > 0, 1)).alias("tails"), F.count(F.lit(1)).alias("entities"),
+        F.sum(F.when(c > 0, c * F.log(c)).otherwise(0.0)).alias("clc"))
+    entropy = F.greatest(F.lit(0.0), F.log("triples") - F.col("clc") / F.col("triples"))
+    return per_r.select("r", "triples", "heads", "tails", "entities",
+                        F.round(entropy, DIGITS).alias("entropy"))
+
+
+def _relation_sets(er):
+    """(e, rs): each entity's relations; grouped where er already is (by e)."""
+    from pyspark.sql import functions as F
+
+    return er.groupBy("e").agg(F.collect_list("r").alias("rs"))
+
+
+def _entity_pairs(sets, cap: int):
+    """(r_i, r_j, shared_nonhub) over the entities touching ≤ ``cap`` relations: the pairs of
+    each entity's relation set, made within its row (no self-join, no sort), then counted."""
+    from pyspark.sql import functions as F
+
+    firsts = sets.filter(F.size("rs") <= cap).select(F.explode("rs").alias("r_i"), "rs")
+    pairs = firsts.select("r_i", F.explode(F.filter("rs", lambda r: r > F.col("r_i"))).alias("r_j"))
+    return pairs.groupBy("r_i", "r_j").agg(F.count(F.lit(1)).alias("shared_nonhub"))
+
+
+def _hub_shared(hub, cand):
+    """(r_i, r_j, shared_hub): hub entities (rows e, r) shared by each candidate pair."""
+    from pyspark.sql import functions as F
+
+    h1, h2 = hub.alias("h1"), hub.alias("h2")
+    return (h1.join(cand.select("r_i", "r_j"), F.col("h1.r") == F.col("r_i"))
+            .join(h2, (F.col("h2.e") == F.col("h1.e")) & (F.col("h2.r") == F.col("r_j")))
+            .groupBy("r_i", "r_j").agg(F.count(F.lit(1)).alias("shared_hub")))
+
+
+def _type_combos(spark, roles, entities_path: str, rule: str):
+    """(r, hts, tts, c): the distinct triples (the tail rows of ``roles``) counted per head
+    type set and tail type set."""
+    from pyspark.sql import functions as F
+
+    typed = _typed_entities(spark.read.parquet(entities_path).select("id", "types"), rule)
+    head, tail = typed.alias("head"), typed.alias("tail")  # one broadcast, reused for both
+    untyped = F.array(F.lit(UNTYPED))
+    tails = roles.filter(F.col("h") == 0).select("x", "r", "e")
+    tagged = (tails.join(head, F.col("x") == F.col("head.e"), "left")
+              .join(tail, tails["e"] == F.col("tail.e"), "left")
+              .select("r", F.coalesce("head.ts", untyped).alias("hts"),
+                      F.coalesce("tail.ts", untyped).alias("tts")))
+    return tagged.groupBy("r", "hts", "tts").agg(F.count(F.lit(1)).alias("c"))
 
 
 def compute(spark, config: Mapping, entities_path: str, triples_path: str, relations_path: str,
             embeddings_path: str | None = None, log=None):
-    """Run the Spark computation. Returns (stats arrow table, pairs DataFrame, report)."""
+    """Run the stage. Returns (stats Arrow table, pairs — an Arrow table from the driver path,
+    a DataFrame from the Spark one —, report, laps, DataFrames to unpersist)."""
     from pyspark import StorageLevel
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     cfg = settings(config)
-    log = log or (lambda msg: None)
     lap = Laps()
     report: dict = {"entropy_unit": "nats", "type_rule": cfg["type_rule"], "step_seconds": lap.seconds}
-
-    mem = StorageLevel.MEMORY_AND_DISK
     relations = read_table(Path(relations_path), "relations")
-    report["relations"] = relations.num_rows
-    triples = spark.read.parquet(triples_path).select("s", "r", "o").distinct().persist(mem)
-
-    # -- per relation: counts, tail entropy, entity sets ----------------------------------------
-    ro = triples.groupBy("r", "o").agg(F.count(F.lit(1)).alias("c"))
-    per_r = ro.groupBy("r").agg(
-        F.sum("c").alias("triples"),
-        F.count(F.lit(1)).alias("tails"),
-        F.sum(F.col("c") * F.log(F.col("c"))).alias("clc"),
-    ).select("r", "triples", "tails",
-             F.round(F.greatest(F.lit(0.0),
-                                F.log(F.col("triples")) - F.col("clc") / F.col("triples")),
-                     DIGITS).alias("entropy"))
-    # (r, e) with role flags: one shuffle gives heads, entities and the entity → relation lists
-    er = (triples.select("r", F.col("s").alias("e"), F.lit(1).alias("h"))
-          .union(triples.select("r", F.col("o").alias("e"), F.lit(0).alias("h")))
-          .groupBy("r", "e").agg(F.max("h").alias("h"))
-          .persist(mem))
-    sizes = er.groupBy("r").agg(F.count(F.lit(1)).alias("entities"), F.sum("h").alias("heads"))
-    basic = per_r.join(sizes, "r").toArrow()
+    n_rel = report["relations"] = relations.num_rows
+    report["max_possible_pairs"] = n_rel * (n_rel - 1) // 2
+    roles = _roles(spark.read.parquet(triples_path).select("s", "r", "o"))
+    roles = roles.persist(StorageLevel.MEMORY_AND_DISK)
+    roles.count()  # materialised first, so that every plan on it sees its partitioning by e
+    er = _entity_relations(roles)
+    basic = _relation_facts(er).toArrow()
     report["triples"] = int(pc.sum(basic.column("triples")).as_py() or 0)
     lap("entropy_and_sizes")
 
-    # -- type-pair distributions --------------------------------------------------------------
-    typed = _typed_entities(spark.read.parquet(entities_path).select("id", "types"), cfg["type_rule"])
-    untyped = F.array(F.lit(UNTYPED))
-    tagged = (triples
-              .join(typed.withColumnRenamed("e", "s").withColumnRenamed("ts", "hts"), "s", "left")
-              .join(typed.withColumnRenamed("e", "o").withColumnRenamed("ts", "tts"), "o", "left")
-              .select("r", F.coalesce("hts", untyped).alias("hts"),
-                      F.coalesce("tts", untyped).alias("tts")))
-    grouped = tagged.groupBy("r", "hts", "tts").agg(F.count(F.lit(1)).alias("c"))
-    spread = (grouped
+    sets, cap_e = _relation_sets(er), int(cfg["max_relations_per_entity"])
+    hubs = sets.filter(F.size("rs") > cap_e)
+    # an entity touches at most |R| relations: with |R| ≤ the cap there is no hub to count
+    report["hub_entities_skipped"] = hubs.count() if n_rel > cap_e else 0
+    hub = hubs.select("e", F.explode("rs").alias("r"))
+    combos = _type_combos(spark, roles, entities_path, cfg["type_rule"])
+    transe = _transe_pairs(relations, embeddings_path, cfg, report, log or (lambda msg: None))
+    report["path"] = "driver" if n_rel <= int(cfg["driver_max_relations"]) else "spark"
+    if report["path"] == "driver":
+        tables = (basic, _entity_pairs(sets, cap_e).toArrow(), combos.toArrow())
+        stats, pairs = _on_driver(spark, relations, tables, hub, transe, cfg, report)
+        cached = [roles]
+    else:
+        entity_pairs = _entity_pairs(sets, cap_e).persist(StorageLevel.MEMORY_AND_DISK)
+        stats, pairs, cached = _on_spark(spark, relations, (basic, entity_pairs, combos), hub,
+                                         transe, cfg, report)
+        cached += [roles, entity_pairs]
+    lap("type_pairs_and_candidates")
+    return stats, pairs, report, lap, cached
+
+
+def _transe_pairs(relations: pa.Table, embeddings_path: str | None, cfg: Mapping, report: dict,
+                  log) -> list[tuple[int, int]]:
+    """The TransE nearest-neighbour candidates, or none without the embeddings input."""
+    if not (embeddings_path and Path(embeddings_path).is_file()):
+        report["transe"], report["transe_candidates"] = "skipped: no relation_embeddings input", 0
+        log("relation_stats: no relation_embeddings input, TransE candidates skipped")
+        return []
+    emb = np.load(embeddings_path, mmap_mode="r")
+    pairs = transe_neighbour_pairs(emb, relations.column("id").to_numpy(),
+                                   int(cfg["transe_neighbours"]))
+    report["transe"] = f"{len(pairs)} neighbour pairs from {embeddings_path}"
+    report["transe_candidates"] = len(pairs)
+    return pairs
+
+
+# --------------------------------------------------------------------------------------------
+# driver path (|R| ≤ driver_max_relations): the |R|-sized tables collected, the rest in Python
+
+
+def _on_driver(spark, relations: pa.Table, tables: tuple, hub, transe: list, cfg: Mapping,
+               report: dict) -> tuple[pa.Table, pa.Table]:
+    """P_r, the type candidates and every pair signal from the collected facts, non-hub entity
+    pairs and type-set counts (the hub entities, if any, are counted by one Spark join)."""
+    basic, entity_pairs, combos = tables
+    n = dict(zip(basic.column("r").to_pylist(), basic.column("triples").to_pylist()))
+    dists = _distributions(combos, n)
+    stats = _stats_table(relations, basic, _distribution_rows(dists))
+    shared = dict(zip(zip(entity_pairs.column("r_i").to_pylist(),
+                          entity_pairs.column("r_j").to_pylist()),
+                      entity_pairs.column("shared_nonhub").to_pylist()))
+    typed, report["hub_type_pairs_skipped"] = _type_candidates(
+        dists, float(cfg["type_pair_min_share"]), int(cfg["max_relations_per_type_pair"]))
+    cand: dict[tuple[int, int], set[str]] = {}
+    for source, found in (("entity", shared), ("type", typed), ("transe", transe)):
+        for pair in found:
+            cand.setdefault(pair, set()).add(source)
+    if report["hub_entities_skipped"] and cand:
+        pairs_df = spark.createDataFrame(sorted(cand), "r_i long, r_j long")
+        for row in _hub_shared(hub, pairs_df).toArrow().to_pylist():
+            key = (row["r_i"], row["r_j"])
+            shared[key] = shared.get(key, 0) + row["shared_hub"]
+    sizes = dict(zip(stats.column("r").to_pylist(), stats.column("entities").to_pylist()))
+    return stats, _signal_table(cand, shared, sizes, dists)
+
+
+def _distributions(combos: pa.Table, n: Mapping[int, int]) -> dict[int, dict]:
+    """P_r per relation from the (r, hts, tts, c) counts, spread as ``TypeIndex`` does; rows
+    sorted first, so that the sums (and the rounding) do not depend on Spark's row order."""
+    grouped: dict[int, list] = {}
+    for row in sorted(combos.to_pylist(), key=lambda d: (d["r"], d["hts"], d["tts"])):
+        grouped.setdefault(row["r"], []).append((row["hts"], row["tts"], row["c"]))
+    return {r: {key: round(p, DIGITS) for key, p in spread_counts(rows, n[r]).items()}
+            for r, rows in grouped.items()}
+
+
+def _distribution_rows(dists: Mapping[int, Mapping]) -> pa.Table:
+    """{r: P_r} as the (r, head_type, tail_type, p) rows ``_stats_table`` takes."""
+    rows = [(r, ht, tt, p) for r, dist in dists.items() for (ht, tt), p in dist.items()]
+    names = ["r", "head_type", "tail_type", "p"]
+    return pa.table({k: [row[i] for row in rows] for i, k in enumerate(names)},
+                    schema=pa.schema([("r", pa.int64()), ("head_type", pa.string()),
+                                      ("tail_type", pa.string()), ("p", pa.float64())]))
+
+
+def _type_candidates(dists: Mapping[int, Mapping], floor: float, cap: int
+                     ) -> tuple[set[tuple[int, int]], int]:
+    """Pairs sharing a type pair of mass ≥ ``floor`` in both, and how many type pairs held by
+    more than ``cap`` relations were skipped."""
+    holders: dict[tuple[str, str], list[int]] = {}
+    for r in sorted(dists):
+        for key, p in dists[r].items():
+            if p >= floor:
+                holders.setdefault(key, []).append(r)
+    pairs = {pair for rs in holders.values() if len(rs) <= cap
+             for pair in itertools.combinations(rs, 2)}
+    return pairs, sum(len(rs) > cap for rs in holders.values())
+
+
+def _signal_table(cand: Mapping[tuple[int, int], set], shared: Mapping, sizes: Mapping,
+                  dists: Mapping) -> pa.Table:
+    """``relation_pairs`` (sorted by r_i, r_j): shared entities, Jaccard, NMI and sources."""
+    cols: dict[str, list] = {name: [] for name in TABLE_SCHEMAS["relation_pairs"].names}
+    for i, j in sorted(cand):
+        k = shared.get((i, j), 0)
+        union = sizes.get(i, 0) + sizes.get(j, 0) - k
+        cols["r_i"].append(i)
+        cols["r_j"].append(j)
+        cols["shared_entities"].append(k)
+        cols["jaccard"].append(k / union if union > 0 else 0.0)
+        cols["nmi"].append(nmi_signal(dists.get(i, {}), dists.get(j, {})))
+        cols["source"].append(",".join(sorted(cand[(i, j)])))
+    return pa.table(cols, schema=TABLE_SCHEMAS["relation_pairs"])
+
+
+# --------------------------------------------------------------------------------------------
+# Spark path (|R| > driver_max_relations: candidates may number |R|²)
+
+
+def _on_spark(spark, relations: pa.Table, frames: tuple, hub, transe: list, cfg: Mapping,
+              report: dict):
+    """P_r collected (|R|-sized), candidates and pair signals as DataFrames."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    basic, entity_pairs, combos = frames
+    tp = _spark_type_pairs(spark, combos, basic).persist(StorageLevel.MEMORY_AND_DISK)
+    tp_rows = tp.toArrow()
+    stats = _stats_table(relations, basic, tp_rows)
+    sources = [entity_pairs.select("r_i", "r_j", F.lit("entity").alias("source")),
+               _spark_type_candidates(spark, tp, tp_rows, cfg, report)
+               .select("r_i", "r_j", F.lit("type").alias("source"))]
+    if transe:
+        sources.append(spark.createDataFrame(transe, "r_i long, r_j long")
+                       .select("r_i", "r_j", F.lit("transe").alias("source")))
+    cand = sources[0]
+    for extra in sources[1:]:
+        cand = cand.unionByName(extra)
+    cand = (cand.groupBy("r_i", "r_j")
+            .agg(F.concat_ws(",", F.array_sort(F.collect_set("source"))).alias("source"))
+            .persist(StorageLevel.MEMORY_AND_DISK))
+    shared = cand.join(entity_pairs, ["r_i", "r_j"], "left").select(
+        "r_i", "r_j", "source", F.coalesce("shared_nonhub", F.lit(0)).alias("shared_nonhub"))
+    if report["hub_entities_skipped"]:
+        shared = shared.join(_hub_shared(hub, cand), ["r_i", "r_j"], "left")
+    else:
+        shared = shared.withColumn("shared_hub", F.lit(None).cast("long"))
+    pairs = _spark_signals(spark, shared, cand, tp, stats, tp_rows)
+    return stats, pairs, [tp, cand]
+
+
+def _spark_type_pairs(spark, combos, basic: pa.Table):
+    """(r, head_type, tail_type, p): the type-set counts spread over their type pairs."""
+    from pyspark.sql import functions as F
+
+    spread = (combos
               .select("r", F.explode("hts").alias("head_type"), "tts",
                       (F.col("c") / (F.size("hts") * F.size("tts"))).alias("w"))
               .select("r", "head_type", F.explode("tts").alias("tail_type"), "w")
               .groupBy("r", "head_type", "tail_type").agg(F.sum("w").alias("w")))
-    n_r = spark.createDataFrame(basic.select(["r", "triples"]).to_pandas()) \
-        if basic.num_rows else per_r.select("r", "triples")
-    tp = (spread.join(F.broadcast(n_r), "r")
-          .select("r", "head_type", "tail_type",
-                  F.round(F.col("w") / F.col("triples"), DIGITS).alias("p"))
-          .persist(mem))
-    tp_rows = tp.toArrow()
-    lap("type_pairs")
+    n_r = spark.createDataFrame(basic.select(["r", "triples"]).to_pylist(), "r long, triples long")
+    return (spread.join(F.broadcast(n_r), "r")
+            .select("r", "head_type", "tail_type",
+                    F.round(F.col("w") / F.col("triples"), DIGITS).alias("p")))
 
-    stats = _stats_table(relations, basic, tp_rows)
-    small = {  # |R|-sized per-relation facts, broadcast to every join that needs them
-        "entities": stats.select(["r", "entities"]).to_pandas(),
-        "mass": _masses(tp_rows),
-    }
 
-    # -- candidate pairs ------------------------------------------------------------------------
-    cap_e = int(cfg["max_relations_per_entity"])
-    er_k = er.select("e", "r", F.count(F.lit(1)).over(Window.partitionBy("e")).alias("k"))
-    nonhub = er_k.filter(F.col("k") <= cap_e).select("e", "r")
-    hub = er_k.filter(F.col("k") > cap_e).select("e", "r").persist(mem)
-    n_hub_entities = hub.select("e").distinct().count()
-    a, b = nonhub.alias("a"), nonhub.alias("b")
-    entity_pairs = (a.join(b, (F.col("a.e") == F.col("b.e")) & (F.col("a.r") < F.col("b.r")))
-                    .groupBy(F.col("a.r").alias("r_i"), F.col("b.r").alias("r_j"))
-                    .agg(F.count(F.lit(1)).alias("shared_nonhub"))
-                    .persist(mem))
+def _spark_type_candidates(spark, tp, tp_rows: pa.Table, cfg: Mapping, report: dict):
+    """(r_i, r_j) sharing a type pair of mass ≥ the floor; the collected ``tp_rows`` say which
+    type pairs are shared too widely to propose any."""
+    from pyspark.sql import functions as F
 
-    # type candidates: computed from the collected distributions which pairs qualify
-    cap_t = int(cfg["max_relations_per_type_pair"])
-    floor = float(cfg["type_pair_min_share"])
+    cap_t, floor = int(cfg["max_relations_per_type_pair"]), float(cfg["type_pair_min_share"])
     tp_keep = tp_rows.filter(pc.greater_equal(tp_rows.column("p"), floor))
     per_type_pair = tp_keep.group_by(["head_type", "tail_type"]).aggregate([("r", "count")])
     wide = per_type_pair.filter(pc.greater(per_type_pair.column("r_count"), cap_t))
@@ -288,67 +500,31 @@ def compute(spark, config: Mapping, entities_path: str, triples_path: str, relat
     tpc = tp.filter(F.col("p") >= floor).select("r", "head_type", "tail_type")
     if wide.num_rows:
         tpc = tpc.join(F.broadcast(spark.createDataFrame(
-            wide.select(["head_type", "tail_type"]).to_pandas())), ["head_type", "tail_type"],
-            "left_anti")
+            wide.select(["head_type", "tail_type"]).to_pylist(), "head_type string, tail_type string")),
+            ["head_type", "tail_type"], "left_anti")
     ta, tb = tpc.alias("ta"), tpc.alias("tb")
-    type_pairs = (ta.join(tb, (F.col("ta.head_type") == F.col("tb.head_type"))
-                          & (F.col("ta.tail_type") == F.col("tb.tail_type"))
-                          & (F.col("ta.r") < F.col("tb.r")))
-                  .select(F.col("ta.r").alias("r_i"), F.col("tb.r").alias("r_j")))
+    return (ta.join(tb, (F.col("ta.head_type") == F.col("tb.head_type"))
+                    & (F.col("ta.tail_type") == F.col("tb.tail_type")) & (F.col("ta.r") < F.col("tb.r")))
+            .select(F.col("ta.r").alias("r_i"), F.col("tb.r").alias("r_j")))
 
-    sources = [entity_pairs.select("r_i", "r_j", F.lit("entity").alias("source")),
-               type_pairs.select("r_i", "r_j", F.lit("type").alias("source"))]
-    lap("candidates_entity_type")
 
-    report["transe_candidates"] = 0
-    if embeddings_path and Path(embeddings_path).is_file():
-        emb = np.load(embeddings_path, mmap_mode="r")
-        ids = relations.column("id").to_numpy()
-        tr = transe_neighbour_pairs(emb, ids, int(cfg["transe_neighbours"]))
-        report["transe"] = f"{len(tr)} neighbour pairs from {embeddings_path}"
-        report["transe_candidates"] = len(tr)
-        if tr:
-            tr_df = spark.createDataFrame(tr, "r_i long, r_j long")
-            sources.append(tr_df.select("r_i", "r_j", F.lit("transe").alias("source")))
-    else:
-        report["transe"] = "skipped: no relation_embeddings input"
-        log("relation_stats: no relation_embeddings input, TransE candidates skipped")
-    lap("candidates_transe")
-
-    cand = sources[0]
-    for extra in sources[1:]:
-        cand = cand.unionByName(extra)
-    cand = (cand.groupBy("r_i", "r_j")
-            .agg(F.concat_ws(",", F.array_sort(F.collect_set("source"))).alias("source"))
-            .persist(mem))
-    report["hub_entities_skipped"] = n_hub_entities
-    report["max_possible_pairs"] = report["relations"] * (report["relations"] - 1) // 2
-
-    # -- pair signals ---------------------------------------------------------------------------
-    shared = cand.join(entity_pairs, ["r_i", "r_j"], "left")
-    shared = shared.select("r_i", "r_j", "source",
-                           F.coalesce("shared_nonhub", F.lit(0)).alias("shared_nonhub"))
-    if n_hub_entities:
-        h1, h2 = hub.alias("h1"), hub.alias("h2")
-        hub_shared = (h1.join(cand.select("r_i", "r_j"), F.col("h1.r") == F.col("r_i"))
-                      .join(h2, (F.col("h2.e") == F.col("h1.e")) & (F.col("h2.r") == F.col("r_j")))
-                      .groupBy("r_i", "r_j").agg(F.count(F.lit(1)).alias("shared_hub")))
-        shared = shared.join(hub_shared, ["r_i", "r_j"], "left")
-    else:
-        shared = shared.withColumn("shared_hub", F.lit(None).cast("long"))
+def _spark_signals(spark, shared, cand, tp, stats: pa.Table, tp_rows: pa.Table):
+    """relation_pairs as a DataFrame: Jaccard from the shared counts, NMI = 1 − JSD_bits from
+    the overlap of the two distributions (the parts outside it add half their mass)."""
+    from pyspark.sql import functions as F
 
     tp_i = tp.select(F.col("r").alias("r_i"), "head_type", "tail_type", "p")
     tp_j = tp.select(F.col("r").alias("r_j"), "head_type", "tail_type", F.col("p").alias("q"))
     m = (F.col("p") + F.col("q")) / 2.0
     overlap = (cand.select("r_i", "r_j").join(tp_i, "r_i")
-               .join(tp_j, ["r_j", "head_type", "tail_type"])
-               .groupBy("r_i", "r_j")
+               .join(tp_j, ["r_j", "head_type", "tail_type"]).groupBy("r_i", "r_j")
                .agg(F.sum("p").alias("sp"), F.sum("q").alias("sq"),
                     F.sum(F.col("p") * F.log2(F.col("p") / m)
                           + F.col("q") * F.log2(F.col("q") / m)).alias("kl")))
-
+    mass = {r: p for r, p in zip(*_masses(tp_rows))}
     per_rel = spark.createDataFrame(
-        small["entities"].merge(small["mass"], on="r", how="left").fillna({"mass": 0.0}),
+        [(r, n, mass.get(r, 0.0)) for r, n in zip(stats.column("r").to_pylist(),
+                                                  stats.column("entities").to_pylist())],
         "r long, entities long, mass double")
     side_i = F.broadcast(per_rel.select(F.col("r").alias("r_i"), F.col("entities").alias("n_i"),
                                         F.col("mass").alias("m_i")))
@@ -357,29 +533,26 @@ def compute(spark, config: Mapping, entities_path: str, triples_path: str, relat
     shared_n = F.col("shared_nonhub") + F.coalesce("shared_hub", F.lit(0))
     union = F.col("n_i") + F.col("n_j") - F.col("shared_entities")
     jsd = 0.5 * ((F.col("m_i") - F.col("sp")) + (F.col("m_j") - F.col("sq")) + F.col("kl"))
-    pairs = (shared.join(overlap, ["r_i", "r_j"], "left")
-             .join(side_i, "r_i", "left").join(side_j, "r_j", "left")
-             .fillna(0.0, ["sp", "sq", "kl", "m_i", "m_j"]).fillna(0, ["n_i", "n_j"])
-             .withColumn("shared_entities", shared_n)
-             .select(
-                 F.col("r_i").cast("long"), F.col("r_j").cast("long"),
-                 F.col("shared_entities").cast("long"),
-                 F.when(union > 0, F.col("shared_entities") / union).otherwise(F.lit(0.0))
-                 .cast("double").alias("jaccard"),
-                 F.when((F.col("m_i") <= 0) | (F.col("m_j") <= 0), F.lit(0.0))
-                 .otherwise(F.least(F.lit(1.0), F.greatest(F.lit(0.0), 1.0 - jsd)))
-                 .cast("double").alias("nmi"),
-                 "source"))
-    return stats, pairs, report, lap, [triples, er, tp, hub, entity_pairs, cand]
+    return (shared.join(overlap, ["r_i", "r_j"], "left")
+            .join(side_i, "r_i", "left").join(side_j, "r_j", "left")
+            .fillna(0.0, ["sp", "sq", "kl", "m_i", "m_j"]).fillna(0, ["n_i", "n_j"])
+            .withColumn("shared_entities", shared_n)
+            .select(F.col("r_i").cast("long"), F.col("r_j").cast("long"),
+                    F.col("shared_entities").cast("long"),
+                    F.when(union > 0, F.col("shared_entities") / union).otherwise(F.lit(0.0))
+                    .cast("double").alias("jaccard"),
+                    F.when((F.col("m_i") <= 0) | (F.col("m_j") <= 0), F.lit(0.0))
+                    .otherwise(F.least(F.lit(1.0), F.greatest(F.lit(0.0), 1.0 - jsd)))
+                    .cast("double").alias("nmi"),
+                    "source"))
 
 
-def _masses(tp_rows: pa.Table):
-    """Total probability mass per relation (1, or 0 for a relation without triples)."""
-    import pandas as pd
-
+def _masses(tp_rows: pa.Table) -> tuple[list, list]:
+    """(relations, total probability mass of each): 1, up to rounding, for one with triples."""
     if not tp_rows.num_rows:
-        return pd.DataFrame({"r": pd.Series([], dtype="int64"), "mass": pd.Series([], dtype="float64")})
-    return tp_rows.group_by("r").aggregate([("p", "sum")]).rename_columns(["r", "mass"]).to_pandas()
+        return [], []
+    sums = tp_rows.group_by("r").aggregate([("p", "sum")])
+    return sums.column("r").to_pylist(), sums.column("p_sum").to_pylist()
 
 
 def _stats_table(relations: pa.Table, basic: pa.Table, tp_rows: pa.Table) -> pa.Table:
@@ -408,6 +581,20 @@ def type_pair_dict(entries: Iterable[Mapping] | None) -> dict[tuple[str, str], f
     return {(d["head_type"], d["tail_type"]): float(d["p"]) for d in (entries or ())}
 
 
+def _write_pairs(pairs, path: Path) -> pa.ChunkedArray:
+    """Write ``relation_pairs`` (one file from the driver path's Arrow table, Spark's part files
+    from a DataFrame), sorted by (r_i, r_j); returns its ``source`` column."""
+    if isinstance(pairs, pa.Table):
+        write_table("relation_pairs", pairs, path / "part-00000.parquet")
+        return pairs.column("source")
+    pairs.orderBy("r_i", "r_j").write.mode("overwrite").parquet(str(path))
+    files = table_files(path)
+    if not files:
+        return pa.chunked_array([], pa.string())
+    check_schema("relation_pairs", pq.read_schema(files[0]), files[0])
+    return pa.concat_tables(pq.read_table(f, columns=["source"]) for f in files).column("source")
+
+
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     from spark_jobs.session import get_spark
 
@@ -424,16 +611,10 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     stats_path = out / "relation_stats.parquet"
     write_table("relation_stats", stats, stats_path)
     pairs_path = out / "relation_pairs"
-    pairs.orderBy("r_i", "r_j").write.mode("overwrite").parquet(str(pairs_path))
-    files = table_files(pairs_path)
-    if files:
-        check_schema("relation_pairs", pq.read_schema(files[0]), files[0])
-        source = pa.concat_tables(pq.read_table(f, columns=["source"]) for f in files).column("source")
-        counts = pc.value_counts(source).to_pylist()
-        report["candidate_pairs"] = len(source)
-        report["candidate_pairs_by_source"] = {c["values"]: c["counts"] for c in counts}
-    else:
-        report["candidate_pairs"], report["candidate_pairs_by_source"] = 0, {}
+    source = _write_pairs(pairs, pairs_path)
+    report["candidate_pairs"] = len(source)
+    report["candidate_pairs_by_source"] = {
+        c["values"]: c["counts"] for c in pc.value_counts(source).to_pylist()} if len(source) else {}
     lap("pair_signals_and_write")
     for df in cached:
         df.unpersist()

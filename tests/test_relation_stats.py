@@ -225,3 +225,54 @@ def test_candidates_hubs_and_transe(spark, tmp_path):
     got = set(pairs_by_key(result["outputs"]["relation_pairs"]))
     assert got == _brute_force_sharing(CAND_TRIPLES, CAND_TYPES)
     assert got == {(0, 1), (2, 3), (5, 6), (5, 7), (6, 7)}
+
+
+def _outputs(result: dict) -> tuple[list[dict], list[dict]]:
+    stats = read_table(Path(result["outputs"]["relation_stats"]), "relation_stats").to_pylist()
+    for row in stats:
+        row["type_pairs"] = type_pair_dict(row["type_pairs"])
+    pairs = read_table(Path(result["outputs"]["relation_pairs"]), "relation_pairs")
+    return stats, pairs.sort_by([("r_i", "ascending"), ("r_j", "ascending")]).to_pylist()
+
+
+def _same_rows(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for key in x:
+            if isinstance(x[key], (float, dict)):
+                assert x[key] == pytest.approx(y[key], abs=1e-9), key
+            else:
+                assert x[key] == y[key], key
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("toy", ["by_hand", "candidates"])
+def test_driver_and_spark_paths_give_the_same_rows(spark, tmp_path, toy):
+    """driver_max_relations picks the path (0: Spark); both give the same tables, hubs,
+    TransE candidates, untyped and multi-typed entities included."""
+    from spark_jobs import relation_stats
+
+    if toy == "by_hand":
+        types = {0: ["P"], 1: ["P"], 2: ["P"], 3: ["P2", "P"], 10: ["Q"], 11: ["Q"], 12: [],
+                 13: ["R"]}
+        triples = [(0, 0, 10), (1, 0, 10), (2, 0, 11), (0, 1, 10), (3, 2, 12), (0, 3, 13),
+                   (1, 3, 10), (0, 3, 13)]  # the last one twice: counted once
+        inputs, extra = write_toy(tmp_path, types, list("abcde"), triples), {}
+    else:
+        emb = np.eye(8, dtype=np.float32)
+        emb[4] = emb[2] + 0.1 * emb[4]
+        inputs = write_toy(tmp_path, CAND_TYPES, [f"r{i}" for i in range(8)], CAND_TRIPLES, emb)
+        extra = {"max_relations_per_entity": 2, "transe_neighbours": 1, "type_rule": "min"}
+    results = {path: relation_stats.run(config(driver_max_relations=limit, **extra), inputs,
+                                        str(tmp_path / path))
+               for path, limit in (("driver", 100), ("spark", 0))}
+    assert {p: r["report"]["path"] for p, r in results.items()} == {"driver": "driver",
+                                                                     "spark": "spark"}
+    (d_stats, d_pairs), (s_stats, s_pairs) = (_outputs(r) for r in results.values())
+    _same_rows(d_stats, s_stats)
+    _same_rows(d_pairs, s_pairs)
+    assert d_pairs  # both toys have candidate pairs
+    for key in ("candidate_pairs", "candidate_pairs_by_source", "hub_entities_skipped",
+                "hub_type_pairs_skipped", "transe_candidates", "triples"):
+        assert results["driver"]["report"][key] == results["spark"]["report"][key], key
