@@ -20,8 +20,9 @@ build → answer → refresh on a sparsified musique-openie subset, one table ro
   extractor instead (a real one, which may find triples the file never had).
 * **Round 0** builds the store through ``pipeline.driver.build`` (cheap learned stages, not
   measured here: :data:`CHEAP`), then answers every question with ``Runtime.ask(q,
-  llm=none)`` under the runtime's defaults (policy, budget 2048, TCR sentences) — the runtime
-  writes the feedback log itself. **Round r ≥ 1** builds again from the same dump into the
+  llm=none)`` (``--llm``: another reader, e.g. ``local``; recorded in the settings) under the
+  runtime's defaults (policy, budget 2048, TCR sentences) — the runtime writes the feedback
+  log itself. **Round r ≥ 1** builds again from the same dump into the
   same store (the refresh: ``feedback_enrich`` reads the log and CURRENT's chunks, ingest takes
   every delta) and answers again.
 * **Per round**: entities and triples of the build (manifest), the share of withheld triples
@@ -101,6 +102,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--work", type=Path, default=Path("/tmp/lokg-rounds"))
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--llm", default="none",
+                        help="the reader of every answer (runtime LLM backend; default none)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     args.arms = [a for a in args.arms.split(",") if a]
@@ -167,6 +170,8 @@ def check_settings(args: argparse.Namespace) -> None:
     """Record the settings in WORK, or refuse a WORK made with other ones."""
     settings = {"questions": args.questions, "seed": args.seed, "withhold": args.withhold,
                 "data": str(args.data.resolve()), "cheap": CHEAP, "arms": ARMS}
+    if args.llm != "none":  # a WORK of the reader none (the first runs) stays valid
+        settings["llm"] = args.llm
     path = args.work / "settings.json"
     if path.is_file():
         before = json.loads(path.read_text(encoding="utf-8"))
@@ -209,7 +214,8 @@ def run_round(arm_dir: Path, number: int, config: dict, setup: dict, progress: b
         raise SystemExit(f"error: {store.root} CURRENT is not round {number}'s build "
                          f"{meta['build_id']}; remove {arm_dir} to start the arm again")
     started = time.perf_counter()
-    summary = answer_all(store.root, setup["reading"].dataset.questions, here / "run", progress)
+    summary = answer_all(store.root, setup["reading"].dataset.questions, here / "run", progress,
+                         setup["llm"])
     result = {"round": number, **measure(store.build(meta["build_id"]), setup),
               **{k: summary[k] for k in ("context_recall", "EM", "F1-SQuAD", "calls/q",
                                          "tok/q", "n")},
@@ -219,9 +225,9 @@ def run_round(arm_dir: Path, number: int, config: dict, setup: dict, progress: b
     return result
 
 
-def answer_all(store: Path, questions, out: Path, progress: bool, build_id: str | None = None,
-               online: tuple[str, dict] | None = None) -> dict:
-    """Every question through ``Runtime.ask(q, llm=none)`` with the runtime's defaults, scored
+def answer_all(store: Path, questions, out: Path, progress: bool, reader: str = "none",
+               build_id: str | None = None, online: tuple[str, dict] | None = None) -> dict:
+    """Every question through ``Runtime.ask(q, llm=reader)`` with the runtime's defaults, scored
     as a reading run (evaluation.runner; the runtime logs its own feedback) — or, ``online``
     (source, config), through the tcr-qf loop around that ask (evaluation/tcr_qf.py)."""
     from evaluation.context import CountingLLM
@@ -231,7 +237,7 @@ def answer_all(store: Path, questions, out: Path, progress: bool, build_id: str 
     from runtime.llm import make_llm
     from runtime.query import Runtime
 
-    rt, llm = Runtime.open(store, build_id=build_id), CountingLLM(make_llm("none"))
+    rt, llm = Runtime.open(store, build_id=build_id), CountingLLM(make_llm(reader))
     loop = None if online is None else Enricher(rt, source=online[0], config=online[1],
                                                 work=out / "work")
 
@@ -263,7 +269,7 @@ def run_online(work: Path, arm: str, setup: dict, progress: bool) -> dict:
     build_id = json.loads((base / "round-0" / "build.json").read_text())["build_id"]
     started, out = time.perf_counter(), work / arm / "run"
     summary = answer_all(base / "store", setup["reading"].dataset.questions, out, progress,
-                         build_id, (ONLINE[arm], build_config(setup, arm)))
+                         setup["llm"], build_id, (ONLINE[arm], build_config(setup, arm)))
     loops = [json.loads(line)["details"]["online"]
              for line in (out / "lokg" / "predictions.jsonl").open(encoding="utf-8")]
     overlay = {tuple(t) for loop in loops for t in loop["overlay_triples"]}
@@ -385,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = shlex.join(["python", "bench/feedback_rounds.py", *(argv or sys.argv[1:])])
     check_settings(args)
-    setup = prepare(args)
+    setup = {**prepare(args), "llm": args.llm}
     print(f"{command}\n{args.questions} questions, {len(setup['reading'].documents)} documents, "
           f"{len(setup['withheld_triples'])} triples withheld", file=sys.stderr)
     results, online = {}, {}
