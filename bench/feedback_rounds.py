@@ -259,6 +259,7 @@ def run_online(work: Path, arm: str, setup: dict, progress: bool) -> dict:
     """An online arm on the no-feedback arm's round-0 build (built here when missing): every
     question through the loop; the withheld triples the build and the union of the questions'
     overlays hold; how many answers a question took and why its loop stopped."""
+    from evaluation.tcr_qf import STOPS
     from runtime.contract import Store
 
     done = work / arm / "result.json"
@@ -277,8 +278,8 @@ def run_online(work: Path, arm: str, setup: dict, progress: bool) -> dict:
               **{k: summary[k] for k in ("context_recall", "EM", "F1-SQuAD", "calls/q",
                                          "tok/q", "n")},
               "answers/q": sum(loop["rounds"] for loop in loops) / len(loops),
-              "stopped": {why: sum(loop["stopped"] == why for loop in loops)
-                          for why in ("nothing_missing", "max_rounds", "nothing_found")},
+              "stopped": {why: sum(loop["stopped"] == why for loop in loops) for why in STOPS},
+              "asked/q": sum(sum(loop["asked"]) for loop in loops) / len(loops),
               "overlay_triples": len(overlay),
               "wall_s": round(time.perf_counter() - started, 1)}
     done.write_text(json.dumps(result, indent=2), encoding="utf-8")
@@ -346,18 +347,20 @@ def table(results: dict[str, list[dict]]) -> str:
     return "\n".join(rows) + "\n"
 
 
-ONLINE_HEADER = ("| arm | answers/q | stopped (nothing missing / I_max / nothing found) | "
-                 "overlay triples (all questions) | withheld recovered (strict / pair) | "
-                 "context recall | EM | F1 | calls/q | tok/q | wall s |")
+ONLINE_HEADER = ("| arm | answers/q | sub-q tried/q | stopped (nothing missing / I_max / "
+                 "nothing new to ask / nothing found) | overlay triples (all questions) | "
+                 "withheld recovered (strict / pair) | context recall | EM | F1 | calls/q | "
+                 "tok/q | wall s |")
 
 
 def online_table(online: dict[str, dict]) -> str:
-    rows = ["", ONLINE_HEADER, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    from evaluation.tcr_qf import STOPS
+
+    rows = ["", ONLINE_HEADER, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for arm, r in online.items():
-        why = r["stopped"]
         rows.append(
-            f"| {arm} | {r['answers/q']:.2f} | {why['nothing_missing']} / {why['max_rounds']} / "
-            f"{why['nothing_found']} | {r['overlay_triples']} | "
+            f"| {arm} | {r['answers/q']:.2f} | {r['asked/q']:.2f} | "
+            f"{' / '.join(str(r['stopped'][why]) for why in STOPS)} | {r['overlay_triples']} | "
             f"{r['recovered_strict']:.3f} / {r['recovered_pair']:.3f} | "
             f"{r['context_recall']:.3f} | {r['EM']:.3f} | {r['F1-SQuAD']:.3f} | "
             f"{r['calls/q']:.2f} | {r['tok/q']:.1f} | {r['wall_s']:.0f} |")

@@ -5,8 +5,8 @@ published TCR-QF method: the loop inside one question.
     sub-questions → extract → update an overlay graph → answer again
 
 up to I_max answers (``tcr_qf.max_rounds``, default 3; the first is the plain runtime's) or
-until nothing is missing, or a round finds no triple it has not added already (the next answer
-would be the same). Retrieval, extraction, orientation, relation matching and de-duplication
+until nothing is missing, or a round has no sub-question it has not tried already, or finds no
+triple it has not added already (either way the next answer would be the same). Retrieval, extraction, orientation, relation matching and de-duplication
 against the graph are ``feedback_enrich``'s own (text/feedback_enrich.py) over the build's chunk
 index; the triples go into an in-memory overlay (``Runtime.with_triples``, runtime/overlay.py),
 never into the store. A sub-question is tried once per question: the same passages and
@@ -42,15 +42,20 @@ from text import feedback_enrich as fe
 from text.chunking import content_id
 
 SOURCES = ("passages", "answer")
+#: Why a loop stopped: nothing missing, I_max answers, no sub-question not tried already, no
+#: triple not added already.
+STOPS = ("nothing_missing", "max_rounds", "nothing_new_asked", "nothing_found")
 
 
 @dataclass
 class Online:
     """One question's loop: every round's Answer (the last is the answer), the overlay's
-    triples, and why it stopped (nothing_missing | max_rounds | nothing_found)."""
+    triples, the sub-questions each feedback step tried (new to this question), and why it
+    stopped (:data:`STOPS`)."""
 
     answers: list
     extra: list[ExtraTriple] = field(default_factory=list)
+    asked: list[int] = field(default_factory=list)
     stopped: str = ""
     extraction_calls: int = 0
     extraction_usage: dict = field(default_factory=lambda: {"prompt_tokens": 0,
@@ -88,13 +93,14 @@ class Enricher:
             raise MethodError(f"tcr-qf: {exc}") from None
         self.source, self.max_rounds = source, int(section(config, "tcr_qf")["max_rounds"])
 
-    def found(self, record: dict, answer, tried: set[str]) -> list[ExtraTriple]:
-        """New triples for the record's sub-questions not in ``tried`` (which they join)."""
+    def found(self, record: dict, answer, tried: set[str]) -> tuple[int, list[ExtraTriple]]:
+        """(how many, triples) of the record's sub-questions not in ``tried`` (which they
+        join) and the triples found for them."""
         todo = [sq for sq in fe.sub_questions([{**record, "id": "online"}])
                 if sq.key not in tried]
         tried.update(sq.key for sq in todo)
         if not todo:
-            return []
+            return 0, []
         if self.source == "passages":
             cands = fe.retrieved(todo, self.pub, self.extraction, int(self.cfg["k"]))
         else:
@@ -103,8 +109,8 @@ class Enricher:
                      for c in fe.passage_candidates(sq, chunk, [], self.pub, self.extraction)]
         kept = fe.with_relations(cands, self.pub, float(self.cfg["relation_min_cosine"]))
         delta = fe.deduplicated(kept, self.pub, float(self.cfg["dedupe_threshold"]))
-        return [ExtraTriple(r["s_key"], r["relation"], r["o_key"], r["s_name"], r["o_name"],
-                            r["sentence"]) for r in delta.rows]
+        return len(todo), [ExtraTriple(r["s_key"], r["relation"], r["o_key"], r["s_name"],
+                                       r["o_name"], r["sentence"]) for r in delta.rows]
 
     def answer(self, rt, ask: Callable, max_rounds: int | None = None) -> Online:
         """The loop (module docstring) for one question; ``ask(runtime)`` answers it."""
@@ -120,10 +126,11 @@ class Enricher:
                 "max_rounds" if len(online.answers) == rounds else ""
             if not stop:
                 have = {t.key for t in online.extra}
-                new = {t.key: t for t in self.found(record, online.answers[-1], tried)
-                       if t.key not in have}
+                asked, found = self.found(record, online.answers[-1], tried)
+                new = {t.key: t for t in found if t.key not in have}
+                online.asked.append(asked)
                 online.extra += new.values()
-                stop = "" if new else "nothing_found"
+                stop = "" if new else "nothing_found" if asked else "nothing_new_asked"
             if stop:
                 online.stopped, online.extraction_calls = stop, self.extraction.calls - calls
                 online.extraction_usage = {k: v - usage[k]
@@ -175,6 +182,6 @@ def online_prediction(last: Prediction, online: Online, llm: CountingLLM) -> Pre
         + usage["completion_tokens"],
         prompts=[a.prompt for a in online.answers if a.llm_calls],
         details={**last.details, "online": {
-            "rounds": len(online.answers), "stopped": online.stopped,
+            "rounds": len(online.answers), "stopped": online.stopped, "asked": online.asked,
             "overlay_triples": [list(t.key) for t in online.extra],
             "answers_by_round": [list(a.answers) for a in online.answers]}})

@@ -134,6 +134,7 @@ def test_each_round_asks_what_the_last_one_found_missing_and_i_max_bounds_the_ro
     assert [a.route["stopped"]["hop"] for a in three.answers[:2]] == ["spouse", "profession"]
     assert [t.key for t in three.extra] == [("e4", "spouse", "e5"), ("e5", "profession", "e63")]
     assert three.answers[-1].answers == ["pilot"] and three.stopped == "nothing_missing"
+    assert three.asked == [2, 1]  # the fact and the topic edda quist, then the next fact only
     two = loop.answer(rt, ask, max_rounds=2)
     assert len(two.answers) == 2 and two.stopped == "max_rounds"
     assert "pilot" not in two.answers[-1].answers
@@ -180,3 +181,31 @@ def test_the_work_directory_may_not_be_in_the_store(stores):
     with pytest.raises(MethodError, match="inside the store"):
         enricher(rt, openie, store / "scratch")
     assert not (store / "scratch").exists()
+
+
+class HobbyReader(AnswerReader):
+    """Knows one new fact about edda quist, with an entity and a relation the graph lacks."""
+
+    def triples(self, chunk):
+        self.texts.append(chunk["text"])
+        return [["edda quist", "hobby", "chess club"]]
+
+
+def test_new_entities_and_relations_join_the_overlay_and_nothing_new_to_ask_stops(stores,
+                                                                                   tmp_path):
+    store, _ = stores["job"]
+    rt = Runtime.open(store, feedback=False)
+    loop = Enricher(rt, config=load_config(None, ["feedback_enrich.backend=offline"]),
+                    work=tmp_path, encoder=BagEncoder(), extraction=HobbyReader(),
+                    source="answer")
+    online = loop.answer(rt, ask)
+    (triple,) = online.extra
+    assert (triple.s_key, triple.relation, triple.o_name) == ("e4", "hobby", "chess club")
+    assert online.asked == [2, 0] and online.stopped == "nothing_new_asked"
+    view = rt.with_triples(online.extra)
+    new = rt.n_entities
+    assert view.n_entities == new + 1 and view.keys[new] == triple.o_key
+    assert view.linker.lookup("Chess Club") == (new,) and rt.linker.lookup("chess club") == ()
+    hobby = next(r for r, name in view.relation_names.items() if name == "hobby")
+    assert hobby >= rt.n_relations and "hobby" not in rt.relation_names.values()
+    assert (EDDA, hobby, new) in view._neighbourhood([EDDA])
