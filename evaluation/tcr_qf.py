@@ -13,8 +13,8 @@ never into the store. A sub-question is tried once per question: the same passag
 extractor give the same triples.
 
 **Answer-driven feedback** (the ablation, ``source="answer"``): the triples are extracted from
-the answer itself — its answers and the knowledge lines its reader was given (restored source
-sentences included) — instead of from retrieved passages. It needs an extractor that reads
+the answer itself — its answers, the triples its reader was given and the source sentences
+they cite, as sentences — instead of from retrieved passages. It needs an extractor that reads
 text (``offline``, ``openai``): ``precomputed`` holds passages' stored extractions only.
 
 Counted per question: every reader call of every round and every LLM extraction call (a cached
@@ -151,11 +151,13 @@ class _Remembering:
 
 
 def answer_passage(answer) -> dict:
-    """The answer as a passage to extract from: its answers, then the knowledge lines its
-    reader was given, one a line."""
+    """The answer as a passage to extract from, in sentences: its answers, the triples its
+    reader was given as "s r o." and the source sentences they cite (ITTC's rendered lines,
+    "r | s (type) | o", are no text an extractor reads)."""
     lines = [*(f"{a}." for a in answer.answers),
-             *(t["line"].strip() for t in answer.triples if t.get("line", "").strip())]
-    text = "\n".join(lines)
+             *(f"{t['s']} {t['r']} {t['o']}." for t in answer.triples),
+             *(c["sentence"] for c in answer.citations if c.get("sentence"))]
+    text = "\n".join(dict.fromkeys(lines))
     return {"chunk_id": content_id("answer", text), "doc_id": "", "text": text}
 
 

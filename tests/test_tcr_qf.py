@@ -171,7 +171,7 @@ def test_answer_driven_feedback_extracts_from_the_answer_not_from_passages(store
     first = online.answers[0]
     assert set(reader.texts) == {answer_passage(first)["text"]}  # the answer's, no passage
     assert reader.texts[0].startswith(f"{first.answers[0]}.\n")
-    assert "fabio quist" in reader.texts[0]  # its context: edda's spouse
+    assert "edda quist spouse fabio quist." in reader.texts[0]  # its context, as sentences
     assert [a.answers for a in online.answers][1:] == [["pilot"]]
 
 
