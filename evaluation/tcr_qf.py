@@ -83,11 +83,14 @@ class Enricher:
                 raise MethodError("answer-driven feedback extracts from the answer's text: backend "
                                   "precomputed only holds passages' stored extractions; set "
                                   "feedback_enrich.backend=offline (or openai)")
+            if encoder is None and not (rt.build.path / "models" / "encoder.json").is_file():
+                raise MethodError(f"tcr-qf: build {rt.build_id} has no encoder "
+                                  "(models/encoder.json) to retrieve its passages with")
+            encoder = _Remembering(encoder or fe._encoder(rt.build, self.cfg))
             work = _work_dir(rt, work)
             config["triple_extract"] = {**section(config, "triple_extract"),
                                         "cache_dir": str(work / "extract-cache")}
-            self.pub = fe.Published(rt.build, _Remembering(encoder or fe._encoder(rt.build,
-                                                                                  self.cfg)))
+            self.pub = fe.Published(rt.build, encoder)
             self.extraction = extraction or fe.Extraction(config, backend, work, work)
         except StageError as exc:
             raise MethodError(f"tcr-qf: {exc}") from None

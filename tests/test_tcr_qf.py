@@ -209,3 +209,16 @@ def test_new_entities_and_relations_join_the_overlay_and_nothing_new_to_ask_stop
     hobby = next(r for r, name in view.relation_names.items() if name == "hobby")
     assert hobby >= rt.n_relations and "hobby" not in rt.relation_names.values()
     assert (EDDA, hobby, new) in view._neighbourhood([EDDA])
+
+
+def test_the_methods_are_registered_and_refuse_a_store_without_its_encoder(stores):
+    from evaluation.context import CountingLLM, EvalContext
+    from evaluation.methods import METHODS
+    from runtime.llm import make_llm
+
+    rt = Runtime.open(stores["job"][0], feedback=False)
+    ctx = EvalContext(runtime=rt, llm=CountingLLM(make_llm("none")))
+    for name in ("tcr-qf", "tcr-qf-answer"):
+        assert METHODS[name].documents_only
+        with pytest.raises(MethodError, match="no encoder"):
+            METHODS[name].factory(ctx)
