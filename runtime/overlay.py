@@ -53,8 +53,7 @@ class _Ids:
     def __init__(self, rt):
         self.entity = {k: i for i, k in enumerate(rt.keys)}
         self.relation = {name: i for i, name in rt.relation_names.items()}
-        self.n_entities, self.n_relations = rt.n_entities, max(self.relation.values(),
-                                                               default=-1) + 1
+        self.n_entities, self.n_relations = rt.n_entities, rt.n_relations
         self.new_entities: list[tuple[str, str]] = []  # (key, name)
         self.new_relations: dict[int, str] = {}
 
