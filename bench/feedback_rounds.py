@@ -20,8 +20,9 @@ build → answer → refresh on a sparsified musique-openie subset, one table ro
   extractor instead (a real one, which may find triples the file never had).
 * **Round 0** builds the store through ``pipeline.driver.build`` (cheap learned stages, not
   measured here: :data:`CHEAP`), then answers every question with ``Runtime.ask(q,
-  llm=none)`` under the runtime's defaults (policy, budget 2048, TCR sentences) — the runtime
-  writes the feedback log itself. **Round r ≥ 1** builds again from the same dump into the
+  llm=none)`` (``--llm``: another reader, e.g. ``local``; recorded in the settings) under the
+  runtime's defaults (policy, budget 2048, TCR sentences) — the runtime writes the feedback
+  log itself. **Round r ≥ 1** builds again from the same dump into the
   same store (the refresh: ``feedback_enrich`` reads the log and CURRENT's chunks, ingest takes
   every delta) and answers again.
 * **Per round**: entities and triples of the build (manifest), the share of withheld triples
@@ -36,13 +37,27 @@ build → answer → refresh on a sparsified musique-openie subset, one table ro
   ``feedback-precomputed``; ``no-feedback`` (the same rebuilds with ``query.feedback=false``:
   the log stays empty, every refresh enriches nothing — where it is not run, the no-feedback
   row is round 0: a rebuild with an empty log reads the same inputs, seeded);
-  ``feedback-offline``. Not built, so not here: ``tcr-qf`` online feedback and answer-driven
-  feedback.
+  ``feedback-offline``; and the two **online** arms (evaluation/tcr_qf.py), answered on the
+  no-feedback arm's round-0 build (built by them when missing): ``tcr-qf`` — each question's
+  own loop (answer → missing_record → the ``k`` passages nearest each sub-question,
+  ``precomputed`` extraction from the full file, as the oracle arm → an in-memory overlay →
+  answer again) up to ``tcr_qf.max_rounds`` (I_max, 3) answers or until nothing is missing or
+  a round finds nothing new; ``answer-driven`` — the same loop with the triples extracted by
+  spaCy (``offline``) from the answer and the knowledge lines its reader was given instead of
+  from retrieved passages. An online row counts every round's calls and tokens, scores the
+  last answer, and counts as recovered the withheld triples the build or the union of the
+  questions' overlays holds (each overlay lives for its question only; the store is never
+  written), with the answers a question took and why its loop stopped.
+
+    python bench/feedback_rounds.py --questions 20 --rounds 0 \\
+        --arms no-feedback,tcr-qf,answer-driven --work /tmp/lokg-tcrqf
 
 Rounds resume: a finished round (``WORK/<arm>/round-<r>/result.json``) is read back, a built
 but unanswered one is answered (the runner resumes per question); ``WORK/settings.json``
-holds every setting but ``--rounds`` and a changed one refuses the directory. Output: the
-Markdown table (``--markdown FILE``), ``--json``, and ``WORK/feedback-rounds.png``.
+holds every setting but ``--rounds`` and a changed one refuses the directory; an online arm
+is read back from ``WORK/<arm>/result.json``. Output: the Markdown tables (``--markdown
+FILE``; the online arms in a table of their own), ``--json``, and
+``WORK/feedback-rounds.png`` (the rounds).
 """
 
 from __future__ import annotations
@@ -64,7 +79,12 @@ ARMS = {
     "feedback-precomputed": ["feedback_enrich.backend=precomputed"],
     "no-feedback": ["query.feedback=false"],
     "feedback-offline": ["feedback_enrich.backend=offline"],
+    "tcr-qf": ["query.feedback=false", "feedback_enrich.backend=precomputed"],
+    "answer-driven": ["query.feedback=false", "feedback_enrich.backend=offline"],
 }
+#: The online arms (evaluation/tcr_qf.py): the source of their triples. They answer over the
+#: no-feedback arm's round-0 build, each question in its own loop on an in-memory overlay.
+ONLINE = {"tcr-qf": "passages", "answer-driven": "answer"}
 #: The learned stages are not what this measures: fewer epochs than the defaults (100, 50).
 CHEAP = ["transe.epochs=20", "gat.epochs=10", "spark.shuffle_partitions=2"]
 OPENIE = "musique-openie/openie_gpt-3.5-turbo-1106.json"
@@ -82,6 +102,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--work", type=Path, default=Path("/tmp/lokg-rounds"))
     parser.add_argument("--markdown", type=Path, help="also write the table here")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--llm", default="none",
+                        help="the reader of every answer (runtime LLM backend; default none)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     args.arms = [a for a in args.arms.split(",") if a]
@@ -148,6 +170,8 @@ def check_settings(args: argparse.Namespace) -> None:
     """Record the settings in WORK, or refuse a WORK made with other ones."""
     settings = {"questions": args.questions, "seed": args.seed, "withhold": args.withhold,
                 "data": str(args.data.resolve()), "cheap": CHEAP, "arms": ARMS}
+    if args.llm != "none":  # a WORK of the reader none (the first runs) stays valid
+        settings["llm"] = args.llm
     path = args.work / "settings.json"
     if path.is_file():
         before = json.loads(path.read_text(encoding="utf-8"))
@@ -190,7 +214,8 @@ def run_round(arm_dir: Path, number: int, config: dict, setup: dict, progress: b
         raise SystemExit(f"error: {store.root} CURRENT is not round {number}'s build "
                          f"{meta['build_id']}; remove {arm_dir} to start the arm again")
     started = time.perf_counter()
-    summary = answer_all(store.root, setup["reading"].dataset.questions, here / "run", progress)
+    summary = answer_all(store.root, setup["reading"].dataset.questions, here / "run", progress,
+                         setup["llm"])
     result = {"round": number, **measure(store.build(meta["build_id"]), setup),
               **{k: summary[k] for k in ("context_recall", "EM", "F1-SQuAD", "calls/q",
                                          "tok/q", "n")},
@@ -200,20 +225,29 @@ def run_round(arm_dir: Path, number: int, config: dict, setup: dict, progress: b
     return result
 
 
-def answer_all(store: Path, questions, out: Path, progress: bool) -> dict:
-    """Every question through ``Runtime.ask(q, llm=none)`` with the runtime's defaults, scored
-    as a reading run (evaluation.runner; the runtime logs its own feedback)."""
+def answer_all(store: Path, questions, out: Path, progress: bool, reader: str = "none",
+               build_id: str | None = None, online: tuple[str, dict] | None = None) -> dict:
+    """Every question through ``Runtime.ask(q, llm=reader)`` with the runtime's defaults, scored
+    as a reading run (evaluation.runner; the runtime logs its own feedback) — or, ``online``
+    (source, config), through the tcr-qf loop around that ask (evaluation/tcr_qf.py)."""
     from evaluation.context import CountingLLM
     from evaluation.methods import _prediction
     from evaluation.runner import evaluate
+    from evaluation.tcr_qf import Enricher, online_prediction
     from runtime.llm import make_llm
     from runtime.query import Runtime
 
-    rt, llm = Runtime.open(store), CountingLLM(make_llm("none"))
+    rt, llm = Runtime.open(store, build_id=build_id), CountingLLM(make_llm(reader))
+    loop = None if online is None else Enricher(rt, source=online[0], config=online[1],
+                                                work=out / "work")
 
     def ask(question):
         llm.reset()
-        return _prediction(llm, question, rt.ask(question.question, llm=llm), None)
+        if loop is None:
+            return _prediction(llm, question, rt.ask(question.question, llm=llm), None)
+        result = loop.answer(rt, lambda view: view.ask(question.question, llm=llm))
+        return online_prediction(_prediction(llm, question, result.answers[-1], None), result,
+                                 llm)
 
     try:
         return evaluate({"lokg": ask}, questions, out, progress=progress, reading=True)["lokg"]
@@ -221,8 +255,40 @@ def answer_all(store: Path, questions, out: Path, progress: bool) -> dict:
         rt.close()
 
 
-def measure(build, setup: dict) -> dict:
-    """The build's size, its feedback_enrich/ingest report, and the withheld triples it holds."""
+def run_online(work: Path, arm: str, setup: dict, progress: bool) -> dict:
+    """An online arm on the no-feedback arm's round-0 build (built here when missing): every
+    question through the loop; the withheld triples the build and the union of the questions'
+    overlays hold; how many answers a question took and why its loop stopped."""
+    from evaluation.tcr_qf import STOPS
+    from runtime.contract import Store
+
+    done = work / arm / "result.json"
+    if done.is_file():
+        return json.loads(done.read_text(encoding="utf-8"))
+    base = work / "no-feedback"
+    run_round(base, 0, build_config(setup, "no-feedback"), setup, progress)
+    build_id = json.loads((base / "round-0" / "build.json").read_text())["build_id"]
+    started, out = time.perf_counter(), work / arm / "run"
+    summary = answer_all(base / "store", setup["reading"].dataset.questions, out, progress,
+                         setup["llm"], build_id, (ONLINE[arm], build_config(setup, arm)))
+    loops = [json.loads(line)["details"]["online"]
+             for line in (out / "lokg" / "predictions.jsonl").open(encoding="utf-8")]
+    overlay = {tuple(t) for loop in loops for t in loop["overlay_triples"]}
+    result = {"arm": arm, **measure(Store(base / "store").build(build_id), setup, overlay),
+              **{k: summary[k] for k in ("context_recall", "EM", "F1-SQuAD", "calls/q",
+                                         "tok/q", "n")},
+              "answers/q": sum(loop["rounds"] for loop in loops) / len(loops),
+              "stopped": {why: sum(loop["stopped"] == why for loop in loops) for why in STOPS},
+              "asked/q": sum(sum(loop["asked"]) for loop in loops) / len(loops),
+              "overlay_triples": len(overlay),
+              "wall_s": round(time.perf_counter() - started, 1)}
+    done.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return result
+
+
+def measure(build, setup: dict, overlay: set[tuple[str, str, str]] = frozenset()) -> dict:
+    """The build's size, its feedback_enrich/ingest report, and the withheld triples it (and
+    the ``overlay`` triples, by keys) holds."""
     from text.feedback_enrich import Published
 
     tables, stages = build.manifest["tables"], build.manifest["report"]["stages"]
@@ -232,7 +298,7 @@ def measure(build, setup: dict) -> dict:
                            for c in ("name", "canonical_name"))))
     t = build.read("triples")
     held = {(pub.keys[s], pub.relations[r], pub.keys[o])
-            for s, r, o in zip(*(t[c].to_pylist() for c in ("s", "r", "o")))}
+            for s, r, o in zip(*(t[c].to_pylist() for c in ("s", "r", "o")))} | set(overlay)
     pairs = {(s, o) for s, _, o in held} | {(o, s) for s, _, o in held}
     strict = pair = 0
     for h, r, o in setup["withheld_triples"]:
@@ -281,6 +347,26 @@ def table(results: dict[str, list[dict]]) -> str:
     return "\n".join(rows) + "\n"
 
 
+ONLINE_HEADER = ("| arm | answers/q | sub-q tried/q | stopped (nothing missing / I_max / "
+                 "nothing new to ask / nothing found) | overlay triples (all questions) | "
+                 "withheld recovered (strict / pair) | context recall | EM | F1 | calls/q | "
+                 "tok/q | wall s |")
+
+
+def online_table(online: dict[str, dict]) -> str:
+    from evaluation.tcr_qf import STOPS
+
+    rows = ["", ONLINE_HEADER, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for arm, r in online.items():
+        rows.append(
+            f"| {arm} | {r['answers/q']:.2f} | {r['asked/q']:.2f} | "
+            f"{' / '.join(str(r['stopped'][why]) for why in STOPS)} | {r['overlay_triples']} | "
+            f"{r['recovered_strict']:.3f} / {r['recovered_pair']:.3f} | "
+            f"{r['context_recall']:.3f} | {r['EM']:.3f} | {r['F1-SQuAD']:.3f} | "
+            f"{r['calls/q']:.2f} | {r['tok/q']:.1f} | {r['wall_s']:.0f} |")
+    return "\n".join(rows) + "\n"
+
+
 def plot(results: dict[str, list[dict]], path: Path) -> Path:
     """Recovered share (pair) and context recall over rounds, one line per arm."""
     import matplotlib
@@ -308,22 +394,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = shlex.join(["python", "bench/feedback_rounds.py", *(argv or sys.argv[1:])])
     check_settings(args)
-    setup = prepare(args)
+    setup = {**prepare(args), "llm": args.llm}
     print(f"{command}\n{args.questions} questions, {len(setup['reading'].documents)} documents, "
           f"{len(setup['withheld_triples'])} triples withheld", file=sys.stderr)
-    results = {}
+    results, online = {}, {}
     for arm in args.arms:
+        if arm in ONLINE:
+            online[arm] = run_online(args.work, arm, setup, not args.no_progress)
+            print(f"{arm}: {online[arm]['wall_s']} s", file=sys.stderr)
+            continue
         config = build_config(setup, arm)
         results[arm] = []
         for number in range(args.rounds + 1):
             results[arm].append(run_round(args.work / arm, number, config, setup,
                                           not args.no_progress))
             print(f"{arm} round {number}: {results[arm][-1]['wall_s']} s", file=sys.stderr)
-    text = table(results)
+    text = (table(results) if results else "") + (online_table(online) if online else "")
     if args.markdown:
         args.markdown.write_text(text, encoding="utf-8")
-    print(f"plot: {plot(results, args.work / 'feedback-rounds.png')}", file=sys.stderr)
-    print(json.dumps(results, indent=2) if args.json else text, end="\n" if args.json else "")
+    if results:
+        print(f"plot: {plot(results, args.work / 'feedback-rounds.png')}", file=sys.stderr)
+    print(json.dumps({**results, **online}, indent=2) if args.json else text,
+          end="\n" if args.json else "")
     return 0
 
 

@@ -13,6 +13,9 @@ the same knowledge budget B:
 ``lokg-tcr``       ``source_sentences=True``: each triple's restored source sentence is its
                    verbose ITTC granularity (DESIGN §8); ``lokg`` asks with ``False`` (w/o TCR)
 ``chunk-rag``      dense top-k chunks of a documents store, packed into B (baselines.py)
+``tcr-qf``         the online feedback loop inside one question over an in-memory overlay,
+                   up to ``tcr_qf.max_rounds`` answers (tcr_qf.py); ``tcr-qf-answer``: its
+                   ablation, answer-driven feedback (triples from the answer, not passages)
 ``neighbourhood``  the topic entities' 1-hop triples, truncated to B
 ``kaping``         top-20 of a ≤200-triple 1-hop pool by embedding similarity (baselines.py)
 ``tog``            LLM-driven beam search, width 3, depth 3, several calls (baselines.py)
@@ -53,22 +56,25 @@ from dataclasses import dataclass, replace
 
 from evaluation.datasets import Question
 from evaluation.runner import Method, Prediction
-from evaluation import baselines
+from evaluation import baselines, tcr_qf
 from evaluation.breakdown import answer_path, question_breakdown
 from evaluation.context import CountingLLM, EvalContext, MethodError
 
 def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = False,
-          relation_knowledge: bool = True, source_sentences: bool | None = None):
+          relation_knowledge: bool = True, source_sentences: bool | None = None,
+          online: str | None = None):
     """A factory for the runtime under one retrieval/encoding (and store) setting. Without
     ``relation_knowledge`` the policy is ``lokg`` and the relation feeds are off (the store's
     relation knowledge is not used at all). ``source_sentences`` (None: not passed, the
-    runtime's default) turns TCR's restored sentences on or off."""
+    runtime's default) turns TCR's restored sentences on or off. ``online`` (a source of
+    evaluation/tcr_qf.py) answers through the online feedback loop instead of one ask."""
 
     def factory(ctx: EvalContext) -> Method:
         rt = ctx.runtime_no_scos if no_scos else ctx.runtime
         if rt is None:
             raise MethodError("lokg-no-scos needs a store built with scos_merge.enabled=false: pass "
                               "--store-no-scos DIR (or --build to build one)")
+        enricher = tcr_qf.Enricher(rt, source=online) if online else None
 
         def run(question: Question) -> Prediction:
             keys, status = ctx.topic_keys(rt, question)
@@ -80,10 +86,17 @@ def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = Fals
             feeds = {} if relation_knowledge else {"relation_weight": 0.0, "chain_boost": False}
             if source_sentences is not None:
                 feeds["source_sentences"] = source_sentences
-            ans = rt.ask(question.question, entities=keys, budget=ctx.budget, llm=ctx.llm,
-                         retrieval=retrieval, encoding=encoding,
-                         policy=ctx.policy if relation_knowledge else "lokg", **feeds)
-            return _prediction(ctx.llm, question, ans, gold)
+
+            def ask(view):
+                return view.ask(question.question, entities=keys, budget=ctx.budget,
+                                llm=ctx.llm, retrieval=retrieval, encoding=encoding,
+                                policy=ctx.policy if relation_knowledge else "lokg", **feeds)
+
+            if enricher is None:
+                return _prediction(ctx.llm, question, ask(rt), gold)
+            loop = enricher.answer(rt, ask)
+            return tcr_qf.online_prediction(_prediction(ctx.llm, question, loop.answers[-1], gold),
+                                            loop, ctx.llm)
 
         return run
 
@@ -151,6 +164,13 @@ METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
     MethodSpec("tog", "ToG: LLM beam search, width 3, depth 3", _baseline("tog")),
     MethodSpec("chunk-rag", "dense top-k chunks of a documents store, packed into B",
                _baseline("chunk_rag"), documents_only=True),
+    MethodSpec("tcr-qf", "online query-driven feedback: passages retrieved and extracted into an "
+               "overlay, answered again, up to tcr_qf.max_rounds (tcr_qf.py)",
+               _lokg(source_sentences=True, online="passages"), documents_only=True),
+    MethodSpec("tcr-qf-answer", "tcr-qf's ablation: triples extracted from the answer and its "
+               "context instead of retrieved passages", _lokg(source_sentences=True,
+                                                              online="answer"),
+               documents_only=True),
 )}
 
 

@@ -187,6 +187,8 @@ DEFAULTS: dict = {
         "threads": 1,  # torch CPU threads; null = torch default
     },
     "publish": {"keep": 3},
+    # evaluation/tcr_qf.py (DESIGN §9): the online feedback loop of policy tcr-qf, for comparison
+    "tcr_qf": {"max_rounds": 3},  # I_max: answers per question at most, the first the plain one
     "query": {  # runtime/query.py; a build may carry its own values in its config
         "lambda_q": 1.0,  # weight of cos(enc(q), enc(a)) in S_final
         "max_candidates": 20,  # candidate answers whose best paths form the candidate set
@@ -409,6 +411,7 @@ SCHEMA: dict = {
         "batch_size": COUNT, "device": DEVICE, "threads": THREADS,
     },
     "publish": {"keep": integer(0)},  # previous builds kept; -1 would delete them all
+    "tcr_qf": {"max_rounds": COUNT},
     "query": {
         "lambda_q": WEIGHT, "max_candidates": COUNT, "passages": integer(0),
         "focus_candidates": integer(0),

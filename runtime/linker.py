@@ -114,6 +114,13 @@ class Linker:
             return tuple(sorted(ids))
         return tuple(sorted(ids, key=lambda i: (-int(self.degree[i]), i)))
 
+    def with_forms(self, forms: Iterable[tuple[int, str]], degree: np.ndarray | None) -> Linker:
+        """A new index: this one's forms plus ``(entity, form)`` pairs (unfolded), ranked by
+        ``degree`` (an overlay's entities and degrees, runtime/overlay.py)."""
+        pairs = [(i, key) for key, ids in self._index.items() for i in ids]
+        pairs += [(i, normalise(form)) for i, form in forms]
+        return Linker(pairs, degree, max_per_span=self.max_per_span, folded=True)
+
     def __len__(self) -> int:
         return len(self._index)
 

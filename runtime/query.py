@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from runtime import feedback, ittc, object_store, pins, relknow, taimr
+from runtime import feedback, ittc, object_store, overlay, pins, relknow, taimr
 from runtime.answer import Answer
 from runtime.answers import (ANSWER_MAX_TOKENS, Prompt, build_prompt, choice_lines,
                              parse_answers, prompt_overhead)
@@ -312,6 +312,12 @@ class Runtime:
         runtime._release = weakref.finalize(runtime, object_store.release, *held)
         runtime.open_ms = (time.perf_counter() - started) * 1000.0
         return runtime
+
+    def with_triples(self, extra: Sequence[overlay.ExtraTriple]) -> Runtime:
+        """This build plus ``extra`` triples held in memory, as a Runtime that answers over
+        both (runtime/overlay.py: the online feedback loop's graph); the store is not written
+        and this Runtime is unchanged."""
+        return overlay.overlaid(self, extra)
 
     def close(self) -> None:
         """Release the build's pin (tables already in memory stay usable; lazily read files,

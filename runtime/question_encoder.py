@@ -70,12 +70,14 @@ def _onnx_unavailable(exported: Path | None) -> str | None:
 
 
 class CachedEmbeddings:
-    """``encode_queries`` for short texts that recur across questions (the question spans the
-    zero-shot matcher compares with relation names): each text's vector is kept in a bounded
-    LRU, and the texts not held are embedded together in one batch."""
+    """``encode_queries`` (or another ``method`` of the encoder) for short texts that recur
+    across questions (the question spans the zero-shot matcher compares with relation names):
+    each text's vector is kept in a bounded LRU, and the texts not held are embedded together
+    in one batch."""
 
-    def __init__(self, encoder, capacity: int = 4096):
+    def __init__(self, encoder, capacity: int = 4096, method: str = "encode_queries"):
         self.encoder = encoder
+        self._encode = getattr(encoder, method)
         self.capacity = int(capacity)
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
@@ -87,8 +89,7 @@ class CachedEmbeddings:
                 self._vectors.move_to_end(t)
         missing = list(dict.fromkeys(t for t in texts if t not in held))
         if missing:
-            fresh = dict(zip(missing, np.asarray(self.encoder.encode_queries(missing),
-                                                 dtype=np.float32)))
+            fresh = dict(zip(missing, np.asarray(self._encode(missing), dtype=np.float32)))
             held.update(fresh)
             with self._lock:
                 self._vectors.update(fresh)

@@ -171,6 +171,23 @@ class EdgeGraph:
     def out_degree(self) -> np.ndarray:
         return np.diff(self.indptr)
 
+    def with_triples(self, s, r, o, n_nodes: int, new_mu: float) -> EdgeGraph:
+        """This graph plus the triples (s, r, o) both ways, on ``n_nodes`` nodes (the nodes
+        beyond this graph's get μ = ``new_mu``). A new edge has no learned attention: it gets
+        an untrained graph's, 1/out-degree of its source counted in the merged graph
+        (:func:`uniform_edges`); the edges already here keep theirs."""
+        if n_nodes < self.n_nodes:
+            raise ValueError(f"n_nodes {n_nodes} < this graph's {self.n_nodes}")
+        src, rel, dst, inv = with_inverses(s, r, o)
+        old_src = np.repeat(np.arange(self.n_nodes), self.out_degree())
+        degree = np.bincount(np.concatenate([old_src, src]), minlength=n_nodes)
+        mu = np.concatenate([np.exp(self.log_mu), np.full(n_nodes - self.n_nodes, new_mu)])
+        return EdgeGraph(np.concatenate([old_src, src]),
+                         np.concatenate([self.relations.astype(np.int64), rel]),
+                         np.concatenate([self.targets.astype(np.int64), dst]),
+                         np.concatenate([self.inverse, inv]),
+                         np.concatenate([np.exp(self.log_alpha), 1.0 / degree[src]]), mu)
+
     def view(self, lambda_topo: float) -> _View:
         """Out-edges ordered by weight for this λ_topo (computed once per λ, then cached)."""
         lambda_topo = float(lambda_topo)

@@ -118,8 +118,10 @@ CONFIG = {"relation_knowledge": {"min_support": 2, "functional_tolerance": 0.05,
                                  "exclusive_min_support": 20}}
 
 
-def fitted_store(root: Path, triples, *, dev: bool = True) -> tuple[Path, dict]:
-    """Fit the stage (no encoder: the lexicon predicts) and publish a store with its artefact."""
+def fitted_store(root: Path, triples, *, dev: bool = True, tables: dict | None = None,
+                 files: dict | None = None) -> tuple[Path, dict]:
+    """Fit the stage (no encoder: the lexicon predicts) and publish a store with its artefact
+    (and more ``tables`` and ``files``: name -> path, as ``Store.publish`` takes them)."""
     inputs = write_tables(root / "tables", triples)
     write_questions(root / "train.jsonl", TRAIN_PEOPLE, triples)
     write_questions(root / "dev.jsonl", DEV_PEOPLE, triples)
@@ -129,8 +131,9 @@ def fitted_store(root: Path, triples, *, dev: bool = True) -> tuple[Path, dict]:
     result = fit.run(cfg, inputs, str(root / "stage"))
     artefact = Path(result["outputs"]["relknow"])
     store = Store(root / "store")
-    store.publish("toy", {t: Path(p) for t, p in inputs.items()},
-                  extra_files={f"models/relknow/{f.name}": f for f in artefact.iterdir()},
+    store.publish("toy", {**{t: Path(p) for t, p in inputs.items()}, **(tables or {})},
+                  extra_files={**{f"models/relknow/{f.name}": f for f in artefact.iterdir()},
+                               **(files or {})},
                   info={"config": cfg, "report": {"stages": {"relation_knowledge":
                                                              result["report"]}}})
     return root / "store", result["report"]

@@ -325,3 +325,20 @@ def test_a_graph_from_shuffled_edges_equals_the_one_from_sorted_edges():
     paths = top_paths(b, 0)
     assert paths.relations.dtype == paths.nodes.dtype == np.int64
     assert paths.to_table().equals(top_paths(a, 0).to_table())
+
+
+def test_a_graph_with_triples_keeps_its_attention_and_gives_new_edges_an_untrained_one():
+    # 0 -a-> 1 with learned attention 0.8 (and 0.3 back); then 1 -b-> 2 (2 a new node) added
+    edges = pa.table({"s": [0, 1], "r": [0, 0], "o": [1, 0], "inverse": [False, True],
+                      "attention": [0.8, 0.3]}, schema=TABLE_SCHEMAS["edges"])
+    graph = EdgeGraph.from_tables(edges, gain_table([1.0, 0.5]))
+    merged = graph.with_triples([1], [1], [2], 3, 0.25)
+    rows = [(v, int(merged.relations[j]), int(merged.targets[j]), bool(merged.inverse[j]),
+             round(math.exp(merged.log_alpha[j]), 6))
+            for v in range(3) for j in range(merged.indptr[v], merged.indptr[v + 1])]
+    assert rows == [(0, 0, 1, False, 0.8), (1, 0, 0, True, 0.3), (1, 1, 2, False, 0.5),
+                    (2, 1, 1, True, 1.0)]  # 1 has two out-edges now, 2 one
+    assert np.allclose(np.exp(merged.log_mu), [1.0, 0.5, 0.25])
+    assert graph.n_nodes == 2 and top_paths(merged, 0).nodes.max() == 2
+    with pytest.raises(ValueError, match="n_nodes"):
+        graph.with_triples([0], [0], [1], 1, 1.0)

@@ -216,6 +216,8 @@ class Extraction:
         extract_cfg["precomputed_file"] = (section(config, STAGE)["precomputed_file"]
                                            or extract_cfg["precomputed_file"])
         self.backend, self.failed = backend, 0
+        self.calls = 0  # chunks an LLM backend extracted (a cached chunk makes no call)
+        self.usage = {"prompt_tokens": 0, "completion_tokens": 0}
         self.results: dict[str, list] = {}
         if backend == "precomputed":
             self.by_doc = _openie_by_document(precomputed_file(extract_cfg, dump))
@@ -233,8 +235,12 @@ class Extraction:
             else:
                 from text.triple_extract import extract_one
 
-                result, _, reason = extract_one(self.extractor, self.cache, chunk)
+                result, cached, reason = extract_one(self.extractor, self.cache, chunk)
                 self.failed += bool(reason)
+                usage = {} if cached else result.get("usage") or {}
+                self.calls += bool(usage)
+                for k in self.usage:
+                    self.usage[k] += int(usage.get(k, 0))
                 found = [] if reason else result.get("triples") or []
             self.results[chunk["chunk_id"]] = [t for t in found if as_triple(t)]
         return self.results[chunk["chunk_id"]]
@@ -270,12 +276,17 @@ def retrieved(sqs: list[SubQuestion], pub: Published, extraction: Extraction,
     for sq, rows in zip(sqs, pub.nearest(texts, k) if sqs else ()):
         for row in rows:
             chunk = pub.chunks[row]
-            for triple in extraction.triples(chunk):
-                cand = oriented(Candidate(sq, chunk, tuple(triple),
-                                          sentences=pub.sentences[chunk["chunk_id"]]), pub)
-                if cand is not None:
-                    out.append(cand)
+            out += passage_candidates(sq, chunk, pub.sentences[chunk["chunk_id"]], pub,
+                                      extraction)
     return out
+
+
+def passage_candidates(sq: SubQuestion, chunk: dict, sentences: list, pub: Published,
+                       extraction: Extraction) -> list[Candidate]:
+    """The triples extracted from one passage that are oriented as ``sq`` asks."""
+    cands = (oriented(Candidate(sq, chunk, tuple(triple), sentences=sentences), pub)
+             for triple in extraction.triples(chunk))
+    return [c for c in cands if c is not None]
 
 
 def oriented(cand: Candidate, pub: Published) -> Candidate | None:
@@ -412,10 +423,16 @@ def published(store: Store) -> tuple[Build | None, str]:
     if current is None:
         return None, "nothing to enrich from: the store has no published build"
     build = store.build(current)
-    tables = build.manifest["tables"]
-    if not tables.get("chunks", {}).get("rows") or not (build.path / "chunk_vectors.npy").is_file():
-        return None, f"nothing to enrich from: build {current} has no chunks (no documents)"
-    return build, ""
+    problem = chunk_index_problem(build)
+    return (None, f"nothing to enrich from: {problem}") if problem else (build, "")
+
+
+def chunk_index_problem(build: Build) -> str:
+    """Why ``build`` has no chunk index to retrieve passages from ("" when it has one)."""
+    if not build.manifest["tables"].get("chunks", {}).get("rows") or \
+            not (build.path / "chunk_vectors.npy").is_file():
+        return f"build {build.build_id} has no chunks (no documents)"
+    return ""
 
 
 def _open(sqs: list[SubQuestion], answered: set[str], tried: dict[str, str],
