@@ -950,10 +950,10 @@ class RelationKnowledge:
         span's :data:`ZERO_SHOT_SUBSTITUTES` nearest others within :data:`ZERO_SHOT_NEAR`,
         least cosine given up first: what :meth:`predict_spans` tries when the best relations
         make no chain (two families name one word: person_ and actor_nationality)."""
-        chosen = chosen_spans(hops, len(masked.split()))
+        words = masked.split()
+        chosen = chosen_spans(hops, len(words))
         if not chosen:
             return []
-        words = masked.split()
         sims = np.asarray(embed([" ".join(words[a:b]) for _, a, b, _ in chosen]),
                           dtype=np.float32) @ self.relation_vectors.T
         swaps = []
