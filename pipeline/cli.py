@@ -18,7 +18,7 @@ import click
 
 from evaluation.cli import eval_command
 from pipeline.synth import (ENTITY_NAMES, MAX_INVERSE_TRIPLES, NAMINGS, OPTION_DEFAULTS, generate,
-                            labelled_overrides)
+                            labelled_overrides, linked_text_overrides)
 from pipeline.synth_wording import STYLES, WORDINGS
 from runtime.cli import STORE_OPTION, cli, render_answer, render_summary
 from runtime.config import FORMATS, load_config
@@ -61,9 +61,14 @@ from runtime.errors import LokgError
               show_default=True,
               help="Edges left out of the dump and stated in linked documents instead "
                    "(linked_documents.jsonl, openie_linked.json, withheld.json).")
+@click.option("--articles", type=click.FloatRange(0.0, 1.0), default=OPTION_DEFAULTS["articles"],
+              show_default=True,
+              help="Share of the entities with a linked article stating their facts "
+                   "(articles.jsonl, for documents.corpus: restored sentences and citations).")
 def synth(n_triples: int, seed: int, out_dir: str, malformed_rate: float, gzip_: bool,
           n_questions: int, naming: str, entity_names: str, question_style: str,
-          hops: tuple[int, ...], test_wording: str, max_answers: int, withhold: int) -> None:
+          hops: tuple[int, ...], test_wording: str, max_answers: int, withhold: int,
+          articles: float) -> None:
     """Generate a deterministic synthetic Freebase-like KG (DESIGN §6)."""
     try:
         manifest = generate(out_dir, n_triples=n_triples, seed=seed,
@@ -71,7 +76,7 @@ def synth(n_triples: int, seed: int, out_dir: str, malformed_rate: float, gzip_:
                             naming=naming, entity_names=entity_names,
                             question_style=question_style, hops=hops or None,
                             test_wording=test_wording, max_answers=max_answers,
-                            withhold=withhold)
+                            withhold=withhold, articles=articles)
     except LokgError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(manifest["counts"], indent=2))
@@ -172,10 +177,12 @@ def demo(workdir: str | None, n_triples: int, seed: int, llm_name: str) -> None:
     root = Path(workdir or tempfile.mkdtemp(prefix="lokg-demo-"))
     dump = root / "dump"
     click.echo(f"[1/4] generating a synthetic KG with {n_triples:,} triples in {dump}")
-    generate(dump, n_triples=n_triples, seed=seed, malformed_rate=0.001, gzip=True)
+    generate(dump, n_triples=n_triples, seed=seed, malformed_rate=0.001, gzip=True,
+             articles=1.0)
     click.echo("[2/4] building the store (Spark local), learning from the dump's train/dev "
-               "questions")
-    config = load_config(None, ["ingest.format=synth", *labelled_overrides(dump)])
+               "questions, restoring each triple's sentence from the entities' articles")
+    config = load_config(None, ["ingest.format=synth", *labelled_overrides(dump),
+                                *linked_text_overrides(dump)])
     try:
         published = pipeline.build(str(dump), str(root / "store"), config, log=click.echo)
     except LokgError as exc:

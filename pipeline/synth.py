@@ -86,6 +86,11 @@ and in questions that walk relations backwards; each option varies one of these:
   ``openie_linked.json``, for ``triple_extract.backend=precomputed``; the edges and their
   questions in ``withheld.json``): questions a graph built from the dump cannot answer until
   query-driven feedback fills the edge in from the documents (DESIGN §9).
+* ``articles`` — a share in [0, 1]: ``articles.jsonl`` holds an article for that seeded share of
+  the entities, titled with the entity's name, a sentence per fact it is the subject of with a
+  date the triple lacks (:func:`write_articles`): linked text for ``documents.corpus``, from
+  which ``triple_context`` restores each triple's sentence and answers cite it (DESIGN §8).
+  The graph and the questions are those of the same options without it.
 """
 
 from __future__ import annotations
@@ -1007,6 +1012,12 @@ def labelled_overrides(dump: str | Path) -> list[str]:
             f"gat.questions={dump / 'train.jsonl'}"]
 
 
+def linked_text_overrides(dump: str | Path) -> list[str]:
+    """Build overrides that read the dump's articles (``articles`` > 0) as linked text, from
+    which triple_context restores sentences that answers cite; none when it has none."""
+    return ["documents.corpus=articles.jsonl"] if (Path(dump) / "articles.jsonl").is_file() else []
+
+
 def _jsonl(records: list[dict]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
 
@@ -1122,7 +1133,7 @@ def families_ground_truth(families, names: dict[str, str]) -> dict:
 #: The generalisation options of :func:`generate` and their defaults (``hops``: the style's).
 OPTION_DEFAULTS = {"naming": "dotted", "entity_names": "plain",
                    "question_style": "pathquestion", "hops": None, "test_wording": "train",
-                   "max_answers": 5, "withhold": 0}
+                   "max_answers": 5, "withhold": 0, "articles": 0.0}
 
 
 def _options(n_triples: int, given: dict) -> tuple[dict, dict]:
@@ -1141,6 +1152,8 @@ def _options(n_triples: int, given: dict) -> tuple[dict, dict]:
     if given["withhold"] < 0 or (given["withhold"] and n_triples > MAX_INVERSE_TRIPLES):
         raise SynthError(f"withhold={given['withhold']}: a count >= 0, on graphs of at most "
                          f"{MAX_INVERSE_TRIPLES:,} triples (the dump files are rewritten)")
+    if not 0.0 <= given["articles"] <= 1.0:
+        raise SynthError(f"articles={given['articles']}: a share of the entities within [0, 1]")
     if given["max_answers"] < 1:
         raise SynthError(f"max_answers must be at least 1, got {given['max_answers']}")
     if style == "metaqa" and n_triples > MAX_INVERSE_TRIPLES:
@@ -1285,6 +1298,58 @@ def withhold_edges(world: World, names: dict[str, str], out: Path, questions: li
     return edges
 
 
+#: An article sentence states one fact with a date the triple does not carry: the context a
+#: triple_context build restores and an answer cites (DESIGN §8, "any linked text").
+_ARTICLE_SENTENCES = ("The {phrase} of {s} is {o}, as recorded in {year}.",
+                      "In {year}, {o} was listed as the {phrase} of {s}.")
+_ARTICLE_YEARS = (1950, 2020)
+
+
+def write_articles(world: World, out: Path, share: float) -> dict[str, str]:
+    """``articles.jsonl``: for a seeded ``share`` of the entities with facts, an article titled
+    with the entity's name (the link DESIGN §8 reads) whose sentences state each of its facts
+    (every family slot it is the subject of, whichever relation names state it) with a dated
+    qualifier. Subject block by subject block, so no edge-sized structure is held."""
+    path, digest = out / "articles.jsonl", hashlib.sha256()
+    chosen_stream, draw_stream = _stream(world.seed, "article"), _stream(world.seed, "article-fact")
+    with path.open("wb") as fh:
+        for t in world.types:
+            families = [f for f, fam in enumerate(world.families) if fam.subj == t]
+            for lo in range(0, world.sizes[t], _CHUNK):
+                hi = min(world.sizes[t], lo + _CHUNK)
+                raw = "".join(_jsonl(_articles(world, families, lo, hi, share, chosen_stream,
+                                               draw_stream))).encode()
+                fh.write(raw)
+                digest.update(raw)
+    return {path.name: digest.hexdigest()}
+
+
+def _articles(world: World, families: list[int], lo: int, hi: int, share: float,
+              chosen_stream: np.uint64, draw_stream: np.uint64) -> list[dict]:
+    """The articles of the chosen subjects among local ids lo..hi-1 of one type."""
+    sentences: dict[int, list[str]] = {}
+    for f in families:
+        subj, obj, mask = world.edges(f, lo, hi)
+        keep = (mask != 0) & (_uniform(chosen_stream, subj.astype(np.int64)) < share)
+        subj, obj = subj[keep], obj[keep]
+        draws = _uniform(draw_stream, subj.astype(np.int64) * world.n_entities + obj)
+        first, last = _ARTICLE_YEARS
+        years = first + (draws * (last - first + 1)).astype(np.int64)
+        phrase = world.families[f].phrases[0]
+        for s, o, year in zip(subj.tolist(), obj.tolist(), years.tolist()):
+            template = _ARTICLE_SENTENCES[year % len(_ARTICLE_SENTENCES)]
+            sentences.setdefault(s, []).append(template.format(
+                phrase=phrase, s=world.name(s), o=world.name(o), year=year))
+    return [{"title": world.name(s),
+             "text": f"{world.name(s)} is {_indefinite(_LABEL[world.type_of(s)])}. "
+                     + " ".join(lines)}
+            for s, lines in sorted(sentences.items())]
+
+
+def _indefinite(noun: str) -> str:
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
+
+
 def _write_texts_raw(out: Path, texts: dict[str, str]) -> dict[str, str]:
     files = {}
     for name, data in texts.items():
@@ -1302,7 +1367,8 @@ def generate(out_dir, *, n_triples: int, seed: int = 0, malformed_rate: float = 
              hops: tuple[int, ...] | None = OPTION_DEFAULTS["hops"],
              test_wording: str = OPTION_DEFAULTS["test_wording"],
              max_answers: int = OPTION_DEFAULTS["max_answers"],
-             withhold: int = OPTION_DEFAULTS["withhold"]) -> dict:
+             withhold: int = OPTION_DEFAULTS["withhold"],
+             articles: float = OPTION_DEFAULTS["articles"]) -> dict:
     """Write the synthetic KG into ``out_dir`` and return its manifest (also manifest.json).
 
     The options after ``n_questions`` are the generalisation variants (module docstring); with
@@ -1313,7 +1379,8 @@ def generate(out_dir, *, n_triples: int, seed: int = 0, malformed_rate: float = 
         raise SynthError(f"malformed_rate must be within [0, 0.5], got {malformed_rate}")
     options, changed = _options(n_triples, dict(
         naming=naming, entity_names=entity_names, question_style=question_style, hops=hops,
-        test_wording=test_wording, max_answers=max_answers, withhold=withhold))
+        test_wording=test_wording, max_answers=max_answers, withhold=withhold,
+        articles=articles))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     world = World(n_triples, seed, movie=question_style == "metaqa", entity_names=entity_names)
@@ -1322,11 +1389,14 @@ def generate(out_dir, *, n_triples: int, seed: int = 0, malformed_rate: float = 
         world, names, out, n_triples, malformed_rate, gzip)
     questions = _questions(world, n_questions, names, style=question_style,
                            hops=options["hops"], max_answers=max_answers,
-                           test_wording=test_wording, extended=bool(changed))
+                           test_wording=test_wording,
+                           extended=bool(changed.keys() - {"articles"}))
     files.update(_write_texts(out, families_ground_truth(world.families, names), questions))
     withheld = withhold_edges(world, names, out, questions, withhold, files) if withhold else []
     for edge in withheld:
         relation_counts[edge["relation"]] -= 1
+    if articles:
+        files.update(write_articles(world, out, articles))
     manifest = {
         "generator": GENERATOR,
         "version": VERSION,

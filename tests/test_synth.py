@@ -416,3 +416,53 @@ def test_cli_passes_the_variant_options(tmp_path):
     refused = CliRunner().invoke(cli, ["synth", "--triples", "100", "--out", str(tmp_path / "x"),
                                        "--hops", "1"])
     assert refused.exit_code == 1 and "question_style='pathquestion'" in refused.output
+
+
+def article_facts(path: Path) -> set[tuple[str, str, str]]:
+    """(subject name, family phrase, object name) of every fact sentence of articles.jsonl;
+    each article is titled with its subject and opens with what kind of entity it is."""
+    facts = set()
+    for article in read_jsonl(path):
+        title = re.escape(article["title"])
+        first, *sentences = re.split(r"(?<=\.) (?=The |In \d{4},)", article["text"])
+        assert re.match(rf"{re.escape(article['title'])} is an? [a-z ]+\.$", first)
+        for sentence in sentences:
+            m = (re.fullmatch(rf"The (.+) of {title} is (.+), as recorded in \d{{4}}\.", sentence)
+                 or re.fullmatch(rf"In \d{{4}}, (?P<o>.+) was listed as the (?P<p>.+) of {title}\.",
+                                 sentence))
+            assert m, sentence
+            phrase, o = m.group(1, 2) if m.re.pattern.startswith("The") else m.group("p", "o")
+            facts.add((article["title"], phrase, o))
+    return facts
+
+
+def test_articles_state_every_fact_of_the_dump_and_change_nothing_else(tmp_path):
+    plain, linked = tmp_path / "plain", tmp_path / "linked"
+    generate(plain, n_triples=2000, seed=3, n_questions=20)
+    manifest = generate(linked, n_triples=2000, seed=3, n_questions=20, articles=1.0)
+    for name in ("kg.nt", "kg.tsv", "questions.jsonl", "test.jsonl", "families.json"):
+        assert (plain / name).read_bytes() == (linked / name).read_bytes(), name
+    assert manifest["params"]["articles"] == 1.0 and "articles.jsonl" in manifest["files"]
+    names = en_names(linked / "kg.nt")
+    family_of = {m: (fam, i) for fam in FAMILIES for i, m in enumerate(fam.members)}
+    stated = set()
+    for s, relation, o in read_tsv(linked / "kg.tsv"):
+        fam, member = family_of[relation]
+        if fam.kind == "inverse" and member == 1:  # (o, inverse, s) states the forward fact
+            s, o = o, s
+        stated.add((names[s], fam.phrases[0], names[o]))
+    assert article_facts(linked / "articles.jsonl") == stated
+
+
+def test_an_article_share_picks_a_seeded_part_of_the_entities(tmp_path):
+    half = generate(tmp_path / "a", n_triples=2000, seed=3, n_questions=20, articles=0.5)
+    again = generate(tmp_path / "b", n_triples=2000, seed=3, n_questions=20, articles=0.5)
+    assert half["files"]["articles.jsonl"] == again["files"]["articles.jsonl"]
+    everyone = generate(tmp_path / "c", n_triples=2000, seed=3, n_questions=20, articles=1.0)
+    n_half, n_all = (len(read_jsonl(tmp_path / d / "articles.jsonl")) for d in ("a", "c"))
+    assert 0.4 * n_all < n_half < 0.6 * n_all
+    assert article_facts(tmp_path / "a" / "articles.jsonl") < article_facts(
+        tmp_path / "c" / "articles.jsonl")
+    with pytest.raises(SynthError, match="articles=1.5"):
+        generate(tmp_path / "d", n_triples=2000, articles=1.5)
+    assert everyone["counts"] == half["counts"]
