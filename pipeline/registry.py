@@ -61,7 +61,7 @@ STAGES: tuple[Stage, ...] = (
           ("entities", "relations", "relation_map", "triples", "documents", "chunks",
            "sentences", "extraction_sources", "encoder"),
           ("triple_sources", "triple_context", "chunk_vectors", "feedback_lineage"),
-          optional=("feedback_delta",)),
+          optional=("feedback_delta", "query_encoder")),
     Stage("gat", "training",
           ("entities", "relations", "triples", "relation_map", "relation_embeddings",
            "entity_ids", "entity_vectors"), ("edges", "gat_run")),

@@ -26,6 +26,7 @@ FORMATS = ("auto", "nt", "tsv", "pathquestion", "metaqa", "fb15k237", "synth", "
 #: Extraction backends of the triple_extract stage (text/extractors.py), by name.
 EXTRACTORS = ("offline", "precomputed", "openai")
 TRIPLE_CONTEXT_MODES = ("auto", "on", "off")  # triple_context.enabled: auto = on for docs builds
+TRIPLE_CONTEXT_ENCODERS = ("auto", "onnx", "torch")  # triple_context.encoder (text/triple_context.py)
 TYPE_RULES = ("spread", "min")  # relation_stats.type_rule (spark_jobs/relation_stats.py)
 MISSING_EMBEDDINGS = ("zero", "renormalise")  # scos_merge.missing_embeddings
 TEXT_RULES = ("name", "name_type_description")  # entity_encode.text (training/entity_encode.py)
@@ -158,6 +159,8 @@ DEFAULTS: dict = {
         "floor": 0.35,  # cosine below which no sentence is attached
         "max_candidates": 200,  # sentences compared per triple (those of Sources(h) and Sources(t))
         "batch_size": 128,  # texts per encoder call
+        # auto: on a CPU, the store's int8 ONNX export when entity_encode wrote one, else torch
+        "encoder": "auto",
         "device": "auto",
         "threads": 1,
     },
@@ -398,6 +401,7 @@ SCHEMA: dict = {
     "triple_context": {
         "enabled": choice(*TRIPLE_CONTEXT_MODES), "floor": number(-1, 1),
         "max_candidates": COUNT, "batch_size": COUNT, "device": DEVICE, "threads": THREADS,
+        "encoder": choice(*TRIPLE_CONTEXT_ENCODERS),
     },
     "path_cache": {
         "max_hops": COUNT, "k_top": COUNT, "beam_width": COUNT, "lambda_topo": WEIGHT,

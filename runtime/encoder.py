@@ -96,7 +96,28 @@ def spec_model_dir(spec: Mapping) -> Path:
     return resolve_model(str(recorded_path or model_spec))
 
 
-class SentenceEncoder:
+class PrefixedEncoder:
+    """Queries and passages with the spec's prefixes, over a subclass's ``_encode(texts,
+    prefix, batch_size, progress)``: the interface every encoder of a store shares."""
+
+    spec: dict
+
+    def encode_queries(self, texts: Sequence[str], batch_size: int = 64,
+                       progress: bool = False) -> np.ndarray:
+        """Questions → float32 [n, dim], unit L2 norm, with the query prefix."""
+        return self._encode(texts, self.spec["query_prefix"], batch_size, progress)
+
+    def encode_passages(self, texts: Sequence[str], batch_size: int = 64,
+                        progress: bool = False) -> np.ndarray:
+        """Entity texts → float32 [n, dim], unit L2 norm, with the passage prefix."""
+        return self._encode(texts, self.spec["passage_prefix"], batch_size, progress)
+
+    def _encode(self, texts: Sequence[str], prefix: str, batch_size: int,
+                progress: bool) -> np.ndarray:
+        raise NotImplementedError
+
+
+class SentenceEncoder(PrefixedEncoder):
     """A sentence-transformers model plus the prefixes and normalisation of one encoder spec."""
 
     backend = "torch"
@@ -133,16 +154,6 @@ class SentenceEncoder:
     @property
     def dim(self) -> int:
         return int(self.spec["dim"])
-
-    def encode_queries(self, texts: Sequence[str], batch_size: int = 64,
-                       progress: bool = False) -> np.ndarray:
-        """Questions → float32 [n, dim], unit L2 norm, with the query prefix."""
-        return self._encode(texts, self.spec["query_prefix"], batch_size, progress)
-
-    def encode_passages(self, texts: Sequence[str], batch_size: int = 64,
-                        progress: bool = False) -> np.ndarray:
-        """Entity texts → float32 [n, dim], unit L2 norm, with the passage prefix."""
-        return self._encode(texts, self.spec["passage_prefix"], batch_size, progress)
 
     def _encode(self, texts: Sequence[str], prefix: str, batch_size: int,
                 progress: bool) -> np.ndarray:

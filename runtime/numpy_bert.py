@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from runtime.encoder import EncoderError, spec_model_dir
+from runtime.encoder import EncoderError, PrefixedEncoder, spec_model_dir
 
 WEIGHTS = "model.safetensors"
 TORCH_WEIGHTS = "pytorch_model.bin"
@@ -340,7 +341,7 @@ def _attention(x: np.ndarray, layer: dict, packed: Packed, heads: int) -> np.nda
     return context @ layer["out"][0] + layer["out"][1]
 
 
-class NumpyBertEncoder:
+class NumpyBertEncoder(PrefixedEncoder):
     """A BERT sentence-transformers model run in numpy: the ``SentenceEncoder`` interface
     (``spec``, ``dim``, ``encode_queries``, ``encode_passages``) without torch."""
 
@@ -389,17 +390,11 @@ class NumpyBertEncoder:
     def dim(self) -> int:
         return int(self.spec["dim"])
 
-    def encode_queries(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """Questions → float32 [n, dim], unit L2 norm, with the query prefix."""
-        return self._encode(texts, self.spec["query_prefix"], batch_size)
-
-    def encode_passages(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """Entity texts → float32 [n, dim], unit L2 norm, with the passage prefix."""
-        return self._encode(texts, self.spec["passage_prefix"], batch_size)
-
-    def _encode(self, texts: Sequence[str], prefix: str, batch_size: int) -> np.ndarray:
+    def _encode(self, texts: Sequence[str], prefix: str, batch_size: int,
+                progress: bool = False) -> np.ndarray:
         """Batches of similar length (longest first, as sentence-transformers sorts), so little
-        is spent on padding; each batch is one forward."""
+        is spent on padding; each batch is one forward. ``progress``: a bar on stderr (batch
+        encodings at build time; tqdm is imported only then)."""
         if isinstance(texts, str):
             raise NumpyEncoderError("encode_* takes a list of texts, got a single string")
         texts = [prefix + str(t) for t in texts]
@@ -408,7 +403,12 @@ class NumpyBertEncoder:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         order = np.argsort([-len(t) for t in texts], kind="stable")
         step = max(1, int(batch_size))
-        for start in range(0, len(texts), step):
+        starts = range(0, len(texts), step)
+        if progress:
+            from tqdm import tqdm
+
+            starts = tqdm(starts, file=sys.stderr, unit="batch", desc="encode")
+        for start in starts:
             rows = order[start:start + step]
             out[rows] = self.embed([texts[i] for i in rows])
         return out

@@ -308,7 +308,6 @@ def _ingested(tmp_path: Path, extracted: Path) -> dict:
     names = {r["key"]: r["name"] for r in records}
     lines = [x.split("\t") for x in (extracted / "triples.tsv").read_text().splitlines()]
     phrases = sorted({r for _, r, _ in lines} | {"capital of"})
-    out = {}
     ent = {"id": list(range(len(keys))), "key": keys, "name": [names[k] for k in keys],
            "aliases": [[] for _ in keys],
            "description": ["A Polish-French physicist." if k == "marie curie" else None
@@ -325,13 +324,21 @@ def _ingested(tmp_path: Path, extracted: Path) -> dict:
                     "r": [canonical[r] for _, r, _ in lines],
                     "o": [keys.index(o) for _, _, o in lines]},
     }
-    for name, columns in tables.items():
-        out[name] = tmp_path / f"{name}.parquet"
-        from runtime.contract import TABLE_SCHEMAS
+    return _write_tables(tmp_path, tables)
 
+
+def _write_tables(tmp_path: Path, tables: dict[str, dict]) -> dict[str, str]:
+    """The contract tables given as columns, written as a stage input would be."""
+    import pyarrow as pa
+
+    from runtime.contract import TABLE_SCHEMAS, write_table
+
+    out = {}
+    for name, columns in tables.items():
+        out[name] = str(tmp_path / f"{name}.parquet")
         write_table(name, pa.table(columns, schema=TABLE_SCHEMAS[name]) if name != "relation_map"
-                    else pa.table(columns), out[name])
-    return {k: str(v) for k, v in out.items()}
+                    else pa.table(columns), Path(out[name]))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -383,6 +390,82 @@ def test_triple_context_golden(tmp_path, encoder_spec):
     strict.mkdir()
     none = triple_context.run(config(triple_context={"floor": 0.99}), inputs, str(strict))
     assert pq.read_table(none["outputs"]["triple_context"]).num_rows == 0
+
+
+def kb_inputs(tmp_path: Path, encoder_spec: str) -> dict:
+    """A KB dump's stage inputs (no extraction) with linked articles (``documents.corpus``):
+    Marie Curie's, one titled 'warsaw' (case folded: Warsaw's) and one about no entity."""
+    dump = tmp_path / "kb.tsv"
+    dump.write_text("")
+    write_jsonl(tmp_path / "articles.jsonl", [
+        {"title": "Marie Curie", "text": CURIE}, {"title": "warsaw", "text": WARSAW},
+        {"title": "Lisbon", "text": "Paris is the capital of France."}])
+    docs_out, extract_out = tmp_path / "docs", tmp_path / "extract"
+    docs_out.mkdir()
+    extract_out.mkdir()
+    docs = documents.run(config(ingest={"format": "tsv"},
+                                documents={"corpus": "articles.jsonl"}),
+                         {"dump": str(dump)}, str(docs_out))["outputs"]
+    extracted = triple_extract.run(config(ingest={"format": "tsv"}), {"dump": str(dump), **docs},
+                                   str(extract_out))["outputs"]
+    names = ["Marie Curie", "Warsaw", "Poland", "Paris", "France"]
+    relations = ["place_of_birth", "capital", "located_in"]
+    tables = _write_tables(tmp_path, {
+        "entities": {"id": list(range(5)), "key": [f"m.{i}" for i in range(5)], "name": names,
+                     "aliases": [[], [], ["Polska"], [], []], "description": [None] * 5,
+                     "types": [[]] * 5, "attributes": [[]] * 5},
+        "relations": {"id": [0, 1, 2], "name": relations},
+        "relation_map": {"id": [0, 1, 2], "name": relations, "canonical_id": [0, 1, 2],
+                         "canonical_name": relations},
+        "triples": {"s": [0, 2, 3], "r": [0, 1, 2], "o": [1, 1, 4]}})
+    return {**docs, **tables, "extraction_sources": extracted["extraction_sources"],
+            "encoder": encoder_spec}
+
+
+@pytest.fixture(scope="module")
+def int8_export(tmp_path_factory, encoder_spec) -> str:
+    """The store encoder's int8 ONNX export, as entity_encode writes it."""
+    from runtime.encoder import spec_model_dir
+    from training.onnx_export import export
+
+    path = tmp_path_factory.mktemp("onnx") / "query_encoder.onnx"
+    export(spec_model_dir(json.loads(Path(encoder_spec).read_text())), path, "int8")
+    return str(path)
+
+
+@pytest.mark.parametrize("encoder", ["torch", "onnx"])
+def test_a_kb_dumps_triples_restore_the_articles_titled_with_their_entities(
+        tmp_path, encoder_spec, int8_export, encoder):
+    """No extraction: a triple's sources are the documents titled with its head's or tail's
+    name or alias (case folded); an untitled entity's triple restores nothing, and an article
+    about no entity is nobody's source — the same sentences with the int8 export."""
+    from text import triple_context
+
+    inputs = {**kb_inputs(tmp_path, encoder_spec), "query_encoder": int8_export}
+    out = tmp_path / "tc"
+    out.mkdir()
+    result = triple_context.run(config(triple_context={"floor": 0.3, "encoder": encoder}),
+                                inputs, str(out))
+    context = {(r["s"], r["r"], r["o"]): r["text"] for r in
+               pq.read_table(result["outputs"]["triple_context"]).to_pylist()}
+    assert context == {(0, 0, 1): "Marie Curie was born in Warsaw in 1867.",
+                       (2, 1, 1): "Warsaw is the capital of Poland."}
+    assert pq.read_table(result["outputs"]["triple_sources"]).num_rows == 0
+    assert result["report"]["enabled"] is True and result["report"]["encoder"] == encoder
+
+
+def test_the_onnx_encoder_without_an_export_is_refused_saying_why(tmp_path, encoder_spec):
+    from text import triple_context
+
+    out = tmp_path / "tc"
+    out.mkdir()
+    with pytest.raises(StageError, match="encoder=onnx: the build has no exported question"):
+        triple_context.run(config(triple_context={"encoder": "onnx"}),
+                           kb_inputs(tmp_path, encoder_spec), str(out))
+    (tmp_path / "auto").mkdir()
+    auto = triple_context.run(config(triple_context={"encoder": "auto"}),
+                              kb_inputs(tmp_path / "auto", encoder_spec), str(out))
+    assert auto["report"]["encoder"] == "torch"  # no export: auto falls back
 
 
 # ---- bad input -------------------------------------------------------------------------------

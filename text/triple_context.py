@@ -4,8 +4,10 @@ source sentence restored.
 1. ``triple_sources``: the key-level provenance of ``triple_extract`` mapped onto the canonical
    triples (entity keys → ids, relation phrases → their SCOS canonical relation), de-duplicated.
 2. ``triple_context``: for a triple (h, r, t) the candidate sentences are those of Sources(h) ∪
-   Sources(t) — the chunks h or t was extracted from (its own source sentences first) and the
-   sentences of h's and t's descriptions (the sources of a KB dump); the template "h r t" and
+   Sources(t) — the chunks h or t was extracted from (its own source sentences first), the
+   chunks of the documents titled with h's or t's name or an alias (the articles *about* them:
+   a KB dump's linked text, ``documents.corpus``) and the sentences of h's and t's descriptions
+   (the sources of a KB dump); the template "h r t" and
    the candidates are embedded with the store's encoder, and the most similar sentence is kept
    with its cosine when that reaches ``triple_context.floor``.
 3. ``chunk_vectors``: every chunk embedded once (rows in ``chunks`` order, unit norm) for dense
@@ -27,7 +29,9 @@ import pyarrow as pa
 
 from pipeline.stage import Laps, StageError, checked_section, stage_input, torch_threads
 from runtime.contract import TABLE_SCHEMAS, read_table, write_table
-from runtime.encoder import EncoderError, SentenceEncoder
+from runtime.encoder import EncoderError, PrefixedEncoder, SentenceEncoder, resolve_device
+from runtime.numpy_bert import UnsupportedModelError
+from runtime.question_encoder import query_encoder
 from text.chunking import content_id, split_sentences
 from text.triple_extract import SOURCE_COLUMNS
 
@@ -101,7 +105,8 @@ def _triples(inputs: Mapping[str, str]) -> np.ndarray:
 
 class Candidates:
     """Candidate sentences (id, text) per triple: its own sources, then its entities' chunks,
-    then its entities' description sentences."""
+    then the chunks of the documents about its entities, then its entities' description
+    sentences."""
 
     def __init__(self, inputs: Mapping[str, str], chunks: pa.Table, sources: pa.Table,
                  descriptions: bool):
@@ -115,6 +120,7 @@ class Candidates:
                 self.own[(s, r, o)].append(sentence)
             self.chunks_of[s].add(chunk)
             self.chunks_of[o].add(chunk)
+        self.about = _chunks_about(inputs, chunks)
         self.described = self._descriptions(inputs) if descriptions else {}
 
     def _descriptions(self, inputs: Mapping[str, str]) -> dict[int, list]:
@@ -135,10 +141,39 @@ class Candidates:
     def of(self, s: int, r: int, o: int, limit: int) -> list[str]:
         found = dict.fromkeys(self.own.get((s, r, o), ()))
         for entity in (s, o):
-            for chunk in sorted(self.chunks_of.get(entity, ())):
+            extracted = sorted(self.chunks_of.get(entity, ()))
+            for chunk in (*extracted, *self.about.get(entity, ())):
                 found.update(dict.fromkeys(self.in_chunk.get(chunk, ())))
             found.update(dict.fromkeys(self.described.get(entity, ())))
         return list(found)[:limit]
+
+
+def _chunks_about(inputs: Mapping[str, str], chunks: pa.Table) -> dict[int, list]:
+    """Entity id -> the chunks of the documents titled with its name or an alias (case and
+    spacing folded): an article about the entity is one of its sources whether or not anything
+    was extracted from it. A title naming several entities is about each of them."""
+    if chunks.num_rows == 0:
+        return {}
+    documents = _read(inputs, "documents")
+    by_title: dict[str, list] = defaultdict(list)
+    for doc, title in zip(documents["doc_id"].to_pylist(), documents["title"].to_pylist()):
+        if _folded(title):
+            by_title[_folded(title)].append(doc)
+    chunks_of_doc: dict[str, list] = defaultdict(list)
+    for chunk, doc in zip(chunks["chunk_id"].to_pylist(), chunks["doc_id"].to_pylist()):
+        chunks_of_doc[doc].append(chunk)
+    entities = read_table(stage_input(inputs, STAGE, "entities"), columns=["id", "name", "aliases"])
+    about: dict[int, list] = {}
+    for eid, name, aliases in zip(*(entities[c].to_pylist() for c in entities.column_names)):
+        docs = dict.fromkeys(d for form in (name, *(aliases or ())) for d in by_title.get(
+            _folded(form), ()))
+        if docs:
+            about[eid] = [c for d in docs for c in chunks_of_doc[d]]
+    return about
+
+
+def _folded(text: str | None) -> str:
+    return " ".join((text or "").casefold().split())
 
 
 def _sentences_by_chunk(chunks: pa.Table, sentences: pa.Table) -> dict[str, list]:
@@ -184,7 +219,7 @@ def templates(inputs: Mapping[str, str], triples: np.ndarray) -> list[str]:
 
 
 def restore(triples: np.ndarray, lines: list[str], candidates: Candidates,
-            encoder: SentenceEncoder, cfg: Mapping) -> tuple[pa.Table, dict]:
+            encoder: PrefixedEncoder, cfg: Mapping) -> tuple[pa.Table, dict]:
     """The best candidate sentence of every triple (``lines``: its "h r t" templates) at or
     above the floor, and counts for the report."""
     limit, batch, floor = int(cfg["max_candidates"]), int(cfg["batch_size"]), float(cfg["floor"])
@@ -213,7 +248,7 @@ def restore(triples: np.ndarray, lines: list[str], candidates: Candidates,
     return pa.table(out, schema=TABLE_SCHEMAS["triple_context"]), counts
 
 
-def encode_by_length(encoder: SentenceEncoder, texts: list[str], batch: int) -> np.ndarray:
+def encode_by_length(encoder: PrefixedEncoder, texts: list[str], batch: int) -> np.ndarray:
     """Vectors of ``texts`` in their order, encoded shortest first (less padding a batch)."""
     order = np.argsort(np.fromiter(map(len, texts), np.int64, len(texts)), kind="stable")
     vectors = np.empty((len(texts), encoder.dim), np.float32)
@@ -226,9 +261,21 @@ def _enabled(mode: str, has_documents: bool) -> bool:
     return mode == "on" or (mode == "auto" and has_documents)
 
 
-def _encoder(inputs: Mapping[str, str], cfg: Mapping) -> SentenceEncoder:
+def _encoder(inputs: Mapping[str, str], cfg: Mapping) -> PrefixedEncoder:
+    """The store's encoder for the batch: on a CPU (``encoder`` auto or onnx) its int8 ONNX
+    export, the model the query service embeds questions with (one thread; 2-4x the float32
+    torch forward here at cosine >= 0.98, docs/BENCHMARKS.md), else sentence-transformers
+    (CUDA when present). ``onnx`` refuses to fall back, saying why."""
     spec = json.loads(stage_input(inputs, STAGE, "encoder").read_text(encoding="utf-8"))
+    wanted = str(cfg["encoder"])
     try:
+        if wanted != "torch" and resolve_device(str(cfg["device"])) == "cpu":
+            exported = Path(inputs["query_encoder"]) if "query_encoder" in inputs else None
+            try:
+                return query_encoder(spec, backend="onnx", exported=exported)
+            except UnsupportedModelError as exc:
+                if wanted == "onnx":
+                    raise StageError(f"{STAGE}.encoder=onnx: {exc}") from None
         return SentenceEncoder.from_spec(spec, device=str(cfg["device"]))
     except EncoderError as exc:
         raise StageError(f"{STAGE}: {exc}") from None
@@ -258,6 +305,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     if restoring or chunks.num_rows:
         with torch_threads(cfg.get("threads")):
             encoder = _encoder(inputs, cfg)
+            report["encoder"] = encoder.backend
             lap("load_model")
             if restoring:  # entity descriptions as sources only when asked for (mode on)
                 candidates = Candidates(inputs, chunks, sources,
