@@ -3,7 +3,11 @@ ITTC offers as its verbose granularity, and the citations of the triples an answ
 
 Read from the build's ``triple_context`` and ``triple_sources`` tables with ``documents`` and
 ``sentences``; a build without them (older builds, a KB dump without context restoration) has
-no provenance and every lookup returns nothing.
+no provenance and every lookup returns nothing. A triple cites the passages it was extracted
+from (``basis`` "extraction"); one that was not extracted from text — a KB dump's triple whose
+sentence was restored from its linked documents — cites the document of its restored sentence
+(``basis`` "context"). A sentence restored from an entity description cites nothing: the
+description is the graph's own data, not a document.
 """
 
 from __future__ import annotations
@@ -26,28 +30,36 @@ class Provenance:
     def __init__(self, build: Build):
         tables = build.manifest.get("tables", {})
         self.sentence: dict[Triple, str] = {}
+        self._restored_from: dict[Triple, str] = {}  # triple -> its restored sentence's id
         self._sources: dict[Triple, list[tuple[str, str]]] = defaultdict(list)
         self._titles: dict[str, str] = {}
-        self._sentences: dict[str, tuple[str, str]] = {}  # sentence_id -> (doc_id, text)
+        # sentence_id -> (doc_id, first chunk holding it, text)
+        self._sentences: dict[str, tuple[str, str, str]] = {}
         if tables.get("triple_context", {}).get("rows"):
-            t = build.read("triple_context", columns=["s", "r", "o", "text"])
-            self.sentence = dict(zip(zip(*(t[c].to_pylist() for c in "sro")),
-                                     t["text"].to_pylist()))
+            t = build.read("triple_context", columns=["s", "r", "o", "sentence_id", "text"])
+            triples = list(zip(*(t[c].to_pylist() for c in "sro")))
+            self.sentence = dict(zip(triples, t["text"].to_pylist()))
+            self._restored_from = dict(zip(triples, t["sentence_id"].to_pylist()))
         self._passages: list[list[Triple]] = []  # chunk row -> the triples sourced there
         self.chunk_vectors: np.ndarray | None = None
+        if tables.get("sentences", {}).get("rows") and (self.sentence or tables.get(
+                "triple_sources", {}).get("rows")):
+            self._load_documents(build)
         if tables.get("triple_sources", {}).get("rows"):
             self._load_sources(build)
             self._load_passages(build)
+
+    def _load_documents(self, build: Build) -> None:
+        docs = build.read("documents", columns=["doc_id", "title"])
+        self._titles = dict(zip(docs["doc_id"].to_pylist(), docs["title"].to_pylist()))
+        sent = build.read("sentences", columns=["sentence_id", "doc_id", "chunk_id", "text"])
+        self._sentences = {sid: (doc, chunk, text) for sid, doc, chunk, text in
+                           zip(*(sent[c].to_pylist() for c in sent.column_names))}
 
     def _load_sources(self, build: Build) -> None:
         t = build.read("triple_sources")
         for s, r, o, chunk, sentence in zip(*(t[c].to_pylist() for c in t.column_names)):
             self._sources[(s, r, o)].append((chunk, sentence))
-        docs = build.read("documents", columns=["doc_id", "title"])
-        self._titles = dict(zip(docs["doc_id"].to_pylist(), docs["title"].to_pylist()))
-        sent = build.read("sentences", columns=["sentence_id", "doc_id", "text"])
-        self._sentences = {sid: (doc, text) for sid, doc, text in
-                           zip(*(sent[c].to_pylist() for c in sent.column_names))}
 
     def _load_passages(self, build: Build) -> None:
         """The chunk vectors (memory-mapped) and, per chunk row, the triples it sourced."""
@@ -80,9 +92,18 @@ class Provenance:
         """The sources of the used triples (``(ids, rendered line)``), in their order."""
         out = []
         for ids, line in used:
-            for chunk, sentence_id in self._sources.get(ids, ())[:CITATIONS_PER_TRIPLE]:
-                doc_id, text = self._sentences.get(sentence_id, ("", ""))
+            for basis, chunk, sentence_id in self._cited(ids):
+                doc_id, _, text = self._sentences.get(sentence_id, ("", "", ""))
                 out.append({"triple": line, "title": self._titles.get(doc_id, ""),
                             "doc_id": doc_id, "chunk_id": chunk, "sentence_id": sentence_id,
-                            "sentence": text})
+                            "sentence": text, "basis": basis})
         return out
+
+    def _cited(self, ids: Triple) -> list[tuple[str, str, str]]:
+        """(basis, chunk_id, sentence_id) of what a triple cites: the passages it was
+        extracted from, else the document sentence its context was restored from."""
+        extracted = self._sources.get(ids, ())
+        if extracted:
+            return [("extraction", c, s) for c, s in extracted[:CITATIONS_PER_TRIPLE]]
+        restored = self._sentences.get(self._restored_from.get(ids, ""))
+        return [("context", restored[1], self._restored_from[ids])] if restored else []

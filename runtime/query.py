@@ -734,15 +734,18 @@ class Runtime:
             return Answer.empty("abstained", f"abstained: {reason}", timings, budget=budget,
                                 **base)
         d = plan.assessment.derivation
+        triples = [{"s": self.names[s], "r": self._relation_name(r), "o": self.names[o],
+                    "score": 1.0, "granularity": None, "cost": 0, "line": ""}
+                   for s, r, o in d.facts]
         return replace(
             Answer.empty("ok", f"derived from the graph: {reason}", timings, budget=budget,
                          **base),
             answers=[self.names[e] for e in d.endpoints], answer_ids=list(d.endpoints),
-            triples=[{"s": self.names[s], "r": self._relation_name(r), "o": self.names[o],
-                      "score": 1.0, "granularity": None, "cost": 0, "line": ""}
-                     for s, r, o in d.facts],
+            triples=triples,
             candidates=[{"id": e, "name": self.names[e], "walks": w}
-                        for e, w in zip(d.endpoints[:10], d.walks[:10])])
+                        for e, w in zip(d.endpoints[:10], d.walks[:10])],
+            citations=self.provenance.citations(
+                (fact, f"{t['s']} {t['r']} {t['o']}") for fact, t in zip(d.facts, triples)))
 
     # ---------------------------------------------------------------- 2. retrieve
 

@@ -2,9 +2,10 @@
 # The main job through Airflow on the embedded default (the README's `make demo`): a synthetic KG,
 # the whole lokg_build DAG run by `airflow dags test` (Spark stages via spark-submit on local[2],
 # training stages, publish — relation knowledge and GAT's gold paths learnt from the generator's
-# train/dev questions), `lokg store verify`, then the first test question answered from the
-# published store (policy route by default: derived where the routing gate passes, else one
-# call to the embedded SmolLM2, llama.cpp in process).
+# train/dev questions; each triple's sentence restored from the generator's articles about its
+# entities), `lokg store verify`, then the first test question answered from the published
+# store with its citations (policy route by default: derived where the routing gate passes,
+# else one call to the embedded SmolLM2, llama.cpp in process).
 #
 #   infra/airflow/demo.sh [WORKDIR]     (default out/demo; dump/ and store/ go there)
 # Environment: LOKG_DEMO_TRIPLES (10000), LOKG_DEMO_LLM (local | none | openai), LOKG_DEMO_BUDGET
@@ -25,15 +26,16 @@ mkdir -p "$WORK"
 
 echo "[1/5] Airflow metadata DB in $AIRFLOW_HOME"
 bash infra/airflow/init.sh
-echo "[2/5] synthetic KG with $TRIPLES triples in $WORK/dump"
-lokg synth --triples "$TRIPLES" --seed 0 --out "$WORK/dump" --questions 500 >/dev/null
+echo "[2/5] synthetic KG with $TRIPLES triples in $WORK/dump, and an article per entity (linked text)"
+lokg synth --triples "$TRIPLES" --seed 0 --out "$WORK/dump" --questions 500 --articles 1.0 >/dev/null
 echo "[3/5] airflow dags test lokg_build (output in $WORK/dags_test.log, task logs in $AIRFLOW_HOME/logs)"
 conf=$(python - "$WORK" ${LOKG_DEMO_SET:-} <<'PY'
 import json, sys
-from pipeline.synth import labelled_overrides
+from pipeline.synth import labelled_overrides, linked_text_overrides
 work, overrides = sys.argv[1], sys.argv[2:]
 print(json.dumps({"dump": f"{work}/dump", "format": "synth", "store": f"{work}/store",
-                  "overrides": [*labelled_overrides(f"{work}/dump"), *overrides]}))
+                  "overrides": [*labelled_overrides(f"{work}/dump"),
+                                *linked_text_overrides(f"{work}/dump"), *overrides]}))
 PY
 )
 started=$SECONDS
