@@ -220,6 +220,12 @@ DEFAULTS: dict = {
         # point of reader none (bench/fit_choice_margin.py, docs/BENCHMARKS.md); a build may
         # give a stronger reader more (lokg build --set query.choice_margin=...)
         "choice_margin": 1.0,
+        # which forced-choice picks may replace retrieval's top candidate: "derivation" = only
+        # ones the relation knowledge's derivation (the predicted chain from the topic) reaches,
+        # where it reaches any; when no listed candidate but the top could count, no call |
+        # "none" = any listed one. Chosen on PathQuestion dev for the embedded SmolLM2
+        # (bench/fit_choice_margin.py --checks, docs/BENCHMARKS.md)
+        "choice_check": "derivation",
         # relation knowledge (stores with models/relknow; chosen on PathQuestion dev, BENCHMARKS):
         "relation_weight": 20.0,  # λ_rel: weight of the query-relation term in S_final (0 = off)
         "chain_boost": True,  # ITTC's λ_boost for the facts of the predicted relation chain
@@ -241,6 +247,9 @@ DEFAULTS: dict = {
 POLICIES = ("lokg", "precision", "route")
 #: How the one call may answer (setting ``query.reader``): one of the candidates | anything.
 READER_MODES = ("choice", "free")
+#: Which forced-choice picks count (setting ``query.choice_check``): ones the derivation reaches |
+#: any listed candidate.
+CHOICE_CHECKS = ("derivation", "none")
 #: The knowledge budget B of a question when none is given, and the most a request may ask for.
 DEFAULT_BUDGET = 2048
 MAX_BUDGET = 131072
@@ -422,7 +431,8 @@ SCHEMA: dict = {
         "min_link_cosine": number(-1, 1), "threads": THREADS,
         "encoder_backend": choice(*QUERY_BACKENDS), "relation_weight": WEIGHT,
         "chain_boost": BOOL, "cached_buckets": COUNT, "reader": choice(*READER_MODES),
-        "choice_candidates": COUNT, "choice_margin": WEIGHT, "feedback": BOOL,
+        "choice_candidates": COUNT, "choice_margin": WEIGHT,
+        "choice_check": choice(*CHOICE_CHECKS), "feedback": BOOL,
         "feedback_dir": FILE, "feedback_questions": BOOL, "feedback_segment_mb": COUNT,
         "feedback_max_mb": COUNT,
     },

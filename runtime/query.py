@@ -178,6 +178,7 @@ class _Reading:
     completion: int  # tokens of the reply
     prompt: Prompt
     choices: tuple[str, ...] = ()  # the candidates listed for a forced choice
+    vetoed: bool = False  # a forced choice's pick the derivation does not reach: the top kept
 
 
 class _Timer:
@@ -531,7 +532,7 @@ class Runtime:
             return Answer.empty("no_paths", NO_FACTS, timer.done(), budget=req.budget, **base)
         knowledge, enc = self._encode(req, heads, found, plan)
         timer.lap("encode")
-        reading = self._read(req, enc, found.candidates)
+        reading = self._read(req, enc, found.candidates, plan)
         timer.lap("llm")
         return self._answer(req, base, plan, found, (knowledge, enc), reading, timer.done())
 
@@ -906,10 +907,14 @@ class Runtime:
 
     # ---------------------------------------------------------------- 4. read
 
-    def _read(self, req: _Request, enc: ittc.Encoding, candidates: list[Candidate]) -> _Reading:
+    def _read(self, req: _Request, enc: ittc.Encoding, candidates: list[Candidate],
+              plan: RelationPlan) -> _Reading:
         """The one call on the prompt, its reply parsed and grounded; without a model, when a
         forced choice has one candidate only, or when the call fails, its reply holds no answer
-        or (forced choice) names no candidate, the top candidate."""
+        or (forced choice) names no candidate, the top candidate. With ``choice_check``
+        ``derivation`` a forced choice's pick other than the top counts only when the relation
+        knowledge's derivation reaches it (:meth:`_supported`); when no listed candidate but
+        the top could count, no call is made."""
         reader = req.reader
         listed = self._choices(candidates) if reader.calls_model and \
             self.settings["reader"] == "choice" else []
@@ -917,9 +922,14 @@ class Runtime:
         prompt = build_prompt(enc.text, req.question, choices=choices)
         top = candidates[:1]
         answers, ids = [c.name for c in top], [c.id for c in top]
-        if not reader.calls_model or len(listed) == 1:
-            why = ("no other candidate within query.choice_margin of the top one, no call"
-                   if reader.calls_model else "no LLM")
+        supported = self._supported(plan) if listed else None
+        if not reader.calls_model or len(listed) == 1 or (
+                supported is not None and not any(c.id in supported for c in listed[1:])):
+            why = ("no LLM" if not reader.calls_model else
+                   "no other candidate within query.choice_margin of the top one, no call"
+                   if len(listed) == 1 else
+                   "no other near-tied candidate is reached by the predicted relation chain "
+                   "(query.choice_check), no call")
             return _Reading(answers, ids, "ok", f"answered from retrieval ({why})", None, 0, 0,
                             prompt)
         options = {"choices": list(choices)} if choices and getattr(
@@ -938,6 +948,12 @@ class Runtime:
                 f"the LLM reply {parsed[0]!r} is none of the {len(choices)} candidates"
             return _Reading(answers, ids, "fallback", READ_FAILED, why, 1, completion, prompt,
                             choices)
+        if picked is not None and picked.id != top[0].id and supported is not None and \
+                picked.id not in supported:
+            return _Reading(answers, ids, "ok", f"answered from retrieval ({reader.name} picked "
+                            f"{picked.name!r}, which the predicted relation chain does not "
+                            "reach: query.choice_check)", None, 1, completion, prompt, choices,
+                            vetoed=True)
         answers, ids = ([picked.name], [picked.id]) if choices else self._ground(parsed,
                                                                                  candidates)
         return _Reading(answers, ids, "ok", f"answered by {reader.name}", None, 1, completion,
@@ -950,6 +966,19 @@ class Runtime:
         margin = float(self.settings["choice_margin"])
         return [c for c in candidates[:int(self.settings["choice_candidates"])]
                 if best - c.s_final <= margin]
+
+    def _supported(self, plan: RelationPlan) -> frozenset[int] | None:
+        """The entities a forced choice may pick over retrieval's top one, or None for any:
+        with ``choice_check`` ``derivation``, the endpoints of the relation knowledge's
+        derivation (the predicted chain followed from the topic) when it has some. Chosen on
+        PathQuestion dev (docs/BENCHMARKS.md): every pick of the embedded model that made a
+        PQ-3H dev answer worse was one the chain does not reach, every one that made it
+        better one it does."""
+        if self.settings["choice_check"] != "derivation" or plan.assessment is None:
+            return None
+        derivation = plan.assessment.derivation
+        return frozenset(derivation.endpoints) if derivation is not None and \
+            derivation.derivable else None
 
     def _picked(self, parsed: list[str], listed: list[Candidate]) -> Candidate | None:
         """The listed candidate a forced-choice reply names: its first item, grounded (a
@@ -991,7 +1020,8 @@ class Runtime:
             return None
         reason = plan.route["reason"] or f"policy {req.policy}"
         route = {**plan.route,
-                 "source": "llm" if reading.calls and reading.status == "ok" else "retrieval",
+                 "source": "llm" if reading.calls and reading.status == "ok" and
+                 not reading.vetoed else "retrieval",
                  "context": "compact" if plan.compact else "lokg",
                  "reason": reason + ("; one LLM call" if reading.calls else
                                      "; top retrieval answer")}

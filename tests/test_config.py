@@ -100,6 +100,7 @@ BAD = [
     ("path_cache.heads=''", "'' is not allowed (expected all or a file of entity keys)"),
     ("query.encoder_backend=tensorrt", "expected one of auto | onnx | numpy | torch"),
     ("query.min_link_cosine=2", "2 is out of range (expected a number in [-1, 1])"),
+    ("query.choice_check=chain", "'chain' is not one of the choices (expected one of derivation"),
 ]
 
 

@@ -24,7 +24,7 @@ from runtime.relknow import (INVERSE_PREFIX, PLACEHOLDER, Checker, Facts, Gate, 
                              learn_exclusive, learn_functional, mask_topic, relation_texts,
                              shared_span, split_hop)
 from tests.test_cli import BLOCK_HEAVY
-from tests.test_query import FakeLLM
+from tests.test_query import ChoosingLLM, FakeLLM
 from training import relation_knowledge as fit
 
 FIRST = ["alba", "bruno", "cora", "dario", "edda", "fabio", "greta", "hugo", "ines", "jonas"]
@@ -468,6 +468,55 @@ def test_feeds_off_leave_lokg_untouched_and_the_relation_term_reranks(rt):
     assert fed.answers == ["pilot"] and fed.route["chain"] == ["spouse", "profession"]
     with pytest.raises(QueryError, match="relation_weight"):
         rt.ask(q, relation_weight=-1.0)
+
+
+# A forced choice checked against the derivation (query.choice_check, issue 20): margin 20 lists
+# the top five candidates, the derived endpoints among them and others the chain does not reach.
+WIDE = {"choice_margin": 20.0}
+
+
+def test_a_forced_choice_pick_the_derivation_does_not_reach_keeps_the_top(rt):
+    q = "what is the gender of hugo varga 's father ?"  # derived: male, female
+    checked = Runtime.open(rt.build.root, **WIDE)
+    llm = ChoosingLLM("edda rourke")  # listed (a near-tie by margin 20), not derived
+    a = checked.ask(q, policy="lokg", llm=llm)
+    assert sorted(a.route["derived"]) == ["female", "male"] and "edda rourke" in llm.choices
+    assert (a.answers, a.llm_calls, a.fallback) == (["male"], 1, False)
+    assert "query.choice_check" in a.message and "'edda rourke'" in a.message
+    assert a.route["source"] == "retrieval" and a.route["reason"].endswith("; one LLM call")
+    b = checked.ask(q, policy="lokg", llm=ChoosingLLM("female"))  # derived: the pick counts
+    assert b.answers == ["female"] and b.message == "answered by fake"
+    assert b.route["source"] == "llm"
+    unchecked = Runtime.open(rt.build.root, choice_check="none", **WIDE)
+    assert unchecked.ask(q, policy="lokg", llm=ChoosingLLM("edda rourke")).answers == \
+        ["edda rourke"]
+
+
+def test_no_call_when_the_derivation_reaches_no_near_tie_but_the_top(rt):
+    q = "what is the job of edda quist 's wife ?"  # derived: pilot, retrieval's top
+    llm = ChoosingLLM("baker")
+    a = Runtime.open(rt.build.root, **WIDE).ask(q, policy="lokg", llm=llm)
+    assert (a.answers, a.llm_calls, llm.calls, a.tokens["prompt"]) == (["pilot"], 0, 0, 0)
+    assert "predicted relation chain" in a.message and not a.fallback
+    llm = ChoosingLLM("baker")
+    b = Runtime.open(rt.build.root, choice_check="none", **WIDE).ask(q, policy="lokg", llm=llm)
+    assert llm.calls == 1 and llm.choices == ["pilot", "fabio quist", "baker"]
+    assert b.answers == ["baker"]
+
+
+def test_without_a_derivation_every_listed_pick_counts(rt):
+    """The relation feeds off (no relation knowledge consulted) or a chain that does not
+    instantiate: nothing to check a pick against, the reader decides as before."""
+    checked = Runtime.open(rt.build.root, **WIDE)
+    for q, feeds in (("what is the job of edda quist 's wife ?",
+                      {"relation_weight": 0.0, "chain_boost": False}),
+                     ("tell me something about fabio quist", {})):
+        probe = ChoosingLLM("x")
+        checked.ask(q, policy="lokg", llm=probe, **feeds)
+        last = probe.choices[-1]  # the listed candidate furthest from the top
+        a = checked.ask(q, policy="lokg", llm=ChoosingLLM(last), **feeds)
+        assert a.route is None or not a.route["derivable"]
+        assert a.answers == [last] != [a.candidates[0]["name"]] and a.llm_calls == 1
 
 
 def test_the_relation_term_prefers_the_path_that_walks_every_named_relation():
