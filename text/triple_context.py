@@ -261,7 +261,7 @@ def _enabled(mode: str, has_documents: bool) -> bool:
     return mode == "on" or (mode == "auto" and has_documents)
 
 
-def _encoder(inputs: Mapping[str, str], cfg: Mapping) -> PrefixedEncoder:
+def stage_encoder(inputs: Mapping[str, str], cfg: Mapping) -> PrefixedEncoder:
     """The store's encoder for the batch: on a CPU (``encoder`` auto or onnx) its int8 ONNX
     export, the model the query service embeds questions with (one thread; 2-4x the float32
     torch forward here at cosine >= 0.98, docs/BENCHMARKS.md), else sentence-transformers
@@ -304,7 +304,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     vectors = np.zeros((0, 0), np.float32)
     if restoring or chunks.num_rows:
         with torch_threads(cfg.get("threads")):
-            encoder = _encoder(inputs, cfg)
+            encoder = stage_encoder(inputs, cfg)
             report["encoder"] = encoder.backend
             lap("load_model")
             if restoring:  # entity descriptions as sources only when asked for (mode on)
