@@ -89,11 +89,12 @@ def run_budgets(args: argparse.Namespace, reading_set, store: Path, command: str
     data = reading_set.dataset
     questions = data.questions[:args.limit] if args.limit else data.questions
     rt = Runtime.open(store)
-    ctx = EvalContext(rt, CountingLLM(make_llm(args.llm)), args.budgets[0], entities="link")
-    methods = make_methods(names, ctx)
+    llm = CountingLLM(make_llm(args.llm))
     results = {}
     for budget in args.budgets:
-        ctx.budget = budget
+        # methods hold their own copy of the context (one per entity mode): made per budget
+        ctx = EvalContext(rt, llm, budget, entities="link")
+        methods = make_methods(names, ctx)
         out = args.work / args.dataset / "runs" / f"{args.llm}-B{budget}"
         settings = {"dataset": data.describe(), "llm": args.llm, "budget": budget,
                     "model": None if ctx.llm.model is None else str(ctx.llm.model),

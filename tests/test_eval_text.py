@@ -402,3 +402,23 @@ def test_chunk_rag_one_call_with_the_reader(tmp_path):
     assert pred.knowledge in reader.prompts[0] and pred.prompts[0]["user"] == reader.prompts[0]
     assert pred.prompt_tokens > pred.knowledge_tokens and pred.completion_tokens == 1
     assert read_scores(pred.answers, QUESTION.answers, pred.knowledge).em == 1.0
+
+
+def test_eval_documents_asks_each_budget_with_that_budget(tmp_path, monkeypatch):
+    """bench/eval_documents.py: one reading run per budget, each asking with its own B (the
+    methods copy their context per entity mode, so a budget set on the first context after
+    the methods were made reached none of them)."""
+    from bench import eval_documents
+    from evaluation.datasets import Dataset
+    from evaluation.text_datasets import ReadingSet
+    from runtime.query import Runtime
+
+    rt = DoubleRuntime()
+    monkeypatch.setattr(Runtime, "open", classmethod(lambda cls, store: rt))
+    args = eval_documents.parse_args(["--dataset", "musique-200", "--work", str(tmp_path),
+                                      "--methods", "lokg,lokg-tcr", "--budgets", "256,1024",
+                                      "--no-progress"])
+    reading = ReadingSet(Dataset("musique", tmp_path / "q.json", "dev", QUESTIONS[:1], "0"), ())
+    results = eval_documents.run_budgets(args, reading, tmp_path / "store", "test")
+    assert [kw["budget"] for kw in rt.asked] == [256, 256, 1024, 1024]
+    assert list(results) == [256, 1024]
