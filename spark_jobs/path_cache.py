@@ -1,8 +1,11 @@
 """Stage ``path_cache`` (Spark, DESIGN §2.9): the top TAIMR paths of every head, precomputed.
 
 Inputs: ``edges`` (gat: canonical triples plus inverses with their attention),
-``node_gain`` and ``entities``. Nothing else — the cache is built from the graph alone, never
-from questions or answers (the stage does not look at the ``dump``).
+``node_gain`` and ``entities``. Nothing else — the paths are built from the graph alone, never
+from questions or answers (the stage does not look at the ``dump``). A query log
+(``heads: query_log``) only chooses which heads are searched now rather than at query time, and
+only its linked entity keys are read: a cold head gets the same paths, so the choice changes
+latency, never an answer.
 
 Heads are every entity with an out-edge (``path_cache.heads: all``) or a hot set (issue 17):
 
@@ -19,9 +22,11 @@ Heads are every entity with an out-edge (``path_cache.heads: all``) or a hot set
   the file and line).
 
 Heads outside the hot set are cold: the runtime computes their paths at query time with the same
-search (runtime/query.py ``Runtime.paths``), keeping the last few in an LRU. Spark spreads the heads over tasks by bucket = head % ``buckets``; each task's Python
-worker loads the CSR graph from the ``edges``/``node_gain`` files (once per worker process —
-workers are reused — keyed by the files' paths, sizes and mtimes) and runs
+search (runtime/query.py ``Runtime.paths``), keeping the last few in an LRU.
+
+Spark spreads the heads over tasks by bucket = head % ``buckets``; each task's Python worker
+loads the CSR graph from the ``edges``/``node_gain`` files (once per worker process — workers
+are reused — keyed by the files' paths, sizes and mtimes) and runs
 ``runtime.taimr.top_paths`` for its heads — the same search the runtime runs for a cold head,
 with the same settings (max_hops, k_top, beam_width, lambda_topo). ``mapInArrow`` rather than
 ``mapInPandas``: the rows carry three list columns, which Arrow passes as flat buffers while
@@ -175,8 +180,8 @@ def _log_counts(spark, log_path: str, entities: Path):
     counted = (keys.filter(F.size("keys") > 0)
                .select(F.explode("keys").alias("key")).filter(F.col("key").isNotNull())
                .groupBy("key").agg(F.count(F.lit(1)).alias("score")))
-    joined = counted.join(spark.read.parquet(str(entities)).select("key", F.col("id").alias("head")),
-                          "key", "left")
+    ids = spark.read.parquet(str(entities)).select("key", F.col("id").alias("head"))
+    joined = counted.join(ids, "key", "left")
     facts = keys.agg(F.count(F.lit(1)).alias("lines"),
                      F.sum((F.size("keys") > 0).cast("long")).alias("answers")).first()
     unknown = joined.filter(F.col("head").isNull()).count()

@@ -151,7 +151,8 @@ def publish(inputs: dict, result: dict, root: Path):
     """A store of the graph and this path_cache; its Runtime."""
     from runtime.query import Runtime
 
-    tables = {n: Path(inputs[n]) for n in ("entities", "relations", "triples", "edges", "node_gain")}
+    tables = {n: Path(inputs[n])
+              for n in ("entities", "relations", "triples", "edges", "node_gain")}
     tables["path_cache"] = Path(result["outputs"]["path_cache"])
     info = {"config": config(buckets=BUCKETS),
             "report": {"stages": {"path_cache": result["report"]}}}
