@@ -14,7 +14,7 @@ Heads are every entity with an out-edge (``path_cache.heads: all``) or a hot set
   by the number of logged answers that linked them (``path_cache.query_log``: JSON lines with
   ``linked[].key``, the Answer JSON, or ``details.linked[].key``, ``lokg eval``'s
   predictions.jsonl; a key counts once per answer; keys of other builds' entities are dropped
-  and counted); ties go to the smaller entity id, so the set is deterministic. Its size is
+  and counted; a log without one such line is a StageError); ties go to the smaller entity id, so the set is deterministic. Its size is
   ``hot_share`` of all heads (rounded up) or ``hot_count`` (at most all heads). The selection
   is a Spark ordered limit (``orderBy(...).limit(n)``: per-partition top-n, then one merge
   task), so nothing but counts reaches the driver.
@@ -184,9 +184,13 @@ def _log_counts(spark, log_path: str, entities: Path):
     joined = counted.join(ids, "key", "left")
     facts = keys.agg(F.count(F.lit(1)).alias("lines"),
                      F.sum((F.size("keys") > 0).cast("long")).alias("answers")).first()
+    if not facts["answers"]:  # e.g. `lokg query --json` output: indented, not one a line
+        raise StageError(f"path_cache.query_log: {path}: no line of its {facts['lines']:,} is an "
+                         "answer with linked entities (expected JSON lines with linked[].key or "
+                         "details.linked[].key)")
     unknown = joined.filter(F.col("head").isNull()).count()
     known = joined.filter(F.col("head").isNotNull()).select("head", F.col("score").cast("double"))
-    return known, {"log_lines": int(facts["lines"]), "log_answers": int(facts["answers"] or 0),
+    return known, {"log_lines": int(facts["lines"]), "log_answers": int(facts["answers"]),
                    "log_unknown_keys": unknown}
 
 

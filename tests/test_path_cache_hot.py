@@ -103,6 +103,11 @@ def test_query_log_counts_answers_linking_each_head(graph_inputs, tmp_path):
     one, _, _ = select(graph_inputs["inputs"], heads="query_log", hot_count=2,
                        query_log=str(log / "answers.jsonl"))  # a single file
     assert one == [2, 7]
+    indented = tmp_path / "indented.json"  # `lokg query --json` prints one answer over many lines
+    indented.write_text(json.dumps(answers[0], indent=2))
+    with pytest.raises(StageError, match=r"indented\.json: no line of its \d+ is an answer with "
+                                         r"linked entities \(expected JSON lines"):
+        select(graph_inputs["inputs"], heads="query_log", hot_count=2, query_log=str(indented))
 
 
 def test_the_stage_caches_exactly_the_hot_set_and_reports_it(graph_inputs, degree, tmp_path):
