@@ -32,6 +32,8 @@ MISSING_EMBEDDINGS = ("zero", "renormalise")  # scos_merge.missing_embeddings
 TEXT_RULES = ("name", "name_type_description")  # entity_encode.text (training/entity_encode.py)
 QUERY_BACKENDS = ("auto", "onnx", "numpy", "torch")
 QUERY_ONNX = ("int8", "fp32", "off")  # entity_encode.query_onnx (training/onnx_export.py)  # query.encoder_backend (runtime/question_encoder.py)
+#: path_cache.heads values that choose a hot set in the stage (spark_jobs/path_cache.py).
+HEAD_SELECTORS = ("degree", "mu", "query_log")
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF", "TRACE")
 
 DEFAULTS: dict = {
@@ -169,7 +171,17 @@ DEFAULTS: dict = {
         "k_top": 20,  # paths kept per (head, first relation, direction)
         "beam_width": 64,  # partial paths kept per (head, first relation, direction) and hop
         "lambda_topo": 1.0,  # weight of Σ log μ against Σ log α in S_topo (DESIGN §4)
-        "heads": "all",  # all | a file of entity keys, one a line (hot set)
+        # all (every entity with an out-edge) | a hot set: degree | mu | query_log (the top
+        # heads by out-degree in edges, by μ of node_gain, by how many logged answers linked
+        # them; ties: smaller id first) sized by hot_share or hot_count | a file of entity keys,
+        # one a line. Cold heads are computed at query time (runtime/query.py)
+        "heads": "all",
+        "hot_share": None,  # degree|mu|query_log: the hot set as a share of all heads, 0 < x <= 1
+        "hot_count": None,  # ... or as a number of heads (set one of the two)
+        # query_log: JSON lines (a file, or a directory read recursively) of answers carrying
+        # linked[].key (the Answer JSON of /v1/ask) or details.linked[].key (lokg eval's
+        # predictions.jsonl); other lines are skipped
+        "query_log": None,
         "buckets": 256,  # output files; a head lives in bucket head % buckets
     },
     "relation_knowledge": {  # training/relation_knowledge.py (issue 9): runtime/relknow.py explains the model
@@ -295,14 +307,15 @@ def integer(low: int = 0, *, nullable: bool = False) -> Rule:
 
 
 def number(low: float = -math.inf, high: float = math.inf, *, low_open: bool = False,
-           high_open: bool = False) -> Rule:
+           high_open: bool = False, nullable: bool = False) -> Rule:
     """A finite int or float in the interval (YAML reads ``1`` as an int, so ints count)."""
     if high == math.inf:
         words = f"a number {'>' if low_open else '>='} {low:g}"
     else:
         words = f"a number in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-    return Rule(words, _is_number, lambda v: _finite(v) and (low < v if low_open else low <= v)
-                and (v < high if high_open else v <= high))
+    return Rule(f"{'null or ' if nullable else ''}{words}", _is_number,
+                lambda v: _finite(v) and (low < v if low_open else low <= v)
+                and (v < high if high_open else v <= high), nullable)
 
 
 def choice(*options, nullable: bool = False) -> Rule:
@@ -414,7 +427,9 @@ SCHEMA: dict = {
     },
     "path_cache": {
         "max_hops": COUNT, "k_top": COUNT, "beam_width": COUNT, "lambda_topo": WEIGHT,
-        "heads": text(r".+", "all or a file of entity keys"), "buckets": COUNT,
+        "heads": text(r".+", f"all, {', '.join(HEAD_SELECTORS)} or a file of entity keys"),
+        "hot_share": number(0, 1, low_open=True, nullable=True),
+        "hot_count": integer(1, nullable=True), "query_log": FILE, "buckets": COUNT,
     },
     "relation_knowledge": {
         "questions": FILE, "dev_questions": FILE, "k": COUNT, "min_share": SHARE,
@@ -478,6 +493,37 @@ def _check_gat(settings: Mapping) -> str | None:
     return None
 
 
+def path_cache_problem(settings: Mapping) -> tuple[str, str] | None:
+    """(key path, complaint) where path_cache's hot-set keys do not fit together, or None:
+    a selector (HEAD_SELECTORS) needs exactly one of hot_share and hot_count, query_log needs
+    its log, and none of the three applies to ``all`` or a keys file (a setting that would be
+    ignored is refused rather than silently dropped)."""
+    cfg = {**DEFAULTS["path_cache"], **settings}
+    heads = cfg["heads"]
+    shown = {k: _REPR.repr(cfg[k]) for k in ("heads", "hot_share", "hot_count", "query_log")}
+    if heads in HEAD_SELECTORS:
+        if cfg["hot_share"] is None and cfg["hot_count"] is None:
+            return ("path_cache.heads", f"path_cache.heads: {shown['heads']} needs the hot set's "
+                    "size: path_cache.hot_share (a share of all heads, 0 < x <= 1) or "
+                    "path_cache.hot_count (a number of heads >= 1)")
+        if cfg["hot_share"] is not None and cfg["hot_count"] is not None:
+            return ("path_cache.hot_count", f"path_cache.hot_count: {shown['hot_count']} and "
+                    f"path_cache.hot_share={shown['hot_share']} are both set (set one of the two)")
+    else:
+        for key in ("hot_share", "hot_count"):
+            if cfg[key] is not None:
+                return (f"path_cache.{key}", f"path_cache.{key}: {shown[key]} applies only to "
+                        f"path_cache.heads {' | '.join(HEAD_SELECTORS)} (heads is "
+                        f"{shown['heads']})")
+    if heads == "query_log" and cfg["query_log"] is None:
+        return ("path_cache.heads", "path_cache.heads: 'query_log' needs path_cache.query_log "
+                "(a JSON-lines file or directory of answers with their linked entities)")
+    if heads != "query_log" and cfg["query_log"] is not None:
+        return ("path_cache.query_log", f"path_cache.query_log: {shown['query_log']} applies "
+                f"only to path_cache.heads=query_log (heads is {shown['heads']})")
+    return None
+
+
 def section_problem(name: str, settings) -> tuple[str, str] | None:
     """(key path, complaint) of the first bad key of a known section, or None."""
     if not isinstance(settings, Mapping):
@@ -491,6 +537,8 @@ def section_problem(name: str, settings) -> tuple[str, str] | None:
         problem = value_problem(where, value, rules[key])
         if problem:
             return where, problem
+    if name == "path_cache":
+        return path_cache_problem(settings)
     problem = _check_gat(settings) if name == "gat" else None
     return (f"{name}.hidden", problem) if problem else None
 

@@ -1,14 +1,32 @@
 """Stage ``path_cache`` (Spark, DESIGN §2.9): the top TAIMR paths of every head, precomputed.
 
 Inputs: ``edges`` (gat: canonical triples plus inverses with their attention),
-``node_gain`` and ``entities``. Nothing else — the cache is built from the graph alone, never
-from questions or answers (the stage does not look at the ``dump``).
+``node_gain`` and ``entities``. Nothing else — the paths are built from the graph alone, never
+from questions or answers (the stage does not look at the ``dump``). A query log
+(``heads: query_log``) only chooses which heads are searched now rather than at query time, and
+only its linked entity keys are read: a cold head gets the same paths, so the choice changes
+latency, never an answer.
 
-Heads are every entity with an out-edge (``path_cache.heads: all``) or a hot set: a file of
-entity keys, one a line (blank lines skipped; an unknown key is a StageError naming the file and
-line). Spark spreads the heads over tasks by bucket = head % ``buckets``; each task's Python
-worker loads the CSR graph from the ``edges``/``node_gain`` files (once per worker process —
-workers are reused — keyed by the files' paths, sizes and mtimes) and runs
+Heads are every entity with an out-edge (``path_cache.heads: all``) or a hot set (issue 17):
+
+* ``degree`` | ``mu`` | ``query_log``: the top heads — entities with an out-edge — by out-degree
+  in ``edges`` (inverses included: the first hops the search can take), by μ (``node_gain``), or
+  by the number of logged answers that linked them (``path_cache.query_log``: JSON lines with
+  ``linked[].key``, the Answer JSON, or ``details.linked[].key``, ``lokg eval``'s
+  predictions.jsonl; a key counts once per answer; keys of other builds' entities are dropped
+  and counted; a log without one such line is a StageError); ties go to the smaller entity id, so the set is deterministic. Its size is
+  ``hot_share`` of all heads (rounded up) or ``hot_count`` (at most all heads). The selection
+  is a Spark ordered limit (``orderBy(...).limit(n)``: per-partition top-n, then one merge
+  task), so nothing but counts reaches the driver.
+* a file of entity keys, one a line (blank lines skipped; an unknown key is a StageError naming
+  the file and line).
+
+Heads outside the hot set are cold: the runtime computes their paths at query time with the same
+search (runtime/query.py ``Runtime.paths``), keeping the last few in an LRU.
+
+Spark spreads the heads over tasks by bucket = head % ``buckets``; each task's Python worker
+loads the CSR graph from the ``edges``/``node_gain`` files (once per worker process — workers
+are reused — keyed by the files' paths, sizes and mtimes) and runs
 ``runtime.taimr.top_paths`` for its heads — the same search the runtime runs for a cold head,
 with the same settings (max_hops, k_top, beam_width, lambda_topo). ``mapInArrow`` rather than
 ``mapInPandas``: the rows carry three list columns, which Arrow passes as flat buffers while
@@ -20,12 +38,15 @@ the contract columns. Every bucket file exists, empty or not, so a reader can tr
 (``report["buckets"]``). Spark writes the buckets with ``partitionBy`` (one file each, since a
 bucket lives in one task); the driver then renames them.
 
-Report: heads, heads_with_paths, paths, mean_paths_per_head, paths_by_hops, buckets, the search
-settings, head_source, step seconds.
+Report: heads, heads_all (entities with an out-edge), heads_share (heads / heads_all),
+head_source (in words: how the heads were chosen), hot_set (selector, share, count, requested,
+and for a query log its answers and unknown keys), heads_with_paths, paths, mean_paths_per_head,
+paths_by_hops, buckets, bytes (of the bucket files), the search settings, step seconds.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from collections.abc import Iterator, Mapping
@@ -37,7 +58,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.stage import Laps, StageError, stage_input
-from runtime.config import section
+from runtime.config import HEAD_SELECTORS, SCHEMA, path_cache_problem, section, value_problem
 from runtime.contract import TABLE_SCHEMAS, check_schema, table_files, write_table
 
 BUCKET_FILE = "bucket-{:05d}.parquet"
@@ -62,7 +83,22 @@ def settings(config: Mapping) -> dict:
         raise StageError(f"path_cache.lambda_topo={cfg['lambda_topo']!r}: expected a number") from None
     if not np.isfinite(cfg["lambda_topo"]):
         raise StageError(f"path_cache.lambda_topo={cfg['lambda_topo']!r}: expected a finite number")
+    for key in ("heads", "hot_share", "hot_count", "query_log"):  # a config not from load_config
+        problem = value_problem(f"path_cache.{key}", cfg[key], SCHEMA["path_cache"][key])
+        if problem:
+            raise StageError(problem)
+    found = path_cache_problem(cfg)
+    if found:
+        raise StageError(found[1])
     return cfg
+
+
+def hot_size(cfg: Mapping, heads_all: int) -> int:
+    """Heads in the hot set: ``hot_share`` of ``heads_all`` rounded up, or ``hot_count``, at
+    most ``heads_all``."""
+    if cfg["hot_count"] is not None:
+        return min(int(cfg["hot_count"]), heads_all)
+    return min(math.ceil(float(cfg["hot_share"]) * heads_all - 1e-9), heads_all)
 
 
 def _file_key(*paths: Path) -> tuple:
@@ -123,6 +159,79 @@ def _hot_heads(spark, heads_file: str, entities: Path):
     return found.select(F.col("id").alias("head")).distinct()
 
 
+#: What a query-log line may carry: the Answer JSON's linked entities, or an eval record's.
+_LOG_SCHEMA = ("linked array<struct<key: string>>, "
+               "details struct<linked: array<struct<key: string>>>")
+
+
+def _log_counts(spark, log_path: str, entities: Path):
+    """(head, score = answers linking it) from a query log, and the log's facts (answers read,
+    answers with a linked key, distinct keys unknown to this build)."""
+    from pyspark.sql import functions as F
+
+    path = Path(log_path)
+    if not path.exists():
+        raise StageError(f"path_cache.query_log: {path} does not exist")
+    lines = spark.read.option("recursiveFileLookup", "true").text(str(path))
+    parsed = lines.select(F.from_json("value", _LOG_SCHEMA).alias("j"))
+    keys = parsed.select(F.array_distinct(F.concat(
+        F.coalesce(F.col("j.linked.key"), F.array().cast("array<string>")),
+        F.coalesce(F.col("j.details.linked.key"), F.array().cast("array<string>")))).alias("keys"))
+    counted = (keys.filter(F.size("keys") > 0)
+               .select(F.explode("keys").alias("key")).filter(F.col("key").isNotNull())
+               .groupBy("key").agg(F.count(F.lit(1)).alias("score")))
+    ids = spark.read.parquet(str(entities)).select("key", F.col("id").alias("head"))
+    joined = counted.join(ids, "key", "left")
+    facts = keys.agg(F.count(F.lit(1)).alias("lines"),
+                     F.sum((F.size("keys") > 0).cast("long")).alias("answers")).first()
+    if not facts["answers"]:  # e.g. `lokg query --json` output: indented, not one a line
+        raise StageError(f"path_cache.query_log: {path}: no line of its {facts['lines']:,} is an "
+                         "answer with linked entities (expected JSON lines with linked[].key or "
+                         "details.linked[].key)")
+    unknown = joined.filter(F.col("head").isNull()).count()
+    known = joined.filter(F.col("head").isNotNull()).select("head", F.col("score").cast("double"))
+    return known, {"log_lines": int(facts["lines"]), "log_answers": int(facts["answers"]),
+                   "log_unknown_keys": unknown}
+
+
+def select_heads(spark, cfg: Mapping, edges_path: Path, gain_path: Path, ent_path: Path):
+    """The heads to cache (a DataFrame of ``head``) and what the report says about them."""
+    from pyspark.sql import functions as F
+
+    by = cfg["heads"]
+    degrees = (spark.read.parquet(str(edges_path)).groupBy(F.col("s").alias("head"))
+               .agg(F.count(F.lit(1)).alias("degree")))
+    if by == "all":
+        return degrees.select("head"), {"head_source": "all entities with out-edges",
+                                        "hot_set": None}, None
+    if by not in HEAD_SELECTORS:
+        return _hot_heads(spark, str(by), ent_path), {"head_source": str(by),
+                                                      "hot_set": {"file": str(by)}}, None
+    heads_all = degrees.count()
+    n = hot_size(cfg, heads_all)
+    info: dict = {"selector": by, "share": cfg["hot_share"], "count": cfg["hot_count"],
+                  "requested": n}
+    if by == "degree":
+        ranked, what = degrees.select("head", F.col("degree").cast("double").alias("score")), \
+            "out-degree in edges"
+    elif by == "mu":
+        mu = F.col("mu").cast("double")
+        gain = spark.read.parquet(str(gain_path)).select(F.col("id").alias("head"), mu.alias("mu"))
+        ranked = degrees.select("head").join(gain, "head", "left").select(  # no μ: last
+            "head", F.when(F.col("mu").isNull() | F.isnan("mu"), F.lit(-math.inf))
+            .otherwise(F.col("mu")).alias("score"))
+        what = "node gain mu"
+    else:
+        logged, facts = _log_counts(spark, str(cfg["query_log"]), ent_path)
+        info.update(facts, query_log=str(cfg["query_log"]))
+        ranked, what = logged.join(degrees.select("head"), "head"), \
+            f"answers linking them in {cfg['query_log']}"
+    size = (f"{cfg['hot_share']:g} of {heads_all:,}" if cfg["hot_share"] is not None
+            else f"{cfg['hot_count']:,}")
+    heads = ranked.orderBy(F.desc("score"), F.asc("head")).limit(n).select("head")
+    return heads, {"head_source": f"top {size} heads by {what}", "hot_set": info}, heads_all
+
+
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     from pyspark.sql import functions as F
 
@@ -141,15 +250,14 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     search = {k: cfg[k] for k in (*SEARCH_KEYS, "lambda_topo")}
 
     spark = get_spark(dict(config), "lokg-path_cache")
-    if cfg["heads"] == "all":
-        heads = spark.read.parquet(str(edges_path)).select(F.col("s").alias("head")).distinct()
-        head_source = "all entities with out-edges"
-    else:
-        heads = _hot_heads(spark, str(cfg["heads"]), ent_path)
-        head_source = str(cfg["heads"])
+    lap("session")
+    heads, chosen, heads_all = select_heads(spark, cfg, edges_path, gain_path, ent_path)
     tasks = max(1, min(buckets, int(spark.conf.get("spark.sql.shuffle.partitions"))))
     heads = heads.repartition(tasks, (F.col("head") % buckets).alias("bucket")).persist()
     n_heads = heads.count()
+    if heads_all is None:
+        heads_all = n_heads if cfg["heads"] == "all" else (
+            spark.read.parquet(str(edges_path)).select("s").distinct().count())
     lap("heads")
 
     schema = ("head long, rank int, score double, relations array<long>, "
@@ -174,6 +282,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     lap("rename")
 
     heads.unpersist()
+    n_bytes = sum(bucket_path(cache_dir, b).stat().st_size for b in range(buckets))
     written = pa.concat_tables(pq.read_table(bucket_path(cache_dir, b), columns=["head", "nodes"])
                                for b in range(buckets))
     head_col = written.column("head")
@@ -182,13 +291,16 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     lap("report")
     report = {
         "heads": n_heads,
-        "head_source": head_source,
+        "heads_all": heads_all,
+        "heads_share": round(n_heads / heads_all, 6) if heads_all else 0.0,
+        **chosen,
         "heads_with_paths": len(pc.unique(head_col)),
         "paths": n_paths,
         "mean_paths_per_head": round(n_paths / n_heads, 3) if n_heads else 0.0,
         "paths_by_hops": {str(h["values"]): h["counts"] for h in sorted(hops, key=lambda h: h["values"])},
         "buckets": buckets,
         "bucket_file": BUCKET_FILE,
+        "bytes": n_bytes,
         **search,
         "step_seconds": lap.seconds,
         "seconds": round(sum(lap.seconds.values()), 3),

@@ -97,7 +97,13 @@ BAD = [
     ("spark.driver_memory=lots", "'lots' is not allowed (expected a Spark memory size"),
     ("spark.log_level=LOUD", "'LOUD' is not allowed"),
     ("gat.questions=3", "3 has the wrong type (expected null or a file path)"),
-    ("path_cache.heads=''", "'' is not allowed (expected all or a file of entity keys)"),
+    ("path_cache.heads=''",
+     "'' is not allowed (expected all, degree, mu, query_log or a file of entity keys)"),
+    ("path_cache.hot_share=0", "0 is out of range (expected null or a number in (0, 1])"),
+    ("path_cache.hot_share=1.5", "1.5 is out of range (expected null or a number in (0, 1])"),
+    ("path_cache.hot_share=10%", "'10%' has the wrong type (expected null or a number in (0, 1])"),
+    ("path_cache.hot_count=0", "0 is out of range (expected null or an integer >= 1)"),
+    ("path_cache.hot_count=0.5", "0.5 has the wrong type (expected null or an integer >= 1)"),
     ("query.encoder_backend=tensorrt", "expected one of auto | onnx | numpy | torch"),
     ("query.min_link_cosine=2", "2 is out of range (expected a number in [-1, 1])"),
     ("query.choice_check=chain", "'chain' is not one of the choices (expected one of derivation"),
@@ -131,6 +137,37 @@ def test_gat_hidden_must_be_a_multiple_of_heads():
     with pytest.raises(ConfigError, match=r"gat.hidden: 130 is not a multiple of gat.heads=4"):
         load_config(None, ["gat.hidden=130"])
     assert load_config(None, ["gat.hidden=12", "gat.heads=3"])["gat"]["hidden"] == 12
+
+
+@pytest.mark.parametrize("overrides,says", [
+    (["path_cache.heads=degree"], "path_cache.heads: 'degree' needs the hot set's size: "
+                                  "path_cache.hot_share (a share of all heads, 0 < x <= 1) or "
+                                  "path_cache.hot_count (a number of heads >= 1)"),
+    (["path_cache.heads=mu", "path_cache.hot_share=0.1", "path_cache.hot_count=5"],
+     "path_cache.hot_count: 5 and path_cache.hot_share=0.1 are both set (set one of the two)"),
+    (["path_cache.hot_count=5"], "path_cache.hot_count: 5 applies only to path_cache.heads "
+                                 "degree | mu | query_log (heads is 'all')"),
+    (["path_cache.heads=query_log", "path_cache.hot_share=0.5"],
+     "path_cache.heads: 'query_log' needs path_cache.query_log"),
+    (["path_cache.heads=hot.txt", "path_cache.query_log=log.jsonl"],
+     "path_cache.query_log: 'log.jsonl' applies only to path_cache.heads=query_log "
+     "(heads is 'hot.txt')"),
+])
+def test_hot_set_keys_must_fit_together(overrides, says):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert str(err.value).startswith(says), str(err.value)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["path_cache.heads=degree", "path_cache.hot_share=0.1"],
+    ["path_cache.heads=mu", "path_cache.hot_count=1000"],
+    ["path_cache.heads=degree", "path_cache.hot_share=1"],  # 1 is a share of 100 % here
+    ["path_cache.heads=query_log", "path_cache.hot_share=0.2", "path_cache.query_log=log/"],
+    ["path_cache.heads=hot.txt"],
+])
+def test_hot_set_settings_accepted(overrides):
+    load_config(None, overrides)
 
 
 def test_a_bad_value_from_a_file_names_the_file_and_an_override_can_fix_it(tmp_path):
