@@ -263,7 +263,7 @@ def _enabled(mode: str, has_documents: bool) -> bool:
 
 def stage_encoder(inputs: Mapping[str, str], cfg: Mapping) -> PrefixedEncoder:
     """The store's encoder for the batch: on a CPU (``encoder`` auto or onnx) its int8 ONNX
-    export, the model the query service embeds questions with (one thread; 2-4x the float32
+    export, the model the query service embeds questions with (one thread; 1.6-2.7x the float32
     torch forward here at cosine >= 0.98, docs/BENCHMARKS.md), else sentence-transformers
     (CUDA when present). ``onnx`` refuses to fall back, saying why."""
     spec = json.loads(stage_input(inputs, STAGE, "encoder").read_text(encoding="utf-8"))
