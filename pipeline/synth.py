@@ -1327,6 +1327,7 @@ def write_articles(world: World, out: Path, share: float) -> dict[str, str]:
 def _articles(world: World, families: list[int], lo: int, hi: int, share: float,
               chosen_stream: np.uint64, draw_stream: np.uint64) -> list[dict]:
     """The articles of the chosen subjects among local ids lo..hi-1 of one type."""
+    name = functools.lru_cache(maxsize=None)(world.name)  # a subject is named in every sentence
     sentences: dict[int, list[str]] = {}
     for f in families:
         subj, obj, mask = world.edges(f, lo, hi)
@@ -1339,10 +1340,9 @@ def _articles(world: World, families: list[int], lo: int, hi: int, share: float,
         for s, o, year in zip(subj.tolist(), obj.tolist(), years.tolist()):
             template = _ARTICLE_SENTENCES[year % len(_ARTICLE_SENTENCES)]
             sentences.setdefault(s, []).append(template.format(
-                phrase=phrase, s=world.name(s), o=world.name(o), year=year))
-    return [{"title": world.name(s),
-             "text": f"{world.name(s)} is {_indefinite(_LABEL[world.type_of(s)])}. "
-                     + " ".join(lines)}
+                phrase=phrase, s=name(s), o=name(o), year=year))
+    return [{"title": name(s),
+             "text": f"{name(s)} is {_indefinite(_LABEL[world.type_of(s)])}. " + " ".join(lines)}
             for s, lines in sorted(sentences.items())]
 
 

@@ -102,6 +102,10 @@ class PrefixedEncoder:
 
     spec: dict
 
+    @property
+    def dim(self) -> int:
+        return int(self.spec["dim"])
+
     def encode_queries(self, texts: Sequence[str], batch_size: int = 64,
                        progress: bool = False) -> np.ndarray:
         """Questions → float32 [n, dim], unit L2 norm, with the query prefix."""
@@ -150,10 +154,6 @@ class SentenceEncoder(PrefixedEncoder):
             "max_seq_length": int(model.get_max_seq_length()),
             "device": dev,
         })
-
-    @property
-    def dim(self) -> int:
-        return int(self.spec["dim"])
 
     def _encode(self, texts: Sequence[str], prefix: str, batch_size: int,
                 progress: bool) -> np.ndarray:

@@ -386,10 +386,6 @@ class NumpyBertEncoder(PrefixedEncoder):
         """The encoder an ``encoder.json`` dict describes (see ``SentenceEncoder.from_spec``)."""
         return cls(spec_model_dir(spec), spec)
 
-    @property
-    def dim(self) -> int:
-        return int(self.spec["dim"])
-
     def _encode(self, texts: Sequence[str], prefix: str, batch_size: int,
                 progress: bool = False) -> np.ndarray:
         """Batches of similar length (longest first, as sentence-transformers sorts), so little
