@@ -1,0 +1,193 @@
+"""The whole build at scale (issue 17 item 7): each stage's time and peak memory over dump sizes,
+their growth exponents, and what a larger dump would need.
+
+    python bench/build_scale.py --sizes 10000,100000 --work W --markdown W/table.md
+    python bench/build_scale.py --sizes 1e5,1e6,1e7 --work W --json W/runs.jsonl \\
+        --set transe.epochs=20 --estimate 1e8
+
+For each size the synthetic generator writes a dump (``pipeline.synth.generate``, ``--seed``,
+``--questions`` labelled questions, the same for every size so they do not grow with it; a dump
+already in ``W/dump-N`` is reused), then every stage runs as its own process, exactly as the
+Airflow DAG runs it (``lokg build --stage S --build-id B``), and ``lokg publish`` publishes it.
+Per stage it records the stage's own seconds (the driver's record: the stage's ``run``, a Spark
+stage's session start included), the process's wall seconds (interpreter and imports too), and
+the peak resident memory of the process tree (the stage's process, the Spark JVM and its Python
+workers), summed over the tree and sampled every 0.2 s — a sampled peak, so a spike shorter than
+that can be missed.
+
+Growth exponent: the least-squares slope of log(seconds) on log(triples) over the sizes (1 =
+linear; the issue's target is ≤ 1.1). ``--estimate N`` extrapolates each stage's time along its
+exponent and its memory linearly per triple from the largest size: an estimate, labelled so.
+``--json`` appends one object per (size, stage); ``--markdown`` writes the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SAMPLE_SECONDS = 0.2
+
+
+def tree_rss(proc: psutil.Process) -> int:
+    """Resident bytes of a process and all its descendants (0 for those already gone)."""
+    total = 0
+    for p in (proc, *proc.children(recursive=True)):
+        try:
+            total += p.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total
+
+
+def run_measured(argv: list[str], log: Path) -> dict:
+    """Run ``argv`` to completion, its output to ``log``; wall seconds and the sampled peak RSS
+    of its process tree. A non-zero exit raises with the log's tail."""
+    started, peak = time.perf_counter(), 0
+    with log.open("w") as out:
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        proc = psutil.Process(child.pid)
+        while child.poll() is None:
+            try:
+                peak = max(peak, tree_rss(proc))
+            except psutil.NoSuchProcess:
+                pass
+            time.sleep(SAMPLE_SECONDS)
+    if child.returncode:
+        tail = log.read_text(errors="replace")[-2000:]
+        raise SystemExit(f"{' '.join(argv[:4])} … failed ({child.returncode}); {log}:\n{tail}")
+    return {"wall_s": round(time.perf_counter() - started, 2), "peak_mib": round(peak / 2**20, 1)}
+
+
+def dump_for(work: Path, n_triples: int, seed: int, questions: int) -> Path:
+    """The dump of ``n_triples`` (generated once, reused when its manifest is there)."""
+    from pipeline.synth import generate
+
+    dump = work / f"dump-{n_triples}"
+    if not (dump / "manifest.json").exists():
+        generate(dump, n_triples=n_triples, seed=seed, n_questions=questions)
+    return dump
+
+
+def build_measured(dump: Path, store: Path, build_id: str, overrides: list[str],
+                   logs: Path) -> list[dict]:
+    """Every stage, then publish, each as its own process: one row per step."""
+    from pipeline.registry import STAGE_NAMES
+
+    common = ["--store", str(store), "--build-id", build_id, "--dump", str(dump)]
+    common += [arg for kv in overrides for arg in ("--set", kv)]
+    rows = []
+    for name in (*STAGE_NAMES, "publish"):
+        argv = (["lokg", "publish", *common] if name == "publish"
+                else ["lokg", "build", "--stage", name, *common])
+        row = {"stage": name, **run_measured(argv, logs / f"{name}.log")}
+        row["stage_s"] = stage_seconds(logs / f"{name}.log")
+        rows.append(row)
+        print(f"  {name}: {row['wall_s']:.1f} s wall, {row['peak_mib']:.0f} MiB", flush=True)
+    return rows
+
+
+def stage_seconds(log: Path) -> float | None:
+    """The stage's own seconds, from the JSON line ``lokg build --stage`` prints last."""
+    for line in reversed(log.read_text(errors="replace").splitlines()):
+        if line.startswith("{") and '"seconds"' in line:
+            return float(json.loads(line)["seconds"])
+    return None
+
+
+def exponent(sizes: list[int], seconds: list[float]) -> float | None:
+    """Least-squares slope of log(seconds) on log(size); None under two usable points."""
+    points = [(math.log(n), math.log(s)) for n, s in zip(sizes, seconds) if s and s > 0]
+    if len(points) < 2:
+        return None
+    x, y = np.array(points).T
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def growth(runs: dict[int, list[dict]], estimate: int | None) -> list[dict]:
+    """Per stage: its exponent over the sizes and, with ``estimate``, extrapolated time and
+    memory at that size."""
+    sizes = sorted(runs)
+    largest = {r["stage"]: r for r in runs[sizes[-1]]}
+    out = []
+    for stage, last in largest.items():
+        times = [next(r for r in runs[n] if r["stage"] == stage)["wall_s"] for n in sizes]
+        slope = exponent(sizes, times)
+        row = {"stage": stage, "exponent": slope}
+        if estimate and slope is not None:
+            row["estimate_s"] = last["wall_s"] * (estimate / sizes[-1]) ** slope
+            row["estimate_mib"] = last["peak_mib"] * estimate / sizes[-1]
+        out.append(row)
+    return out
+
+
+def markdown(runs: dict[int, list[dict]], slopes: list[dict], estimate: int | None) -> str:
+    sizes = sorted(runs)
+    head = "| stage | " + " | ".join(f"{n:,} wall s (stage s) / peak MiB" for n in sizes)
+    head += " | exponent |" + (f" estimate at {estimate:,}: s / MiB |" if estimate else "")
+    lines = [head, "|---|" + "--:|" * (len(sizes) + 1 + bool(estimate))]
+    for g in slopes:
+        cells = []
+        for n in sizes:
+            r = next(r for r in runs[n] if r["stage"] == g["stage"])
+            own = f" ({r['stage_s']:.1f})" if r["stage_s"] is not None else ""
+            cells.append(f"{r['wall_s']:.1f}{own} / {r['peak_mib']:.0f}")
+        slope = _slope_text(g["exponent"])
+        extra = (f" {g['estimate_s']:,.0f} / {g['estimate_mib']:,.0f} |"
+                 if estimate and "estimate_s" in g else (" — |" if estimate else ""))
+        lines.append(f"| {g['stage']} | " + " | ".join(cells) + f" | {slope} |" + extra)
+    totals = [sum(r["wall_s"] for r in runs[n]) for n in sizes]
+    lines.append("| **total** | " + " | ".join(f"**{t:.1f}**" for t in totals)
+                 + f" | {_slope_text(exponent(sizes, totals))} |" + (" |" if estimate else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _slope_text(slope: float | None) -> str:
+    return "—" if slope is None else f"{slope:.2f}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", default="10000,100000", help="triples per dump, comma-separated")
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--questions", type=int, default=1000)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--estimate", type=float, help="extrapolate to this many triples")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--markdown", type=Path)
+    args = ap.parse_args(argv)
+    sizes = sorted(int(float(s)) for s in args.sizes.split(","))
+    runs: dict[int, list[dict]] = {}
+    for n in sizes:
+        print(f"{n:,} triples", flush=True)
+        dump = dump_for(args.work, n, args.seed, args.questions)
+        logs = args.work / f"logs-{n}"
+        logs.mkdir(parents=True, exist_ok=True)
+        runs[n] = build_measured(dump, args.work / f"store-{n}", f"scale-{n}-{os.getpid()}",
+                                 args.overrides, logs)
+        if args.json:
+            with args.json.open("a") as out:
+                for row in runs[n]:
+                    out.write(json.dumps({"triples": n, "overrides": args.overrides, **row}) + "\n")
+    estimate = int(args.estimate) if args.estimate else None
+    table = markdown(runs, growth(runs, estimate), estimate)
+    print(table)
+    if args.markdown:
+        args.markdown.write_text(table)
+
+
+if __name__ == "__main__":
+    main()
