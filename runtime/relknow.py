@@ -724,6 +724,19 @@ class Prediction:
 MAX_STOPS = 5
 
 
+def held_support(votes: Sequence[Vote], chain: Sequence[int]) -> float:
+    """The weight of the votes whose chain is ``chain`` or holds it with one hop left out,
+    over the weight of all the votes: the neighbours' support of a chain none of them voted
+    for as it is (a shortened or a composed chain). A composition's own votes count only the
+    orders of its hops, so one hop named where the neighbours' chains all have three ("what
+    does X's husband do": "do" is a stop word) had support 1 and passed the precision gate."""
+    chain = tuple(chain)
+    total = sum(v.weight for v in votes)
+    held = sum(v.weight for v in votes if v.chain == chain or (
+        len(v.chain) == len(chain) + 1 and chain in itertools.combinations(v.chain, len(chain))))
+    return held / total if total > 0 else 0.0
+
+
 def stop_of(derivation: Derivation | None) -> Derivation | None:
     """The derivation when its walk stopped for want of a fact (else None)."""
     return derivation if derivation is not None and derivation.stop_hop >= 0 else None
@@ -1177,7 +1190,10 @@ class RelationKnowledge:
             if shorter is not None and (composed.chain is None
                                         or len(shorter.chain) > len(composed.chain)):
                 return shorter
-            return composed if composed.chain is not None else prediction
+            if composed.chain is None:
+                return prediction
+            composed.support = held_support(prediction.votes, composed.chain)
+            return composed
         if composed.chain is not None and len(composed.chain) > len(voted) \
                 and prediction.relations <= composed.relations:
             return composed
@@ -1188,13 +1204,13 @@ class RelationKnowledge:
         """The voted chains with hops left out (see :meth:`_predict_labelled` for when): each
         sub-chain (hop order kept) that walks a relation of every word naming one (lexicon)
         votes with the weight of every voted chain it is drawn from, and the longest that
-        instantiates is followed, best-voted first; its support is its weight over all the
-        votes. Knowledge learned from 3-hop questions asked "the religion of X's mother"
-        votes (children, parents, religion), (parents, children, religion), … — none of
-        which the graph walks from X — and every one of them holds (parents, religion)."""
+        instantiates is followed, best-voted first; its support is :func:`held_support`
+        (0 with two hops left out). Knowledge learned from 3-hop questions asked "the religion
+        of X's mother" votes (children, parents, religion), (parents, children, religion), …
+        — none of which the graph walks from X — and every one of them holds (parents,
+        religion)."""
         words = [self.names([w]) for w in question_words(masked)]
         longest = max((len(v.chain) for v in prediction.votes), default=0)
-        total = sum(v.weight for v in prediction.votes)
         for size in range(longest - 1, 0, -1):
             weights: dict[tuple[int, ...], float] = {}
             for vote in prediction.votes:
@@ -1205,7 +1221,7 @@ class RelationKnowledge:
             shorter = tally(list(weights.items()), facts, topics, source="knn_shortened",
                             named=prediction.named, max_frontier=self.max_frontier)
             if shorter.chain is not None:
-                shorter.support = weights[shorter.chain] / total
+                shorter.support = held_support(prediction.votes, shorter.chain)
                 return shorter
         return None
 

@@ -330,6 +330,27 @@ def test_a_voted_chain_that_leaves_a_naming_word_unexplained_is_shortened():
         ("knn", ["spouse", "spouse", "spouse"])
 
 
+def test_a_chain_none_of_the_neighbours_voted_for_is_supported_by_the_votes_holding_it():
+    """Support of a shortened or composed chain: the votes whose chain is it or holds it with
+    one hop left out. A 1-hop lexicon composition where every neighbour voted a 3-hop chain
+    ("what does X's mother do": "do" is a stop word) has none, so the precision gate's σ turns
+    it down; its own votes (the orders of its hops) gave it support 1."""
+    a, b, c, d = (REL[n] for n in ("spouse", "parents", "profession", "children"))
+    votes = [Vote((a, b, c), 1.0, False), Vote((a, c), 0.5, False), Vote((d, d, d), 0.5, False)]
+    assert relknow.held_support(votes, (a, c)) == pytest.approx(0.75)
+    assert relknow.held_support(votes, (a,)) == pytest.approx(0.25)  # only (a, c) holds it
+    assert relknow.held_support(votes, (b, a)) == 0.0  # hop order kept
+    know = shortening_knowledge({"mother": "parents"})
+    know.chains[2] = (a, a, d)
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    know.question_vectors, know.question_chain, know.k = know.question_vectors[[2]], \
+        know.question_chain[[2]], 1
+    p = know.assess(mask_topic("what does cora varga 's mother do ?", ["cora varga"]), [52],
+                    facts, q_vec=np.array([1.0, 0.0], np.float32)).prediction
+    assert (p.source, p.chain, p.support) == ("lexicon", (b,), 0.0)
+    assert not Gate(2, 0.6, 0.5).check(p, p.derivation, None)[0]
+
+
 def test_knn_votes_weight_chains_by_cosine_and_skip_chains_that_do_not_instantiate():
     facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
     chains = [["parents", "gender"], ["spouse", "profession"], ["children", "gender"]]
