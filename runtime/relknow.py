@@ -1184,20 +1184,26 @@ class RelationKnowledge:
         composed = self.predict_spans(hops, masked, facts, topics, source="lexicon",
                                       named=named)
         if voted is None:
-            if prediction is None:
-                return composed
-            shorter = self.shortened(prediction, masked, facts, topics)
-            if shorter is not None and (composed.chain is None
-                                        or len(shorter.chain) > len(composed.chain)):
-                return shorter
-            if composed.chain is None:
-                return prediction
-            composed.support = held_support(prediction.votes, composed.chain)
-            return composed
+            return composed if prediction is None else \
+                self._unvoted(prediction, composed, masked, facts, topics)
         if composed.chain is not None and len(composed.chain) > len(voted) \
                 and prediction.relations <= composed.relations:
             return composed
         return prediction
+
+    def _unvoted(self, prediction: Prediction, composed: Prediction, masked: str,
+                 facts: Facts, topics: Sequence[int]) -> Prediction:
+        """No voted chain instantiates: the shortened votes' chain unless the lexicon's
+        composition has as many hops (then it, supported by the votes that hold it); the
+        failed vote when neither instantiates."""
+        shorter = self.shortened(prediction, masked, facts, topics)
+        if shorter is not None and (composed.chain is None
+                                    or len(shorter.chain) > len(composed.chain)):
+            return shorter
+        if composed.chain is None:
+            return prediction
+        composed.support = held_support(prediction.votes, composed.chain)
+        return composed
 
     def shortened(self, prediction: Prediction, masked: str, facts: Facts,
                   topics: Sequence[int]) -> Prediction | None:
