@@ -22,11 +22,13 @@ Every run is ``lokg eval --policy route --llm none`` (``evaluation.cli.run_eval`
    hop count, and within it of the questions with and without an inverse hop.
 
 Per row: n, H@1, the share of questions the route answered from the graph (``derived``) and H@1
-of those. Resumable, cached per directory under ``--work``: a dump directory is named by its
-options and generated once (its manifest.json is written last), a store is built only when it
-has no published build, and ``run_eval`` resumes a run directory by question id (a dump, store
-or run made by older code is reused as it is: remove its directory to redo it). The Markdown
-goes to stdout (and ``--markdown``), the rows to ``--json`` (default WORK/results.json).
+of those; and for method lokg, from a second run with ``--policy precision``, the share of
+questions the precision gate passes and H@1 of those (its precision). Resumable, cached per
+directory under ``--work``: a dump directory is named by its options and generated once (its
+manifest.json is written last), a store is built only when it has no published build, and
+``run_eval`` resumes a run directory by question id (a dump, store or run made by older code is
+reused as it is: remove its directory to redo it). The Markdown goes to stdout (and
+``--markdown``), the rows to ``--json`` (default WORK/results.json).
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline.synth import NAMINGS, generate, labelled_overrides  # noqa: E402
 
 PQ_DATASETS = ("pq-2h", "pq-3h")
+PRECISION = "lokg@precision"  # evaluate's key for method lokg under policy precision
 HEADER = ("| setting | graph | relation knowledge from | asked | entities | method | n | H@1 "
-          "| derived | H@1 of derived |")
+          "| derived | H@1 of derived | precision gate passes | H@1 of those |")
 
 
 def ensure_dump(path: Path, **options) -> Path:
@@ -56,29 +59,46 @@ def ensure_dump(path: Path, **options) -> Path:
 
 def evaluate(args, *, dataset: str, store: Path, out: Path, methods: str = "lokg",
              entities: str = "gold", overrides=(), kb: Path | None = None, split=None) -> dict:
-    """One ``lokg eval --policy route --llm none`` run (building ``store`` if missing); the
-    per-question records of each method."""
+    """One ``lokg eval --policy route --llm none`` run (building ``store`` if missing), and for
+    method lokg one with ``--policy precision`` beside it (``OUT-precision``); the
+    per-question records of each method, the second run's under :data:`PRECISION`."""
     from evaluation.cli import command_line, run_eval
 
     options = dict(dataset=dataset, split=split, store=str(store), methods=methods, llm="none",
                    policy="route", entities=entities, out=str(out), build=True,
                    kb=str(kb) if kb else None, overrides=list(overrides), limit=args.limit)
-    print(f"== {command_line(**options)}", file=sys.stderr)
-    run_eval(**options, progress=not args.no_progress, log=lambda m: print(m, file=sys.stderr))
-    return {m: [json.loads(line) for line in
-                (out / m / "predictions.jsonl").read_text(encoding="utf-8").splitlines()]
-            for m in methods.split(",")}
+    runs = [(options, methods.split(","), out)]
+    if "lokg" in methods.split(","):
+        gated = out.with_name(f"{out.name}-precision")
+        runs.append(({**options, "methods": "lokg", "policy": "precision", "out": str(gated)},
+                     [PRECISION], gated))
+    records = {}
+    for opts, names, where in runs:
+        print(f"== {command_line(**opts)}", file=sys.stderr)
+        run_eval(**opts, progress=not args.no_progress, log=lambda m: print(m, file=sys.stderr))
+        for m, name in zip(opts["methods"].split(","), names):
+            records[name] = [json.loads(line) for line in (where / m / "predictions.jsonl")
+                             .read_text(encoding="utf-8").splitlines()]
+    return records
 
 
-def figures(records: list[dict]) -> dict:
-    """n, H@1, the derived share and H@1 of the derived answers of some predictions."""
+def figures(records: list[dict], gated: list[dict] | None = None) -> dict:
+    """n, H@1, the derived share and H@1 of the derived answers of some predictions; with
+    ``gated`` (the same questions under policy precision) the share the precision gate passes
+    and H@1 of those (the breakdown's ``gate_passed``)."""
     derived = [r for r in records if ((r["details"] or {}).get("route") or {}).get("source")
                == "derived"]
     n = len(records)
-    return {"n": n, "H@1": sum(r["scores"]["H@1"] for r in records) / n if n else None,
-            "derived": len(derived) / n if n else None,
-            "derived_H@1": (sum(r["scores"]["H@1"] for r in derived) / len(derived)
-                            if derived else None)}
+    out = {"n": n, "H@1": sum(r["scores"]["H@1"] for r in records) / n if n else None,
+           "derived": len(derived) / n if n else None,
+           "derived_H@1": (sum(r["scores"]["H@1"] for r in derived) / len(derived)
+                           if derived else None)}
+    if gated is not None:
+        passed = [r for r in gated if r["breakdown"]["gate_passed"]]
+        out["gate"] = len(passed) / len(gated) if gated else None
+        out["gate_H@1"] = (sum(r["scores"]["H@1"] for r in passed) / len(passed)
+                           if passed else None)
+    return out
 
 
 def synthetic_rows(args, work: Path) -> list[dict]:
@@ -97,12 +117,12 @@ def synthetic_rows(args, work: Path) -> list[dict]:
         build = dict(store=root / "store", kb=dump, overrides=labelled_overrides(dump))
         for label, asked, entities in (("in-domain", dump, "gold"), ("in-domain", dump, "link"),
                                        ("unseen wording", heldout, "gold")):
-            records = evaluate(args, dataset=f"synth:{asked / 'test.jsonl'}", entities=entities,
-                               out=root / "runs" / f"{asked.name}-{entities}", **build)["lokg"]
+            runs = evaluate(args, dataset=f"synth:{asked / 'test.jsonl'}", entities=entities,
+                            out=root / "runs" / f"{asked.name}-{entities}", **build)
             rows.append({"setting": label, "graph": f"synth {naming}", "trained": "train/dev",
                          "asked": f"test ({'held-out' if asked == heldout else 'train'} "
                                   "wording)", "entities": entities, "method": "lokg",
-                         **figures(records)})
+                         **figures(runs["lokg"], runs[PRECISION])})
     return rows
 
 
@@ -132,14 +152,14 @@ def pathquestion_rows(args, work: Path) -> list[dict]:
                      f"relation_knowledge.dev_questions={source / 'dev.txt'}",
                      f"gat.questions={source / 'train.txt'}"]
         for asked in PQ_DATASETS:
-            records = evaluate(args, dataset=f"pathquestion:{data / asked}", split="test",
-                               store=work / f"pathquestion-store-{trained}", kb=kb,
-                               overrides=overrides,
-                               out=work / "pathquestion-runs" / f"{trained}-on-{asked}")["lokg"]
+            runs = evaluate(args, dataset=f"pathquestion:{data / asked}", split="test",
+                            store=work / f"pathquestion-store-{trained}", kb=kb,
+                            overrides=overrides,
+                            out=work / "pathquestion-runs" / f"{trained}-on-{asked}")
             rows.append({"setting": "in-domain" if asked == trained else "transfer",
                          "graph": "PQ-2H ∪ PQ-3H KB", "trained": f"{trained} train/dev",
                          "asked": f"{asked} test", "entities": "gold", "method": "lokg",
-                         **figures(records)})
+                         **figures(runs["lokg"], runs[PRECISION])})
     return rows
 
 
@@ -153,16 +173,18 @@ def zero_shot_rows(args, work: Path) -> list[dict]:
         encoding="utf-8").splitlines())}
     runs = evaluate(args, dataset=f"synth:{dump / 'test.jsonl'}", store=root / "store",
                     kb=dump, methods=args.zero_shot_methods, out=root / "runs" / "route")
-    rows = []
+    rows, gated = [], runs.pop(PRECISION, None)
     for method, records in runs.items():
         for hops in sorted({q["hops"] for q in questions.values()}) + [None]:
             part = [r for r in records if hops is None or questions[r["id"]]["hops"] == hops]
+            gate = None if method != "lokg" or gated is None else \
+                [r for r in gated if hops is None or questions[r["id"]]["hops"] == hops]
             by_kind = {kind: figures([r for r in part if questions[r["id"]]["inverse"]
                                       == (kind == "inverse")]) for kind in ("inverse", "forward")}
             rows.append({"setting": "zero-shot", "graph": "synth plain, metaqa",
                          "trained": "nothing",
                          "asked": f"test, {f'{hops}-hop' if hops else 'all hop counts'}",
-                         "entities": "gold", "method": method, **figures(part),
+                         "entities": "gold", "method": method, **figures(part, gate),
                          **{f"{k} {kind}": v[k] for kind, v in by_kind.items()
                             for k in ("n", "H@1")}})
     return rows
@@ -174,10 +196,10 @@ def cell(value) -> str:
 
 def markdown(rows: list[dict], command: str) -> str:
     """The main table, then the zero-shot table with the inverse / forward split."""
-    lines = ["Regenerate with:", "", f"    {command}", "", HEADER, "|---" * 6 + "|--:" * 4 + "|"]
+    lines = ["Regenerate with:", "", f"    {command}", "", HEADER, "|---" * 6 + "|--:" * 6 + "|"]
     keys = ("setting", "graph", "trained", "asked", "entities", "method", "n", "H@1",
-            "derived", "derived_H@1")
-    lines += ["| " + " | ".join(cell(r[k]) for k in keys) + " |" for r in rows]
+            "derived", "derived_H@1", "gate", "gate_H@1")
+    lines += ["| " + " | ".join(cell(r.get(k)) for k in keys) + " |" for r in rows]
     zero = [r for r in rows if r["setting"] == "zero-shot"]
     if zero:
         lines += ["", "Zero-shot, by whether the chain walks a relation backwards:", "",

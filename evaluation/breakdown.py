@@ -33,9 +33,13 @@ summary the counts of :func:`summarise_breakdown`; baselines have neither (no ro
 **Per method** (:func:`summarise_breakdown`): for each row of :data:`ROWS`, the questions in it
 and how many of them were lost (H@1 = 0, recomputed from ``predicted`` and ``gold``). The rows
 from ``linked_wrong`` to ``derivation_right`` partition the questions by ``first_miss``, the
-``path_*`` rows by ``path``: each block's questions sum to ``n`` and its losses to ``lost``. The
-two ``gate_*`` rows are the gate's errors: it passed a wrong derivation (always lost) or turned
-down a right one (lost when the fallback was wrong too).
+``path_*`` rows by ``path``: each block's questions sum to ``n`` and its losses to ``lost``.
+``gate_passed`` counts every question the gate passed: its share of ``n`` is the gate's
+coverage, one minus its share lost the gate's precision (a passed question is answered by its
+derivation) — under ``--policy precision`` the precision gate's, under ``route`` the routing
+gate's. ``gate_passed_wrong`` and ``gate_rejected_right`` are the gate's errors: it passed a
+wrong derivation (always lost) or turned down a right one (lost when the fallback was wrong
+too).
 """
 
 from __future__ import annotations
@@ -61,6 +65,8 @@ ROWS: tuple[tuple[str, str, Callable[[dict], bool]], ...] = (
     ("all", "all questions", lambda b: True),
     *((key, label, lambda b, miss=miss: b["first_miss"] == miss)
       for key, label, miss in MISS_ROWS),
+    ("gate_passed", "gate passed",
+     lambda b: b["gate_passed"] is True),
     ("gate_passed_wrong", "gate passed a wrong derivation",
      lambda b: b["gate_passed"] is True and b["derived_right"] is False),
     ("gate_rejected_right", "gate rejected a right derivation",

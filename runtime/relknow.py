@@ -31,7 +31,11 @@ The pieces:
   over all votes (PQ-2H dev: following the top chain regardless is right for 82 % of the
   questions, the top instantiating one for 95 %). When no voted chain instantiates, or there is
   no encoder, the lexicon's words give the chain: each naming word is one hop, and every order
-  of those hops is tried from the topic (:meth:`RelationKnowledge.predict_spans`).
+  of those hops is tried from the topic (:meth:`RelationKnowledge.predict_spans`). Voted
+  chains longer than the question (knowledge learned on 3-hop questions, asked 2-hop ones)
+  are shortened: their sub-chains vote, the longest that instantiates wins, when no voted
+  chain instantiates or the one that does walks nothing a naming word names
+  (:meth:`RelationKnowledge.shortened`).
 * **Zero-shot fallback** (a store fitted without labelled questions): question spans are
   matched to relation names by the encoder (cosine ≥ θ_zs), and the named relations are
   ordered the same way.
@@ -637,7 +641,8 @@ def shared_span(hops: Sequence[tuple[float, int, int, int]], masked: str) -> int
     :func:`named_in_order` of the first span after it (-1 when none is); without one, the
     first of two spans naming one relation with a word between them that is no stop word
     ("the writer of the films written by X": out along written_by and back; "cause of death"
-    is one relation named once); else None."""
+    is one relation named once) and not the topic ("the mother of X's parents" walks parents
+    twice: the topic between them only says which hop comes first); else None."""
     words = masked.split()
     chosen = chosen_spans(hops, len(words))
     at = next((i for i, w in enumerate(words) if w in SHARING_WORDS), None)
@@ -645,7 +650,8 @@ def shared_span(hops: Sequence[tuple[float, int, int, int]], masked: str) -> int
         return next((k for k, h in enumerate(chosen) if h[1] > at), -1)
     return next((i for i, j in itertools.combinations(range(len(chosen)), 2)
                  if chosen[i][3] == chosen[j][3]
-                 and any(w not in STOP_WORDS for w in words[chosen[i][2]:chosen[j][1]])), None)
+                 and any(w not in STOP_WORDS and w != PLACEHOLDER
+                         for w in words[chosen[i][2]:chosen[j][1]])), None)
 
 
 def named_in_order(hops: Sequence[tuple[float, int, int, int]], n_words: int
@@ -686,7 +692,7 @@ class Prediction:
     """The chain followed for a question: the best-voted chain that instantiates from the topic
     entities, its share of the instantiating votes, and the votes it won against."""
 
-    source: str  # knn | lexicon | zero_shot | none
+    source: str  # knn | knn_shortened | lexicon | zero_shot | none
     chain: tuple[int, ...] | None
     share: float  # weight of the chain / weight of every instantiating chain
     support: float  # weight of the chain / weight of every vote
@@ -716,6 +722,19 @@ class Prediction:
 
 #: Stopped walks a prediction keeps (the votes the route record shows).
 MAX_STOPS = 5
+
+
+def held_support(votes: Sequence[Vote], chain: Sequence[int]) -> float:
+    """The weight of the votes whose chain is ``chain`` or holds it with one hop left out,
+    over the weight of all the votes: the neighbours' support of a chain none of them voted
+    for as it is (a shortened or a composed chain). A composition's own votes count only the
+    orders of its hops, so one hop named where the neighbours' chains all have three ("what
+    does X's husband do": "do" is a stop word) had support 1 and passed the precision gate."""
+    chain = tuple(chain)
+    total = sum(v.weight for v in votes)
+    held = sum(v.weight for v in votes if v.chain == chain or (
+        len(v.chain) == len(chain) + 1 and chain in itertools.combinations(v.chain, len(chain))))
+    return held / total if total > 0 else 0.0
 
 
 def stop_of(derivation: Derivation | None) -> Derivation | None:
@@ -1143,7 +1162,11 @@ class RelationKnowledge:
         question's words name more hops than the voted chain has and the lexicon's chain walks
         them all (questions that combine relations in a way no training question did: a
         3-hop question over 2-hop training chains). A word that also names a voted relation
-        is no extra hop ("place" of "place of birth" names place_of_death too)."""
+        is no extra hop ("place" of "place of birth" names place_of_death too). Voted chains
+        too long for the question are shortened (:meth:`shortened`): when none instantiates
+        (the sub-chain wins over a lexicon composition with fewer hops), and when the one that
+        does walks no relation some naming word names ("the job of X's wife" voted (spouse,
+        spouse, spouse) by 3-hop knowledge)."""
         named = self.names(question_words(masked))
         prediction = None
         if self.question_vectors.shape[1] and q_vec is not None:
@@ -1154,15 +1177,59 @@ class RelationKnowledge:
             words, walked = masked.split(), prediction.relations
             hops = [h for h in hops if h[3] in walked or not self.names([words[h[1]]]) & walked]
             if len(hops) <= len(voted):
-                return prediction
+                unexplained = any(h[3] not in walked for h in hops)
+                shorter = self.shortened(prediction, masked, facts, topics) \
+                    if unexplained else None
+                return shorter or prediction
         composed = self.predict_spans(hops, masked, facts, topics, source="lexicon",
                                       named=named)
         if voted is None:
-            return composed if prediction is None or composed.chain is not None else prediction
+            return composed if prediction is None else \
+                self._unvoted(prediction, composed, masked, facts, topics)
         if composed.chain is not None and len(composed.chain) > len(voted) \
                 and prediction.relations <= composed.relations:
             return composed
         return prediction
+
+    def _unvoted(self, prediction: Prediction, composed: Prediction, masked: str,
+                 facts: Facts, topics: Sequence[int]) -> Prediction:
+        """No voted chain instantiates: the shortened votes' chain unless the lexicon's
+        composition has as many hops (then it, supported by the votes that hold it); the
+        failed vote when neither instantiates."""
+        shorter = self.shortened(prediction, masked, facts, topics)
+        if shorter is not None and (composed.chain is None
+                                    or len(shorter.chain) > len(composed.chain)):
+            return shorter
+        if composed.chain is None:
+            return prediction
+        composed.support = held_support(prediction.votes, composed.chain)
+        return composed
+
+    def shortened(self, prediction: Prediction, masked: str, facts: Facts,
+                  topics: Sequence[int]) -> Prediction | None:
+        """The voted chains with hops left out (see :meth:`_predict_labelled` for when): each
+        sub-chain (hop order kept) that walks a relation of every word naming one (lexicon)
+        votes with the weight of every voted chain it is drawn from, and the longest that
+        instantiates is followed, best-voted first; its support is :func:`held_support`
+        (0 with two hops left out). Knowledge learned from 3-hop questions asked "the religion
+        of X's mother" votes (children, parents, religion), (parents, children, religion), …
+        — none of which the graph walks from X — and every one of them holds (parents,
+        religion)."""
+        words = [self.names([w]) for w in question_words(masked)]
+        longest = max((len(v.chain) for v in prediction.votes), default=0)
+        for size in range(longest - 1, 0, -1):
+            weights: dict[tuple[int, ...], float] = {}
+            for vote in prediction.votes:
+                for sub in dict.fromkeys(itertools.combinations(vote.chain, size)):
+                    walked = {hop_relation(h, self.n_relations) for h in sub}
+                    if len(vote.chain) > size and all(n & walked for n in words if n):
+                        weights[sub] = weights.get(sub, 0.0) + vote.weight
+            shorter = tally(list(weights.items()), facts, topics, source="knn_shortened",
+                            named=prediction.named, max_frontier=self.max_frontier)
+            if shorter.chain is not None:
+                shorter.support = held_support(prediction.votes, shorter.chain)
+                return shorter
+        return None
 
     def relation_term(self, prediction: Prediction, relations: Sequence[int],
                       inverses: Sequence[bool]) -> float:

@@ -105,6 +105,7 @@ def test_summary_rows_partition_the_questions_and_the_losses():
     assert s["chain_wrong"] == {"questions": 1, "lost": 1}
     assert s["derivation_miss"] == {"questions": 1, "lost": 1}
     assert s["derivation_right"] == {"questions": 3, "lost": 1}
+    assert s["gate_passed"] == {"questions": 2, "lost": 1}  # coverage 2/5, precision 1/2
     assert s["gate_passed_wrong"] == {"questions": 1, "lost": 1}
     assert s["gate_rejected_right"] == {"questions": 2, "lost": 1}
     assert s["path_derived"] == {"questions": 2, "lost": 1}

@@ -274,6 +274,83 @@ def test_a_question_naming_more_hops_than_its_voted_chain_gets_the_composed_chai
         ("knn", ["parents", "profession"])
 
 
+def shortening_knowledge(lexicon: dict[str, str]) -> RelationKnowledge:
+    """Knowledge of 3-hop chains only, one training question per chain (the nearest of the
+    question (1, 0) first), and a lexicon naming one relation per word."""
+    chains = [["spouse", "parents", "profession"], ["children", "spouse", "profession"],
+              ["spouse", "spouse", "spouse"]]
+    vectors = [[1.0, 0.0], [0.9, 0.1], [0.8, 0.2]]
+    know = knowledge_with_vectors(vectors, [0, 1, 2], chains, k=3)
+    know.lexicon = {w: {REL[r]: 5.0} for w, r in lexicon.items()}
+    know.prior = {REL[r]: 0.5 for r in lexicon.values()}
+    return know
+
+
+def shortened_chain(know: RelationKnowledge, question: str, voters=(0, 1)):
+    """(source, chain) of a question about alba quist (0: a spouse and children, no parents),
+    asked with the question vector (1, 0) of only the given training questions."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    keep = list(voters)
+    know.question_vectors, know.question_chain = (know.question_vectors[keep],
+                                                  know.question_chain[keep])
+    know.k = len(keep)
+    p = know.assess(mask_topic(question, ["alba quist"]), [0], facts,
+                    q_vec=np.array([1.0, 0.0], np.float32)).prediction
+    return p.source, p.chain and [RELATIONS[h] for h in p.chain]
+
+
+def test_voted_chains_that_do_not_instantiate_are_shortened_not_replaced_by_fewer_named_hops():
+    """Trained on 3-hop chains, a 2-hop question ("what does X's wife do") whose voted chains
+    do not instantiate from the topic (0 has no parents; 0's children no spouse) follows the
+    best-voted sub-chain that does — (spouse, profession) is in both votes — not the one hop
+    the lexicon names; a sub-chain must walk a relation of every naming word ("son":
+    children), and a lexicon composition at least as long stays."""
+    know = shortening_knowledge({"wife": "spouse"})
+    assert shortened_chain(know, "what does alba quist 's wife do for a living ?") == \
+        ("knn_shortened", ["spouse", "profession"])
+    know = shortening_knowledge({"son": "children"})
+    assert shortened_chain(know, "what does alba quist 's son do for a living ?") == \
+        ("knn_shortened", ["children", "profession"])
+    know = shortening_knowledge({"son": "children", "job": "profession"})
+    assert shortened_chain(know, "what is the job of alba quist 's son ?") == \
+        ("lexicon", ["children", "profession"])
+
+
+def test_a_voted_chain_that_leaves_a_naming_word_unexplained_is_shortened():
+    """(spouse, spouse, spouse) instantiates from 0 and wins the vote, but walks nothing
+    "job" names: the best sub-chain of the votes walking spouse and profession is followed.
+    A question whose naming words it walks keeps it."""
+    know = shortening_knowledge({"wife": "spouse", "job": "profession"})
+    know.question_vectors[2] = [1.0, 0.0]  # (spouse, spouse, spouse): the nearest
+    assert shortened_chain(know, "what is the job of alba quist 's wife ?", (2, 0)) == \
+        ("knn_shortened", ["spouse", "profession"])
+    know = shortening_knowledge({"wife": "spouse", "job": "profession"})
+    know.question_vectors[2] = [1.0, 0.0]
+    assert shortened_chain(know, "who is the wife of alba quist 's wife ?", (2, 0)) == \
+        ("knn", ["spouse", "spouse", "spouse"])
+
+
+def test_a_chain_none_of_the_neighbours_voted_for_is_supported_by_the_votes_holding_it():
+    """Support of a shortened or composed chain: the votes whose chain is it or holds it with
+    one hop left out. A 1-hop lexicon composition where every neighbour voted a 3-hop chain
+    ("what does X's mother do": "do" is a stop word) has none, so the precision gate's σ turns
+    it down; its own votes (the orders of its hops) gave it support 1."""
+    a, b, c, d = (REL[n] for n in ("spouse", "parents", "profession", "children"))
+    votes = [Vote((a, b, c), 1.0, False), Vote((a, c), 0.5, False), Vote((d, d, d), 0.5, False)]
+    assert relknow.held_support(votes, (a, c)) == pytest.approx(0.75)
+    assert relknow.held_support(votes, (a,)) == pytest.approx(0.25)  # only (a, c) holds it
+    assert relknow.held_support(votes, (b, a)) == 0.0  # hop order kept
+    know = shortening_knowledge({"mother": "parents"})
+    know.chains[2] = (a, a, d)
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    know.question_vectors, know.question_chain, know.k = know.question_vectors[[2]], \
+        know.question_chain[[2]], 1
+    p = know.assess(mask_topic("what does cora varga 's mother do ?", ["cora varga"]), [52],
+                    facts, q_vec=np.array([1.0, 0.0], np.float32)).prediction
+    assert (p.source, p.chain, p.support) == ("lexicon", (b,), 0.0)
+    assert not Gate(2, 0.6, 0.5).check(p, p.derivation, None)[0]
+
+
 def test_knn_votes_weight_chains_by_cosine_and_skip_chains_that_do_not_instantiate():
     facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
     chains = [["parents", "gender"], ["spouse", "profession"], ["children", "gender"]]
@@ -824,6 +901,9 @@ SAME_TWICE = [(0.9, 0, 1, REL["profession"]), (0.8, 3, 4, REL["profession"])]
     ("writer of films written someone", SAME_TWICE, 0),
     # ... and not where only stop words do ("cause of death of someone")
     ("cause of of death someone", SAME_TWICE, None),
+    # ... nor where the topic does ("the mother of X 's parents": parents twice, no trip)
+    ("mother of someone parents", [(0.9, 0, 1, REL["parents"]), (0.8, 3, 4, REL["parents"])],
+     None),
 ])
 def test_the_shared_span(masked, hops, shared):
     assert shared_span(hops, masked) == shared

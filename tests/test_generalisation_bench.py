@@ -1,0 +1,28 @@
+"""bench/generalisation.py: a row's figures, the precision gate's beside the route's."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.generalisation import figures, markdown
+
+
+def line(h1: float, source: str | None = None, passed: bool | None = None) -> dict:
+    """A predictions.jsonl line as figures reads it."""
+    return {"scores": {"H@1": h1}, "details": {"route": {"source": source}},
+            "breakdown": {"gate_passed": passed}}
+
+
+def test_figures_give_the_precision_gates_coverage_and_precision_from_the_second_run():
+    routed = [line(1.0, "derived"), line(0.0, "derived"), line(1.0, "retrieval"), line(0.0)]
+    gated = [line(1.0, "derived", True), line(0.0, "derived", True), line(0.0, "abstain", False),
+             line(0.0, "abstain", False)]
+    f = figures(routed, gated)
+    assert f["n"] == 4 and f["H@1"] == 0.5
+    assert f["derived"] == 0.5 and f["derived_H@1"] == 0.5
+    assert f["gate"] == 0.5 and f["gate_H@1"] == pytest.approx(0.5)
+    assert "gate" not in figures(routed)  # baselines have no gated run
+    assert figures(routed, [line(0.0, "abstain", False)])["gate_H@1"] is None
+    table = markdown([{"setting": "s", "graph": "g", "trained": "t", "asked": "a",
+                       "entities": "gold", "method": "kaping", **figures(routed)}], "cmd")
+    assert table.splitlines()[-1].endswith("| 0.500 | 0.500 | — | — |")
