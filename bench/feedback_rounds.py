@@ -29,15 +29,19 @@ build → answer → refresh on a sparsified musique-openie subset, one table ro
   the build holds — *strict*: the same (head, relation, tail), the relation through the
   build's ``relation_map`` (SCOS may rename it); *pair*: head and tail joined by any relation
   either way, because a delta triple is written with the relation the sub-question asked, not
-  the withheld phrase — the round's log records by kind, the refresh's sub-questions (in the
-  log, enriched, answered) and delta triples (new, in all), context recall, EM, F1-SQuAD,
+  the withheld phrase — the round's log records by kind and the bridge entities they name,
+  the refresh's sub-questions (in the log, enriched — of them re-opened at deeper passages —,
+  answered; the two counts in between added with bridges, the measures unchanged) and delta
+  triples (new, in all), context recall, EM, F1-SQuAD,
   calls/q and tok/q (evaluation.metrics via evaluation.runner; reader none makes no call) and
   the round's wall time (build + answers).
 * **Arms** on the same questions and dump, each its own store (``--arms``; default the first):
   ``feedback-precomputed``; ``no-feedback`` (the same rebuilds with ``query.feedback=false``:
   the log stays empty, every refresh enriches nothing — where it is not run, the no-feedback
   row is round 0: a rebuild with an empty log reads the same inputs, seeded);
-  ``feedback-offline``; and the two **online** arms (evaluation/tcr_qf.py), answered on the
+  ``feedback-offline``; ``feedback-topic-only`` (as ``feedback-precomputed`` with no bridge
+  entities and no re-opened sub-question: the loop as it was before them, on the same code);
+  and the two **online** arms (evaluation/tcr_qf.py), answered on the
   no-feedback arm's round-0 build (built by them when missing): ``tcr-qf`` — each question's
   own loop (answer → missing_record → the ``k`` passages nearest each sub-question,
   ``precomputed`` extraction from the full file, as the oracle arm → an in-memory overlay →
@@ -79,6 +83,9 @@ ARMS = {
     "feedback-precomputed": ["feedback_enrich.backend=precomputed"],
     "no-feedback": ["query.feedback=false"],
     "feedback-offline": ["feedback_enrich.backend=offline"],
+    # the loop before bridges and re-opening, on today's code: the topic and chain stops only
+    "feedback-topic-only": ["feedback_enrich.backend=precomputed", "query.feedback_bridges=0",
+                            "feedback_enrich.max_passages=3"],
     "tcr-qf": ["query.feedback=false", "feedback_enrich.backend=precomputed"],
     "answer-driven": ["query.feedback=false", "feedback_enrich.backend=offline"],
 }
@@ -310,7 +317,7 @@ def measure(build, setup: dict, overlay: set[tuple[str, str, str]] = frozenset()
             "triples": tables["triples"]["rows"], "withheld": n,
             "recovered_strict": round(strict / n, 4), "recovered_pair": round(pair / n, 4),
             "sub_questions": enrich.get("sub_questions", 0), "enriched": enrich.get("enriched", 0),
-            "answered": enrich.get("answered", 0),
+            "answered": enrich.get("answered", 0), "reopened": enrich.get("reopened", 0),
             "delta_new": enrich.get("delta_triples_new", 0),
             "delta_triples": enrich.get("delta_triples", 0),
             "feedback_edges_added": ingest.get("feedback_edges_added", 0)}
@@ -322,12 +329,14 @@ def round_log(store: Path, build_id: str) -> dict:
 
     records = [r for r in read_log(log_dir(store)).records if r["build_id"] == build_id]
     return {kind: sum(r["kind"] == kind for r in records) for kind in KINDS} | \
-        {"missing_facts": sum(len(r["missing"]) for r in records)}
+        {"missing_facts": sum(len(r["missing"]) for r in records),
+         "bridges": sum(len(r.get("bridges", ())) for r in records)}
 
 
 # ---- output -----------------------------------------------------------------------------------
 HEADER = ("| arm | round | entities | triples | withheld recovered (strict / pair) | logged "
-          "(chain_stop / no_entity / no_derivation) | sub-q in log → enriched → answered | "
+          "(chain_stop / no_entity / no_derivation; bridges) | sub-q in log → enriched "
+          "(re-opened) → answered | "
           "delta new (all) | context recall | EM | F1 | calls/q | tok/q | wall s |")
 
 
@@ -339,8 +348,9 @@ def table(results: dict[str, list[dict]]) -> str:
             rows.append(
                 f"| {arm} | {r['round']} | {r['entities']} | {r['triples']} | "
                 f"{r['recovered_strict']:.3f} / {r['recovered_pair']:.3f} | "
-                f"{log['chain_stop']} / {log['no_entity']} / {log['no_derivation']} | "
-                f"{r['sub_questions']} → {r['enriched']} → {r['answered']} | "
+                f"{log['chain_stop']} / {log['no_entity']} / {log['no_derivation']}; "
+                f"{log.get('bridges', 0)} | {r['sub_questions']} → {r['enriched']} "
+                f"({r.get('reopened', 0)}) → {r['answered']} | "
                 f"{r['delta_new']} ({r['delta_triples']}) | {r['context_recall']:.3f} | "
                 f"{r['EM']:.3f} | {r['F1-SQuAD']:.3f} | {r['calls/q']:.2f} | {r['tok/q']:.1f} | "
                 f"{r['wall_s']:.0f} |")

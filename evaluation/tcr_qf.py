@@ -95,10 +95,13 @@ class Enricher:
         except StageError as exc:
             raise MethodError(f"tcr-qf: {exc}") from None
         self.source, self.max_rounds = source, int(section(config, "tcr_qf")["max_rounds"])
+        self.keep_questions = bool(rt.settings["feedback_questions"])
 
     def found(self, record: dict, answer, tried: set[str]) -> tuple[int, list[ExtraTriple]]:
         """(how many, triples) of the record's sub-questions not in ``tried`` (which they
         join) and the triples found for them."""
+        if not self.keep_questions:  # the question as retrieval text only where the log keeps it
+            record = {k: v for k, v in record.items() if k != "question"}
         todo = [sq for sq in fe.sub_questions([{**record, "id": "online"}])
                 if sq.key not in tried]
         tried.update(sq.key for sq in todo)
@@ -124,7 +127,7 @@ class Enricher:
         online, view, tried = Online([]), rt, set()
         while True:
             online.answers.append(ask(view))
-            record = missing_record(online.answers[-1])
+            record = missing_record(online.answers[-1], rt.settings["feedback_bridges"])
             stop = "nothing_missing" if record is None else \
                 "max_rounds" if len(online.answers) == rounds else ""
             if not stop:

@@ -81,6 +81,9 @@ DEFAULTS: dict = {
         "relation_min_cosine": 0.5,  # extracted phrase vs the relation asked, as words
         "dedupe_threshold": 0.1,  # normalised edit distance of "h · r · t" at or below: a duplicate
         "max_sub_questions": 1000,  # enriched per refresh, the most asked first
+        # a sub-question asked again after its delta was built in gets the next k passages, down
+        # to this rank (the same k passages and extractor would give the same triples again)
+        "max_passages": 15,
         "device": "auto",
         "threads": 1,
     },
@@ -249,6 +252,12 @@ DEFAULTS: dict = {
         "feedback_questions": False,
         "feedback_segment_mb": 16,  # a writer's segment rotates at this size
         "feedback_max_mb": 256,  # past this in all segments the oldest are deleted
+        # entities an answer reached beyond its topic that a record names (the next hop of a
+        # multi-hop question starts there; 0 = the topic and the chain stop only)
+        "feedback_bridges": 3,
+        # an LLM backend that lists the missing facts as sub-questions after the answer
+        # (runtime/feedback_llm.py; one more call per logged answer); null = none, no call
+        "feedback_llm": None,
     },
 }
 
@@ -378,7 +387,8 @@ SCHEMA: dict = {
     "feedback_enrich": {
         "backend": choice(*EXTRACTORS, nullable=True), "precomputed_file": FILE, "k": COUNT,
         "relation_min_cosine": number(-1, 1), "dedupe_threshold": SHARE,
-        "max_sub_questions": COUNT, "device": DEVICE, "threads": THREADS,
+        "max_sub_questions": COUNT, "max_passages": COUNT, "device": DEVICE,
+        "threads": THREADS,
     },
     "entity_types": {},
     "relation_stats": {
@@ -449,7 +459,8 @@ SCHEMA: dict = {
         "choice_candidates": COUNT, "choice_margin": WEIGHT,
         "choice_check": choice(*CHOICE_CHECKS), "feedback": BOOL,
         "feedback_dir": FILE, "feedback_questions": BOOL, "feedback_segment_mb": COUNT,
-        "feedback_max_mb": COUNT,
+        "feedback_max_mb": COUNT, "feedback_bridges": integer(0),
+        "feedback_llm": text(r".+", "an LLM backend such as local", nullable=True),
     },
 }
 

@@ -51,7 +51,8 @@ def new_id() -> str:
     return f"{time.time_ns() // 1_000_000:013x}{secrets.token_hex(6)}"
 
 
-def _now() -> str:
+def now() -> str:
+    """The log's time stamp: UTC ISO 8601 to the millisecond, "Z" (sorts as text)."""
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -76,6 +77,11 @@ def record_problem(record) -> str | None:
     if not all(isinstance(m, dict) and isinstance(m.get("entity"), str)
                and isinstance(m.get("relation"), str) for m in record["missing"]):
         return "a missing fact without a string 'entity' and 'relation'"
+    named = record.get("bridges", [])
+    if not isinstance(named, list) or not all(
+            isinstance(b, dict) and isinstance(b.get("name"), str) and isinstance(b.get("text"), str)
+            for b in named):
+        return "field 'bridges' not a list of entities with a string 'name' and 'text'"
     return None
 
 
@@ -94,11 +100,13 @@ def decode(line: bytes) -> tuple[dict | None, str]:
     return (None, problem) if problem else (record, "")
 
 
-def missing_record(answer) -> dict | None:
+def missing_record(answer, bridges: int | None = None) -> dict | None:
     """What an :class:`~runtime.answer.Answer` says the graph lacks, as a record to log: the
     facts where the predicted chain's walk stopped (e, r_k, ?) with the linked names, or —
     nothing linked, nothing derived — the question's topic mentions; None when nothing is
-    missing."""
+    missing. A record past linking also names up to ``bridges`` (setting
+    ``query.feedback_bridges``) entities the answer reached: the next hop of a multi-hop
+    question starts there, and no chain stop names it."""
     from runtime.linker import name_mentions
 
     route = answer.route or {}
@@ -110,11 +118,43 @@ def missing_record(answer) -> dict | None:
     if stopped:  # the fact, and its topic: what enrichment tries when the relation is a guess
         return {**base, "kind": "chain_stop", "chain": stopped["chain"],
                 "missing": [missing_fact(e, stopped["hop"]) for e in stopped["from"]],
-                "mentions": [link["name"] for link in answer.linked]}
+                "mentions": [link["name"] for link in answer.linked],
+                "bridges": bridge_facts(answer, _bridges(bridges),
+                                        [e["name"] for e in stopped["from"]])}
     if answer.status == "no_paths" or (route.get("predictor") and not route.get("derivable")):
         return {**base, "kind": "no_derivation",
-                "mentions": [link["name"] for link in answer.linked]}
+                "mentions": [link["name"] for link in answer.linked],
+                "bridges": bridge_facts(answer, _bridges(bridges))}
     return None
+
+
+def _bridges(bridges: int | None) -> int:
+    if bridges is None:
+        from runtime.config import section
+
+        bridges = section({}, "query")["feedback_bridges"]
+    return int(bridges)
+
+
+def bridge_facts(answer, limit: int, named: Iterable[str] = ()) -> list[dict]:
+    """The entities the answer reached (its answers, then its best candidates) that are not
+    the linked topic nor already ``named`` (a chain stop's entities), as sub-questions about
+    the entity: "what does the graph lack about the bridge", retrieved by its name. Without
+    them a refresh only ever asks about the topic — the first hop — and the answer a delta
+    moved onto a bridge entity is never followed."""
+    topic = {_folded(n) for n in (*(link["name"] for link in answer.linked), *named)}
+    out: dict[str, dict] = {}
+    for name in [*answer.answers, *(c["name"] for c in answer.candidates)]:
+        key = _folded(name)
+        if len(out) >= limit:
+            break
+        if key and key not in topic and key not in out:
+            out[key] = {"name": name, "text": name}
+    return list(out.values())
+
+
+def _folded(name) -> str:
+    return " ".join(str(name).casefold().split())
 
 
 def missing_fact(entity: Mapping, hop: str) -> dict:
@@ -132,12 +172,15 @@ class FeedbackLog:
     """This process's appender to the log in ``directory`` (created on first append)."""
 
     def __init__(self, directory: str | Path, *, keep_questions: bool = False,
-                 segment_bytes: int = 16 << 20, max_bytes: int = 256 << 20):
+                 segment_bytes: int = 16 << 20, max_bytes: int = 256 << 20,
+                 bridges: int | None = None, identify=None):
         if segment_bytes < 1 or max_bytes < segment_bytes:
             raise ValueError(f"feedback log: need 1 <= segment_bytes ({segment_bytes}) <= "
                              f"max_bytes ({max_bytes})")
         self.directory = Path(directory)
         self.keep_questions = keep_questions
+        # bridge entities a record names; the LLM that lists the missing facts (None: none)
+        self.bridges, self.identify = _bridges(bridges), identify
         self.segment_bytes, self.max_bytes = segment_bytes, max_bytes
         self.appended = self.failed = 0
         self._lock = threading.Lock()
@@ -148,7 +191,7 @@ class FeedbackLog:
     def append(self, record: Mapping) -> bool:
         """Add one record (id, time and version filled in); False when it could not be."""
         try:
-            full = {"v": VERSION, "id": new_id(), "time": _now(), "mentions": [], **record}
+            full = {"v": VERSION, "id": new_id(), "time": now(), "mentions": [], **record}
             if not self.keep_questions:
                 full.pop("question", None)
             problem = record_problem(full)
@@ -169,9 +212,14 @@ class FeedbackLog:
             return False
 
     def append_missing(self, answer) -> bool:
-        """Log what ``answer`` found missing (nothing when nothing is); never raises."""
+        """Log what ``answer`` found missing (nothing when nothing is; with ``identify``, the
+        LLM's sub-questions in place of the bridges, runtime/feedback_llm.py); never raises."""
         try:
-            record = missing_record(answer)
+            record = missing_record(answer, self.bridges)
+            if record is not None and self.identify is not None:
+                from runtime.feedback_llm import identified
+
+                record = identified(record, answer, self.identify)
         except Exception as exc:  # noqa: BLE001 - as append: the query goes on
             self.failed += 1
             log.warning("feedback log %s: no record for an answer: %s", self.directory, exc)
@@ -283,6 +331,8 @@ def stats(read: FeedbackRead, kinds: Iterable[str] = KINDS) -> dict:
     return {"records": len(read.records), "segments": read.segments,
             "skipped": len(read.skipped), "by_kind": by_kind,
             "missing_facts": sum(relations.values()), "builds": sorted(builds),
+            "bridges": sum(len(r.get("bridges", ())) for r in read.records),
+            "identified_by_llm": sum(r.get("identified_by") == "llm" for r in read.records),
             "top_relations": [{"relation": k, "count": v} for k, v in top],
             "first": read.records[0]["time"] if read.records else None,
             "last": read.records[-1]["time"] if read.records else None}

@@ -373,10 +373,15 @@ class Runtime:
         s = self.settings
         if not s["feedback"]:
             return None
+        try:  # the LLM that lists missing facts (runtime/feedback_llm.py): only when named
+            identify = self.llm(s["feedback_llm"]) if s["feedback_llm"] else None
+        except LLMError as exc:
+            raise QueryError(f"query.feedback_llm: {exc}") from None
         return feedback.FeedbackLog(s["feedback_dir"] or feedback.log_dir(self.build.root),
                                     keep_questions=bool(s["feedback_questions"]),
                                     segment_bytes=int(s["feedback_segment_mb"]) << 20,
-                                    max_bytes=int(s["feedback_max_mb"]) << 20)
+                                    max_bytes=int(s["feedback_max_mb"]) << 20,
+                                    bridges=int(s["feedback_bridges"]), identify=identify)
 
     def _load_entities(self, ent: pa.Table) -> None:
         ids = to_numpy(ent.column("id"))

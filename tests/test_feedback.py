@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -286,3 +287,55 @@ def test_a_hop_is_missing_only_for_entities_of_the_types_it_starts_from():
     assert facts.subjects(0).tolist() == [0, 1, 2] and facts.subjects(1).tolist() == [3]
     assert domains.fits(4, 0) and not domains.fits(5, 0) and domains.fits(6, 0)
     assert domains.fits(3, inverse_hop(0, 1)) and not domains.fits(4, inverse_hop(0, 1))
+
+
+# ------------------------------------------------------------------ bridge entities
+
+def _answer(answers, candidates, linked=("Decade",), **route):
+    from runtime.answer import Answer
+
+    return replace(Answer.empty("ok", "", {}, budget=10, question="Who is the sibling of the "
+                                "performer of Decade?", llm={}, build_id="b1", retrieval="taimr",
+                                policy="route", linked=[{"name": n, "key": n.lower()}
+                                                        for n in linked]),
+                   answers=list(answers), candidates=[{"name": c} for c in candidates],
+                   route={"predictor": "zero-shot", "derivable": False, "stopped": None, **route})
+
+
+def test_the_bridge_a_delta_supplied_is_named_in_the_next_rounds_record():
+    """A 2-hop question: round 0 reaches nothing past the topic; the round-1 delta adds
+    "Decade by Neil Young", so round 1's answer reaches Neil Young — whose sibling is the
+    answer. The record must name Neil Young, or the refresh only ever asks about Decade."""
+    before = feedback.missing_record(_answer([], []), 3)
+    assert before["kind"] == "no_derivation" and before["mentions"] == ["Decade"]
+    assert before["bridges"] == []
+    after = feedback.missing_record(_answer(["Neil Young"], ["Neil Young", "decade ", "Crazy Horse",
+                                                             "Reprise", "Harvest"]), 3)
+    assert after["bridges"] == [{"name": n, "text": n}
+                                for n in ("Neil Young", "Crazy Horse", "Reprise")]  # not the topic
+    assert feedback.missing_record(_answer(["Neil Young"], []), 0)["bridges"] == []
+    stop = {"chain": ["performer", "sibling"], "hop": "sibling",
+            "from": [{"key": "neil young", "name": "Neil Young"}]}
+    stopped = feedback.missing_record(_answer(["Neil Young"], ["Crazy Horse"], stopped=stop), 3)
+    assert stopped["kind"] == "chain_stop" and stopped["missing"][0]["name"] == "Neil Young"
+    assert stopped["bridges"] == [{"name": "Crazy Horse", "text": "Crazy Horse"}]  # not twice
+    assert feedback.record_problem({**after, "v": 1, "id": "x", "time": "t"}) is None
+
+
+def test_a_malformed_bridge_list_is_not_a_record():
+    good = {"v": 1, "id": "x", "time": "t", "build_id": "b", "kind": "no_derivation",
+            "missing": [], "mentions": []}
+    assert feedback.record_problem({**good, "bridges": [{"name": "A"}]}).startswith("field 'bridges'")
+    assert feedback.record_problem({**good, "bridges": "A"}).startswith("field 'bridges'")
+
+
+def test_the_runtime_logs_the_entities_its_answer_reached(gap_store, tmp_path):
+    from runtime.query import Runtime
+
+    rt = Runtime.open(gap_store, feedback_dir=str(tmp_path), feedback_bridges=2)
+    a = rt.ask("what is the job of edda quist 's wife ?", policy="route")
+    (record,) = feedback.read_log(tmp_path).records
+    stop = [e["name"] for e in a.route["stopped"]["from"]]  # named as the missing fact
+    reached = [n for n in dict.fromkeys([*a.answers, *(c["name"] for c in a.candidates)])
+               if n not in ("edda quist", *stop)]
+    assert reached and record["bridges"] == [{"name": n, "text": n} for n in reached[:2]]

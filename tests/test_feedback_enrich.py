@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -54,17 +55,69 @@ def test_sub_questions_merge_records_asking_the_same_fact():
     assert [sqs[2].name, sqs[3].name] == ["Lorvin Bay", "Febastan"]
 
 
+def _asked(sq: fe.SubQuestion, time: str, build_id: str) -> fe.SubQuestion:
+    sq.asked.append((time, build_id))
+    return sq
+
+
+CFG = {"k": 3, "max_passages": 6, "max_sub_questions": 10}
+
+
 def test_answered_sub_questions_close_and_fruitless_ones_wait_for_new_passages(tmp_path):
     answered, nothing = fe.SubQuestion("m.1", "A", "r", "", ["f1"]), \
         fe.SubQuestion("m.2", "B", "r", "", ["f2"])
     delta = fe.Delta(rows=[], answered={answered.key: ["f1"]})
-    fe.persist(tmp_path, "d1", delta, [answered, nothing], {"fingerprint": "fp1"})
-    done, tried = fe.earlier(tmp_path, own_id="d2")
+    fe.persist(tmp_path, "d1", delta, [answered, nothing], {"fingerprint": "fp1"}, 3)
+    state = fe.earlier(tmp_path, own_id="d2")
     fresh = fe.SubQuestion("m.3", "C", "r", "", ["f3"])
-    assert fe._open([answered, nothing, fresh], done, tried, "fp1", 10) == [fresh]
-    assert fe._open([answered, nothing, fresh], done, tried, "fp2", 10) == [nothing, fresh]
+    assert fe._open([answered, nothing, fresh], state, "fp1", CFG) == \
+        ([fresh], {"closed_answered": 1, "closed_tried": 1, "reopened": 0})
+    assert fe._open([answered, nothing, fresh], state, "fp2", CFG)[0] == [nothing, fresh]
     # a retried refresh (same delta id) does not close what its own first attempt answered
-    assert fe.earlier(tmp_path, own_id="d1") == (set(), {})
+    assert fe.earlier(tmp_path, own_id="d1") == {}
+
+
+def test_a_sub_question_asked_again_after_its_delta_reopens_at_the_next_passages(tmp_path):
+    """The question still lacks something with the delta built in: the same k passages would
+    give the same triples, so the next k are tried, down to max_passages — the old code closed
+    it forever after one try."""
+    sq = _asked(fe.SubQuestion("m.1", "A", "r", "", ["f1"]), "2026-01-01T00:00:00.000Z", "b0")
+    fe.persist(tmp_path, "b0", fe.Delta(answered={sq.key: ["f1"]}), [sq],
+               {"fingerprint": "fp", "from_build": "b0"}, 3)
+    assert fe._open([sq], fe.earlier(tmp_path, None), "fp", CFG)[0] == []  # not asked again
+    same_build = _asked(sq, "2999-01-01T00:00:00.000Z", "b0")  # the old build, not the delta's
+    assert fe._open([same_build], fe.earlier(tmp_path, None), "fp", CFG)[0] == []
+    later = _asked(sq, "2999-01-01T00:00:00.000Z", "b1")
+    todo, counts = fe._open([later], fe.earlier(tmp_path, None), "fp", CFG)
+    assert todo == [later] and later.skip == 3 and counts["reopened"] == 1
+    fe.persist(tmp_path, "b1", fe.Delta(), todo, {"fingerprint": "fp", "from_build": "b1"}, 3)
+    assert json.loads((tmp_path / "b1.json").read_text())["depth"] == {sq.key: 6}
+    deepest = _asked(sq, "2999-01-02T00:00:00.000Z", "b2")
+    assert fe._open([deepest], fe.earlier(tmp_path, None), "fp", CFG)[0] == []  # max_passages
+
+
+def test_reopened_sub_question_retrieves_the_passages_after_those_it_tried():
+    class Pub:  # the chunk index: vectors of 5 chunks at falling cosine to any query
+        vectors = np.array([[1.0, 0.0], [0.9, 0.1], [0.8, 0.2], [0.7, 0.3], [0.6, 0.4]])
+
+        class encoder:
+            @staticmethod
+            def encode_queries(texts):
+                return np.array([[1.0, 0.0]] * len(texts))
+
+    assert fe.Published.nearest(Pub, ["a", "b"], 2, [0, 2]) == [[0, 1], [2, 3]]
+
+
+def test_bridges_and_kept_questions_become_their_own_sub_questions():
+    record = {"id": "a", "time": "t", "build_id": "b0", "kind": "no_derivation", "missing": [],
+              "mentions": ["Decade"], "bridges": [{"name": "Neil Young", "text": "Neil Young"}]}
+    sqs = fe.sub_questions([record])
+    assert [(sq.entity, sq.name, sq.text) for sq in sqs] == [
+        ("", "Decade", "Decade"), ("", "Neil Young", "Neil Young")]
+    kept = fe.sub_questions([{**record, "question": "Who is the sibling of the performer of Decade?"}])
+    assert kept[0].text == "Who is the sibling of the performer of Decade?"
+    assert kept[0].key != sqs[0].key  # retrieved by other words: not closed by the name's delta
+    assert kept[1].key == sqs[1].key and sqs[0].asked == [("t", "b0")]
 
 
 def test_consolidated_delta_keeps_provenance_per_feedback_id(tmp_path):
@@ -74,7 +127,7 @@ def test_consolidated_delta_keeps_provenance_per_feedback_id(tmp_path):
            "feedback_ids": ["f1", "f2"]}
     sq = fe.SubQuestion("m.1", "Febaville", "location.city.country", "", ["f1", "f2"])
     fe.persist(tmp_path / "deltas", "d1", fe.Delta([row], {sq.key: ["f1", "f2"]}), [sq],
-               {"fingerprint": "x"})
+               {"fingerprint": "x"}, 3)
     report = fe.consolidated(tmp_path / "deltas", tmp_path / "out")
     assert report == {"deltas": 1, "delta_triples": 1}
     assert (tmp_path / "out" / "triples.tsv").read_text() == \

@@ -442,3 +442,19 @@ def test_the_local_models_grammar_allows_only_the_choices():
         system="Reply with exactly one of: " + "; ".join(choices), max_tokens=16,
         choices=choices)
     assert reply.text in choices
+
+
+def test_the_local_model_writes_the_feedback_json_shape_under_its_grammar():
+    """runtime/feedback_llm.py's GBNF grammar through the real SmolLM2: the reply parses as
+    the sub-question list whatever the model makes of the question (it cannot write prose)."""
+    _local_engine_or_skip()
+    from runtime.feedback_llm import GRAMMAR, SYSTEM, parse
+    from runtime.llm.local import LocalLlama
+
+    local = LocalLlama(threads=1)
+    with pytest.raises(LLMError, match="not both"):
+        local.complete("x", max_tokens=4, choices=["a"], grammar=GRAMMAR)
+    reply = local.complete("Question: Who is the sibling of the performer of Decade?\n"
+                           "Answer: Neil Young\nContext:\nDecade by Neil Young\nJSON:",
+                           system=SYSTEM, max_tokens=256, grammar=GRAMMAR)
+    assert parse(reply.text)[1] == ""

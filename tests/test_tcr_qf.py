@@ -134,7 +134,10 @@ def test_each_round_asks_what_the_last_one_found_missing_and_i_max_bounds_the_ro
     assert [a.route["stopped"]["hop"] for a in three.answers[:2]] == ["spouse", "profession"]
     assert [t.key for t in three.extra] == [("e4", "spouse", "e5"), ("e5", "profession", "e63")]
     assert three.answers[-1].answers == ["pilot"] and three.stopped == "nothing_missing"
-    assert three.asked == [2, 1]  # the fact and the topic edda quist, then the next fact only
+    # the fact, the topic edda quist and 3 bridge entities the answer reached (feedback_bridges);
+    # then the next fact and the one bridge the second answer reached that was neither asked
+    # yet nor the stop's own entity (fabio quist, asked as the fact)
+    assert three.asked == [5, 2]
     two = loop.answer(rt, ask, max_rounds=2)
     assert len(two.answers) == 2 and two.stopped == "max_rounds"
     assert "pilot" not in two.answers[-1].answers
@@ -201,7 +204,7 @@ def test_new_entities_and_relations_join_the_overlay_and_nothing_new_to_ask_stop
     online = loop.answer(rt, ask)
     (triple,) = online.extra
     assert (triple.s_key, triple.relation, triple.o_name) == ("e4", "hobby", "chess club")
-    assert online.asked == [2, 0] and online.stopped == "nothing_new_asked"
+    assert online.asked == [5, 0] and online.stopped == "nothing_new_asked"  # 2 + 3 bridges
     view = rt.with_triples(online.extra)
     new = rt.n_entities
     assert view.n_entities == new + 1 and view.keys[new] == triple.o_key

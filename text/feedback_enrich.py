@@ -44,7 +44,7 @@ from pipeline.stage import Laps, StageError, checked_section, stage_input, torch
 from runtime.config import section
 from runtime.contract import Build, Store
 from runtime.encoder import EncoderError, SentenceEncoder
-from runtime.feedback import log_dir, read_log
+from runtime.feedback import log_dir, now, read_log
 from text.chunking import content_id
 from text.triple_context import readable_relation
 from text.triple_extract import (ChunkCache, as_triple, best_sentence, cache_root, entity_key,
@@ -77,39 +77,72 @@ class SubQuestion:
     relation: str  # canonical relation, "~name" walks it backwards; "" for a mention
     text: str
     feedback_ids: list[str] = field(default_factory=list)
+    asked: list[tuple[str, str]] = field(default_factory=list)  # (time, build_id) per record
+    skip: int = 0  # passages nearest the text already tried (a re-opened sub-question)
 
     @property
     def key(self) -> str:
-        return f"{self.entity}\t{self.relation}\t{entity_key(self.name) if not self.entity else ''}"
+        """(entity, relation), or the folded name of an entity named without a key; a name
+        retrieved by other words (the question, an LLM's sub-question) is another question."""
+        key = f"{self.entity}\t{self.relation}\t{entity_key(self.name) if not self.entity else ''}"
+        return key if self.entity or entity_key(self.text) == entity_key(self.name) \
+            else f"{key}\t{content_id(self.text)}"
 
 
 def sub_questions(records: list[dict]) -> list[SubQuestion]:
-    """The sub-questions of the log, oldest first, one per (entity, relation) or mention: a
-    record's missing facts and its mentions both (a chain's relation may be a guess — on a
-    graph of free-text phrases it nearly always is — while its topic is not)."""
+    """The sub-questions of the log, oldest first, one per (entity, relation) or name: a
+    record's missing facts, its mentions (a chain's relation may be a guess — on a graph of
+    free-text phrases it nearly always is — while its topic is not; retrieved by the question
+    where the log kept it) and the bridge entities the answer reached (the next hop)."""
     found: dict[str, SubQuestion] = {}
     for record in records:
-        asks = [SubQuestion(m["entity"], str(m.get("name") or m["entity"]), m["relation"],
-                            str(m.get("text") or ""), []) for m in record["missing"]]
-        asks += [SubQuestion("", str(m), "", str(m), []) for m in record["mentions"]
-                 if isinstance(m, str) and entity_key(m)]
-        for sq in asks:
+        for sq in _asks(record):
             sq = found.setdefault(sq.key, sq)
             if record["id"] not in sq.feedback_ids:
                 sq.feedback_ids.append(record["id"])
+            sq.asked.append((record.get("time", ""), record["build_id"]))
     return list(found.values())
 
 
-def earlier(root: Path, own_id: str | None) -> tuple[set[str], dict[str, str]]:
-    """(sub-question keys answered by earlier deltas, key -> fingerprint it found nothing at)."""
-    answered, tried = set(), {}
-    for meta in sorted(root.glob("*.json")) if root.is_dir() else ():
-        if meta.stem == own_id:
-            continue
-        data = json.loads(meta.read_text(encoding="utf-8"))
-        answered.update(data["answered"])
-        tried.update(dict.fromkeys(data["found_nothing"], data["fingerprint"]))
-    return answered, tried
+def _asks(record: dict) -> list[SubQuestion]:
+    """One record's sub-questions: missing facts, mentions, bridges."""
+    question = record.get("question")
+    asks = [SubQuestion(m["entity"], str(m.get("name") or m["entity"]), m["relation"],
+                        str(m.get("text") or "")) for m in record["missing"]]
+    asks += [SubQuestion("", m, "", question if isinstance(question, str) and question else m)
+             for m in record["mentions"] if isinstance(m, str) and entity_key(m)]
+    asks += [SubQuestion("", b["name"], "", b["text"]) for b in record.get("bridges", ())
+             if entity_key(b["name"])]
+    return asks
+
+
+@dataclass
+class Tried:
+    """What the latest earlier delta that enriched a sub-question made of it."""
+
+    answered: bool
+    fingerprint: str
+    depth: int | None  # passages tried down to this rank (None: a delta before depths)
+    from_build: str
+    written: str  # when the delta was persisted (the log's time format)
+
+    def asked_after(self, sq: SubQuestion) -> bool:
+        """Whether a record of a later build than the one enriched from asked ``sq`` after the
+        delta was written: its question still found something missing with the delta in."""
+        return any(t > self.written and b != self.from_build for t, b in sq.asked)
+
+
+def earlier(root: Path, own_id: str | None) -> dict[str, Tried]:
+    """Sub-question key -> what the latest earlier delta enriching it made of it."""
+    metas = [json.loads(m.read_text(encoding="utf-8"))
+             for m in (sorted(root.glob("*.json")) if root.is_dir() else ()) if m.stem != own_id]
+    state: dict[str, Tried] = {}
+    for data in sorted(metas, key=lambda d: d.get("written", "")):
+        depth = data.get("depth", {})
+        for key in (*data["answered"], *data["found_nothing"]):
+            state[key] = Tried(key in data["answered"], data["fingerprint"], depth.get(key),
+                               data.get("from_build", ""), data.get("written", "~"))
+    return state
 
 
 # ---- the published build: chunk index, graph, encoder --------------------------------------
@@ -156,11 +189,15 @@ class Published:
     def fingerprint(self, cfg: Mapping, backend: str) -> str:
         return content_id(*sorted(c["chunk_id"] for c in self.chunks), backend, cfg["k"])
 
-    def nearest(self, texts: list[str], k: int) -> list[list[int]]:
-        """Rows of the ``k`` chunks nearest each text by cosine, best first."""
+    def nearest(self, texts: list[str], k: int, skips: list[int] | None = None
+                ) -> list[list[int]]:
+        """Rows of the ``k`` chunks nearest each text by cosine after its first ``skip``,
+        best first."""
         queries = self.encoder.encode_queries(texts)
         scores = queries @ self.vectors.T
-        return [list(np.argsort(-row, kind="stable")[:k]) for row in scores]
+        skips = skips or [0] * len(texts)
+        return [list(np.argsort(-row, kind="stable")[skip:skip + k])
+                for row, skip in zip(scores, skips)]
 
     def graph_texts(self, keys: set[str]) -> dict[str, list[str]]:
         """The graph's triples about each entity key as folded "h · r · t" texts."""
@@ -268,12 +305,12 @@ class Candidate:
 
 def retrieved(sqs: list[SubQuestion], pub: Published, extraction: Extraction,
               k: int) -> list[Candidate]:
-    """The triples of the ``k`` chunks nearest each sub-question whose entity is on the side
-    its relation asks about (a mention: either side)."""
+    """The triples of the ``k`` chunks nearest each sub-question (after the ``skip`` it tried)
+    whose entity is on the side its relation asks about (a mention: either side)."""
     texts = [sq.text or f"{sq.name} {readable_relation(sq.relation.lstrip(INVERSE))}"
              for sq in sqs]
     out = []
-    for sq, rows in zip(sqs, pub.nearest(texts, k) if sqs else ()):
+    for sq, rows in zip(sqs, pub.nearest(texts, k, [sq.skip for sq in sqs]) if sqs else ()):
         for row in rows:
             chunk = pub.chunks[row]
             out += passage_candidates(sq, chunk, pub.sentences[chunk["chunk_id"]], pub,
@@ -379,15 +416,17 @@ def _row(c: Candidate) -> dict:
 
 # ---- persisted deltas and the stage's output -------------------------------------------------
 def persist(root: Path, delta_id: str, delta: Delta, tried: list[SubQuestion],
-            meta: dict) -> None:
-    """``<id>.parquet`` then ``<id>.json`` (written last: a delta without it is not one)."""
+            meta: dict, k: int) -> None:
+    """``<id>.parquet`` then ``<id>.json`` (written last: a delta without it is not one), with
+    how deep each sub-question's passages were tried and when."""
     root.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(delta.rows, schema=DELTA_SCHEMA),
                    root / f"{delta_id}.parquet")
     record = {**meta, "delta_id": delta_id, "triples": len(delta.rows),
               "answered": sorted(delta.answered),
               "found_nothing": sorted(sq.key for sq in tried if sq.key not in delta.answered),
-              "feedback_ids": {sq.key: sq.feedback_ids for sq in tried}}
+              "feedback_ids": {sq.key: sq.feedback_ids for sq in tried},
+              "depth": {sq.key: sq.skip + k for sq in tried}, "written": now()}
     tmp = root / f".{delta_id}.json.tmp"
     tmp.write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
     tmp.replace(root / f"{delta_id}.json")
@@ -435,11 +474,26 @@ def chunk_index_problem(build: Build) -> str:
     return ""
 
 
-def _open(sqs: list[SubQuestion], answered: set[str], tried: dict[str, str],
-          fingerprint: str, limit: int) -> list[SubQuestion]:
-    """Sub-questions neither answered nor tried on the same passages, most asked first."""
-    still = [sq for sq in sqs if sq.key not in answered and tried.get(sq.key) != fingerprint]
-    return sorted(still, key=lambda sq: -len(sq.feedback_ids))[:limit]
+def _open(sqs: list[SubQuestion], state: dict[str, Tried], fingerprint: str,
+          cfg: Mapping) -> tuple[list[SubQuestion], dict]:
+    """The sub-questions to enrich, most asked first — new ones; ones that found nothing on
+    other passages; and, **re-opened** at the next ``k`` passages (down to ``max_passages``),
+    ones asked again after their delta was written (its question still lacks something) —
+    and how many were closed as answered, as tried, or re-opened."""
+    k, deepest = int(cfg["k"]), int(cfg["max_passages"])
+    todo, counts = [], {"closed_answered": 0, "closed_tried": 0, "reopened": 0}
+    for sq in sqs:
+        st = state.get(sq.key)
+        if st is not None and st.depth is not None and st.depth < deepest \
+                and st.asked_after(sq):
+            sq.skip = st.depth
+            counts["reopened"] += 1
+        elif st is not None and (st.answered or st.fingerprint == fingerprint):
+            counts["closed_answered" if st.answered else "closed_tried"] += 1
+            continue
+        todo.append(sq)
+    limit = int(cfg["max_sub_questions"])
+    return sorted(todo, key=lambda sq: -len(sq.feedback_ids))[:limit], counts
 
 
 def _encoder(build: Build, cfg: Mapping) -> SentenceEncoder:
@@ -454,22 +508,19 @@ def enrich(config: Mapping, cfg: Mapping, build: Build, sqs: list[SubQuestion],
            dump: Path, out: Path) -> dict:
     """Enrich the open sub-questions from ``build``'s passages; persist the delta."""
     backend = cfg["backend"] or section(config, "triple_extract")["backend"]
-    root = deltas_dir(build.root)
-    answered, tried = earlier(root, build.build_id)
+    root, k = deltas_dir(build.root), int(cfg["k"])
     with torch_threads(cfg.get("threads")):
         pub = Published(build, _encoder(build, cfg))
         fingerprint = pub.fingerprint(cfg, backend)
-        todo = _open(sqs, answered, tried, fingerprint, int(cfg["max_sub_questions"]))
+        todo, closed = _open(sqs, earlier(root, build.build_id), fingerprint, cfg)
         extraction = Extraction(config, backend, dump, out)
-        cands = with_relations(retrieved(todo, pub, extraction, int(cfg["k"])), pub,
+        cands = with_relations(retrieved(todo, pub, extraction, k), pub,
                                float(cfg["relation_min_cosine"]))
         delta = deduplicated(cands, pub, float(cfg["dedupe_threshold"]))
     if todo:
         persist(root, build.build_id, delta, todo,
-                {"from_build": build.build_id, "fingerprint": fingerprint, "backend": backend})
-    return {"backend": backend, "closed_answered": sum(sq.key in answered for sq in sqs),
-            "closed_tried": sum(tried.get(sq.key) == fingerprint for sq in sqs),
-            "enriched": len(todo), "answered": len(delta.answered),
+                {"from_build": build.build_id, "fingerprint": fingerprint, "backend": backend}, k)
+    return {"backend": backend, **closed, "enriched": len(todo), "answered": len(delta.answered),
             "found_nothing": len(todo) - len(delta.answered), "candidates": len(cands),
             "delta_triples_new": len(delta.rows), "duplicates": delta.duplicates,
             "failed_chunks": extraction.failed}

@@ -253,6 +253,7 @@ class LocalLlama:
     name: str = field(default="local", init=False)
     calls_model: bool = field(default=True, init=False)
     constrains_choices: bool = field(default=True, init=False)  # a grammar, see complete()
+    takes_grammar: bool = field(default=True, init=False)  # complete(grammar=GBNF)
 
     def __post_init__(self):
         self.path = Path(self.model_path) if self.model_path else default_model_path()
@@ -262,14 +263,17 @@ class LocalLlama:
             raise LLMConfigError(f"timeout must be a positive number of seconds; got {self.timeout!r}")
 
     def complete(self, prompt: str, *, max_tokens: int, system: str = "",
-                 choices: Sequence[str] | None = None) -> Completion:
+                 choices: Sequence[str] | None = None, grammar: str | None = None) -> Completion:
         """Greedy completion; with ``choices``, a llama.cpp grammar lets the model write
-        nothing but one of them (a forced choice: it can pick, not invent)."""
+        nothing but one of them (a forced choice: it can pick, not invent); ``grammar``, a
+        GBNF grammar of the caller's (e.g. a JSON shape), constrains it the same way."""
         if not isinstance(prompt, str) or not isinstance(system, str):
             raise LLMConfigError("prompt and system must be strings")
+        if choices and grammar:
+            raise LLMConfigError("give choices or a grammar, not both")
         max_tokens = check_max_tokens(max_tokens)
         llama = _load(self.path, int(self.n_ctx), int(self.threads))
-        grammar = _choice_grammar(choices) if choices else None
+        grammar = _choice_grammar(choices) if choices else grammar
         messages = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": prompt}]
         started = time.monotonic()
