@@ -15,10 +15,13 @@ Reads an ``entities`` table (a build's or an ingest's), makes the stage's texts
 
 Every path runs on a random sample of ``--reference-sample`` entities (0: all), the ONNX ones
 on all of them as well. Times are wall seconds and the process's CPU seconds (on a shared host
-the CPU seconds of a one-thread path are what it costs; the wall seconds include waiting). Agreement with the reference, on the sample: cosine per entity
-(min, 1st percentile, mean) and name linking — each entity's name embedded as a question (the
-query service's int8 encoder) and searched in the reference's and in the variant's exact index:
-the share whose top-1 is the same entity in both, and the share whose top-1 is the entity itself.
+the CPU seconds of a one-thread path are what it costs; the wall seconds include waiting).
+Agreement with the reference, on the sample: cosine per entity (min, 1st percentile, mean) and
+name linking — each entity's name embedded as a question (the query service's int8 encoder) and
+searched in the reference's and in the variant's exact index: the share whose top-1 is the same
+entity in both (or an entity of the same name), and the share whose top-1 is the entity itself.
+``--questions`` (PathQuestion, with a store's entities): the same for each whole question against
+its gold topic entity — dense linking alone, without the linker's name forms.
 """
 
 from __future__ import annotations
@@ -64,7 +67,8 @@ def variants(exported: Path, threads: list[int], batch: int) -> dict:
 
 def linking(names: list[str], reference: np.ndarray, vectors: np.ndarray,
             queries: np.ndarray) -> dict:
-    """Top-1 of each name in both exact indexes: same entity, and the entity itself."""
+    """Top-1 of each name in both exact indexes: the same entity; the same or a namesake (an
+    entity of the very same name, which no name query can tell apart); the entity itself."""
     import faiss
 
     tops = []
@@ -73,12 +77,35 @@ def linking(names: list[str], reference: np.ndarray, vectors: np.ndarray,
         index.add(table)
         tops.append(index.search(queries, 1)[1][:, 0])
     own = np.arange(len(names))
+    same_name = [names[a] == names[b] for a, b in zip(*tops)]
     return {"top1_same": round(float(np.mean(tops[0] == tops[1])), 4),
+            "top1_same_name": round(float(np.mean(same_name)), 4),
             "top1_self_reference": round(float(np.mean(tops[0] == own)), 4),
             "top1_self": round(float(np.mean(tops[1] == own)), 4)}
 
 
-def main() -> None:
+def question_topics(path: Path, encoder, rows: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(question vectors, the row of each one's gold topic entity): PathQuestion lines, the
+    topic the gold path's first element, ``_`` read as a space as in the store's names."""
+    questions, topics = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3 and parts[2].split("#")[0] in rows:
+            questions.append(parts[0].replace("_", " "))
+            topics.append(rows[parts[2].split("#")[0]])
+    return encoder.encode_queries(questions, batch_size=64), np.asarray(topics)
+
+
+def question_linking(queries: np.ndarray, topics: np.ndarray, reference: np.ndarray,
+                     vectors: np.ndarray) -> dict:
+    """Each whole question's top-1 entity (dense linking, no name forms) in both indexes."""
+    tops = [np.argmax(queries @ table.T, axis=1) for table in (reference, vectors)]
+    return {"questions": len(topics), "top1_same": round(float(np.mean(tops[0] == tops[1])), 4),
+            "top1_gold_reference": round(float(np.mean(tops[0] == topics)), 4),
+            "top1_gold": round(float(np.mean(tops[1] == topics)), 4)}
+
+
+def arguments() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--entities", required=True, type=Path)
     ap.add_argument("--reference-sample", type=int, default=0,
@@ -86,16 +113,31 @@ def main() -> None:
     ap.add_argument("--threads", default="1,2", help="onnxruntime threads to time, comma-separated")
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
-    table = read_table(args.entities, "entities", columns=["id", "key", "name", "types",
-                                                           "description"])
-    _, texts, _ = entity_encode.entity_texts(table, "name_type_description")
-    _, names, _ = entity_encode.entity_texts(table, "name")
-    n = len(texts)
+    ap.add_argument("--questions", type=Path,
+                    help="PathQuestion questions (question \\t answers \\t path) whose topic "
+                         "entities are keys of the table: dense linking of each whole question")
+    return ap.parse_args()
+
+
+def entity_rows(path: Path) -> dict[str, list[str]]:
+    """The stage's texts, the names and the keys of an entities table, in entity-id order."""
+    table = read_table(path, "entities", columns=["id", "key", "name", "types", "description"])
+    order = np.argsort(table.column("id").to_numpy(), kind="stable")
+    keys = table.column("key").to_pylist()
+    return {"texts": entity_encode.entity_texts(table, "name_type_description")[1],
+            "names": entity_encode.entity_texts(table, "name")[1],
+            "keys": [keys[i] for i in order]}
+
+
+def main() -> None:
+    args = arguments()
+    entities = entity_rows(args.entities)
+    n = len(entities["texts"])
     sample = np.arange(n)
     if 0 < args.reference_sample < n:
         sample = np.sort(np.random.default_rng(args.seed).choice(n, args.reference_sample,
                                                                  replace=False))
+    names = [entities["names"][i] for i in sample]
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         exported = Path(tmp) / "query_encoder.onnx"
@@ -103,18 +145,22 @@ def main() -> None:
         export_s = time.perf_counter() - started
         paths = variants(exported, [int(t) for t in args.threads.split(",")], args.batch_size)
         queries = batch_encoder(SPEC, "onnx", "cpu", exported, threads=1)
-        rows = run_all(paths, texts, sample, args.batch_size)
-        name_vectors = queries.encode_queries([names[i] for i in sample], batch_size=64)
+        rows = run_all(paths, entities["texts"], sample)
+        name_vectors = queries.encode_queries(names, batch_size=64)
+        asked = args.questions and question_topics(
+            args.questions, queries, {entities["keys"][i]: row for row, i in enumerate(sample)})
     reference = rows.pop("torch")
     report = {"entities": n, "reference_sample": len(sample), "export_s": round(export_s, 1),
               "torch": summary(reference), "variants": {}}
     for name, row in rows.items():
-        report["variants"][name] = summary(row, reference, [names[i] for i in sample],
-                                           name_vectors)
+        report["variants"][name] = summary(row, reference, names, name_vectors)
+        if asked:
+            report["variants"][name]["questions"] = question_linking(
+                *asked, reference["sample_vectors"], row["sample_vectors"])
     print(json.dumps({"entities_file": str(args.entities), **report}, indent=1))
 
 
-def run_all(paths: dict, texts: list[str], sample: np.ndarray, batch: int) -> dict:
+def run_all(paths: dict, texts: list[str], sample: np.ndarray) -> dict:
     """Each path on the sample and, the ONNX ones, on all the entities when that is more."""
     rows = {}
     sampled = [texts[i] for i in sample]

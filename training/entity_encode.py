@@ -22,8 +22,14 @@ Outputs in ``out_dir``:
 * ``query_encoder.onnx`` — the same model for the query service, int8 by default
   (``query_onnx``; ``training/onnx_export.py``), for BERT models (others: none, reported).
 
-Encoding runs in batches behind a tqdm bar on stderr, on CUDA when ``device=auto`` finds one,
-with ``threads`` torch/FAISS CPU threads (one by default: the hosts are shared).
+The export is written first, because on a CPU it is also what encodes the entities
+(``encoder``, as ``triple_context.encoder``: ``auto`` takes the int8 export on a CPU and
+sentence-transformers on CUDA when ``device=auto`` finds one; ``onnx`` refuses to run without
+the export; ``torch`` is sentence-transformers everywhere). Texts go shortest first in batches
+of ``batch_size`` (a batch pads to its longest text) behind a tqdm bar on stderr, with
+``threads`` onnxruntime/torch/FAISS CPU threads (one by default: the hosts are shared). The
+int8 vectors are at cosine >= 0.98 of the float32 ones (docs/BENCHMARKS.md, "Entity encoding at
+scale").
 """
 
 from __future__ import annotations
