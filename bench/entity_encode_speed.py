@@ -1,17 +1,18 @@
 """entity_encode's encoding step, old and new in one run (issue 17 item 5).
 
     python bench/entity_encode_speed.py --entities ENTITIES.parquet [--reference-sample 5000]
-        [--threads 1,2] [--batch-size 128]
+        [--threads 1,2] [--batch-size 32] [--questions pq-2h/test.txt]
 
 Reads an ``entities`` table (a build's or an ingest's), makes the stage's texts
 (``name_type_description``), exports the store's int8 ONNX model as the stage does, and times:
 
 * ``torch`` — the reference: sentence-transformers float32 in the order of the entity ids, 128
   texts a call, one torch thread (the stage before ``entity_encode.encoder``);
-* ``torch-sorted`` — the same model, shortest texts first (``encode_by_length``): what the
-  sorting alone gains;
-* ``onnx-T`` — the stage's ``encoder: auto`` on a CPU: the int8 export, shortest texts first, on
-  T onnxruntime threads (``entity_encode.threads``).
+* ``torch-sorted`` — the same model, shortest texts first (``encode_by_length``), ``--batch-size``
+  texts a call: what the sorting alone gains;
+* ``onnx-T`` — the stage's ``encoder: auto`` on a CPU: the int8 export, shortest texts first,
+  ``--batch-size`` texts a call (``entity_encode.onnx_batch_size``), on T onnxruntime threads
+  (``entity_encode.threads``).
 
 Every path runs on a random sample of ``--reference-sample`` entities (0: all), the ONNX ones
 on all of them as well. Times are wall seconds and the process's CPU seconds (on a shared host
@@ -38,6 +39,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.stage import torch_threads  # noqa: E402
+from runtime.config import DEFAULTS  # noqa: E402
 from runtime.contract import read_table  # noqa: E402
 from runtime.encoder import SentenceEncoder, encode_by_length, spec_model_dir  # noqa: E402
 from runtime.question_encoder import batch_encoder  # noqa: E402
@@ -45,6 +47,7 @@ from training import entity_encode  # noqa: E402
 from training.onnx_export import export  # noqa: E402
 
 SPEC = {"model": "minilm", "query_prefix": "", "passage_prefix": ""}
+REFERENCE_BATCH = 128  # texts per call of the stage before entity_encode.encoder
 
 
 def timed(encode, texts: list[str]) -> tuple[np.ndarray, float, float]:
@@ -57,7 +60,7 @@ def timed(encode, texts: list[str]) -> tuple[np.ndarray, float, float]:
 def variants(exported: Path, threads: list[int], batch: int) -> dict:
     """name → (threads, encode(texts)) for every path compared; the reference first."""
     torch_encoder = SentenceEncoder.from_spec(SPEC, device="cpu")
-    out = {"torch": (1, lambda t: torch_encoder.encode_passages(t, batch_size=batch)),
+    out = {"torch": (1, lambda t: torch_encoder.encode_passages(t, batch_size=REFERENCE_BATCH)),
            "torch-sorted": (1, lambda t: encode_by_length(torch_encoder, t, batch))}
     for n in threads:
         onnx = batch_encoder(SPEC, "onnx", "cpu", exported, threads=n)
@@ -111,7 +114,8 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--reference-sample", type=int, default=0,
                     help="entities the torch reference encodes (a random sample; 0: all)")
     ap.add_argument("--threads", default="1,2", help="onnxruntime threads to time, comma-separated")
-    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--batch-size", type=int, default=DEFAULTS["entity_encode"]["onnx_batch_size"],
+                    help="texts per call of the sorted paths (the reference: 128)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--questions", type=Path,
                     help="PathQuestion questions (question \\t answers \\t path) whose topic "

@@ -128,10 +128,13 @@ DEFAULTS: dict = {
         "query_prefix": "",  # prepended to questions; E5 models: "query: "
         "passage_prefix": "",  # prepended to entity texts; E5 models: "passage: "
         "text": "name_type_description",  # name | name_type_description (name + first type + description)
-        "batch_size": 128,  # texts per encoder call (one tqdm step), shortest texts first
-        # auto: on a CPU, the int8 ONNX export below (written first; >= 10x torch here), else
-        # torch (CUDA when present) | onnx (refused without the export) | torch
+        "batch_size": 128,  # texts per torch encoder call (one tqdm step), shortest texts first
+        # auto: on a CPU, the int8 ONNX export below (written first), else torch (CUDA when
+        # present) | onnx (refused without the export) | torch
         "encoder": "auto",
+        # texts per int8 ONNX call: int8 activations are scaled per call, so smaller calls stay
+        # closer to the float32 vectors, and they run faster here (docs/BENCHMARKS.md)
+        "onnx_batch_size": 32,
         "flat_max": 1000000,  # exact IndexFlatIP up to this many entities, IndexHNSWFlat above
         "hnsw_m": 32,  # HNSW graph degree M
         "hnsw_ef_construction": 200,  # HNSW build beam (recall of the graph)
@@ -416,7 +419,7 @@ SCHEMA: dict = {
         "batch_size": COUNT, "flat_max": integer(0), "hnsw_m": integer(2),
         "hnsw_ef_construction": COUNT, "hnsw_ef_search": COUNT,
         "device": DEVICE, "threads": THREADS, "query_onnx": choice(*QUERY_ONNX),
-        "encoder": choice(*BATCH_ENCODERS),
+        "encoder": choice(*BATCH_ENCODERS), "onnx_batch_size": COUNT,
     },
     "gat": {  # hidden must also be a multiple of heads (_check_gat)
         "layers": COUNT, "heads": COUNT, "hidden": COUNT,

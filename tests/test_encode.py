@@ -252,6 +252,7 @@ def test_model_specs_resolve_offline_or_fail_clearly(tmp_path):
     ({"text": "everything"}, "entity_encode.text"),
     ({"batch_size": 0}, "batch_size must be >= 1"),
     ({"encoder": "gpu"}, "entity_encode.encoder"),
+    ({"onnx_batch_size": 0}, "onnx_batch_size must be >= 1"),
     ({"colour": "blue"}, "unknown config keys"),
     ({"model": "/no/such/model"}, "/no/such/model"),
 ])

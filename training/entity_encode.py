@@ -26,10 +26,11 @@ The export is written first, because on a CPU it is also what encodes the entiti
 (``encoder``, as ``triple_context.encoder``: ``auto`` takes the int8 export on a CPU and
 sentence-transformers on CUDA when ``device=auto`` finds one; ``onnx`` refuses to run without
 the export; ``torch`` is sentence-transformers everywhere). Texts go shortest first in batches
-of ``batch_size`` (a batch pads to its longest text) behind a tqdm bar on stderr, with
-``threads`` onnxruntime/torch/FAISS CPU threads (one by default: the hosts are shared). The
-int8 vectors are at cosine >= 0.98 of the float32 ones (docs/BENCHMARKS.md, "Entity encoding at
-scale").
+of ``batch_size`` (torch) or ``onnx_batch_size`` (a batch pads to its longest text; int8
+activations are scaled per batch, so smaller ONNX batches stay closer to float32) behind a tqdm
+bar on stderr, with ``threads`` onnxruntime/torch/FAISS CPU threads (one by default: the hosts
+are shared). The int8 vectors are at cosine >= 0.98 of the float32 ones (docs/BENCHMARKS.md,
+"Entity encoding at scale").
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def settings(config: Mapping) -> dict:
     for key, allowed in (("text", TEXT_RULES), ("encoder", BATCH_ENCODERS)):
         if cfg[key] not in allowed:
             raise StageError(f"{STAGE}.{key}={cfg[key]!r}: expected one of {allowed}")
-    for key, low in (("batch_size", 1), ("flat_max", 0), ("hnsw_m", 2),
+    for key, low in (("batch_size", 1), ("onnx_batch_size", 1), ("flat_max", 0), ("hnsw_m", 2),
                      ("hnsw_ef_construction", 1), ("hnsw_ef_search", 1)):
         if int(cfg[key]) < low:
             raise StageError(f"{STAGE}.{key} must be >= {low}, got {cfg[key]!r}")
@@ -196,7 +197,8 @@ def encode_entities(cfg: Mapping, texts: list[str], out: Path,
     encoder = stage_batch_encoder(STAGE, spec, cfg,
                                   out / exported["file"] if "file" in exported else None)
     lap("load_model")
-    vectors = encode_by_length(encoder, texts, int(cfg["batch_size"]))
+    batch = cfg["onnx_batch_size"] if encoder.backend == "onnx" else cfg["batch_size"]
+    vectors = encode_by_length(encoder, texts, int(batch))
     lap("encode")
     return encoder, vectors, exported
 
