@@ -83,3 +83,20 @@ def torch_threads(threads: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def stage_batch_encoder(stage: str, spec: Mapping, cfg: Mapping, exported: Path | None):
+    """A stage's batch encoder per its ``encoder``, ``device`` and ``threads`` settings
+    (``runtime.question_encoder.batch_encoder``): errors become StageError naming the stage,
+    and an ``onnx`` that cannot run names the setting."""
+    from runtime.encoder import EncoderError
+    from runtime.numpy_bert import UnsupportedModelError
+    from runtime.question_encoder import batch_encoder
+
+    try:
+        return batch_encoder(spec, str(cfg["encoder"]), str(cfg["device"]), exported,
+                             cfg.get("threads"))
+    except UnsupportedModelError as exc:
+        raise StageError(f"{stage}.encoder={cfg['encoder']}: {exc}") from None
+    except EncoderError as exc:
+        raise StageError(f"{stage}: {exc}") from None

@@ -26,7 +26,8 @@ FORMATS = ("auto", "nt", "tsv", "pathquestion", "metaqa", "fb15k237", "synth", "
 #: Extraction backends of the triple_extract stage (text/extractors.py), by name.
 EXTRACTORS = ("offline", "precomputed", "openai")
 TRIPLE_CONTEXT_MODES = ("auto", "on", "off")  # triple_context.enabled: auto = on for docs builds
-TRIPLE_CONTEXT_ENCODERS = ("auto", "onnx", "torch")  # triple_context.encoder (text/triple_context.py)
+# entity_encode.encoder, triple_context.encoder (runtime/question_encoder.py batch_encoder)
+BATCH_ENCODERS = ("auto", "onnx", "torch")
 TYPE_RULES = ("spread", "min")  # relation_stats.type_rule (spark_jobs/relation_stats.py)
 MISSING_EMBEDDINGS = ("zero", "renormalise")  # scos_merge.missing_embeddings
 TEXT_RULES = ("name", "name_type_description")  # entity_encode.text (training/entity_encode.py)
@@ -130,13 +131,19 @@ DEFAULTS: dict = {
         "query_prefix": "",  # prepended to questions; E5 models: "query: "
         "passage_prefix": "",  # prepended to entity texts; E5 models: "passage: "
         "text": "name_type_description",  # name | name_type_description (name + first type + description)
-        "batch_size": 128,  # texts per encoder call (one tqdm step)
+        "batch_size": 128,  # texts per torch encoder call (one tqdm step), shortest texts first
+        # auto: on a CPU, the int8 ONNX export below (written first), else torch (CUDA when
+        # present) | onnx (refused without the export) | torch
+        "encoder": "auto",
+        # texts per int8 ONNX call: int8 activations are scaled per call, so smaller calls stay
+        # closer to the float32 vectors, and they run faster here (docs/BENCHMARKS.md)
+        "onnx_batch_size": 32,
         "flat_max": 1000000,  # exact IndexFlatIP up to this many entities, IndexHNSWFlat above
         "hnsw_m": 32,  # HNSW graph degree M
         "hnsw_ef_construction": 200,  # HNSW build beam (recall of the graph)
         "hnsw_ef_search": 128,  # HNSW query beam, stored in the index file
         "device": "auto",  # auto | cpu | cuda[:N]; auto = CUDA when torch sees one
-        "threads": 1,  # torch/FAISS CPU threads; null = library default
+        "threads": 1,  # torch/onnxruntime/FAISS CPU threads; null = library default
         # the question encoder exported for the query service (models/query_encoder.onnx,
         # onnxruntime; BERT models only): int8 (weights per channel, ~2x faster) | fp32 | off
         "query_onnx": "int8",
@@ -422,6 +429,7 @@ SCHEMA: dict = {
         "batch_size": COUNT, "flat_max": integer(0), "hnsw_m": integer(2),
         "hnsw_ef_construction": COUNT, "hnsw_ef_search": COUNT,
         "device": DEVICE, "threads": THREADS, "query_onnx": choice(*QUERY_ONNX),
+        "encoder": choice(*BATCH_ENCODERS), "onnx_batch_size": COUNT,
     },
     "gat": {  # hidden must also be a multiple of heads (_check_gat)
         "layers": COUNT, "heads": COUNT, "hidden": COUNT,
@@ -433,7 +441,7 @@ SCHEMA: dict = {
     "triple_context": {
         "enabled": choice(*TRIPLE_CONTEXT_MODES), "floor": number(-1, 1),
         "max_candidates": COUNT, "batch_size": COUNT, "device": DEVICE, "threads": THREADS,
-        "encoder": choice(*TRIPLE_CONTEXT_ENCODERS),
+        "encoder": choice(*BATCH_ENCODERS),
     },
     "path_cache": {
         "max_hops": COUNT, "k_top": COUNT, "beam_width": COUNT, "lambda_topo": WEIGHT,

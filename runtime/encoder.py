@@ -121,6 +121,16 @@ class PrefixedEncoder:
         raise NotImplementedError
 
 
+def encode_by_length(encoder: PrefixedEncoder, texts: Sequence[str], batch: int) -> np.ndarray:
+    """Passage vectors of ``texts`` in their order, encoded shortest first: a batch pads to its
+    longest text, so batches of similar lengths waste less (a build stage's bulk encoding)."""
+    order = np.argsort(np.fromiter(map(len, texts), np.int64, len(texts)), kind="stable")
+    vectors = np.empty((len(texts), encoder.dim), np.float32)
+    vectors[order] = encoder.encode_passages([texts[i] for i in order], batch_size=batch,
+                                             progress=True)
+    return vectors
+
+
 class SentenceEncoder(PrefixedEncoder):
     """A sentence-transformers model plus the prefixes and normalisation of one encoder spec."""
 

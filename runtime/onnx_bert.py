@@ -42,8 +42,9 @@ class OnnxBertEncoder(NumpyBertEncoder):
 
     backend = "onnx"
 
-    def __init__(self, model_dir: Path, spec: Mapping, model_path: Path):
+    def __init__(self, model_dir: Path, spec: Mapping, model_path: Path, threads: int = 1):
         self._model_path = Path(model_path)
+        self._threads = int(threads)
         super().__init__(model_dir, spec)
         self.spec["onnx"] = dict(spec.get("onnx") or {})
 
@@ -51,7 +52,9 @@ class OnnxBertEncoder(NumpyBertEncoder):
         import onnxruntime as ort
 
         options = ort.SessionOptions()
-        options.intra_op_num_threads = 1  # a question is ~20 GEMM rows: too small to share
+        # a question is ~20 GEMM rows, too small to share: 1 thread for the query service; a
+        # build stage's batches may use more (0: onnxruntime's default, every core)
+        options.intra_op_num_threads = self._threads
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3  # errors only: shape-merge notices are not for users

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from runtime import numpy_bert, onnx_bert
-from runtime.config import QUERY_BACKENDS
-from runtime.encoder import EncoderError, SentenceEncoder, spec_model_dir
+from runtime.config import BATCH_ENCODERS, QUERY_BACKENDS
+from runtime.encoder import (EncoderError, PrefixedEncoder, SentenceEncoder, resolve_device,
+                             spec_model_dir)
 from runtime.environment import limit_blas_threads
 
 
@@ -57,6 +58,28 @@ def query_encoder(spec: Mapping, backend: str = "auto", threads: int | None = No
 
         torch.set_num_threads(int(threads))
     return encoder
+
+
+def batch_encoder(spec: Mapping, choice: str = "auto", device: str = "auto",
+                  exported: Path | None = None, threads: int | None = 1) -> PrefixedEncoder:
+    """The encoder of a build stage's batch (``entity_encode``, ``triple_context``): on a CPU,
+    unless ``choice`` is ``torch``, the store's ONNX export (``exported``; int8 by default, the
+    model the query service embeds questions with) on ``threads`` intra-op threads (None:
+    onnxruntime's default); else sentence-transformers on ``device`` (CUDA when ``auto`` finds
+    one). ``onnx`` refuses to fall back: ``UnsupportedModelError`` says why."""
+    if choice not in BATCH_ENCODERS:
+        raise EncoderError(f"batch encoder {choice!r}: expected one of {', '.join(BATCH_ENCODERS)}")
+    if choice != "torch" and resolve_device(str(device)) == "cpu":
+        try:
+            reason = _onnx_unavailable(exported)
+            if reason is not None:
+                raise numpy_bert.UnsupportedModelError(reason)
+            return onnx_bert.OnnxBertEncoder(spec_model_dir(spec), spec, exported,
+                                             threads=int(threads or 0))
+        except numpy_bert.UnsupportedModelError:
+            if choice == "onnx":
+                raise
+    return SentenceEncoder.from_spec(spec, device=str(device))
 
 
 def _onnx_unavailable(exported: Path | None) -> str | None:

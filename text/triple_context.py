@@ -27,11 +27,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from pipeline.stage import Laps, StageError, checked_section, stage_input, torch_threads
+from pipeline.stage import (Laps, checked_section, stage_batch_encoder, stage_input,
+                            torch_threads)
 from runtime.contract import TABLE_SCHEMAS, read_table, write_table
-from runtime.encoder import EncoderError, PrefixedEncoder, SentenceEncoder, resolve_device
-from runtime.numpy_bert import UnsupportedModelError
-from runtime.question_encoder import query_encoder
+from runtime.encoder import PrefixedEncoder, encode_by_length
 from text.chunking import content_id, split_sentences
 from text.triple_extract import SOURCE_COLUMNS
 
@@ -248,37 +247,17 @@ def restore(triples: np.ndarray, lines: list[str], candidates: Candidates,
     return pa.table(out, schema=TABLE_SCHEMAS["triple_context"]), counts
 
 
-def encode_by_length(encoder: PrefixedEncoder, texts: list[str], batch: int) -> np.ndarray:
-    """Vectors of ``texts`` in their order, encoded shortest first (less padding a batch)."""
-    order = np.argsort(np.fromiter(map(len, texts), np.int64, len(texts)), kind="stable")
-    vectors = np.empty((len(texts), encoder.dim), np.float32)
-    vectors[order] = encoder.encode_passages([texts[i] for i in order], batch_size=batch,
-                                             progress=True)
-    return vectors
-
-
 def _enabled(mode: str, has_documents: bool) -> bool:
     return mode == "on" or (mode == "auto" and has_documents)
 
 
 def stage_encoder(inputs: Mapping[str, str], cfg: Mapping) -> PrefixedEncoder:
-    """The store's encoder for the batch: on a CPU (``encoder`` auto or onnx) its int8 ONNX
-    export, the model the query service embeds questions with (one thread; 1.6-2.7x the float32
-    torch forward here at cosine >= 0.98, docs/BENCHMARKS.md), else sentence-transformers
-    (CUDA when present). ``onnx`` refuses to fall back, saying why."""
+    """The store's encoder for the batch (``encoder`` auto: on a CPU its int8 ONNX export, the
+    model the query service embeds questions with, 1.6-2.7x the float32 torch forward here at
+    cosine >= 0.98, docs/BENCHMARKS.md; else sentence-transformers, CUDA when present)."""
     spec = json.loads(stage_input(inputs, STAGE, "encoder").read_text(encoding="utf-8"))
-    wanted = str(cfg["encoder"])
-    try:
-        if wanted != "torch" and resolve_device(str(cfg["device"])) == "cpu":
-            exported = Path(inputs["query_encoder"]) if "query_encoder" in inputs else None
-            try:
-                return query_encoder(spec, backend="onnx", exported=exported)
-            except UnsupportedModelError as exc:
-                if wanted == "onnx":
-                    raise StageError(f"{STAGE}.encoder=onnx: {exc}") from None
-        return SentenceEncoder.from_spec(spec, device=str(cfg["device"]))
-    except EncoderError as exc:
-        raise StageError(f"{STAGE}: {exc}") from None
+    exported = Path(inputs["query_encoder"]) if "query_encoder" in inputs else None
+    return stage_batch_encoder(STAGE, spec, cfg, exported)
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:

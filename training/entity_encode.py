@@ -22,8 +22,15 @@ Outputs in ``out_dir``:
 * ``query_encoder.onnx`` — the same model for the query service, int8 by default
   (``query_onnx``; ``training/onnx_export.py``), for BERT models (others: none, reported).
 
-Encoding runs in batches behind a tqdm bar on stderr, on CUDA when ``device=auto`` finds one,
-with ``threads`` torch/FAISS CPU threads (one by default: the hosts are shared).
+The export is written first, because on a CPU it is also what encodes the entities
+(``encoder``, as ``triple_context.encoder``: ``auto`` takes the int8 export on a CPU and
+sentence-transformers on CUDA when ``device=auto`` finds one; ``onnx`` refuses to run without
+the export; ``torch`` is sentence-transformers everywhere). Texts go shortest first in batches
+of ``batch_size`` (torch) or ``onnx_batch_size`` (a batch pads to its longest text; int8
+activations are scaled per batch, so smaller ONNX batches stay closer to float32) behind a tqdm
+bar on stderr, with ``threads`` onnxruntime/torch/FAISS CPU threads (one by default: the hosts
+are shared). The int8 vectors are at cosine >= 0.98 of the float32 ones (docs/BENCHMARKS.md,
+"Entity encoding at scale").
 """
 
 from __future__ import annotations
@@ -37,10 +44,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from pipeline.stage import Laps, StageError, checked_section, torch_threads
-from runtime.config import TEXT_RULES
+from pipeline.stage import Laps, StageError, checked_section, stage_batch_encoder, torch_threads
+from runtime.config import BATCH_ENCODERS, TEXT_RULES
 from runtime.contract import read_table, write_table
-from runtime.encoder import EncoderError, SentenceEncoder
+from runtime.encoder import EncoderError, PrefixedEncoder, encode_by_length, spec_model_dir
 from runtime.onnx_bert import QUERY_MODEL
 
 STAGE = "entity_encode"
@@ -50,9 +57,10 @@ DESCRIPTION_WORDS = 32
 def settings(config: Mapping) -> dict:
     """The ``entity_encode`` section, checked (unknown keys and bad values name themselves)."""
     cfg = checked_section(config, STAGE)
-    if cfg["text"] not in TEXT_RULES:
-        raise StageError(f"{STAGE}.text={cfg['text']!r}: expected one of {TEXT_RULES}")
-    for key, low in (("batch_size", 1), ("flat_max", 0), ("hnsw_m", 2),
+    for key, allowed in (("text", TEXT_RULES), ("encoder", BATCH_ENCODERS)):
+        if cfg[key] not in allowed:
+            raise StageError(f"{STAGE}.{key}={cfg[key]!r}: expected one of {allowed}")
+    for key, low in (("batch_size", 1), ("onnx_batch_size", 1), ("flat_max", 0), ("hnsw_m", 2),
                      ("hnsw_ef_construction", 1), ("hnsw_ef_search", 1)):
         if int(cfg[key]) < low:
             raise StageError(f"{STAGE}.{key} must be >= {low}, got {cfg[key]!r}")
@@ -135,15 +143,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         faiss.omp_set_num_threads(int(cfg["threads"]))  # process-global: restored below
     try:
         with torch_threads(cfg.get("threads")):
-            try:
-                encoder = SentenceEncoder.from_spec(
-                    {"model": cfg["model"], "query_prefix": cfg["query_prefix"],
-                     "passage_prefix": cfg["passage_prefix"]}, device=str(cfg["device"]))
-            except EncoderError as exc:
-                raise StageError(f"{STAGE}: {exc}") from None
-            lap("load_model")
-            vectors = encoder.encode_passages(texts, batch_size=int(cfg["batch_size"]), progress=True)
-            lap("encode")
+            encoder, vectors, exported = encode_entities(cfg, texts, out, lap)
             index, kind = build_index(vectors, cfg)
             lap("index")
     finally:
@@ -159,7 +159,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
             "index": {"type": kind, "metric": "inner_product", "rows": len(ids),
                       **({"hnsw_m": int(cfg["hnsw_m"]), "ef_search": int(cfg["hnsw_ef_search"])}
                          if kind == "hnsw_ip" else {})}}
-    exported = _export_query_encoder(Path(encoder.spec["path"]), out, cfg["query_onnx"])
+    spec.pop("onnx", None)  # the ONNX encoder's copy; the export's entry is set just below
     if "file" in exported:
         spec["onnx"], paths["query_encoder"] = exported, out / exported["file"]
     paths["encoder"].write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -173,11 +173,34 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         "report": {
             "entities": len(ids), "unnamed": unnamed, "model": cfg["model"],
             "path": encoder.spec["path"], "dim": encoder.dim, "device": encoder.spec["device"],
+            "encoder": encoder.backend,
             "text": cfg["text"], "index": kind, "query_onnx": exported,
             "step_seconds": seconds,
             "entities_per_second": round(len(ids) / seconds["encode"], 1) if seconds["encode"] else None,
         },
     }
+
+
+def encode_entities(cfg: Mapping, texts: list[str], out: Path,
+                    lap: Laps) -> tuple[PrefixedEncoder, np.ndarray, dict]:
+    """(the store's encoder, the entity vectors, the export's encoder.json entry). The question
+    encoder is exported first so that on a CPU the batch runs on it (``encoder`` auto or onnx:
+    int8 ONNX, >= 10x torch's float32 here, docs/BENCHMARKS.md), shortest texts first."""
+    try:
+        model_dir = spec_model_dir({"model": cfg["model"]})
+    except EncoderError as exc:
+        raise StageError(f"{STAGE}: {exc}") from None
+    exported = _export_query_encoder(model_dir, out, cfg["query_onnx"])
+    lap("export")
+    spec = {"model": cfg["model"], "query_prefix": cfg["query_prefix"],
+            "passage_prefix": cfg["passage_prefix"]}
+    encoder = stage_batch_encoder(STAGE, spec, cfg,
+                                  out / exported["file"] if "file" in exported else None)
+    lap("load_model")
+    batch = cfg["onnx_batch_size"] if encoder.backend == "onnx" else cfg["batch_size"]
+    vectors = encode_by_length(encoder, texts, int(batch))
+    lap("encode")
+    return encoder, vectors, exported
 
 
 def _export_query_encoder(model_dir: Path, out: Path, quantization: str) -> dict:
