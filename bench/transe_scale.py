@@ -8,7 +8,9 @@ For each size: generate the synthetic dump (``pipeline.synth.generate``, seed 0)
 then run the ``transe`` stage with ``transe.trainer=pykeen`` (the previous default on CPU; killed
 after ``--old-cap`` seconds and reported as "> cap") and ``transe.trainer=sparse`` (the new CPU
 default), each in its own process on CPU so its peak RSS is its own. Everything else is the
-default config. Reports wall seconds of the whole stage, training seconds, epochs run, peak RSS
+default config. Reports wall seconds of the whole stage, the process's CPU seconds (user + system:
+what the run costs when the shared host's load inflates wall time), training seconds (wall),
+epochs run, peak RSS
 and a quick quality figure from ``families.json``: the mean cosine of the planted synonym pairs
 against the mean over all other relation pairs (the merge quality itself is
 bench/scos_families.py's).
@@ -76,11 +78,13 @@ def child(trainer: str, inputs: dict, out: Path) -> dict:
     started = time.perf_counter()
     result = transe.run({"transe": {"trainer": trainer, "device": "cpu"}}, inputs, str(out))
     report = result["report"]
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     return {"trainer": trainer, "wall_s": round(time.perf_counter() - started, 1),
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
             "train_s": report["seconds"], "epochs": report["epochs"],
             "converged": report["converged"], "final_loss": report["final_loss"],
             "entities": report["entities"], "triples": report["triples"],
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
+            "peak_rss_mb": usage.ru_maxrss // 1024}
 
 
 def timed(trainer: str, inputs: dict, out: Path, cap: float | None) -> dict:
@@ -88,11 +92,12 @@ def timed(trainer: str, inputs: dict, out: Path, cap: float | None) -> dict:
     stage_inputs = {k: inputs[k] for k in ("triples", "relations")}
     cmd = [sys.executable, __file__, "--child", trainer, json.dumps(stage_inputs), str(out)]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=cap, check=True)
+        # stdout: the child's JSON line; stderr (the trainer's per-epoch log) passes through
+        done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=cap, check=True)
     except subprocess.TimeoutExpired:
         return {"trainer": trainer, "capped": cap}
     except subprocess.CalledProcessError as exc:
-        raise SystemExit(f"{trainer} failed:\n{exc.stderr[-3000:]}") from exc
+        raise SystemExit(f"{trainer} failed (exit {exc.returncode}); its log is above") from exc
     result = json.loads(done.stdout.strip().splitlines()[-1])
     result["synonym_cos"], result["other_cos"] = family_cosines(out, inputs)
     return result
@@ -100,8 +105,9 @@ def timed(trainer: str, inputs: dict, out: Path, cap: float | None) -> dict:
 
 def row(n: int, r: dict) -> str:
     if "capped" in r:
-        return f"| {n:,} | {r['trainer']} | > {r['capped']:.0f} | – | – | – | – |"
-    return (f"| {n:,} | {r['trainer']} | {r['wall_s']:.0f} | {r['train_s']:.0f} | "
+        return f"| {n:,} | {r['trainer']} | > {r['capped']:.0f} | – | – | – | – | – |"
+    return (f"| {n:,} | {r['trainer']} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | "
+            f"{r['train_s']:.0f} | "
             f"{r['epochs']}{' (converged)' if r['converged'] else ''} | {r['peak_rss_mb']:,} | "
             f"{r['synonym_cos']} / {r['other_cos']} |")
 
@@ -113,13 +119,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--new-only", type=int, nargs="*", default=[],
                         help="sizes run with the sparse trainer only")
     parser.add_argument("--old-cap", type=float, default=1800, help="seconds; PyKEEN is killed")
-    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--workdir", type=Path, help="dumps, stores and runs (required)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         trainer, inputs, out = args.child
         print(json.dumps(child(trainer, json.loads(inputs), Path(out))))
         return
+    if args.workdir is None:
+        parser.error("--workdir is required")
     args.workdir.mkdir(parents=True, exist_ok=True)
     rows = []
     for n in [*args.triples, *args.new_only]:
@@ -129,9 +137,9 @@ def main(argv: list[str] | None = None) -> None:
             cap = args.old_cap if trainer == "pykeen" else None
             rows.append((n, timed(trainer, inputs, args.workdir / f"out-{n}-{trainer}", cap)))
             print(json.dumps({"triples": n, **rows[-1][1]}), flush=True)
-    print("\n| triples | trainer | stage wall s | training s | epochs | peak RSS MB | "
-          "cos synonyms / others |")
-    print("|--:|---|--:|--:|--:|--:|--:|")
+    print("\n| triples | trainer | stage wall s | process CPU s | training s | epochs | "
+          "peak RSS MB | cos synonyms / others |")
+    print("|--:|---|--:|--:|--:|--:|--:|--:|")
     for n, r in rows:
         print(row(n, r))
 

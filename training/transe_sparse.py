@@ -11,8 +11,10 @@ head-or-tail corrupted negative per positive as PyKEEN's basic sampler does), bu
 * each epoch may take a capped random sample per relation (``transe.relation_sample``), so a
   huge relation does not dominate the epoch and a rare one is seen in every epoch in full;
 * training stops once the relation vectors — the stage's only downstream product — stop
-  turning: the largest ``1 − cos(r_prev, r_now)`` over relations between two epochs falls below
-  ``transe.tolerance`` (``transe.epochs`` is then the upper bound).
+  turning: the mean ``1 − cos(r_prev, r_now)`` over relations between two epochs falls below
+  ``transe.tolerance`` (``transe.epochs`` is then the upper bound). Adam never settles exactly:
+  at lr 0.01 the change levels off near 0.005 after ≈ 10 epochs (10⁵ synthetic triples,
+  measured), so the tolerance must sit above that floor.
 
 Deterministic under ``transe.seed`` (one torch generator drives initialisation, sampling and
 negatives; CPU kernels run in a fixed order).
@@ -35,7 +37,7 @@ class SparseRun:
     entity: torch.Tensor  # [num_entities, dim], unit rows
     relation: torch.Tensor  # [num_relations, dim]
     losses: list[float] = field(default_factory=list)
-    changes: list[float] = field(default_factory=list)  # max 1 - cos vs the epoch before
+    changes: list[float] = field(default_factory=list)  # mean 1 - cos vs the epoch before
     converged: bool = False
     triples_seen: int = 0
 
@@ -126,9 +128,13 @@ def score(heads: torch.Tensor, rels: torch.Tensor, tails: torch.Tensor, norm: in
 
 
 def relation_change(before: torch.Tensor, after: torch.Tensor, seen: torch.Tensor) -> float:
-    """Largest ``1 − cos`` between a seen relation's vector at two epochs."""
+    """Mean ``1 − cos`` between the seen relations' vectors at two epochs.
+
+    The mean, not the max: a relation TransE drives towards the zero vector (a symmetric one,
+    say) keeps turning at random however long training runs, and would hold a max up forever.
+    """
     cos = functional.cosine_similarity(before[seen], after[seen], dim=1)
-    return float((1.0 - cos).max()) if len(cos) else 0.0
+    return float((1.0 - cos).mean()) if len(cos) else 0.0
 
 
 class _Loop:
@@ -180,7 +186,8 @@ def train_sparse(mapped: np.ndarray, num_entities: int, num_relations: int, cfg,
         now = loop.rel.weight.clone()
         run.changes.append(relation_change(prev, now, seen))
         prev = now
-        log(f"transe: epoch {epoch} loss {run.losses[-1]:.4f} relation change {run.changes[-1]:.2e}")
+        log(f"transe: epoch {epoch} loss {run.losses[-1]:.4f} "
+            f"relation change {run.changes[-1]:.2e}")
         if epoch > 1 and run.changes[-1] < tol:
             run.converged = True
             break
