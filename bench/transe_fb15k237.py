@@ -27,12 +27,12 @@ def merges(record: dict) -> list[dict]:
     return pq.read_table(record["outputs"]["merge_log"]).to_pylist()
 
 
-def run_trainer(store, build_id, dump: str, trainer: str) -> dict:
+def run_trainer(store, build_id, dump: str, trainer: str, overrides: list[str]) -> dict:
     """transe → relation_stats → scos_merge with one trainer; times, report and merges."""
     from pipeline import driver
     from runtime.config import load_config
 
-    config = load_config(None, [f"transe.trainer={trainer}"])
+    config = load_config(None, [f"transe.trainer={trainer}", *overrides])
     records = {name: driver.run_stage(store, build_id, name, config, dump) for name in TRAINED}
     transe = records["transe"]["report"]
     scos = records["scos_merge"]["report"]
@@ -51,6 +51,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--build-id", help="a staged build in WORKDIR/store to reuse: its "
                         "stages before transe are not run again")
+    parser.add_argument("--trainers", nargs="+", default=["pykeen", "sparse"],
+                        choices=["pykeen", "sparse"])
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="config override for the sparse run")
     args = parser.parse_args(argv)
     from pipeline import driver
     from runtime.config import load_config
@@ -61,11 +65,14 @@ def main(argv: list[str] | None = None) -> None:
     for name in driver.STAGE_NAMES[:driver.STAGE_NAMES.index("transe")]:
         if name not in done:
             driver.run_stage(store, build_id, name, load_config(None, []), args.dump)
-    runs = [run_trainer(store, build_id, args.dump, t) for t in ("pykeen", "sparse")]
+    runs = [run_trainer(store, build_id, args.dump, t, args.overrides if t == "sparse" else [])
+            for t in args.trainers]
     for r in runs:
         print(json.dumps({k: v for k, v in r.items() if k != "merges"}))
         for i, (left, right, sim, theta) in enumerate(r["merges"], 1):
             print(f"{i}. `{left}` + `{right}` ({sim}; {theta})")
+    if len(runs) < 2:
+        return
     shared = {frozenset(m[:2]) for m in runs[0]["merges"]} & {
         frozenset(m[:2]) for m in runs[1]["merges"]}
     print(f"shared merges: {len(shared)} of {len(runs[0]['merges'])} (pykeen) and "

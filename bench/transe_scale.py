@@ -70,13 +70,14 @@ def family_cosines(out: Path, inputs: dict) -> tuple[float, float]:
             round(float(np.mean(other)), 3))
 
 
-def child(trainer: str, inputs: dict, out: Path) -> dict:
+def child(settings: dict, inputs: dict, out: Path) -> dict:
     """Run the transe stage once in this process; its figures plus this process's peak RSS."""
     from training import transe
 
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    result = transe.run({"transe": {"trainer": trainer, "device": "cpu"}}, inputs, str(out))
+    result = transe.run({"transe": {**settings, "device": "cpu"}}, inputs, str(out))
+    trainer = settings["trainer"]
     report = result["report"]
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {"trainer": trainer, "wall_s": round(time.perf_counter() - started, 1),
@@ -87,10 +88,12 @@ def child(trainer: str, inputs: dict, out: Path) -> dict:
             "peak_rss_mb": usage.ru_maxrss // 1024}
 
 
-def timed(trainer: str, inputs: dict, out: Path, cap: float | None) -> dict:
+def timed(settings: dict, inputs: dict, out: Path, cap: float | None) -> dict:
     """The child run in a fresh process; ``{"capped": cap}`` when it ran past ``cap`` s."""
+    trainer = settings["trainer"]
     stage_inputs = {k: inputs[k] for k in ("triples", "relations")}
-    cmd = [sys.executable, __file__, "--child", trainer, json.dumps(stage_inputs), str(out)]
+    cmd = [sys.executable, __file__, "--child", json.dumps(settings), json.dumps(stage_inputs),
+           str(out)]
     try:
         # stdout: the child's JSON line; stderr (the trainer's per-epoch log) passes through
         done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, timeout=cap, check=True)
@@ -120,11 +123,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="sizes run with the sparse trainer only")
     parser.add_argument("--old-cap", type=float, default=1800, help="seconds; PyKEEN is killed")
     parser.add_argument("--workdir", type=Path, help="dumps, stores and runs (required)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="transe setting for the sparse runs, e.g. "
+                        "epochs=10 (repeatable; values as JSON)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        trainer, inputs, out = args.child
-        print(json.dumps(child(trainer, json.loads(inputs), Path(out))))
+        settings, inputs, out = args.child
+        print(json.dumps(child(json.loads(settings), json.loads(inputs), Path(out))))
         return
     if args.workdir is None:
         parser.error("--workdir is required")
@@ -133,9 +139,12 @@ def main(argv: list[str] | None = None) -> None:
     for n in [*args.triples, *args.new_only]:
         inputs = ingest_outputs(n, args.workdir)
         trainers = ["sparse"] + (["pykeen"] if n in args.triples else [])
+        sparse = {k: json.loads(v) for k, v in (o.split("=", 1) for o in args.overrides)}
         for trainer in trainers:
             cap = args.old_cap if trainer == "pykeen" else None
-            rows.append((n, timed(trainer, inputs, args.workdir / f"out-{n}-{trainer}", cap)))
+            settings = {"trainer": trainer, **(sparse if trainer == "sparse" else {})}
+            out = args.workdir / f"out-{n}-{trainer}"
+            rows.append((n, timed(settings, inputs, out, cap)))
             print(json.dumps({"triples": n, **rows[-1][1]}), flush=True)
     print("\n| triples | trainer | stage wall s | process CPU s | training s | epochs | "
           "peak RSS MB | cos synonyms / others |")
