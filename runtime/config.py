@@ -113,7 +113,9 @@ DEFAULTS: dict = {
         "evaluate": False,  # quick filtered link-prediction eval on a held-out share (trains on rest)
         "eval_share": 0.05,
         # sparse trainer only: stop once the relation vectors turn by less than this between two
-        # epochs (mean 1 - cos; Adam's noise floor at lr 0.01 is ~0.005); 0 = run transe.epochs
+        # epochs (mean 1 - cos); 0 = run transe.epochs. Adam's floor at lr 0.01: ~0.005 on 10^5
+        # synthetic triples, ~0.02 on FB15k-237, ~0.04 on 10^7 (more batches per epoch), where
+        # transe.epochs bounds the run (docs/BENCHMARKS.md "TransE at scale")
         "tolerance": 0.01,
         # sparse trainer only: each epoch draws at most this many triples per relation anew
         # (rare relations are seen in full every epoch); null = every triple every epoch
