@@ -178,7 +178,7 @@ SUMMARY_KEYS = {
     "ingest": ("format", "lines", "malformed", "entities", "relations", "triples",
                "feedback_edges_added", "feedback_nodes_added"),
     "entity_types": ("rule", "typed_entities", "distinct_types"),
-    "transe": ("device", "epochs", "final_loss"),
+    "transe": ("trainer", "device", "epochs", "converged", "final_loss"),
     "relation_stats": ("candidate_pairs",),
     "scos_merge": ("R0", "R_star", "rho_hat", "L_info"),
     "node_gain": (),

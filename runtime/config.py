@@ -99,9 +99,13 @@ DEFAULTS: dict = {
         # from collected |R|-sized tables (candidates held in memory: up to |R|²/2); above, in Spark
         "driver_max_relations": 2000,
     },
-    "transe": {  # training/transe.py (PyKEEN TransE, sLCWA, Adam, margin ranking loss)
+    "transe": {  # training/transe.py (TransE, sLCWA, Adam, margin ranking loss)
+        # pykeen = PyKEEN's TransE (dense Adam over every entity row each batch);
+        # sparse = training/transe_sparse.py (updates only the rows a batch touches);
+        # auto = pykeen on CUDA, sparse on CPU
+        "trainer": "auto",
         "dim": 64,
-        "epochs": 100,
+        "epochs": 100,  # pykeen: epochs run; sparse: the most epochs (see tolerance)
         "seed": 0,
         "batch_size": 8192,  # large sLCWA batches: ~1-2 s/epoch on FB15k-237 with 1 CPU thread
         "learning_rate": 0.01,
@@ -112,6 +116,14 @@ DEFAULTS: dict = {
         "threads": 1,  # torch CPU threads; null = torch default. >1 thrashes on shared 2-core hosts
         "evaluate": False,  # quick filtered link-prediction eval on a held-out share (trains on rest)
         "eval_share": 0.05,
+        # sparse trainer only: stop once the relation vectors turn by less than this between two
+        # epochs (mean 1 - cos); 0 = run transe.epochs. Adam's floor at lr 0.01: ~0.005 on 10^5
+        # synthetic triples, ~0.02 on FB15k-237, ~0.04 on 10^7 (more batches per epoch), where
+        # transe.epochs bounds the run (docs/BENCHMARKS.md "TransE at scale")
+        "tolerance": 0.01,
+        # sparse trainer only: each epoch draws at most this many triples per relation anew
+        # (rare relations are seen in full every epoch); null = every triple every epoch
+        "relation_sample": 50000,
     },
     "scos_merge": {  # spark_jobs/scos_merge.py (DESIGN §2.5)
         "enabled": True,
@@ -407,10 +419,12 @@ SCHEMA: dict = {
         "driver_max_relations": integer(0),  # 0: always the Spark path
     },
     "transe": {
-        "dim": COUNT, "epochs": COUNT, "seed": SEED, "batch_size": COUNT, "learning_rate": RATE,
-        "negatives": COUNT, "margin": number(0, low_open=True), "scoring_norm": choice(1, 2),
+        "trainer": choice("auto", "pykeen", "sparse"), "dim": COUNT, "epochs": COUNT,
+        "seed": SEED, "batch_size": COUNT, "learning_rate": RATE, "negatives": COUNT,
+        "margin": number(0, low_open=True), "scoring_norm": choice(1, 2),
         "device": DEVICE, "threads": THREADS, "evaluate": BOOL,
         "eval_share": number(0, 1, low_open=True, high_open=True),
+        "tolerance": number(0, 1), "relation_sample": integer(1, nullable=True),
     },
     "scos_merge": {
         "enabled": BOOL,

@@ -1,4 +1,6 @@
-"""Stage transe (training/transe.py): TransE via PyKEEN, embeddings indexed by our ids.
+"""Stage transe (training/transe.py) with ``transe.trainer=pykeen``: embeddings indexed by our ids.
+
+The sparse CPU trainer (the CPU default) has its own file, tests/test_transe_sparse.py.
 
 Tiny graphs and few epochs: the whole file runs in well under a minute on 2 cores (most of it is
 importing PyKEEN once). Device-parametrised in the style of PyG's tests: CPU always, CUDA when
@@ -65,8 +67,8 @@ def write_inputs(root: Path) -> dict[str, str]:
 
 def config(**transe_overrides) -> dict:
     cfg = {"transe": dict(DEFAULTS["transe"])}
-    cfg["transe"].update({"epochs": 30, "batch_size": 32, "learning_rate": 0.05, "dim": 16,
-                          "device": "cpu"})
+    cfg["transe"].update({"trainer": "pykeen", "epochs": 30, "batch_size": 32,
+                          "learning_rate": 0.05, "dim": 16, "device": "cpu"})
     cfg["transe"].update(transe_overrides)
     return cfg
 

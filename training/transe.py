@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.stage import StageError, checked_section, torch_threads
+from runtime.config import section_problem
 from runtime.contract import StoreError, read_table
 from runtime.encoder import resolve_device
 
@@ -95,13 +96,9 @@ def nearest_relations(embeddings: np.ndarray, k: int, block: int = 1024
 def transe_config(config: Mapping) -> dict:
     """The ``transe`` section of a build config, completed with this module's defaults."""
     cfg = checked_section(config, STAGE, TransEError)
-    for key in ("dim", "epochs", "batch_size", "negatives"):
-        if int(cfg[key]) < 1:
-            raise TransEError(f"transe.{key} must be >= 1, got {cfg[key]!r}")
-    if cfg["device"] not in ("auto", "cpu", "cuda") and not str(cfg["device"]).startswith("cuda:"):
-        raise TransEError(f"transe.device must be auto, cpu or cuda[:N], got {cfg['device']!r}")
-    if not 0.0 < float(cfg["eval_share"]) < 1.0:
-        raise TransEError(f"transe.eval_share must be in (0, 1), got {cfg['eval_share']!r}")
+    problem = section_problem(STAGE, cfg)
+    if problem:
+        raise TransEError(problem[1])
     return cfg
 
 
@@ -138,11 +135,22 @@ class TrainResult:
     losses: list[float]
     seconds: float
     device: str
-    model: object  # the PyKEEN model (on CPU after training)
+    model: object  # the PyKEEN model (on CPU), or the sparse trainer's embedding tensors
     unseen_relations: list[int]
     triples: int  # triples trained on
+    epochs: int  # epochs run
+    triples_seen: int  # triples drawn over all epochs (relation_sample caps each epoch)
+    converged: bool | None = None  # relation vectors settled below transe.tolerance (sparse)
+    relation_changes: list[float] = field(default_factory=list)  # per epoch (sparse trainer)
     metrics: dict = field(default_factory=dict)
     hyperparameters: dict = field(default_factory=dict)
+
+
+def trainer_for(cfg: Mapping, device) -> str:
+    """``transe.trainer`` resolved: ``auto`` = PyKEEN on CUDA, the sparse torch loop on CPU."""
+    if cfg["trainer"] != "auto":
+        return str(cfg["trainer"])
+    return "pykeen" if device.type == "cuda" else "sparse"
 
 
 def train_transe(mapped: np.ndarray, num_entities: int, num_relations: int, cfg: Mapping,
@@ -155,8 +163,41 @@ def train_transe(mapped: np.ndarray, num_entities: int, num_relations: int, cfg:
     seed = int(cfg["seed"])
     device = torch.device(resolve_device(str(cfg["device"]), setting="transe.device",
                                          error=TransEError))
+    trainer = _train_sparse if trainer_for(cfg, device) == "sparse" else _train
     with torch_threads(cfg.get("threads")):
-        return _train(mapped, num_entities, num_relations, cfg, seed, device, log)
+        return trainer(mapped, num_entities, num_relations, cfg, seed, device, log)
+
+
+def _train_sparse(mapped, num_entities, num_relations, cfg, seed, device, log) -> TrainResult:
+    """The CPU-scale trainer (training/transe_sparse.py) wrapped in the stage's result."""
+    import torch
+
+    from training.transe_sparse import train_sparse
+
+    if cfg["evaluate"]:
+        raise TransEError("transe.evaluate needs transe.trainer=pykeen (its rank-based evaluator)")
+    started = time.perf_counter()
+    run = train_sparse(mapped, num_entities, num_relations, cfg, device, log)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - started
+    emb = run.relation.cpu().numpy().astype(np.float32)
+    unseen = np.flatnonzero(np.bincount(mapped[:, 1], minlength=num_relations) == 0)
+    emb[unseen] = 0.0
+    return TrainResult(
+        embeddings=emb, losses=run.losses, seconds=seconds, device=str(device),
+        model={"entity_embeddings": run.entity.cpu(), "relation_embeddings": run.relation.cpu()},
+        unseen_relations=[int(i) for i in unseen], triples=len(mapped),
+        epochs=len(run.losses), triples_seen=run.triples_seen, converged=run.converged,
+        relation_changes=run.changes,
+        hyperparameters={
+            "model": "TransE", "trainer": "sparse", "training_loop": "sLCWA",
+            "negative_sampler": "basic (head or tail)", "loss": "MarginRankingLoss",
+            "optimizer": "SparseAdam update on the rows a batch touches",
+            "batch_size_used": int(cfg["batch_size"]), "num_entities": int(num_entities),
+            "num_relations": int(num_relations), "torch_threads": torch.get_num_threads(),
+        },
+    )
 
 
 def _train(mapped, num_entities, num_relations, cfg, seed, device, log) -> TrainResult:
@@ -247,9 +288,11 @@ def _train(mapped, num_entities, num_relations, cfg, seed, device, log) -> Train
     return TrainResult(
         embeddings=emb, losses=losses, seconds=seconds, device=str(device), model=model,
         unseen_relations=[int(i) for i in unseen], triples=int(training.num_triples),
+        epochs=len(losses), triples_seen=int(training.num_triples) * len(losses),
         metrics=metrics,
         hyperparameters={
-            "model": "TransE", "training_loop": "sLCWA", "negative_sampler": "basic",
+            "model": "TransE", "trainer": "pykeen", "training_loop": "sLCWA",
+            "negative_sampler": "basic",
             "loss": "MarginRankingLoss", "optimizer": "Adam", "batch_size_used": batch_size,
             "num_entities": int(num_entities), "num_relations": int(num_relations),
             "torch_threads": torch.get_num_threads(),
@@ -274,10 +317,56 @@ def _write_json(path: Path, data) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
-    """Stage entry point: train TransE on ``inputs['triples']``, write embeddings + run dir."""
+def _unseen_warning(result: TrainResult, names: list[str]) -> list[str]:
+    """The report warning naming relations without a triple (they get zero rows)."""
+    if not result.unseen_relations:
+        return []
+    shown = ", ".join(f"{i} ({names[i]})" for i in result.unseen_relations[:10])
+    more = len(result.unseen_relations) - 10
+    msg = (f"{len(result.unseen_relations)} relation(s) have no training triple and get a zero "
+           f"embedding: {shown}" + (f" and {more} more" if more > 0 else ""))
+    print(f"WARNING transe: {msg}", file=sys.stderr)
+    return [msg]
+
+
+def _timing(result: TrainResult) -> dict:
+    """timing.json: epochs run and throughput over the triples actually drawn."""
+    rate = result.triples_seen / result.seconds if result.seconds > 0 else None
+    return {"seconds": round(result.seconds, 3), "epochs": result.epochs,
+            "triples": result.triples, "triples_seen": result.triples_seen,
+            "seconds_per_epoch": round(result.seconds / max(result.epochs, 1), 4),
+            "triples_per_second": round(rate, 1) if rate else None}
+
+
+def _write_run_dir(run_dir: Path, cfg: Mapping, result: TrainResult, names: list[str]) -> None:
+    """The self-describing run directory: config + versions, losses, timing, model, ids."""
     import torch
 
+    sparse = result.hyperparameters["trainer"] == "sparse"
+    _write_json(run_dir / "config.json", {
+        "stage": STAGE, "transe": cfg, "seed": int(cfg["seed"]), "device": result.device,
+        **result.hyperparameters, "triples": result.triples,
+        "unseen_relations": result.unseen_relations,
+        "embedding_rows": "row i of relation_embeddings.npy = relations.id i",
+        "versions": _versions(),
+    })
+    _write_json(run_dir / "losses.json", {
+        "loss": result.hyperparameters["loss"], "per": "epoch", "losses": result.losses,
+        **({"relation_change": result.relation_changes, "converged": result.converged}
+           if sparse else {})})
+    _write_json(run_dir / "timing.json", _timing(result))
+    if result.metrics:
+        _write_json(run_dir / "results.json", result.metrics)
+    with open(run_dir / "relation_to_id.tsv", "w", encoding="utf-8") as fh:
+        fh.write("id\tname\n")
+        fh.writelines(f"{i}\t{n}\n" for i, n in enumerate(names))
+    # PyKEEN: the whole model (torch.load(..., weights_only=False)); sparse: the two tensors
+    model_file = "trained_model.pt" if sparse else "trained_model.pkl"
+    torch.save(result.model, run_dir / model_file)
+
+
+def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
+    """Stage entry point: train TransE on ``inputs['triples']``, write embeddings + run dir."""
     cfg = transe_config(config)
     for name in ("triples", "relations"):
         if name not in inputs:
@@ -287,61 +376,20 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
 
     mapped, names, num_entities = load_graph(inputs["triples"], inputs["relations"])
-    num_relations = len(names)
-    result = train_transe(mapped, num_entities, num_relations, cfg)
-
-    warnings: list[str] = []
-    if result.unseen_relations:
-        shown = ", ".join(f"{i} ({names[i]})" for i in result.unseen_relations[:10])
-        more = len(result.unseen_relations) - 10
-        msg = (f"{len(result.unseen_relations)} relation(s) have no training triple and get a zero "
-               f"embedding: {shown}" + (f" and {more} more" if more > 0 else ""))
-        warnings.append(msg)
-        print(f"WARNING transe: {msg}", file=sys.stderr)
-
+    result = train_transe(mapped, num_entities, len(names), cfg)
     emb_path = out / "relation_embeddings.npy"
     np.save(emb_path, result.embeddings)
-    epochs = int(cfg["epochs"])
-    triples_per_s = result.triples * epochs / result.seconds if result.seconds > 0 else None
-    _write_json(run_dir / "config.json", {
-        "stage": STAGE,
-        "transe": cfg,
-        "seed": int(cfg["seed"]),
-        "device": result.device,
-        **result.hyperparameters,
-        "triples": result.triples,
-        "unseen_relations": result.unseen_relations,
-        "embedding_rows": "row i of relation_embeddings.npy = relations.id i",
-        "versions": _versions(),
-    })
-    _write_json(run_dir / "losses.json", {"loss": result.hyperparameters["loss"],
-                                          "per": "epoch", "losses": result.losses})
-    _write_json(run_dir / "timing.json", {
-        "seconds": round(result.seconds, 3), "epochs": epochs, "triples": result.triples,
-        "seconds_per_epoch": round(result.seconds / epochs, 4),
-        "triples_per_second": round(triples_per_s, 1) if triples_per_s else None,
-    })
-    if result.metrics:
-        _write_json(run_dir / "results.json", result.metrics)
-    with open(run_dir / "relation_to_id.tsv", "w", encoding="utf-8") as fh:
-        fh.write("id\tname\n")
-        fh.writelines(f"{i}\t{n}\n" for i, n in enumerate(names))
-    torch.save(result.model, run_dir / "trained_model.pkl")
-
+    _write_run_dir(run_dir, cfg, result, names)
+    timing = _timing(result)
     report = {
-        "epochs": epochs,
-        "dim": int(cfg["dim"]),
-        "seed": int(cfg["seed"]),
-        "device": result.device,
-        "batch_size": result.hyperparameters["batch_size_used"],
-        "seconds": round(result.seconds, 3),
-        "triples_per_second": round(triples_per_s, 1) if triples_per_s else None,
+        "trainer": result.hyperparameters["trainer"], "epochs": result.epochs,
+        "converged": result.converged, "dim": int(cfg["dim"]), "seed": int(cfg["seed"]),
+        "device": result.device, "batch_size": result.hyperparameters["batch_size_used"],
+        "seconds": timing["seconds"], "triples_per_second": timing["triples_per_second"],
         "final_loss": result.losses[-1] if result.losses else None,
-        "triples": result.triples,
-        "relations": num_relations,
-        "entities": num_entities,
+        "triples": result.triples, "relations": len(names), "entities": num_entities,
         "unseen_relations": len(result.unseen_relations),
-        "warnings": warnings,
+        "warnings": _unseen_warning(result, names),
     }
     if result.metrics:
         report["eval"] = result.metrics

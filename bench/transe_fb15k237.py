@@ -1,0 +1,83 @@
+"""The SCOS merge list on FB15k-237 with each TransE trainer, from one ingest (issue 17 item 3).
+
+    python bench/transe_fb15k237.py --dump ../shared/data/fb15k237 --workdir /tmp/transe-fb
+
+Runs ``ingest`` and ``entity_types`` once, then for ``transe.trainer`` = ``pykeen`` (the previous
+CPU default) and ``sparse`` (the new one) re-runs ``transe`` → ``relation_stats`` →
+``scos_merge`` in the same staged build (a stage re-run replaces only its own outputs; TransE
+feeds both the candidate pairs and the cosine term), and prints each merge list in order with
+its stage times, then the merges the two lists share. Default config otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TRAINED = ("transe", "relation_stats", "scos_merge")
+
+
+def merges(record: dict) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(record["outputs"]["merge_log"]).to_pylist()
+
+
+def run_trainer(store, build_id, dump: str, trainer: str, overrides: list[str]) -> dict:
+    """transe → relation_stats → scos_merge with one trainer; times, report and merges."""
+    from pipeline import driver
+    from runtime.config import load_config
+
+    config = load_config(None, [f"transe.trainer={trainer}", *overrides])
+    records = {name: driver.run_stage(store, build_id, name, config, dump) for name in TRAINED}
+    transe = records["transe"]["report"]
+    scos = records["scos_merge"]["report"]
+    return {"trainer": trainer,
+            "seconds": {name: round(r["seconds"], 1) for name, r in records.items()},
+            "epochs": transe["epochs"], "converged": transe["converged"],
+            "R0": scos["R0"], "R_star": scos["R_star"], "rho_hat": round(scos["rho_hat"], 4),
+            "L_info": round(scos["L_info"], 4),
+            "merges": [(m["left"], m["right"], round(m["sim"], 3), round(m["theta"], 3))
+                       for m in merges(records["scos_merge"])]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dump", required=True)
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--build-id", help="a staged build in WORKDIR/store to reuse: its "
+                        "stages before transe are not run again")
+    parser.add_argument("--trainers", nargs="+", default=["pykeen", "sparse"],
+                        choices=["pykeen", "sparse"])
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="config override for the sparse run")
+    args = parser.parse_args(argv)
+    from pipeline import driver
+    from runtime.config import load_config
+    from runtime.contract import Store, new_build_id
+
+    store, build_id = Store(args.workdir / "store"), args.build_id or new_build_id()
+    done = driver.stage_records(store, build_id)
+    for name in driver.STAGE_NAMES[:driver.STAGE_NAMES.index("transe")]:
+        if name not in done:
+            driver.run_stage(store, build_id, name, load_config(None, []), args.dump)
+    runs = [run_trainer(store, build_id, args.dump, t, args.overrides if t == "sparse" else [])
+            for t in args.trainers]
+    for r in runs:
+        print(json.dumps({k: v for k, v in r.items() if k != "merges"}))
+        for i, (left, right, sim, theta) in enumerate(r["merges"], 1):
+            print(f"{i}. `{left}` + `{right}` ({sim}; {theta})")
+    if len(runs) < 2:
+        return
+    shared = {frozenset(m[:2]) for m in runs[0]["merges"]} & {
+        frozenset(m[:2]) for m in runs[1]["merges"]}
+    print(f"shared merges: {len(shared)} of {len(runs[0]['merges'])} (pykeen) and "
+          f"{len(runs[1]['merges'])} (sparse)")
+
+
+if __name__ == "__main__":
+    main()
