@@ -121,6 +121,9 @@ DEFAULTS: dict = {
         # synthetic triples, ~0.02 on FB15k-237, ~0.04 on 10^7 (more batches per epoch), where
         # transe.epochs bounds the run (docs/BENCHMARKS.md "TransE at scale")
         "tolerance": 0.01,
+        # sparse trainer only: ... and not before this many optimiser steps (batches): a small
+        # graph's few batches an epoch turn its relations little long before they have learned
+        "min_steps": 300,
         # sparse trainer only: each epoch draws at most this many triples per relation anew
         # (rare relations are seen in full every epoch); null = every triple every epoch
         "relation_sample": 50000,
@@ -424,7 +427,8 @@ SCHEMA: dict = {
         "margin": number(0, low_open=True), "scoring_norm": choice(1, 2),
         "device": DEVICE, "threads": THREADS, "evaluate": BOOL,
         "eval_share": number(0, 1, low_open=True, high_open=True),
-        "tolerance": number(0, 1), "relation_sample": integer(1, nullable=True),
+        "tolerance": number(0, 1), "min_steps": integer(0),
+        "relation_sample": integer(1, nullable=True),
     },
     "scos_merge": {
         "enabled": BOOL,

@@ -38,7 +38,8 @@ def toy_graph() -> np.ndarray:
 def cfg(**overrides) -> dict:
     out = dict(DEFAULTS["transe"])
     out.update({"trainer": "sparse", "device": "cpu", "dim": 16, "batch_size": 32,
-                "learning_rate": 0.05, "epochs": 40, "tolerance": 0.0})
+                "learning_rate": 0.05, "epochs": 40, "tolerance": 0.0,
+                "min_steps": 0})
     out.update(overrides)
     return out
 
@@ -109,6 +110,14 @@ def test_tolerance_stops_training_once_relations_settle():
     assert loose.changes[-1] < 0.2 <= min(loose.changes[1:-1], default=1.0)
     never = train(tolerance=0.0, epochs=5)
     assert not never.converged and len(never.losses) == 5 and len(never.changes) == 5
+
+
+def test_min_steps_holds_the_stop_until_enough_batches_ran():
+    """160 triples in batches of 32: 5 steps an epoch, so 100 steps are 20 epochs at least."""
+    early = train(tolerance=0.2)
+    held = train(tolerance=0.2, min_steps=100)
+    assert len(early.losses) < 20
+    assert held.converged and len(held.losses) >= 20
 
 
 def write_inputs(root: Path) -> dict[str, str]:
