@@ -416,7 +416,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         fallback = F.col("key") if plan.name_rule == "key" else F.regexp_replace("key", "_", " ")
         named = Observation("names")  # counted while writing: no extra pass
         entities = (
-            agg.join(ids(ent_ids), "key", "right")
+            ent_ids.join(agg, "key", "left")  # ids preserved: a broadcast could only build agg
             .select(
                 F.col("id"),
                 F.col("key"),
@@ -429,9 +429,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
             )
         )
         # row order = id order; up to driver_max_entities in one file, sorted in one task
-        # (repartition, not coalesce: the aggregation and the broadcast join before it stay
-        # parallel, where coalesce(1) would run them in that one task too)
-        entities = (entities.repartition(1).sortWithinPartitions("id") if small
+        entities = (entities.coalesce(1).sortWithinPartitions("id") if small
                     else entities.orderBy("id"))
         entities = (entities.observe(named, F.count_if(F.col("_named")).alias("named"))
                     .drop("_named"))
