@@ -297,10 +297,10 @@ def fetch_outputs(out: Path) -> dict[str, list[dict]]:
     return {name: _rows(out / f"{name}.parquet", name) for name in COMPARED}
 
 
-def read_spark_outputs(outputs: dict) -> dict[str, list[dict]]:
-    """Spark's outputs (``entities``: entity_types' table, whose columns but ``types`` are
-    ingest's)."""
-    return {name: _rows(outputs[name], name) for name in COMPARED}
+def read_spark_outputs(outputs: dict, names=COMPARED) -> dict[str, list[dict]]:
+    """Spark's outputs ``names`` (``entities``: entity_types' table, whose columns but
+    ``types`` are ingest's)."""
+    return {name: _rows(outputs[name], name) for name in names}
 
 
 def _same(a, b, tol: float) -> bool:

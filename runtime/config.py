@@ -50,6 +50,9 @@ DEFAULTS: dict = {
         "languages": ["en"],  # literal language tags kept as names/aliases/descriptions ("" = untagged)
         "literals_as_edges": False,  # literal facts become entity attributes unless set
         "entities_file": None,  # optional JSONL/TSV of names, aliases, descriptions
+        # up to this many entities, ids are numbered on the driver and looked up by broadcast
+        # joins, and entities are written as one file; above, sorted and joined in Spark
+        "driver_max_entities": 2_000_000,
     },
     "documents": {  # text/documents.py (DESIGN §8): format docs, or a triple dump's corpus
         "max_tokens": 512,  # chunk length in cl100k_base tokens
@@ -393,6 +396,7 @@ SCHEMA: dict = {
                           lambda v: isinstance(v, list) and all(isinstance(t, str) for t in v)),
         "literals_as_edges": BOOL,
         "entities_file": FILE,
+        "driver_max_entities": integer(0),  # 0: always the Spark path
     },
     "documents": {"max_tokens": integer(16), "overlap": integer(0), "max_document_mb": COUNT,
                   "corpus": FILE},

@@ -286,10 +286,13 @@ _SEP = "\u0001"
 
 
 def _iri_key(term: Column) -> Column:
-    """``<iri>`` → Freebase local name or the full IRI; ``_:b`` stays as is."""
+    """``<iri>`` → Freebase local name or the full IRI; ``_:b`` stays as is. Prefix tests and
+    substrings, no regex: this runs on the subject and predicate of every line."""
+    fb = "<" + FREEBASE_NS
+    local = term.substr(F.lit(len(fb) + 1), F.length(term) - len(fb) - 1)
     iri = term.substr(F.lit(2), F.length(term) - 2)
-    freebase = F.regexp_replace(iri, "^" + FREEBASE_NS.replace(".", r"\."), "")
-    return F.when(term.startswith("<"), freebase).otherwise(term)
+    return (F.when(term.startswith(fb), local).when(term.startswith("<"), iri)
+            .otherwise(term))
 
 
 def _lang_ok(lang: Column, languages: list[str]) -> Column:
@@ -322,16 +325,24 @@ def parse_nt(lines: DataFrame, graph: bool, languages: list[str]) -> DataFrame:
         F.get("_t", 1).alias("_st"), F.get("_t", 2).alias("_pt"), F.get("_t", 3).alias("_ot"),
     )
     o_term = F.col("_ot")
+    # a literal term (checked by _FULL) is "text" then @lang, ^^<iri> or nothing, none of
+    # which holds a quote: the suffix is what follows the last quote
+    suffix = F.substring_index(o_term, '"', -1)
     df = df.select(
         "*",
         _iri_key(F.col("_st")).alias("_s"),
         _iri_key(F.col("_pt")).alias("_p"),
         o_term.startswith('"').alias("_lit"),
-        F.when(o_term.startswith('"'), F.regexp_extract(
-            o_term, r'^"(.*)"(?:@[A-Za-z0-9\-]+|\^\^<[^<>"\s]*>)?$', 1)
-        ).otherwise(_iri_key(o_term)).alias("_o"),
-        F.regexp_extract(o_term, r'"@([A-Za-z0-9\-]+)$', 1).alias("_lang"),
+        F.when(o_term.startswith('"'), suffix).alias("_suffix"),
         ((F.col("_st") == "<>") | (F.col("_pt") == "<>") | (o_term == "<>")).alias("_empty"),
+    )
+    suffix = F.col("_suffix")
+    df = df.select(
+        "*",
+        F.when(F.col("_lit"), o_term.substr(F.lit(2), F.length(o_term) - F.length(suffix) - 2))
+        .otherwise(_iri_key(o_term)).alias("_o"),
+        F.when(suffix.startswith("@"), suffix.substr(F.lit(2), F.length(suffix)))
+        .otherwise(F.lit("")).alias("_lang"),
     )
     p_name, o_lit, keep = F.col("_p"), F.col("_lit"), _lang_ok(F.col("_lang"), languages)
 

@@ -49,7 +49,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 from py4j.protocol import Py4JJavaError
 from pyspark import StorageLevel
 from pyspark.errors import PySparkException
@@ -64,7 +64,6 @@ from spark_jobs.session import get_spark
 from text.corpus import build_format
 
 OUTPUTS = ("entities", "relations", "triples", "quarantine", "type_assertions")
-BROADCAST_ENTITIES = 1_000_000  # up to this many entities, id look-ups are broadcast joins
 TEXT_LIMIT = 500  # characters of a malformed line kept in the quarantine
 _LOW33 = (1 << 33) - 1  # monotonically_increasing_id = partition << 33 | row within partition
 _ATTRIBUTES = "array<struct<key:string,value:string>>"
@@ -121,6 +120,51 @@ def dense_ids(spark: SparkSession, keys: DataFrame, key: str, cache: _Cache
     return ids, total
 
 
+_ENTITY, _RELATION = 0, 1  # tags of the vocabulary's rows
+
+
+def vocabulary(edges: DataFrame, subjects: DataFrame, cache: _Cache) -> tuple[DataFrame, dict]:
+    """The distinct entity keys and relation names, as (tag, name) rows, and their number per
+    tag: one aggregation (partial, one exchange of the distinct names) over the cached parse
+    instead of a de-duplication of the edges followed by one per vocabulary."""
+    vocab = cache(
+        edges.select(F.lit(_ENTITY).alias("tag"), F.col("s").alias("name"))
+        .unionByName(edges.select(F.lit(_ENTITY).alias("tag"), F.col("o").alias("name")))
+        .unionByName(subjects.select(F.lit(_ENTITY).alias("tag"), F.col("s").alias("name")))
+        .unionByName(edges.select(F.lit(_RELATION).alias("tag"), F.col("p").alias("name")))
+        .distinct()
+    )
+    sizes = {row["tag"]: row["count"] for row in vocab.groupBy("tag").count().collect()}
+    return vocab, sizes
+
+
+def numbered_on_driver(spark: SparkSession, names: pa.Table) -> DataFrame:
+    """(key, id) of the entity rows of ``names``, id = rank in key order: sorted by Arrow on
+    the driver (byte order of UTF-8 = code-point order = Spark's string order), as relations
+    are, instead of a sampled range shuffle, a sort and a count per partition in Spark."""
+    keys = names.filter(pc.equal(names["tag"], _ENTITY)).column("name")
+    keys = keys.take(pc.sort_indices(keys))
+    table = pa.table({"key": keys.combine_chunks(), "id": pa.array(range(len(keys)), pa.int64())})
+    return spark.createDataFrame(table)
+
+
+def entity_and_relation_ids(spark: SparkSession, edges: DataFrame, subjects: DataFrame,
+                            driver_max: int, cache: _Cache) -> tuple[DataFrame, int, list[str]]:
+    """(key, id) of the entities, their number and the relation names in id order. Up to
+    ``driver_max`` entities the keys are numbered on the driver; above, by ``dense_ids``."""
+    vocab, sizes = vocabulary(edges, subjects, cache)
+    n_entities = sizes.get(_ENTITY, 0)
+    if n_entities <= driver_max:
+        names = vocab.toArrow()
+        ent_ids = numbered_on_driver(spark, names)
+    else:
+        names = vocab.filter(F.col("tag") == _RELATION).toArrow()
+        keys = vocab.filter(F.col("tag") == _ENTITY).select(F.col("name").alias("key"))
+        ent_ids = cache(dense_ids(spark, keys, "key", cache)[0])
+    rel_names = sorted(names.filter(pc.equal(names["tag"], _RELATION)).column("name").to_pylist())
+    return ent_ids, n_entities, rel_names
+
+
 _FAILED_READ = re.compile(r"\[FAILED_READ_FILE\.\w+\] Encountered error while reading file "
                           r"(\S+?)\.?\s")
 _CAUSE = re.compile(r"Caused by: ([\w.$]+(?:: [^\n]*)?)")
@@ -137,10 +181,6 @@ def _unreadable_file(exc: Exception) -> str | None:
     cause = _CAUSE.search(text)
     why = cause.group(1).strip() if cause else "read error"
     return f"{_local_path(found.group(1))}: {why} (truncated or corrupt file?)"
-
-
-def _rows_written(path: Path) -> int:
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in sorted(path.glob("*.parquet")))
 
 
 def _write(df: DataFrame, path: Path) -> None:
@@ -331,7 +371,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         if lines == 0:
             raise IngestError(f"ingest of {dump}: no statements in {[str(f) for f in plan.files]}")
 
-        # 2. graph edges, de-duplicated
+        # 2. graph edges (de-duplicated as id triples, step 4)
         graph = F.col("graph")
         edges = parsed.filter((F.col("kind") == fm.EDGE) & graph).select("s", "p", "o")
         edge_facts = kinds.get(fm.EDGE, 0)
@@ -340,22 +380,15 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
             attrs = fm.unescape_literals(attrs.select("s", "p", "o", "escaped"), python)
             edges = edges.unionByName(attrs.select("s", "p", _literal_key(F.col("o")).alias("o")))
             edge_facts += kinds.get(fm.ATTRIBUTE, 0)
-        edges = cache(edges.distinct())
 
         # 3. ids: entities by key, relations by name
         subject_kinds = (*fm.LITERAL_KINDS, fm.FILTERED, fm.TYPE)
-        keys = (
-            edges.select(F.col("s").alias("key"))
-            .unionByName(edges.select(F.col("o").alias("key")))
-            .unionByName(parsed.filter(F.col("kind").isin(*subject_kinds) & graph)
-                         .select(F.col("s").alias("key")))
-        )
+        subjects = parsed.filter(F.col("kind").isin(*subject_kinds) & graph).select("s")
         added = feedback_added(parsed, delta)
-        ent_ids, n_entities = dense_ids(spark, keys, "key", cache)
-        ent_ids = cache(ent_ids)
-        small = n_entities <= BROADCAST_ENTITIES
+        ent_ids, n_entities, rel_names = entity_and_relation_ids(
+            spark, edges, subjects, int(cfg["driver_max_entities"]), cache)
+        small = n_entities <= int(cfg["driver_max_entities"])
         ids = (lambda df: F.broadcast(df)) if small else (lambda df: df)
-        rel_names = sorted(r["p"] for r in edges.select("p").distinct().collect())
         relations = spark.createDataFrame(list(enumerate(rel_names)), "id long, name string")
         shutil.rmtree(paths["relations"], ignore_errors=True)
         paths["relations"].mkdir()
@@ -363,16 +396,18 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
                                            "name": pa.array(rel_names, pa.string())}),
                     paths["relations"] / "part-00000.parquet")
 
-        # 4. triples
+        # 4. triples: ids looked up, then de-duplicated as three longs
         s_ids = ent_ids.select(F.col("key").alias("s"), F.col("id").alias("s_id"))
         o_ids = ent_ids.select(F.col("key").alias("o"), F.col("id").alias("o_id"))
         r_ids = relations.select(F.col("name").alias("p"), F.col("id").alias("r_id"))
+        written = Observation("triples")
         triples = (
             edges.join(ids(s_ids), "s").join(ids(o_ids), "o").join(F.broadcast(r_ids), "p")
             .select(F.col("s_id").alias("s"), F.col("r_id").alias("r"), F.col("o_id").alias("o"))
+            .distinct()
         )
-        _write(triples, paths["triples"])
-        n_triples = _rows_written(paths["triples"])
+        _write(triples.observe(written, F.count("*").alias("n")), paths["triples"])
+        n_triples = int(written.get["n"])
 
         # 5. entities with names, aliases, descriptions, attributes
         records = any(source.parser == "entities" for source in plan.sources)
@@ -381,7 +416,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         fallback = F.col("key") if plan.name_rule == "key" else F.regexp_replace("key", "_", " ")
         named = Observation("names")  # counted while writing: no extra pass
         entities = (
-            ent_ids.join(agg, "key", "left")
+            ent_ids.join(agg, "key", "left")  # ids preserved: a broadcast could only build agg
             .select(
                 F.col("id"),
                 F.col("key"),
@@ -393,7 +428,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
                 F.col("name").isNotNull().alias("_named"),
             )
         )
-        # row order = id order; up to BROADCAST_ENTITIES in one file, sorted in one task
+        # row order = id order; up to driver_max_entities in one file, sorted in one task
         entities = (entities.coalesce(1).sortWithinPartitions("id") if small
                     else entities.orderBy("id"))
         entities = (entities.observe(named, F.count_if(F.col("_named")).alias("named"))
@@ -402,11 +437,14 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         names_found = int(named.get["named"])
 
         # 6. type assertions
+        typed = Observation("types")
         assertions = fm.unescape_literals(
             parsed.filter((F.col("kind") == fm.TYPE) & graph).select("s", "o", "escaped"), python
         ).select("s", F.col("o").alias("type")).distinct()
         _write(assertions.join(ids(ent_ids.withColumnRenamed("key", "s")), "s")
-               .select("id", "type"), paths["type_assertions"])
+               .select("id", "type").observe(typed, F.count("*").alias("n")),
+               paths["type_assertions"])
+        n_types = int(typed.get["n"])
     except (Py4JJavaError, PySparkException) as exc:
         unreadable = _unreadable_file(exc)
         if unreadable is None:
@@ -432,7 +470,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         "relations": len(rel_names),
         "triples": n_triples,
         "duplicate_triples_removed": edge_facts - n_triples,
-        "type_assertions": _rows_written(paths["type_assertions"]),
+        "type_assertions": n_types,
         "names_missing": n_entities - names_found,
         "name_fallback": "key" if plan.name_rule == "key" else "key with '_' as spaces",
         "seconds": round(time.perf_counter() - started, 3),

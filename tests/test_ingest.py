@@ -482,16 +482,19 @@ def test_fb15k237_golden(spark, tmp_path):
 
 @pytest.fixture(scope="module")
 def big_tsv(tmp_path_factory) -> tuple[Path, dict[int, str]]:
-    """3000 lines (about 60 KB) with malformed lines spread through the file."""
+    """3000 lines (about 60 KB) with malformed lines spread through the file; some keys
+    beyond ASCII, one past the BMP (UTF-16 would order it before U+FF21; code points after)."""
     path = tmp_path_factory.mktemp("big") / "big.tsv"
     lines, bad = [], {}
     for i in range(1, 3001):
         if i % 97 == 0:
             lines.append(f"broken line {i}")
             bad[i] = lines[-1]
+        elif i % 101 == 0:
+            lines.append(f"\uff21{i % 7}\tr{i % 13}\t\U0001f600{i % 5}\u00e9")
         else:
             lines.append(f"e{(i * 7919) % 1000}\tr{i % 13}\te{(i * 104729) % 1000}")
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path, bad
 
 
@@ -504,8 +507,9 @@ def test_line_numbers_exact_across_splits_and_ids_deterministic(spark, big_tsv, 
     previous = {k: spark.conf.get(k) for k in settings}
     for k, v in settings.items():
         spark.conf.set(k, v)
-    try:
-        second = Result(ingest(path, tmp_path / "two", max_malformed_share=0.05))
+    try:  # and ids by the Spark path (sort, numbers per partition), not on the driver
+        second = Result(ingest(path, tmp_path / "two", max_malformed_share=0.05,
+                               driver_max_entities=0))
     finally:
         for k, v in previous.items():
             spark.conf.set(k, v)
@@ -513,13 +517,14 @@ def test_line_numbers_exact_across_splits_and_ids_deterministic(spark, big_tsv, 
         assert_dense_ids(res)
         assert [(q["line"], q["text"]) for q in res.rows("quarantine")] == sorted(bad.items())
         assert res.report["lines"] == 3000 and res.report["malformed"] == len(bad)
-    # same input, different partitioning: identical ids
+    assert first.report["entities"] <= DEFAULTS["ingest"]["driver_max_entities"]
+    # same input, different partitioning and id path: identical ids
     assert first.rows("entities") == second.rows("entities")
     assert first.rows("relations") == second.rows("relations")
     key = lambda t: (t["s"], t["r"], t["o"])  # noqa: E731
     assert sorted(first.rows("triples"), key=key) == sorted(second.rows("triples"), key=key)
     expected = {tuple(line.split("\t")) for i, line in enumerate(
-        path.read_text().splitlines(), 1) if i not in bad}
+        path.read_text(encoding="utf-8").splitlines(), 1) if i not in bad}
     assert first.triples == expected
 
 
