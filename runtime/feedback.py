@@ -142,19 +142,18 @@ def bridge_facts(answer, limit: int, named: Iterable[str] = ()) -> list[dict]:
     the entity: "what does the graph lack about the bridge", retrieved by its name. Without
     them a refresh only ever asks about the topic — the first hop — and the answer a delta
     moved onto a bridge entity is never followed."""
-    topic = {_folded(n) for n in (*(link["name"] for link in answer.linked), *named)}
+    from runtime.linker import folded
+
+    topic = {folded(str(n)) for n in (*(link["name"] for link in answer.linked), *named)}
     out: dict[str, dict] = {}
     for name in [*answer.answers, *(c["name"] for c in answer.candidates)]:
-        key = _folded(name)
+        key = folded(str(name))
         if len(out) >= limit:
             break
         if key and key not in topic and key not in out:
             out[key] = {"name": name, "text": name}
     return list(out.values())
 
-
-def _folded(name) -> str:
-    return " ".join(str(name).casefold().split())
 
 
 def missing_fact(entity: Mapping, hop: str) -> dict:

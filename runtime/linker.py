@@ -44,6 +44,12 @@ def normalise(text: str) -> str:
     return " ".join(_NON_WORD.sub(" ", text.casefold()).split())
 
 
+def folded(text: str | None) -> str:
+    """Case folded, runs of whitespace as one space: the light fold that compares a title or a
+    reached entity with a name (``normalise`` also drops punctuation and possessives)."""
+    return " ".join((text or "").casefold().split())
+
+
 def surface_forms(names: Sequence[str], keys: Sequence[str],
                   aliases: Sequence[Sequence[str] | None]) -> list[tuple[int, str]]:
     """(entity, form) for every name, key and alias of the entities: what the linker matches;

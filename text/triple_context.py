@@ -31,6 +31,7 @@ from pipeline.stage import (Laps, checked_section, stage_batch_encoder, stage_in
                             torch_threads)
 from runtime.contract import TABLE_SCHEMAS, read_table, write_table
 from runtime.encoder import PrefixedEncoder, encode_by_length
+from runtime.linker import folded
 from text.chunking import content_id, split_sentences
 from text.triple_extract import SOURCE_COLUMNS
 
@@ -156,8 +157,8 @@ def _chunks_about(inputs: Mapping[str, str], chunks: pa.Table) -> dict[int, list
     documents = _read(inputs, "documents")
     by_title: dict[str, list] = defaultdict(list)
     for doc, title in zip(documents["doc_id"].to_pylist(), documents["title"].to_pylist()):
-        if _folded(title):
-            by_title[_folded(title)].append(doc)
+        if folded(title):
+            by_title[folded(title)].append(doc)
     chunks_of_doc: dict[str, list] = defaultdict(list)
     for chunk, doc in zip(chunks["chunk_id"].to_pylist(), chunks["doc_id"].to_pylist()):
         chunks_of_doc[doc].append(chunk)
@@ -165,14 +166,11 @@ def _chunks_about(inputs: Mapping[str, str], chunks: pa.Table) -> dict[int, list
     about: dict[int, list] = {}
     for eid, name, aliases in zip(*(entities[c].to_pylist() for c in entities.column_names)):
         docs = dict.fromkeys(d for form in (name, *(aliases or ())) for d in by_title.get(
-            _folded(form), ()))
+            folded(form), ()))
         if docs:
             about[eid] = [c for d in docs for c in chunks_of_doc[d]]
     return about
 
-
-def _folded(text: str | None) -> str:
-    return " ".join((text or "").casefold().split())
 
 
 def _sentences_by_chunk(chunks: pa.Table, sentences: pa.Table) -> dict[str, list]:

@@ -185,7 +185,8 @@ def encode_entities(cfg: Mapping, texts: list[str], out: Path,
                     lap: Laps) -> tuple[PrefixedEncoder, np.ndarray, dict]:
     """(the store's encoder, the entity vectors, the export's encoder.json entry). The question
     encoder is exported first so that on a CPU the batch runs on it (``encoder`` auto or onnx:
-    int8 ONNX, >= 10x torch's float32 here, docs/BENCHMARKS.md), shortest texts first."""
+    int8 ONNX, 4.5x torch's float32 on one thread for FB15k-237's entities, docs/BENCHMARKS.md),
+    shortest texts first."""
     try:
         model_dir = spec_model_dir({"model": cfg["model"]})
     except EncoderError as exc:
