@@ -135,7 +135,7 @@ def test_a_flipped_byte_fails_the_checksum(tmp_path):
 
 
 def test_segments_rotate_and_the_oldest_go_past_the_cap(tmp_path):
-    one = len(feedback.encode({**_record(0), "v": 1, "id": "0" * 25, "time": "x" * 24,
+    one = len(feedback.encode({**_record(0), "v": 1, "id": "0" * 25, "time": "x" * 27,
                                "mentions": []}))
     log = feedback.FeedbackLog(tmp_path, segment_bytes=one * 10, max_bytes=one * 35)
     for i in range(100):
