@@ -14,7 +14,8 @@ module; the chain is linear, each stage after the one before it):
 * ``publish`` — ``lokg publish``: validate and publish atomically; with the ``publish_url``
   param (default ``LOKG_PUBLISH_URL``) also ``lokg store push`` the build to that object store
   (``s3://…``: files, manifest, then a conditional write of its CURRENT); then emit the store's
-  Asset ``lokg://store/<name>`` with the build id, which schedules ``lokg_evaluate``.
+  Asset ``lokg://store/<name>`` with the build id and what it refreshed and changed (the
+  report's ``refresh``), which schedules ``lokg_evaluate``.
 
 Refresh: when the store holds a previous build (its refresh cache), every stage whose
 inputs, config and code are unchanged reuses that build's outputs and partial stages recompute
@@ -136,6 +137,7 @@ def publish(planned: dict, *, params=None, outlet_events=None) -> str:
         "dump": planned["dump"],
         "previous_build_id": previous if previous != planned["build_id"] else None,
         "validation_budget": params["validation_budget"],
+        "refresh": lc.build_refresh(planned["store"], planned["build_id"]),
     }
     return planned["build_id"]
 

@@ -31,10 +31,10 @@ from types import ModuleType
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.refresh import (PREVIOUS, UNHASHABLE, cached_relative, content_hash, fingerprint,
-                              link_tree, same_settings)
+from pipeline.refresh import (UNHASHABLE, cached_relative, content_hash, fingerprint, link_tree,
+                              same_settings)
 from pipeline.registry import STAGE_NAMES, Stage, producers, stage
-from pipeline.stage import BuildError, StageError
+from pipeline.stage import PREVIOUS, BuildError, StageError
 from runtime.config import section
 from runtime.contract import (REQUIRED_TABLES, Build, Store, StoreError, new_build_id,
                               read_table, sha256_file)
@@ -51,7 +51,8 @@ PUBLISHED_TABLES = ("entities", "relations", "triples", "relation_map", "relatio
 REPORT_ARTEFACTS = {"quarantine": "reports/quarantine.parquet",
                     "document_quarantine": "reports/document_quarantine.parquet",
                     "extraction_quarantine": "reports/extraction_quarantine.parquet",
-                    "merge_log": "reports/merge_log.parquet"}
+                    "merge_log": "reports/merge_log.parquet",
+                    "change_set": "reports/change_set"}
 MODEL_ARTEFACTS = {"transe_run": "models/transe",
                    "relation_embeddings": "models/relation_embeddings.npy",
                    "entity_index": "entity.faiss",
@@ -224,8 +225,9 @@ def _refreshed_or_run(store: Store, spec: Stage, config: dict, inputs: dict[str,
         reused = _linked(store, base, spec.name, work)
         if reused is not None:
             hook = getattr(module, "on_reuse", None)  # outputs that describe the change
-            if hook is not None:
+            if hook is not None:  # it rewrites outputs: their hashes are taken anew
                 reused["report"] = hook(str(work), reused["outputs"], reused["report"])
+                reused["hashes"] = None
             return reused, "reused"
     if (base is not None and spec.refresh == "partial"
             and same_settings(base[1].get("fingerprint", {}), printed)):
@@ -362,11 +364,12 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
 
 
 def refresh_summary(records: dict[str, dict]) -> dict:
-    """What a build refreshed from: the cached build it reused from (None: a full build) and
-    how each stage was made (reused, partial, full)."""
+    """What a build refreshed from: the cached build it reused from (None: a full build), how
+    each stage was made (reused, partial, full) and the counts of ingest's change set."""
     bases = {r.get("refresh_base") for r in records.values()} - {None}
     return {"base": min(bases) if bases else None,
-            "stages": {n: r.get("refresh", "full") for n, r in records.items()}}
+            "stages": {n: r.get("refresh", "full") for n, r in records.items()},
+            "changes": records.get("ingest", {}).get("report", {}).get("change_set")}
 
 
 def _write_query_stats(staging: Path, tables: dict[str, Path]) -> Path:

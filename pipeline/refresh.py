@@ -7,7 +7,8 @@ packages, its config sections (with the content of any file a setting names) and
 hash of every input artefact (the dump's files included). Its ``digest`` is the sha256 of that
 record as canonical JSON. A refresh reuses a stage whose digest equals the cached record's,
 and gives a ``partial`` stage the cached outputs (``previous:<artefact>`` inputs) when only
-its input data changed (``pipeline.registry`` says how each stage refreshes).
+its input data changed (``pipeline.stage.PREVIOUS``; ``pipeline.registry`` says how each
+stage refreshes).
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ FINGERPRINT_VERSION = 1
 CODE_PACKAGES = ("pipeline", "spark_jobs", "training", "text", "runtime")
 #: Spark's part files carry a random job UUID in their names; content hashes ignore it.
 _SPARK_PART = re.compile(r"^(part-\d+)-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
-#: Prefix of the inputs a partial stage gets from the cached previous build.
-PREVIOUS = "previous:"
 #: An input whose content cannot be hashed (the store itself): never equal, never reused.
 UNHASHABLE = "unhashable"
 
@@ -91,13 +90,16 @@ def link_tree(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> None:
     """Hard-link every file of ``src`` (but those named in ``skip``) under ``dst``, at the
     same relative paths, copying where a link cannot be made (another filesystem). Outputs
     are never written in place, so a link shared with the cache is safe."""
-    for file in sorted(p for p in src.rglob("*") if p.is_file() and p.name not in skip):
-        target = dst / file.relative_to(src)
+    for path in sorted(p for p in src.rglob("*") if p.name not in skip):
+        target = dst / path.relative_to(src)
+        if path.is_dir():  # empty directories too: an output may be one
+            target.mkdir(parents=True, exist_ok=True)
+            continue
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            os.link(file, target)
+            os.link(path, target)
         except OSError:
-            shutil.copy2(file, target)
+            shutil.copy2(path, target)
 
 
 def cached_relative(path: str, build_id: str, stage: str) -> Path | None:

@@ -56,7 +56,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("feedback_enrich", "text", ("dump", "store"), ("feedback_delta",)),  # reads the store
     # partial: re-reads a changed dump in full, and diffs it with the cached build (change_set)
     Stage("ingest", "spark_jobs", ("dump",),
-          ("entities", "relations", "triples", "quarantine", "type_assertions"),
+          ("entities", "relations", "triples", "quarantine", "type_assertions", "change_set"),
           optional=("extracted", "feedback_delta"), refresh="partial"),
     Stage("entity_types", "spark_jobs", ("entities", "relations", "triples"), ("entities",),
           optional=("type_assertions",), refresh="reuse"),

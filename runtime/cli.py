@@ -213,7 +213,13 @@ def refresh_lines(refresh: dict) -> list[str]:
         return []  # a build from before refreshes existed
     if refresh.get("base") is None:
         return ["  refresh: full build (no previous build reused)"]
-    return [f"  refresh: from build {refresh['base']}"]
+    lines = [f"  refresh: from build {refresh['base']}"]
+    changes = refresh.get("changes")
+    if changes is not None:
+        lines.append("  changes: " + (", ".join(f"{part.replace('_', ' ')} {n:,}"
+                                                for part, n in changes.items() if n)
+                                      or "none (the same graph as the previous build)"))
+    return lines
 
 
 #: Lineage rows a build summary prints (the table has them all).

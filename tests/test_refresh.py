@@ -13,7 +13,8 @@ import pyarrow as pa
 import pytest
 
 from pipeline import driver as pipeline
-from pipeline.refresh import PREVIOUS, content_hash
+from pipeline.refresh import content_hash
+from pipeline.stage import PREVIOUS
 from runtime import contract
 from runtime.config import load_config
 from runtime.contract import Store
@@ -66,9 +67,12 @@ class FakeStages:
         for table, data in tables.items():
             contract.write_table(table, data, out / table / "part-00000.parquet")
             outputs[table] = str(out / table)
-        (out / "types.parquet").mkdir()
-        outputs["type_assertions"] = str(out / "types.parquet")
-        return {"outputs": outputs, "report": {"entities": n}}
+        for empty in ("type_assertions", "change_set"):
+            (out / empty).mkdir()
+            outputs[empty] = str(out / empty)
+        previous = PREVIOUS + "entities" in inputs  # the change set, as the real one counts it
+        changes = {"added_entities": n - 3, "removed_entities": 0} if previous else None
+        return {"outputs": outputs, "report": {"entities": n, "change_set": changes}}
 
 
 @pytest.fixture
@@ -211,3 +215,18 @@ def test_store_show_says_how_each_stage_was_made(tmp_path, stages):
 
     assert "refresh: full build" in shown["b1"] and made(shown["b1"]) == ["full", "full"]
     assert "refresh: from build b1" in shown["b2"] and made(shown["b2"]) == ["reused", "reused"]
+
+
+def test_store_show_prints_what_a_refresh_changed(tmp_path, stages):
+    from click.testing import CliRunner
+
+    from pipeline.cli import cli
+
+    store = Store(tmp_path / "store")
+    build(store, "b1", write_dump(tmp_path / "d1", ["a", "b", "c"]))
+    build(store, "b2", write_dump(tmp_path / "d2", ["a", "b", "c", "d", "e"]))
+    result = CliRunner().invoke(cli, ["store", "show", "--store", str(store.root)])
+    assert result.exit_code == 0, result.output
+    assert "refresh: from build b1" in result.output
+    assert "changes: added entities 2\n" in result.output
+    assert store.build("b2").manifest["report"]["refresh"]["changes"]["added_entities"] == 2
