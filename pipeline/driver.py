@@ -31,8 +31,8 @@ from types import ModuleType
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.refresh import (UNHASHABLE, cached_relative, content_hash, fingerprint, link_tree,
-                              same_settings)
+from pipeline.refresh import (UNHASHABLE, content_hash, fingerprint, link_tree, same_settings,
+                              staged_location)
 from pipeline.registry import STAGE_NAMES, Stage, producers, stage
 from pipeline.stage import PREVIOUS, BuildError, StageError
 from runtime.config import section
@@ -168,7 +168,8 @@ def run_stage(store: Store, build_id: str, name: str, config: dict, dump: str | 
     work.mkdir()
     try:
         started = time.perf_counter()
-        result, how = _refreshed_or_run(store, spec, config, inputs, work, base, printed)
+        result, how = _refreshed_or_run(store, build_id, spec, config, inputs, work, base,
+                                        printed)
         outputs = _checked_outputs(name, result)
         record = {
             "stage": name,
@@ -216,13 +217,14 @@ def _cached_record(store: Store, config: dict, spec: Stage) -> tuple[str, dict] 
     return base, json.loads(path.read_text())
 
 
-def _refreshed_or_run(store: Store, spec: Stage, config: dict, inputs: dict[str, str],
-                      work: Path, base: tuple[str, dict] | None, printed: dict) -> tuple[dict, str]:
+def _refreshed_or_run(store: Store, build_id: str, spec: Stage, config: dict,
+                      inputs: dict[str, str], work: Path, base: tuple[str, dict] | None,
+                      printed: dict) -> tuple[dict, str]:
     """The stage's result, and how it was made: the cached outputs linked (reused), or the
     stage run with the cached outputs as ``previous:`` inputs (partial), or in full."""
     module = _load_module(spec.name)
     if base is not None and base[1].get("fingerprint", {}).get("digest") == printed["digest"]:
-        reused = _linked(store, base, spec.name, work)
+        reused = _linked(store, base, spec.name, build_id, work)
         if reused is not None:
             hook = getattr(module, "on_reuse", None)  # outputs that describe the change
             if hook is not None:  # it rewrites outputs: their hashes are taken anew
@@ -236,17 +238,26 @@ def _refreshed_or_run(store: Store, spec: Stage, config: dict, inputs: dict[str,
     return module.run(config, inputs, str(work)), "full"
 
 
-def _linked(store: Store, base: tuple[str, dict], name: str, work: Path) -> dict | None:
-    """The cached stage's result with its files hard-linked into ``work``; None when one of
-    its outputs is not a file of its own directory (nothing is linked then)."""
-    build_id, record = base
-    cached = store.refresh_dir(build_id) / name
-    relative = {k: cached_relative(v, build_id, name) for k, v in record["outputs"].items()}
-    if any(rel is None or not (cached / rel).exists() for rel in relative.values()):
-        return None
+def _linked(store: Store, base: tuple[str, dict], name: str, build_id: str,
+            work: Path) -> dict | None:
+    """The cached stage's result with its files hard-linked into ``work``; an output it passed
+    on from an earlier stage (scos_merge's unmerged triples) is that stage's in this build.
+    None when an output is found in neither (nothing is linked then)."""
+    base_id, record = base
+    cached = store.refresh_dir(base_id) / name
+    outputs = {}
+    for artefact, path in record["outputs"].items():
+        found = staged_location(path, base_id)
+        if found is None:
+            return None
+        stage_dir, rel = found
+        own = stage_dir == name
+        target = (work if own else store.staging_dir(build_id) / stage_dir) / rel
+        if not (cached / rel if own else target).exists():
+            return None
+        outputs[artefact] = str(target)
     link_tree(cached, work, skip=(STAGE_RECORD,))
-    return {"outputs": {k: str(work / rel) for k, rel in relative.items()},
-            "report": record["report"], "hashes": record.get("hashes")}
+    return {"outputs": outputs, "report": record["report"], "hashes": record.get("hashes")}
 
 
 def previous_inputs(store: Store, base: str, name: str) -> dict[str, str]:
@@ -259,9 +270,9 @@ def previous_inputs(store: Store, base: str, name: str) -> dict[str, str]:
     for artefact, producer in wanted.items():
         path = store.refresh_dir(base) / producer / STAGE_RECORD
         outputs = json.loads(path.read_text())["outputs"] if path.is_file() else {}
-        rel = cached_relative(outputs.get(artefact, ""), base, producer)
-        if rel is not None:
-            previous[PREVIOUS + artefact] = str(store.refresh_dir(base) / producer / rel)
+        found = staged_location(outputs.get(artefact, ""), base)
+        if found is not None:
+            previous[PREVIOUS + artefact] = str(store.refresh_dir(base) / found[0] / found[1])
     return previous
 
 

@@ -39,15 +39,27 @@ def content_hash(path: str | os.PathLike) -> str:
     left out, hidden files and ``_SUCCESS`` skipped) with their sha256s."""
     root = Path(path)
     if root.is_file():
-        return sha256_file(root)
+        return _file_hash(root)
     digest = hashlib.sha256()
     for file in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = file.relative_to(root).as_posix()
         if file.name.startswith(".") or file.name == "_SUCCESS":
             continue
         name = _SPARK_PART.sub(r"\1", rel)
-        digest.update(f"{name}\0{sha256_file(file)}\n".encode())
+        digest.update(f"{name}\0{_file_hash(file)}\n".encode())
     return digest.hexdigest()
+
+
+def _file_hash(path: Path) -> str:
+    """sha256 of a file, hashed once per process while its size and mtime stay (the dump is
+    an input of four stages)."""
+    stat = path.stat()
+    return _sha256_of(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=4096)
+def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
+    return sha256_file(Path(path))
 
 
 @lru_cache(maxsize=1)
@@ -102,11 +114,12 @@ def link_tree(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> None:
             shutil.copy2(path, target)
 
 
-def cached_relative(path: str, build_id: str, stage: str) -> Path | None:
-    """Where an output recorded as ``.../staging/<build_id>/<stage>/<rel>`` lies inside the
-    stage's directory (``<rel>``), wherever the store root was; None for any other path."""
+def staged_location(path: str, build_id: str) -> tuple[str, Path] | None:
+    """(stage, path inside its directory) of an output recorded as
+    ``.../staging/<build_id>/<stage>/<rel>``, wherever the store root was — the stage that
+    recorded it, or an earlier one whose output it passes on —; None for any other path."""
     parts = Path(path).parts
     for i in range(len(parts) - 3):
-        if parts[i:i + 3] == (STAGING_DIR, build_id, stage):
-            return Path(*parts[i + 3:])
+        if parts[i:i + 2] == (STAGING_DIR, build_id):
+            return parts[i + 2], Path(*parts[i + 3:])
     return None

@@ -38,6 +38,7 @@ class FakeStages:
     def __init__(self):
         self.calls: list[tuple[str, dict]] = []
         self.fail: str | None = None
+        self.pass_on = False  # entity_types passes ingest's entities on (as scos_merge may)
 
     def module(self, name):
         return SimpleNamespace(run=lambda config, inputs, out: self.run(name, inputs, Path(out)))
@@ -46,6 +47,8 @@ class FakeStages:
         self.calls.append((name, dict(inputs)))
         if name == self.fail:
             raise Killed
+        if name == "entity_types" and self.pass_on:
+            return {"outputs": {"entities": inputs["entities"]}, "report": {}}
         if name == "entity_types":
             entities = contract.read_table(Path(inputs["entities"]), "entities")
             typed = entities.set_column(5, "types", pa.array([["t"]] * entities.num_rows,
@@ -126,6 +129,17 @@ def test_reused_outputs_are_hard_links_of_the_cache(tmp_path, stages):
     cached = store.refresh_dir("b1") / "ingest" / "triples" / "part-00000.parquet"
     assert staged.stat().st_ino == cached.stat().st_ino
     assert content_hash(staged.parent) == records["ingest"]["hashes"]["triples"]
+
+
+def test_an_output_passed_on_from_an_earlier_stage_is_reused_as_this_builds(tmp_path, stages):
+    store, dump = Store(tmp_path / "store"), write_dump(tmp_path / "dump", ["a", "b"])
+    stages.pass_on = True
+    build(store, "b1", dump)
+    records = build(store, "b2", dump, publish=False)
+    assert records["entity_types"]["refresh"] == "reused"
+    assert records["entity_types"]["outputs"]["entities"] == \
+        records["ingest"]["outputs"]["entities"] == str(store.staging_dir("b2") / "ingest" /
+                                                         "entities")
 
 
 def test_changed_input_runs_partial_stages_with_the_cached_outputs(tmp_path, stages):
@@ -230,3 +244,24 @@ def test_store_show_prints_what_a_refresh_changed(tmp_path, stages):
     assert "refresh: from build b1" in result.output
     assert "changes: added entities 2\n" in result.output
     assert store.build("b2").manifest["report"]["refresh"]["changes"]["added_entities"] == 2
+
+
+@pytest.mark.parametrize("flags, mode", [([], "auto"), (["--full"], "full")])
+def test_lokg_build_refreshes_unless_full(tmp_path, monkeypatch, flags, mode):
+    from click.testing import CliRunner
+
+    from pipeline.cli import cli
+
+    seen = {}
+
+    def staged(store, build_id, name, config, dump):
+        seen.update(config["refresh"])
+        return {"seconds": 0.0}
+
+    monkeypatch.setattr(pipeline, "run_stage", staged)
+    dump = write_dump(tmp_path / "dump", ["a"])
+    result = CliRunner().invoke(cli, ["build", "--dump", str(dump), "--store",
+                                      str(tmp_path / "store"), "--stage", "ingest",
+                                      "--build-id", "b1", *flags])
+    assert result.exit_code == 0, result.output
+    assert seen == {"mode": mode}
