@@ -491,13 +491,14 @@ class Store:
 
     def keep_for_refresh(self, build_id: str) -> Path:
         """Move a published build's staging directory into the refresh cache in one rename,
-        then delete every other cached build. A retry after a crash finds the move done."""
+        then delete every other cached build. A retry after a crash finds the move done; a
+        rerun of an already published and cached build drops its new staging."""
         cached = self.refresh_dir(build_id)
         staging = self.staging_dir(build_id)
         if staging.is_dir() and not cached.exists():
             cached.parent.mkdir(parents=True, exist_ok=True)
             os.rename(staging, cached)
-        elif staging.is_dir():  # moved already by an attempt that died after the rename
+        elif staging.is_dir():  # the same build staged again: its cache is there already
             _delete_out_of_sight(staging)
         for other in cached.parent.iterdir():
             if other.name != build_id:

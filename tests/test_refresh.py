@@ -265,3 +265,18 @@ def test_lokg_build_refreshes_unless_full(tmp_path, monkeypatch, flags, mode):
                                       "--build-id", "b1", *flags])
     assert result.exit_code == 0, result.output
     assert seen == {"mode": mode}
+
+
+def test_the_cache_of_current_is_preferred_and_the_others_pruned_at_the_next_publish(tmp_path):
+    store = Store(tmp_path / "store")
+    for build_id in ("b1", "b2"):  # two caches: a crash between caching and pruning
+        store.refresh_dir(build_id).mkdir(parents=True)
+    (store.root / contract.REFRESH_DIR / ".b0.deleted-1234").mkdir()  # a crash mid-deletion
+    (store.root / contract.CURRENT_FILE).write_text("b1\n")
+    assert store.refresh_base() == "b1"
+    (store.root / contract.CURRENT_FILE).write_text("b9\n")  # rolled back to an uncached build
+    assert store.refresh_base() == "b2"
+    store.staging_dir("b3").mkdir(parents=True)
+    store.keep_for_refresh("b3")
+    assert os.listdir(store.root / contract.REFRESH_DIR) == ["b3"]
+    assert not store.staging_dir("b3").exists()
