@@ -14,7 +14,12 @@ module; the chain is linear, each stage after the one before it):
 * ``publish`` — ``lokg publish``: validate and publish atomically; with the ``publish_url``
   param (default ``LOKG_PUBLISH_URL``) also ``lokg store push`` the build to that object store
   (``s3://…``: files, manifest, then a conditional write of its CURRENT); then emit the store's
-  Asset ``lokg://store/<name>`` with the build id, which schedules ``lokg_evaluate``.
+  Asset ``lokg://store/<name>`` with the build id and what it refreshed and changed (the
+  report's ``refresh``), which schedules ``lokg_evaluate``.
+
+Refresh: when the store holds a previous build (its refresh cache), every stage whose
+inputs, config and code are unchanged reuses that build's outputs and partial stages recompute
+only what changed (``pipeline.refresh``); the ``full`` param rebuilds every stage.
 
 Idempotence: the build id is a function of the DAG run (its logical date, else its run id), so a
 retry or a re-run of any task replaces the same ``staging/<build_id>/<stage>/``: each attempt
@@ -70,6 +75,8 @@ def plan(*, params=None, dag_run=None) -> dict:
     if bad:
         raise AirflowFailException(f"param overrides: expected KEY=VALUE items, got {bad}")
     config = ["--set", f"ingest.format={params['format']}"]
+    if params["full"]:  # else a refresh from the store's previous build (refresh.mode=auto)
+        config += ["--set", "refresh.mode=full"]
     for kv in params["overrides"]:
         config += ["--set", kv]
     if params["config"]:
@@ -130,6 +137,7 @@ def publish(planned: dict, *, params=None, outlet_events=None) -> str:
         "dump": planned["dump"],
         "previous_build_id": previous if previous != planned["build_id"] else None,
         "validation_budget": params["validation_budget"],
+        "refresh": lc.build_refresh(planned["store"], planned["build_id"]),
     }
     return planned["build_id"]
 
@@ -152,6 +160,9 @@ def publish(planned: dict, *, params=None, outlet_events=None) -> str:
         "publish_url": Param(lc.PUBLISH_URL, type="string",
                              description="Also push the build to this object store "
                                          "(s3://bucket/prefix); empty: local store only."),
+        "full": Param(False, type="boolean",
+                      description="Rebuild every stage instead of refreshing from the store's "
+                                  "previous build (lokg build --full)."),
         "overrides": Param([], type="array", items={"type": "string"},
                            description="Config overrides KEY=VALUE, e.g. transe.epochs=2."),
         "validation_budget": Param(lc.DEFAULT_BUDGET, type="integer", minimum=1,

@@ -114,3 +114,12 @@ def current_build(store: str) -> str | None:
     if not path.is_file():
         return None
     return path.read_text(encoding="utf-8").strip() or None
+
+
+def build_refresh(store: str, build_id: str) -> dict | None:
+    """What a published build refreshed from and changed (its report's ``refresh``: base
+    build, how each stage was made, the change set's counts), or None."""
+    path = Path(store) / "builds" / build_id / "manifest.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8")).get("report", {}).get("refresh")

@@ -91,12 +91,20 @@ def synth(n_triples: int, seed: int, out_dir: str, malformed_rate: float, gzip_:
 @click.option("--until", help="Stop after this stage (no publish).")
 @click.option("--stage", help="Run only this stage of the build given by --build-id (no publish).")
 @click.option("--build-id", help="Build id (default: a new one).")
+@click.option("--full", is_flag=True,
+              help="Rebuild every stage (refresh.mode=full) instead of refreshing from the "
+                   "store's previous build.")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Config override, e.g. ingest.max_malformed_share=0.02 (repeatable).")
 def build(dump: str, fmt: str, store_root: str, until: str | None, stage: str | None,
-          build_id: str | None, config_file: str | None, overrides: tuple[str, ...]) -> None:
+          build_id: str | None, full: bool, config_file: str | None,
+          overrides: tuple[str, ...]) -> None:
     """Build a store from a dump through every pipeline stage, then publish it atomically.
+
+    When the store holds a previous build, this is a refresh: stages whose inputs, config and
+    code are unchanged reuse that build's outputs, and partial stages recompute only what
+    changed (docs/OPERATIONS.md, "Refresh"); --full rebuilds everything.
 
     With --stage, run that one stage of build --build-id (idempotent: it replaces only its own
     staging directory); `lokg publish` then publishes the staged build. This is how the
@@ -104,7 +112,8 @@ def build(dump: str, fmt: str, store_root: str, until: str | None, stage: str | 
     """
     from pipeline import driver as pipeline
 
-    config = _load_config(config_file, (f"ingest.format={fmt}", *overrides))
+    config = _load_config(config_file, (f"ingest.format={fmt}", *overrides,
+                                        *(["refresh.mode=full"] if full else [])))
     try:
         if stage is not None:
             if build_id is None:

@@ -26,12 +26,16 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.refresh import (UNHASHABLE, content_hash, fingerprint, link_tree, same_settings,
+                              staged_location)
 from pipeline.registry import STAGE_NAMES, Stage, producers, stage
-from pipeline.stage import BuildError, StageError
+from pipeline.stage import PREVIOUS, BuildError, StageError
+from runtime.config import section
 from runtime.contract import (REQUIRED_TABLES, Build, Store, StoreError, new_build_id,
                               read_table, sha256_file)
 from runtime.linker import LINKER_FORMS_FILE, folded_forms, surface_forms
@@ -47,7 +51,8 @@ PUBLISHED_TABLES = ("entities", "relations", "triples", "relation_map", "relatio
 REPORT_ARTEFACTS = {"quarantine": "reports/quarantine.parquet",
                     "document_quarantine": "reports/document_quarantine.parquet",
                     "extraction_quarantine": "reports/extraction_quarantine.parquet",
-                    "merge_log": "reports/merge_log.parquet"}
+                    "merge_log": "reports/merge_log.parquet",
+                    "change_set": "reports/change_set"}
 MODEL_ARTEFACTS = {"transe_run": "models/transe",
                    "relation_embeddings": "models/relation_embeddings.npy",
                    "entity_index": "entity.faiss",
@@ -77,8 +82,8 @@ def stage_script(name: str) -> Path:
     return Path(importlib.util.find_spec(_known(name).module).origin)
 
 
-def _load_stage(name: str) -> Callable:
-    return importlib.import_module(_known(name).module).run
+def _load_module(name: str) -> ModuleType:
+    return importlib.import_module(_known(name).module)
 
 
 def collect_inputs(store: Store, build_id: str, dump: str | None, name: str) -> dict[str, str]:
@@ -146,22 +151,35 @@ def run_stage(store: Store, build_id: str, name: str, config: dict, dump: str | 
     record goes in last and the directory then replaces ``<name>`` by a rename. So a stage
     directory always holds a finished stage, and an orphaned process of a killed attempt keeps
     writing into its own hidden directory, never into the one a retry produces.
+
+    A refresh (``refresh.mode`` auto, a cached previous build: ``pipeline.refresh``) links the
+    cached outputs instead when the stage's fingerprint is the cached record's, and gives a
+    ``partial`` stage the cached outputs as ``previous:<artefact>`` inputs when only its
+    input data changed. The record says which (``refresh``: reused, partial or full).
     """
-    run = _load_stage(name)
+    spec = _known(name)
     inputs = collect_inputs(store, build_id, dump, name)
+    printed = fingerprint(config, (name, *spec.config_sections),
+                          input_hashes(store, build_id, name, inputs))
+    base = _cached_record(store, config, spec)
     final = store.staging_dir(build_id) / name
     final.parent.mkdir(parents=True, exist_ok=True)
     work = final.with_name(f".{name}.tmp-{secrets.token_hex(4)}")
     work.mkdir()
     try:
         started = time.perf_counter()
-        result = run(config, inputs, str(work))
+        result, how = _refreshed_or_run(store, build_id, spec, config, inputs, work, base,
+                                        printed)
+        outputs = _checked_outputs(name, result)
         record = {
             "stage": name,
             "seconds": round(time.perf_counter() - started, 3),
-            "outputs": {k: _moved(v, work, final)
-                        for k, v in _checked_outputs(name, result).items()},
+            "outputs": {k: _moved(v, work, final) for k, v in outputs.items()},
             "report": result.get("report", {}),
+            "refresh": how,
+            "refresh_base": base[0] if base and how != "full" else None,
+            "fingerprint": printed,
+            "hashes": result.get("hashes") or {k: content_hash(v) for k, v in outputs.items()},
         }
         (work / STAGE_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True))
         _replace_dir(work, final)
@@ -171,6 +189,91 @@ def run_stage(store: Store, build_id: str, name: str, config: dict, dump: str | 
         shutil.rmtree(work, ignore_errors=True)
         raise
     return record
+
+
+def input_hashes(store: Store, build_id: str, name: str, inputs: dict[str, str]) -> dict[str, str]:
+    """Content hash of each input of stage ``name``: the producer's recorded hash of an
+    artefact, the dump's files hashed here, and the store as never-equal (unhashable)."""
+    made, hashes = producers(name), {}
+    for artefact, path in inputs.items():
+        if artefact == "store":
+            hashes[artefact] = f"{UNHASHABLE}-{secrets.token_hex(8)}"
+            continue
+        recorded = {} if artefact == "dump" else _record(store, build_id, made[artefact],
+                                                           needed_by=name).get("hashes", {})
+        hashes[artefact] = recorded.get(artefact) or content_hash(path)
+    return hashes
+
+
+def _cached_record(store: Store, config: dict, spec: Stage) -> tuple[str, dict] | None:
+    """(build id, record) of the stage in the store's refresh cache, when this build refreshes
+    (``refresh.mode`` auto) and the stage can (its registry ``refresh`` is not full)."""
+    if spec.refresh == "full" or section(config, "refresh")["mode"] == "full":
+        return None
+    base = store.refresh_base()
+    path = None if base is None else store.refresh_dir(base) / spec.name / STAGE_RECORD
+    if path is None or not path.is_file():
+        return None
+    return base, json.loads(path.read_text())
+
+
+def _refreshed_or_run(store: Store, build_id: str, spec: Stage, config: dict,
+                      inputs: dict[str, str], work: Path, base: tuple[str, dict] | None,
+                      printed: dict) -> tuple[dict, str]:
+    """The stage's result, and how it was made: the cached outputs linked (reused), or the
+    stage run with the cached outputs as ``previous:`` inputs (partial), or in full."""
+    module = _load_module(spec.name)
+    if base is not None and base[1].get("fingerprint", {}).get("digest") == printed["digest"]:
+        reused = _linked(store, base, spec.name, build_id, work)
+        if reused is not None:
+            hook = getattr(module, "on_reuse", None)  # outputs that describe the change
+            if hook is not None:  # it rewrites outputs: their hashes are taken anew
+                reused["report"] = hook(str(work), reused["outputs"], reused["report"])
+                reused["hashes"] = None
+            return reused, "reused"
+    if (base is not None and spec.refresh == "partial"
+            and same_settings(base[1].get("fingerprint", {}), printed)):
+        previous = previous_inputs(store, base[0], spec.name)
+        return module.run(config, {**inputs, **previous}, str(work)), "partial"
+    return module.run(config, inputs, str(work)), "full"
+
+
+def _linked(store: Store, base: tuple[str, dict], name: str, build_id: str,
+            work: Path) -> dict | None:
+    """The cached stage's result with its files hard-linked into ``work``; an output it passed
+    on from an earlier stage (scos_merge's unmerged triples) is that stage's in this build.
+    None when an output is found in neither (nothing is linked then)."""
+    base_id, record = base
+    cached = store.refresh_dir(base_id) / name
+    outputs = {}
+    for artefact, path in record["outputs"].items():
+        found = staged_location(path, base_id)
+        if found is None:
+            return None
+        stage_dir, rel = found
+        own = stage_dir == name
+        target = (work if own else store.staging_dir(build_id) / stage_dir) / rel
+        if not (cached / rel if own else target).exists():
+            return None
+        outputs[artefact] = str(target)
+    link_tree(cached, work, skip=(STAGE_RECORD,))
+    return {"outputs": outputs, "report": record["report"], "hashes": record.get("hashes")}
+
+
+def previous_inputs(store: Store, base: str, name: str) -> dict[str, str]:
+    """``previous:<artefact>`` → path in the refresh cache, for the inputs and outputs of
+    stage ``name`` in the cached build ``base`` (the latest producer's, as for this build)."""
+    spec, made = _known(name), producers(name)
+    wanted = {a: made[a] for a in (*spec.inputs, *spec.optional) if a in made}
+    wanted.update(dict.fromkeys((*spec.outputs, *spec.optional_outputs), name))
+    previous = {}
+    for artefact, producer in wanted.items():
+        path = store.refresh_dir(base) / producer / STAGE_RECORD
+        outputs = json.loads(path.read_text())["outputs"] if path.is_file() else {}
+        found = staged_location(outputs.get(artefact, ""), base)
+        if found is not None:
+            previous[PREVIOUS + artefact] = str(store.refresh_dir(base) / found[0] / found[1])
+    return previous
 
 
 def _keep_failed(exc: StageError, place: Path) -> None:
@@ -231,8 +334,9 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
     """Validate the staged outputs of a build and publish them atomically (DESIGN §2.10).
 
     Safe to retry: a retry after a crash past the rename finishes the CURRENT swap
-    (``Store.publish``), and one after the staging clean-up finds the build published and
-    verifies it. The staging directory goes once the build is published.
+    (``Store.publish``), and one after the staging directory moved finds the build published
+    and verifies it. Once published, the staging directory becomes the store's refresh cache
+    (``refresh/<build_id>/``, replacing the one before): the next build refreshes from it.
     """
     if not store.staging_dir(build_id).is_dir():
         if build_id in store.build_ids():
@@ -250,6 +354,7 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
              if a in artefacts}
     report = {
         "stages": {n: {**r["report"], "seconds": r["seconds"]} for n, r in records.items()},
+        "refresh": refresh_summary(records),
     }
     report_path = store.staging_dir(build_id) / "build_report.json"
     report_path.write_text(json.dumps(report, indent=2, sort_keys=True))
@@ -265,11 +370,17 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
         hook=hook,
         expect_current=expected,
     )
-    staging = store.staging_dir(build_id)
-    gone = staging.with_name(f".{build_id}.published-{secrets.token_hex(4)}")
-    os.rename(staging, gone)  # out of sight in one step: a retry never sees half of it
-    shutil.rmtree(gone)
+    store.keep_for_refresh(build_id)  # the next build's refresh cache, in one rename
     return build
+
+
+def refresh_summary(records: dict[str, dict]) -> dict:
+    """What a build refreshed from: the cached build it reused from (None: a full build), how
+    each stage was made (reused, partial, full) and the counts of ingest's change set."""
+    bases = {r.get("refresh_base") for r in records.values()} - {None}
+    return {"base": min(bases) if bases else None,
+            "stages": {n: r.get("refresh", "full") for n, r in records.items()},
+            "changes": records.get("ingest", {}).get("report", {}).get("change_set")}
 
 
 def _write_query_stats(staging: Path, tables: dict[str, Path]) -> Path:

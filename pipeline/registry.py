@@ -7,6 +7,14 @@ outputs of earlier stages; ``optional`` ones are passed when an earlier stage pr
 the artefacts it writes (``outputs``, and ``optional_outputs`` it may leave out); the driver
 checks both. An artefact produced by two stages
 is the later one's from then on (``scos_merge`` rewrites ``triples`` and ``relations``).
+
+``refresh`` says what a refresh build (``pipeline.refresh``) does with the stage when a cached
+previous build exists: ``reuse`` — its outputs are linked from the cache when its fingerprint
+(code, config, input hashes) is the cached one, else it runs in full; ``partial`` — as reuse,
+and when only its input data changed it runs with the cached outputs as ``previous:<artefact>``
+inputs and recomputes only what changed; ``full`` — it always runs in full (it reads the store,
+or nothing more is built for it yet). ``config_sections``: sections other than its own that
+its outputs depend on (part of the fingerprint).
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ class Stage(NamedTuple):
     #: outputs a stage writes only when its input allows (entity_encode's exported question
     #: model: BERT models only); the others it must always write
     optional_outputs: tuple[str, ...] = ()
+    refresh: str = "full"  # reuse | partial | full (above)
+    config_sections: tuple[str, ...] = ()
 
     @property
     def module(self) -> str:
@@ -38,36 +48,44 @@ class Stage(NamedTuple):
 
 STAGES: tuple[Stage, ...] = (
     Stage("documents", "text", ("dump",),
-          ("documents", "chunks", "sentences", "document_quarantine")),
+          ("documents", "chunks", "sentences", "document_quarantine"),
+          refresh="reuse", config_sections=("ingest",)),
     Stage("triple_extract", "text", ("dump", "documents", "chunks", "sentences"),
-          ("extracted", "extraction_sources", "extraction_quarantine")),
-    Stage("feedback_enrich", "text", ("dump", "store"), ("feedback_delta",)),
+          ("extracted", "extraction_sources", "extraction_quarantine"),
+          refresh="reuse", config_sections=("ingest",)),
+    Stage("feedback_enrich", "text", ("dump", "store"), ("feedback_delta",)),  # reads the store
+    # partial: re-reads a changed dump in full, and diffs it with the cached build (change_set)
     Stage("ingest", "spark_jobs", ("dump",),
-          ("entities", "relations", "triples", "quarantine", "type_assertions"),
-          optional=("extracted", "feedback_delta")),
+          ("entities", "relations", "triples", "quarantine", "type_assertions", "change_set"),
+          optional=("extracted", "feedback_delta"), refresh="partial"),
     Stage("entity_types", "spark_jobs", ("entities", "relations", "triples"), ("entities",),
-          optional=("type_assertions",)),
-    Stage("transe", "training", ("triples", "relations"), ("relation_embeddings", "transe_run")),
+          optional=("type_assertions",), refresh="reuse"),
+    Stage("transe", "training", ("triples", "relations"), ("relation_embeddings", "transe_run"),
+          refresh="reuse"),
     Stage("relation_stats", "spark_jobs", ("entities", "relations", "triples"),
-          ("relation_stats", "relation_pairs"), optional=("relation_embeddings",)),
+          ("relation_stats", "relation_pairs"), optional=("relation_embeddings",),
+          refresh="reuse"),
     Stage("scos_merge", "spark_jobs",
           ("entities", "relations", "triples", "relation_stats", "relation_pairs"),
-          ("relation_map", "merge_log", "triples", "relations"), optional=("relation_embeddings",)),
-    Stage("node_gain", "spark_jobs", ("entities", "relations", "triples"), ("node_gain",)),
+          ("relation_map", "merge_log", "triples", "relations"), optional=("relation_embeddings",),
+          refresh="reuse", config_sections=("relation_stats",)),
+    Stage("node_gain", "spark_jobs", ("entities", "relations", "triples"), ("node_gain",),
+          refresh="reuse"),
     Stage("entity_encode", "training", ("entities",),
           ("entity_vectors", "entity_index", "entity_ids", "encoder"),
-          optional_outputs=("query_encoder",)),
+          optional_outputs=("query_encoder",), refresh="partial"),
     Stage("triple_context", "text",
           ("entities", "relations", "relation_map", "triples", "documents", "chunks",
            "sentences", "extraction_sources", "encoder"),
           ("triple_sources", "triple_context", "chunk_vectors", "feedback_lineage"),
-          optional=("feedback_delta", "query_encoder")),
+          optional=("feedback_delta", "query_encoder"), refresh="reuse"),
     Stage("gat", "training",
           ("entities", "relations", "triples", "relation_map", "relation_embeddings",
-           "entity_ids", "entity_vectors"), ("edges", "gat_run")),
-    Stage("path_cache", "spark_jobs", ("edges", "node_gain", "entities"), ("path_cache",)),
+           "entity_ids", "entity_vectors"), ("edges", "gat_run"), refresh="reuse"),
+    Stage("path_cache", "spark_jobs", ("edges", "node_gain", "entities"), ("path_cache",),
+          refresh="reuse"),
     Stage("relation_knowledge", "training", ("entities", "relations", "relation_map", "triples"),
-          ("relknow",), optional=("encoder",)),
+          ("relknow",), optional=("encoder",), refresh="reuse"),
 )
 
 STAGE_NAMES: tuple[str, ...] = tuple(s.name for s in STAGES)

@@ -17,6 +17,20 @@ from runtime.config import DEFAULTS, section
 from runtime.errors import LokgError
 
 
+#: Prefix of the inputs a partial stage of a refresh gets from the previous build's cached
+#: outputs (``previous:entities``: the entities it read; pipeline/refresh.py).
+PREVIOUS = "previous:"
+
+
+def previous_inputs(inputs: Mapping[str, str], *names: str) -> dict[str, Path] | None:
+    """The previous build's artefacts ``names`` (refresh), or None when one is missing: a
+    full build, or a previous build without them."""
+    paths = {name: inputs.get(PREVIOUS + name) for name in names}
+    if not all(paths.values()) or not all(Path(p).exists() for p in paths.values()):
+        return None
+    return {name: Path(p) for name, p in paths.items()}
+
+
 class BuildError(LokgError, RuntimeError):
     """A stage failed or produced something unusable; the message names the stage."""
 

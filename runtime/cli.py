@@ -197,11 +197,29 @@ def render_summary(built: Build) -> str:
     for table, entry in sorted(manifest["tables"].items()):
         lines.append(f"  {table:<15} {entry['rows']:>12,} rows")
     stages = manifest.get("report", {}).get("stages", {})
+    refresh = manifest.get("report", {}).get("refresh", {})
+    made = refresh.get("stages", {})
     for stage, rep in sorted(stages.items(), key=lambda kv: list(SUMMARY_KEYS).index(kv[0])
                              if kv[0] in SUMMARY_KEYS else len(SUMMARY_KEYS)):
         figures = ", ".join(f"{k}={_fmt(rep[k])}" for k in SUMMARY_KEYS.get(stage, ()) if k in rep)
-        lines.append(f"  stage {stage:<15} {rep['seconds']:>7.1f}s  {figures}")
-    return "\n".join(lines + feedback_lineage_lines(built))
+        how = f"{made[stage]:<8}" if stage in made else ""
+        lines.append(f"  stage {stage:<15} {rep['seconds']:>7.1f}s  {how}{figures}")
+    return "\n".join(lines + refresh_lines(refresh) + feedback_lineage_lines(built))
+
+
+def refresh_lines(refresh: dict) -> list[str]:
+    """How the build was made: in full, or refreshed from which build."""
+    if not refresh:
+        return []  # a build from before refreshes existed
+    if refresh.get("base") is None:
+        return ["  refresh: full build (no previous build reused)"]
+    lines = [f"  refresh: from build {refresh['base']}"]
+    changes = refresh.get("changes")
+    if changes is not None:
+        lines.append("  changes: " + (", ".join(f"{part.replace('_', ' ')} {n:,}"
+                                                for part, n in changes.items() if n)
+                                      or "none (the same graph as the previous build)"))
+    return lines
 
 
 #: Lineage rows a build summary prints (the table has them all).

@@ -35,6 +35,7 @@ QUERY_BACKENDS = ("auto", "onnx", "numpy", "torch")
 QUERY_ONNX = ("int8", "fp32", "off")  # entity_encode.query_onnx (training/onnx_export.py)  # query.encoder_backend (runtime/question_encoder.py)
 #: path_cache.heads values that choose a hot set in the stage (spark_jobs/path_cache.py).
 HEAD_SELECTORS = ("degree", "mu", "query_log")
+REFRESH_MODES = ("auto", "full")  # refresh.mode (pipeline/refresh.py)
 SPARK_LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF", "TRACE")
 
 DEFAULTS: dict = {
@@ -230,6 +231,9 @@ DEFAULTS: dict = {
         "threads": 1,  # torch CPU threads; null = torch default
     },
     "publish": {"keep": 3},
+    # pipeline/refresh.py (DESIGN §9): auto = refresh from the store's refresh cache when it
+    # holds a previous build (reuse what is unchanged) | full = rebuild every stage
+    "refresh": {"mode": "auto"},
     # evaluation/tcr_qf.py (DESIGN §9): the online feedback loop of policy tcr-qf, for comparison
     "tcr_qf": {"max_rounds": 3},  # I_max: answers per question at most, the first the plain one
     "query": {  # runtime/query.py; a build may carry its own values in its config
@@ -479,6 +483,7 @@ SCHEMA: dict = {
         "batch_size": COUNT, "device": DEVICE, "threads": THREADS,
     },
     "publish": {"keep": integer(0)},  # previous builds kept; -1 would delete them all
+    "refresh": {"mode": choice(*REFRESH_MODES)},
     "tcr_qf": {"max_rounds": COUNT},
     "query": {
         "lambda_q": WEIGHT, "max_candidates": COUNT, "passages": integer(0),

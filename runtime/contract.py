@@ -10,6 +10,8 @@ Layout (DESIGN §3)::
       builds/<build_id>/          one complete build: manifest.json + tables + reports
       builds/.partial-<build_id>/ a build being assembled (never read, garbage-collected)
       staging/<build_id>/<stage>/ per-stage outputs of a build in progress
+      refresh/<build_id>/<stage>/ the stage outputs of the latest published build, kept for
+                                  the next build to refresh from (never read by the runtime)
       pins/<build_id>/<reader>    a process reading that build (runtime/pins.py)
       .publish.lock               flock held by the one publisher, rollback or retention run
 
@@ -49,6 +51,7 @@ CURRENT_FILE = "CURRENT"
 MANIFEST_FILE = "manifest.json"
 BUILDS_DIR = "builds"
 STAGING_DIR = "staging"
+REFRESH_DIR = "refresh"
 PARTIAL_PREFIX = ".partial-"
 LOCK_FILE = ".publish.lock"
 #: Written into a build by retention before it deletes it: a reader that pins the build after
@@ -472,6 +475,36 @@ class Store:
     def staging_dir(self, build_id: str) -> Path:
         return self.root / STAGING_DIR / check_build_id(build_id)
 
+    def refresh_dir(self, build_id: str) -> Path:
+        return self.root / REFRESH_DIR / check_build_id(build_id)
+
+    def refresh_base(self) -> str | None:
+        """The build whose stage outputs the refresh cache holds: CURRENT's when cached,
+        else the newest cached one (a crash between caching and pruning leaves two), else
+        None. What is reused from it is decided by fingerprints, so any cached build is safe."""
+        cached = sorted(p.name for p in (self.root / REFRESH_DIR).glob("*")
+                        if p.is_dir() and BUILD_ID_PATTERN.fullmatch(p.name))
+        if not cached:
+            return None
+        current = self.current_id()
+        return current if current in cached else cached[-1]
+
+    def keep_for_refresh(self, build_id: str) -> Path:
+        """Move a published build's staging directory into the refresh cache in one rename,
+        then delete every other cached build. A retry after a crash finds the move done; a
+        rerun of an already published and cached build drops its new staging."""
+        cached = self.refresh_dir(build_id)
+        staging = self.staging_dir(build_id)
+        if staging.is_dir() and not cached.exists():
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(staging, cached)
+        elif staging.is_dir():  # the same build staged again: its cache is there already
+            _delete_out_of_sight(staging)
+        for other in cached.parent.iterdir():
+            if other.name != build_id:
+                _delete_out_of_sight(other)
+        return cached
+
     # -- reading
     def current_id(self) -> str | None:
         path = self.root / CURRENT_FILE
@@ -714,6 +747,17 @@ class Store:
         for path in doomed:
             shutil.rmtree(path)
         return [d.name for d in doomed]
+
+
+def _delete_out_of_sight(path: Path) -> None:
+    """Rename a file or directory to a hidden name in one step, then delete it: a reader
+    never sees half of it, and one left by a crash is hidden from the listings."""
+    gone = path.with_name(f".{path.name.lstrip('.')}.deleted-{secrets.token_hex(4)}")
+    os.rename(path, gone)
+    if gone.is_dir():
+        shutil.rmtree(gone)
+    else:
+        gone.unlink()
 
 
 def _newest_mtime(root: Path) -> float:

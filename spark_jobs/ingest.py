@@ -8,6 +8,9 @@
 * ``triples.parquet``    s, r, o — de-duplicated, sorted
 * ``quarantine.parquet`` file, line, reason, text — every malformed line, never dropped
 * ``type_assertions.parquet`` id, type — explicit type facts (``type.object.type``, ``rdf:type``)
+* ``change_set/``        what changed since the previous build (a refresh, DESIGN §9): one
+  dataset per part of ``CHANGE_SET_PARTS`` — triples by entity key and relation name (ids
+  shift when entities come and go), entities by key; empty in a full build (report: null)
 
 Rules:
 
@@ -50,20 +53,27 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from py4j.protocol import Py4JJavaError
 from pyspark import StorageLevel
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.stage import StageError
+from pipeline.stage import StageError, previous_inputs
 from runtime.config import section
 from runtime.contract import write_table
 from spark_jobs import formats as fm
 from spark_jobs.session import get_spark
 from text.corpus import build_format
 
-OUTPUTS = ("entities", "relations", "triples", "quarantine", "type_assertions")
+OUTPUTS = ("entities", "relations", "triples", "quarantine", "type_assertions", "change_set")
+#: Part of the change set → its columns (strings). ``changed_entities``: kept keys whose name,
+#: aliases, description or attributes changed; ``touched_relations``: those of changed triples.
+CHANGE_SET_PARTS = {"added_triples": ("s", "r", "o"), "removed_triples": ("s", "r", "o"),
+                    "added_entities": ("key",), "removed_entities": ("key",),
+                    "changed_entities": ("key",), "touched_relations": ("name",)}
+_LITERALS = ("key", "name", "aliases", "description", "attributes")
 TEXT_LIMIT = 500  # characters of a malformed line kept in the quarantine
 _LOW33 = (1 << 33) - 1  # monotonically_increasing_id = partition << 33 | row within partition
 _ATTRIBUTES = "array<struct<key:string,value:string>>"
@@ -185,6 +195,64 @@ def _unreadable_file(exc: Exception) -> str | None:
 
 def _write(df: DataFrame, path: Path) -> None:
     df.write.mode("overwrite").parquet(str(path))
+
+
+def keyed_graph(entities: DataFrame, relations: DataFrame, triples: DataFrame) -> DataFrame:
+    """Triples of id tables as (s key, relation name, o key): comparable across builds."""
+    keys = entities.select("id", "key")
+    return (triples.join(F.broadcast(relations.select(F.col("id").alias("r"), "name")), "r")
+            .join(keys.select(F.col("id").alias("s"), F.col("key").alias("s_key")), "s")
+            .join(keys.select(F.col("id").alias("o"), F.col("key").alias("o_key")), "o")
+            .select(F.col("s_key").alias("s"), F.col("name").alias("r"), F.col("o_key").alias("o")))
+
+
+def change_set(spark: SparkSession, inputs: dict, out: Path) -> dict | None:
+    """The change set of this ingest (tables just written under ``out``) against the previous
+    build's (``previous:`` inputs of a refresh): anti-joins both ways on keyed triples and on
+    entity keys, written as ``CHANGE_SET_PARTS`` under ``out/change_set``; its counts, or None
+    (and empty parts) in a full build."""
+    previous = previous_inputs(inputs, "entities", "relations", "triples")
+    if previous is None:
+        write_empty_change_set(out / "change_set")
+        return None
+    now = {t: spark.read.parquet(str(out / f"{t}.parquet")) for t in ("entities", "relations",
+                                                                      "triples")}
+    then = {t: spark.read.parquet(str(path)) for t, path in previous.items()}
+    graph_now, graph_then = (keyed_graph(**tables) for tables in (now, then))
+    lits_now, lits_then = (t["entities"].select(*_LITERALS) for t in (now, then))
+    keys_now, keys_then = (t.select("key") for t in (lits_now, lits_then))
+    added, removed = (graph_now.join(graph_then, ["s", "r", "o"], "left_anti"),
+                      graph_then.join(graph_now, ["s", "r", "o"], "left_anti"))
+    parts = {
+        "added_triples": added, "removed_triples": removed,
+        "added_entities": keys_now.join(keys_then, "key", "left_anti"),
+        "removed_entities": keys_then.join(keys_now, "key", "left_anti"),
+        "changed_entities": lits_now.exceptAll(lits_then).select("key").join(keys_then, "key"),
+        "touched_relations": added.unionByName(removed).select(F.col("r").alias("name"))
+        .distinct(),
+    }
+    counts = {}
+    for part, frame in parts.items():
+        _write(frame.coalesce(1).sortWithinPartitions(*CHANGE_SET_PARTS[part]),
+               out / "change_set" / part)
+        counts[part] = spark.read.parquet(str(out / "change_set" / part)).count()
+    return counts
+
+
+def write_empty_change_set(root: Path) -> None:
+    """A change set with no rows (a full build, or a reused ingest: nothing changed)."""
+    shutil.rmtree(root, ignore_errors=True)
+    for part, columns in CHANGE_SET_PARTS.items():
+        (root / part).mkdir(parents=True)
+        pq.write_table(pa.table({c: pa.array([], pa.string()) for c in columns}),
+                       root / part / "part-00000.parquet")
+
+
+def on_reuse(out_dir: str, outputs: dict, report: dict) -> dict:
+    """A reused ingest (its input and settings unchanged: pipeline.refresh): nothing changed
+    since the previous build, whose change set was linked with its outputs."""
+    write_empty_change_set(Path(outputs["change_set"]))
+    return {**report, "change_set": dict.fromkeys(CHANGE_SET_PARTS, 0)}
 
 
 def _number_lines(spark: SparkSession, parsed: DataFrame, plan: fm.Plan
@@ -332,6 +400,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / f"{name}.parquet" for name in OUTPUTS}
+    paths["change_set"] = out / "change_set"
 
     spark = get_spark(config, "lokg-ingest")
     cache = _Cache()
@@ -445,6 +514,9 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
                .select("id", "type").observe(typed, F.count("*").alias("n")),
                paths["type_assertions"])
         n_types = int(typed.get["n"])
+
+        # 7. what changed since the previous build (a refresh)
+        changes = change_set(spark, inputs, out)
     except (Py4JJavaError, PySparkException) as exc:
         unreadable = _unreadable_file(exc)
         if unreadable is None:
@@ -473,6 +545,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         "type_assertions": n_types,
         "names_missing": n_entities - names_found,
         "name_fallback": "key" if plan.name_rule == "key" else "key with '_' as spaces",
+        "change_set": changes,
         "seconds": round(time.perf_counter() - started, 3),
     }
     return {"outputs": {name: str(path) for name, path in paths.items()}, "report": report}

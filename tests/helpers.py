@@ -106,3 +106,54 @@ class FakeServer:
         self.stop.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+# ---------------------------------------------------------------------------------------------
+# refresh: a synthetic dump (pipeline/synth.py) edited as a new dump version would be
+
+FREEBASE_NS = "<http://rdf.freebase.com/ns/"
+
+
+def edit_synth_dump(src, dst, *, remove_edges: int = 0, add_edges: int = 0,
+                    new_entities: int = 0, drop_entities: int = 0, rename: int = 0,
+                    seed: int = 0) -> dict:
+    """Copy the synthetic dump ``src`` to ``dst`` with its kg.nt edited: entity→entity edges
+    removed and added (between existing entities, with existing relations), new named
+    entities (each with an edge to an existing one), entities dropped (every line naming
+    them) and names changed. Returns the keys it dropped, added and renamed."""
+    import random
+    import shutil
+    from pathlib import Path
+
+    rng = random.Random(seed)
+    shutil.copytree(src, dst)
+    lines = Path(src, "kg.nt").read_text(encoding="utf-8").splitlines()
+    edges = [i for i, line in enumerate(lines) if _is_edge(line)]
+    keys = sorted({_key(lines[i].split(" ")[0]) for i in edges})
+    dropped = rng.sample(keys, drop_entities)
+    gone = set(rng.sample(edges, remove_edges))
+    kept = [line for i, line in enumerate(lines) if i not in gone
+            and not any(f"{FREEBASE_NS}{k}>" in line for k in dropped)]
+    live = [k for k in keys if k not in dropped]
+    relations = sorted({lines[i].split(" ")[1] for i in edges})
+    renamed = rng.sample(live, rename)
+    kept = [line.replace('"@en', ' II"@en') if "type.object.name" in line
+            and _key(line.split(" ")[0]) in renamed else line for line in kept]
+    added = [f"{FREEBASE_NS}m.new{i:03d}> {FREEBASE_NS}type.object.name> \"New {i}\"@en ."
+             for i in range(new_entities)]
+    ends = [(f"m.new{i:03d}", rng.choice(live)) for i in range(new_entities)]
+    ends += [tuple(rng.sample(live, 2)) for _ in range(add_edges)]
+    added += [f"{FREEBASE_NS}{s}> {rng.choice(relations)} {FREEBASE_NS}{o}> ." for s, o in ends]
+    Path(dst, "kg.nt").write_text("\n".join(kept + added) + "\n", encoding="utf-8")
+    return {"dropped": dropped, "new": [f"m.new{i:03d}" for i in range(new_entities)],
+            "renamed": renamed}
+
+
+def _is_edge(line: str) -> bool:
+    parts = line.split(" ")
+    return (len(parts) == 4 and parts[2].startswith(f"{FREEBASE_NS}m.")
+            and "type.object.type" not in parts[1])
+
+
+def _key(term: str) -> str:
+    return term[len(FREEBASE_NS):-1]

@@ -108,7 +108,7 @@ def parquet_outputs(record: dict) -> dict[str, Path]:
     out = {}
     for name, path in record["outputs"].items():
         p = Path(path)
-        if p.suffix == ".parquet" or (p.is_dir() and any(p.rglob("*.parquet"))):
+        if p.suffix == ".parquet" or (p.is_dir() and any(p.glob("*.parquet"))):
             out[name] = p
     return out
 

@@ -149,7 +149,7 @@ def test_every_task_has_owner_retries_and_backoff(integrity):
 def test_build_dag_has_one_task_per_stage_in_pipeline_order(integrity):
     dag = integrity["dags"]["lokg_build"]
     assert dag["timetable"] == "AssetOrTimeSchedule"
-    assert {"dump", "format", "store", "overrides", "validation_budget"} <= set(dag["params"])
+    assert {"dump", "format", "store", "full", "overrides", "validation_budget"} <= set(dag["params"])
     tasks = {t["id"]: t for t in dag["tasks"]}
     order = ["plan", *STAGE_NAMES, "publish"]
     assert [t["id"] for t in dag["tasks"]] == order

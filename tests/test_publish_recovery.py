@@ -11,6 +11,7 @@ import json
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -36,7 +37,7 @@ def fake_stage(monkeypatch, run, outputs: tuple[str, ...] = ()) -> None:
     """Make ``run`` the implementation of the first stage, reading nothing, writing ``outputs``."""
     real = pipeline._known
     fake = Stage(FIRST, "tests", inputs=(), outputs=outputs)
-    monkeypatch.setattr(pipeline, "_load_stage", lambda name: run)
+    monkeypatch.setattr(pipeline, "_load_module", lambda name: SimpleNamespace(run=run))
     monkeypatch.setattr(pipeline, "_known", lambda name: fake if name == FIRST else real(name))
 
 

@@ -31,12 +31,20 @@ activations are scaled per batch, so smaller ONNX batches stay closer to float32
 bar on stderr, with ``threads`` onnxruntime/torch/FAISS CPU threads (one by default: the hosts
 are shared). The int8 vectors are at cosine >= 0.98 of the float32 ones (docs/BENCHMARKS.md,
 "Entity encoding at scale").
+
+In a refresh (``previous:`` inputs, pipeline/refresh.py: same code and settings, changed
+entities) the previous build's vector of every entity whose key and text are unchanged is
+reused and only new or changed texts are encoded; the outputs are written in the new id order
+and the index is rebuilt. The export is reused too. With the float32 encoders a reused vector
+equals a full build's; with the int8 export it may differ by the per-batch scaling (a text's
+batch companions change), within the int8 tolerance above.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,7 +52,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from pipeline.stage import Laps, StageError, checked_section, stage_batch_encoder, torch_threads
+from pipeline.stage import (PREVIOUS, Laps, StageError, checked_section, previous_inputs,
+                            stage_batch_encoder, torch_threads)
 from runtime.config import BATCH_ENCODERS, TEXT_RULES
 from runtime.contract import read_table, write_table
 from runtime.encoder import EncoderError, PrefixedEncoder, encode_by_length, spec_model_dir
@@ -92,19 +101,45 @@ def entity_text(name: str, types: list[str] | None, description: str | None, rul
 
 def entity_texts(entities: pa.Table, rule: str) -> tuple[np.ndarray, list[str], int]:
     """(entity ids ascending, their texts, how many had no name and used the key)."""
+    ids, _, texts, unnamed = keyed_texts(entities, rule)
+    return ids, texts, unnamed
+
+
+def keyed_texts(entities: pa.Table, rule: str) -> tuple[np.ndarray, list[str], list[str], int]:
+    """(entity ids ascending, their keys, their texts, how many had no name and used the key)."""
     ids = entities.column("id").to_numpy()
     order = np.argsort(ids, kind="stable")
     ids = ids[order]
     if len(ids) and (ids[0] < 0 or np.any(ids[1:] == ids[:-1])):
         raise StageError(f"{STAGE}: entity ids must be distinct and >= 0")
     cols = {c: entities.column(c).to_pylist() for c in ("key", "name", "types", "description")}
-    texts, unnamed = [], 0
+    keys, texts, unnamed = [], [], 0
     for i in order.tolist():
         name = cols["name"][i]
         if not name:
             name, unnamed = cols["key"][i], unnamed + 1
+        keys.append(cols["key"][i])
         texts.append(entity_text(name, cols["types"][i], cols["description"][i], rule))
-    return ids.astype(np.int64), texts, unnamed
+    return ids.astype(np.int64), keys, texts, unnamed
+
+
+def reusable_vectors(inputs: Mapping[str, str], keys: list[str], texts: list[str],
+                     rule: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """In a refresh: (mask of the entities whose key and text the previous build had, their
+    previous vectors in order), else None."""
+    previous = previous_inputs(inputs, "entities", "entity_vectors", "entity_ids")
+    if previous is None:
+        return None
+    table = read_table(previous["entities"], "entities",
+                       columns=["id", "key", "name", "types", "description"])
+    old_ids, old_keys, old_texts, _ = keyed_texts(table, rule)
+    rows = read_table(previous["entity_ids"], "entity_ids")
+    row_of = dict(zip(rows.column("id").to_pylist(), rows.column("row").to_pylist()))
+    known = {key: (text, row_of[i]) for i, key, text in zip(old_ids.tolist(), old_keys, old_texts)}
+    found = [known.get(key, (None, -1)) for key in keys]
+    mask = np.array([old == text for (old, _), text in zip(found, texts)], bool)
+    source = np.array([row for (_, row), same in zip(found, mask) if same], np.int64)
+    return mask, np.load(previous["entity_vectors"], mmap_mode="r")[source]
 
 
 def build_index(vectors: np.ndarray, cfg: Mapping):
@@ -135,7 +170,8 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                           columns=["id", "key", "name", "types", "description"])
     if entities.num_rows == 0:
         raise StageError(f"{inputs['entities']}: the entities table is empty")
-    ids, texts, unnamed = entity_texts(entities, cfg["text"])
+    ids, keys, texts, unnamed = keyed_texts(entities, cfg["text"])
+    reusable = reusable_vectors(inputs, keys, texts, cfg["text"])
     lap("read_and_texts")
 
     faiss_threads_before = faiss.omp_get_max_threads()
@@ -143,7 +179,8 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         faiss.omp_set_num_threads(int(cfg["threads"]))  # process-global: restored below
     try:
         with torch_threads(cfg.get("threads")):
-            encoder, vectors, exported = encode_entities(cfg, texts, out, lap)
+            encoder, vectors, exported = encode_entities(cfg, texts, out, lap, reusable,
+                                                         inputs.get(PREVIOUS + "encoder"))
             index, kind = build_index(vectors, cfg)
             lap("index")
     finally:
@@ -168,6 +205,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         print(f"WARNING {STAGE}: {unnamed} entities have no name; their key was encoded",
               file=sys.stderr)
     seconds = lap.seconds
+    reused = int(reusable[0].sum()) if reusable is not None else 0
     return {
         "outputs": {k: str(p) for k, p in paths.items()},
         "report": {
@@ -175,23 +213,29 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
             "path": encoder.spec["path"], "dim": encoder.dim, "device": encoder.spec["device"],
             "encoder": encoder.backend,
             "text": cfg["text"], "index": kind, "query_onnx": exported,
-            "step_seconds": seconds,
-            "entities_per_second": round(len(ids) / seconds["encode"], 1) if seconds["encode"] else None,
+            "step_seconds": seconds, "encoded": len(ids) - reused,
+            "reused_vectors": reused if reusable is not None else None,
+            "entities_per_second": (round((len(ids) - reused) / seconds["encode"], 1)
+                                    if seconds["encode"] else None),
         },
     }
 
 
-def encode_entities(cfg: Mapping, texts: list[str], out: Path,
-                    lap: Laps) -> tuple[PrefixedEncoder, np.ndarray, dict]:
+def encode_entities(cfg: Mapping, texts: list[str], out: Path, lap: Laps,
+                    reusable: tuple[np.ndarray, np.ndarray] | None = None,
+                    previous_spec: str | None = None) -> tuple[PrefixedEncoder, np.ndarray, dict]:
     """(the store's encoder, the entity vectors, the export's encoder.json entry). The question
     encoder is exported first so that on a CPU the batch runs on it (``encoder`` auto or onnx:
     int8 ONNX, 4.5x torch's float32 on one thread for FB15k-237's entities, docs/BENCHMARKS.md),
-    shortest texts first."""
+    shortest texts first. ``reusable`` (a refresh): the mask of the texts whose previous vectors
+    are given, which are not encoded again; ``previous_spec``: the previous encoder.json, whose
+    export is reused."""
     try:
         model_dir = spec_model_dir({"model": cfg["model"]})
     except EncoderError as exc:
         raise StageError(f"{STAGE}: {exc}") from None
-    exported = _export_query_encoder(model_dir, out, cfg["query_onnx"])
+    exported = (_previous_export(Path(previous_spec), out) if previous_spec else None) \
+        or _export_query_encoder(model_dir, out, cfg["query_onnx"])
     lap("export")
     spec = {"model": cfg["model"], "query_prefix": cfg["query_prefix"],
             "passage_prefix": cfg["passage_prefix"]}
@@ -199,9 +243,26 @@ def encode_entities(cfg: Mapping, texts: list[str], out: Path,
                                   out / exported["file"] if "file" in exported else None)
     lap("load_model")
     batch = cfg["onnx_batch_size"] if encoder.backend == "onnx" else cfg["batch_size"]
-    vectors = encode_by_length(encoder, texts, int(batch))
+    mask, kept = reusable if reusable is not None else (np.zeros(len(texts), bool), None)
+    vectors = np.empty((len(texts), encoder.dim), np.float32)
+    if kept is not None:
+        vectors[mask] = kept
+    fresh = np.flatnonzero(~mask)
+    if len(fresh):
+        vectors[fresh] = encode_by_length(encoder, [texts[i] for i in fresh], int(batch))
     lap("encode")
     return encoder, vectors, exported
+
+
+def _previous_export(previous_spec: Path, out: Path) -> dict | None:
+    """The previous build's question-encoder export (a refresh, same settings) copied into
+    ``out``, its encoder.json entry; None when it wrote none."""
+    entry = json.loads(previous_spec.read_text(encoding="utf-8")).get("onnx")
+    source = previous_spec.parent / entry["file"] if entry and "file" in entry else None
+    if source is None or not source.is_file():
+        return None
+    shutil.copy2(source, out / entry["file"])
+    return entry
 
 
 def _export_query_encoder(model_dir: Path, out: Path, quantization: str) -> dict:

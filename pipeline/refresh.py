@@ -1,0 +1,125 @@
+"""Incremental refresh (DESIGN §9): input fingerprints, and reuse of the previous build's
+stage outputs from the store's refresh cache (``<store>/refresh/<build_id>/``, the staging
+directory of the latest published build; ``runtime.contract.Store.keep_for_refresh``).
+
+A stage's **fingerprint** is what its outputs are a function of: the code of the build
+packages, its config sections (with the content of any file a setting names) and the content
+hash of every input artefact (the dump's files included). Its ``digest`` is the sha256 of that
+record as canonical JSON. A refresh reuses a stage whose digest equals the cached record's,
+and gives a ``partial`` stage the cached outputs (``previous:<artefact>`` inputs) when only
+its input data changed (``pipeline.stage.PREVIOUS``; ``pipeline.registry`` says how each
+stage refreshes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+
+from runtime.config import section
+from runtime.contract import STAGING_DIR, sha256_file
+
+FINGERPRINT_VERSION = 1
+#: Packages whose code a stage's outputs depend on: any change there refreshes in full.
+CODE_PACKAGES = ("pipeline", "spark_jobs", "training", "text", "runtime")
+#: Spark's part files carry a random job UUID in their names; content hashes ignore it.
+_SPARK_PART = re.compile(r"^(part-\d+)-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
+#: An input whose content cannot be hashed (the store itself): never equal, never reused.
+UNHASHABLE = "unhashable"
+
+
+def content_hash(path: str | os.PathLike) -> str:
+    """sha256 of a file, or of a directory's files (relative names, Spark's part-file UUIDs
+    left out, hidden files and ``_SUCCESS`` skipped) with their sha256s."""
+    root = Path(path)
+    if root.is_file():
+        return _file_hash(root)
+    digest = hashlib.sha256()
+    for file in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = file.relative_to(root).as_posix()
+        if file.name.startswith(".") or file.name == "_SUCCESS":
+            continue
+        name = _SPARK_PART.sub(r"\1", rel)
+        digest.update(f"{name}\0{_file_hash(file)}\n".encode())
+    return digest.hexdigest()
+
+
+def _file_hash(path: Path) -> str:
+    """sha256 of a file, hashed once per process while its size and mtime stay (the dump is
+    an input of four stages)."""
+    stat = path.stat()
+    return _sha256_of(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=4096)
+def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
+    return sha256_file(Path(path))
+
+
+@lru_cache(maxsize=1)
+def code_hash() -> str:
+    """sha256 of the build packages' Python sources (names and contents)."""
+    repo = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for package in CODE_PACKAGES:
+        for file in sorted((repo / package).rglob("*.py")):
+            digest.update(f"{file.relative_to(repo).as_posix()}\0{sha256_file(file)}\n".encode())
+    return digest.hexdigest()
+
+
+def config_hash(config: Mapping, sections: tuple[str, ...]) -> str:
+    """sha256 of the named config sections over their defaults, with the content hash of
+    every existing file or directory a setting names (an entities file, a question set)."""
+    chosen = {name: section(config, name) for name in sections}
+    named = {value: content_hash(value) for cfg in chosen.values() for value in cfg.values()
+             if isinstance(value, str) and value and Path(value).exists()}
+    return _digest({"sections": chosen, "files": named})
+
+
+def fingerprint(config: Mapping, sections: tuple[str, ...], inputs: Mapping[str, str]) -> dict:
+    """A stage's fingerprint: code, config and input hashes, and their ``digest``."""
+    parts = {"version": FINGERPRINT_VERSION, "code": code_hash(),
+             "config": config_hash(config, sections), "inputs": dict(sorted(inputs.items()))}
+    return {**parts, "digest": _digest(parts)}
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def same_settings(one: Mapping, other: Mapping) -> bool:
+    """Two fingerprints of the same code and config: only input data may differ."""
+    return all(one.get(k) == other.get(k) for k in ("version", "code", "config"))
+
+
+def link_tree(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> None:
+    """Hard-link every file of ``src`` (but those named in ``skip``) under ``dst``, at the
+    same relative paths, copying where a link cannot be made (another filesystem). Outputs
+    are never written in place, so a link shared with the cache is safe."""
+    for path in sorted(p for p in src.rglob("*") if p.name not in skip):
+        target = dst / path.relative_to(src)
+        if path.is_dir():  # empty directories too: an output may be one
+            target.mkdir(parents=True, exist_ok=True)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copy2(path, target)
+
+
+def staged_location(path: str, build_id: str) -> tuple[str, Path] | None:
+    """(stage, path inside its directory) of an output recorded as
+    ``.../staging/<build_id>/<stage>/<rel>``, wherever the store root was — the stage that
+    recorded it, or an earlier one whose output it passes on —; None for any other path."""
+    parts = Path(path).parts
+    for i in range(len(parts) - 3):
+        if parts[i:i + 2] == (STAGING_DIR, build_id):
+            return parts[i + 2], Path(*parts[i + 3:])
+    return None

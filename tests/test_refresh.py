@@ -1,0 +1,282 @@
+"""Incremental refresh mechanics (pipeline/refresh.py, DESIGN §9): the refresh cache kept at
+publish, fingerprints, reuse of unchanged stages, partial stages, ``refresh.mode=full``, and a
+crash in the middle of a refresh. Stages are Spark-free stand-ins (the real ones: test_build)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+
+from pipeline import driver as pipeline
+from pipeline.refresh import content_hash
+from pipeline.stage import PREVIOUS
+from runtime import contract
+from runtime.config import load_config
+from runtime.contract import Store
+
+
+class Killed(BaseException):
+    """Stands for the SIGKILL of a stage process."""
+
+
+def write_dump(path: Path, keys: list[str]) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "keys.json").write_text(json.dumps(keys))
+    return path
+
+
+class FakeStages:
+    """``ingest`` (entity keys from the dump's keys.json, a chain of triples) and
+    ``entity_types`` (entities copied with a type): enough for a publishable build. Records
+    each call's inputs; ``fail`` names a stage that is killed when it runs."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, dict]] = []
+        self.fail: str | None = None
+        self.pass_on = False  # entity_types passes ingest's entities on (as scos_merge may)
+
+    def module(self, name):
+        return SimpleNamespace(run=lambda config, inputs, out: self.run(name, inputs, Path(out)))
+
+    def run(self, name, inputs, out):
+        self.calls.append((name, dict(inputs)))
+        if name == self.fail:
+            raise Killed
+        if name == "entity_types" and self.pass_on:
+            return {"outputs": {"entities": inputs["entities"]}, "report": {}}
+        if name == "entity_types":
+            entities = contract.read_table(Path(inputs["entities"]), "entities")
+            typed = entities.set_column(5, "types", pa.array([["t"]] * entities.num_rows,
+                                                               pa.list_(pa.string())))
+            contract.write_table("entities", typed, out / "entities.parquet")
+            return {"outputs": {"entities": str(out / "entities.parquet")}, "report": {}}
+        keys = sorted(json.loads(Path(inputs["dump"], "keys.json").read_text()))
+        n = len(keys)
+        tables = {
+            "entities": pa.table({"id": list(range(n)), "key": keys, "name": keys,
+                                  "aliases": [[]] * n, "description": [None] * n,
+                                  "types": [[]] * n, "attributes": [[]] * n}),
+            "relations": pa.table({"id": [0], "name": ["next"]}),
+            "triples": pa.table({"s": list(range(n - 1)), "r": [0] * (n - 1),
+                                 "o": list(range(1, n))}),
+            "quarantine": pa.table({"file": [], "line": [], "reason": [], "text": []}),
+        }
+        outputs = {}
+        for table, data in tables.items():
+            contract.write_table(table, data, out / table / "part-00000.parquet")
+            outputs[table] = str(out / table)
+        for empty in ("type_assertions", "change_set"):
+            (out / empty).mkdir()
+            outputs[empty] = str(out / empty)
+        previous = PREVIOUS + "entities" in inputs  # the change set, as the real one counts it
+        changes = {"added_entities": n - 3, "removed_entities": 0} if previous else None
+        return {"outputs": outputs, "report": {"entities": n, "change_set": changes}}
+
+
+@pytest.fixture
+def stages(monkeypatch):
+    fake = FakeStages()
+    monkeypatch.setattr(pipeline, "_load_module", fake.module)
+    return fake
+
+
+def build(store: Store, build_id: str, dump: Path, *overrides: str, publish: bool = True):
+    """ingest and entity_types of a build, then (``publish``) its publish; the records."""
+    config = load_config(None, list(overrides))
+    records = {name: pipeline.run_stage(store, build_id, name, config, str(dump))
+               for name in ("ingest", "entity_types")}
+    if publish:
+        pipeline.publish_build(store, build_id, config)
+    return records
+
+
+def test_publish_keeps_only_the_latest_build_as_the_refresh_cache(tmp_path, stages):
+    store, dump = Store(tmp_path / "store"), write_dump(tmp_path / "dump", ["a", "b", "c"])
+    build(store, "b1", dump)
+    assert not store.staging_dir("b1").exists()
+    assert (store.refresh_dir("b1") / "ingest" / pipeline.STAGE_RECORD).is_file()
+    assert store.refresh_base() == "b1"
+    build(store, "b2", dump)
+    assert sorted(p.name for p in (store.root / contract.REFRESH_DIR).iterdir()) == ["b2"]
+    assert store.refresh_base() == "b2"
+
+
+def test_unchanged_input_reuses_every_stage_and_publishes_the_same_tables(tmp_path, stages):
+    store, dump = Store(tmp_path / "store"), write_dump(tmp_path / "dump", ["a", "b", "c"])
+    first = build(store, "b1", dump)
+    calls = len(stages.calls)
+    second = build(store, "b2", dump)
+    assert len(stages.calls) == calls  # nothing ran
+    for name, record in second.items():
+        assert record["refresh"] == "reused" and record["refresh_base"] == "b1"
+        assert record["fingerprint"] == first[name]["fingerprint"]
+        assert record["hashes"] == first[name]["hashes"]
+    one, two = store.build("b1"), store.build("b2", verify=True)
+    for table in ("entities", "relations", "triples"):
+        assert one.read(table).equals(two.read(table))
+
+
+def test_reused_outputs_are_hard_links_of_the_cache(tmp_path, stages):
+    store, dump = Store(tmp_path / "store"), write_dump(tmp_path / "dump", ["a", "b"])
+    build(store, "b1", dump)
+    records = build(store, "b2", dump, publish=False)
+    staged = Path(records["ingest"]["outputs"]["triples"]) / "part-00000.parquet"
+    cached = store.refresh_dir("b1") / "ingest" / "triples" / "part-00000.parquet"
+    assert staged.stat().st_ino == cached.stat().st_ino
+    assert content_hash(staged.parent) == records["ingest"]["hashes"]["triples"]
+
+
+def test_an_output_passed_on_from_an_earlier_stage_is_reused_as_this_builds(tmp_path, stages):
+    store, dump = Store(tmp_path / "store"), write_dump(tmp_path / "dump", ["a", "b"])
+    stages.pass_on = True
+    build(store, "b1", dump)
+    records = build(store, "b2", dump, publish=False)
+    assert records["entity_types"]["refresh"] == "reused"
+    assert records["entity_types"]["outputs"]["entities"] == \
+        records["ingest"]["outputs"]["entities"] == str(store.staging_dir("b2") / "ingest" /
+                                                         "entities")
+
+
+def test_changed_input_runs_partial_stages_with_the_cached_outputs(tmp_path, stages):
+    store = Store(tmp_path / "store")
+    build(store, "b1", write_dump(tmp_path / "d1", ["a", "b", "c"]))
+    stages.calls.clear()
+    records = build(store, "b2", write_dump(tmp_path / "d2", ["a", "c", "d"]))
+    assert records["ingest"]["refresh"] == "partial"  # ingest: partial in the registry
+    assert records["entity_types"]["refresh"] == "full"  # reuse only: its input changed
+    ingest_inputs = dict(stages.calls)["ingest"]
+    cached = store.refresh_dir("b1") / "ingest"
+    assert ingest_inputs[PREVIOUS + "entities"] == str(cached / "entities")
+    assert PREVIOUS + "entities" not in dict(stages.calls)["entity_types"]
+    assert store.build("b2").read("entities").column("key").to_pylist() == ["a", "c", "d"]
+
+
+def test_changed_config_or_refresh_mode_full_runs_in_full(tmp_path, stages):
+    store, dump = Store(tmp_path / "store"), write_dump(tmp_path / "dump", ["a", "b"])
+    build(store, "b1", dump)
+    changed = build(store, "b2", dump, "ingest.max_malformed_share=0.5")
+    assert changed["ingest"]["refresh"] == "full"  # not partial: its settings changed
+    assert changed["ingest"]["fingerprint"]["inputs"] == \
+        build(store, "b3", dump, "refresh.mode=full")["ingest"]["fingerprint"]["inputs"]
+    forced = json.loads((store.refresh_dir("b3") / "ingest" / pipeline.STAGE_RECORD).read_text())
+    assert forced["refresh"] == "full" and forced["refresh_base"] is None
+
+
+def test_a_stage_reading_the_store_is_never_reused(tmp_path):
+    store = Store(tmp_path / "store")
+    inputs = {"store": str(store.root)}
+    one = pipeline.input_hashes(store, "b1", "feedback_enrich", inputs)
+    assert one != pipeline.input_hashes(store, "b1", "feedback_enrich", inputs)
+    assert pipeline._known("feedback_enrich").refresh == "full"
+
+
+def test_crash_in_the_middle_of_a_refresh_then_a_rerun_completes(tmp_path, stages):
+    store = Store(tmp_path / "store")
+    build(store, "b1", write_dump(tmp_path / "d1", ["a", "b", "c"]))
+    dump = write_dump(tmp_path / "d2", ["a", "b", "c", "d"])
+    stages.fail = "entity_types"
+    with pytest.raises(Killed):
+        build(store, "b2", dump)
+    assert store.current_id() == "b1" and store.refresh_base() == "b1"
+    store.build("b1", verify=True)
+    stages.fail = None
+    records = build(store, "b2", dump)  # the rerun: ingest again, then the rest
+    assert store.current_id() == "b2" and store.refresh_base() == "b2"
+    assert records["entity_types"]["refresh"] == "full"
+    assert store.build("b2", verify=True).rows("entities") == 4
+
+
+def test_publish_retry_after_a_crash_before_caching_moves_the_staging(tmp_path, stages,
+                                                                      monkeypatch):
+    store, dump = Store(tmp_path / "store"), write_dump(tmp_path / "dump", ["a", "b"])
+    build(store, "b1", dump)
+    build(store, "b2", dump, publish=False)
+
+    def killed(self, build_id):
+        raise Killed
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Store, "keep_for_refresh", killed)
+        with pytest.raises(Killed):
+            pipeline.publish_build(store, "b2", load_config(None, []))
+    assert store.current_id() == "b2" and store.refresh_base() == "b1"
+    pipeline.publish_build(store, "b2", load_config(None, []))
+    assert store.refresh_base() == "b2" and not store.staging_dir("b2").exists()
+    assert os.listdir(store.root / contract.REFRESH_DIR) == ["b2"]
+
+
+def test_store_show_says_how_each_stage_was_made(tmp_path, stages):
+    from click.testing import CliRunner
+
+    from pipeline.cli import cli
+
+    store, dump = Store(tmp_path / "store"), write_dump(tmp_path / "dump", ["a", "b"])
+    build(store, "b1", dump)
+    build(store, "b2", dump)
+    shown = {}
+    for build_id in ("b1", "b2"):
+        result = CliRunner().invoke(cli, ["store", "show", build_id, "--store", str(store.root)])
+        assert result.exit_code == 0, result.output
+        shown[build_id] = result.output
+    def made(output):
+        return [line.split()[3] for line in output.splitlines()
+                if line.lstrip().startswith("stage ")]
+
+    assert "refresh: full build" in shown["b1"] and made(shown["b1"]) == ["full", "full"]
+    assert "refresh: from build b1" in shown["b2"] and made(shown["b2"]) == ["reused", "reused"]
+
+
+def test_store_show_prints_what_a_refresh_changed(tmp_path, stages):
+    from click.testing import CliRunner
+
+    from pipeline.cli import cli
+
+    store = Store(tmp_path / "store")
+    build(store, "b1", write_dump(tmp_path / "d1", ["a", "b", "c"]))
+    build(store, "b2", write_dump(tmp_path / "d2", ["a", "b", "c", "d", "e"]))
+    result = CliRunner().invoke(cli, ["store", "show", "--store", str(store.root)])
+    assert result.exit_code == 0, result.output
+    assert "refresh: from build b1" in result.output
+    assert "changes: added entities 2\n" in result.output
+    assert store.build("b2").manifest["report"]["refresh"]["changes"]["added_entities"] == 2
+
+
+@pytest.mark.parametrize("flags, mode", [([], "auto"), (["--full"], "full")])
+def test_lokg_build_refreshes_unless_full(tmp_path, monkeypatch, flags, mode):
+    from click.testing import CliRunner
+
+    from pipeline.cli import cli
+
+    seen = {}
+
+    def staged(store, build_id, name, config, dump):
+        seen.update(config["refresh"])
+        return {"seconds": 0.0}
+
+    monkeypatch.setattr(pipeline, "run_stage", staged)
+    dump = write_dump(tmp_path / "dump", ["a"])
+    result = CliRunner().invoke(cli, ["build", "--dump", str(dump), "--store",
+                                      str(tmp_path / "store"), "--stage", "ingest",
+                                      "--build-id", "b1", *flags])
+    assert result.exit_code == 0, result.output
+    assert seen == {"mode": mode}
+
+
+def test_the_cache_of_current_is_preferred_and_the_others_pruned_at_the_next_publish(tmp_path):
+    store = Store(tmp_path / "store")
+    for build_id in ("b1", "b2"):  # two caches: a crash between caching and pruning
+        store.refresh_dir(build_id).mkdir(parents=True)
+    (store.root / contract.REFRESH_DIR / ".b0.deleted-1234").mkdir()  # a crash mid-deletion
+    (store.root / contract.CURRENT_FILE).write_text("b1\n")
+    assert store.refresh_base() == "b1"
+    (store.root / contract.CURRENT_FILE).write_text("b9\n")  # rolled back to an uncached build
+    assert store.refresh_base() == "b2"
+    store.staging_dir("b3").mkdir(parents=True)
+    store.keep_for_refresh("b3")
+    assert os.listdir(store.root / contract.REFRESH_DIR) == ["b3"]
+    assert not store.staging_dir("b3").exists()
