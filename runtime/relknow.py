@@ -1268,6 +1268,13 @@ class RelationKnowledge:
         best = np.maximum(self.span_similarities(spans, embed).max(axis=0), 0.0)
         return dict(zip(self.relation_order, best.tolist()))
 
+    def described_size(self, masked: str, embed: Callable[[list[str]], np.ndarray],
+                       facts: Facts, topics: Sequence[int]) -> int:
+        """How many relations the question's spans describe: non-overlapping spans matching
+        one at θ_zs (:meth:`zero_shot_hops`, :func:`chosen_spans`)."""
+        hops = self.zero_shot_hops(masked, embed, facts, topics)
+        return len(chosen_spans(hops, len(masked.split())))
+
     def resized(self, prediction: Prediction, masked: str,
                 embed: Callable[[list[str]], np.ndarray], facts: Facts,
                 topics: Sequence[int]) -> Prediction | None:
@@ -1277,8 +1284,7 @@ class RelationKnowledge:
         relation put in anywhere by the spans' best match cost more than it gained, see
         docs/BENCHMARKS.md issue 22). Support: :func:`held_support`."""
         voted = prediction.chain
-        hops = self.zero_shot_hops(masked, embed, facts, topics)
-        size = len(chosen_spans(hops, len(masked.split())))
+        size = self.described_size(masked, embed, facts, topics)
         if size in (0, len(voted)):
             return None
         weights = {v.chain: v.weight for v in prediction.votes if len(v.chain) == size and (
@@ -1320,7 +1326,7 @@ class RelationKnowledge:
                     named=prediction.named, max_frontier=self.max_frontier)
         if out.chain is None:
             return None
-        out.support = held_support(prediction.votes, out.chain)
+        out.support, out.nearest = held_support(prediction.votes, out.chain), prediction.nearest
         return out
 
     def _unvoted(self, prediction: Prediction, composed: Prediction, masked: str,
