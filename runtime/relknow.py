@@ -1240,19 +1240,16 @@ class RelationKnowledge:
         composed = self.predict_spans(hops, masked, facts, topics, source="lexicon",
                                       named=named)
         if voted is None:
-            if prediction is None:
-                return composed
-            unvoted = self._unvoted(prediction, composed, masked, facts, topics)
-            if unvoted.chain is None and self.unfamiliar(prediction, embed):
-                return self.bridged(prediction, masked, embed, facts, topics) or unvoted
-            return unvoted
+            return composed if prediction is None else \
+                self._unvoted(prediction, composed, masked, facts, topics, embed)
         if composed.chain is not None and len(composed.chain) > len(voted) \
                 and prediction.relations <= composed.relations:
             return composed
         return prediction
 
     @staticmethod
-    def unfamiliar(prediction: Prediction | None, embed) -> bool:
+    def unfamiliar(prediction: Prediction | None,
+                   embed: Callable[[list[str]], np.ndarray] | None) -> bool:
         """Whether a kNN vote is a guess: no training question is near the wording
         (:data:`UNFAMILIAR_COSINE`), and the encoder can compare spans with relations."""
         return embed is not None and prediction is not None and \
@@ -1330,16 +1327,20 @@ class RelationKnowledge:
         return out
 
     def _unvoted(self, prediction: Prediction, composed: Prediction, masked: str,
-                 facts: Facts, topics: Sequence[int]) -> Prediction:
+                 facts: Facts, topics: Sequence[int],
+                 embed: Callable[[list[str]], np.ndarray] | None) -> Prediction:
         """No voted chain instantiates: the shortened votes' chain unless the lexicon's
-        composition has as many hops (then it, supported by the votes that hold it); the
-        failed vote when neither instantiates."""
+        composition has as many hops (then it, supported by the votes that hold it); when
+        neither instantiates, on unfamiliar wording the bridged votes (:meth:`bridged`), else
+        the failed vote."""
         shorter = self.shortened(prediction, masked, facts, topics)
         if shorter is not None and (composed.chain is None
                                     or len(shorter.chain) > len(composed.chain)):
             return shorter
         if composed.chain is None:
-            return prediction
+            bridged = self.bridged(prediction, masked, embed, facts, topics) \
+                if self.unfamiliar(prediction, embed) else None
+            return bridged or prediction
         composed.support = held_support(prediction.votes, composed.chain)
         return composed
 
