@@ -39,6 +39,14 @@ The pieces:
 * **Zero-shot fallback** (a store fitted without labelled questions): question spans are
   matched to relation names by the encoder (cosine ≥ θ_zs), and the named relations are
   ordered the same way.
+* **Unfamiliar wording** (labelled knowledge, the nearest training question's cosine below
+  :data:`UNFAMILIAR_COSINE`: relation phrases no training question used, "the native town of
+  the helmer of X"): spans are matched to relations by the encoder — to the relation's name and
+  to the training questions' words for it (:meth:`RelationKnowledge.span_similarities`) — and
+  the number of relations they describe picks among the voted chains one with as many hops
+  that holds the vote or is held by it; when no voted chain instantiates, the votes go
+  behind one hop the topic has, the one the spans describe best
+  (:meth:`RelationKnowledge.bridged`).
 * **Inverse hops.** A chain hop walks a relation forward (subject → object) or backwards
   (object → subject, written ``~name``: "which films did X direct" is ``~directed_by``);
   chains learned from gold paths keep their directions, and the span predictors try
@@ -101,6 +109,10 @@ ZERO_SHOT_TIE = 1e-5
 ZERO_SHOT_NEAR = 0.15
 #: Substitutes tried per span, the nearest first.
 ZERO_SHOT_SUBSTITUTES = 2
+#: Below this cosine of the nearest training question a labelled store's wording is unfamiliar
+#: (in-domain questions sit at ~0.99, unseen wording at ~0.55): the question's spans, matched
+#: to relations, say how many hops the voted chain should have and bridge the topic's hop.
+UNFAMILIAR_COSINE = 0.8
 #: Names of one segment sharing leading words with this many others lose those words.
 SHARED_PREFIX_NAMES = 3
 _SEGMENT_SPLIT = re.compile(r"[./]+|__+")
@@ -705,6 +717,8 @@ class Prediction:
     #: most :data:`MAX_STOPS`) that stopped for want of a fact — what the graph may be missing
     #: (DESIGN §9; the runtime keeps those whose hop fits the entities' types)
     stops: tuple[Derivation, ...] = ()
+    #: the kNN vote's: cosine of the nearest training question (how familiar the wording is)
+    nearest: float = 0.0
 
     @property
     def relations(self) -> frozenset[int]:
@@ -859,6 +873,7 @@ class RelationKnowledge:
         self.canonical = canonical_hops([(rel(a), rel(b)) for a, b in
                                          spec.get("inverse_pairs", ())], self.n_relations)
         self.relation_order = [rel(n) for n in spec["relation_names"]]
+        self._described: tuple[list[str], np.ndarray] | None = None  # described_by, on first use
         if len(self.relation_order) != len(self.relation_vectors):
             raise RelknowError(f"{where}: {len(self.relation_vectors)} relation vectors for "
                                f"{len(self.relation_order)} relation names")
@@ -910,8 +925,18 @@ class RelationKnowledge:
         top = np.argpartition(-sims, k - 1)[:k]
         top = top[np.argsort(-sims[top], kind="stable")]
         votes = [(self.chains[int(self.question_chain[i])], float(sims[i])) for i in top]
-        return tally(votes, facts, topics, source="knn", named=named,
-                     max_frontier=self.max_frontier)
+        prediction = tally(votes, facts, topics, source="knn", named=named,
+                           max_frontier=self.max_frontier)
+        prediction.nearest = float(sims[top[0]]) if k else 0.0
+        return prediction
+
+    def _word_relations(self, word: str) -> list[tuple[float, float, int]]:
+        """(P(r | word), lift, r) of the relations a word names (lift ≥ θ_lift), most probable
+        first, ties by lift (lift alone favours rare relations)."""
+        return sorted(((round(lift * self.prior.get(r, 0.0), 4), lift, r)  # lift, prior
+                       # are stored rounded: equal probabilities must tie
+                       for r, lift in self.lexicon.get(word, {}).items()
+                       if lift >= self.lift_threshold), key=lambda x: (-x[0], -x[1], x[2]))
 
     def lexicon_hops(self, masked: str) -> list[tuple[float, int, int, int]]:
         """(P(r | w), start, end, r) of every word naming a relation (lift ≥ θ_lift): the most
@@ -922,10 +947,7 @@ class RelationKnowledge:
         words = masked.split()
         options = {}
         for i, w in enumerate(words):
-            named = sorted(((round(lift * self.prior.get(r, 0.0), 4), lift, r)  # lift, prior
-                            # are stored rounded: equal probabilities must tie
-                            for r, lift in self.lexicon.get(w, {}).items()
-                            if lift >= self.lift_threshold), key=lambda x: (-x[0], -x[1], x[2]))
+            named = self._word_relations(w)
             if named and w not in STOP_WORDS:
                 options[i] = named
         taken: set[int] = set()
@@ -938,6 +960,36 @@ class RelationKnowledge:
             out.append((conf, i, i + 1, r))
         return out
 
+    def span_similarities(self, texts: Sequence[str], embed: Callable[[list[str]], np.ndarray]
+                          ) -> np.ndarray:
+        """[len(texts), |relations|] (columns in relation order): how well each text describes
+        each relation — the cosine to the relation's name and, with labelled knowledge, to
+        the training questions' words for it (the lexicon's words whose most probable relation
+        it is, :meth:`described_by`), whichever is higher. An unseen synonym ("offspring") is
+        near a word the training questions used for the relation ("child") where the name
+        alone ("children") may not be."""
+        vectors = np.asarray(embed(list(texts)), dtype=np.float32)
+        sims = vectors @ self.relation_vectors.T
+        words, columns = self.described_by()
+        if words:
+            by_word = vectors @ np.asarray(embed(words), dtype=np.float32).T
+            sims = sims.T.copy()
+            np.maximum.at(sims, columns, by_word.T)
+            sims = sims.T
+        return sims
+
+    def described_by(self) -> tuple[list[str], np.ndarray]:
+        """(words, their relation's column in relation order) of the lexicon's content words,
+        each for its most probable relations (:meth:`_word_relations`, all that tie)."""
+        if self._described is None:
+            column = {r: i for i, r in enumerate(self.relation_order)}
+            pairs = [(w, column[r]) for w in sorted(self.lexicon) if w not in STOP_WORDS
+                     for p, _, r in self._word_relations(w)
+                     if p == self._word_relations(w)[0][0] and r in column]
+            self._described = ([w for w, _ in pairs],
+                               np.array([c for _, c in pairs], dtype=np.int64))
+        return self._described
+
     def zero_shot_hops(self, masked: str, embed: Callable[[list[str]], np.ndarray],
                        facts: Facts | None = None, topics: Sequence[int] = ()
                        ) -> list[tuple[float, int, int, int]]:
@@ -949,8 +1001,7 @@ class RelationKnowledge:
         spans = question_spans(masked)
         if not spans or not len(self.relation_vectors):
             return []
-        sims = np.asarray(embed([t for _, _, t in spans]), dtype=np.float32) \
-            @ self.relation_vectors.T
+        sims = self.span_similarities([t for _, _, t in spans], embed)
         cos = sims.max(axis=1)
         subjects = np.asarray(list(topics), dtype=np.int64)
         out = []
@@ -973,8 +1024,7 @@ class RelationKnowledge:
         chosen = chosen_spans(hops, len(words))
         if not chosen:
             return []
-        sims = np.asarray(embed([" ".join(words[a:b]) for _, a, b, _ in chosen]),
-                          dtype=np.float32) @ self.relation_vectors.T
+        sims = self.span_similarities([" ".join(words[a:b]) for _, a, b, _ in chosen], embed)
         swaps = []
         for i, (row, (c, _, _, best)) in enumerate(zip(sims, chosen)):
             near = [int(k) for k in np.argsort(-row, kind="stable")
@@ -998,7 +1048,7 @@ class RelationKnowledge:
         words = masked.split()
         if not words or words[0] == PLACEHOLDER or words[0] in STOP_WORDS:
             return frozenset()
-        sims = np.asarray(embed([words[0]]), dtype=np.float32)[0] @ self.relation_vectors.T
+        sims = self.span_similarities([words[0]], embed)[0]
         best = float(sims.max()) if len(sims) else 0.0
         if best < self.zero_shot_cosine:
             return frozenset()
@@ -1141,7 +1191,7 @@ class RelationKnowledge:
             raise RelknowError(f"the question vector has {len(q_vec)} dimensions; the relation "
                                f"knowledge was fitted with {width} (another encoder?)")
         if self.labelled:
-            prediction = self._predict_labelled(masked, topics, facts, q_vec)
+            prediction = self._predict_labelled(masked, topics, facts, q_vec, embed)
         elif embed is None or not self.relation_vectors.shape[1]:
             prediction = Prediction("none", None, 0.0, 0.0, [], frozenset(), None,
                                     "no labelled questions and no encoder")
@@ -1157,7 +1207,8 @@ class RelationKnowledge:
         return Assessment(masked, prediction, prediction.derivation, consistency)
 
     def _predict_labelled(self, masked: str, topics: Sequence[int], facts: Facts,
-                          q_vec: np.ndarray | None) -> Prediction:
+                          q_vec: np.ndarray | None,
+                          embed: Callable[[list[str]], np.ndarray] | None = None) -> Prediction:
         """The kNN vote; the lexicon's chain when no voted chain instantiates, or when the
         question's words name more hops than the voted chain has and the lexicon's chain walks
         them all (questions that combine relations in a way no training question did: a
@@ -1166,7 +1217,10 @@ class RelationKnowledge:
         too long for the question are shortened (:meth:`shortened`): when none instantiates
         (the sub-chain wins over a lexicon composition with fewer hops), and when the one that
         does walks no relation some naming word names ("the job of X's wife" voted (spouse,
-        spouse, spouse) by 3-hop knowledge)."""
+        spouse, spouse) by 3-hop knowledge). On unfamiliar wording (``embed`` given) the
+        voted chain is resized to the number of relations the spans describe
+        (:meth:`resized`), and when nothing instantiates the votes are bridged from the
+        topic (:meth:`bridged`)."""
         named = self.names(question_words(masked))
         prediction = None
         if self.question_vectors.shape[1] and q_vec is not None:
@@ -1180,28 +1234,113 @@ class RelationKnowledge:
                 unexplained = any(h[3] not in walked for h in hops)
                 shorter = self.shortened(prediction, masked, facts, topics) \
                     if unexplained else None
-                return shorter or prediction
+                resized = None if shorter or not self.unfamiliar(prediction, embed) else \
+                    self.resized(prediction, masked, embed, facts, topics)
+                return shorter or resized or prediction
         composed = self.predict_spans(hops, masked, facts, topics, source="lexicon",
                                       named=named)
         if voted is None:
             return composed if prediction is None else \
-                self._unvoted(prediction, composed, masked, facts, topics)
+                self._unvoted(prediction, composed, masked, facts, topics, embed)
         if composed.chain is not None and len(composed.chain) > len(voted) \
                 and prediction.relations <= composed.relations:
             return composed
         return prediction
 
+    @staticmethod
+    def unfamiliar(prediction: Prediction | None,
+                   embed: Callable[[list[str]], np.ndarray] | None) -> bool:
+        """Whether a kNN vote is a guess: no training question is near the wording
+        (:data:`UNFAMILIAR_COSINE`), and the encoder can compare spans with relations."""
+        return embed is not None and prediction is not None and \
+            prediction.nearest < UNFAMILIAR_COSINE
+
+    def described_fit(self, masked: str, embed: Callable[[list[str]], np.ndarray]
+                      ) -> dict[int, float]:
+        """Relation → how well the question's best span describes it (:meth:`span_similarities`,
+        at least 0)."""
+        spans = [t for _, _, t in question_spans(masked)]
+        if not spans or not len(self.relation_vectors):
+            return {}
+        best = np.maximum(self.span_similarities(spans, embed).max(axis=0), 0.0)
+        return dict(zip(self.relation_order, best.tolist()))
+
+    def described_size(self, masked: str, embed: Callable[[list[str]], np.ndarray],
+                       facts: Facts, topics: Sequence[int]) -> int:
+        """How many relations the question's spans describe: non-overlapping spans matching
+        one at θ_zs (:meth:`zero_shot_hops`, :func:`chosen_spans`)."""
+        hops = self.zero_shot_hops(masked, embed, facts, topics)
+        return len(chosen_spans(hops, len(masked.split())))
+
+    def resized(self, prediction: Prediction, masked: str,
+                embed: Callable[[list[str]], np.ndarray], facts: Facts,
+                topics: Sequence[int]) -> Prediction | None:
+        """Unfamiliar wording whose spans describe another number of relations than the
+        voted chain walks (:meth:`zero_shot_hops` at θ_zs, non-overlapping): the best-voted
+        instantiating chain of that many hops that holds the voted one or is held by it (a
+        relation put in anywhere by the spans' best match cost more than it gained, see
+        docs/BENCHMARKS.md issue 22). Support: :func:`held_support`."""
+        voted = prediction.chain
+        size = self.described_size(masked, embed, facts, topics)
+        if size in (0, len(voted)):
+            return None
+        weights = {v.chain: v.weight for v in prediction.votes if len(v.chain) == size and (
+            voted in itertools.combinations(v.chain, len(voted))
+            or v.chain in itertools.combinations(voted, size))}
+        return self._revoted(prediction, weights, facts, topics, "knn_resized")
+
+    def bridged(self, prediction: Prediction, masked: str,
+                embed: Callable[[list[str]], np.ndarray], facts: Facts,
+                topics: Sequence[int]) -> Prediction | None:
+        """No voted chain instantiates, shortened or composed, on unfamiliar wording: each
+        voted chain, and it without its first hop, behind one hop the topic has — the vote
+        knew where the question goes but not how it leaves the topic, which unseen wording
+        names ("the native town of the helmer of X", a film: the votes walk a person's place
+        of birth; nothing they saw said "helmer"). A bridge weighs as its vote times how well
+        the question's spans describe the bridging relation (:meth:`described_fit`); the best
+        that instantiates is followed, no longer than the longest vote. Support:
+        :func:`held_support`."""
+        fit = self.described_fit(masked, embed)
+        if not fit or not prediction.votes:
+            return None
+        subjects = np.asarray(sorted(set(topics)), dtype=np.int64)
+        leaving = [h for h in range(facts.width) if len(facts.step(subjects, h)[1])]
+        longest = max(len(v.chain) for v in prediction.votes)
+        weights: dict[tuple[int, ...], float] = {}
+        for vote in prediction.votes:
+            for tail in dict.fromkeys((vote.chain, vote.chain[1:])):
+                for hop in leaving if len(tail) < longest else ():
+                    chain = (hop,) + tail
+                    weights[chain] = weights.get(chain, 0.0) + vote.weight * fit.get(
+                        hop_relation(hop, facts.n_relations), 0.0)
+        return self._revoted(prediction, weights, facts, topics, "knn_bridged")
+
+    def _revoted(self, prediction: Prediction, weights: Mapping[tuple[int, ...], float],
+                 facts: Facts, topics: Sequence[int], source: str) -> Prediction | None:
+        """The best-weighted of chains drawn from the votes that instantiates (None: none
+        does), supported by the votes that hold it (:func:`held_support`)."""
+        out = tally(list(weights.items()), facts, topics, source=source,
+                    named=prediction.named, max_frontier=self.max_frontier)
+        if out.chain is None:
+            return None
+        out.support, out.nearest = held_support(prediction.votes, out.chain), prediction.nearest
+        return out
+
     def _unvoted(self, prediction: Prediction, composed: Prediction, masked: str,
-                 facts: Facts, topics: Sequence[int]) -> Prediction:
+                 facts: Facts, topics: Sequence[int],
+                 embed: Callable[[list[str]], np.ndarray] | None) -> Prediction:
         """No voted chain instantiates: the shortened votes' chain unless the lexicon's
-        composition has as many hops (then it, supported by the votes that hold it); the
-        failed vote when neither instantiates."""
+        composition has as many hops (then it, supported by the votes that hold it); when
+        neither instantiates, on unfamiliar wording the bridged votes (:meth:`bridged`), else
+        the failed vote."""
         shorter = self.shortened(prediction, masked, facts, topics)
         if shorter is not None and (composed.chain is None
                                     or len(shorter.chain) > len(composed.chain)):
             return shorter
         if composed.chain is None:
-            return prediction
+            bridged = self.bridged(prediction, masked, embed, facts, topics) \
+                if self.unfamiliar(prediction, embed) else None
+            return bridged or prediction
         composed.support = held_support(prediction.votes, composed.chain)
         return composed
 
@@ -1224,10 +1363,8 @@ class RelationKnowledge:
                     walked = {hop_relation(h, self.n_relations) for h in sub}
                     if len(vote.chain) > size and all(n & walked for n in words if n):
                         weights[sub] = weights.get(sub, 0.0) + vote.weight
-            shorter = tally(list(weights.items()), facts, topics, source="knn_shortened",
-                            named=prediction.named, max_frontier=self.max_frontier)
-            if shorter.chain is not None:
-                shorter.support = held_support(prediction.votes, shorter.chain)
+            shorter = self._revoted(prediction, weights, facts, topics, "knn_shortened")
+            if shorter is not None:
                 return shorter
         return None
 

@@ -944,3 +944,73 @@ def test_facts_sort_pairs_equals_lexsort_with_ties_and_past_int64():
     assert np.array_equal(relknow._sort_pairs(huge, np.array([1, 5, 0, 5])),
                           np.lexsort((np.array([1, 5, 0, 5]), huge)))
     assert len(relknow._sort_pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))) == 0
+
+
+# ------------------------------------------------------------------------------ unseen wording
+
+
+def described_knowledge(vectors, chains_of, chains, *, k=2) -> RelationKnowledge:
+    """Labelled knowledge with relation names embedded one axis each (a sixth axis is no name)."""
+    know = knowledge_with_vectors(vectors, chains_of, chains, k=k)
+    know.relation_vectors = np.eye(len(RELATIONS), 6, dtype=np.float32)
+    return know
+
+
+def axis_embed(axes: dict[str, np.ndarray]):
+    return lambda texts: np.stack([axes.get(t, np.zeros(6, np.float32)) for t in texts])
+
+
+@pytest.mark.parametrize("lexicon, best", [({}, "gender"), ({"child": {"children": 5.0}},
+                                                            "children")])
+def test_a_span_describes_a_relation_by_its_name_or_the_training_questions_words(lexicon, best):
+    """"offspring" is nearer the gender name (0.6) than the children name (0); the training
+    questions' word "child" for children (0.8 away) makes children its best match."""
+    know = described_knowledge([[1.0, 0.0]], [0], [["children"]], k=1)
+    know.lexicon = {w: {REL[r]: lift for r, lift in e.items()} for w, e in lexicon.items()}
+    child = np.eye(6, dtype=np.float32)[5]
+    offspring = 0.8 * child + 0.6 * np.eye(6, dtype=np.float32)[REL["gender"]]
+    sims = know.span_similarities(["offspring"], axis_embed({"child": child,
+                                                             "offspring": offspring}))
+    assert RELATIONS[int(np.argmax(sims[0]))] == best
+
+
+@pytest.mark.parametrize("q_vec, chain", [
+    ((0.9, 0.3, 0.3162), ("knn", ["parents", "profession"])),  # near a training question
+    ((0.7, 0.6, 0.3873), ("knn_resized", ["parents", "spouse", "profession"])),  # nothing is
+])
+def test_unfamiliar_wording_takes_the_voted_chain_with_as_many_hops_as_its_spans_describe(
+        q_vec, chain):
+    """The 2-hop vote wins; on wording no training question is near (cosine < 0.8) the three
+    spans describing relations ("job", "wife", "father") pick the voted 3-hop chain holding
+    it, which familiar wording never does."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    know = described_knowledge([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], [0, 1],
+                               [["parents", "profession"], ["parents", "spouse", "profession"]])
+    eye = np.eye(6, dtype=np.float32)
+    embed = axis_embed({"job": eye[REL["profession"]], "wife": eye[REL["spouse"]],
+                        "father": eye[REL["parents"]]})
+    p = know.assess(mask_topic("what is the job of the wife of the father of cora varga",
+                               ["cora varga"]), [52], facts,
+                    q_vec=np.array(q_vec, np.float32), embed=embed).prediction
+    assert (p.source, [RELATIONS[h] for h in p.chain]) == chain
+
+
+@pytest.mark.parametrize("q_vec, chain", [
+    ((0.9, 0.4359), None),  # near a training question: no bridge, retrieval answers
+    ((0.7, 0.7141), ("knn_bridged", ["~profession", "gender"])),
+])
+def test_unfamiliar_wording_bridges_the_hop_the_votes_never_saw(q_vec, chain):
+    """Asked about a profession (pilot), the votes walk a person's (spouse, gender), which
+    nothing instantiates from a profession; on unfamiliar wording the vote without its first
+    hop goes behind the hop the topic has that a span describes ("working": profession,
+    walked back to the pilots), no longer than the longest vote."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    know = described_knowledge([[1.0, 0.0]], [0], [["spouse", "gender"]], k=1)
+    embed = axis_embed({"working": np.eye(6, dtype=np.float32)[REL["profession"]]})
+    a = know.assess(mask_topic("what gender are the people working as a pilot", ["pilot"]),
+                    [N_PEOPLE + 3], facts, q_vec=np.array(q_vec, np.float32), embed=embed)
+    p = a.prediction
+    assert (p.chain and (p.source, [hop_name(h, RELATIONS.__getitem__, len(RELATIONS))
+                                    for h in p.chain])) == chain
+    if chain:
+        assert a.derivation.endpoints == [N_PEOPLE + 1]  # the pilots 1, 5, 9 … are female
