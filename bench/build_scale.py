@@ -21,12 +21,17 @@ exponent and its memory linearly per triple from the largest size: an estimate, 
 ``--json`` appends one object per (size, stage); ``--markdown`` writes the tables.
 
 ``--dump D`` builds a given dump instead (FB15k-237, say) the same way, once, and reports each
-stage's seconds, its process tree's CPU seconds (user + system of every descendant reaped: on a
-shared host the figure that carries over), its peak memory, its share of the total and the
-1-minute load average around it:
+stage's seconds, its process tree's CPU seconds (user + system of the process, the Spark JVM
+and its workers, sampled: on a shared host the figure that carries over), its peak memory, its
+share of the total and the 1-minute load average around it:
 
     python bench/build_scale.py --dump ../shared/data/fb15k237 --work W --json W/fb.jsonl \
-        --markdown W/fb.md
+        --markdown W/fb.md [--one-process]
+
+``--one-process`` runs it as a user does, ``lokg build`` in one process (one Spark session for
+every Spark stage, where the DAG's tasks start one each), and charges each sample — the tree's
+memory, the CPU its processes used since the last sample — to the stage the build's log last
+announced (``start`` = interpreter and imports before the first stage).
 """
 
 from __future__ import annotations
@@ -36,7 +41,6 @@ import json
 import math
 import os
 import re
-import resource
 import subprocess
 import sys
 import threading
@@ -52,43 +56,49 @@ sys.path.insert(0, str(ROOT))
 SAMPLE_SECONDS = 0.2
 
 
-def tree_rss(proc: psutil.Process) -> int:
-    """Resident bytes of a process and all its descendants (0 for those already gone)."""
-    total = 0
-    for p in (proc, *proc.children(recursive=True)):
-        try:
-            total += p.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return total
+class TreeMeter:
+    """Samples a process tree (the process, the Spark JVM, its Python workers): resident bytes
+    now, and CPU seconds its processes used since the last sample (a process first seen counts
+    all its CPU so far; one ending between samples loses at most a sample's worth)."""
 
+    def __init__(self) -> None:
+        self.cpu_seen: dict[int, float] = {}
 
-def children_cpu() -> float:
-    """User + system seconds of every descendant reaped so far."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    def sample(self, proc: psutil.Process) -> tuple[int, float]:
+        rss, cpu_delta = 0, 0.0
+        for p in (proc, *proc.children(recursive=True)):
+            try:
+                with p.oneshot():
+                    rss += p.memory_info().rss
+                    times = p.cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            cpu = times.user + times.system
+            cpu_delta += cpu - self.cpu_seen.get(p.pid, 0.0)
+            self.cpu_seen[p.pid] = cpu
+        return rss, cpu_delta
 
 
 def run_measured(argv: list[str], log: Path) -> dict:
     """Run ``argv`` to completion, its output to ``log``; wall and CPU seconds, the sampled peak
     RSS of its process tree and the 1-minute load average before and after. A non-zero exit
     raises with the log's tail."""
-    load_before, cpu_before = os.getloadavg()[0], children_cpu()
-    started, peak = time.perf_counter(), 0
+    load_before, meter = os.getloadavg()[0], TreeMeter()
+    started, peak, cpu = time.perf_counter(), 0, 0.0
     with log.open("w") as out:
         child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         proc = psutil.Process(child.pid)
         while child.poll() is None:
             try:
-                peak = max(peak, tree_rss(proc))
+                rss, used = meter.sample(proc)
+                peak, cpu = max(peak, rss), cpu + used
             except psutil.NoSuchProcess:
                 pass
             time.sleep(SAMPLE_SECONDS)
     if child.returncode:
         tail = log.read_text(errors="replace")[-2000:]
         raise SystemExit(f"{' '.join(argv[:4])} … failed ({child.returncode}); {log}:\n{tail}")
-    return {"wall_s": round(time.perf_counter() - started, 2),
-            "cpu_s": round(children_cpu() - cpu_before, 2),
+    return {"wall_s": round(time.perf_counter() - started, 2), "cpu_s": round(cpu, 2),
             "peak_mib": round(peak / 2**20, 1),
             "load": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
 
@@ -185,7 +195,7 @@ class StageMeter:
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
-        self.cpu_seen: dict[int, float] = {}
+        self.tree = TreeMeter()
         self._open("start")
 
     def _open(self, stage: str) -> None:
@@ -208,17 +218,9 @@ class StageMeter:
 
     def sample(self, proc: psutil.Process) -> None:
         """Charge the tree's resident memory and its CPU since the last sample to the stage."""
-        rss, row = 0, self.rows[-1]
-        for p in (proc, *proc.children(recursive=True)):
-            try:
-                with p.oneshot():
-                    rss += p.memory_info().rss
-                    times = p.cpu_times()
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-            cpu = times.user + times.system
-            row["cpu_s"] += cpu - self.cpu_seen.get(p.pid, 0.0)
-            self.cpu_seen[p.pid] = cpu
+        rss, used = self.tree.sample(proc)
+        row = self.rows[-1]
+        row["cpu_s"] += used
         row["peak_mib"] = max(row["peak_mib"], round(rss / 2**20, 1))
 
     def finish(self) -> list[dict]:
