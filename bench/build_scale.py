@@ -54,6 +54,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SAMPLE_SECONDS = 0.2
+#: children import this checkout, not the one the shared venv's editable install points at
+CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
 
 
 class TreeMeter:
@@ -86,7 +89,8 @@ def run_measured(argv: list[str], log: Path) -> dict:
     load_before, meter = os.getloadavg()[0], TreeMeter()
     started, peak, cpu = time.perf_counter(), 0, 0.0
     with log.open("w") as out:
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                                 env=CHILD_ENV)
         proc = psutil.Process(child.pid)
         while child.poll() is None:
             try:
@@ -235,7 +239,7 @@ def build_one_process(dump: Path, store: Path, overrides: list[str], log: Path) 
     argv = ["lokg", "build", "--dump", str(dump), "--store", str(store)]
     argv += [arg for kv in overrides for arg in ("--set", kv)]
     meter = StageMeter()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**CHILD_ENV, "PYTHONUNBUFFERED": "1"}
     with log.open("w") as out:
         child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  cwd=ROOT, env=env, text=True)
