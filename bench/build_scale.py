@@ -19,6 +19,19 @@ Growth exponent: the least-squares slope of log(seconds) on log(triples) over th
 linear; the issue's target is ≤ 1.1). ``--estimate N`` extrapolates each stage's time along its
 exponent and its memory linearly per triple from the largest size: an estimate, labelled so.
 ``--json`` appends one object per (size, stage); ``--markdown`` writes the tables.
+
+``--dump D`` builds a given dump instead (FB15k-237, say) the same way, once, and reports each
+stage's seconds, its process tree's CPU seconds (user + system of the process, the Spark JVM
+and its workers, sampled: on a shared host the figure that carries over), its peak memory, its
+share of the total and the 1-minute load average around it:
+
+    python bench/build_scale.py --dump ../shared/data/fb15k237 --work W --json W/fb.jsonl \
+        --markdown W/fb.md [--one-process]
+
+``--one-process`` runs it as a user does, ``lokg build`` in one process (one Spark session for
+every Spark stage, where the DAG's tasks start one each), and charges each sample — the tree's
+memory, the CPU its processes used since the last sample — to the stage the build's log last
+announced (``start`` = interpreter and imports before the first stage).
 """
 
 from __future__ import annotations
@@ -27,8 +40,10 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,36 +54,57 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SAMPLE_SECONDS = 0.2
+#: children import this checkout, not the one the shared venv's editable install points at
+CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
+    p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
 
 
-def tree_rss(proc: psutil.Process) -> int:
-    """Resident bytes of a process and all its descendants (0 for those already gone)."""
-    total = 0
-    for p in (proc, *proc.children(recursive=True)):
-        try:
-            total += p.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return total
+class TreeMeter:
+    """Samples a process tree (the process, the Spark JVM, its Python workers): resident bytes
+    now, and CPU seconds its processes used since the last sample (a process first seen counts
+    all its CPU so far; one ending between samples loses at most a sample's worth)."""
+
+    def __init__(self) -> None:
+        self.cpu_seen: dict[int, float] = {}
+
+    def sample(self, proc: psutil.Process) -> tuple[int, float]:
+        rss, cpu_delta = 0, 0.0
+        for p in (proc, *proc.children(recursive=True)):
+            try:
+                with p.oneshot():
+                    rss += p.memory_info().rss
+                    times = p.cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            cpu = times.user + times.system
+            cpu_delta += cpu - self.cpu_seen.get(p.pid, 0.0)
+            self.cpu_seen[p.pid] = cpu
+        return rss, cpu_delta
 
 
 def run_measured(argv: list[str], log: Path) -> dict:
-    """Run ``argv`` to completion, its output to ``log``; wall seconds and the sampled peak RSS
-    of its process tree. A non-zero exit raises with the log's tail."""
-    started, peak = time.perf_counter(), 0
+    """Run ``argv`` to completion, its output to ``log``; wall and CPU seconds, the sampled peak
+    RSS of its process tree and the 1-minute load average before and after. A non-zero exit
+    raises with the log's tail."""
+    load_before, meter = os.getloadavg()[0], TreeMeter()
+    started, peak, cpu = time.perf_counter(), 0, 0.0
     with log.open("w") as out:
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                                 env=CHILD_ENV)
         proc = psutil.Process(child.pid)
         while child.poll() is None:
             try:
-                peak = max(peak, tree_rss(proc))
+                rss, used = meter.sample(proc)
+                peak, cpu = max(peak, rss), cpu + used
             except psutil.NoSuchProcess:
                 pass
             time.sleep(SAMPLE_SECONDS)
     if child.returncode:
         tail = log.read_text(errors="replace")[-2000:]
         raise SystemExit(f"{' '.join(argv[:4])} … failed ({child.returncode}); {log}:\n{tail}")
-    return {"wall_s": round(time.perf_counter() - started, 2), "peak_mib": round(peak / 2**20, 1)}
+    return {"wall_s": round(time.perf_counter() - started, 2), "cpu_s": round(cpu, 2),
+            "peak_mib": round(peak / 2**20, 1),
+            "load": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
 
 
 def dump_for(work: Path, n_triples: int, seed: int, questions: int) -> Path:
@@ -154,6 +190,96 @@ def markdown(runs: dict[int, list[dict]], slopes: list[dict], estimate: int | No
     return "\n".join(lines) + "\n"
 
 
+STAGE_STARTED = re.compile(r"^\[(\d+)/(\d+)\] (\w+) …$")
+STAGE_DONE = re.compile(r"^\[(\d+)/(\d+)\] (\w+) done in ([\d.]+)s$")
+
+
+class StageMeter:
+    """Wall, CPU and peak tree memory of one ``lokg build`` process, per stage of its log."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self.tree = TreeMeter()
+        self._open("start")
+
+    def _open(self, stage: str) -> None:
+        if self.rows:
+            last = self.rows[-1]
+            last["wall_s"] = round(time.perf_counter() - last.pop("_started"), 2)
+            last["load"].append(round(os.getloadavg()[0], 2))
+        self.rows.append({"stage": stage, "stage_s": None, "cpu_s": 0.0, "peak_mib": 0.0,
+                          "load": [round(os.getloadavg()[0], 2)],
+                          "_started": time.perf_counter()})
+
+    def line(self, text: str) -> None:
+        """A line of the build's log: a stage starts, or one ends (the last: publish starts)."""
+        if started := STAGE_STARTED.match(text):
+            self._open(started[3])
+        elif done := STAGE_DONE.match(text):
+            self.rows[-1]["stage_s"] = float(done[4])
+            if done[1] == done[2]:
+                self._open("publish")
+
+    def sample(self, proc: psutil.Process) -> None:
+        """Charge the tree's resident memory and its CPU since the last sample to the stage."""
+        rss, used = self.tree.sample(proc)
+        row = self.rows[-1]
+        row["cpu_s"] += used
+        row["peak_mib"] = max(row["peak_mib"], round(rss / 2**20, 1))
+
+    def finish(self) -> list[dict]:
+        self._open("end")
+        for row in self.rows[:-1]:
+            row["cpu_s"] = round(row["cpu_s"], 2)
+        return self.rows[:-1]
+
+
+def build_one_process(dump: Path, store: Path, overrides: list[str], log: Path) -> list[dict]:
+    """``lokg build`` as a user runs it, measured per stage (``StageMeter``)."""
+    argv = ["lokg", "build", "--dump", str(dump), "--store", str(store)]
+    argv += [arg for kv in overrides for arg in ("--set", kv)]
+    meter = StageMeter()
+    env = {**CHILD_ENV, "PYTHONUNBUFFERED": "1"}
+    with log.open("w") as out:
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 cwd=ROOT, env=env, text=True)
+
+        def follow() -> None:
+            for text in child.stdout:
+                out.write(text)
+                meter.line(text.rstrip("\n"))
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        proc = psutil.Process(child.pid)
+        while child.poll() is None:
+            try:
+                meter.sample(proc)
+            except psutil.NoSuchProcess:
+                pass
+            time.sleep(SAMPLE_SECONDS)
+        reader.join()
+    if child.returncode:
+        tail = log.read_text(errors="replace")[-2000:]
+        raise SystemExit(f"lokg build failed ({child.returncode}); {log}:\n{tail}")
+    return meter.finish()
+
+
+def dump_markdown(rows: list[dict]) -> str:
+    """One build's table: per step its seconds, CPU, peak memory, share and load."""
+    total_wall, total_cpu = sum(r["wall_s"] for r in rows), sum(r["cpu_s"] for r in rows)
+    lines = ["| stage | wall s | stage s | CPU s | peak MiB | share of wall | load 1-min before → after |",
+             "|---|--:|--:|--:|--:|--:|--:|"]
+    for r in rows:
+        own = "—" if r["stage_s"] is None else f"{r['stage_s']:.1f}"
+        lines.append(f"| {r['stage']} | {r['wall_s']:.1f} | {own} | {r['cpu_s']:.1f} | "
+                     f"{r['peak_mib']:.0f} | {100 * r['wall_s'] / total_wall:.1f} % | "
+                     f"{r['load'][0]:.2f} → {r['load'][1]:.2f} |")
+    lines.append(f"| **total** | **{total_wall:.1f}** | | **{total_cpu:.1f}** | "
+                 f"{max(r['peak_mib'] for r in rows):.0f} (max) | 100 % | |")
+    return "\n".join(lines) + "\n"
+
+
 def _slope_text(slope: float | None) -> str:
     return "—" if slope is None else f"{slope:.2f}"
 
@@ -161,6 +287,9 @@ def _slope_text(slope: float | None) -> str:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="10000,100000", help="triples per dump, comma-separated")
+    ap.add_argument("--dump", type=Path, help="build this dump once instead of synthetic sizes")
+    ap.add_argument("--one-process", action="store_true",
+                    help="--dump: one `lokg build` process, not a process per stage")
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--questions", type=int, default=1000)
@@ -169,6 +298,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--markdown", type=Path)
     args = ap.parse_args(argv)
+    if args.dump:
+        build_dump(args)
+        return
     sizes = sorted(int(float(s)) for s in args.sizes.split(","))
     runs: dict[int, list[dict]] = {}
     for n in sizes:
@@ -184,6 +316,28 @@ def main(argv: list[str] | None = None) -> None:
                     out.write(json.dumps({"triples": n, "overrides": args.overrides, **row}) + "\n")
     estimate = int(args.estimate) if args.estimate else None
     table = markdown(runs, growth(runs, estimate), estimate)
+    print(table)
+    if args.markdown:
+        args.markdown.write_text(table)
+
+
+def build_dump(args: argparse.Namespace) -> None:
+    """``--dump``: one measured build of a given dump, its table and JSON lines."""
+    logs = args.work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    print(f"{args.dump}: load {os.getloadavg()}", flush=True)
+    if args.one_process:
+        rows = build_one_process(args.dump.resolve(), args.work / "store", args.overrides,
+                                 logs / "build.log")
+    else:
+        rows = build_measured(args.dump.resolve(), args.work / "store", f"dump-{os.getpid()}",
+                              args.overrides, logs)
+    if args.json:
+        with args.json.open("a") as out:
+            for row in rows:
+                out.write(json.dumps({"dump": str(args.dump), "one_process": args.one_process,
+                                      "overrides": args.overrides, **row}) + "\n")
+    table = dump_markdown(rows)
     print(table)
     if args.markdown:
         args.markdown.write_text(table)

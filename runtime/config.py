@@ -128,6 +128,12 @@ DEFAULTS: dict = {
         # sparse trainer only: ... and not before this many optimiser steps (batches): a small
         # graph's few batches an epoch turn its relations little long before they have learned
         "min_steps": 300,
+        # sparse trainer only: ... or once the epoch loss has not fallen loss_tolerance (relative)
+        # below its best for loss_patience epochs (0 = off): FB15k-237 then stops at epoch 39 of
+        # 100 with the same SCOS merges; patience 5 stopped at 21 with two wrong extra merges
+        # (its relations still turn 0.04 an epoch: docs/BENCHMARKS.md "FB15k-237 end to end")
+        "loss_tolerance": 0.01,
+        "loss_patience": 10,
         # sparse trainer only: each epoch draws at most this many triples per relation anew
         # (rare relations are seen in full every epoch); null = every triple every epoch
         "relation_sample": 50000,
@@ -436,6 +442,7 @@ SCHEMA: dict = {
         "device": DEVICE, "threads": THREADS, "evaluate": BOOL,
         "eval_share": number(0, 1, low_open=True, high_open=True),
         "tolerance": number(0, 1), "min_steps": integer(0),
+        "loss_tolerance": number(0, 1), "loss_patience": integer(0),
         "relation_sample": integer(1, nullable=True),
     },
     "scos_merge": {

@@ -21,7 +21,7 @@ from runtime.config import DEFAULTS  # noqa: E402
 from runtime.contract import write_table  # noqa: E402
 from training import transe  # noqa: E402
 from training.transe import TransEError  # noqa: E402
-from training.transe_sparse import RelationStrata, RowAdam, train_sparse  # noqa: E402
+from training.transe_sparse import LossPlateau, RelationStrata, RowAdam, train_sparse  # noqa: E402
 
 COPY_A, COPY_B, INVERSE, OTHER = 0, 1, 2, 3
 
@@ -39,7 +39,7 @@ def cfg(**overrides) -> dict:
     out = dict(DEFAULTS["transe"])
     out.update({"trainer": "sparse", "device": "cpu", "dim": 16, "batch_size": 32,
                 "learning_rate": 0.05, "epochs": 40, "tolerance": 0.0,
-                "min_steps": 0})
+                "min_steps": 0, "loss_patience": 0})
     out.update(overrides)
     return out
 
@@ -120,6 +120,25 @@ def test_min_steps_holds_the_stop_until_enough_batches_ran():
     assert held.converged and len(held.losses) >= 20
 
 
+def test_loss_plateau_stops_training_once_the_loss_is_flat():
+    """A tolerance no epoch's loss gain reaches stops after ``patience`` epochs; the step
+    floor holds it as it holds the relation rule."""
+    full = train()
+    flat = train(loss_tolerance=0.99, loss_patience=3)
+    assert flat.converged and len(flat.losses) == 4  # epoch 1 sets the best, 3 more are flat
+    assert flat.losses == full.losses[:4]
+    held = train(loss_tolerance=0.99, loss_patience=3, min_steps=100)
+    assert held.converged and len(held.losses) == 20
+    assert not full.converged and len(full.losses) == 40
+
+
+def test_loss_plateau_waits_for_a_gain_of_loss_tolerance():
+    plateau = LossPlateau(tolerance=0.1, patience=2)
+    assert [plateau.flat(x) for x in (1.0, 0.95, 0.85, 0.80, 0.79)] == [
+        False, False, False, False, True]  # 0.85 is the last 10 % gain
+    assert not any(LossPlateau(0.1, 0).flat(x) for x in (1.0, 1.0, 1.0))
+
+
 def write_inputs(root: Path) -> dict[str, str]:
     names = {0: "copy_a", 1: "copy_b", 2: "inverse", 3: "other", 4: "unseen"}
     write_table("relations", pa.table({"id": list(names), "name": list(names.values())}),
@@ -152,6 +171,7 @@ def test_stage_run_dir_describes_the_sparse_run(tmp_path):
     ({"trainer": "dgl"}, "transe.trainer: 'dgl' is not one of the choices"),
     ({"tolerance": 2}, "transe.tolerance: 2 is out of range"),
     ({"relation_sample": 0}, "transe.relation_sample: 0 is out of range"),
+    ({"loss_patience": -1}, "transe.loss_patience: -1 is out of range"),
 ])
 def test_bad_settings_are_refused_by_name(override, message):
     with pytest.raises(TransEError, match=message):

@@ -18,8 +18,14 @@ head-or-tail corrupted negative per positive as PyKEEN's basic sampler does), bu
   triples, 3 batches an epoch, "settled" after 2 epochs and SCOS then merged none of the planted
   synonyms). Adam never settles exactly:
   at lr 0.01 the change levels off near 0.005 after ≈ 10 epochs on 10⁵ synthetic triples, but
-  near 0.02 on FB15k-237 and 0.04 on 10⁷ triples (more batches per epoch; measured), where the
-  default tolerance is not reached and ``transe.epochs`` bounds the run.
+  near 0.02–0.04 on FB15k-237 and 0.04 on 10⁷ triples (more batches per epoch; measured), where
+  that tolerance is not reached;
+* so training also stops once the epoch loss has not fallen ``transe.loss_tolerance``
+  (relative) below its best for ``transe.loss_patience`` epochs (the same step floor applies):
+  on FB15k-237 the loss is flat from epoch ≈ 20–30 while the relations keep turning at Adam's
+  noise floor; patience 10 stops it at epoch 39 with the same SCOS merges as 100 epochs, where
+  patience 5 (epoch 21) added two wrong ones (docs/BENCHMARKS.md, "FB15k-237 end to end").
+  ``transe.epochs`` bounds the run when neither rule fires.
 
 Deterministic under ``transe.seed`` (one torch generator drives initialisation, sampling and
 negatives; CPU kernels run in a fixed order).
@@ -172,15 +178,33 @@ class _Loop:
         return float(loss.detach())
 
 
+class LossPlateau:
+    """Whether the epoch loss has stayed within ``tolerance`` (relative) of its best for
+    ``patience`` epochs; patience 0 never says so."""
+
+    def __init__(self, tolerance: float, patience: int):
+        self.tolerance, self.patience = tolerance, patience
+        self.best, self.since_best = math.inf, 0
+
+    def flat(self, loss: float) -> bool:
+        if loss < self.best * (1 - self.tolerance):
+            self.best, self.since_best = loss, 0
+        else:
+            self.since_best += 1
+        return 0 < self.patience <= self.since_best
+
+
 def train_sparse(mapped: np.ndarray, num_entities: int, num_relations: int, cfg,
                  device: torch.device, log) -> SparseRun:
-    """Epochs of shuffled (optionally per-relation capped) batches until relations settle."""
+    """Epochs of shuffled (optionally per-relation capped) batches until the relations settle
+    or the loss stops falling."""
     loop = _Loop(num_entities, num_relations, cfg, device)
     triples = torch.as_tensor(mapped, dtype=torch.long)
     strata = RelationStrata(mapped[:, 1], cfg["relation_sample"])
     seen = torch.as_tensor(np.bincount(mapped[:, 1], minlength=num_relations) > 0).to(device)
     batch_size, tol = int(cfg["batch_size"]), float(cfg["tolerance"])
     steps, min_steps = 0, int(cfg["min_steps"])
+    plateau = LossPlateau(float(cfg["loss_tolerance"]), int(cfg["loss_patience"]))
     run = SparseRun(entity=loop.ent.weight, relation=loop.rel.weight)
     prev = loop.rel.weight.clone()
     for epoch in range(1, int(cfg["epochs"]) + 1):
@@ -195,7 +219,10 @@ def train_sparse(mapped: np.ndarray, num_entities: int, num_relations: int, cfg,
         prev = now
         log(f"transe: epoch {epoch} loss {run.losses[-1]:.4f} "
             f"relation change {run.changes[-1]:.2e}")
-        if epoch > 1 and steps >= min_steps and run.changes[-1] < tol:
+        settled, flat = epoch > 1 and run.changes[-1] < tol, plateau.flat(run.losses[-1])
+        if steps >= min_steps and (settled or flat):
+            log(f"transe: stopped after epoch {epoch}: "
+                + ("relations settled" if settled else "loss flat"))
             run.converged = True
             break
     run.entity, run.relation = loop.ent.weight, loop.rel.weight
