@@ -41,6 +41,11 @@ build → answer → refresh on a sparsified musique-openie subset, one table ro
   row is round 0: a rebuild with an empty log reads the same inputs, seeded);
   ``feedback-offline``; ``feedback-topic-only`` (as ``feedback-precomputed`` with no bridge
   entities and no re-opened sub-question: the loop as it was before them, on the same code);
+  ``feedback-questions`` (as ``feedback-precomputed`` with ``query.feedback_questions`` on:
+  the log keeps each question's text, so a record's topic mentions are retrieved by the
+  question's own words instead of the bare name — the second hop's words, e.g. the film an
+  actor plays in — while missing facts and bridges are retrieved as before; measured as the
+  precomputed arm, its effect read as the difference between the two at each round);
   and the two **online** arms (evaluation/tcr_qf.py), answered on the
   no-feedback arm's round-0 build (built by them when missing): ``tcr-qf`` — each question's
   own loop (answer → missing_record → the ``k`` passages nearest each sub-question,
@@ -86,6 +91,8 @@ ARMS = {
     # the loop before bridges and re-opening, on today's code: the topic and chain stops only
     "feedback-topic-only": ["feedback_enrich.backend=precomputed", "query.feedback_bridges=0",
                             "feedback_enrich.max_passages=3"],
+    # the question text kept in the log: a topic mention is retrieved by the question's words
+    "feedback-questions": ["feedback_enrich.backend=precomputed", "query.feedback_questions=true"],
     "tcr-qf": ["query.feedback=false", "feedback_enrich.backend=precomputed"],
     "answer-driven": ["query.feedback=false", "feedback_enrich.backend=offline"],
 }
