@@ -109,6 +109,10 @@ ZERO_SHOT_TIE = 1e-5
 ZERO_SHOT_NEAR = 0.15
 #: Substitutes tried per span, the nearest first.
 ZERO_SHOT_SUBSTITUTES = 2
+#: Relations this close to a span's best read it as well (MiniLM puts "director" 0.586 from
+#: the relation film, 0.584 from directed_by): when the chain of the best ones walks a hop
+#: backwards, one of these whose chain walks fewer backwards is taken instead.
+ZERO_SHOT_SWAP = 0.02
 #: Below this cosine of the nearest training question a labelled store's wording is unfamiliar
 #: (in-domain questions sit at ~0.99, unseen wording at ~0.55): the question's spans, matched
 #: to relations, say how many hops the voted chain should have and bridge the topic's hop.
@@ -635,6 +639,27 @@ def ending_in(chains: Sequence[tuple[int, ...]], relations: Iterable[int], n_rel
             and hop_relation(c[-1], n_relations) not in kinds for r in kinds]
 
 
+def walked_back(by_end: Mapping[tuple[int, ...], Sequence[tuple[int, ...]]], n_relations: int
+                ) -> tuple[int, int]:
+    """(longest, fewest backward hops) of the chains that instantiate (the groups of
+    :meth:`RelationKnowledge._by_endpoints` but the ``()`` key); (0, 0) when none does."""
+    chains = [c for key, group in by_end.items() if key for c in group]
+    if not chains:
+        return 0, 0
+    return (max(len(c) for c in chains),
+            min(sum(h >= n_relations for h in c) for c in chains))
+
+
+def fewer_backward(other: Mapping[tuple[int, ...], Sequence[tuple[int, ...]]],
+                   than: Mapping[tuple[int, ...], Sequence[tuple[int, ...]]],
+                   n_relations: int) -> bool:
+    """Whether ``other``'s instantiating chains are as long as ``than``'s and walk fewer
+    hops backwards (:func:`walked_back`)."""
+    long_other, back_other = walked_back(other, n_relations)
+    long_than, back_than = walked_back(than, n_relations)
+    return long_other >= long_than and back_other < back_than
+
+
 def chosen_spans(hops: Sequence[tuple[float, int, int, int]], n_words: int
                  ) -> list[tuple[float, int, int, int]]:
     """The best-scoring non-overlapping spans (at most :data:`MAX_ZERO_SHOT_HOPS`), in
@@ -1015,11 +1040,14 @@ class RelationKnowledge:
         return out
 
     def span_substitutes(self, masked: str, embed: Callable[[list[str]], np.ndarray],
-                         hops: Sequence[tuple[float, int, int, int]]) -> list[tuple[int, ...]]:
+                         hops: Sequence[tuple[float, int, int, int]],
+                         near: float = ZERO_SHOT_NEAR) -> list[tuple[int, ...]]:
         """The chosen spans' relations (:func:`named_in_order`) with one swapped for one of its
-        span's :data:`ZERO_SHOT_SUBSTITUTES` nearest others within :data:`ZERO_SHOT_NEAR`,
-        least cosine given up first: what :meth:`predict_spans` tries when the best relations
-        make no chain (two families name one word: person_ and actor_nationality)."""
+        span's :data:`ZERO_SHOT_SUBSTITUTES` nearest others within ``near``
+        (:data:`ZERO_SHOT_NEAR`), least cosine given up first: what :meth:`predict_spans`
+        tries when the best relations make no chain (two families name one word: person_ and
+        actor_nationality), and, within :data:`ZERO_SHOT_SWAP`, when their chain walks
+        backwards."""
         words = masked.split()
         chosen = chosen_spans(hops, len(words))
         if not chosen:
@@ -1027,10 +1055,10 @@ class RelationKnowledge:
         sims = self.span_similarities([" ".join(words[a:b]) for _, a, b, _ in chosen], embed)
         swaps = []
         for i, (row, (c, _, _, best)) in enumerate(zip(sims, chosen)):
-            near = [int(k) for k in np.argsort(-row, kind="stable")
-                    if row[k] >= c - ZERO_SHOT_NEAR and self.relation_order[int(k)] != best]
+            close = [int(k) for k in np.argsort(-row, kind="stable")
+                     if row[k] >= c - near and self.relation_order[int(k)] != best]
             swaps += [(c - float(row[k]), i, self.relation_order[k])
-                      for k in near[:ZERO_SHOT_SUBSTITUTES]]
+                      for k in close[:ZERO_SHOT_SUBSTITUTES]]
         base = [h[3] for h in chosen]
         out = []
         for _, i, relation in sorted(swaps):
@@ -1058,7 +1086,7 @@ class RelationKnowledge:
     def predict_spans(self, hops: Sequence[tuple[float, int, int, int]], masked: str,
                       facts: Facts, topics: Sequence[int], *, source: str,
                       named: frozenset[int], answer_type: frozenset[int] = frozenset(),
-                      substitutes: Callable[[], list[tuple[int, ...]]] | None = None
+                      substitutes: Callable[[float], list[tuple[int, ...]]] | None = None
                       ) -> Prediction:
         """Chains from relations named by question spans (best score first, no overlap, at
         most :data:`MAX_ZERO_SHOT_HOPS`): every order and walking direction of them is a vote
@@ -1078,8 +1106,13 @@ class RelationKnowledge:
         of them count ("which films star X" asks for films, not co-stars), else subjects ("who
         works as a pilot"), else none: "which country produced X" is no question about X's
         studio. When nothing instantiates, the walk of the chain tried first says where it
-        stopped (:attr:`Prediction.stops`), and ``substitutes`` (relations for the same spans,
-        :meth:`span_substitutes`) are tried in turn, the first that instantiates voting."""
+        stopped (:attr:`Prediction.stops`), and ``substitutes`` (relations for the same spans
+        within a cosine margin, :meth:`span_substitutes`) within :data:`ZERO_SHOT_NEAR` are
+        tried in turn, the first that instantiates voting; when the chains that instantiate
+        walk a hop backwards, the first substitute within :data:`ZERO_SHOT_SWAP` whose chains
+        are as long and walk fewer hops backwards votes instead ("who is the director of X", a film:
+        "director" is 0.002 nearer the relation film than directed_by, and X's actors are
+        ~film)."""
         in_order = named_in_order(hops, len(masked.split()))
         if not in_order:
             return Prediction(source, None, 0.0, 0.0, [], named, None, "no span names a relation")
@@ -1088,7 +1121,11 @@ class RelationKnowledge:
                                    fewest=1 if source == "zero_shot" else len(in_order))
         by_end, first = levels(in_order)
         if not any(by_end) and substitutes is not None:
-            by_end = next((other for other, _ in map(levels, substitutes()) if any(other)), by_end)
+            by_end = next((other for other, _ in map(levels, substitutes(ZERO_SHOT_NEAR))
+                           if any(other)), by_end)
+        elif substitutes is not None and walked_back(by_end, facts.n_relations)[1]:
+            by_end = next((other for other, _ in map(levels, substitutes(ZERO_SHOT_SWAP))
+                           if fewer_backward(other, by_end, facts.n_relations)), by_end)
         votes = [(group[0], float(len(group))) for key, group in by_end.items() if key]
         votes += [(chain, 1.0) for chain in by_end.get((), [])]
         prediction = tally(votes, facts, topics, source=source, named=named,
@@ -1200,7 +1237,7 @@ class RelationKnowledge:
             prediction = self.predict_spans(
                 hops, masked, facts, topics, source="zero_shot",
                 named=frozenset(h[3] for h in hops), answer_type=self.answer_type(masked, embed),
-                substitutes=lambda: self.span_substitutes(masked, embed, hops))
+                substitutes=functools.partial(self.span_substitutes, masked, embed, hops))
         consistency = None
         if prediction.derivation is not None:
             consistency = self.checker.check(prediction.derivation.facts, facts)

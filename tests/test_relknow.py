@@ -888,6 +888,26 @@ def test_zero_shot_tries_a_near_relation_when_the_best_makes_no_chain(profession
         assert a.derivation.endpoints == list(range(1, N_PEOPLE, 4))
 
 
+@pytest.mark.parametrize("children_cosine, chain", [(0.99, ("children",)),
+                                                     (0.95, ("~parents",))])
+def test_zero_shot_swaps_a_near_tie_that_walks_fewer_hops_backwards(children_cosine, chain):
+    """"kids" is nearest parents (1.0), which instantiates from a parent only walked backwards
+    (~parents); children, within ZERO_SHOT_SWAP of it (0.99), walks forward and is taken —
+    as MiniLM puts "director" 0.002 nearer the relation film (walked back from a film: its
+    actors) than directed_by. One 0.05 below the best is no swap."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    eye = np.eye(len(RELATIONS), dtype=np.float32)
+    kids = eye[REL["parents"]] + np.float32(children_cosine) * eye[REL["children"]]
+    embed = lambda texts: np.stack([kids if t == "kids" else np.zeros(5, np.float32)  # noqa: E731
+                                    for t in texts])
+    a = zero_shot_knowledge(eye).assess(mask_topic("who are the kids of edda quist",
+                                                   ["edda quist"]), [4], facts, q_vec=None,
+                                        embed=embed)
+    assert tuple(hop_name(h, RELATIONS.__getitem__, len(RELATIONS))
+                 for h in a.prediction.chain) == chain
+    assert sorted(a.derivation.endpoints) == [22, 32, 42, 52]  # 4's children
+
+
 NAMED_TWO = [(0.9, 0, 1, REL["children"]), (0.8, 2, 3, REL["profession"]),
              (0.7, 1, 3, REL["gender"])]  # the last overlaps the better "director": not chosen
 SAME_TWICE = [(0.9, 0, 1, REL["profession"]), (0.8, 3, 4, REL["profession"])]
