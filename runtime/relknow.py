@@ -1108,13 +1108,13 @@ class RelationKnowledge:
         of them count ("which films star X" asks for films, not co-stars), else subjects ("who
         works as a pilot"), else none: "which country produced X" is no question about X's
         studio. When nothing instantiates, the walk of the chain tried first says where it
-        stopped (:attr:`Prediction.stops`), and ``substitutes`` (relations for the same spans
-        within a cosine margin, :meth:`span_substitutes`) within :data:`ZERO_SHOT_NEAR` are
-        tried in turn, the first that instantiates voting; when the chains that instantiate
-        walk a hop backwards, the first substitute within :data:`ZERO_SHOT_SWAP` whose chains
-        are as long and walk fewer hops backwards votes instead ("who is the director of X", a film:
-        "director" is 0.002 nearer the relation film than directed_by, and X's actors are
-        ~film)."""
+        stopped (:attr:`Prediction.stops`), and ``substitutes`` (the spans' relations with one
+        swapped for another within a cosine margin, :meth:`span_substitutes`) within
+        :data:`ZERO_SHOT_NEAR` are tried in turn, the first that instantiates voting. When the
+        chains that instantiate walk a hop backwards, the first substitute within
+        :data:`ZERO_SHOT_SWAP` whose chains are as long and walk fewer backwards votes instead
+        ("who is the director of X", a film: "director" is 0.002 nearer the relation film than
+        directed_by, and ~film walks to X's actors)."""
         in_order = named_in_order(hops, len(masked.split()))
         if not in_order:
             return Prediction(source, None, 0.0, 0.0, [], named, None, "no span names a relation")
