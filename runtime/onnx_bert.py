@@ -66,14 +66,15 @@ class OnnxBertEncoder(NumpyBertEncoder):
                                     f"encoder ({exc})") from None
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """One forward of a padded batch of texts as given: float32 [n, dim], unit norm."""
-        if not texts:
-            return np.empty((0, self.dim), dtype=np.float32)
-        encodings = self._tokenizer.encode_batch(list(texts))
-        ids = np.zeros((len(encodings), max(len(e.ids) for e in encodings)), dtype=np.int64)
-        mask = np.zeros_like(ids)
-        for row, e in enumerate(encodings):
-            ids[row, :len(e.ids)] = e.ids
-            mask[row, :len(e.ids)] = 1
-        (vectors,) = self._session.run(None, {"input_ids": ids, "attention_mask": mask})
-        return np.asarray(vectors, dtype=np.float32)
+        """float32 [n, dim], unit norm: each text its own forward. The int8 model quantizes
+        activations with one scale per call, so in a batch a text's vector would depend on its
+        neighbours (span cosines down to 0.976, enough to flip a near-tie between relations and
+        make a query's answer depend on the questions before it); alone costs about what a
+        batch does on these cores (docs/BENCHMARKS.md "int8 vectors independent of the batch")."""
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for row, encoding in enumerate(self._tokenizer.encode_batch(list(texts))):
+            ids = np.asarray([encoding.ids], dtype=np.int64)
+            (vector,) = self._session.run(None, {"input_ids": ids,
+                                                 "attention_mask": np.ones_like(ids)})
+            out[row] = vector[0]
+        return out

@@ -36,6 +36,7 @@ linked, no path) return a well-formed Answer whose ``status`` says why.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -59,6 +60,7 @@ from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETR
 from runtime.contract import (INCOMING_TYPE_PREFIX, Build, Store, StoreError, is_url,
                               read_parquet, to_numpy)
 from runtime.environment import limit_blas_threads
+from runtime.encoder import EncoderError
 from runtime.errors import LokgError
 from runtime.linker import (LINKER_FORMS_FILE, Link, Linker, normalise, surface_forms,
                             vector_fallback)
@@ -66,7 +68,7 @@ from runtime.llm import LLM, LLMError, make_llm
 from runtime.path_cache import PathCache, PathRow, path_rows, path_triples
 from runtime.provenance import Provenance
 from runtime.query_stats import QUERY_STATS_FILE, query_stats, read_query_stats
-from runtime.question_encoder import CachedEmbeddings
+from runtime.question_encoder import CachedEmbeddings, query_encoder
 from runtime.relknow import Triple
 from runtime.tokens import count_tokens
 
@@ -452,7 +454,6 @@ class Runtime:
             else:
                 try:
                     from runtime.onnx_bert import exported_model
-                    from runtime.question_encoder import query_encoder
 
                     self._encoder = query_encoder(
                         self.encoder_spec, self.settings["encoder_backend"],
@@ -463,9 +464,17 @@ class Runtime:
         return self._encoder
 
     def _span_embedder(self) -> CachedEmbeddings | None:
-        """The encoder for question spans, through a cache: spans recur across questions."""
+        """The encoder for question spans, through a cache: spans recur across questions. Spans
+        are compared with relation names the build embedded in float32, so an int8 ONNX
+        question encoder gives way here to the float32 numpy one on the same weights (zero-shot
+        H@1 0.862 over three stores where int8 spans gave 0.816, docs/BENCHMARKS.md "int8
+        vectors independent of the batch"); where that cannot run, the question encoder."""
         if self._spans is None and self.encoder() is not None:
-            self._spans = CachedEmbeddings(self.encoder())
+            encoder = self.encoder()
+            if getattr(encoder, "backend", None) == "onnx":
+                with contextlib.suppress(EncoderError):
+                    encoder = query_encoder(self.encoder_spec, "numpy")
+            self._spans = CachedEmbeddings(encoder)
         return self._spans
 
     def _embed(self, masked: str | None, plain: str | None

@@ -58,6 +58,15 @@ def test_int8_export_is_close_and_a_quarter_of_the_size(exported, model_dir, ref
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
+def test_an_int8_vector_does_not_depend_on_its_batch(exported, model_dir):
+    """Dynamic int8 quantizes a call's activations with one scale: batched, a short span's
+    vector moved with its neighbours (a long text beside it changed which relation it named)."""
+    encoder = OnnxBertEncoder(model_dir, SPEC, exported["int8"][1])
+    alone = np.stack([encoder.encode_queries([t])[0] for t in TEXTS])
+    np.testing.assert_array_equal(encoder.encode_queries(TEXTS), alone)
+    np.testing.assert_array_equal(encoder.encode_queries(TEXTS[::-1])[::-1], alone)
+
+
 def test_query_encoder_prefers_the_export_and_says_why_not(exported, model_dir, monkeypatch):
     spec = {**SPEC, "path": str(model_dir)}
     path = exported["int8"][1]

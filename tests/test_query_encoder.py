@@ -230,6 +230,20 @@ def test_runtime_uses_the_numpy_encoder_unless_told(store, numpy_encoder, torch_
     assert_same_vectors(rt_torch._embed(None, question)[1][None], plain[None])
 
 
+def test_spans_are_embedded_in_float32_beside_an_onnx_question_encoder(store, numpy_encoder):
+    """Relation names are embedded in float32 at build time; an int8 span vector beside them
+    flipped near-ties between relations, so spans take the numpy encoder on the same weights."""
+    rt = Runtime.open(store)
+    rt._encoder = onnx_like = CountingEncoder()
+    onnx_like.backend = "onnx"
+    spans = rt._span_embedder()
+    np.testing.assert_allclose(spans(["the director of"]),
+                               numpy_encoder.encode_queries(["the director of"]), atol=1e-6)
+    assert spans.encoder.backend == "numpy" and onnx_like.batches == []
+    torch_rt = Runtime.open(store, encoder_backend="torch")
+    assert torch_rt._span_embedder().encoder is torch_rt.encoder()
+
+
 def test_runtime_embeds_with_torch_blocked(store, numpy_encoder, tmp_path):
     """The query service's case: no torch, transformers or sentence-transformers importable."""
     questions = ["who directed the sequel of the long road ?", "Ada Brook"]
