@@ -42,9 +42,11 @@ class OnnxBertEncoder(NumpyBertEncoder):
 
     backend = "onnx"
 
-    def __init__(self, model_dir: Path, spec: Mapping, model_path: Path, threads: int = 1):
+    def __init__(self, model_dir: Path, spec: Mapping, model_path: Path, threads: int = 1,
+                 per_text: bool = False):
         self._model_path = Path(model_path)
         self._threads = int(threads)
+        self.per_text = bool(per_text)
         super().__init__(model_dir, spec)
         self.spec["onnx"] = dict(spec.get("onnx") or {})
 
@@ -66,15 +68,22 @@ class OnnxBertEncoder(NumpyBertEncoder):
                                     f"encoder ({exc})") from None
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """float32 [n, dim], unit norm: each text its own forward. The int8 model quantizes
-        activations with one scale per call, so in a batch a text's vector would depend on its
-        neighbours (span cosines down to 0.976, enough to flip a near-tie between relations and
-        make a query's answer depend on the questions before it); alone costs about what a
-        batch does on these cores (docs/BENCHMARKS.md "int8 vectors independent of the batch")."""
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for row, encoding in enumerate(self._tokenizer.encode_batch(list(texts))):
-            ids = np.asarray([encoding.ids], dtype=np.int64)
-            (vector,) = self._session.run(None, {"input_ids": ids,
-                                                 "attention_mask": np.ones_like(ids)})
-            out[row] = vector[0]
-        return out
+        """float32 [n, dim], unit norm: one padded forward of the texts, or with ``per_text``
+        one forward each. The int8 model quantizes a call's activations with one scale, so in
+        a batch a text's vector depends on its neighbours (question spans down to cosine
+        0.976: a near-tie between relations flipped, and an answer hung on the questions
+        before it); the query service embeds each text alone (docs/BENCHMARKS.md "int8 vectors
+        independent of the batch"), a build's batches keep theirs."""
+        groups = [[t] for t in texts] if self.per_text else [list(texts)]
+        out = [self._forward(group) for group in groups if group]
+        return np.concatenate(out) if out else np.empty((0, self.dim), dtype=np.float32)
+
+    def _forward(self, texts: list[str]) -> np.ndarray:
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.zeros((len(encodings), max(len(e.ids) for e in encodings)), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for row, e in enumerate(encodings):
+            ids[row, :len(e.ids)] = e.ids
+            mask[row, :len(e.ids)] = 1
+        (vectors,) = self._session.run(None, {"input_ids": ids, "attention_mask": mask})
+        return np.asarray(vectors, dtype=np.float32)

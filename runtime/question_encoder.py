@@ -39,7 +39,7 @@ def query_encoder(spec: Mapping, backend: str = "auto", threads: int | None = No
     if backend in ("auto", "onnx"):
         reason = _onnx_unavailable(exported)
         if reason is None:
-            return onnx_bert.OnnxBertEncoder(spec_model_dir(spec), spec, exported)
+            return onnx_bert.OnnxBertEncoder(spec_model_dir(spec), spec, exported, per_text=True)
         if backend == "onnx":
             raise numpy_bert.UnsupportedModelError(reason)
     if backend != "torch":

@@ -58,13 +58,16 @@ def test_int8_export_is_close_and_a_quarter_of_the_size(exported, model_dir, ref
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
-def test_an_int8_vector_does_not_depend_on_its_batch(exported, model_dir):
+def test_the_query_services_int8_vectors_do_not_depend_on_their_batch(exported, model_dir):
     """Dynamic int8 quantizes a call's activations with one scale: batched, a short span's
     vector moved with its neighbours (a long text beside it changed which relation it named)."""
-    encoder = OnnxBertEncoder(model_dir, SPEC, exported["int8"][1])
+    spec = {**SPEC, "path": str(model_dir)}
+    encoder = query_encoder(spec, exported=exported["int8"][1])
     alone = np.stack([encoder.encode_queries([t])[0] for t in TEXTS])
     np.testing.assert_array_equal(encoder.encode_queries(TEXTS), alone)
     np.testing.assert_array_equal(encoder.encode_queries(TEXTS[::-1])[::-1], alone)
+    batched = OnnxBertEncoder(model_dir, SPEC, exported["int8"][1]).encode_queries(TEXTS)
+    assert not np.array_equal(batched, alone)  # the build's batches: what per_text avoids
 
 
 def test_query_encoder_prefers_the_export_and_says_why_not(exported, model_dir, monkeypatch):
