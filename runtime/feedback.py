@@ -157,6 +157,25 @@ def bridge_facts(answer, limit: int, named: Iterable[str] = ()) -> list[dict]:
 
 
 
+def feedback_entities(build, triples) -> frozenset[int]:
+    """Entities only query-driven feedback put in ``build``'s graph: ends of triples whose
+    every source is a feedback delta's (``feedback_lineage``) that no other triple has.
+    ``triples``: a callable giving the build's triples table, read only when there is lineage."""
+    if not build.manifest.get("tables", {}).get("feedback_lineage", {}).get("rows"):
+        return frozenset()
+    columns = ["s", "r", "o", "chunk_id", "sentence_id"]
+    lineage = build.read("feedback_lineage", columns=columns)
+    fed = set(zip(*(lineage[c].to_pylist() for c in columns)))
+    sources = build.read("triple_sources", columns=columns)
+    stated = {row[:3] for row in zip(*(sources[c].to_pylist() for c in columns))
+              if row not in fed}
+    only = {row[:3] for row in fed} - stated
+    table = triples()
+    others = {e for t in zip(*(table[c].to_pylist() for c in "sro")) if t not in only
+              for e in (t[0], t[2])}
+    return frozenset(e for s, _, o in only for e in (s, o) if e not in others)
+
+
 def missing_fact(entity: Mapping, hop: str) -> dict:
     """One sub-question (e, r, ?) — or (?, r, e) for a hop walked backwards (``~r``) — with
     its words, the form a passage retriever searches for."""
