@@ -63,7 +63,8 @@ build → answer → refresh on a sparsified musique-openie subset, one table ro
 
 Rounds resume: a finished round (``WORK/<arm>/round-<r>/result.json``) is read back, a built
 but unanswered one is answered (the runner resumes per question); ``WORK/settings.json``
-holds every setting but ``--rounds`` and a changed one refuses the directory; an online arm
+holds every setting but ``--rounds`` and a changed one refuses the directory (an arm added to
+the script since is added to it: the arms already run keep their overrides); an online arm
 is read back from ``WORK/<arm>/result.json``. Output: the Markdown tables (``--markdown
 FILE``; the online arms in a table of their own), ``--json``, and
 ``WORK/feedback-rounds.png`` (the rounds).
@@ -181,7 +182,9 @@ def _doc_id(doc: dict) -> str:
 
 
 def check_settings(args: argparse.Namespace) -> None:
-    """Record the settings in WORK, or refuse a WORK made with other ones."""
+    """Record the settings in WORK, or refuse a WORK made with other ones. An arm this
+    script defines that WORK's record lacks (one added since) is added to the record; an arm
+    both know with other overrides refuses, as any other changed setting does."""
     settings = {"questions": args.questions, "seed": args.seed, "withhold": args.withhold,
                 "data": str(args.data.resolve()), "cheap": CHEAP, "arms": ARMS}
     if args.llm != "none":  # a WORK of the reader none (the first runs) stays valid
@@ -189,10 +192,15 @@ def check_settings(args: argparse.Namespace) -> None:
     path = args.work / "settings.json"
     if path.is_file():
         before = json.loads(path.read_text(encoding="utf-8"))
-        if before != settings:
-            changed = sorted(k for k in settings if before.get(k) != settings[k])
+        known = before.get("arms", {})
+        changed = sorted(k for k in {*settings, *before} - {"arms"}
+                         if before.get(k) != settings.get(k))
+        changed += [f"arms.{arm}" for arm in sorted(set(known) & set(ARMS))
+                    if known[arm] != ARMS[arm]]
+        if changed:
             raise SystemExit(f"error: {args.work} was made with other settings ({', '.join(changed)});"
                              " choose another --work")
+        settings["arms"] = {**known, **ARMS}
     args.work.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(settings, indent=2), encoding="utf-8")
 
