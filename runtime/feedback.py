@@ -78,6 +78,9 @@ def record_problem(record) -> str | None:
     if not all(isinstance(m, dict) and isinstance(m.get("entity"), str)
                and isinstance(m.get("relation"), str) for m in record["missing"]):
         return "a missing fact without a string 'entity' and 'relation'"
+    unlinked = record.get("unlinked", [])
+    if not isinstance(unlinked, list) or not all(isinstance(n, str) for n in unlinked):
+        return "field 'unlinked' not a list of strings"
     named = record.get("bridges", [])
     if not isinstance(named, list) or not all(
             isinstance(b, dict) and isinstance(b.get("name"), str) and isinstance(b.get("text"), str)
@@ -107,12 +110,16 @@ def missing_record(answer, bridges: int | None = None) -> dict | None:
     nothing linked, nothing derived — the question's topic mentions; None when nothing is
     missing. A record past linking also names up to ``bridges`` (setting
     ``query.feedback_bridges``) entities the answer reached: the next hop of a multi-hop
-    question starts there, and no chain stop names it."""
-    from runtime.linker import name_mentions
+    question starts there, and no chain stop names it. Every record lists the names the
+    question writes that nothing linked (``unlinked``): the graph may hold the entity under
+    another form ("Aschenbrödel", "Friedrich Hayek"), which enrichment gives that alias."""
+    from runtime.linker import name_mentions, unlinked_names
 
     route = answer.route or {}
+    spans = [str(link.get("span", "")) for link in answer.linked  # a vector link's: the
+             if link.get("method") != "vector"]                     # whole question
     base = {"build_id": answer.build_id, "question": answer.question, "missing": [],
-            "mentions": []}
+            "mentions": [], "unlinked": unlinked_names(answer.question, spans)}
     if answer.status == "no_entity":
         return {**base, "kind": "no_entity", "mentions": name_mentions(answer.question)}
     stopped = route.get("stopped")

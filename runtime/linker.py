@@ -201,10 +201,9 @@ def _written_with_capitals(question: str, span: str) -> bool:
     return match is not None and any(c.isupper() or c.isdigit() for c in match.group(0))
 
 
-def name_mentions(question: str, limit: int = 5) -> list[str]:
-    """The spans a question writes as names (runs of capitalised words or numbers past its
-    first word, and quoted phrases) — what it was about when nothing links; else its content
-    words."""
+def written_names(question: str) -> list[str]:
+    """The spans a question writes as names: runs of capitalised words or numbers past its
+    first word, and quoted phrases."""
     quoted = re.findall(r'"([^"]{2,80})"', question)
     words = re.findall(r"[\w'-]+", question)
     runs, run = [], []
@@ -215,10 +214,30 @@ def name_mentions(question: str, limit: int = 5) -> list[str]:
         if run:
             runs.append(" ".join(run))
         run = []
-    found = list(dict.fromkeys(quoted + runs))
+    return list(dict.fromkeys(quoted + runs))
+
+
+def name_mentions(question: str, limit: int = 5) -> list[str]:
+    """What a question was about when nothing links: the names it writes, else its content
+    words."""
+    found = written_names(question)
     if not found:
+        words = re.findall(r"[\w'-]+", question)
         found = [w for w in words if normalise(w) not in STOP_WORDS and len(w) > 2]
     return found[:limit]
+
+
+def unlinked_names(question: str, spans: Iterable[str], limit: int = 5) -> list[str]:
+    """The names the question writes that no linked span covers ("Aschenbrodel" when only
+    "country" and "composer" linked, "Golden State" beside a link of "state")."""
+    covered = [f" {normalise(span)} " for span in spans]
+    out = []
+    for name in written_names(question):
+        key = normalise(name)
+        if key and not all(w in STOP_WORDS for w in key.split()) \
+                and not any(f" {key} " in span for span in covered):
+            out.append(name)
+    return out[:limit]
 
 
 def named_first(question: str, links: list[Link]) -> list[Link]:

@@ -366,3 +366,28 @@ def test_feedback_entities_are_the_ends_only_feedback_triples_have():
     assert feedback_entities(Build, lambda: read.append(1) or tables["triples"]) == {2}
     Build.manifest = {"tables": {"feedback_lineage": {"rows": 0}}}
     assert feedback_entities(Build, lambda: read.append(2)) == frozenset() and read == [1]
+
+
+def test_a_record_lists_the_names_the_question_wrote_that_nothing_linked():
+    """The Aschenbrodel question linked only "country" and "composer"; the Durant question's
+    link of "state" does not cover "Golden State"; a vector link covers no name."""
+    from runtime.answer import Answer
+
+    def answer(question, *links):
+        return replace(Answer.empty("ok", "", {}, budget=10, question=question, llm={},
+                                    build_id="b1", retrieval="taimr", policy="route",
+                                    linked=[{"name": s, "key": s, "span": s, "method": m}
+                                            for s, m in links]),
+                       route={"predictor": "zero-shot", "derivable": False, "stopped": None})
+
+    q = "Who was in charge of the country where the composer of Aschenbrodel was a citizen?"
+    record = feedback.missing_record(answer(q, ("country", "exact"), ("composer", "exact")), 0)
+    assert record["unlinked"] == ["Aschenbrodel"]
+    q = "What river flows through the city Kevin Durant played for before Golden State?"
+    assert feedback.missing_record(answer(q, ("kevin durant", "exact"), ("state", "exact")),
+                                   0)["unlinked"] == ["Golden State"]
+    assert feedback.missing_record(answer(q, (q, "vector")), 0)["unlinked"] == \
+        ["Kevin Durant", "Golden State"]
+    assert feedback.record_problem({**record, "v": 1, "id": "x", "time": "t"}) is None
+    assert feedback.record_problem({**record, "v": 1, "id": "x", "time": "t",
+                                    "unlinked": "Aschenbrodel"}).startswith("field 'unlinked'")
