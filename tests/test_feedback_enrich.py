@@ -176,6 +176,34 @@ def test_an_unlinked_name_becomes_an_alias_of_the_one_entity_it_means():
     assert fe.sub_questions(records) == []  # the facts' and mentions' sub-questions: none
 
 
+def test_a_name_asked_about_takes_the_triples_of_its_qualified_forms():
+    """The Shringarpur question reaches "Maharashtra state"; the passage of the chief
+    ministers says "Maharashtra": its triple joins the entity the question reached."""
+    class Pub:
+        by_form = {"maharashtra state": "maharashtra state", "maharashtra": "maharashtra"}
+        id_of = {"maharashtra state": 0, "maharashtra": 1}
+        names = ["Maharashtra state", "Maharashtra"]
+        forms = fe.Published.forms
+        end = fe.Published.end
+        forms_of: dict = {}
+
+    def ask(name, triple, entity="", relation=""):
+        sq = fe.SubQuestion(entity, name, relation, name)
+        cand = fe.oriented(fe.Candidate(sq, {}, triple), Pub())
+        return None if cand is None else (cand.s, cand.o)
+
+    chavan = ("Maharashtra", "chief minister", "Prithviraj Chavan")
+    assert ask("Maharashtra state", chavan) == \
+        (("maharashtra state", "Maharashtra state"), ("prithviraj chavan", "Prithviraj Chavan"))
+    assert ask("Maharashtra", chavan) == \
+        (("maharashtra", "Maharashtra"), ("prithviraj chavan", "Prithviraj Chavan"))
+    assert ask("Fredericton, New Brunswick", ("Observatory", "in", "Fredericton"))[1] == \
+        ("fredericton, new brunswick", "Fredericton, New Brunswick")
+    assert ask("Neil Young", ("Neil Young Harvest", "by", "Crazy Horse")) is None  # another name
+    assert ask("Maharashtra state", ("Maharashtra", "in", "Maharashtra state")) is None
+    assert ask("Maharashtra state", chavan, entity="m.1", relation="r") is None  # a fact: keyed
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_a_delta_alias_reaches_the_next_builds_entity(spark, tmp_path):

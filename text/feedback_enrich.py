@@ -428,18 +428,40 @@ def passage_candidates(sq: SubQuestion, chunk: dict, sentences: list, pub: Publi
 
 def oriented(cand: Candidate, pub: Published) -> Candidate | None:
     """The candidate with graph keys on both ends, or None when the entity is not where the
-    sub-question's relation points from (``r``: the head; ``~r``: the tail)."""
+    sub-question's relation points from (``r``: the head; ``~r``: the tail). A name asked
+    about (a mention, a bridge) is also met by its :func:`qualified` forms, and the triple is
+    then written about the name asked: the passage of "Maharashtra" joins the graph's
+    "Maharashtra state", which a question reached, instead of the separate "Maharashtra"."""
     sq, (head, _, tail) = cand.sq, cand.triple
     forms = pub.forms(sq.entity, sq.name) if sq.entity else {entity_key(sq.name)}
     sides = [(head, tail, False), (tail, head, True)]
     if sq.relation:
         sides = [sides[sq.relation.startswith(INVERSE)]]
+
+    def names(written: str) -> bool:
+        return entity_key(written) in forms or (
+            not sq.entity and (qualified(written, sq.name) or qualified(sq.name, written)))
+
     for own, other, backwards in sides:
-        if entity_key(own) in forms and entity_key(other) not in forms and entity_key(other):
-            ends = (pub.end(sq.entity or None, own), pub.end(None, other))
+        if names(own) and not names(other) and entity_key(other):
+            ends = (pub.end(sq.entity or None, own if entity_key(own) in forms else sq.name),
+                    pub.end(None, other))
             cand.s, cand.o = ends[::-1] if backwards else ends
             return cand
     return None
+
+
+def qualified(longer: str, shorter: str) -> bool:
+    """``longer`` is the name ``shorter`` with a qualifier: after a comma ("Fredericton, New
+    Brunswick") or in lower-case words ("Maharashtra state") — not another name that starts
+    with it ("Neil Young Harvest", "Golden State Warriors")."""
+    longer, shorter = surface(longer), surface(shorter)
+    rest = longer[len(shorter):]
+    if not rest or not longer.casefold().startswith(shorter.casefold()) \
+            or not any(c.isupper() or c.isdigit() for c in shorter):
+        return False
+    return rest.startswith(",") or (rest.startswith(" ") and entity_key(rest) != "" and
+                                    not any(c.isupper() or c.isdigit() for c in rest))
 
 
 def with_relations(cands: list[Candidate], pub: Published, min_cosine: float) -> list[Candidate]:
