@@ -32,7 +32,8 @@ build → answer → refresh on a sparsified musique-openie subset, one table ro
   the withheld phrase — the round's log records by kind and the bridge entities they name,
   the refresh's sub-questions (in the log, enriched — of them re-opened at deeper passages —,
   answered; the two counts in between added with bridges, the measures unchanged) and delta
-  triples (new, in all), context recall, EM, F1-SQuAD,
+  triples (new, in all; and, added with them, the aliases — names questions wrote that nothing
+  linked, given to the entity they name — new and in all), context recall, EM, F1-SQuAD,
   calls/q and tok/q (evaluation.metrics via evaluation.runner; reader none makes no call) and
   the round's wall time (build + answers).
 * **Arms** on the same questions and dump, each its own store (``--arms``; default the first):
@@ -63,7 +64,8 @@ build → answer → refresh on a sparsified musique-openie subset, one table ro
 
 Rounds resume: a finished round (``WORK/<arm>/round-<r>/result.json``) is read back, a built
 but unanswered one is answered (the runner resumes per question); ``WORK/settings.json``
-holds every setting but ``--rounds`` and a changed one refuses the directory; an online arm
+holds every setting but ``--rounds`` and a changed one refuses the directory (an arm added to
+the script since is added to it: the arms already run keep their overrides); an online arm
 is read back from ``WORK/<arm>/result.json``. Output: the Markdown tables (``--markdown
 FILE``; the online arms in a table of their own), ``--json``, and
 ``WORK/feedback-rounds.png`` (the rounds).
@@ -181,7 +183,9 @@ def _doc_id(doc: dict) -> str:
 
 
 def check_settings(args: argparse.Namespace) -> None:
-    """Record the settings in WORK, or refuse a WORK made with other ones."""
+    """Record the settings in WORK, or refuse a WORK made with other ones. An arm this
+    script defines that WORK's record lacks (one added since) is added to the record; an arm
+    both know with other overrides refuses, as any other changed setting does."""
     settings = {"questions": args.questions, "seed": args.seed, "withhold": args.withhold,
                 "data": str(args.data.resolve()), "cheap": CHEAP, "arms": ARMS}
     if args.llm != "none":  # a WORK of the reader none (the first runs) stays valid
@@ -189,10 +193,15 @@ def check_settings(args: argparse.Namespace) -> None:
     path = args.work / "settings.json"
     if path.is_file():
         before = json.loads(path.read_text(encoding="utf-8"))
-        if before != settings:
-            changed = sorted(k for k in settings if before.get(k) != settings[k])
+        known = before.get("arms", {})
+        changed = sorted(k for k in {*settings, *before} - {"arms"}
+                         if before.get(k) != settings.get(k))
+        changed += [f"arms.{arm}" for arm in sorted(set(known) & set(ARMS))
+                    if known[arm] != ARMS[arm]]
+        if changed:
             raise SystemExit(f"error: {args.work} was made with other settings ({', '.join(changed)});"
                              " choose another --work")
+        settings["arms"] = {**known, **ARMS}
     args.work.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(settings, indent=2), encoding="utf-8")
 
@@ -327,6 +336,8 @@ def measure(build, setup: dict, overlay: set[tuple[str, str, str]] = frozenset()
             "answered": enrich.get("answered", 0), "reopened": enrich.get("reopened", 0),
             "delta_new": enrich.get("delta_triples_new", 0),
             "delta_triples": enrich.get("delta_triples", 0),
+            "aliases_new": enrich.get("aliases_new", 0),
+            "delta_aliases": enrich.get("delta_aliases", 0),
             "feedback_edges_added": ingest.get("feedback_edges_added", 0)}
 
 
@@ -337,7 +348,8 @@ def round_log(store: Path, build_id: str) -> dict:
     records = [r for r in read_log(log_dir(store)).records if r["build_id"] == build_id]
     return {kind: sum(r["kind"] == kind for r in records) for kind in KINDS} | \
         {"missing_facts": sum(len(r["missing"]) for r in records),
-         "bridges": sum(len(r.get("bridges", ())) for r in records)}
+         "bridges": sum(len(r.get("bridges", ())) for r in records),
+         "unlinked": sum(len(r.get("unlinked", ())) for r in records)}
 
 
 # ---- output -----------------------------------------------------------------------------------
@@ -358,10 +370,17 @@ def table(results: dict[str, list[dict]]) -> str:
                 f"{log['chain_stop']} / {log['no_entity']} / {log['no_derivation']}; "
                 f"{log.get('bridges', 0)} | {r['sub_questions']} → {r['enriched']} "
                 f"({r.get('reopened', 0)}) → {r['answered']} | "
-                f"{r['delta_new']} ({r['delta_triples']}) | {r['context_recall']:.3f} | "
+                f"{r['delta_new']} ({r['delta_triples']}){_aliases(r)} | "
+                f"{r['context_recall']:.3f} | "
                 f"{r['EM']:.3f} | {r['F1-SQuAD']:.3f} | {r['calls/q']:.2f} | {r['tok/q']:.1f} | "
                 f"{r['wall_s']:.0f} |")
     return "\n".join(rows) + "\n"
+
+
+def _aliases(r: dict) -> str:
+    """The delta's aliases (names questions wrote that nothing linked), where there are any."""
+    return f"; aliases {r['aliases_new']} ({r['delta_aliases']})" if r.get("delta_aliases") \
+        else ""
 
 
 ONLINE_HEADER = ("| arm | answers/q | sub-q tried/q | stopped (nothing missing / I_max / "

@@ -78,6 +78,9 @@ def record_problem(record) -> str | None:
     if not all(isinstance(m, dict) and isinstance(m.get("entity"), str)
                and isinstance(m.get("relation"), str) for m in record["missing"]):
         return "a missing fact without a string 'entity' and 'relation'"
+    unlinked = record.get("unlinked", [])
+    if not isinstance(unlinked, list) or not all(isinstance(n, str) for n in unlinked):
+        return "field 'unlinked' not a list of strings"
     named = record.get("bridges", [])
     if not isinstance(named, list) or not all(
             isinstance(b, dict) and isinstance(b.get("name"), str) and isinstance(b.get("text"), str)
@@ -107,12 +110,16 @@ def missing_record(answer, bridges: int | None = None) -> dict | None:
     nothing linked, nothing derived — the question's topic mentions; None when nothing is
     missing. A record past linking also names up to ``bridges`` (setting
     ``query.feedback_bridges``) entities the answer reached: the next hop of a multi-hop
-    question starts there, and no chain stop names it."""
-    from runtime.linker import name_mentions
+    question starts there, and no chain stop names it. Every record lists the names the
+    question writes that nothing linked (``unlinked``): the graph may hold the entity under
+    another form ("Aschenbrödel", "Friedrich Hayek"), which enrichment gives that alias."""
+    from runtime.linker import name_mentions, unlinked_names
 
     route = answer.route or {}
+    spans = [str(link.get("span", "")) for link in answer.linked  # a vector link's: the
+             if link.get("method") != "vector"]                     # whole question
     base = {"build_id": answer.build_id, "question": answer.question, "missing": [],
-            "mentions": []}
+            "mentions": [], "unlinked": unlinked_names(answer.question, spans)}
     if answer.status == "no_entity":
         return {**base, "kind": "no_entity", "mentions": name_mentions(answer.question)}
     stopped = route.get("stopped")
@@ -155,6 +162,25 @@ def bridge_facts(answer, limit: int, named: Iterable[str] = ()) -> list[dict]:
             out[key] = {"name": name, "text": name}
     return list(out.values())
 
+
+
+def feedback_entities(build, triples) -> frozenset[int]:
+    """Entities only query-driven feedback put in ``build``'s graph: ends of triples whose
+    every source is a feedback delta's (``feedback_lineage``) that no other triple has.
+    ``triples``: a callable giving the build's triples table, read only when there is lineage."""
+    if not build.manifest.get("tables", {}).get("feedback_lineage", {}).get("rows"):
+        return frozenset()
+    columns = ["s", "r", "o", "chunk_id", "sentence_id"]
+    lineage = build.read("feedback_lineage", columns=columns)
+    fed = set(zip(*(lineage[c].to_pylist() for c in columns)))
+    sources = build.read("triple_sources", columns=columns)
+    stated = {row[:3] for row in zip(*(sources[c].to_pylist() for c in columns))
+              if row not in fed}
+    only = {row[:3] for row in fed} - stated
+    table = triples()
+    others = {e for t in zip(*(table[c].to_pylist() for c in "sro")) if t not in only
+              for e in (t[0], t[2])}
+    return frozenset(e for s, _, o in only for e in (s, o) if e not in others)
 
 
 def missing_fact(entity: Mapping, hop: str) -> dict:

@@ -9,8 +9,15 @@ shorter spans inside it are not tried. Spans made only of stop words never link 
 One surface form may name several entities; up to ``max_per_span`` are kept, the best connected
 (highest in-degree) first.
 
-When nothing matches and the store has an encoder (the optional extra), the FAISS/vector
-fallback embeds the question and takes the nearest entity if its cosine passes ``min_cosine``.
+An entity that only query-driven feedback added to the graph and whose name is a common noun
+(no capital, no digit: "continent") is a **fallback** surface form: it links (method
+``fallback``) only when no other span of the question does, and it claims no words. Otherwise
+one extracted "Africa *is* continent" would take over every question that says "continent"
+from the topic its other words name (the vector fallback's "coldest continent").
+
+When nothing matches (or only fallback forms do) and the store has an encoder (the optional
+extra), the FAISS/vector fallback embeds the question and takes the nearest entity if its
+cosine passes ``min_cosine``.
 Callers that already know their entities pass ids and skip all of this.
 """
 
@@ -86,20 +93,32 @@ class Link:
 
     id: int
     span: str  # the question words (normalised) that named it, or the question for a fallback
-    method: str  # exact | normalised | vector | given
+    method: str  # exact | normalised | vector | given | fallback
     score: float  # 1.0 for string matches, the cosine for the vector fallback
 
     def to_dict(self) -> dict:
         return {"id": self.id, "span": self.span, "method": self.method, "score": self.score}
 
 
+#: The method of a link to a fallback entity (module docstring): taken only when nothing else links.
+FALLBACK = "fallback"
+
+
+def common_nouns(names: Sequence[str], ids: Iterable[int]) -> frozenset[int]:
+    """Those of ``ids`` whose name has no capital letter and no digit: a common noun
+    ("continent"), not a name ("Antarctica", "1990")."""
+    return frozenset(i for i in ids if not any(c.isupper() or c.isdigit() for c in names[i]))
+
+
 class Linker:
     """Surface-form index over a store's entities; :meth:`link` maps a question to entity ids."""
 
     def __init__(self, surface_forms: Iterable[tuple[int, str]], degree: np.ndarray | None = None,
-                 *, max_span_words: int = 12, max_per_span: int = 3, folded: bool = False):
+                 *, max_span_words: int = 12, max_per_span: int = 3, folded: bool = False,
+                 fallback: Iterable[int] = ()):
         r"""``folded``: the forms are already :func:`normalise`\ d (:func:`folded_forms`, which a
-        build writes at publish so that opening a store does not fold every name again)."""
+        build writes at publish so that opening a store does not fold every name again).
+        ``fallback``: entities linked only when no other one is (module docstring)."""
         index: dict[str, set[int]] = {}
         longest = 1
         for entity_id, form in surface_forms:
@@ -111,6 +130,7 @@ class Linker:
             index.setdefault(key, set()).add(int(entity_id))
             longest = max(longest, key.count(" ") + 1)
         self.degree = degree
+        self.fallback = frozenset(int(i) for i in fallback)
         self.max_per_span = max_per_span
         self.max_span_words = min(max_span_words, longest)
         self._index = {k: self._order(v) for k, v in index.items()}
@@ -120,12 +140,15 @@ class Linker:
             return tuple(sorted(ids))
         return tuple(sorted(ids, key=lambda i: (-int(self.degree[i]), i)))
 
-    def with_forms(self, forms: Iterable[tuple[int, str]], degree: np.ndarray | None) -> Linker:
+    def with_forms(self, forms: Iterable[tuple[int, str]], degree: np.ndarray | None,
+                   fallback: Iterable[int] = ()) -> Linker:
         """A new index: this one's forms plus ``(entity, form)`` pairs (unfolded), ranked by
-        ``degree`` (an overlay's entities and degrees, runtime/overlay.py)."""
+        ``degree``, with ``fallback`` entities added to this one's (an overlay's entities,
+        degrees and the common nouns among them, runtime/overlay.py)."""
         pairs = [(i, key) for key, ids in self._index.items() for i in ids]
         pairs += [(i, normalise(form)) for i, form in forms]
-        return Linker(pairs, degree, max_per_span=self.max_per_span, folded=True)
+        return Linker(pairs, degree, max_per_span=self.max_per_span, folded=True,
+                      fallback=self.fallback | frozenset(fallback))
 
     def __len__(self) -> int:
         return len(self._index)
@@ -135,32 +158,41 @@ class Linker:
         return self._index.get(normalise(form), ())
 
     def link(self, question: str) -> list[Link]:
-        """String matches, longest span first, in question order within a span length."""
+        """String matches, longest span first, in question order within a span length; the
+        fallback entities' matches only when there is no other."""
         words = normalise(question).split()
         taken = [False] * len(words)
         found: list[tuple[int, Link]] = []
-        seen: set[int] = set()
+        spare: list[tuple[int, Link]] = []  # matches of fallback entities: claim no words
         raw = question.casefold()
         for length in range(min(self.max_span_words, len(words)), 0, -1):
             for start in range(len(words) - length + 1):
-                if any(taken[start:start + length]):
-                    continue
                 span_words = words[start:start + length]
-                if all(w in STOP_WORDS for w in span_words):
+                if any(taken[start:start + length]) or all(w in STOP_WORDS for w in span_words):
                     continue
                 span = " ".join(span_words)
-                ids = self._index.get(span)
-                if not ids:
-                    continue
-                for i in range(start, start + length):
-                    taken[i] = True
+                ids = self._index.get(span, ())
+                primary = [i for i in ids if i not in self.fallback]
                 method = "exact" if span in raw else "normalised"
-                for entity_id in ids[: self.max_per_span]:
-                    if entity_id not in seen:
-                        seen.add(entity_id)
-                        found.append((start, Link(entity_id, span, method, 1.0)))
-        found.sort(key=lambda item: item[0])
-        return named_first(question, [link for _, link in found])
+                spare += [(start, Link(i, span, FALLBACK, 1.0)) for i in ids
+                          if i in self.fallback][: self.max_per_span]
+                if primary:
+                    taken[start:start + length] = [True] * length
+                    found += [(start, Link(i, span, method, 1.0))
+                              for i in primary[: self.max_per_span]]
+        return named_first(question, _in_question_order(found or spare))
+
+
+def _in_question_order(found: list[tuple[int, Link]]) -> list[Link]:
+    """Each entity once (the first, i.e. longest, span that named it), by where that span
+    starts in the question."""
+    seen: set[int] = set()
+    first = []
+    for start, link in found:
+        if link.id not in seen:
+            seen.add(link.id)
+            first.append((start, link))
+    return [link for _, link in sorted(first, key=lambda item: item[0])]
 
 
 def _written_with_capitals(question: str, span: str) -> bool:
@@ -169,10 +201,9 @@ def _written_with_capitals(question: str, span: str) -> bool:
     return match is not None and any(c.isupper() or c.isdigit() for c in match.group(0))
 
 
-def name_mentions(question: str, limit: int = 5) -> list[str]:
-    """The spans a question writes as names (runs of capitalised words or numbers past its
-    first word, and quoted phrases) — what it was about when nothing links; else its content
-    words."""
+def written_names(question: str) -> list[str]:
+    """The spans a question writes as names: runs of capitalised words or numbers past its
+    first word, and quoted phrases."""
     quoted = re.findall(r'"([^"]{2,80})"', question)
     words = re.findall(r"[\w'-]+", question)
     runs, run = [], []
@@ -183,10 +214,30 @@ def name_mentions(question: str, limit: int = 5) -> list[str]:
         if run:
             runs.append(" ".join(run))
         run = []
-    found = list(dict.fromkeys(quoted + runs))
+    return list(dict.fromkeys(quoted + runs))
+
+
+def name_mentions(question: str, limit: int = 5) -> list[str]:
+    """What a question was about when nothing links: the names it writes, else its content
+    words."""
+    found = written_names(question)
     if not found:
+        words = re.findall(r"[\w'-]+", question)
         found = [w for w in words if normalise(w) not in STOP_WORDS and len(w) > 2]
     return found[:limit]
+
+
+def unlinked_names(question: str, spans: Iterable[str], limit: int = 5) -> list[str]:
+    """The names the question writes that no linked span covers ("Aschenbrodel" when only
+    "country" and "composer" linked, "Golden State" beside a link of "state")."""
+    covered = [f" {normalise(span)} " for span in spans]
+    out = []
+    for name in written_names(question):
+        key = normalise(name)
+        if key and not all(w in STOP_WORDS for w in key.split()) \
+                and not any(f" {key} " in span for span in covered):
+            out.append(name)
+    return out[:limit]
 
 
 def named_first(question: str, links: list[Link]) -> list[Link]:

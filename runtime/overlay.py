@@ -9,7 +9,8 @@ the extra triples:
   given, no types, aliases or description); relations the build lacks get new ids after its;
 * the TAIMR graph gets the triples both ways (:meth:`runtime.taimr.EdgeGraph.with_triples`: an
   untrained edge's attention, new nodes at the build's median μ);
-* the linker indexes the new entities' names; their entity vectors are zero (no cosine term);
+* the linker indexes the new entities' names, a common noun among them as a fallback form
+  (runtime/linker.py); their entity vectors are zero (no cosine term);
 * the relation knowledge's facts include the new triples of the build's relations (a new
   relation is one no chain of the knowledge can name);
 * a triple's sentence is its restored source sentence (ITTC's verbose rendering);
@@ -29,6 +30,7 @@ import numpy as np
 
 from runtime import relknow
 from runtime.contract import to_numpy
+from runtime.linker import common_nouns
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,10 @@ def overlaid(rt, extra: Sequence[ExtraTriple]):
     view.relation_names = {**rt.relation_names, **ids.new_relations}
     mu = float(np.median(np.exp(rt.graph.log_mu))) if rt.graph.n_nodes else 1.0
     view.graph = rt.graph.with_triples(*sro.T, view.n_entities, mu)
+    new_ids = range(rt.n_entities, view.n_entities)
     view.linker = rt.linker.with_forms(
         ((rt.n_entities + i, name) for i, (_, name) in enumerate(ids.new_entities)),
-        view.graph.out_degree())
+        view.graph.out_degree(), common_nouns(view.names, new_ids))
     if rt.vectors is not None and ids.new_entities:
         view.vectors = np.vstack([np.asarray(rt.vectors),
                                   np.zeros((len(ids.new_entities), rt.vectors.shape[1]),

@@ -62,8 +62,8 @@ from runtime.contract import (INCOMING_TYPE_PREFIX, Build, Store, StoreError, is
 from runtime.environment import limit_blas_threads
 from runtime.encoder import EncoderError
 from runtime.errors import LokgError
-from runtime.linker import (LINKER_FORMS_FILE, Link, Linker, normalise, surface_forms,
-                            vector_fallback)
+from runtime.linker import (FALLBACK, LINKER_FORMS_FILE, Link, Linker, common_nouns, normalise,
+                            surface_forms, vector_fallback)
 from runtime.llm import LLM, LLMError, make_llm
 from runtime.path_cache import PathCache, PathRow, path_rows, path_triples
 from runtime.provenance import Provenance
@@ -349,7 +349,7 @@ class Runtime:
         self.order, self.tail_entropy = self._query_stats(triples)
         self.has_taimr = "edges" in tables and "node_gain" in tables
         self.graph = self._graph(triples)
-        self.linker = self._linker()
+        self.linker = self._linker(triples)
         cache_cfg = section(b.manifest.get("config") or {}, "path_cache")
         self.path_settings = {k: cache_cfg[k] for k in
                               ("max_hops", "k_top", "beam_width", "lambda_topo")}
@@ -419,16 +419,19 @@ class Runtime:
                                  for c in ("s", "r", "o", "inverse", "attention")),
                                np.ones(self.n_entities))
 
-    def _linker(self) -> Linker:
-        """The surface-form index, from the forms the build folded at publish; builds
-        published before that have their names, keys and aliases folded here."""
+    def _linker(self, triples: Callable[[], pa.Table]) -> Linker:
+        """The surface-form index, from the forms the build folded at publish (builds
+        published before that have their names, keys and aliases folded here); the common
+        nouns only feedback added link as a fallback (runtime/linker.py)."""
         degree = self.graph.out_degree()
+        fallback = common_nouns(self.names, feedback.feedback_entities(self.build, triples))
         path = self.build.path / LINKER_FORMS_FILE
         if path.is_file():
             table = read_parquet(path)
             forms = zip(table.column("id").to_pylist(), table.column("form").to_pylist())
-            return Linker(forms, degree, folded=True)
-        return Linker(surface_forms(self.names, self.keys, self._aliases), degree)
+            return Linker(forms, degree, folded=True, fallback=fallback)
+        return Linker(surface_forms(self.names, self.keys, self._aliases), degree,
+                      fallback=fallback)
 
     def _relation_knowledge(self, triples: Callable[[], pa.Table]
                             ) -> tuple[relknow.RelationKnowledge, relknow.Facts] | None:
@@ -611,11 +614,12 @@ class Runtime:
         if entities:
             return self._given(entities), None
         links, q_vec = self.linker.link(question), None
-        if not links and self.vectors is not None:
+        if all(link.method == FALLBACK for link in links) and self.vectors is not None:
             q_vec = self._embed(None, question)[1]
             if q_vec is not None:
                 links = vector_fallback(question, lambda _: q_vec[None, :], self._search,
-                                        min_cosine=float(self.settings["min_link_cosine"]))
+                                        min_cosine=float(self.settings["min_link_cosine"])
+                                        ) or links
         return links, q_vec
 
     def _given(self, entities: Sequence[int | str]) -> list[Link]:

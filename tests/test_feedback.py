@@ -339,3 +339,55 @@ def test_the_runtime_logs_the_entities_its_answer_reached(gap_store, tmp_path):
     reached = [n for n in dict.fromkeys([*a.answers, *(c["name"] for c in a.candidates)])
                if n not in ("edda quist", *stop)]
     assert reached and record["bridges"] == [{"name": n, "text": n} for n in reached[:2]]
+
+
+def test_feedback_entities_are_the_ends_only_feedback_triples_have():
+    """Africa (1) is in the dump's triples; continent (2) only in a delta's, so only it is
+    feedback's; a delta triple some passage of the dump states too is not feedback's alone."""
+    import pyarrow as pa
+
+    from runtime.feedback import feedback_entities
+
+    lineage = {"s": [1, 3], "r": [0, 0], "o": [2, 4], "chunk_id": ["c9", "c9"],
+               "sentence_id": ["s9", "s9"]}
+    sources = {"s": [0, 1, 3, 3], "r": [1, 0, 0, 0], "o": [1, 2, 4, 4],
+               "chunk_id": ["c1", "c9", "c9", "c2"], "sentence_id": ["s1", "s9", "s9", "s2"]}
+    tables = {"feedback_lineage": pa.table(lineage), "triple_sources": pa.table(sources),
+              "triples": pa.table({"s": [0, 1, 3], "r": [1, 0, 0], "o": [1, 2, 4]})}
+
+    class Build:
+        manifest = {"tables": {name: {"rows": t.num_rows} for name, t in tables.items()}}
+
+        @staticmethod
+        def read(name, columns=None):
+            return tables[name].select(columns) if columns else tables[name]
+
+    read = []
+    assert feedback_entities(Build, lambda: read.append(1) or tables["triples"]) == {2}
+    Build.manifest = {"tables": {"feedback_lineage": {"rows": 0}}}
+    assert feedback_entities(Build, lambda: read.append(2)) == frozenset() and read == [1]
+
+
+def test_a_record_lists_the_names_the_question_wrote_that_nothing_linked():
+    """The Aschenbrodel question linked only "country" and "composer"; the Durant question's
+    link of "state" does not cover "Golden State"; a vector link covers no name."""
+    from runtime.answer import Answer
+
+    def answer(question, *links):
+        return replace(Answer.empty("ok", "", {}, budget=10, question=question, llm={},
+                                    build_id="b1", retrieval="taimr", policy="route",
+                                    linked=[{"name": s, "key": s, "span": s, "method": m}
+                                            for s, m in links]),
+                       route={"predictor": "zero-shot", "derivable": False, "stopped": None})
+
+    q = "Who was in charge of the country where the composer of Aschenbrodel was a citizen?"
+    record = feedback.missing_record(answer(q, ("country", "exact"), ("composer", "exact")), 0)
+    assert record["unlinked"] == ["Aschenbrodel"]
+    q = "What river flows through the city Kevin Durant played for before Golden State?"
+    assert feedback.missing_record(answer(q, ("kevin durant", "exact"), ("state", "exact")),
+                                   0)["unlinked"] == ["Golden State"]
+    assert feedback.missing_record(answer(q, (q, "vector")), 0)["unlinked"] == \
+        ["Kevin Durant", "Golden State"]
+    assert feedback.record_problem({**record, "v": 1, "id": "x", "time": "t"}) is None
+    assert feedback.record_problem({**record, "v": 1, "id": "x", "time": "t",
+                                    "unlinked": "Aschenbrodel"}).startswith("field 'unlinked'")

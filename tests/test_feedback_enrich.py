@@ -129,12 +129,103 @@ def test_consolidated_delta_keeps_provenance_per_feedback_id(tmp_path):
     fe.persist(tmp_path / "deltas", "d1", fe.Delta([row], {sq.key: ["f1", "f2"]}), [sq],
                {"fingerprint": "x"}, 3)
     report = fe.consolidated(tmp_path / "deltas", tmp_path / "out")
-    assert report == {"deltas": 1, "delta_triples": 1}
+    assert report == {"deltas": 1, "delta_triples": 1, "delta_aliases": 0}
     assert (tmp_path / "out" / "triples.tsv").read_text() == \
         "m.1\tlocation.city.country\tm.2\n"
     sources = pq.read_table(tmp_path / "out" / "sources.parquet").to_pylist()
     assert [(s["feedback_id"], s["chunk_id"], s["sentence_id"], s["delta_id"])
             for s in sources] == [("f1", "c1", "s1", "d1"), ("f2", "c1", "s1", "d1")]
+
+
+def _published(names: list[str], chunks: list[str]):
+    """A stand-in for :class:`fe.Published`: entity names, chunk texts, every chunk nearest."""
+    class Pub:
+        keys = [fe.entity_key(n) for n in names]
+        named = fe.Names(names)
+
+        @staticmethod
+        def nearest(texts, k, skips):
+            return [list(range(skip, min(skip + k, len(chunks)))) for skip in skips]
+
+    Pub.names, Pub.chunks = names, [{"text": t} for t in chunks]
+    return Pub
+
+
+def test_an_unlinked_name_becomes_an_alias_of_the_one_entity_it_means():
+    """The 50-question run's "Aschenbrodel" (the graph: "Aschenbrödel") and "Hayek" (the graph:
+    "Friedrich Hayek") never linked, so no round asked about them."""
+    names = ["Aschenbrödel", "Aschenbrödel in 1900 orchestra", "Friedrich Hayek", "John Cabot",
+             "John Gallo", "gravel walk", "3.16 million TEUs in 2013", "Leopold Godowsky"]
+    pub = _published(names, ["Aschenbrödel is a waltz by Leopold Godowsky.",
+                             "Friedrich August von Hayek was born in Vienna.",
+                             "John Cabot sailed. A gravel walk. 3.16 million TEUs in 2013."])
+    base = {"build_id": "b0", "kind": "chain_stop", "missing": [], "mentions": []}
+    records = [{**base, "id": "a", "unlinked": ["Aschenbrodel", "John", "Walk"]},
+               {**base, "id": "b", "unlinked": ["Hayek", "TEUs", "Aschenbrodel"]},
+               {**base, "id": "c", "unlinked": ["Leopold Godowsky", "Nowhere"]}]
+    sqs = fe.alias_questions(records)
+    assert [(sq.name, sq.relation, sq.feedback_ids) for sq in sqs][:2] == [
+        ("Aschenbrodel", fe.ALIAS, ["a", "b"]), ("John", fe.ALIAS, ["a"])]
+    delta = fe.aliases(sqs, pub, 3)
+    assert delta.aliases == {"aschenbrödel": {"name": "Aschenbrödel", "aliases": ["Aschenbrodel"]},
+                             "friedrich hayek": {"name": "Friedrich Hayek", "aliases": ["Hayek"]}}
+    assert sorted(delta.answered) == sorted(sq.key for sq in sqs if sq.name in
+                                            ("Aschenbrodel", "Hayek"))
+    # two Johns, a common noun, a name mostly of other words, one the graph has: nothing
+    assert fe.aliases(sqs, _published(names, ["Nothing about them."]), 3).aliases == {}
+    assert fe.sub_questions(records) == []  # the facts' and mentions' sub-questions: none
+
+
+def test_a_name_asked_about_takes_the_triples_of_its_qualified_forms():
+    """The Shringarpur question reaches "Maharashtra state"; the passage of the chief
+    ministers says "Maharashtra": its triple joins the entity the question reached."""
+    class Pub:
+        by_form = {"maharashtra state": "maharashtra state", "maharashtra": "maharashtra"}
+        id_of = {"maharashtra state": 0, "maharashtra": 1}
+        names = ["Maharashtra state", "Maharashtra"]
+        forms = fe.Published.forms
+        end = fe.Published.end
+        forms_of: dict = {}
+
+    def ask(name, triple, entity="", relation=""):
+        sq = fe.SubQuestion(entity, name, relation, name)
+        cand = fe.oriented(fe.Candidate(sq, {}, triple), Pub())
+        return None if cand is None else (cand.s, cand.o)
+
+    chavan = ("Maharashtra", "chief minister", "Prithviraj Chavan")
+    assert ask("Maharashtra state", chavan) == \
+        (("maharashtra state", "Maharashtra state"), ("prithviraj chavan", "Prithviraj Chavan"))
+    assert ask("Maharashtra", chavan) == \
+        (("maharashtra", "Maharashtra"), ("prithviraj chavan", "Prithviraj Chavan"))
+    assert ask("Fredericton, New Brunswick", ("Observatory", "in", "Fredericton"))[1] == \
+        ("fredericton, new brunswick", "Fredericton, New Brunswick")
+    assert ask("Neil Young", ("Neil Young Harvest", "by", "Crazy Horse")) is None  # another name
+    assert ask("Maharashtra state", ("Maharashtra", "in", "Maharashtra state")) is None
+    assert ask("Maharashtra state", chavan, entity="m.1", relation="r") is None  # a fact: keyed
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_delta_alias_reaches_the_next_builds_entity(spark, tmp_path):
+    """persist → consolidated → ingest: the alias joins the entity's own, and it needs no
+    triple of its own (but ingest reads a delta only with one)."""
+    from spark_jobs import ingest as stage
+
+    delta = fe.Delta(rows=[{"s_key": "b", "relation": "near", "o_key": "c", "s_name": "B",
+                            "o_name": "C", "phrase": "near", "chunk_id": "c1",
+                            "sentence_id": "s1", "sentence": "", "feedback_ids": ["f1"]}],
+                     aliases={"a": {"name": "Aschenbrödel", "aliases": ["Aschenbrodel"]}})
+    sq = fe.SubQuestion("", "Aschenbrodel", fe.ALIAS, "Aschenbrodel", ["f1"])
+    fe.persist(tmp_path / "deltas", "d1", delta, [sq], {"fingerprint": "x"}, 3)
+    report = fe.consolidated(tmp_path / "deltas", tmp_path / "delta")
+    assert report["delta_aliases"] == 1
+    dump = tmp_path / "kg.tsv"
+    dump.write_text("a\tby\tb\n")
+    config = load_config(None, ["ingest.format=tsv"])
+    result = stage.run(config, {"dump": str(dump), "feedback_delta": str(tmp_path / "delta")},
+                       str(tmp_path / "out"))
+    entities = pq.read_table(result["outputs"]["entities"]).to_pylist()
+    assert {e["key"]: e["aliases"] for e in entities} == {"a": ["Aschenbrodel"], "b": [], "c": []}
 
 
 def test_store_without_a_published_build_writes_an_empty_delta_and_skips_bad_segments(tmp_path):

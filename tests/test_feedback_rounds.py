@@ -1,5 +1,6 @@
 """bench/feedback_rounds.py: the sparsified start withholds a seeded share of the distinct folded
-triples from every passage stating them, and a work directory refuses other settings."""
+triples from every passage stating them, and a work directory refuses other settings (but takes
+arms added to the script since)."""
 
 from __future__ import annotations
 
@@ -28,4 +29,23 @@ def test_a_work_directory_refuses_other_settings(tmp_path):
     fr.check_settings(args)  # the same settings: reused
     args.withhold = 0.5
     with pytest.raises(SystemExit, match="withhold"):
+        fr.check_settings(args)
+
+
+def test_a_work_directory_takes_arms_added_since_and_refuses_changed_ones(tmp_path, monkeypatch):
+    """The 50-question WORK was refused when the arm feedback-questions was added to the
+    script: its other arms' settings had not changed."""
+    import json
+
+    args = fr.parse_args(["--work", str(tmp_path), "--questions", "3"])
+    fr.check_settings(args)
+    monkeypatch.setitem(fr.ARMS, "new-arm", ["query.feedback_bridges=1"])
+    fr.check_settings(args)  # added: recorded beside the others
+    recorded = json.loads((tmp_path / "settings.json").read_text())["arms"]
+    assert recorded["new-arm"] == ["query.feedback_bridges=1"] and set(recorded) == set(fr.ARMS)
+    monkeypatch.delitem(fr.ARMS, "new-arm")
+    fr.check_settings(args)  # an arm the script no longer has: its record stays
+    assert "new-arm" in json.loads((tmp_path / "settings.json").read_text())["arms"]
+    monkeypatch.setitem(fr.ARMS, "feedback-precomputed", ["feedback_enrich.k=5"])
+    with pytest.raises(SystemExit, match="arms.feedback-precomputed"):
         fr.check_settings(args)

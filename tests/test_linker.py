@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.linker import Linker, surface_forms
+from runtime.linker import Linker, common_nouns, surface_forms
 
 FORMS = [(0, "country"), (1, "Bubye River"), (2, "Publix"), (3, "state"), (4, "1990"),
          (5, "rock")]
@@ -35,3 +35,60 @@ def test_names_with_disambiguators_link_without_them(question, expected):
     forms = surface_forms(["John Smith (actor)", "(Untitled)", "Paris, Texas"],
                           ["john_smith_(actor)", "m.1", "paris_texas"], [None, None, None])
     assert [link.id for link in Linker(forms).link(question)] == expected
+
+
+# ---- common nouns only feedback added link as a fallback (issue 16: the "continent" takeover)
+
+CONTINENT = "What is the continental limit of the continent with the lowest average temperature?"
+
+
+def test_a_feedback_common_noun_links_only_when_nothing_else_does():
+    forms = [(0, "Antarctica"), (1, "continent"), (2, "Africa"), (3, "average temperature")]
+    linker = Linker(forms, fallback={1})
+    (only,) = linker.link(CONTINENT.replace("average temperature", "coldest air"))
+    assert (only.id, only.method) == (1, "fallback")
+    assert [link.id for link in linker.link(CONTINENT)] == [3]  # another span links: not it
+    assert [link.id for link in linker.link("Which continent is Africa on?")] == [2]
+    assert [(link.id, link.method) for link in Linker(forms).link(CONTINENT)] == \
+        [(1, "exact"), (3, "exact")]  # without the flag it links like any entity
+
+
+def test_a_fallback_form_claims_no_words_and_a_same_named_entity_still_links():
+    linker = Linker([(0, "continent"), (1, "continent"), (2, "continent limit")], fallback={0})
+    assert [(link.id, link.method) for link in linker.link("the continent of it")] == \
+        [(1, "exact")]
+    linker = Linker([(0, "coldest continent"), (1, "continent")], fallback={0})
+    assert [link.id for link in linker.link("the coldest continent")] == [1]
+    extended = Linker([(0, "Antarctica")]).with_forms([(1, "continent")], None, fallback={1})
+    assert [link.method for link in extended.link("the continent")] == ["fallback"]
+
+
+def test_common_nouns_are_names_without_capitals_or_digits():
+    names = ["continent", "Africa", "1990", "coldest continent", "iPhone"]
+    assert common_nouns(names, range(5)) == {0, 3}
+    assert common_nouns(names, [1, 3]) == {3}
+
+
+def test_the_runtime_tries_the_vector_fallback_before_a_feedback_common_noun():
+    """Round 1 of the 50-question run: "Africa *is* continent" made the entity "continent",
+    which replaced round 0's vector link "coldest continent" (→ Antarctica, the gold's source)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from runtime.query import Runtime
+
+    def runtime(linker, nearest):
+        return SimpleNamespace(
+            linker=linker, vectors=np.zeros((3, 2)), settings={"min_link_cosine": 0.5},
+            _embed=lambda _, question: (None, np.ones(2, dtype=np.float32)),
+            _search=lambda query, k: (np.array([[0.8]]), np.array([[nearest]])))
+
+    forms = [(0, "coldest continent"), (1, "continent"), (2, "Norland")]
+    rt = runtime(Linker(forms, fallback={1}), nearest=0)
+    links, q_vec = Runtime._link(rt, CONTINENT, None)
+    assert [(link.id, link.method) for link in links] == [(0, "vector")] and q_vec is not None
+    rt = runtime(Linker(forms, fallback={1}), nearest=-1)  # the vector finds nothing
+    assert [link.method for link in Runtime._link(rt, CONTINENT, None)[0]] == ["fallback"]
+    rt = runtime(Linker(forms), nearest=0)  # an entity of the dump's own: linked as before
+    assert [link.method for link in Runtime._link(rt, CONTINENT, None)[0]] == ["exact"]

@@ -19,18 +19,27 @@ phrase. Kept triples closer than ``dedupe_threshold`` (normalised edit distance 
 "h · r · t") to a triple of the graph about the same entity, or to one already kept, are
 dropped.
 
+A name a question wrote that nothing linked (a record's ``unlinked``: "Aschenbrodel" where the
+graph has "Aschenbrödel", "Hayek" where it has "Friedrich Hayek") asks which entity it names
+(relation :data:`ALIAS`): the one entity the graph's names allow — the same name with accents
+dropped, else the shortest names holding its words that are at least half made of them —
+written in a passage among the ``k`` nearest the name, becomes an **alias** of that entity in
+the delta (``entities.jsonl``), which the next build links. Its re-opening, closing and depth
+are those of any sub-question.
+
 Deltas persist in ``<store>/feedback/deltas/<id>.parquet`` + ``<id>.json``; the id is the
 published build enriched from, so a retried refresh replaces its own delta. A sub-question an
 earlier delta answered is closed; one that found nothing is recorded with the fingerprint of
 what it was tried on (chunk set, backend, k) and retried only when that changes — the same
 passages and extractor give the same nothing. The stage's output is every persisted delta in
-one dump (``triples.tsv``, ``entities.jsonl`` for new entities) plus the provenance with the
+one dump (``triples.tsv``, ``entities.jsonl`` for new entities and aliases) plus the provenance with the
 feedback ids (``sources.parquet``): a delta's triples stay in every later build.
 """
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +54,7 @@ from runtime.config import section
 from runtime.contract import Build, Store
 from runtime.encoder import EncoderError, SentenceEncoder
 from runtime.feedback import log_dir, now, read_log
+from runtime.linker import common_nouns, normalise
 from text.chunking import content_id
 from text.triple_context import readable_relation
 from text.triple_extract import (ChunkCache, as_triple, best_sentence, cache_root, entity_key,
@@ -52,6 +62,8 @@ from text.triple_extract import (ChunkCache, as_triple, best_sentence, cache_roo
 
 STAGE = "feedback_enrich"
 INVERSE = "~"
+#: The relation of a sub-question asking which entity a name the question wrote names.
+ALIAS = "="
 DELTA_SCHEMA = pa.schema([
     ("s_key", pa.string()), ("relation", pa.string()), ("o_key", pa.string()),
     ("s_name", pa.string()), ("o_name", pa.string()), ("phrase", pa.string()),
@@ -94,9 +106,27 @@ def sub_questions(records: list[dict]) -> list[SubQuestion]:
     record's missing facts, its mentions (a chain's relation may be a guess — on a graph of
     free-text phrases it nearly always is — while its topic is not; retrieved by the question
     where the log kept it) and the bridge entities the answer reached (the next hop)."""
+    return _merged(records, _asks)
+
+
+def alias_questions(records: list[dict]) -> list[SubQuestion]:
+    """One sub-question per name the questions wrote that nothing linked (a record's
+    ``unlinked``; relation :data:`ALIAS`): which entity of the graph does it name?"""
+    return _merged(records, lambda record: [
+        SubQuestion("", name, ALIAS, _question(record) or name)
+        for name in record.get("unlinked", ()) if entity_key(name)])
+
+
+def _question(record: dict) -> str:
+    question = record.get("question")
+    return question if isinstance(question, str) else ""
+
+
+def _merged(records: list[dict], asks) -> list[SubQuestion]:
+    """``asks(record)``'s sub-questions over the records, merged by key, oldest first."""
     found: dict[str, SubQuestion] = {}
     for record in records:
-        for sq in _asks(record):
+        for sq in asks(record):
             sq = found.setdefault(sq.key, sq)
             if record["id"] not in sq.feedback_ids:
                 sq.feedback_ids.append(record["id"])
@@ -106,10 +136,10 @@ def sub_questions(records: list[dict]) -> list[SubQuestion]:
 
 def _asks(record: dict) -> list[SubQuestion]:
     """One record's sub-questions: missing facts, mentions, bridges."""
-    question = record.get("question")
+    question = _question(record)
     asks = [SubQuestion(m["entity"], str(m.get("name") or m["entity"]), m["relation"],
                         str(m.get("text") or "")) for m in record["missing"]]
-    asks += [SubQuestion("", m, "", question if isinstance(question, str) and question else m)
+    asks += [SubQuestion("", m, "", question or m)
              for m in record["mentions"] if isinstance(m, str) and entity_key(m)]
     asks += [SubQuestion("", b["name"], "", b["text"]) for b in record.get("bridges", ())
              if entity_key(b["name"])]
@@ -173,6 +203,14 @@ class Published:
                 self.by_form.setdefault(form, key)
         rel = build.read("relations", columns=["id", "name"])
         self.relations = rel["name"].to_pylist()
+        self._named: Names | None = None
+
+    @property
+    def named(self) -> Names:
+        """The entity names by word (built on first use: only names nothing linked need it)."""
+        if self._named is None:
+            self._named = Names(self.names)
+        return self._named
 
     def forms(self, key: str, name: str) -> set[str]:
         """The folded forms that name entity ``key`` (its name, aliases, the name asked)."""
@@ -241,6 +279,68 @@ def near_duplicate(text: str, others: list[str], threshold: float) -> int | None
                 and edit_distance(text, other) <= threshold:
             return i
     return None
+
+
+# ---- names the questions wrote that nothing linked --------------------------------------------
+def loose(text: str) -> str:
+    """A name folded to compare a written form with the graph's: the linker's fold with the
+    accents dropped ("Aschenbrödel" and "Aschenbrodel" are one)."""
+    text = unicodedata.normalize("NFKD", text)
+    return normalise("".join(c for c in text if not unicodedata.combining(c)))
+
+
+class Names:
+    """The graph's entity names, loosely folded and indexed by word."""
+
+    def __init__(self, names: list[str]):
+        self.loose = [loose(name) for name in names]
+        self.by_word: dict[str, set[int]] = {}
+        for i, name in enumerate(self.loose):
+            for word in set(name.split()):
+                self.by_word.setdefault(word, set()).add(i)
+
+    def meant(self, name: str) -> list[int]:
+        """The entities a written name may mean: those of the same loose form, else those of
+        the fewest words that hold its words in order and are at least half made of them
+        ("Hayek" → "Friedrich Hayek", "Golden State" → "Golden State Warriors", but not
+        "TEUs" → "3.16 million TEUs in 2013")."""
+        key = loose(name)
+        words = key.split()
+        if not words:
+            return []
+        ids = set.intersection(*(self.by_word.get(w, set()) for w in words))
+        same = sorted(i for i in ids if self.loose[i] == key)
+        if same:
+            return same
+        held = [i for i in ids if f" {key} " in f" {self.loose[i]} "
+                and 2 * len(words) >= len(self.loose[i].split())]
+        fewest = min((len(self.loose[i].split()) for i in held), default=0)
+        return sorted(i for i in held if len(self.loose[i].split()) == fewest)
+
+
+def aliases(sqs: list[SubQuestion], pub: Published, k: int) -> Delta:
+    """For each unlinked name (:data:`ALIAS`) the entity it means — the only one the graph's
+    names allow (:meth:`Names.meant`), itself a name (not "gravel walk" for "Walk"), written (its name or the name asked) in a passage
+    among the ``k`` nearest the name's text after its ``skip`` — as an alias of that entity,
+    which the next build links; a name the graph already gives that entity, a name of none or
+    several entities, or one no such passage writes, answers nothing."""
+    delta = Delta()
+    rows = pub.nearest([sq.text for sq in sqs], k, [sq.skip for sq in sqs]) if sqs else []
+    for sq, near in zip(sqs, rows):
+        meant = pub.named.meant(sq.name)
+        if len(meant) != 1 or common_nouns(pub.names, meant) \
+                or normalise(sq.name) == normalise(pub.names[meant[0]]):
+            continue
+        texts = [f" {loose(pub.chunks[row]['text'])} " for row in near]
+        if not any(f" {form} " in text for form in (pub.named.loose[meant[0]], loose(sq.name))
+                   for text in texts):
+            continue
+        entry = delta.aliases.setdefault(pub.keys[meant[0]],
+                                         {"name": pub.names[meant[0]], "aliases": []})
+        if sq.name not in entry["aliases"]:
+            entry["aliases"].append(sq.name)
+        delta.answered[sq.key] = sq.feedback_ids
+    return delta
 
 
 # ---- extraction of the retrieved passages -----------------------------------------------------
@@ -328,18 +428,40 @@ def passage_candidates(sq: SubQuestion, chunk: dict, sentences: list, pub: Publi
 
 def oriented(cand: Candidate, pub: Published) -> Candidate | None:
     """The candidate with graph keys on both ends, or None when the entity is not where the
-    sub-question's relation points from (``r``: the head; ``~r``: the tail)."""
+    sub-question's relation points from (``r``: the head; ``~r``: the tail). A name asked
+    about (a mention, a bridge) is also met by its :func:`qualified` forms, and the triple is
+    then written about the name asked: the passage of "Maharashtra" joins the graph's
+    "Maharashtra state", which a question reached, instead of the separate "Maharashtra"."""
     sq, (head, _, tail) = cand.sq, cand.triple
     forms = pub.forms(sq.entity, sq.name) if sq.entity else {entity_key(sq.name)}
     sides = [(head, tail, False), (tail, head, True)]
     if sq.relation:
         sides = [sides[sq.relation.startswith(INVERSE)]]
+
+    def names(written: str) -> bool:
+        return entity_key(written) in forms or (
+            not sq.entity and (qualified(written, sq.name) or qualified(sq.name, written)))
+
     for own, other, backwards in sides:
-        if entity_key(own) in forms and entity_key(other) not in forms and entity_key(other):
-            ends = (pub.end(sq.entity or None, own), pub.end(None, other))
+        if names(own) and not names(other) and entity_key(other):
+            ends = (pub.end(sq.entity or None, own if entity_key(own) in forms else sq.name),
+                    pub.end(None, other))
             cand.s, cand.o = ends[::-1] if backwards else ends
             return cand
     return None
+
+
+def qualified(longer: str, shorter: str) -> bool:
+    """``longer`` is the name ``shorter`` with a qualifier: after a comma ("Fredericton, New
+    Brunswick") or in lower-case words ("Maharashtra state") — not another name that starts
+    with it ("Neil Young Harvest", "Golden State Warriors")."""
+    longer, shorter = surface(longer), surface(shorter)
+    rest = longer[len(shorter):]
+    if not rest or not longer.casefold().startswith(shorter.casefold()) \
+            or not any(c.isupper() or c.isdigit() for c in shorter):
+        return False
+    return rest.startswith(",") or (rest.startswith(" ") and entity_key(rest) != "" and
+                                    not any(c.isupper() or c.isdigit() for c in rest))
 
 
 def with_relations(cands: list[Candidate], pub: Published, min_cosine: float) -> list[Candidate]:
@@ -380,6 +502,8 @@ class Delta:
     rows: list[dict] = field(default_factory=list)
     answered: dict[str, list[str]] = field(default_factory=dict)  # key -> feedback ids
     duplicates: int = 0
+    # entity key -> {"name", "aliases"}: names questions wrote for the entity (aliases())
+    aliases: dict[str, dict] = field(default_factory=dict)
 
 
 def deduplicated(cands: list[Candidate], pub: Published, threshold: float) -> Delta:
@@ -422,7 +546,7 @@ def persist(root: Path, delta_id: str, delta: Delta, tried: list[SubQuestion],
     root.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(delta.rows, schema=DELTA_SCHEMA),
                    root / f"{delta_id}.parquet")
-    record = {**meta, "delta_id": delta_id, "triples": len(delta.rows),
+    record = {**meta, "delta_id": delta_id, "triples": len(delta.rows), "aliases": delta.aliases,
               "answered": sorted(delta.answered),
               "found_nothing": sorted(sq.key for sq in tried if sq.key not in delta.answered),
               "feedback_ids": {sq.key: sq.feedback_ids for sq in tried},
@@ -438,7 +562,13 @@ def consolidated(root: Path, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     ids = sorted(p.stem for p in root.glob("*.json")) if root.is_dir() else []
     sources, lines, names = {c: [] for c in SOURCE_SCHEMA.names}, {}, {}
+    aliases: dict[str, list[str]] = {}
     for delta_id in ids:
+        for key, entry in json.loads((root / f"{delta_id}.json").read_text(
+                encoding="utf-8")).get("aliases", {}).items():
+            names.setdefault(key, entry["name"])
+            aliases.setdefault(key, [])
+            aliases[key] += [a for a in entry["aliases"] if a not in aliases[key]]
         for row in pq.read_table(root / f"{delta_id}.parquet").to_pylist():
             triple = (row["s_key"], row["relation"], row["o_key"])
             lines[triple] = f"{triple[0]}\t{triple[1]}\t{triple[2]}\n"
@@ -450,10 +580,12 @@ def consolidated(root: Path, out: Path) -> dict:
                     sources[column].append(value)
     (out / "triples.tsv").write_text("".join(lines[t] for t in sorted(lines)), encoding="utf-8")
     (out / "entities.jsonl").write_text("".join(
-        json.dumps({"key": k, "name": names[k]}, ensure_ascii=False) + "\n"
+        json.dumps({"key": k, "name": names[k], **({"aliases": aliases[k]} if k in aliases
+                                                   else {})}, ensure_ascii=False) + "\n"
         for k in sorted(names)), encoding="utf-8")
     pq.write_table(pa.table(sources, schema=SOURCE_SCHEMA), out / "sources.parquet")
-    return {"deltas": len(ids), "delta_triples": len(lines)}
+    return {"deltas": len(ids), "delta_triples": len(lines),
+            "delta_aliases": sum(map(len, aliases.values()))}
 
 
 def published(store: Store) -> tuple[Build | None, str]:
@@ -514,15 +646,19 @@ def enrich(config: Mapping, cfg: Mapping, build: Build, sqs: list[SubQuestion],
         fingerprint = pub.fingerprint(cfg, backend)
         todo, closed = _open(sqs, earlier(root, build.build_id), fingerprint, cfg)
         extraction = Extraction(config, backend, dump, out)
-        cands = with_relations(retrieved(todo, pub, extraction, k), pub,
-                               float(cfg["relation_min_cosine"]))
+        named = aliases([sq for sq in todo if sq.relation == ALIAS], pub, k)
+        cands = with_relations(retrieved([sq for sq in todo if sq.relation != ALIAS], pub,
+                                         extraction, k), pub, float(cfg["relation_min_cosine"]))
         delta = deduplicated(cands, pub, float(cfg["dedupe_threshold"]))
+        delta.answered.update(named.answered)
+        delta.aliases = named.aliases
     if todo:
         persist(root, build.build_id, delta, todo,
                 {"from_build": build.build_id, "fingerprint": fingerprint, "backend": backend}, k)
     return {"backend": backend, **closed, "enriched": len(todo), "answered": len(delta.answered),
             "found_nothing": len(todo) - len(delta.answered), "candidates": len(cands),
             "delta_triples_new": len(delta.rows), "duplicates": delta.duplicates,
+            "aliases_new": sum(len(e["aliases"]) for e in delta.aliases.values()),
             "failed_chunks": extraction.failed}
 
 
@@ -531,7 +667,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     store = Store(stage_input(inputs, STAGE, "store"))
     out, lap = Path(out_dir), Laps()
     log = read_log(log_dir(store.root))
-    sqs = sub_questions(log.records)
+    sqs = sub_questions(log.records) + alias_questions(log.records)
     report: dict = {"log_records": len(log.records), "skipped_log_lines": len(log.skipped),
                     "skipped": [f"{where}: {why}" for where, why in log.skipped[:20]],
                     "sub_questions": len(sqs)}
