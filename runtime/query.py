@@ -717,7 +717,7 @@ class Runtime:
 
     def _stopped(self, stops: Sequence[relknow.Derivation], hops: Callable) -> dict | None:
         """Where the best-voted chain whose walk stopped at a plausible gap found no fact (no
-        chain instantiated): the hop, and the entities it had reached whose types start that
+        voted chain instantiated; a shorter chain may have answered): the hop, and the entities it had reached whose types start that
         hop elsewhere in the graph — the missing facts of the feedback log. A stop no entity
         of those types could fill (an ill-typed vote) is no gap; None when every stop is one."""
         domains = self._hop_domains() if stops else None

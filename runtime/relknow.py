@@ -1371,17 +1371,23 @@ class RelationKnowledge:
         """No voted chain instantiates: the shortened votes' chain unless the lexicon's
         composition has as many hops (then it, supported by the votes that hold it); when
         neither instantiates, on unfamiliar wording the bridged votes (:meth:`bridged`), else
-        the failed vote."""
+        the failed vote. Whichever answers keeps the failed vote's stops: where the voted
+        chains found no fact is what the graph may lack (the feedback log's chain stop),
+        also when a shorter chain answers — "the nation of the capital of X" with X's
+        capital's country missing is answered by the capital, and the gap is still logged."""
         shorter = self.shortened(prediction, masked, facts, topics)
         if shorter is not None and (composed.chain is None
                                     or len(shorter.chain) > len(composed.chain)):
-            return shorter
-        if composed.chain is None:
+            chosen = shorter
+        elif composed.chain is None:
             bridged = self.bridged(prediction, masked, embed, facts, topics) \
                 if self.unfamiliar(prediction, embed) else None
-            return bridged or prediction
-        composed.support = held_support(prediction.votes, composed.chain)
-        return composed
+            chosen = bridged or prediction
+        else:
+            composed.support = held_support(prediction.votes, composed.chain)
+            chosen = composed
+        chosen.stops = prediction.stops
+        return chosen
 
     def shortened(self, prediction: Prediction, masked: str, facts: Facts,
                   topics: Sequence[int]) -> Prediction | None:

@@ -286,16 +286,21 @@ def shortening_knowledge(lexicon: dict[str, str]) -> RelationKnowledge:
     return know
 
 
-def shortened_chain(know: RelationKnowledge, question: str, voters=(0, 1)):
-    """(source, chain) of a question about alba quist (0: a spouse and children, no parents),
+def shortened_prediction(know: RelationKnowledge, question: str, voters=(0, 1)):
+    """The prediction for a question about alba quist (0: a spouse and children, no parents),
     asked with the question vector (1, 0) of only the given training questions."""
     facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
     keep = list(voters)
     know.question_vectors, know.question_chain = (know.question_vectors[keep],
                                                   know.question_chain[keep])
     know.k = len(keep)
-    p = know.assess(mask_topic(question, ["alba quist"]), [0], facts,
-                    q_vec=np.array([1.0, 0.0], np.float32)).prediction
+    return know.assess(mask_topic(question, ["alba quist"]), [0], facts,
+                       q_vec=np.array([1.0, 0.0], np.float32)).prediction
+
+
+def shortened_chain(know: RelationKnowledge, question: str, voters=(0, 1)):
+    """(source, chain) of :func:`shortened_prediction`."""
+    p = shortened_prediction(know, question, voters)
     return p.source, p.chain and [RELATIONS[h] for h in p.chain]
 
 
@@ -314,6 +319,17 @@ def test_voted_chains_that_do_not_instantiate_are_shortened_not_replaced_by_fewe
     know = shortening_knowledge({"son": "children", "job": "profession"})
     assert shortened_chain(know, "what is the job of alba quist 's son ?") == \
         ("lexicon", ["children", "profession"])
+
+
+def test_a_shortened_answer_keeps_where_the_voted_chains_stopped():
+    """The sub-chain answers, and the votes' walks that found no fact stay on the prediction:
+    what the graph may lack is logged (feedback) even when a shorter chain answered."""
+    know = shortening_knowledge({"wife": "spouse"})
+    p = shortened_prediction(know, "what does alba quist 's wife do for a living ?")
+    assert p.source == "knn_shortened" and p.stops
+    first = p.stops[0]
+    assert [RELATIONS[h] for h in first.chain] == ["spouse", "parents", "profession"]
+    assert first.chain[first.stop_hop] == REL["parents"]  # 0's spouse has no parents
 
 
 def test_a_voted_chain_that_leaves_a_naming_word_unexplained_is_shortened():
