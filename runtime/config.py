@@ -139,7 +139,7 @@ DEFAULTS: dict = {
         "relation_sample": 50000,
         # sparse trainer only, in a refresh (pipeline/refresh.py): start from the previous
         # build's vectors (by entity key and relation name; new ones get the usual init) and
-        # train at most this many epochs; 0 = a refresh trains from scratch as a full build does
+        # train at most this many epochs (and transe.epochs); 0 = a refresh trains from scratch
         "refresh_epochs": 5,
     },
     "scos_merge": {  # spark_jobs/scos_merge.py (DESIGN §2.5)
@@ -195,7 +195,8 @@ DEFAULTS: dict = {
         "device": "auto",  # auto | cpu | cuda[:N]; auto = CUDA when torch sees one
         "threads": 1,  # torch CPU threads; null = torch default
         # in a refresh: start from the previous build's parameters (relation_diag rows by
-        # canonical relation name) and train this many epochs; 0 = train from scratch
+        # canonical relation name) and train this many epochs (at most gat.epochs); 0 = from
+        # scratch
         "refresh_epochs": 10,
     },
     "triple_context": {  # text/triple_context.py (DESIGN §8): a triple's restored source sentence

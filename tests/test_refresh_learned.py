@@ -4,10 +4,12 @@ when a key is added — and say in their report whether they started warm or col
 
 Tiny tables, no Spark: a key-shifting edit (a new key that sorts first, a removed one, a new
 relation) and a warm start at a learning rate too small to move anything, so each kept key's
-vector must come back as the previous build's vector of that key."""
+vector must come back as the previous build's vector of that key. Then quality (slow, Spark):
+a warm refresh of a synthetic dump with 1 % of its triples changed against a full build."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -164,6 +166,8 @@ def test_gat_warm_state_carries_relation_rows_by_name(tmp_path):
     assert all(torch.equal(state[k], saved[k]) for k in saved if k != "relation_diag")
     assert entry["start"] == "warm" and entry["epochs"] == 4
     assert entry["relations"] == {"kept": 2, "new": 1, "dropped": 1}
+    capped = gat.warm_start_state(inputs, {**cfg, "refresh_epochs": 99, "epochs": 7}, fresh)
+    assert capped[1]["epochs"] == 7  # never more than a full run
     wider = gat.build_model(8, 3, 3, cfg).state_dict()  # another encoder's width
     state, entry = gat.warm_start_state(inputs, {**cfg, "refresh_epochs": 4}, wider)
     assert state is None and entry["start"] == "cold" and "do not fit" in entry["why"]
@@ -178,3 +182,66 @@ def test_refresh_epochs_are_checked_config():
         check_config({section_name: {"refresh_epochs": 0}})
         with pytest.raises(ConfigError, match=f"{section_name}.refresh_epochs"):
             check_config({section_name: {"refresh_epochs": -1}})
+
+
+# ---------------------------------------------------------------------------------------------
+# quality: a warm refresh against a full build of the same edited dump (Spark, every stage)
+
+#: The tolerance the warm start is held to (docs/OPERATIONS.md): the same SCOS merge groups,
+#: and the GAT's mean attention on the gold-path edges within this share of a full build's.
+GOLD_ATTENTION_TOLERANCE = 0.10
+
+
+def staged(store: Path, build_id: str, stage: str) -> dict:
+    """A stage's record in a build stopped before publishing (``--until``)."""
+    from pipeline.driver import STAGE_RECORD
+    from runtime.contract import Store
+
+    return json.loads((Store(store).staging_dir(build_id) / stage / STAGE_RECORD).read_text())
+
+
+def merge_groups(store: Path, build_id: str) -> list[list[str]]:
+    """The relations SCOS merged, as sorted groups of names."""
+    rows = read_table(Path(staged(store, build_id, "scos_merge")["outputs"]["relation_map"]))
+    groups: dict[str, list[str]] = {}
+    for row in rows.to_pylist():
+        groups.setdefault(row["canonical_name"], []).append(row["name"])
+    return sorted(sorted(g) for g in groups.values() if len(g) > 1)
+
+
+@pytest.fixture(scope="module")
+def warm_and_full(tmp_path_factory, spark):
+    """20k synthetic triples (planted synonyms, training questions) built and published; the
+    dump with 1 % of its triples changed (100 removed, 100 added) refreshed into the same
+    store and built in full into another, both up to gat."""
+    from pipeline import driver as pipeline
+    from pipeline.synth import generate
+    from runtime.config import load_config
+    from tests.helpers import edit_synth_dump
+
+    root = tmp_path_factory.mktemp("warm-quality")
+    generate(root / "d1", n_triples=20_000, seed=7, n_questions=200)
+    edit_synth_dump(root / "d1", root / "d2", remove_edges=100, add_edges=100, seed=5)
+    config = load_config(None, ["ingest.format=synth", f"gat.questions={root}/d1/train.jsonl"])
+    pipeline.build(str(root / "d1"), str(root / "store"), config, build_id="b1",
+                   log=lambda _: None)
+    for store, build_id in (("store", "warm"), ("full", "full")):
+        pipeline.build(str(root / "d2"), str(root / store), config, build_id=build_id,
+                       until="gat", log=lambda _: None)
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_a_warm_refresh_keeps_the_merges_and_the_gold_attention_of_a_full_build(warm_and_full):
+    root = warm_and_full
+    records = {run: {s: staged(root / store, run, s) for s in ("transe", "gat")}
+               for store, run in (("store", "warm"), ("full", "full"))}
+    for stage in ("transe", "gat"):
+        assert records["warm"][stage]["refresh"] == "partial"
+        assert records["warm"][stage]["report"]["refresh"]["start"] == "warm"
+        assert records["full"][stage]["report"]["refresh"]["start"] == "cold"
+    assert merge_groups(root / "store", "warm") == merge_groups(root / "full", "full") != []
+    gold = {run: records[run]["gat"]["report"]["gold_attention"]["after"] for run in records}
+    assert abs(gold["warm"] - gold["full"]) <= GOLD_ATTENTION_TOLERANCE * gold["full"]
+    assert gold["warm"] > 2 * records["warm"]["gat"]["report"]["gold_attention_uniform"]

@@ -60,7 +60,7 @@ Refresh (``previous:`` inputs: same code and settings, changed input data; pipel
 The model starts from the previous build's ``gat/model.pt``: the layers (not indexed by entity
 or relation) as they were, ``relation_diag`` rows carried over by canonical relation name (a new
 relation gets the usual ones; training/warm_start.py), and trains ``gat.refresh_epochs``
-epochs. Without those parameters, or when they do not fit (another encoder width), it trains
+epochs (at most ``gat.epochs``). Without those parameters, or when they do not fit (another encoder width), it trains
 from scratch; the report's ``refresh`` says warm or cold and why.
 
 Run directory ``gat/``: config.json (settings, seed, device, sizes, versions, objective),
@@ -86,7 +86,7 @@ from pipeline.stage import Laps, StageError, checked_section, previous_inputs, t
 from runtime.contract import read_table, write_table
 from runtime.encoder import resolve_device
 from runtime.taimr import uniform_edges, with_inverses
-from training.warm_start import cold, match_by_key, warm
+from training.warm_start import cold, match_by_key, refresh_epochs, warm
 
 STAGE = "gat"
 SPLIT_NAMES = ("dev", "test", "valid", "validation")  # never trained on
@@ -469,7 +469,7 @@ def warm_start_state(inputs: Mapping[str, str], cfg: Mapping, fresh: Mapping) ->
                              len(fresh[diag]), len(saved[diag]))
     state = {**saved, diag: fresh[diag].clone()}
     state[diag][torch.as_tensor(relations.current)] = saved[diag][relations.previous]
-    return state, warm(int(cfg["refresh_epochs"]), relations=relations)
+    return state, warm(refresh_epochs(cfg), relations=relations)
 
 
 def _train(graph, x_np, rel_np, gold, cfg, device, log, state=None) -> TrainResult:
@@ -677,7 +677,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     state, report["refresh"] = warm_start_state(
         inputs, cfg, build_model(x.shape[1], rel_vec.shape[1], num_relations, cfg).state_dict())
     lap("read_features")
-    epochs = {"epochs": int(cfg["refresh_epochs"])} if state is not None else {}
+    epochs = {"epochs": report["refresh"]["epochs"]} if state is not None else {}
     result = train(graph, x, rel_vec, gold, {**cfg, **epochs}, state=state)
     lap("train")
 

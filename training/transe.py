@@ -59,7 +59,7 @@ from pipeline.stage import StageError, checked_section, previous_inputs, torch_t
 from runtime.config import section_problem
 from runtime.contract import StoreError, read_table
 from runtime.encoder import resolve_device
-from training.warm_start import cold, match_by_key, warm
+from training.warm_start import cold, match_by_key, refresh_epochs, warm
 
 STAGE = "transe"
 
@@ -215,7 +215,7 @@ def warm_start_rows(inputs: Mapping[str, str], cfg: Mapping, num_entities: int,
                              len(rel))
     start = {"entity": (entities.current, ent[entities.previous]),
              "relation": (relations.current, rel[relations.previous])}
-    return start, warm(int(cfg["refresh_epochs"]), entities=entities, relations=relations)
+    return start, warm(refresh_epochs(cfg), entities=entities, relations=relations)
 
 
 def _train_sparse(mapped, num_entities, num_relations, cfg, device, log, start) -> TrainResult:
@@ -429,7 +429,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
     mapped, names, num_entities = load_graph(inputs["triples"], inputs["relations"])
     start, refresh = warm_start_rows(inputs, cfg, num_entities, len(names))
-    epochs = {"epochs": int(cfg["refresh_epochs"])} if start is not None else {}
+    epochs = {"epochs": refresh["epochs"]} if start is not None else {}
     result = train_transe(mapped, num_entities, len(names), {**cfg, **epochs}, start=start)
     emb_path = out / "relation_embeddings.npy"
     np.save(emb_path, result.embeddings)

@@ -1,6 +1,6 @@
 """Warm starts of the learned stages in a refresh (DESIGN §9, issue 18): ``transe`` and ``gat``
-start from the previous build's parameters and train ``<stage>.refresh_epochs`` epochs instead
-of a full run.
+start from the previous build's parameters and train ``<stage>.refresh_epochs`` epochs (at most
+``<stage>.epochs``) instead of a full run.
 
 Ids are not stable across builds (ingest numbers entities and relations in key order, so one
 new key shifts every id after it); parameters are therefore carried over **by key**: entity
@@ -48,6 +48,11 @@ def match_by_key(current: str | Path, previous: str | Path, key: str,
     return KeyMatch(current=ids_now[found].astype(np.int64),
                     previous=ids_then[positions].astype(np.int64),
                     new=int((~found).sum()), dropped=then.num_rows - int(found.sum()))
+
+
+def refresh_epochs(cfg) -> int:
+    """Epochs of a warm start: ``refresh_epochs``, never more than a full run's ``epochs``."""
+    return min(int(cfg["refresh_epochs"]), int(cfg["epochs"]))
 
 
 def cold(why: str) -> dict:
