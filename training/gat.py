@@ -60,8 +60,8 @@ Refresh (``previous:`` inputs: same code and settings, changed input data; pipel
 The model starts from the previous build's ``gat/model.pt``: the layers (not indexed by entity
 or relation) as they were, ``relation_diag`` rows carried over by canonical relation name (a new
 relation gets the usual ones; training/warm_start.py), and trains ``gat.refresh_epochs``
-epochs (at most ``gat.epochs``). Without those parameters, or when they do not fit (another encoder width), it trains
-from scratch; the report's ``refresh`` says warm or cold and why.
+epochs (at most ``gat.epochs``). Without those parameters, or when they do not fit (another
+encoder width), it trains from scratch; the report's ``refresh`` says warm or cold and why.
 
 Run directory ``gat/``: config.json (settings, seed, device, sizes, versions, objective),
 losses.json (per epoch: link, path, total), model.pt (state_dict), timing.json.

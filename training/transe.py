@@ -208,7 +208,8 @@ def warm_start_rows(inputs: Mapping[str, str], cfg: Mapping, num_entities: int,
     saved = torch.load(model_file, weights_only=True)
     ent, rel = saved["entity_embeddings"], saved["relation_embeddings"]
     if ent.shape[1] != int(cfg["dim"]):
-        return None, cold(f"the previous vectors have dim {ent.shape[1]}, transe.dim is {cfg['dim']}")
+        return None, cold(f"the previous vectors have dim {ent.shape[1]}, "
+                          f"transe.dim is {cfg['dim']}")
     entities = match_by_key(inputs["entities"], previous["entities"], "key", num_entities,
                             len(ent))
     relations = match_by_key(inputs["relations"], previous["relations"], "name", num_relations,
