@@ -26,14 +26,17 @@ import json
 import random
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from pipeline import driver as pipeline
-from runtime.config import load_config
-from runtime.contract import Store, read_table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, not the venv's
+
+from pipeline import driver as pipeline  # noqa: E402
+from runtime.config import load_config  # noqa: E402
+from runtime.contract import Store, read_table  # noqa: E402
 
 LEARNED = ("transe", "gat")
 
