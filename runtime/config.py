@@ -198,6 +198,10 @@ DEFAULTS: dict = {
         # canonical relation name) and train this many epochs (at most gat.epochs); 0 = from
         # scratch
         "refresh_epochs": 10,
+        # Adam's rate in those epochs: its optimiser state starts afresh, and at the full rate
+        # its first steps undo the previous training (FB15k-237: link loss 0.513 -> 0.546 at
+        # 0.005, -> 0.511 at 0.0005; full build 0.510; docs/BENCHMARKS.md)
+        "refresh_learning_rate": 0.0005,
     },
     "triple_context": {  # text/triple_context.py (DESIGN §8): a triple's restored source sentence
         "enabled": "auto",  # one of TRIPLE_CONTEXT_MODES; auto = on when the build read documents
@@ -478,6 +482,7 @@ SCHEMA: dict = {
         "weight_decay": WEIGHT, "negatives": COUNT, "path_weight": WEIGHT, "questions": FILE,
         "uniform": BOOL, "max_full_batch_edges": COUNT, "batch_triples": COUNT, "seed": SEED,
         "device": DEVICE, "threads": THREADS, "refresh_epochs": integer(0),
+        "refresh_learning_rate": RATE,
     },
     "triple_context": {
         "enabled": choice(*TRIPLE_CONTEXT_MODES), "floor": number(-1, 1),

@@ -182,6 +182,8 @@ def test_refresh_epochs_are_checked_config():
         check_config({section_name: {"refresh_epochs": 0}})
         with pytest.raises(ConfigError, match=f"{section_name}.refresh_epochs"):
             check_config({section_name: {"refresh_epochs": -1}})
+    with pytest.raises(ConfigError, match="gat.refresh_learning_rate"):
+        check_config({"gat": {"refresh_learning_rate": 0}})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -60,7 +60,8 @@ Refresh (``previous:`` inputs: same code and settings, changed input data; pipel
 The model starts from the previous build's ``gat/model.pt``: the layers (not indexed by entity
 or relation) as they were, ``relation_diag`` rows carried over by canonical relation name (a new
 relation gets the usual ones; training/warm_start.py), and trains ``gat.refresh_epochs``
-epochs (at most ``gat.epochs``). Without those parameters, or when they do not fit (another
+epochs (at most ``gat.epochs``) at ``gat.refresh_learning_rate``: Adam's state starts afresh,
+and at the full rate its first steps undo much of the previous training. Without those parameters, or when they do not fit (another
 encoder width), it trains from scratch; the report's ``refresh`` says warm or cold and why.
 
 Run directory ``gat/``: config.json (settings, seed, device, sizes, versions, objective),
@@ -677,8 +678,9 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     state, report["refresh"] = warm_start_state(
         inputs, cfg, build_model(x.shape[1], rel_vec.shape[1], num_relations, cfg).state_dict())
     lap("read_features")
-    epochs = {"epochs": report["refresh"]["epochs"]} if state is not None else {}
-    result = train(graph, x, rel_vec, gold, {**cfg, **epochs}, state=state)
+    warm_cfg = {"epochs": report["refresh"]["epochs"],
+                "learning_rate": cfg["refresh_learning_rate"]} if state is not None else {}
+    result = train(graph, x, rel_vec, gold, {**cfg, **warm_cfg}, state=state)
     lap("train")
 
     write_table("edges", pa.table({"s": graph.src, "r": graph.rel, "o": graph.dst,
