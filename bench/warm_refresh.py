@@ -118,9 +118,6 @@ def main() -> None:
     parser.add_argument("--share", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
-    parser.add_argument("--reuse-full", action="store_true",
-                        help="keep a full build already staged in W/full (a rerun of the warm "
-                             "side after a change that only a refresh runs)")
     args = parser.parse_args()
     work = Path(args.work)
     out: dict = {"load_start": uptime()}
@@ -132,8 +129,6 @@ def main() -> None:
         pipeline.build(str(dump), str(work / "store"), config, build_id="b1", log=print)
     runs = {"warm": work / "store", "full": work / "full"}
     for run, store in runs.items():
-        if run == "full" and args.reuse_full and (store / "staging" / "full" / "gat").exists():
-            continue
         started = time.perf_counter()
         pipeline.build(str(work / "d2"), str(store), config, build_id=run, until="gat", log=print)
         out[f"{run}_until_gat_s"] = round(time.perf_counter() - started, 1)
