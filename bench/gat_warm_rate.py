@@ -6,7 +6,8 @@
 Runs stage ``gat`` alone with the refresh's inputs and the previous build's (``previous:``, as
 the driver passes them) at each rate, into ``W/gat-rate/<rate>``, and prints per rate the fixed
 eval link loss before (the previous parameters on the new graph) and after the warm epochs —
-compare with the full build's in warm_refresh.py's output. A stage run, not a build: the
+compare with the full build's in warm_refresh.py's output — and, when ``W/full`` holds that
+full build, the agreement of the two attention tables (as warm_refresh.py measures it). A stage run, not a build: the
 refresh's fingerprints (code, config) are not checked, so a code change since ``b1`` is fine.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, not the venv's
 
+from bench.warm_refresh import attention_agreement, record  # noqa: E402
 from pipeline import driver  # noqa: E402
 from runtime.config import load_config  # noqa: E402
 from runtime.contract import Store  # noqa: E402
@@ -35,10 +37,14 @@ def main() -> None:
               **driver.previous_inputs(store, "b1", "gat")}
     for rate in args.rates.split(","):
         config = load_config(None, [f"gat.refresh_learning_rate={rate}"])
-        report = gat.run(config, inputs, str(Path(args.work) / "gat-rate" / rate))["report"]
+        result = gat.run(config, inputs, str(Path(args.work) / "gat-rate" / rate))
+        report, full = result["report"], Path(args.work) / "full"
+        agreement = attention_agreement(Path(result["outputs"]["edges"]), Path(
+            record(full, "full", "gat")["outputs"]["edges"])) if full.exists() else None
         print(json.dumps({"rate": float(rate), "refresh": report["refresh"]["start"],
                           "epochs": report["epochs"], "eval_link_loss": report["eval_link_loss"],
-                          "seconds_per_epoch": report["seconds_per_epoch"]}), flush=True)
+                          "seconds_per_epoch": report["seconds_per_epoch"],
+                          "attention_vs_full": agreement}), flush=True)
 
 
 if __name__ == "__main__":
