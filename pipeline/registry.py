@@ -60,8 +60,9 @@ STAGES: tuple[Stage, ...] = (
           optional=("extracted", "feedback_delta"), refresh="partial"),
     Stage("entity_types", "spark_jobs", ("entities", "relations", "triples"), ("entities",),
           optional=("type_assertions",), refresh="reuse"),
-    Stage("transe", "training", ("triples", "relations"), ("relation_embeddings", "transe_run"),
-          refresh="reuse"),
+    # partial: warm-starts from the previous vectors by key (entities: their keys), a few epochs
+    Stage("transe", "training", ("triples", "relations", "entities"),
+          ("relation_embeddings", "transe_run"), refresh="partial"),
     Stage("relation_stats", "spark_jobs", ("entities", "relations", "triples"),
           ("relation_stats", "relation_pairs"), optional=("relation_embeddings",),
           refresh="reuse"),
@@ -81,7 +82,8 @@ STAGES: tuple[Stage, ...] = (
           optional=("feedback_delta", "query_encoder"), refresh="reuse"),
     Stage("gat", "training",
           ("entities", "relations", "triples", "relation_map", "relation_embeddings",
-           "entity_ids", "entity_vectors"), ("edges", "gat_run"), refresh="reuse"),
+           "entity_ids", "entity_vectors"), ("edges", "gat_run"),
+          refresh="partial"),  # warm-starts from the previous parameters, a few epochs
     Stage("path_cache", "spark_jobs", ("edges", "node_gain", "entities"), ("path_cache",),
           refresh="reuse"),
     Stage("relation_knowledge", "training", ("entities", "relations", "relation_map", "triples"),

@@ -137,6 +137,10 @@ DEFAULTS: dict = {
         # sparse trainer only: each epoch draws at most this many triples per relation anew
         # (rare relations are seen in full every epoch); null = every triple every epoch
         "relation_sample": 50000,
+        # sparse trainer only, in a refresh (pipeline/refresh.py): start from the previous
+        # build's vectors (by entity key and relation name; new ones get the usual init) and
+        # train at most this many epochs (and transe.epochs); 0 = a refresh trains from scratch
+        "refresh_epochs": 5,
     },
     "scos_merge": {  # spark_jobs/scos_merge.py (DESIGN §2.5)
         "enabled": True,
@@ -190,6 +194,14 @@ DEFAULTS: dict = {
         "seed": 0,
         "device": "auto",  # auto | cpu | cuda[:N]; auto = CUDA when torch sees one
         "threads": 1,  # torch CPU threads; null = torch default
+        # in a refresh: start from the previous build's parameters (relation_diag rows by
+        # canonical relation name) and train this many epochs (at most gat.epochs); 0 = from
+        # scratch
+        "refresh_epochs": 10,
+        # Adam's rate in those epochs: its optimiser state starts afresh, and at the full rate
+        # its first steps undo the previous training (FB15k-237: link loss 0.513 -> 0.546 at
+        # 0.005, -> 0.511 at 0.0005; full build 0.510; docs/BENCHMARKS.md)
+        "refresh_learning_rate": 0.0005,
     },
     "triple_context": {  # text/triple_context.py (DESIGN §8): a triple's restored source sentence
         "enabled": "auto",  # one of TRIPLE_CONTEXT_MODES; auto = on when the build read documents
@@ -443,7 +455,7 @@ SCHEMA: dict = {
         "eval_share": number(0, 1, low_open=True, high_open=True),
         "tolerance": number(0, 1), "min_steps": integer(0),
         "loss_tolerance": number(0, 1), "loss_patience": integer(0),
-        "relation_sample": integer(1, nullable=True),
+        "relation_sample": integer(1, nullable=True), "refresh_epochs": integer(0),
     },
     "scos_merge": {
         "enabled": BOOL,
@@ -469,7 +481,8 @@ SCHEMA: dict = {
         "dropout": number(0, 1, high_open=True), "epochs": COUNT, "learning_rate": RATE,
         "weight_decay": WEIGHT, "negatives": COUNT, "path_weight": WEIGHT, "questions": FILE,
         "uniform": BOOL, "max_full_batch_edges": COUNT, "batch_triples": COUNT, "seed": SEED,
-        "device": DEVICE, "threads": THREADS,
+        "device": DEVICE, "threads": THREADS, "refresh_epochs": integer(0),
+        "refresh_learning_rate": RATE,
     },
     "triple_context": {
         "enabled": choice(*TRIPLE_CONTEXT_MODES), "floor": number(-1, 1),

@@ -19,8 +19,11 @@ from tests.helpers import edit_synth_dump
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-#: float32 entity vectors (a partial encode then equals a full one), few epochs
+#: float32 entity vectors (a partial encode then equals a full one), few epochs; the learned
+#: stages train from scratch in a refresh (refresh_epochs 0), so what reads them equals a full
+#: build too (their warm start: tests/test_refresh_learned.py)
 CONFIG = ["ingest.format=synth", "gat.epochs=2", "transe.epochs=2",
+          "transe.refresh_epochs=0", "gat.refresh_epochs=0",
           "entity_encode.encoder=torch", "entity_encode.query_onnx='off'"]
 #: Tables of the deterministic stages a refresh recomputes or reuses today, compared row for
 #: row with a full build (learned stages — transe, gat and what reads them — are left out).

@@ -56,6 +56,14 @@ O(N·hidden + chunk) at any size. ``edges.parquet`` gets every directed edge wit
 layer's α (mean over heads). ``gat.uniform`` is the ablation: no model, α = 1/out-degree
 (``runtime.taimr.uniform_edges``).
 
+Refresh (``previous:`` inputs: same code and settings, changed input data; pipeline/refresh.py).
+The model starts from the previous build's ``gat/model.pt``: the layers (not indexed by entity
+or relation) as they were, ``relation_diag`` rows carried over by canonical relation name (a new
+relation gets the usual ones; training/warm_start.py), and trains ``gat.refresh_epochs``
+epochs (at most ``gat.epochs``) at ``gat.refresh_learning_rate``: Adam's state starts afresh,
+and at the full rate its first steps undo much of the previous training. Without those parameters, or when they do not fit (another
+encoder width), it trains from scratch; the report's ``refresh`` says warm or cold and why.
+
 Run directory ``gat/``: config.json (settings, seed, device, sizes, versions, objective),
 losses.json (per epoch: link, path, total), model.pt (state_dict), timing.json.
 """
@@ -75,10 +83,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.stage import Laps, StageError, checked_section, torch_threads
+from pipeline.stage import Laps, StageError, checked_section, previous_inputs, torch_threads
 from runtime.contract import read_table, write_table
 from runtime.encoder import resolve_device
 from runtime.taimr import uniform_edges, with_inverses
+from training.warm_start import cold, match_by_key, refresh_epochs, warm
 
 STAGE = "gat"
 SPLIT_NAMES = ("dev", "test", "valid", "validation")  # never trained on
@@ -424,17 +433,47 @@ def _path_loss(alpha, local_gold):
 
 
 def train(graph: Graph, x_np: np.ndarray, rel_np: np.ndarray, gold: np.ndarray, cfg: Mapping,
-          log=lambda msg: print(msg, file=sys.stderr)) -> TrainResult:
-    """Train the GAT (full batch or sampled subgraphs) and return α before/after and losses."""
+          log=lambda msg: print(msg, file=sys.stderr), state: dict | None = None) -> TrainResult:
+    """Train the GAT (full batch or sampled subgraphs) and return α before/after and losses;
+    ``state``: parameters to start from (a refresh's warm start, ``warm_start_state``)."""
     import torch
 
     device = torch.device(resolve_device(str(cfg["device"]), setting=f"{STAGE}.device",
                                          error=StageError))
     with torch_threads(cfg.get("threads")):
-        return _train(graph, x_np, rel_np, gold, cfg, device, log)
+        return _train(graph, x_np, rel_np, gold, cfg, device, log, state)
 
 
-def _train(graph, x_np, rel_np, gold, cfg, device, log) -> TrainResult:
+def warm_start_state(inputs: Mapping[str, str], cfg: Mapping, fresh: Mapping) -> tuple[
+        dict | None, dict]:
+    """In a refresh: the previous build's parameters for a model whose fresh state_dict is
+    ``fresh`` (``relation_diag`` rows carried over by canonical relation name, new relations
+    keeping their fresh rows), and the report entry saying warm; else None and the entry
+    saying cold and why. The layers are not indexed by entity or relation: taken as they are."""
+    import torch
+
+    if not int(cfg["refresh_epochs"]):
+        return None, cold(f"{STAGE}.refresh_epochs is 0")
+    previous = previous_inputs(inputs, "relations", "gat_run")
+    model_file = previous["gat_run"] / "model.pt" if previous else None
+    if model_file is None or not model_file.is_file():
+        return None, cold("no previous build's relations and GAT parameters (full build, or "
+                          "a previous gat.uniform run)")
+    saved = torch.load(model_file, weights_only=True)
+    diag = "relation_diag"
+    changed = sorted(k for k in fresh if k != diag and (
+        k not in saved or saved[k].shape != fresh[k].shape))
+    if changed or set(saved) != set(fresh) or saved[diag].shape[1] != fresh[diag].shape[1]:
+        return None, cold(f"the previous parameters do not fit this model ({changed or 'keys'} "
+                          f"differ: another encoder or layer settings)")
+    relations = match_by_key(inputs["relations"], previous["relations"], "name",
+                             len(fresh[diag]), len(saved[diag]))
+    state = {**saved, diag: fresh[diag].clone()}
+    state[diag][torch.as_tensor(relations.current)] = saved[diag][relations.previous]
+    return state, warm(refresh_epochs(cfg), relations=relations)
+
+
+def _train(graph, x_np, rel_np, gold, cfg, device, log, state=None) -> TrainResult:
     import torch
     from torch_geometric.utils import k_hop_subgraph
 
@@ -444,7 +483,10 @@ def _train(graph, x_np, rel_np, gold, cfg, device, log) -> TrainResult:
     n = graph.num_nodes
     x = torch.from_numpy(x_np)
     rel_vec = torch.from_numpy(rel_np).to(device)
-    model = build_model(x.shape[1], rel_vec.shape[1], rel_vec.shape[0], cfg).to(device)
+    model = build_model(x.shape[1], rel_vec.shape[1], rel_vec.shape[0], cfg)
+    if state is not None:
+        model.load_state_dict(state)
+    model = model.to(device)
     opt = torch.optim.Adam(model.parameters(), lr=float(cfg["learning_rate"]),
                            weight_decay=float(cfg["weight_decay"]))
     chunk = int(cfg["batch_triples"])
@@ -621,6 +663,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     run_config = {"stage": STAGE, "gat": cfg, "seed": int(cfg["seed"]), "nodes": num_nodes,
                   "edges": graph.num_edges, "relations": num_relations, "versions": _versions()}
     if cfg["uniform"]:
+        report["refresh"] = cold(f"{STAGE}.uniform: no model to train")
         tri = pa.table({"s": triples[:, 0], "r": triples[:, 1], "o": triples[:, 2]})
         write_table("edges", uniform_edges(tri), edges_path)
         _write_json(run_dir / "config.json", {**run_config, "objective": "none (uniform ablation: "
@@ -632,8 +675,12 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
     x = node_features(inputs["entity_vectors"], inputs["entity_ids"], num_nodes)[:num_nodes]
     rel_vec = relation_vectors(inputs["relation_embeddings"], inputs["relation_map"], num_relations)
+    state, report["refresh"] = warm_start_state(
+        inputs, cfg, build_model(x.shape[1], rel_vec.shape[1], num_relations, cfg).state_dict())
     lap("read_features")
-    result = train(graph, x, rel_vec, gold, cfg)
+    warm_cfg = {"epochs": report["refresh"]["epochs"],
+                "learning_rate": cfg["refresh_learning_rate"]} if state is not None else {}
+    result = train(graph, x, rel_vec, gold, {**cfg, **warm_cfg}, state=state)
     lap("train")
 
     write_table("edges", pa.table({"s": graph.src, "r": graph.rel, "o": graph.dst,
@@ -641,7 +688,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                 edges_path)
     torch.save(result.model.state_dict(), run_dir / "model.pt")
     _write_json(run_dir / "config.json", {
-        **run_config, "device": result.device, "mode": result.mode,
+        **run_config, "device": result.device, "mode": result.mode, "refresh": report["refresh"],
         "node_dim": int(x.shape[1]), "relation_dim": int(rel_vec.shape[1]),
         "output_dim": int(result.model.out_dim),
         "objective": ("BCE link prediction (DistMult on z, corrupted tails) + path_weight * "
@@ -653,7 +700,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     _write_json(run_dir / "timing.json", {"step_seconds": lap.seconds,
                                           "epoch_seconds": result.epoch_seconds})
     report.update({
-        "device": result.device, "mode": result.mode, "epochs": int(cfg["epochs"]),
+        "device": result.device, "mode": result.mode, "epochs": len(result.link),
         "link_loss": _first_last(result.link), "path_loss": _first_last(result.path),
         "eval_link_loss": {"before": round(result.eval_link_before, 6),
                            "after": round(result.eval_link_after, 6)},

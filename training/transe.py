@@ -3,7 +3,16 @@
 Inputs (contract tables written by ``ingest``):
 
 * ``triples``   — ``triples(s, r, o)`` with integer ids;
-* ``relations`` — ``relations(id, name)``; the relation vocabulary R₀ = ids 0..R-1.
+* ``relations`` — ``relations(id, name)``; the relation vocabulary R₀ = ids 0..R-1;
+* ``entities``  — ``entities(id, key)``: read only by a refresh's warm start.
+
+Refresh (``previous:`` inputs: same code and settings, changed triples; pipeline/refresh.py).
+The sparse trainer starts from the previous build's entity and relation vectors
+(``transe/trained_model.pt``), carried over by entity key and relation name
+(training/warm_start.py: new keys get the usual initialisation, removed ones are dropped), and
+trains at most ``transe.refresh_epochs`` epochs (the stopping rules below still apply). A
+refresh without those parameters (PyKEEN trainer, ``refresh_epochs`` 0) trains from scratch;
+the report's ``refresh`` says warm or cold and why.
 
 Outputs in ``out_dir``:
 
@@ -46,10 +55,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.stage import StageError, checked_section, torch_threads
+from pipeline.stage import StageError, checked_section, previous_inputs, torch_threads
 from runtime.config import section_problem
 from runtime.contract import StoreError, read_table
 from runtime.encoder import resolve_device
+from training.warm_start import cold, match_by_key, refresh_epochs, warm
 
 STAGE = "transe"
 
@@ -153,22 +163,63 @@ def trainer_for(cfg: Mapping, device) -> str:
     return "pykeen" if device.type == "cuda" else "sparse"
 
 
-def train_transe(mapped: np.ndarray, num_entities: int, num_relations: int, cfg: Mapping,
-                 log=lambda msg: print(msg, file=sys.stderr)) -> TrainResult:
-    """Train TransE on id triples (our ids = PyKEEN ids) and return relation embeddings by id."""
+def transe_device(cfg: Mapping):
+    """The torch device ``transe.device`` names (auto: CUDA when torch sees one)."""
     import torch
 
+    return torch.device(resolve_device(str(cfg["device"]), setting="transe.device",
+                                       error=TransEError))
+
+
+def train_transe(mapped: np.ndarray, num_entities: int, num_relations: int, cfg: Mapping,
+                 log=lambda msg: print(msg, file=sys.stderr), start=None) -> TrainResult:
+    """Train TransE on id triples (our ids = PyKEEN ids) and return relation embeddings by id;
+    ``start``: a warm start's rows (``warm_start_rows``; the sparse trainer only)."""
     if len(mapped) == 0:
         raise TransEError("transe: the triples table is empty")
     seed = int(cfg["seed"])
-    device = torch.device(resolve_device(str(cfg["device"]), setting="transe.device",
-                                         error=TransEError))
-    trainer = _train_sparse if trainer_for(cfg, device) == "sparse" else _train
+    device = transe_device(cfg)
+    sparse = trainer_for(cfg, device) == "sparse"
+    if start is not None and not sparse:
+        raise TransEError("transe: a warm start needs transe.trainer=sparse")
     with torch_threads(cfg.get("threads")):
-        return trainer(mapped, num_entities, num_relations, cfg, seed, device, log)
+        if sparse:
+            return _train_sparse(mapped, num_entities, num_relations, cfg, device, log, start)
+        return _train(mapped, num_entities, num_relations, cfg, seed, device, log)
 
 
-def _train_sparse(mapped, num_entities, num_relations, cfg, seed, device, log) -> TrainResult:
+def warm_start_rows(inputs: Mapping[str, str], cfg: Mapping, num_entities: int,
+                    num_relations: int) -> tuple[dict | None, dict]:
+    """In a refresh: the previous build's entity and relation vectors for the keys this build
+    still has (``training.warm_start``), and the report entry saying warm; else None and the
+    entry saying cold and why."""
+    import torch
+
+    if not int(cfg["refresh_epochs"]):
+        return None, cold("transe.refresh_epochs is 0")
+    previous = previous_inputs(inputs, "entities", "relations", "transe_run")
+    if previous is None or "entities" not in inputs:
+        return None, cold("no previous build's entities, relations and transe run (full build)")
+    if trainer_for(cfg, transe_device(cfg)) != "sparse":
+        return None, cold("a warm start needs the sparse trainer (this run: pykeen)")
+    model_file = previous["transe_run"] / "trained_model.pt"
+    if not model_file.is_file():
+        return None, cold(f"the previous build has no sparse-trainer parameters ({model_file})")
+    saved = torch.load(model_file, weights_only=True)
+    ent, rel = saved["entity_embeddings"], saved["relation_embeddings"]
+    if ent.shape[1] != int(cfg["dim"]):
+        return None, cold(f"the previous vectors have dim {ent.shape[1]}, "
+                          f"transe.dim is {cfg['dim']}")
+    entities = match_by_key(inputs["entities"], previous["entities"], "key", num_entities,
+                            len(ent))
+    relations = match_by_key(inputs["relations"], previous["relations"], "name", num_relations,
+                             len(rel))
+    start = {"entity": (entities.current, ent[entities.previous]),
+             "relation": (relations.current, rel[relations.previous])}
+    return start, warm(refresh_epochs(cfg), entities=entities, relations=relations)
+
+
+def _train_sparse(mapped, num_entities, num_relations, cfg, device, log, start) -> TrainResult:
     """The CPU-scale trainer (training/transe_sparse.py) wrapped in the stage's result."""
     import torch
 
@@ -177,7 +228,7 @@ def _train_sparse(mapped, num_entities, num_relations, cfg, seed, device, log) -
     if cfg["evaluate"]:
         raise TransEError("transe.evaluate needs transe.trainer=pykeen (its rank-based evaluator)")
     started = time.perf_counter()
-    run = train_sparse(mapped, num_entities, num_relations, cfg, device, log)
+    run = train_sparse(mapped, num_entities, num_relations, cfg, device, log, start)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - started
@@ -338,13 +389,15 @@ def _timing(result: TrainResult) -> dict:
             "triples_per_second": round(rate, 1) if rate else None}
 
 
-def _write_run_dir(run_dir: Path, cfg: Mapping, result: TrainResult, names: list[str]) -> None:
+def _write_run_dir(run_dir: Path, cfg: Mapping, result: TrainResult, names: list[str],
+                   refresh: dict) -> None:
     """The self-describing run directory: config + versions, losses, timing, model, ids."""
     import torch
 
     sparse = result.hyperparameters["trainer"] == "sparse"
     _write_json(run_dir / "config.json", {
         "stage": STAGE, "transe": cfg, "seed": int(cfg["seed"]), "device": result.device,
+        "refresh": refresh,
         **result.hyperparameters, "triples": result.triples,
         "unseen_relations": result.unseen_relations,
         "embedding_rows": "row i of relation_embeddings.npy = relations.id i",
@@ -376,12 +429,15 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
 
     mapped, names, num_entities = load_graph(inputs["triples"], inputs["relations"])
-    result = train_transe(mapped, num_entities, len(names), cfg)
+    start, refresh = warm_start_rows(inputs, cfg, num_entities, len(names))
+    epochs = {"epochs": refresh["epochs"]} if start is not None else {}
+    result = train_transe(mapped, num_entities, len(names), {**cfg, **epochs}, start=start)
     emb_path = out / "relation_embeddings.npy"
     np.save(emb_path, result.embeddings)
-    _write_run_dir(run_dir, cfg, result, names)
+    _write_run_dir(run_dir, cfg, result, names, refresh)
     timing = _timing(result)
     report = {
+        "refresh": refresh,
         "trainer": result.hyperparameters["trainer"], "epochs": result.epochs,
         "converged": result.converged, "dim": int(cfg["dim"]), "seed": int(cfg["seed"]),
         "device": result.device, "batch_size": result.hyperparameters["batch_size_used"],

@@ -148,14 +148,32 @@ def relation_change(before: torch.Tensor, after: torch.Tensor, seen: torch.Tenso
     return float((1.0 - cos).mean()) if len(cos) else 0.0
 
 
+#: A warm start (training/warm_start.py): per table ("entity", "relation"), the ids whose rows
+#: start from the given vectors instead of the usual initialisation.
+Start = dict[str, tuple[np.ndarray, torch.Tensor]]
+
+
+def _initial(num: int, dim: int, gen: torch.Generator, start: tuple | None) -> torch.Tensor:
+    """The usual initialisation, with the rows of a warm start (if any) written over it."""
+    weight = _init(num, dim, gen)
+    if start is not None:
+        ids, rows = start
+        weight[torch.as_tensor(ids, dtype=torch.long)] = rows.to(weight.dtype)
+    return weight
+
+
 class _Loop:
     """The embeddings, their optimiser state and the generator: what a batch step changes."""
 
-    def __init__(self, num_entities: int, num_relations: int, cfg, device: torch.device):
+    def __init__(self, num_entities: int, num_relations: int, cfg, device: torch.device,
+                 start: Start | None = None):
         self.gen = torch.Generator().manual_seed(int(cfg["seed"]))
         dim, lr = int(cfg["dim"]), float(cfg["learning_rate"])
-        self.ent = RowAdam(_init(num_entities, dim, self.gen).to(device), lr, unit=True)
-        self.rel = RowAdam(_init(num_relations, dim, self.gen).to(device), lr, unit=False)
+        start = start or {}
+        self.ent = RowAdam(_initial(num_entities, dim, self.gen, start.get("entity")).to(device),
+                           lr, unit=True)
+        self.rel = RowAdam(_initial(num_relations, dim, self.gen, start.get("relation"))
+                           .to(device), lr, unit=False)
         self.num_entities, self.device = num_entities, device
         self.negatives, self.margin = int(cfg["negatives"]), float(cfg["margin"])
         self.norm = int(cfg["scoring_norm"])
@@ -195,10 +213,10 @@ class LossPlateau:
 
 
 def train_sparse(mapped: np.ndarray, num_entities: int, num_relations: int, cfg,
-                 device: torch.device, log) -> SparseRun:
+                 device: torch.device, log, start: Start | None = None) -> SparseRun:
     """Epochs of shuffled (optionally per-relation capped) batches until the relations settle
-    or the loss stops falling."""
-    loop = _Loop(num_entities, num_relations, cfg, device)
+    or the loss stops falling; ``start``: rows to begin from (a refresh's warm start)."""
+    loop = _Loop(num_entities, num_relations, cfg, device, start)
     triples = torch.as_tensor(mapped, dtype=torch.long)
     strata = RelationStrata(mapped[:, 1], cfg["relation_sample"])
     seen = torch.as_tensor(np.bincount(mapped[:, 1], minlength=num_relations) > 0).to(device)

@@ -1,0 +1,51 @@
+"""GAT's warm start at several ``gat.refresh_learning_rate`` values, on a refresh that
+``bench/warm_refresh.py`` left staged (its ``W/store``: build ``warm`` refreshing ``b1``).
+
+    python bench/gat_warm_rate.py --work W --rates 0.005,0.0005
+
+Runs stage ``gat`` alone with the refresh's inputs and the previous build's (``previous:``, as
+the driver passes them) at each rate, into ``W/gat-rate/<rate>``, and prints per rate the fixed
+eval link loss before (the previous parameters on the new graph) and after the warm epochs —
+compare with the full build's in warm_refresh.py's output — and, when ``W/full`` holds that
+full build, the agreement of the two attention tables (as warm_refresh.py measures it). A stage run, not a build: the
+refresh's fingerprints (code, config) are not checked, so a code change since ``b1`` is fine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, not the venv's
+
+from bench.warm_refresh import attention_agreement, record  # noqa: E402
+from pipeline import driver  # noqa: E402
+from runtime.config import load_config  # noqa: E402
+from runtime.contract import Store  # noqa: E402
+from training import gat  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--rates", default="0.005,0.0005")
+    args = parser.parse_args()
+    store = Store(Path(args.work) / "store")
+    inputs = {**driver.collect_inputs(store, "warm", None, "gat"),
+              **driver.previous_inputs(store, "b1", "gat")}
+    for rate in args.rates.split(","):
+        config = load_config(None, [f"gat.refresh_learning_rate={rate}"])
+        result = gat.run(config, inputs, str(Path(args.work) / "gat-rate" / rate))
+        report, full = result["report"], Path(args.work) / "full"
+        agreement = attention_agreement(Path(result["outputs"]["edges"]), Path(
+            record(full, "full", "gat")["outputs"]["edges"])) if full.exists() else None
+        print(json.dumps({"rate": float(rate), "refresh": report["refresh"]["start"],
+                          "epochs": report["epochs"], "eval_link_loss": report["eval_link_loss"],
+                          "seconds_per_epoch": report["seconds_per_epoch"],
+                          "attention_vs_full": agreement}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

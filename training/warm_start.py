@@ -1,0 +1,66 @@
+"""Warm starts of the learned stages in a refresh (DESIGN §9, issue 18): ``transe`` and ``gat``
+start from the previous build's parameters and train ``<stage>.refresh_epochs`` epochs (at most
+``<stage>.epochs``) instead of a full run.
+
+Ids are not stable across builds (ingest numbers entities and relations in key order, so one
+new key shifts every id after it); parameters are therefore carried over **by key**: entity
+keys and relation names. A key the previous build had keeps its row; a new key gets the usual
+initialisation; a removed key's row is dropped. Whether a stage started warm or cold, and why,
+goes into its report (``refresh``) and run directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+
+from runtime.contract import read_table
+
+
+@dataclass(frozen=True)
+class KeyMatch:
+    """Rows of one id-indexed table carried from the previous build to this one by key."""
+
+    current: np.ndarray  # ids in this build whose key the previous build had
+    previous: np.ndarray  # their ids in the previous build, in the same order
+    new: int  # keys of this build the previous one lacked
+    dropped: int  # keys of the previous build this one lacks
+
+    def counts(self) -> dict:
+        return {"kept": len(self.current), "new": self.new, "dropped": self.dropped}
+
+
+def match_by_key(current: str | Path, previous: str | Path, key: str,
+                 current_rows: int, previous_rows: int) -> KeyMatch:
+    """Ids of the two builds' ``(id, key)`` tables (entities: ``key``, relations: ``name``)
+    paired by key, limited to the ids that index a parameter row (``*_rows``: the table sizes;
+    an entity without a triple has an id but no row)."""
+    now, then = (read_table(Path(p), columns=["id", key]) for p in (current, previous))
+    now = now.filter(pc.less(now.column("id"), current_rows))
+    then = then.filter(pc.less(then.column("id"), previous_rows))
+    where = pc.index_in(now.column(key), value_set=then.column(key))
+    found = pc.is_valid(where).to_numpy(zero_copy_only=False)
+    positions = pc.fill_null(where, 0).to_numpy(zero_copy_only=False)[found]
+    ids_now, ids_then = now.column("id").to_numpy(), then.column("id").to_numpy()
+    return KeyMatch(current=ids_now[found].astype(np.int64),
+                    previous=ids_then[positions].astype(np.int64),
+                    new=int((~found).sum()), dropped=then.num_rows - int(found.sum()))
+
+
+def refresh_epochs(cfg) -> int:
+    """Epochs of a warm start: ``refresh_epochs``, never more than a full run's ``epochs``."""
+    return min(int(cfg["refresh_epochs"]), int(cfg["epochs"]))
+
+
+def cold(why: str) -> dict:
+    """The report entry of a stage that trained from scratch."""
+    return {"start": "cold", "why": why}
+
+
+def warm(epochs: int, **matches: KeyMatch) -> dict:
+    """The report entry of a warm start: epochs run and, per table, keys kept/new/dropped."""
+    return {"start": "warm", "why": "refresh: previous parameters carried over by key",
+            "epochs": epochs, **{name: m.counts() for name, m in matches.items()}}
