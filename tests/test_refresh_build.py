@@ -13,19 +13,16 @@ from click.testing import CliRunner
 
 from pipeline import driver as pipeline
 from pipeline.cli import cli
+from pipeline.refresh import DETERMINISTIC_TABLES
 from runtime.config import load_config
 from runtime.contract import Store
-from tests.helpers import edit_synth_dump
+from pipeline.dump_edit import edit_synth_dump
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 #: float32 entity vectors (a partial encode then equals a full one), few epochs
 CONFIG = ["ingest.format=synth", "gat.epochs=2", "transe.epochs=2",
           "entity_encode.encoder=torch", "entity_encode.query_onnx='off'"]
-#: Tables of the deterministic stages a refresh recomputes or reuses today, compared row for
-#: row with a full build (learned stages — transe, gat and what reads them — are left out).
-DETERMINISTIC = ("entities", "relations", "triples", "relation_map", "relation_stats",
-                 "relation_pairs", "node_gain", "entity_ids")
 
 
 class Killed(BaseException):
@@ -99,7 +96,7 @@ def test_a_killed_refresh_leaves_current_and_its_rerun_equals_a_full_build(dumps
     assert refreshed.manifest["report"]["refresh"]["changes"]["added_entities"] == 2
     full = build(dumps / "d2", dumps / "full-store", "f1")
     assert set(made(full).values()) == {"full"}
-    for table in DETERMINISTIC:
+    for table in DETERMINISTIC_TABLES:
         assert rows(refreshed, table) == rows(full, table), table
     vectors = [np.load(b.path / "entity_vectors.npy") for b in (refreshed, full)]
     assert np.abs(vectors[0] - vectors[1]).max() < 1e-6
