@@ -247,12 +247,14 @@ def main(argv: list[str] | None = None) -> None:
     original = (args.dump.resolve() if args.dump
                 else dump_for(args.work, int(args.triples), args.seed, args.questions))
     edited, edit = edited_dump(original, args.work, args.fraction, args.seed)
-    print(f"edit: {edit}; uptime: {_uptime()}", flush=True)
+    started = {"commit": _commit(), "utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+               "uptime": _uptime()}
+    print(f"edit: {edit}; {started}", flush=True)
     builds = run_builds(original, edited, args.work, args.overrides)
     eq = equality(args.work, edited, args.eval, args.seed)
     stages = stage_comparison(builds["full"], builds["refresh"], eq["refresh"]["stages"])
     result = {"dump": str(original), "edit": edit, "overrides": args.overrides,
-              "commit": _commit(), "uptime_after": _uptime(), "builds": builds,
+              "started": started, "uptime_after": _uptime(), "builds": builds,
               "stages": stages, "whole": whole_build(stages), "equality": eq}
     table = markdown(result)
     print(table)
