@@ -18,11 +18,11 @@ per stage as ``build_scale.py --one-process`` measures them (wall, CPU of the pr
 Per stage: full and refresh wall and CPU seconds, refresh / full, and how the refresh made
 the stage (reused, partial, full: the build report). The whole build: the sums' ratio
 (target ≤ 20 %). Equality of 2 and 3: every table of ``pipeline.refresh.DETERMINISTIC_TABLES``
-row for row (rows as multisets, floats to 9 decimal places), and the learned stages within ``TOLERANCE``: the SCOS merge
-groups (relation_map) identical, H@1 with reader none within 0.02 (synthetic: the dump's
-``test.jsonl`` questions, ``--eval`` of them; else ``--eval`` seeded fact questions of the
-store, bench/store_question_accuracy.py), and — reported, not judged — the largest GAT
-attention difference over the edges both hold.
+row for row (rows as multisets, floats to 9 decimal places), and the learned stages within
+``TOLERANCE``: the SCOS merge groups (relation_map) identical, H@1 with reader none within
+0.02 (synthetic: the dump's ``test.jsonl`` questions, ``--eval`` of them; else ``--eval``
+seeded fact questions of the store, bench/store_question_accuracy.py), and — reported, not
+judged — the largest GAT attention difference over the edges both hold.
 """
 
 from __future__ import annotations
@@ -142,10 +142,10 @@ def merge_groups(relation_map) -> set[frozenset[str]]:
 def attention_difference(one, other) -> dict:
     """Edges (s, r, o, inverse) both tables hold, those only one does, and the largest
     attention difference over the shared ones."""
-    keys = ["s", "r", "o", "inverse"]
-    joined = one.join(other, keys=keys, right_suffix="_full", join_type="inner")
     import numpy as np
 
+    keys = ["s", "r", "o", "inverse"]
+    joined = one.join(other, keys=keys, right_suffix="_full", join_type="inner")
     diff = np.abs(joined.column("attention").to_numpy()
                   - joined.column("attention_full").to_numpy())
     return {"shared": joined.num_rows, "only_refresh": one.num_rows - joined.num_rows,
