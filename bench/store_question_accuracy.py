@@ -34,18 +34,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rt = Runtime.open(args.store, **({"encoder_backend": args.encoder_backend}
                                      if args.encoder_backend else {}))
+    print(json.dumps({"store": args.store, "build_id": rt.build_id,
+                      **fact_h1(rt, args.questions, args.seed)}))
+    return 0
+
+
+def fact_h1(rt: Runtime, n: int, seed: int) -> dict:
+    """H@1 (reader none) on ``n`` seeded fact questions of the store: the same questions on
+    two stores whose triples are equal (bench/refresh_scale.py compares a refresh so)."""
     triples = rt.build.read("triples", columns=["s", "r", "o"]).to_pydict()
     objects: dict[tuple[int, int], set[int]] = {}
     for s, r, o in zip(triples["s"], triples["r"], triples["o"]):
         objects.setdefault((s, r), set()).add(o)
     hits = 0
-    sampled = sampled_facts(rt, args.questions, args.seed)
+    sampled = sampled_facts(rt, n, seed)
     for s, r in sampled:
         answer = rt.ask(fact_question(rt, s, r), entities=[s], llm="none")
         hits += bool(answer.answer_ids) and answer.answer_ids[0] in objects[(s, r)]
-    print(json.dumps({"store": args.store, "build_id": rt.build_id, "questions": len(sampled),
-                      "H@1": round(hits / len(sampled), 3)}))
-    return 0
+    return {"questions": len(sampled), "H@1": round(hits / len(sampled), 3)}
 
 
 if __name__ == "__main__":

@@ -32,6 +32,11 @@ CODE_PACKAGES = ("pipeline", "spark_jobs", "training", "text", "runtime")
 _SPARK_PART = re.compile(r"^(part-\d+)-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
 #: An input whose content cannot be hashed (the store itself): never equal, never reused.
 UNHASHABLE = "unhashable"
+#: Published tables of the deterministic stages, which a refresh must give row for row as a
+#: full build of the same final dump does (tests/test_refresh_build.py, bench/refresh_scale.py);
+#: the learned stages' (transe, gat and what reads them) are held to a quality tolerance.
+DETERMINISTIC_TABLES = ("entities", "relations", "triples", "relation_map", "relation_stats",
+                        "relation_pairs", "node_gain", "entity_ids")
 
 
 def content_hash(path: str | os.PathLike) -> str:

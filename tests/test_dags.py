@@ -5,7 +5,8 @@
   ``pipeline.registry.STAGES`` order, training stages on the ``gpu`` queue and pool;
 * CI: ``airflow dags test lokg_build`` runs every stage on a tiny synthetic dump, re-running one
   finished task with ``airflow tasks test`` replaces only its own staging directory, and the
-  publish gives a build ``lokg store verify`` accepts;
+  publish gives a build ``lokg store verify`` accepts; the next run, on the dump edited as a
+  new version, refreshes from that build (ingest and entity_encode partial) and publishes;
 * slow: the DAG killed mid-way and run again — CURRENT never names an incomplete build, the
   resumed run publishes and records the store's Asset event; ``lokg_evaluate``: the publish's
   Asset event triggers it under a real scheduler and the new build passes the floor; a
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -292,7 +294,8 @@ def ci_run(tmp_path_factory):
             "--mark-success-pattern", "|".join(map(re.escape, STAGE_NAMES)))
     seconds["publish"] = time.perf_counter() - started
     print(f"lokg_build CI run (s): {json.dumps({k: round(v, 1) for k, v in seconds.items()})}")
-    return {"store": store, "build_id": build_id, "before": before, "after": after}
+    return {"store": store, "build_id": build_id, "before": before, "after": after,
+            "root": root, "env": env}
 
 
 def test_dags_test_publishes_a_verified_store(ci_run):
@@ -315,6 +318,43 @@ def test_rerunning_one_task_replaces_only_its_own_output(ci_run):
     assert set(after[RERUN]) == set(before[RERUN])
     for stage in set(STAGE_NAMES) - {RERUN}:
         assert after[stage] == before[stage], f"re-running {RERUN} touched {stage}"
+
+
+@pytest.fixture(scope="module")
+def ci_refresh(ci_run):
+    """The next lokg_build run after the CI run, on its dump edited as a new version would be
+    (edges removed and added, a new entity): a refresh from the CI run's build. It runs on a
+    copy of that store, whose CURRENT the tests above check."""
+    from pipeline.dump_edit import edit_synth_dump
+
+    root, store = ci_run["root"], ci_run["root"] / "refresh-store"
+    shutil.copytree(ci_run["store"], store)
+    edit_synth_dump(root / "dump", root / "dump2", remove_edges=4, add_edges=4, new_entities=1,
+                    seed=SEED)
+    conf = json.dumps({"dump": str(root / "dump2"), "store": str(store), "format": "synth",
+                       "overrides": FAST})
+    started = time.perf_counter()
+    airflow(ci_run["env"], "dags", "test", "lokg_build", "2026-01-02T00:00:00+00:00",
+            "--conf", conf)
+    print(f"lokg_build CI refresh run: {time.perf_counter() - started:.1f} s")
+    return store
+
+
+def test_the_next_run_refreshes_from_the_previous_build_and_publishes(ci_run, ci_refresh):
+    first, store = ci_run["build_id"], ci_refresh
+    current = (store / "CURRENT").read_text().strip()
+    assert current != first and current.startswith("20260102T000000Z-")
+    verify(store, current)
+    manifest = json.loads((store / "builds" / current / "manifest.json").read_text())
+    refresh = manifest["report"]["refresh"]
+    assert refresh["base"] == first
+    assert refresh["stages"]["ingest"] == refresh["stages"]["entity_encode"] == "partial"
+    assert set(refresh["stages"]) == set(STAGE_NAMES)
+    assert (refresh["changes"]["removed_triples"], refresh["changes"]["added_entities"]) == (4, 1)
+    shown = subprocess.run([str(LOKG), "store", "show", "--store", str(store)],
+                           capture_output=True, text=True, timeout=300)
+    assert f"refresh: from build {first}" in shown.stdout, shown.stdout + shown.stderr
+    assert "removed triples 4" in shown.stdout
 
 
 # ---------------------------------------------------------------------------------------------

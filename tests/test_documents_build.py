@@ -41,13 +41,18 @@ def corpus() -> tuple[list[dict], list[dict]]:
     return docs, openie
 
 
-def build_corpus(root, backend: str):
-    dump = root / "corpus"
+def write_corpus(dump, docs: list[dict], openie: list[dict]) -> None:
+    """A documents dump: the corpus (and one record without text) and its extraction."""
     dump.mkdir()
-    docs, openie = corpus()
     (dump / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs) +
                                        '{"title": "no text"}\n')
     (dump / "openie_exact.json").write_text(json.dumps({"docs": openie}))
+
+
+def build_corpus(root, backend: str):
+    dump = root / "corpus"
+    docs, openie = corpus()
+    write_corpus(dump, docs, openie)
     config = load_config(None, [f"triple_extract.backend={backend}", "transe.epochs=5",
                                 "gat.epochs=3"])
     return driver.build(str(dump), str(root / "store"), config, log=lambda _: None), docs

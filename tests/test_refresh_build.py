@@ -13,9 +13,10 @@ from click.testing import CliRunner
 
 from pipeline import driver as pipeline
 from pipeline.cli import cli
+from pipeline.refresh import DETERMINISTIC_TABLES
 from runtime.config import load_config
 from runtime.contract import Store
-from tests.helpers import edit_synth_dump
+from pipeline.dump_edit import edit_synth_dump
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -25,10 +26,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 CONFIG = ["ingest.format=synth", "gat.epochs=2", "transe.epochs=2",
           "transe.refresh_epochs=0", "gat.refresh_epochs=0",
           "entity_encode.encoder=torch", "entity_encode.query_onnx='off'"]
-#: Tables of the deterministic stages a refresh recomputes or reuses today, compared row for
-#: row with a full build (learned stages — transe, gat and what reads them — are left out).
-DETERMINISTIC = ("entities", "relations", "triples", "relation_map", "relation_stats",
-                 "relation_pairs", "node_gain", "entity_ids")
 
 
 class Killed(BaseException):
@@ -102,7 +99,51 @@ def test_a_killed_refresh_leaves_current_and_its_rerun_equals_a_full_build(dumps
     assert refreshed.manifest["report"]["refresh"]["changes"]["added_entities"] == 2
     full = build(dumps / "d2", dumps / "full-store", "f1")
     assert set(made(full).values()) == {"full"}
-    for table in DETERMINISTIC:
+    for table in DETERMINISTIC_TABLES:
         assert rows(refreshed, table) == rows(full, table), table
     vectors = [np.load(b.path / "entity_vectors.npy") for b in (refreshed, full)]
     assert np.abs(vectors[0] - vectors[1]).max() < 1e-6
+
+
+def facts(built) -> set[tuple[str, str, str]]:
+    """The build's triples by entity and relation name."""
+    names = built.read("entities", columns=["name"]).column("name").to_pylist()
+    relations = dict(zip(*(built.read("relations").column(c).to_pylist() for c in ("id", "name"))))
+    triples = built.read("triples").to_pydict()
+    return {(names[s], relations[r], names[o])
+            for s, r, o in zip(triples["s"], triples["r"], triples["o"])}
+
+
+def test_a_document_replaced_by_a_new_version_keeps_only_the_new_versions_triples(tmp_path,
+                                                                                 spark):
+    """A person's article rewritten (born elsewhere, no teacher named): the refresh drops the
+    old version's triples, sentences and sources, has the new one's, and equals a full build."""
+    from tests.test_documents_build import CITIES, PEOPLE, corpus, write_corpus
+
+    docs, openie = corpus()
+    write_corpus(tmp_path / "v1", docs, openie)
+    person, old_city, new_city = PEOPLE[0], CITIES[0], CITIES[5]
+    friend = PEOPLE[7]
+    text = f"{person} is a sculptor. {person} was born in {new_city} in 1950."
+    replaced = [{"title": person, "text": text} if d["title"] == person else d for d in docs]
+    extracted = [{"title": person, "text": text, "extracted_entities": [person, new_city],
+                  "extracted_triples": [[person, "born in", new_city]]}
+                 if d["title"] == person else d for d in openie]
+    write_corpus(tmp_path / "v2", replaced, extracted)
+    config = load_config(None, ["triple_extract.backend=precomputed", *CONFIG[1:]])
+
+    def build_docs(dump: str, store: str, build_id: str):
+        return pipeline.build(str(tmp_path / dump), str(tmp_path / store), config,
+                              build_id=build_id, log=lambda _: None)
+
+    first = build_docs("v1", "store", "d1")
+    refreshed = build_docs("v2", "store", "d2")
+    full = build_docs("v2", "full-store", "f1")
+    assert {(person, "born in", old_city), (person, "studied with", friend)} <= facts(first)
+    assert (person, "born in", new_city) in facts(refreshed)
+    assert not {(person, "born in", old_city), (person, "studied with", friend)} & facts(refreshed)
+    assert refreshed.manifest["report"]["refresh"]["base"] == "d1"
+    sentences = refreshed.read("sentences").column("text").to_pylist()
+    assert not [s for s in sentences if "painter" in s and person in s]
+    for table in (*DETERMINISTIC_TABLES, "documents", "sentences", "triple_sources"):
+        assert rows(refreshed, table) == rows(full, table), table

@@ -1,7 +1,7 @@
 """The stages that refresh partially (DESIGN §9), each against a full run on the same final
 input: ingest (the change set against the previous build's ingest; ids equal to a full ingest)
 and entity_encode (previous vectors reused; the same vectors and ids as a full encode). A small
-synthetic dump, edited as a new version would be (tests/helpers.py edit_synth_dump); expected
+synthetic dump, edited as a new version would be (pipeline/dump_edit.py edit_synth_dump); expected
 changes are computed here with Arrow."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from pipeline.stage import PREVIOUS
 from runtime.config import load_config
 from runtime.contract import read_table
-from tests.helpers import edit_synth_dump
+from pipeline.dump_edit import edit_synth_dump
 
 pytestmark = pytest.mark.spark
 
