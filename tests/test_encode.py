@@ -125,8 +125,9 @@ def test_faiss_search_of_own_text_returns_the_entity_first(built):
     ids, texts, _ = encode.entity_texts(_entities_table(), "name_type_description")
     scores, rows = index.search(encoder.encode_passages(texts), 3)
     assert rows[:, 0].tolist() == list(range(len(texts)))
-    # not 1: int8 activations are scaled per batch, and these batches are not the stage's
-    assert scores[:, 0].min() > 0.98
+    # not 1: int8 activations are scaled per call; the query service embeds each text alone,
+    # the stage in batches (the bound test_onnx_export holds int8 to against float32)
+    assert scores[:, 0].min() > 0.97
     # namesakes are told apart by type and description
     paris_city = int(np.flatnonzero(ids == IDS[1])[0])
     q = encoder.encode_queries(["Paris, the capital city of France"])
