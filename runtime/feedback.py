@@ -167,20 +167,36 @@ def bridge_facts(answer, limit: int, named: Iterable[str] = ()) -> list[dict]:
 def feedback_entities(build, triples) -> frozenset[int]:
     """Entities only query-driven feedback put in ``build``'s graph: ends of triples whose
     every source is a feedback delta's (``feedback_lineage``) that no other triple has.
-    ``triples``: a callable giving the build's triples table, read only when there is lineage."""
+    ``triples``: a callable giving the build's triples table, read only when there is lineage;
+    a store opens with this, so only the triples touching those ends are looked at in Python."""
     if not build.manifest.get("tables", {}).get("feedback_lineage", {}).get("rows"):
         return frozenset()
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from runtime.contract import to_numpy
+
     columns = ["s", "r", "o", "chunk_id", "sentence_id"]
     lineage = build.read("feedback_lineage", columns=columns)
     fed = set(zip(*(lineage[c].to_pylist() for c in columns)))
     sources = build.read("triple_sources", columns=columns)
+    sources = sources.filter(pc.is_in(sources["s"], pa.array({row[0] for row in fed},
+                                                             type=sources["s"].type)))
     stated = {row[:3] for row in zip(*(sources[c].to_pylist() for c in columns))
               if row not in fed}
     only = {row[:3] for row in fed} - stated
+    ends = {e for s, _, o in only for e in (s, o)}
+    if not ends:
+        return frozenset()
     table = triples()
-    others = {e for t in zip(*(table[c].to_pylist() for c in "sro")) if t not in only
-              for e in (t[0], t[2])}
-    return frozenset(e for s, _, o in only for e in (s, o) if e not in others)
+    s, r, o = (to_numpy(table.column(c)) for c in "sro")
+    candidates = np.fromiter(ends, dtype=np.int64, count=len(ends))
+    others = set()
+    for i in np.flatnonzero(np.isin(s, candidates) | np.isin(o, candidates)):
+        if (int(s[i]), int(r[i]), int(o[i])) not in only:
+            others.update((int(s[i]), int(o[i])))
+    return frozenset(ends - others)
 
 
 def missing_fact(entity: Mapping, hop: str) -> dict:
