@@ -70,9 +70,8 @@ class OnnxBertEncoder(NumpyBertEncoder):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """float32 [n, dim], unit norm: one padded forward of the texts, or with ``per_text``
         one forward each. The int8 model quantizes a call's activations with one scale, so in
-        a batch a text's vector depends on its neighbours (question spans down to cosine
-        0.976: a near-tie between relations flipped, and an answer hung on the questions
-        before it); the query service embeds each text alone (docs/BENCHMARKS.md "int8 vectors
+        a batch a text's vector depends on its neighbours (enough to flip a near-tie between
+        relations, so an answer hung on the questions before it); the query service embeds each text alone (docs/BENCHMARKS.md "int8 vectors
         independent of the batch"), a build's batches keep theirs."""
         groups = [[t] for t in texts] if self.per_text else [list(texts)]
         out = [self._forward(group) for group in groups if group]

@@ -470,8 +470,8 @@ class Runtime:
         """The encoder for question spans, through a cache: spans recur across questions. Spans
         are compared with relation names the build embedded in float32, so an int8 ONNX
         question encoder gives way here to the float32 numpy one on the same weights (zero-shot
-        H@1 0.862 over three stores where int8 spans gave 0.816, docs/BENCHMARKS.md "int8
-        vectors independent of the batch"); where that cannot run, the question encoder."""
+        H@1 0.867 / 0.873 / 0.847 on three stores in any question order, docs/BENCHMARKS.md
+        "int8 vectors independent of the batch"); where that cannot run, the question encoder."""
         if self._spans is None and self.encoder() is not None:
             encoder = self.encoder()
             if getattr(encoder, "backend", None) == "onnx":
