@@ -349,90 +349,127 @@ def _write_identity(relations: pa.Table, out: Path, inputs: Mapping, report: dic
             "report": report}
 
 
-def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
-    cfg = settings(config)
-    out = Path(out_dir)
-    lap = Laps()
-    seconds = lap.seconds
-
-    for name in ("triples", "relations"):
+def _require(inputs: Mapping[str, str], names: Iterable[str]) -> None:
+    for name in names:
         if name not in inputs:
             raise StoreError(f"scos_merge: input '{name}' missing (have {sorted(inputs)})")
-    relations = read_table(Path(inputs["relations"]), "relations")
-    r0 = relations.num_rows
-    warnings: list[str] = []
-    report: dict = {"enabled": bool(cfg["enabled"]), "warnings": warnings, "merges": [],
-                    "merge_count": 0, **summary(r0, r0, 0.0, 0.0)}
 
-    if not cfg["enabled"]:
-        report["normaliser"]["definition"] = NORMALISER + " (not computed: SCOS disabled)"
-        return _write_identity(relations, out, inputs, report, seconds)
 
-    for name in ("relation_stats", "relation_pairs", "entities"):
-        if name not in inputs:
-            raise StoreError(f"scos_merge: input '{name}' missing (have {sorted(inputs)})")
-    stats = read_table(Path(inputs["relation_stats"]), "relation_stats")
-    pairs = _read_pairs(inputs["relation_pairs"])
-    names = dict(zip(stats.column("r").to_pylist(), stats.column("name").to_pylist()))
-    counts = dict(zip(stats.column("r").to_pylist(), stats.column("triples").to_pylist()))
-    entropy = dict(zip(stats.column("r").to_pylist(), stats.column("entropy").to_pylist()))
-    dists = {r: type_pair_dict(tp) for r, tp in
-             zip(stats.column("r").to_pylist(), stats.column("type_pairs").to_pylist())}
-    normaliser = float(sum(entropy.values()))
-
+def _relation_embeddings(cfg: Mapping, emb_path: str | None, top_id: int | None,
+                         report: dict) -> tuple[np.ndarray | None, list[float]]:
+    """TransE relation vectors and the fused weights; without vectors the cosine term is 0 (or
+    its weight renormalised onto NMI/Jaccard), which the report warns about."""
     weights = [float(w) for w in cfg["weights"]]
-    emb = None
-    emb_path = inputs.get("relation_embeddings")
     if emb_path and Path(emb_path).is_file():
         emb = np.load(emb_path)
-        if emb.ndim != 2 or (names and emb.shape[0] <= max(names)):
+        if emb.ndim != 2 or (top_id is not None and emb.shape[0] <= top_id):
             raise StoreError(f"{emb_path}: relation embeddings of shape {emb.shape} do not cover "
-                             f"relation ids up to {max(names)}")
+                             f"relation ids up to {top_id}")
         report["cosine"] = f"TransE relation embeddings {emb_path} {list(emb.shape)}"
+        return emb, weights
+    if cfg["missing_embeddings"] == "renormalise" and weights[0] + weights[1] > 0:
+        scale = sum(weights) / (weights[0] + weights[1])
+        weights = [weights[0] * scale, weights[1] * scale, 0.0]
+        msg = (f"NO relation_embeddings: cosine term dropped, NMI/Jaccard weights renormalised "
+               f"to {weights[0]:.3f}/{weights[1]:.3f}")
     else:
-        if cfg["missing_embeddings"] == "renormalise" and weights[0] + weights[1] > 0:
-            scale = sum(weights) / (weights[0] + weights[1])
-            weights = [weights[0] * scale, weights[1] * scale, 0.0]
-            msg = (f"NO relation_embeddings: cosine term dropped, NMI/Jaccard weights renormalised "
-                   f"to {weights[0]:.3f}/{weights[1]:.3f}")
-        else:
-            msg = (f"NO relation_embeddings: cosine term is 0, so sim <= {weights[0] + weights[1]:.2f}"
-                   f" (theta_base {cfg['theta_base']}); merges are "
-                   + ("IMPOSSIBLE" if weights[0] + weights[1] < cfg["theta_base"] else "rarer"))
-        report["cosine"] = "absent (0)"
-        warnings.append(msg)
-        print(f"WARNING scos_merge: {msg}", file=sys.stderr)
-    report["weights"] = weights
-    report["theta_base"], report["epsilon"] = cfg["theta_base"], cfg["epsilon"]
-    lap("load_stats")
+        msg = (f"NO relation_embeddings: cosine term is 0, so sim <= {weights[0] + weights[1]:.2f}"
+               f" (theta_base {cfg['theta_base']}); merges are "
+               + ("IMPOSSIBLE" if weights[0] + weights[1] < cfg["theta_base"] else "rarer"))
+    report["cosine"] = "absent (0)"
+    report["warnings"].append(msg)
+    print(f"WARNING scos_merge: {msg}", file=sys.stderr)
+    return None, weights
 
-    r_i, r_j = pairs.column("r_i").to_numpy(), pairs.column("r_j").to_numpy()
-    involved = np.unique(np.concatenate([r_i, r_j])) if len(r_i) else np.zeros(0, np.int64)
-    loaded: dict = {}
 
-    def load_keys() -> None:  # only when the first merge happens
-        if not loaded:
+class _LazyKeys:
+    """The (s, o) keys of the relations in candidate pairs, read from the triples on the first
+    merge only: most builds merge little, and reading every triple would dominate the stage."""
+
+    def __init__(self, triples_path: str, involved: np.ndarray, seconds: dict):
+        self.triples_path, self.involved, self.seconds = triples_path, involved, seconds
+        self.keys: dict | None = None
+        self._modulus = 1
+
+    def _load(self) -> None:
+        if self.keys is None:
             started = time.perf_counter()
-            loaded["keys"], loaded["modulus"] = _load_keys(inputs["triples"], involved)
-            seconds["load_triples"] = round(time.perf_counter() - started, 3)
+            self.keys, self._modulus = _load_keys(self.triples_path, self.involved)
+            self.seconds["load_triples"] = round(time.perf_counter() - started, 3)
 
-    def keys_of(r: int) -> np.ndarray:
-        load_keys()
-        return loaded["keys"].get(r, np.zeros(0, np.int64))
+    def of(self, r: int) -> np.ndarray:
+        self._load()
+        return self.keys.get(r, np.zeros(0, np.int64))
 
-    def modulus() -> int:
-        load_keys()
-        return loaded["modulus"]
+    def modulus(self) -> int:
+        self._load()
+        return self._modulus
 
+
+def _merger(config: Mapping, cfg: Mapping, inputs: Mapping[str, str], stats: pa.Table,
+            emb: np.ndarray | None, weights: list[float], keys: _LazyKeys) -> Merger:
+    ids = stats.column("r").to_pylist()
+    names = dict(zip(ids, stats.column("name").to_pylist()))
+    counts = dict(zip(ids, stats.column("triples").to_pylist()))
+    initial = {r: (h, type_pair_dict(tp)) for r, h, tp in
+               zip(ids, stats.column("entropy").to_pylist(), stats.column("type_pairs").to_pylist())}
     rule = stats_settings(config)["type_rule"]
 
     def load_types() -> TypeIndex:
         ents = read_table(Path(inputs["entities"]), columns=["id", "types"])
         return TypeIndex.from_table(ents, rule)
 
-    merger = Merger(names, counts, {r: (entropy[r], dists[r]) for r in names},
-                    keys_of, modulus, load_types, emb,
-                    weights, cfg["theta_base"], cfg["epsilon"])
+    return Merger(names, counts, initial, keys.of, keys.modulus, load_types, emb,
+                  weights, cfg["theta_base"], cfg["epsilon"])
+
+
+def _write_merges(relations: pa.Table, result: MergeResult, counts: Mapping[int, int],
+                  normaliser: float, out: Path, report: dict) -> tuple[pa.Table, dict]:
+    """relation_map and merge_log written, the report's merge summary filled."""
+    rmap = canonical_mapping(relations, result.clusters, counts)
+    r0 = relations.num_rows
+    r_star = len(set(rmap.column("canonical_id").to_pylist()))
+    report.update(summary(r0, r_star, result.total_loss, normaliser))
+    report["merge_count"] = len(result.log)
+    report["merges"] = [[m["left"], m["right"]] for m in result.log]
+    report["total_loss"] = result.total_loss
+    report["stale_heap_entries_skipped"] = result.stale_skipped
+    report["heap_pushes"] = result.pushed
+    write_table("relation_map", rmap, out / "relation_map.parquet")
+    log_cols = ("step", "left", "right", "sim", "nmi", "jaccard", "cos", "theta", "loss", "members")
+    write_table("merge_log", pa.table({k: [m[k] for m in result.log] for k in log_cols}),
+                out / "merge_log.parquet")
+    return rmap, {"relation_map": str(out / "relation_map.parquet"),
+                  "merge_log": str(out / "merge_log.parquet")}
+
+
+def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
+    cfg = settings(config)
+    out = Path(out_dir)
+    lap = Laps()
+    _require(inputs, ("triples", "relations"))
+    relations = read_table(Path(inputs["relations"]), "relations")
+    r0 = relations.num_rows
+    report: dict = {"enabled": bool(cfg["enabled"]), "warnings": [], "merges": [],
+                    "merge_count": 0, **summary(r0, r0, 0.0, 0.0)}
+    if not cfg["enabled"]:
+        report["normaliser"]["definition"] = NORMALISER + " (not computed: SCOS disabled)"
+        return _write_identity(relations, out, inputs, report, lap.seconds)
+
+    _require(inputs, ("relation_stats", "relation_pairs", "entities"))
+    stats = read_table(Path(inputs["relation_stats"]), "relation_stats")
+    pairs = _read_pairs(inputs["relation_pairs"])
+    ids = stats.column("r").to_pylist()
+    emb, weights = _relation_embeddings(cfg, inputs.get("relation_embeddings"),
+                                        max(ids) if ids else None, report)
+    report["weights"] = weights
+    report["theta_base"], report["epsilon"] = cfg["theta_base"], cfg["epsilon"]
+    lap("load_stats")
+
+    r_i, r_j = pairs.column("r_i").to_numpy(), pairs.column("r_j").to_numpy()
+    involved = np.unique(np.concatenate([r_i, r_j])) if len(r_i) else np.zeros(0, np.int64)
+    merger = _merger(config, cfg, inputs, stats, emb, weights,
+                     _LazyKeys(inputs["triples"], involved, lap.seconds))
     for a, b, nmi, jac in zip(r_i.tolist(), r_j.tolist(), pairs.column("nmi").to_pylist(),
                               pairs.column("jaccard").to_pylist()):
         merger.add_candidate(a, b, nmi, jac)
@@ -441,31 +478,18 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     lap("initial_heap")
 
     result = merger.run()
-    report["stale_heap_entries_skipped"] = result.stale_skipped
-    report["heap_pushes"] = result.pushed
     lap("greedy_merge")  # includes load_triples (the driver's (s, o) keys) when a merge happened
-
-    rmap = canonical_mapping(relations, result.clusters, counts)
-    r_star = len(set(rmap.column("canonical_id").to_pylist()))
-    report.update(summary(r0, r_star, result.total_loss, normaliser))
-    report["merge_count"] = len(result.log)
-    report["merges"] = [[m["left"], m["right"]] for m in result.log]
-    report["total_loss"] = result.total_loss
-    write_table("relation_map", rmap, out / "relation_map.parquet")
-    log_cols = ("step", "left", "right", "sim", "nmi", "jaccard", "cos", "theta", "loss", "members")
-    write_table("merge_log", pa.table({k: [m[k] for m in result.log] for k in log_cols}),
-                out / "merge_log.parquet")
-    outputs = {"relation_map": str(out / "relation_map.parquet"),
-               "merge_log": str(out / "merge_log.parquet")}
+    normaliser = float(sum(stats.column("entropy").to_pylist()))
+    rmap, outputs = _write_merges(relations, result, merger.triple_counts, normaliser, out, report)
     lap("write_map_and_log")
 
-    if r_star == r0:  # nothing merged: φ is the identity, the tables stay as they are
+    if len(set(rmap.column("canonical_id").to_pylist())) == r0:  # nothing merged: φ is the identity
         outputs.update(triples=str(inputs["triples"]), relations=str(inputs["relations"]))
         report["triples_in"] = report["triples_out"] = None
     else:
         outputs.update(_rewrite(config, inputs, rmap, out, report))
         lap("rewrite_triples")
-    report["step_seconds"] = seconds
+    report["step_seconds"] = lap.seconds
     return {"outputs": outputs, "report": report}
 
 
