@@ -185,7 +185,7 @@ def train_transe(mapped: np.ndarray, num_entities: int, num_relations: int, cfg:
     with torch_threads(cfg.get("threads")):
         if sparse:
             return _train_sparse(mapped, num_entities, num_relations, cfg, device, log, start)
-        return _train(mapped, num_entities, num_relations, cfg, seed, device, log)
+        return _train_pykeen(mapped, num_entities, num_relations, cfg, seed, device, log)
 
 
 def warm_start_rows(inputs: Mapping[str, str], cfg: Mapping, num_entities: int,
@@ -251,16 +251,14 @@ def _train_sparse(mapped, num_entities, num_relations, cfg, device, log, start) 
     )
 
 
-def _train(mapped, num_entities, num_relations, cfg, seed, device, log) -> TrainResult:
+def _train_pykeen(mapped, num_entities, num_relations, cfg, seed, device, log) -> TrainResult:
+    """PyKEEN's TransE and sLCWA loop (the CUDA trainer), with its rank-based held-out metrics
+    when ``transe.evaluate`` asks for them."""
     import torch
-    from pykeen.losses import MarginRankingLoss
-    from pykeen.models import TransE
-    from pykeen.training import SLCWATrainingLoop
     from pykeen.triples import CoreTriplesFactory
     from pykeen.utils import set_random_seed
 
     set_random_seed(seed)
-
     factory = CoreTriplesFactory.create(torch.as_tensor(mapped, dtype=torch.long),
                                         num_entities=num_entities, num_relations=num_relations)
     training, testing = factory, None
@@ -269,6 +267,20 @@ def _train(mapped, num_entities, num_relations, cfg, seed, device, log) -> Train
         # PyKEEN's split keeps every entity and relation of the test part in the training part
         training, testing = factory.split([1.0 - share, share], random_state=seed)
         set_random_seed(seed)
+    model, loop = _pykeen_model_and_loop(training, cfg, seed, device)
+    batch_size = min(int(cfg["batch_size"]), training.num_triples)
+    started = time.perf_counter()
+    losses = _pykeen_fit(loop, training, int(cfg["epochs"]), batch_size, device)
+    seconds = time.perf_counter() - started
+    metrics = {} if testing is None else _held_out_metrics(model, training, testing, log)
+    return _pykeen_result(model.cpu(), training, num_entities, num_relations, batch_size,
+                          losses, seconds, device, metrics)
+
+
+def _pykeen_model_and_loop(training, cfg: Mapping, seed: int, device):
+    from pykeen.losses import MarginRankingLoss
+    from pykeen.models import TransE
+    from pykeen.training import SLCWATrainingLoop
 
     model = TransE(
         triples_factory=training,
@@ -288,48 +300,54 @@ def _train(mapped, num_entities, num_relations, cfg, seed, device, log) -> Train
         # probe batches before training and warns); keep it where it can avoid an OOM
         automatic_memory_optimization=device.type == "cuda",
     )
-    batch_size = min(int(cfg["batch_size"]), training.num_triples)
+    return model, loop
+
+
+def _pykeen_fit(loop, training, epochs: int, batch_size: int, device) -> list[float]:
+    """The loop's losses per epoch; the heap frozen meanwhile (PyKEEN's many small tensors make
+    the cyclic collector's passes dominate otherwise)."""
+    import torch
+
     gc.collect()
     gc.freeze()
-    started = time.perf_counter()
     try:
         with warnings.catch_warnings():
             # PyKEEN 1.11 passes its own deprecated shuffle= argument internally
             warnings.filterwarnings("ignore", message="Training instances are always shuffled")
-            losses = loop.train(
-                triples_factory=training,
-                num_epochs=int(cfg["epochs"]),
-                batch_size=batch_size,
-                use_tqdm=False,
-                use_tqdm_batch=False,
-                pin_memory=device.type == "cuda",
-            )
+            losses = loop.train(triples_factory=training, num_epochs=epochs,
+                                batch_size=batch_size, use_tqdm=False, use_tqdm_batch=False,
+                                pin_memory=device.type == "cuda")
     finally:
         gc.unfreeze()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - started
-    losses = [float(x) for x in (losses or [])]
+    return [float(x) for x in (losses or [])]
 
-    metrics: dict = {}
-    if testing is not None:
-        from pykeen.evaluation import RankBasedEvaluator
 
-        t0 = time.perf_counter()
-        results = RankBasedEvaluator().evaluate(
-            model=model, mapped_triples=testing.mapped_triples,
-            additional_filter_triples=[training.mapped_triples],
-            batch_size=256, use_tqdm=False)
-        metrics = {
-            "test_triples": int(testing.num_triples),
-            "mrr": float(results.get_metric("both.realistic.inverse_harmonic_mean_rank")),
-            "hits_at_1": float(results.get_metric("both.realistic.hits_at_1")),
-            "hits_at_10": float(results.get_metric("both.realistic.hits_at_10")),
-            "seconds": round(time.perf_counter() - t0, 3),
-        }
-        log(f"transe: held-out eval {metrics}")
+def _held_out_metrics(model, training, testing, log) -> dict:
+    from pykeen.evaluation import RankBasedEvaluator
 
-    model = model.cpu()
+    started = time.perf_counter()
+    results = RankBasedEvaluator().evaluate(
+        model=model, mapped_triples=testing.mapped_triples,
+        additional_filter_triples=[training.mapped_triples],
+        batch_size=256, use_tqdm=False)
+    metrics = {
+        "test_triples": int(testing.num_triples),
+        "mrr": float(results.get_metric("both.realistic.inverse_harmonic_mean_rank")),
+        "hits_at_1": float(results.get_metric("both.realistic.hits_at_1")),
+        "hits_at_10": float(results.get_metric("both.realistic.hits_at_10")),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    log(f"transe: held-out eval {metrics}")
+    return metrics
+
+
+def _pykeen_result(model, training, num_entities, num_relations, batch_size, losses, seconds,
+                   device, metrics) -> TrainResult:
+    """Relation vectors by id (relations without a training triple zeroed) in the result."""
+    import torch
+
     with torch.no_grad():
         emb = model.relation_representations[0](indices=None).detach().numpy().astype(np.float32)
     counts = np.bincount(training.mapped_triples[:, 1].numpy(), minlength=num_relations)
