@@ -269,95 +269,131 @@ def _options(rt, beam: list[_Path]) -> dict[tuple[int, bool], list[tuple[_Path, 
     return found
 
 
-def tog(ctx: EvalContext) -> Method:
+@dataclass
+class _Search:
+    """One question's ToG search state: the beam, every path kept, the reader's calls."""
+
+    topics: list[int]
+    q_vec: np.ndarray
+    beam: list[_Path]
+    seen: list[_Path]
+    readings: list[_Reading]
+    encodings: list
+    timings: dict
+    answers: list[str] | None = None
+
+    def read(self, reading: _Reading) -> _Reading:
+        self.readings.append(reading)
+        self.timings["llm"] += reading.ms
+        return reading
+
+    def support(self) -> list[Triple]:
+        return list(dict.fromkeys(t for p in self.beam for t in p.triples))
+
+
+class _ToG:
     """ToG-R under the context's reader and budget (module docstring)."""
-    from runtime.ittc import encode_uniform
 
-    rt = ctx.runtime
-    enc = _encoder(ctx, "tog")
-    rel_ids = sorted(rt.relation_names)
-    rel_vectors = dict(zip(rel_ids, enc.encode_passages(
-        [relation_text(rt.relation_names[r]) for r in rel_ids]))) if rel_ids else {}
+    def __init__(self, ctx: EvalContext):
+        self.ctx, self.rt = ctx, ctx.runtime
+        self.enc = _encoder(ctx, "tog")
+        rel_ids = sorted(self.rt.relation_names)
+        self.rel_vectors = dict(zip(rel_ids, self.enc.encode_passages(
+            [relation_text(self.rt.relation_names[r]) for r in rel_ids]))) if rel_ids else {}
 
-    def label(option: tuple[int, bool]) -> str:
-        name = rt.relation_names.get(option[0], str(option[0]))
+    def label(self, option: tuple[int, bool]) -> str:
+        name = self.rt.relation_names.get(option[0], str(option[0]))
         return f"{name} (reverse)" if option[1] else name
 
-    def entity_cos(q_vec: np.ndarray, entity: int) -> float:
-        return float(rt.vectors[entity] @ q_vec) if rt.vectors is not None else 0.0
+    def entity_cos(self, q_vec: np.ndarray, entity: int) -> float:
+        return float(self.rt.vectors[entity] @ q_vec) if self.rt.vectors is not None else 0.0
 
-    def run(question: Question) -> Prediction:
+    def __call__(self, question: Question) -> Prediction:
+        ctx, rt = self.ctx, self.rt
         ctx.llm.reset()
-        timings: dict[str, float] = {"llm": 0.0}
         t0 = time.perf_counter()
         topics, links, status = ctx.topic_ids(rt, question)
         details: dict = {"linked": links, "depths": []}
         if status is not None:
-            return _prediction(ctx, rt, [], [], status, [], [], timings, details)
-        q_vec = enc.encode_queries([question.question])[0]
-        beam = [_Path((h,), (), 0.0, 0.0) for h in topics][:TOG_WIDTH]
-        seen: list[_Path] = []
-        readings: list[_Reading] = []
-        encodings = []
-        answers: list[str] | None = None
-        for depth in range(1, TOG_DEPTH + 1):
-            steps = _options(rt, beam)
-            if not steps:
+            return _prediction(ctx, rt, [], [], status, [], [], {"llm": 0.0}, details)
+        search = _Search(topics, self.enc.encode_queries([question.question])[0],
+                         [_Path((h,), (), 0.0, 0.0) for h in topics][:TOG_WIDTH], [], [], [],
+                         {"llm": 0.0})
+        for _ in range(TOG_DEPTH):
+            if not self.deepen(search, question.question, details) or search.answers:
                 break
-            cos = {o: float(rel_vectors[o[0]] @ q_vec) for o in steps}
-            ranked = sorted(steps, key=lambda o: (-cos[o], o))
-            picked = ranked[:TOG_WIDTH]
-            if ctx.llm.calls_model:
-                shown = ranked[:TOG_MAX_OPTIONS]
-                names = ", ".join(rt.names[h] for h in topics)
-                listing = "".join(f"- {label(o)}\n" for o in shown)
-                reading = _read(ctx, f"Topic entities: {names}\nRelations:\n{listing}",
-                                question.question, PRUNE_INSTRUCTIONS.format(width=TOG_WIDTH))
-                readings.append(reading)
-                timings["llm"] += reading.ms
-                by_label = {normalise_answer(label(o)): o for o in shown}
-                chosen = [by_label[k] for k in (normalise_answer(a) for a in reading.answers or [])
-                          if k in by_label]
-                if chosen:
-                    picked = list(dict.fromkeys(chosen))[:TOG_WIDTH]
-            grown = [_Path(path.nodes + (target,),
-                           path.triples + (((target, o[0], path.nodes[-1]) if o[1]
-                                            else (path.nodes[-1], o[0], target)),),
-                           path.rel_score + cos[o], entity_cos(q_vec, target))
-                     for o in picked for path, target in steps[o]]
-            grown.sort(key=lambda p: (-p.rel_score, -p.end_score, p.nodes[-1], p.nodes))
-            beam = grown[:TOG_WIDTH]
-            seen.extend(beam)
-            details["depths"].append({"relations": [label(o) for o in picked],
-                                      "ends": [rt.names[p.nodes[-1]] for p in beam]})
-            if ctx.llm.calls_model:
-                support = list(dict.fromkeys(t for p in beam for t in p.triples))
-                encoding = encode_uniform(_knowledge(rt, support, set(topics)), ctx.budget,
-                                          level="compact")
-                encodings.append(encoding)
-                reading = _read(ctx, encoding.text, question.question)
-                readings.append(reading)
-                timings["llm"] += reading.ms
-                if reading.answers:
-                    answers = reading.answers
-                    break
-        status = "ok"
-        if answers is None:
-            if ctx.llm.calls_model:  # the reader never answered: the beam's ends, flagged
-                ends = [p.nodes[-1] for p in beam]
-                status = "beam_answer" if seen else "no_paths"
-            else:
-                ranked_paths = sorted(seen, key=lambda p: (-p.mean, -p.end_score, len(p.nodes),
-                                                           p.nodes))
-                ends = [p.nodes[-1] for p in ranked_paths]
-                status = "ok" if seen else "no_paths"
-            answers = [rt.names[e] for e in ends if e not in topics][:1]
-        timings["total"] = (time.perf_counter() - t0) * 1e3
-        support = list(dict.fromkeys(t for p in beam for t in p.triples))
-        return _prediction(ctx, rt, readings, answers, status, encodings, support, timings,
-                           details)
+        answers, status = self.final_answers(search)
+        search.timings["total"] = (time.perf_counter() - t0) * 1e3
+        return _prediction(ctx, rt, search.readings, answers, status, search.encodings,
+                           search.support(), search.timings, details)
 
-    return run
+    def deepen(self, search: _Search, question: str, details: dict) -> bool:
+        """One depth: prune the relations, grow the beam, ask the reader; False when no
+        relation leaves the beam."""
+        steps = _options(self.rt, search.beam)
+        if not steps:
+            return False
+        cos = {o: float(self.rel_vectors[o[0]] @ search.q_vec) for o in steps}
+        ranked = sorted(steps, key=lambda o: (-cos[o], o))
+        picked = self.prune(search, question, ranked)
+        grown = [_Path(path.nodes + (target,),
+                       path.triples + (((target, o[0], path.nodes[-1]) if o[1]
+                                        else (path.nodes[-1], o[0], target)),),
+                       path.rel_score + cos[o], self.entity_cos(search.q_vec, target))
+                 for o in picked for path, target in steps[o]]
+        grown.sort(key=lambda p: (-p.rel_score, -p.end_score, p.nodes[-1], p.nodes))
+        search.beam = grown[:TOG_WIDTH]
+        search.seen.extend(search.beam)
+        details["depths"].append({"relations": [self.label(o) for o in picked],
+                                  "ends": [self.rt.names[p.nodes[-1]] for p in search.beam]})
+        if self.ctx.llm.calls_model:
+            self.reason(search, question)
+        return True
+
+    def prune(self, search: _Search, question: str, ranked: list) -> list:
+        """The LLM's pick of up to W relations, or the cosine's top W without one (or when
+        its reply names none of the options)."""
+        if not self.ctx.llm.calls_model:
+            return ranked[:TOG_WIDTH]
+        shown = ranked[:TOG_MAX_OPTIONS]
+        names = ", ".join(self.rt.names[h] for h in search.topics)
+        listing = "".join(f"- {self.label(o)}\n" for o in shown)
+        reading = search.read(_read(self.ctx, f"Topic entities: {names}\nRelations:\n{listing}",
+                                    question, PRUNE_INSTRUCTIONS.format(width=TOG_WIDTH)))
+        by_label = {normalise_answer(self.label(o)): o for o in shown}
+        chosen = [by_label[k] for k in (normalise_answer(a) for a in reading.answers or [])
+                  if k in by_label]
+        return list(dict.fromkeys(chosen))[:TOG_WIDTH] if chosen else ranked[:TOG_WIDTH]
+
+    def reason(self, search: _Search, question: str) -> None:
+        from runtime.ittc import encode_uniform
+
+        encoding = encode_uniform(_knowledge(self.rt, search.support(), set(search.topics)),
+                                  self.ctx.budget, level="compact")
+        search.encodings.append(encoding)
+        reading = search.read(_read(self.ctx, encoding.text, question))
+        if reading.answers:
+            search.answers = reading.answers
+
+    def final_answers(self, search: _Search) -> tuple[list[str], str]:
+        """The reader's answer, else the beam's top end (flagged ``beam_answer``) — or, with
+        no reader, the end of the path with the best mean relation cosine."""
+        if search.answers is not None:
+            return search.answers, "ok"
+        if self.ctx.llm.calls_model:
+            ends = [p.nodes[-1] for p in search.beam]
+            status = "beam_answer" if search.seen else "no_paths"
+        else:
+            ranked = sorted(search.seen, key=lambda p: (-p.mean, -p.end_score, len(p.nodes),
+                                                        p.nodes))
+            ends = [p.nodes[-1] for p in ranked]
+            status = "ok" if search.seen else "no_paths"
+        return [self.rt.names[e] for e in ends if e not in search.topics][:1], status
+
+
+def tog(ctx: EvalContext) -> Method:
+    """ToG-R under the context's reader and budget (module docstring)."""
+    return _ToG(ctx)
 
 
 # --------------------------------------------------------------------------------------------
