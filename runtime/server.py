@@ -556,24 +556,8 @@ def _add_page(app: FastAPI) -> None:
         return served(name)
 
 
-def create_app(settings: ServeSettings) -> FastAPI:
-    """The FastAPI app of one service process; the watcher runs while the app is served."""
-    service = Service(settings)
-
-    @asynccontextmanager
-    async def lifespan(app):
-        service.poll()  # the first build, before any connection is accepted
-        service.start()
-        try:
-            yield
-        finally:
-            service.stop()
-
-    app = FastAPI(title="LOKG", version=__version__, lifespan=lifespan, docs_url=None,
-                  redoc_url=None, max_body_size=settings.max_body_bytes,
-                  description="Question answering over a knowledge graph with one LLM call "
-                              "under a token budget.")
-    app.state.service = service
+def _add_error_handlers(app: FastAPI) -> None:
+    """Refusals as 422 with a message naming the field; a store failure as 503 + Retry-After."""
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request, exc: RequestValidationError):
@@ -587,6 +571,10 @@ def create_app(settings: ServeSettings) -> FastAPI:
     @app.exception_handler(StoreError)  # BuildLost included
     async def store_failed(request, exc: StoreError):
         return _json({"detail": f"store error: {exc}; retry"}, 503, {"Retry-After": "1"})
+
+
+def _add_routes(app: FastAPI, service: Service) -> None:
+    """The API: ask, ask/batch, health, readiness and metrics."""
 
     @app.post("/v1/ask", responses={200: {"model": Answer}, 422: {"description": "bad request"},
                                     503: {"description": "no build loaded, or it lost a file"}})
@@ -628,6 +616,27 @@ def create_app(settings: ServeSettings) -> FastAPI:
         return Response(service.metrics.render(service),
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
+
+def create_app(settings: ServeSettings) -> FastAPI:
+    """The FastAPI app of one service process; the watcher runs while the app is served."""
+    service = Service(settings)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        service.poll()  # the first build, before any connection is accepted
+        service.start()
+        try:
+            yield
+        finally:
+            service.stop()
+
+    app = FastAPI(title="LOKG", version=__version__, lifespan=lifespan, docs_url=None,
+                  redoc_url=None, max_body_size=settings.max_body_bytes,
+                  description="Question answering over a knowledge graph with one LLM call "
+                              "under a token budget.")
+    app.state.service = service
+    _add_error_handlers(app)
+    _add_routes(app, service)
     _add_page(app)
     app.add_middleware(_Gate, service=service,
                        routes=frozenset(r.path for r in app.routes))
