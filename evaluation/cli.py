@@ -74,6 +74,41 @@ def ensure_store(store_root: str, dataset, *, build: bool, kb: str | None, overr
     pipeline.build(dump, store_root, load_config(None, [*settings, *overrides]), log=log)
 
 
+def _open_stores(store: str, store_no_scos: str | None, names: Sequence[str], data, *,
+                 build: bool, kb: str | None, overrides: Sequence[str], reader: str | None,
+                 log: Callable[[str], None]):
+    """The store's runtime (built first when asked) and, for methods that compare against one,
+    the no-SCOS store's (``<store>-no-scos`` with ``--build``)."""
+    from runtime.query import Runtime
+
+    ensure_store(store, data, build=build, kb=kb, overrides=overrides, scos=True, log=log)
+    query_settings = {"reader": reader} if reader else {}
+    rt = Runtime.open(store, **query_settings)
+    if not any(METHODS[n].needs_no_scos_store for n in names):
+        return rt, None
+    if store_no_scos is None and build:
+        store_no_scos = f"{store.rstrip('/')}-no-scos"
+    if store_no_scos is None:
+        raise MethodError("lokg-no-scos needs --store-no-scos DIR (a store built with "
+                          "scos_merge.enabled=false), or --build to build one")
+    ensure_store(store_no_scos, data, build=build, kb=kb, overrides=overrides, scos=False,
+                 log=log)
+    return rt, Runtime.open(store_no_scos, **query_settings)
+
+
+def _write_reports(out_dir: Path, summary: dict, run: dict, data, reading: str,
+                   policy: str) -> None:
+    """summary.json, summary.md and the two plots."""
+    from evaluation.report import plot_accuracy_vs_tokens, plot_loss_by_step, render_markdown
+    from evaluation.runner import write_summary
+
+    write_summary(out_dir, summary)
+    (out_dir / MARKDOWN_FILE).write_text(render_markdown(summary, run))
+    title = f"{data.kind} {data.source.parent.name}/{data.source.name}, {reading}"
+    plot_accuracy_vs_tokens(summary, out_dir / PLOT_FILE, title)
+    plot_loss_by_step(summary, out_dir / LOSS_PLOT_FILE, f"{title}, policy {policy}")
+
+
 def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lokg",
              llm: str = "none", policy: str = "lokg", budget: int = DEFAULT_BUDGET, entities: str = "gold",
              out: str,
@@ -92,10 +127,8 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
     """
     from evaluation.context import CountingLLM, EvalContext
     from evaluation.methods import make_methods
-    from evaluation.report import plot_accuracy_vs_tokens, plot_loss_by_step, render_markdown
-    from evaluation.runner import check_run_file, evaluate, merge_summary, write_summary
+    from evaluation.runner import check_run_file, evaluate, merge_summary
     from runtime.llm import make_llm
-    from runtime.query import Runtime
 
     command = command_line(dataset=dataset, split=split, store=store,
                            store_no_scos=store_no_scos, methods=methods, llm=llm,
@@ -110,19 +143,8 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
         torch.set_num_threads(int(threads))
     names = method_names(methods)
     questions = data.questions[:limit] if limit else data.questions
-    ensure_store(store, data, build=build, kb=kb, overrides=overrides, scos=True, log=log)
-    query_settings = {"reader": reader} if reader else {}
-    rt = Runtime.open(store, **query_settings)
-    rt_no_scos = None
-    if any(METHODS[n].needs_no_scos_store for n in names):
-        if store_no_scos is None and build:
-            store_no_scos = f"{store.rstrip('/')}-no-scos"
-        if store_no_scos is None:
-            raise MethodError("lokg-no-scos needs --store-no-scos DIR (a store built with "
-                              "scos_merge.enabled=false), or --build to build one")
-        ensure_store(store_no_scos, data, build=build, kb=kb, overrides=overrides, scos=False,
-                     log=log)
-        rt_no_scos = Runtime.open(store_no_scos, **query_settings)
+    rt, rt_no_scos = _open_stores(store, store_no_scos, names, data, build=build, kb=kb,
+                                  overrides=overrides, reader=reader, log=log)
     backend = make_llm(llm)
     ctx = EvalContext(rt, CountingLLM(backend), budget, modes[0], rt_no_scos, policy)
     out_dir = Path(out)
@@ -136,11 +158,7 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
     run = check_run_file(out_dir, settings, command)
     summary = evaluate(make_methods(names, ctx, modes), questions, out_dir, progress=progress)
     summary = merge_summary(out_dir, summary, list(run_names(list(METHODS), modes)))
-    write_summary(out_dir, summary)
-    (out_dir / MARKDOWN_FILE).write_text(render_markdown(summary, run))
-    title = f"{data.kind} {data.source.parent.name}/{data.source.name}, reader {llm}, B={budget}"
-    plot_accuracy_vs_tokens(summary, out_dir / PLOT_FILE, title)
-    plot_loss_by_step(summary, out_dir / LOSS_PLOT_FILE, f"{title}, policy {policy}")
+    _write_reports(out_dir, summary, run, data, f"reader {llm}, B={budget}", policy)
     return summary
 
 
