@@ -37,6 +37,10 @@ UNHASHABLE = "unhashable"
 #: the learned stages' (transe, gat and what reads them) are held to a quality tolerance.
 DETERMINISTIC_TABLES = ("entities", "relations", "triples", "relation_map", "relation_stats",
                         "relation_pairs", "node_gain", "entity_ids")
+#: Columns of those tables that follow a learned stage once it is warm-started: compared only
+#: in a cold refresh. ``relation_pairs.source`` says whether TransE's neighbours also proposed
+#: the pair, which follows the warm-started vectors.
+LEARNED_COLUMNS = {"relation_pairs": ("source",)}
 
 
 def content_hash(path: str | os.PathLike) -> str:
