@@ -201,7 +201,14 @@ def equality(work: Path, edited: Path, n_eval: int, seed: int) -> dict:
               and abs(h1["refresh"]["H@1"] - h1["full"]["H@1"]) <= TOLERANCE["H@1"])
     return {"tables": tables, "learned": learned, "tolerance": TOLERANCE, "passed": passed,
             "builds": [refreshed.build_id, full.build_id],
-            "refresh": refreshed.manifest["report"]["refresh"]}
+            "refresh": refreshed.manifest["report"]["refresh"],
+            "ingest_steps": {name: _ingest_steps(b) for name, b in (("refresh", refreshed),
+                                                                     ("full", full))}}
+
+
+def _ingest_steps(build) -> dict[str, float]:
+    """Wall seconds of each step of the build's ingest (its report's ``step_seconds``)."""
+    return build.manifest["report"]["stages"].get("ingest", {}).get("step_seconds", {})
 
 
 def markdown(result: dict) -> str:
@@ -226,6 +233,7 @@ def markdown(result: dict) -> str:
     for name, t in eq["tables"].items():
         lines.append(f"| {name} | {t['rows'][0]:,} / {t['rows'][1]:,} | {t['only_refresh']} | "
                      f"{t['only_full']} | {'yes' if t['equal'] else '**no**'} |")
+    lines += ingest_step_lines(eq.get("ingest_steps", {}))
     learned, h1 = eq["learned"], eq["learned"]["H@1"]
     lines += ["", f"Learned: SCOS merge groups {learned['merge_groups'][0]} / "
               f"{learned['merge_groups'][1]}, {learned['merge_groups_differing']} differing; "
@@ -233,6 +241,17 @@ def markdown(result: dict) -> str:
               f"{h1['full']['H@1']:.3f}; GAT edges shared {learned['edges']['shared']:,}, "
               f"max attention difference {learned['edges']['max_attention_diff']:.2e}."]
     return "\n".join(lines) + "\n"
+
+
+def ingest_step_lines(steps: dict[str, dict[str, float]]) -> list[str]:
+    """Ingest's steps, full and refresh wall seconds ([] when the reports hold none)."""
+    full, refresh = steps.get("full", {}), steps.get("refresh", {})
+    if not full and not refresh:
+        return []
+    lines = ["", "| ingest step | full wall s | refresh wall s |", "|---|--:|--:|"]
+    for step in [*full, *(s for s in refresh if s not in full)]:
+        lines.append(f"| {step} | {full.get(step, 0.0):.1f} | {refresh.get(step, 0.0):.1f} |")
+    return lines
 
 
 def _pct(ratio: float | None) -> str:

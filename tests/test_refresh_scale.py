@@ -76,3 +76,11 @@ def test_relation_pairs_compare_without_the_learned_source_but_with_the_rest():
                                    for t in (pairs, moved)))["equal"]
     entities = pa.table({"id": [0], "source": ["a"]})  # only relation_pairs loses the column
     assert rs.deterministic_part(entities, "entities").column_names == ["id", "source"]
+
+
+def test_ingest_steps_list_the_full_builds_steps_then_the_refreshs_own():
+    lines = rs.ingest_step_lines({"full": {"parse": 2.0, "ids": 1.0},
+                                  "refresh": {"parse": 1.5, "change_set": 0.25}})
+    assert lines[3:] == ["| parse | 2.0 | 1.5 |", "| ids | 1.0 | 0.0 |",
+                         "| change_set | 0.0 | 0.2 |"]
+    assert rs.ingest_step_lines({}) == []
