@@ -18,7 +18,8 @@ per stage as ``build_scale.py --one-process`` measures them (wall, CPU of the pr
 Per stage: full and refresh wall and CPU seconds, refresh / full, and how the refresh made
 the stage (reused, partial, full: the build report). The whole build: the sums' ratio
 (target ≤ 20 %). Equality of 2 and 3: every table of ``pipeline.refresh.DETERMINISTIC_TABLES``
-row for row (rows as multisets, floats to 9 decimal places), and the learned stages within
+row for row (rows as multisets, floats to 9 decimal places) but for the columns of
+``pipeline.refresh.LEARNED_COLUMNS`` (they follow warm-started TransE), and the learned stages within
 ``TOLERANCE``: the SCOS merge groups (relation_map) identical, H@1 with reader none within
 0.02 (synthetic: the dump's ``test.jsonl`` questions, ``--eval`` of them; else ``--eval``
 seeded fact questions of the store, bench/store_question_accuracy.py), and — reported, not
@@ -122,6 +123,14 @@ def table_equality(one, other) -> dict:
             "equal": mine == theirs}
 
 
+def deterministic_part(table, name: str):
+    """The table without the columns ``pipeline.refresh.LEARNED_COLUMNS`` names for it."""
+    from pipeline.refresh import LEARNED_COLUMNS
+
+    return table.drop_columns([c for c in LEARNED_COLUMNS.get(name, ())
+                               if c in table.column_names])
+
+
 def _rows(table) -> list[tuple]:
     """Rows as tuples, floats rounded to ``FLOAT_DIGITS`` places."""
     columns = [[round(v, FLOAT_DIGITS) if isinstance(v, float) else v
@@ -178,7 +187,8 @@ def equality(work: Path, edited: Path, n_eval: int, seed: int) -> dict:
     from runtime.contract import Store
 
     refreshed, full = Store(work / "store").build(), Store(work / "full-store").build()
-    tables = {t: table_equality(refreshed.read(t), full.read(t)) for t in DETERMINISTIC_TABLES}
+    tables = {t: table_equality(*(deterministic_part(b.read(t), t) for b in (refreshed, full)))
+              for t in DETERMINISTIC_TABLES}
     groups = [merge_groups(b.read("relation_map")) for b in (refreshed, full)]
     h1 = {name: h1_reader_none(work / store, edited, n_eval, seed, work)
           for name, store in (("refresh", "store"), ("full", "full-store"))}
@@ -191,7 +201,14 @@ def equality(work: Path, edited: Path, n_eval: int, seed: int) -> dict:
               and abs(h1["refresh"]["H@1"] - h1["full"]["H@1"]) <= TOLERANCE["H@1"])
     return {"tables": tables, "learned": learned, "tolerance": TOLERANCE, "passed": passed,
             "builds": [refreshed.build_id, full.build_id],
-            "refresh": refreshed.manifest["report"]["refresh"]}
+            "refresh": refreshed.manifest["report"]["refresh"],
+            "ingest_steps": {name: _ingest_steps(b) for name, b in (("refresh", refreshed),
+                                                                     ("full", full))}}
+
+
+def _ingest_steps(build) -> dict[str, float]:
+    """Wall seconds of each step of the build's ingest (its report's ``step_seconds``)."""
+    return build.manifest["report"]["stages"].get("ingest", {}).get("step_seconds", {})
 
 
 def markdown(result: dict) -> str:
@@ -216,6 +233,7 @@ def markdown(result: dict) -> str:
     for name, t in eq["tables"].items():
         lines.append(f"| {name} | {t['rows'][0]:,} / {t['rows'][1]:,} | {t['only_refresh']} | "
                      f"{t['only_full']} | {'yes' if t['equal'] else '**no**'} |")
+    lines += ingest_step_lines(eq.get("ingest_steps", {}))
     learned, h1 = eq["learned"], eq["learned"]["H@1"]
     lines += ["", f"Learned: SCOS merge groups {learned['merge_groups'][0]} / "
               f"{learned['merge_groups'][1]}, {learned['merge_groups_differing']} differing; "
@@ -223,6 +241,17 @@ def markdown(result: dict) -> str:
               f"{h1['full']['H@1']:.3f}; GAT edges shared {learned['edges']['shared']:,}, "
               f"max attention difference {learned['edges']['max_attention_diff']:.2e}."]
     return "\n".join(lines) + "\n"
+
+
+def ingest_step_lines(steps: dict[str, dict[str, float]]) -> list[str]:
+    """Ingest's steps, full and refresh wall seconds ([] when the reports hold none)."""
+    full, refresh = steps.get("full", {}), steps.get("refresh", {})
+    if not full and not refresh:
+        return []
+    lines = ["", "| ingest step | full wall s | refresh wall s |", "|---|--:|--:|"]
+    for step in [*full, *(s for s in refresh if s not in full)]:
+        lines.append(f"| {step} | {full.get(step, 0.0):.1f} | {refresh.get(step, 0.0):.1f} |")
+    return lines
 
 
 def _pct(ratio: float | None) -> str:

@@ -31,8 +31,8 @@ from types import ModuleType
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.refresh import (UNHASHABLE, content_hash, fingerprint, link_tree, same_settings,
-                              staged_location)
+from pipeline.refresh import (UNHASHABLE, content_hash, fingerprint, link_tree, same_rows,
+                              same_settings, staged_location)
 from pipeline.registry import STAGE_NAMES, Stage, producers, stage
 from pipeline.stage import PREVIOUS, BuildError, StageError
 from runtime.config import section
@@ -155,7 +155,9 @@ def run_stage(store: Store, build_id: str, name: str, config: dict, dump: str | 
     A refresh (``refresh.mode`` auto, a cached previous build: ``pipeline.refresh``) links the
     cached outputs instead when the stage's fingerprint is the cached record's, and gives a
     ``partial`` stage the cached outputs as ``previous:<artefact>`` inputs when only its
-    input data changed. The record says which (``refresh``: reused, partial or full).
+    input data changed. The record says which (``refresh``: reused, partial or full), and
+    which outputs of a rerun kept the cached hash, their rows being the cached ones
+    (``cut_off``: ``pipeline.refresh.same_rows``).
     """
     spec = _known(name)
     inputs = collect_inputs(store, build_id, dump, name)
@@ -171,6 +173,8 @@ def run_stage(store: Store, build_id: str, name: str, config: dict, dump: str | 
         result, how = _refreshed_or_run(store, build_id, spec, config, inputs, work, base,
                                         printed)
         outputs = _checked_outputs(name, result)
+        hashes = result.get("hashes") or {k: content_hash(v) for k, v in outputs.items()}
+        kept = [] if how == "reused" or base is None else _cut_off(store, base, outputs, hashes)
         record = {
             "stage": name,
             "seconds": round(time.perf_counter() - started, 3),
@@ -179,7 +183,8 @@ def run_stage(store: Store, build_id: str, name: str, config: dict, dump: str | 
             "refresh": how,
             "refresh_base": base[0] if base and how != "full" else None,
             "fingerprint": printed,
-            "hashes": result.get("hashes") or {k: content_hash(v) for k, v in outputs.items()},
+            "hashes": hashes,
+            "cut_off": kept,
         }
         (work / STAGE_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True))
         _replace_dir(work, final)
@@ -189,6 +194,24 @@ def run_stage(store: Store, build_id: str, name: str, config: dict, dump: str | 
         shutil.rmtree(work, ignore_errors=True)
         raise
     return record
+
+
+def _cut_off(store: Store, base: tuple[str, dict], outputs: dict[str, str],
+             hashes: dict[str, str]) -> list[str]:
+    """Early cut-off: each output table of a rerun stage that holds the cached build's rows
+    takes the cached hash (in ``hashes``), so the stages reading it are reused. The artefacts
+    it was done for."""
+    base_id, record = base
+    kept = []
+    for artefact, path in outputs.items():
+        cached_hash = record.get("hashes", {}).get(artefact)
+        found = staged_location(record["outputs"].get(artefact, ""), base_id)
+        if cached_hash in (None, hashes[artefact]) or found is None:
+            continue
+        if same_rows(path, store.refresh_dir(base_id) / found[0] / found[1]):
+            hashes[artefact] = cached_hash
+            kept.append(artefact)
+    return kept
 
 
 def input_hashes(store: Store, build_id: str, name: str, inputs: dict[str, str]) -> dict[str, str]:

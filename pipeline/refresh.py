@@ -2,6 +2,10 @@
 stage outputs from the store's refresh cache (``<store>/refresh/<build_id>/``, the staging
 directory of the latest published build; ``runtime.contract.Store.keep_for_refresh``).
 
+A stage rerun in a refresh whose output table holds the same rows as the cached build's
+keeps the cached content hash for it (an **early cut-off**, ``same_rows``): its readers'
+fingerprints then equal the cached ones, and they are reused.
+
 A stage's **fingerprint** is what its outputs are a function of: the code of the build
 packages, its config sections (with the content of any file a setting names) and the content
 hash of every input artefact (the dump's files included). Its ``digest`` is the sha256 of that
@@ -37,6 +41,10 @@ UNHASHABLE = "unhashable"
 #: the learned stages' (transe, gat and what reads them) are held to a quality tolerance.
 DETERMINISTIC_TABLES = ("entities", "relations", "triples", "relation_map", "relation_stats",
                         "relation_pairs", "node_gain", "entity_ids")
+#: Columns of those tables that follow a learned stage once it is warm-started: compared only
+#: in a cold refresh. ``relation_pairs.source`` says whether TransE's neighbours also proposed
+#: the pair, which follows the warm-started vectors.
+LEARNED_COLUMNS = {"relation_pairs": ("source",)}
 
 
 def content_hash(path: str | os.PathLike) -> str:
@@ -101,6 +109,43 @@ def _digest(value) -> str:
 def same_settings(one: Mapping, other: Mapping) -> bool:
     """Two fingerprints of the same code and config: only input data may differ."""
     return all(one.get(k) == other.get(k) for k in ("version", "code", "config"))
+
+
+def same_rows(path: str | os.PathLike, other: str | os.PathLike) -> bool:
+    """Whether two Parquet tables (a file, or a directory of part files) hold the same rows
+    with the same schema, in any order and however split into files. Anything that is not
+    such a table (a model, a directory of tables) is never the same: no cut-off is made."""
+    import pyarrow.parquet as pq
+
+    parts = [_parquet_parts(Path(p)) for p in (path, other)]
+    if not all(parts) or len({sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+                              for files in parts}) > 1:
+        return False
+    one, two = (pq.ParquetDataset(files).read() for files in parts)
+    if not one.schema.equals(two.schema, check_metadata=False):
+        return False
+    return _canonical(one).equals(_canonical(two))
+
+
+def _parquet_parts(path: Path) -> list[str]:
+    """The Parquet files of a table written as one file or as a directory of part files;
+    [] for anything else."""
+    if path.is_file():
+        return [str(path)] if path.suffix == ".parquet" else []
+    files = [p for p in path.glob("*") if not p.name.startswith((".", "_"))] if path.is_dir() else []
+    return sorted(map(str, files)) if files and all(p.suffix == ".parquet" and p.is_file()
+                                                     for p in files) else []
+
+
+def _canonical(table):
+    """The rows sorted by every flat column: equal multisets of rows come out equal (rows that
+    tie on all flat columns but differ in a nested one may not: then no cut-off, never a
+    wrong one)."""
+    import pyarrow as pa
+
+    keys = [(name, "ascending") for name, kind in zip(table.column_names, table.schema.types)
+            if not pa.types.is_nested(kind)]
+    return table.sort_by(keys) if keys else table
 
 
 def link_tree(src: Path, dst: Path, skip: tuple[str, ...] = ()) -> None:

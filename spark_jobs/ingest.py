@@ -60,9 +60,9 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.stage import StageError, previous_inputs
+from pipeline.stage import Laps, StageError, previous_inputs
 from runtime.config import section
-from runtime.contract import write_table
+from runtime.contract import read_table, write_table
 from spark_jobs import formats as fm
 from spark_jobs.session import get_spark
 from text.corpus import build_format
@@ -206,15 +206,18 @@ def keyed_graph(entities: DataFrame, relations: DataFrame, triples: DataFrame) -
             .select(F.col("s_key").alias("s"), F.col("name").alias("r"), F.col("o_key").alias("o")))
 
 
-def change_set(spark: SparkSession, inputs: dict, out: Path) -> dict | None:
+def change_set(spark: SparkSession, inputs: dict, out: Path, small: bool) -> dict | None:
     """The change set of this ingest (tables just written under ``out``) against the previous
     build's (``previous:`` inputs of a refresh): anti-joins both ways on keyed triples and on
     entity keys, written as ``CHANGE_SET_PARTS`` under ``out/change_set``; its counts, or None
-    (and empty parts) in a full build."""
+    (and empty parts) in a full build. ``small`` (the entities fit ``driver_max_entities``):
+    computed with Arrow on the driver, as the ids are — a dozen Spark jobs cost more there."""
     previous = previous_inputs(inputs, "entities", "relations", "triples")
     if previous is None:
         write_empty_change_set(out / "change_set")
         return None
+    if small:
+        return driver_change_set(previous, out)
     now = {t: spark.read.parquet(str(out / f"{t}.parquet")) for t in ("entities", "relations",
                                                                       "triples")}
     then = {t: spark.read.parquet(str(path)) for t, path in previous.items()}
@@ -237,6 +240,54 @@ def change_set(spark: SparkSession, inputs: dict, out: Path) -> dict | None:
                out / "change_set" / part)
         counts[part] = spark.read.parquet(str(out / "change_set" / part)).count()
     return counts
+
+
+def driver_change_set(previous: dict[str, Path], out: Path) -> dict:
+    """``change_set`` in Arrow: the same parts, rows and order as the Spark path writes."""
+    now, then = ({t: read_table(root[t], t) for t in ("entities", "relations", "triples")}
+                 for root in ({t: out / f"{t}.parquet" for t in previous}, previous))
+    graph_now, graph_then = _keyed_table(now), _keyed_table(then)
+    keys_now, keys_then = now["entities"]["key"], then["entities"]["key"]
+    added = graph_now.join(graph_then, ["s", "r", "o"], join_type="left anti")
+    removed = graph_then.join(graph_now, ["s", "r", "o"], join_type="left anti")
+    parts = {
+        "added_triples": added, "removed_triples": removed,
+        "added_entities": _keys(keys_now.filter(pc.invert(pc.is_in(keys_now, keys_then)))),
+        "removed_entities": _keys(keys_then.filter(pc.invert(pc.is_in(keys_then, keys_now)))),
+        "changed_entities": _keys(_changed_keys(now["entities"], then["entities"])),
+        "touched_relations": pa.table({"name": pc.unique(pa.chunked_array(
+            [*added["r"].chunks, *removed["r"].chunks], pa.string()))}),
+    }
+    root = out / "change_set"
+    shutil.rmtree(root, ignore_errors=True)
+    for part, table in parts.items():
+        columns = CHANGE_SET_PARTS[part]
+        (root / part).mkdir(parents=True)
+        pq.write_table(table.select(list(columns)).sort_by([(c, "ascending") for c in columns]),
+                       root / part / "part-00000.parquet")
+    return {part: table.num_rows for part, table in parts.items()}
+
+
+def _keyed_table(tables: dict[str, pa.Table]) -> pa.Table:
+    """``keyed_graph`` of Arrow tables: ids are the rows of the tables in id order (dense)."""
+    keys, names = (tables[t][c].take(pc.sort_indices(tables[t]["id"]))
+                   for t, c in (("entities", "key"), ("relations", "name")))
+    triples = tables["triples"]
+    return pa.table({"s": keys.take(triples["s"]), "r": names.take(triples["r"]),
+                     "o": keys.take(triples["o"])})
+
+
+def _keys(keys) -> pa.Table:
+    return pa.table({"key": pa.array(keys, pa.string()) if isinstance(keys, list) else keys})
+
+
+def _changed_keys(now: pa.Table, then: pa.Table) -> list[str]:
+    """Keys in both tables whose name, aliases, description or attributes differ."""
+    columns = _LITERALS[1:]
+    before = dict(zip(then["key"].to_pylist(), zip(*(then[c].to_pylist() for c in columns))))
+    return [key for key, *row in zip(now["key"].to_pylist(), *(now[c].to_pylist()
+                                                               for c in columns))
+            if key in before and tuple(row) != before[key]]
 
 
 def write_empty_change_set(root: Path) -> None:
@@ -402,11 +453,14 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
     paths = {name: out / f"{name}.parquet" for name in OUTPUTS}
     paths["change_set"] = out / "change_set"
 
+    lap = Laps()
     spark = get_spark(config, "lokg-ingest")
+    lap("spark_session")
     cache = _Cache()
     try:
         parsed = cache(fm.parse_plan(spark, plan, languages))
         numbered, counts = _number_lines(spark, parsed, plan)
+        lap("parse_and_count_lines")
         kinds: dict[str, int] = {}
         reasons: dict[str, int] = {}
         python = False  # some literal needs the Python unescape (\\U escapes)
@@ -437,6 +491,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
                 f"(reasons: {dict(sorted(reasons.items(), key=lambda kv: -kv[1]))})",
                 kept=[paths["quarantine"]],
             )
+        lap("quarantine")
         if lines == 0:
             raise IngestError(f"ingest of {dump}: no statements in {[str(f) for f in plan.files]}")
 
@@ -454,6 +509,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         subject_kinds = (*fm.LITERAL_KINDS, fm.FILTERED, fm.TYPE)
         subjects = parsed.filter(F.col("kind").isin(*subject_kinds) & graph).select("s")
         added = feedback_added(parsed, delta)
+        lap("feedback_added")
         ent_ids, n_entities, rel_names = entity_and_relation_ids(
             spark, edges, subjects, int(cfg["driver_max_entities"]), cache)
         small = n_entities <= int(cfg["driver_max_entities"])
@@ -464,6 +520,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         write_table("relations", pa.table({"id": pa.array(range(len(rel_names)), pa.int64()),
                                            "name": pa.array(rel_names, pa.string())}),
                     paths["relations"] / "part-00000.parquet")
+        lap("ids")
 
         # 4. triples: ids looked up, then de-duplicated as three longs
         s_ids = ent_ids.select(F.col("key").alias("s"), F.col("id").alias("s_id"))
@@ -477,6 +534,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         )
         _write(triples.observe(written, F.count("*").alias("n")), paths["triples"])
         n_triples = int(written.get["n"])
+        lap("triples")
 
         # 5. entities with names, aliases, descriptions, attributes
         records = any(source.parser == "entities" for source in plan.sources)
@@ -504,6 +562,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
                     .drop("_named"))
         _write(entities, paths["entities"])
         names_found = int(named.get["named"])
+        lap("entities")
 
         # 6. type assertions
         typed = Observation("types")
@@ -514,9 +573,11 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
                .select("id", "type").observe(typed, F.count("*").alias("n")),
                paths["type_assertions"])
         n_types = int(typed.get["n"])
+        lap("type_assertions")
 
         # 7. what changed since the previous build (a refresh)
-        changes = change_set(spark, inputs, out)
+        changes = change_set(spark, inputs, out, small)
+        lap("change_set")
     except (Py4JJavaError, PySparkException) as exc:
         unreadable = _unreadable_file(exc)
         if unreadable is None:
@@ -547,6 +608,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         "name_fallback": "key" if plan.name_rule == "key" else "key with '_' as spaces",
         "change_set": changes,
         "seconds": round(time.perf_counter() - started, 3),
+        "step_seconds": lap.seconds,
     }
     return {"outputs": {name: str(path) for name, path in paths.items()}, "report": report}
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pyarrow as pa
+import pyarrow.parquet  # noqa: F401 (pa.parquet)
 import pytest
 
 from pipeline import driver as pipeline
@@ -39,6 +40,7 @@ class FakeStages:
         self.calls: list[tuple[str, dict]] = []
         self.fail: str | None = None
         self.pass_on = False  # entity_types passes ingest's entities on (as scos_merge may)
+        self.reverse = False  # ingest: the chain of triples the other way; entity_types: rows in reverse
 
     def module(self, name):
         return SimpleNamespace(run=lambda config, inputs, out: self.run(name, inputs, Path(out)))
@@ -49,10 +51,14 @@ class FakeStages:
             raise Killed
         if name == "entity_types" and self.pass_on:
             return {"outputs": {"entities": inputs["entities"]}, "report": {}}
+        if name == "entity_encode":
+            return self.encode(inputs, out)
         if name == "entity_types":
             entities = contract.read_table(Path(inputs["entities"]), "entities")
             typed = entities.set_column(5, "types", pa.array([["t"]] * entities.num_rows,
                                                                pa.list_(pa.string())))
+            if self.reverse:  # written in another order, as a Spark rerun may: other bytes
+                typed = typed.take(list(range(typed.num_rows))[::-1])
             contract.write_table("entities", typed, out / "entities.parquet")
             return {"outputs": {"entities": str(out / "entities.parquet")}, "report": {}}
         keys = sorted(json.loads(Path(inputs["dump"], "keys.json").read_text()))
@@ -66,6 +72,8 @@ class FakeStages:
                                  "o": list(range(1, n))}),
             "quarantine": pa.table({"file": [], "line": [], "reason": [], "text": []}),
         }
+        if self.reverse:
+            tables["triples"] = tables["triples"].rename_columns(["o", "r", "s"])
         outputs = {}
         for table, data in tables.items():
             contract.write_table(table, data, out / table / "part-00000.parquet")
@@ -78,6 +86,19 @@ class FakeStages:
         return {"outputs": outputs, "report": {"entities": n, "change_set": changes}}
 
 
+    @staticmethod
+    def encode(inputs, out):
+        """entity_encode: entity_ids (row → id) and stand-ins for its model files."""
+        ids = contract.read_table(Path(inputs["entities"]), "entities").column("id")
+        contract.write_table("entity_ids", pa.table({"row": range(len(ids)), "id": ids}),
+                             out / "entity_ids.parquet")
+        for name in ("entity_vectors.npy", "entity.faiss", "encoder.json"):
+            (out / name).write_text(name)
+        outputs = {"entity_ids": "entity_ids.parquet", "entity_vectors": "entity_vectors.npy",
+                   "entity_index": "entity.faiss", "encoder": "encoder.json"}
+        return {"outputs": {k: str(out / v) for k, v in outputs.items()}, "report": {}}
+
+
 @pytest.fixture
 def stages(monkeypatch):
     fake = FakeStages()
@@ -85,11 +106,12 @@ def stages(monkeypatch):
     return fake
 
 
-def build(store: Store, build_id: str, dump: Path, *overrides: str, publish: bool = True):
-    """ingest and entity_types of a build, then (``publish``) its publish; the records."""
+def build(store: Store, build_id: str, dump: Path, *overrides: str, publish: bool = True,
+          names: tuple[str, ...] = ("ingest", "entity_types")):
+    """``names`` of a build's stages, then (``publish``) its publish; the records."""
     config = load_config(None, list(overrides))
     records = {name: pipeline.run_stage(store, build_id, name, config, str(dump))
-               for name in ("ingest", "entity_types")}
+               for name in names}
     if publish:
         pipeline.publish_build(store, build_id, config)
     return records
@@ -154,6 +176,51 @@ def test_changed_input_runs_partial_stages_with_the_cached_outputs(tmp_path, sta
     assert ingest_inputs[PREVIOUS + "entities"] == str(cached / "entities")
     assert PREVIOUS + "entities" not in dict(stages.calls)["entity_types"]
     assert store.build("b2").read("entities").column("key").to_pylist() == ["a", "c", "d"]
+
+
+def test_a_rerun_writing_the_cached_rows_keeps_their_hash_so_its_readers_are_reused(tmp_path,
+                                                                                    stages):
+    store, dump = Store(tmp_path / "store"), write_dump(tmp_path / "dump", ["a", "b", "c"])
+    names = ("ingest", "entity_types", "entity_encode")
+    first = build(store, "b1", dump, names=names)
+    stages.reverse, stages.calls[:] = True, []  # new triples, the same entities
+    records = build(store, "b2", dump, "ingest.max_malformed_share=0.5", names=names)
+    assert [name for name, _ in stages.calls] == ["ingest", "entity_types"]
+    assert records["entity_types"]["refresh"] == "full"  # its input triples changed
+    assert records["entity_types"]["cut_off"] == ["entities"]
+    assert records["entity_types"]["hashes"] == first["entity_types"]["hashes"]
+    assert records["entity_encode"]["refresh"] == "reused"
+    assert records["ingest"]["hashes"]["triples"] != first["ingest"]["hashes"]["triples"]
+    assert store.build("b2").read("entity_ids").equals(store.build("b1").read("entity_ids"))
+
+
+def test_a_rerun_writing_other_rows_keeps_its_own_hash_and_its_readers_rerun(tmp_path, stages):
+    store, names = Store(tmp_path / "store"), ("ingest", "entity_types", "entity_encode")
+    build(store, "b1", write_dump(tmp_path / "d1", ["a", "b", "c"]), names=names)
+    stages.calls[:] = []
+    records = build(store, "b2", write_dump(tmp_path / "d2", ["a", "b", "d"]), names=names)
+    assert [name for name, _ in stages.calls] == ["ingest", "entity_types", "entity_encode"]
+    assert records["entity_types"]["cut_off"] == []
+    assert records["entity_encode"]["refresh"] == "partial"
+
+
+def test_same_rows_ignores_row_order_and_files_but_not_content(tmp_path):
+    from pipeline.refresh import same_rows
+
+    table = pa.table({"id": [0, 1, 2], "aliases": [["x"], [], ["y", "z"]]})
+    contract.write_table("entity_ids", pa.table({"row": [0], "id": [0]}), tmp_path / "o.parquet")
+    for name, part in (("one", table), ("split", table.slice(1)), ("split", table.slice(0, 1)),
+                       ("other", table.set_column(0, "id", pa.array([0, 1, 3])))):
+        (tmp_path / name).mkdir(exist_ok=True)
+        pa.parquet.write_table(part, tmp_path / name / f"part-{len(os.listdir(tmp_path / name))}"
+                                                        ".parquet")
+    shuffled = tmp_path / "shuffled.parquet"
+    pa.parquet.write_table(table.take([2, 0, 1]), shuffled)
+    assert same_rows(tmp_path / "one", shuffled) and same_rows(tmp_path / "one", tmp_path / "split")
+    assert not same_rows(tmp_path / "one", tmp_path / "other")
+    assert not same_rows(tmp_path / "one", tmp_path / "o.parquet")  # fewer rows
+    (tmp_path / "model.json").write_text("{}")
+    assert not same_rows(tmp_path / "model.json", tmp_path / "model.json")  # not a table
 
 
 def test_changed_config_or_refresh_mode_full_runs_in_full(tmp_path, stages):

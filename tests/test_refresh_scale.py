@@ -63,3 +63,24 @@ def test_attention_difference_over_the_shared_edges():
     full = edges([(0, 1, 2, False, 0.75), (2, 1, 0, True, 1.0)])
     assert rs.attention_difference(refresh, full) == {
         "shared": 2, "only_refresh": 1, "only_full": 0, "max_attention_diff": 0.25}
+
+
+def test_relation_pairs_compare_without_the_learned_source_but_with_the_rest():
+    pairs = pa.table({"r_i": [0, 1], "r_j": [1, 2], "nmi": [0.5, 0.25],
+                      "source": ["entity", "entity,transe"]})
+    warm = pairs.set_column(3, "source", pa.array(["entity,transe", "entity"]))
+    assert rs.table_equality(*(rs.deterministic_part(t, "relation_pairs")
+                               for t in (pairs, warm)))["equal"]
+    moved = warm.set_column(2, "nmi", pa.array([0.5, 0.3]))
+    assert not rs.table_equality(*(rs.deterministic_part(t, "relation_pairs")
+                                   for t in (pairs, moved)))["equal"]
+    entities = pa.table({"id": [0], "source": ["a"]})  # only relation_pairs loses the column
+    assert rs.deterministic_part(entities, "entities").column_names == ["id", "source"]
+
+
+def test_ingest_steps_list_the_full_builds_steps_then_the_refreshs_own():
+    lines = rs.ingest_step_lines({"full": {"parse": 2.0, "ids": 1.0},
+                                  "refresh": {"parse": 1.5, "change_set": 0.25}})
+    assert lines[3:] == ["| parse | 2.0 | 1.5 |", "| ids | 1.0 | 0.0 |",
+                         "| change_set | 0.0 | 0.2 |"]
+    assert rs.ingest_step_lines({}) == []

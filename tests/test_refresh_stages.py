@@ -20,13 +20,13 @@ pytestmark = pytest.mark.spark
 CORE = ("entities", "relations", "triples")
 
 
-def ingest(dump: Path, out: Path, previous: Path | None = None) -> dict:
+def ingest(dump: Path, out: Path, previous: Path | None = None, *overrides: str) -> dict:
     from spark_jobs import ingest as stage
 
     inputs = {"dump": str(dump)}
     if previous is not None:
         inputs.update({PREVIOUS + t: str(previous / f"{t}.parquet") for t in CORE})
-    return stage.run(load_config(None, ["ingest.format=synth"]), inputs, str(out))
+    return stage.run(load_config(None, ["ingest.format=synth", *overrides]), inputs, str(out))
 
 
 def tables(out: Path) -> dict:
@@ -80,6 +80,17 @@ def test_the_change_set_is_the_difference_of_the_two_graphs(versions):
     assert [k for (k,) in part(root / "refresh", "changed_entities")] == edit["renamed"]
     counts = reports["refresh"]["change_set"]
     assert counts == {name: len(part(root / "refresh", name)) for name in counts}
+
+
+def test_the_spark_change_set_of_a_large_graph_equals_the_drivers(versions):
+    from spark_jobs.ingest import CHANGE_SET_PARTS
+
+    root, _, reports = versions  # the refresh above: entities within driver_max_entities
+    spark = ingest(root / "d2", root / "refresh-spark", root / "first",
+                   "ingest.driver_max_entities=0")
+    assert spark["report"]["change_set"] == reports["refresh"]["change_set"]
+    for name in CHANGE_SET_PARTS:
+        assert part(root / "refresh-spark", name) == part(root / "refresh", name), name
 
 
 def test_an_unchanged_dump_has_an_empty_change_set_and_the_same_tables(versions):
