@@ -219,7 +219,7 @@ def warm_and_full(tmp_path_factory, spark):
     from pipeline import driver as pipeline
     from pipeline.synth import generate
     from runtime.config import load_config
-    from tests.helpers import edit_synth_dump
+    from pipeline.dump_edit import edit_synth_dump
 
     root = tmp_path_factory.mktemp("warm-quality")
     generate(root / "d1", n_triples=20_000, seed=7, n_questions=200)
