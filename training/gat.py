@@ -14,7 +14,11 @@ reversed index the softmax runs over u's out-neighbours — α(u→·) is a tran
 and u receives Σ_v α(u→v|r)·W h_v. GATConv puts edge features only into ``edge_update`` (the
 logits, through its own ``lin_edge`` = W_r); ``message`` is α·W h_v, so W_r e_r never enters a
 message. That is DESIGN's α = softmax_v LeakyReLU(aᵀ[W h_u ‖ W h_v ‖ W_r e_r]) with a split into
-a_dst, a_src, a_edge — so the library layer is used rather than a hand-written one. No self
+a_dst, a_src, a_edge — so the library layer is used rather than a hand-written one, in one
+respect changed (``relation_gat_conv``): the edge term a_edgeᵀ W_r e depends on the edge's
+relation and direction only, so it is computed once per row of a 2R-row table (e_r, then −e_r)
+and gathered per edge (``edge_types``), where GATConv would project every edge's vector — on
+FB15k-237 607k edges against 450 rows, every layer and step; same parameters, same α. No self
 loops: a loop would take probability mass in the transition distribution for a move that is no
 KG edge; ``residual=True`` instead adds the layer's own projection of h_u to u's output (it
 enters neither α nor the neighbours' messages). Layers before the last concatenate their heads
@@ -359,11 +363,10 @@ def build_model(in_dim: int, rel_dim: int, num_relations: int, cfg: Mapping):
 
 
 def relation_gat_conv():
-    """PyG's GATConv whose edge term aᵀ_edge W_r e is computed once per row of a relation table
-    (a relation in one direction) and gathered per edge, where GATConv projects every edge's
-    feature vector: on FB15k-237 that is 607k edges against 450 rows, every layer and step.
-    Same parameters (and state_dict keys), same maths: W_r has no bias, so row r's term is the
-    term of every edge of type r; messages, softmax and residual are GATConv's own."""
+    """PyG's GATConv with its edge term computed per row of ``relation_table`` and gathered per
+    edge (module docstring, Layer). Same parameters and state_dict keys, same maths: W_r has no
+    bias, so row t's term is that of every edge of type t; messages, softmax and residual are
+    GATConv's own."""
     import torch.nn.functional as F
     from torch_geometric.nn import GATConv
     from torch_geometric.utils import softmax
