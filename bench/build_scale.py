@@ -54,9 +54,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SAMPLE_SECONDS = 0.2
-#: children import this checkout, not the one the shared venv's editable install points at
-CHILD_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
-    p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+def child_env(code: Path = ROOT) -> dict[str, str]:
+    """The environment of a child that imports the checkout ``code``, not the one the shared
+    venv's editable install points at."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(code), os.environ.get("PYTHONPATH")) if p)}
+
+
+CHILD_ENV = child_env()
 
 
 class TreeMeter:
@@ -82,15 +87,15 @@ class TreeMeter:
         return rss, cpu_delta
 
 
-def run_measured(argv: list[str], log: Path) -> dict:
-    """Run ``argv`` to completion, its output to ``log``; wall and CPU seconds, the sampled peak
-    RSS of its process tree and the 1-minute load average before and after. A non-zero exit
-    raises with the log's tail."""
+def run_measured(argv: list[str], log: Path, code: Path = ROOT) -> dict:
+    """Run ``argv`` to completion in the checkout ``code``, its output to ``log``; wall and CPU
+    seconds, the sampled peak RSS of its process tree and the 1-minute load average before and
+    after. A non-zero exit raises with the log's tail."""
     load_before, meter = os.getloadavg()[0], TreeMeter()
     started, peak, cpu = time.perf_counter(), 0, 0.0
     with log.open("w") as out:
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                                 env=CHILD_ENV)
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=code,
+                                 env=child_env(code))
         proc = psutil.Process(child.pid)
         while child.poll() is None:
             try:
@@ -332,15 +337,21 @@ def build_dump(args: argparse.Namespace) -> None:
     else:
         rows = build_measured(args.dump.resolve(), args.work / "store", f"dump-{os.getpid()}",
                               args.overrides, logs)
-    if args.json:
-        with args.json.open("a") as out:
+    run = {"dump": str(args.dump), "one_process": args.one_process, "overrides": args.overrides}
+    write_results([{**run, **row} for row in rows], dump_markdown(rows), args.json,
+                  args.markdown)
+
+
+def write_results(rows: list[dict], table: str, json_path: Path | None,
+                  markdown_path: Path | None) -> None:
+    """Append ``rows`` to the JSON-lines file, print ``table`` and write it to the Markdown one."""
+    if json_path:
+        with json_path.open("a") as out:
             for row in rows:
-                out.write(json.dumps({"dump": str(args.dump), "one_process": args.one_process,
-                                      "overrides": args.overrides, **row}) + "\n")
-    table = dump_markdown(rows)
+                out.write(json.dumps(row) + "\n")
     print(table)
-    if args.markdown:
-        args.markdown.write_text(table)
+    if markdown_path:
+        markdown_path.write_text(table)
 
 
 if __name__ == "__main__":

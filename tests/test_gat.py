@@ -124,6 +124,10 @@ def toy_tensors(seed: int = 0):
     return graph, x, rel_vec, index
 
 
+def toy_types(graph):
+    return gat.edge_types(torch.from_numpy(graph.rel), torch.from_numpy(graph.inverse), 3)
+
+
 def by_hand(conv, x, graph, alpha, concat: bool):
     """A GAT layer's output from its attention and W h_v alone (+ residual and bias):
     out_u = Σ_{u→v} α(u→v) · W h_v. Any relation term in the messages breaks the equality."""
@@ -140,14 +144,14 @@ def test_relation_vectors_enter_attention_but_not_messages():
     model = toy_model()
     graph, x, rel_vec, index = toy_tensors()
     other = torch.randn(3, REL_DIM, generator=torch.Generator().manual_seed(7))
-    rel, inv = torch.from_numpy(graph.rel), torch.from_numpy(graph.inverse)
     with torch.no_grad():
         h = x
         for layer, conv in enumerate(model.convs):
             concat = layer < len(model.convs) - 1
             outs = []
             for vectors in (rel_vec, other):
-                out, alpha = model.layer(layer, h, index, gat.edge_features(vectors, rel, inv))
+                out, alpha = model.layer(layer, h, index, toy_types(graph),
+                                         gat.relation_table(vectors))
                 pre = torch.nn.functional.elu if concat else (lambda t: t)
                 torch.testing.assert_close(out, pre(by_hand(conv, h, graph, alpha, concat)),
                                            atol=1e-5, rtol=1e-5)
@@ -160,7 +164,7 @@ def test_relation_vectors_enter_attention_but_not_messages():
 
 def test_inverse_edges_carry_the_negated_relation_vector():
     graph, _, rel_vec, _ = toy_tensors()
-    feats = gat.edge_features(rel_vec, torch.from_numpy(graph.rel), torch.from_numpy(graph.inverse))
+    feats = gat.relation_table(rel_vec)[toy_types(graph)]
     for e in range(graph.num_edges):
         sign = -1.0 if graph.inverse[e] else 1.0
         torch.testing.assert_close(feats[e], sign * rel_vec[graph.rel[e]])
@@ -168,13 +172,38 @@ def test_inverse_edges_carry_the_negated_relation_vector():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_layer_equals_pyg_gatconv_fed_every_edges_relation_vector(device):
+    """The per-relation edge term is GATConv's per-edge one: same parameters, same α and
+    outputs as the library layer given each edge's ±e_r — in training mode too (gradients)."""
+    from torch_geometric.nn import GATConv
+
+    model = toy_model(layers=2).to(device).train()
+    graph, x, rel_vec, index = toy_tensors()
+    x, rel_vec, index = x.to(device), rel_vec.to(device), index.to(device)
+    types, table = toy_types(graph).to(device), gat.relation_table(rel_vec)
+    for layer, conv in enumerate(model.convs):
+        library = GATConv(conv.in_channels, conv.out_channels, heads=conv.heads,
+                          concat=conv.concat, add_self_loops=False, edge_dim=REL_DIM,
+                          residual=True).to(device)
+        library.load_state_dict(conv.state_dict())
+        out, alpha = conv(x, index, types, table)
+        want, (_, want_alpha) = library(x, index, table[types], return_attention_weights=True)
+        torch.testing.assert_close(alpha, want_alpha, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+        grads = torch.autograd.grad(out.square().sum(), list(conv.parameters()))
+        want_grads = torch.autograd.grad(want.square().sum(), list(library.parameters()))
+        for got, expected in zip(grads, want_grads):
+            torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+        x = out.detach()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_forward_attention_is_a_distribution_over_out_edges(device):
     model = toy_model().to(device)
     graph, x, rel_vec, index = toy_tensors()
-    attr = gat.edge_features(rel_vec.to(device), torch.from_numpy(graph.rel).to(device),
-                             torch.from_numpy(graph.inverse).to(device))
     with torch.no_grad():
-        z, alpha = model(x.to(device), index.to(device), attr)
+        z, alpha = model(x.to(device), index.to(device), toy_types(graph).to(device),
+                         gat.relation_table(rel_vec.to(device)))
     assert z.shape == (5, model.out_dim) and alpha.shape == (graph.num_edges, 2)
     assert z.device.type == device
     sums = torch.zeros(5, 2, device=device).index_add_(0, torch.from_numpy(graph.src).to(device),
@@ -185,9 +214,8 @@ def test_forward_attention_is_a_distribution_over_out_edges(device):
 def test_chunked_inference_equals_the_full_forward():
     model = toy_model(layers=3)
     graph, x, rel_vec, index = toy_tensors()
-    attr = gat.edge_features(rel_vec, torch.from_numpy(graph.rel), torch.from_numpy(graph.inverse))
     with torch.no_grad():
-        z, alpha = model(x, index, attr)
+        z, alpha = model(x, index, toy_types(graph), gat.relation_table(rel_vec))
     for chunk in (1, 3, 1000):
         z2, alpha2 = gat.infer(model, graph, x, rel_vec, torch.device("cpu"), chunk)
         torch.testing.assert_close(z2, z, atol=1e-5, rtol=1e-5)
