@@ -422,16 +422,22 @@ class Runtime:
     def _linker(self, triples: Callable[[], pa.Table]) -> Linker:
         """The surface-form index, from the forms the build folded at publish (builds
         published before that have their names, keys and aliases folded here); the common
-        nouns only feedback added link as a fallback (runtime/linker.py)."""
+        nouns only feedback added link as a fallback (runtime/linker.py); in a graph extracted
+        from documents (its triples have sources) a written name also links its qualified
+        forms, which such a graph splits one thing over (a curated KG's names are its own:
+        "The Long Road II" is the sequel, not "The Long Road")."""
         degree = self.graph.out_degree()
         fallback = common_nouns(self.names, feedback.feedback_entities(self.build, triples))
+        extracted = self.build.manifest.get("tables", {}).get("triple_sources", {}).get("rows")
+        qualified = int(self.settings["qualified_links"]) if extracted else 0
         path = self.build.path / LINKER_FORMS_FILE
         if path.is_file():
             table = read_parquet(path)
             forms = zip(table.column("id").to_pylist(), table.column("form").to_pylist())
-            return Linker(forms, degree, folded=True, fallback=fallback)
+            return Linker(forms, degree, folded=True, fallback=fallback, max_qualified=qualified,
+                          names=self.names)
         return Linker(surface_forms(self.names, self.keys, self._aliases), degree,
-                      fallback=fallback)
+                      fallback=fallback, max_qualified=qualified, names=self.names)
 
     def _relation_knowledge(self, triples: Callable[[], pa.Table]
                             ) -> tuple[relknow.RelationKnowledge, relknow.Facts] | None:
