@@ -65,3 +65,11 @@ def test_a_rounds_links_are_counted_by_method_with_the_qualified_pairs(tmp_path)
     assert fr.link_methods(tmp_path / "run") == {
         "by_method": {"exact": 1, "qualified": 2, "vector": 1},
         "qualified": [("manchuria", "Soviet invasion of Manchuria")]}
+
+
+def test_recall_misses_counts_undirected_hops_up_to_four():
+    from bench.recall_misses import hops
+
+    chain = {i: {i - 1, i + 1} - {-1, 7} for i in range(7)}  # 0 - 1 - ... - 6
+    assert hops(chain, [0], {4}) == 4 and hops(chain, [3, 0], {4}) == 1
+    assert hops(chain, [0], {5}) is None and hops(chain, [0], {0}) == 0
