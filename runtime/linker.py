@@ -223,6 +223,15 @@ class Linker:
                               for i in self._index[form] if self._named(i))
         return tuple(found) if len(found) <= self.max_qualified else ()
 
+    def qualified_forms_of(self, name: str) -> tuple[int, ...]:
+        """:meth:`qualified_forms` of an entity's name (a candidate answer's, a bridge such as
+        "Fredericton, New Brunswick" → "…, Canada"), when it is written as a name and does not
+        start with a stop word."""
+        span = normalise(name)
+        if not _qualifiable(span) or not (name[:1].isupper() or name[:1].isdigit()):
+            return ()
+        return self.qualified_forms(span)
+
     def _named(self, entity: int) -> bool:
         """Written as a name: a capital or digit first (no names given: every entity but a
         fallback)."""
@@ -232,13 +241,11 @@ class Linker:
             or self.names[entity][:1].isdigit()
 
     def _qualified_links(self, question: str, links: list[Link]) -> list[Link]:
-        """The qualified forms of the spans the question writes as names, each entity once; not
-        of a span that starts with a stop word ("the world" of "the World Series": the
-        question's name is longer than the span)."""
+        """The qualified forms of the spans the question writes as names, each entity once."""
         seen = {link.id for link in links}
         out = []
         for link in links:
-            if link.method == FALLBACK or link.span.split()[0] in STOP_WORDS \
+            if link.method == FALLBACK or not _qualifiable(link.span) \
                     or not _written_with_capitals(question, link.span):
                 continue
             for i in self.qualified_forms(link.span):
@@ -246,6 +253,12 @@ class Linker:
                     seen.add(i)
                     out.append(Link(i, link.span, QUALIFIED, link.score))
         return out
+
+
+def _qualifiable(span: str) -> bool:
+    """A folded span whose qualified forms may link: not empty, not starting with a stop word
+    ("the world" of "the World Series": the name is longer than the span)."""
+    return bool(span) and span.split()[0] not in STOP_WORDS
 
 
 def _in_question_order(found: list[tuple[int, Link]]) -> list[Link]:

@@ -801,7 +801,8 @@ class Runtime:
         (compact), the linked entities' 1-hop triples (neighbourhood), or the triples of the
         top candidates' best paths (taimr, similarity); then the boosted chain facts and, in a
         store built from documents, the triples of the ``query.passages`` chunks nearest the
-        question (dense passage retrieval seeds what the paths from the links cannot reach)."""
+        question (dense passage retrieval seeds what the paths from the links cannot reach), and
+        the 1-hop triples of the top candidates' qualified forms (a split bridge's next hop)."""
         semantic, sources = q_vec is not None, {}
         if plan.compact:
             d = plan.assessment.derivation
@@ -821,6 +822,8 @@ class Runtime:
         extra = list(plan.boosted) if triples else []
         if q_vec is not None and not plan.compact and req.retrieval != "neighbourhood":
             extra += self.provenance.passage_triples(q_vec, int(self.settings["passages"]))
+        if not plan.compact and req.retrieval != "neighbourhood":
+            extra += self._qualified_neighbourhood(candidates)
         if triples and extra:
             present = set(triples)
             extra = [f for f in dict.fromkeys(extra) if f not in present]
@@ -854,6 +857,18 @@ class Runtime:
         ranked.sort(key=lambda c: (-c[0], c[1]))
         return [Candidate(a, self.names[a], final, p[0], cos, (h, p))
                 for final, a, cos, h, p in ranked[: int(self.settings["max_candidates"])]], sources
+
+    def _qualified_neighbourhood(self, candidates: list[Candidate]) -> list[Triple]:
+        """The 1-hop triples of the qualified forms of the top ``focus_candidates`` names: a
+        graph extracted from documents splits a bridge ("Fredericton, New Brunswick", where
+        the question's person was born) from the name that holds its next hop
+        ("Fredericton, New Brunswick, Canada", where the diocese is). None where the linker
+        links no qualified forms (``query.qualified_links`` 0, a curated KG)."""
+        if not self.linker.max_qualified:
+            return []
+        top = candidates[: int(self.settings["focus_candidates"])]
+        forms = [e for c in top for e in self.linker.qualified_forms_of(self.names[c.id])]
+        return self._neighbourhood(list(dict.fromkeys(forms)))
 
     def _neighbourhood(self, heads: list[int]) -> list[Triple]:
         g = self.graph

@@ -132,3 +132,29 @@ def test_qualified_forms_only_for_names_the_question_writes_and_only_when_on():
                                          names=SPLIT + ["Red Army in Manchuria"])
     assert {extended.names[link.id] for link in extended.link("Manchuria?")} == {
         "Manchuria", "Soviet invasion of Manchuria", "Red Army in Manchuria"}
+
+
+def test_a_top_candidates_qualified_forms_bring_their_triples_into_the_candidate_set():
+    """Meehan Bonnar was born in "Fredericton, New Brunswick"; the diocese is in "Fredericton,
+    New Brunswick, Canada" — a split bridge, whose other name's triples hold the next hop."""
+    from types import SimpleNamespace
+
+    from runtime.query import Runtime
+
+    names = ["Meehan Bonnar", "Fredericton, New Brunswick", "Fredericton, New Brunswick, Canada",
+             "Diocese of Fredericton", "Boston Bruins", "cathedral of Boston Bruins"]
+    graph = {2: [(3, 0, 2)], 5: [(5, 1, 4)]}
+
+    def runtime(max_qualified, focus):
+        return SimpleNamespace(
+            linker=Linker(list(enumerate(names)), max_qualified=max_qualified, names=names),
+            names=names, settings={"focus_candidates": focus},
+            _neighbourhood=lambda heads: [t for h in heads for t in graph.get(h, [])])
+
+    candidates = [SimpleNamespace(id=4), SimpleNamespace(id=1)]
+    assert Runtime._qualified_neighbourhood(runtime(4, 2), candidates) == [(3, 0, 2)]
+    assert Runtime._qualified_neighbourhood(runtime(4, 1), candidates) == []  # not in focus
+    assert Runtime._qualified_neighbourhood(runtime(0, 2), candidates) == []  # off
+    linker = runtime(4, 2).linker
+    assert linker.qualified_forms_of("fredericton") == ()  # not written as a name
+    assert linker.qualified_forms_of("Fredericton, New Brunswick") == (2,)
