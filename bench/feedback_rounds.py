@@ -35,7 +35,8 @@ build → answer → refresh on a sparsified musique-openie subset, one table ro
   triples (new, in all; and, added with them, the aliases — names questions wrote that nothing
   linked, given to the entity they name — new and in all), context recall, EM, F1-SQuAD,
   calls/q and tok/q (evaluation.metrics via evaluation.runner; reader none makes no call) and
-  the round's wall time (build + answers).
+  the round's wall time (build + answers); added since, in ``result.json`` only: the answers'
+  links by method and the distinct qualified-form links (span, entity), for a precision count.
 * **Arms** on the same questions and dump, each its own store (``--arms``; default the first):
   ``feedback-precomputed``; ``no-feedback`` (the same rebuilds with ``query.feedback=false``:
   the log stays empty, every refresh enriches nothing — where it is not run, the no-feedback
@@ -243,6 +244,7 @@ def run_round(arm_dir: Path, number: int, config: dict, setup: dict, progress: b
               **{k: summary[k] for k in ("context_recall", "EM", "F1-SQuAD", "calls/q",
                                          "tok/q", "n")},
               "log": round_log(store.root, meta["build_id"]),
+              "links": link_methods(here / "run"),
               "wall_s": round(meta["build_s"] + time.perf_counter() - started, 1)}
     done.write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
@@ -350,6 +352,20 @@ def round_log(store: Path, build_id: str) -> dict:
         {"missing_facts": sum(len(r["missing"]) for r in records),
          "bridges": sum(len(r.get("bridges", ())) for r in records),
          "unlinked": sum(len(r.get("unlinked", ())) for r in records)}
+
+
+def link_methods(run: Path) -> dict:
+    """How the round's answers linked, by method (linker.Link.method; ``qualified``: the
+    names that qualify a written name, whose wrong ones a precision count reads here), and
+    the distinct (span, entity) pairs of the qualified ones."""
+    counts: dict[str, int] = {}
+    qualified: set[tuple[str, str]] = set()
+    for line in (run / "lokg" / "predictions.jsonl").open(encoding="utf-8"):
+        for link in json.loads(line)["details"].get("linked", ()):
+            counts[link["method"]] = counts.get(link["method"], 0) + 1
+            if link["method"] == "qualified":
+                qualified.add((link["span"], link["name"]))
+    return {"by_method": counts, "qualified": sorted(qualified)}
 
 
 # ---- output -----------------------------------------------------------------------------------

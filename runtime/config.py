@@ -262,6 +262,12 @@ DEFAULTS: dict = {
         "passages": 3,
         "focus_candidates": 5,  # top candidates that get ITTC's λ_boost (with linked entities)
         "min_link_cosine": 0.5,  # vector fallback: nearest entity must reach this cosine
+        # stores extracted from documents: a name the question writes also links the entities
+        # whose names hold it as a run of words ("Manchuria" -> "Soviet invasion of
+        # Manchuria"), when it has at most this many (more: a generic word); runtime/linker.py;
+        # 0 = off. 4: the least that linked every such form that brought a gold into a
+        # context on the 50 musique questions of docs/BENCHMARKS.md (3 missed "Rochester")
+        "qualified_links": 4,
         # threads of the query path's numerics, process-wide, set at open: numpy's BLAS (every
         # product a question makes is small; runtime.environment.limit_blas_threads) and the
         # torch encoder's; null = leave them as they are
@@ -508,7 +514,7 @@ SCHEMA: dict = {
     "query": {
         "lambda_q": WEIGHT, "max_candidates": COUNT, "passages": integer(0),
         "focus_candidates": integer(0),
-        "min_link_cosine": number(-1, 1), "threads": THREADS,
+        "min_link_cosine": number(-1, 1), "qualified_links": integer(0), "threads": THREADS,
         "encoder_backend": choice(*QUERY_BACKENDS), "relation_weight": WEIGHT,
         "chain_boost": BOOL, "cached_buckets": COUNT, "reader": choice(*READER_MODES),
         "choice_candidates": COUNT, "choice_margin": WEIGHT,

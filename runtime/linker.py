@@ -15,6 +15,15 @@ An entity that only query-driven feedback added to the graph and whose name is a
 one extracted "Africa *is* continent" would take over every question that says "continent"
 from the topic its other words name (the vector fallback's "coldest continent").
 
+A named span also links its **qualified forms**, method ``qualified``: the entities whose
+name is itself written as a name (a capital or digit first) and contains the span's words as a
+run of words ("Manchuria" → "Soviet invasion of Manchuria", "Silverton" → "Silverton,
+Colorado", "Maharashtra" → "Chief Minister of Maharashtra"; not the extracted phrase "seizure
+of Manchuria"). A graph extracted from text splits one place or event over such names, each
+holding some of its facts, and a question names only one of them. Only a span with at most
+``max_qualified`` such forms links them: a specific name has few, a generic word ("State",
+"River") has many and links none. They claim no words and come after the span's own links.
+
 When nothing matches (or only fallback forms do) and the store has an encoder (the optional
 extra), the FAISS/vector fallback embeds the question and takes the nearest entity if its
 cosine passes ``min_cosine``.
@@ -93,7 +102,7 @@ class Link:
 
     id: int
     span: str  # the question words (normalised) that named it, or the question for a fallback
-    method: str  # exact | normalised | vector | given | fallback
+    method: str  # exact | normalised | vector | given | fallback | qualified
     score: float  # 1.0 for string matches, the cosine for the vector fallback
 
     def to_dict(self) -> dict:
@@ -102,6 +111,8 @@ class Link:
 
 #: The method of a link to a fallback entity (module docstring): taken only when nothing else links.
 FALLBACK = "fallback"
+#: The method of a link to a qualified form of a linked name (module docstring).
+QUALIFIED = "qualified"
 
 
 def common_nouns(names: Sequence[str], ids: Iterable[int]) -> frozenset[int]:
@@ -115,10 +126,14 @@ class Linker:
 
     def __init__(self, surface_forms: Iterable[tuple[int, str]], degree: np.ndarray | None = None,
                  *, max_span_words: int = 12, max_per_span: int = 3, folded: bool = False,
-                 fallback: Iterable[int] = ()):
+                 fallback: Iterable[int] = (), max_qualified: int = 0,
+                 names: Sequence[str] | None = None):
         r"""``folded``: the forms are already :func:`normalise`\ d (:func:`folded_forms`, which a
         build writes at publish so that opening a store does not fold every name again).
-        ``fallback``: entities linked only when no other one is (module docstring)."""
+        ``fallback``: entities linked only when no other one is; ``max_qualified``: a named
+        span links its qualified forms when it has at most this many (0 = never; module
+        docstring), among the entities whose ``names`` start with a capital or digit (all
+        when not given)."""
         index: dict[str, set[int]] = {}
         longest = 1
         for entity_id, form in surface_forms:
@@ -132,8 +147,11 @@ class Linker:
         self.degree = degree
         self.fallback = frozenset(int(i) for i in fallback)
         self.max_per_span = max_per_span
+        self.max_qualified = max_qualified
+        self.names = names
         self.max_span_words = min(max_span_words, longest)
         self._index = {k: self._order(v) for k, v in index.items()}
+        self._by_word: dict[str, list[str]] | None = None  # word -> forms; built on first use
 
     def _order(self, ids: set[int]) -> tuple[int, ...]:
         if self.degree is None:
@@ -141,14 +159,17 @@ class Linker:
         return tuple(sorted(ids, key=lambda i: (-int(self.degree[i]), i)))
 
     def with_forms(self, forms: Iterable[tuple[int, str]], degree: np.ndarray | None,
-                   fallback: Iterable[int] = ()) -> Linker:
+                   fallback: Iterable[int] = (), names: Sequence[str] | None = None) -> Linker:
         """A new index: this one's forms plus ``(entity, form)`` pairs (unfolded), ranked by
-        ``degree``, with ``fallback`` entities added to this one's (an overlay's entities,
-        degrees and the common nouns among them, runtime/overlay.py)."""
+        ``degree``, with ``fallback`` entities added to this one's and ``names`` for all
+        (an overlay's entities, degrees, the common nouns among them and names,
+        runtime/overlay.py)."""
         pairs = [(i, key) for key, ids in self._index.items() for i in ids]
         pairs += [(i, normalise(form)) for i, form in forms]
         return Linker(pairs, degree, max_per_span=self.max_per_span, folded=True,
-                      fallback=self.fallback | frozenset(fallback))
+                      fallback=self.fallback | frozenset(fallback),
+                      max_qualified=self.max_qualified,
+                      names=self.names if names is None else names)
 
     def __len__(self) -> int:
         return len(self._index)
@@ -180,7 +201,64 @@ class Linker:
                     taken[start:start + length] = [True] * length
                     found += [(start, Link(i, span, method, 1.0))
                               for i in primary[: self.max_per_span]]
-        return named_first(question, _in_question_order(found or spare))
+        links = named_first(question, _in_question_order(found or spare))
+        return links + self._qualified_links(question, links) if self.max_qualified else links
+
+    def qualified_forms(self, span: str) -> tuple[int, ...]:
+        """The entities whose folded name holds the folded ``span`` as a run of words, and is
+        longer; none when there are more than ``max_qualified`` (a generic word)."""
+        if self._by_word is None:  # a race builds it twice, the same
+            by_word: dict[str, list[str]] = {}
+            for form in self._index:
+                for word in set(form.split()):
+                    by_word.setdefault(word, []).append(form)
+            self._by_word = by_word
+        words = span.split()
+        if not words or any(w not in self._by_word for w in words):
+            return ()
+        rarest = min(words, key=lambda w: len(self._by_word[w]))
+        padded = f" {span} "
+        found = dict.fromkeys(i for form in self._by_word[rarest]
+                              if form != span and padded in f" {form} "
+                              for i in self._index[form] if self._named(i))
+        return tuple(found) if len(found) <= self.max_qualified else ()
+
+    def qualified_forms_of(self, name: str) -> tuple[int, ...]:
+        """:meth:`qualified_forms` of an entity's name (a candidate answer's, a bridge such as
+        "Fredericton, New Brunswick" → "…, Canada"), when it is written as a name and does not
+        start with a stop word."""
+        span = normalise(name)
+        if not _qualifiable(span) or not (name[:1].isupper() or name[:1].isdigit()):
+            return ()
+        return self.qualified_forms(span)
+
+    def _named(self, entity: int) -> bool:
+        """Written as a name: a capital or digit first (no names given: every entity but a
+        fallback)."""
+        if entity in self.fallback:
+            return False
+        return self.names is None or self.names[entity][:1].isupper() \
+            or self.names[entity][:1].isdigit()
+
+    def _qualified_links(self, question: str, links: list[Link]) -> list[Link]:
+        """The qualified forms of the spans the question writes as names, each entity once."""
+        seen = {link.id for link in links}
+        out = []
+        for link in links:
+            if link.method == FALLBACK or not _qualifiable(link.span) \
+                    or not _written_with_capitals(question, link.span):
+                continue
+            for i in self.qualified_forms(link.span):
+                if i not in seen:
+                    seen.add(i)
+                    out.append(Link(i, link.span, QUALIFIED, link.score))
+        return out
+
+
+def _qualifiable(span: str) -> bool:
+    """A folded span whose qualified forms may link: not empty, not starting with a stop word
+    ("the world" of "the World Series": the name is longer than the span)."""
+    return bool(span) and span.split()[0] not in STOP_WORDS
 
 
 def _in_question_order(found: list[tuple[int, Link]]) -> list[Link]:

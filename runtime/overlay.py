@@ -87,7 +87,7 @@ def overlaid(rt, extra: Sequence[ExtraTriple]):
     new_ids = range(rt.n_entities, view.n_entities)
     view.linker = rt.linker.with_forms(
         ((rt.n_entities + i, name) for i, (_, name) in enumerate(ids.new_entities)),
-        view.graph.out_degree(), common_nouns(view.names, new_ids))
+        view.graph.out_degree(), common_nouns(view.names, new_ids), view.names)
     if rt.vectors is not None and ids.new_entities:
         view.vectors = np.vstack([np.asarray(rt.vectors),
                                   np.zeros((len(ids.new_entities), rt.vectors.shape[1]),

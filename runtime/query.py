@@ -422,16 +422,22 @@ class Runtime:
     def _linker(self, triples: Callable[[], pa.Table]) -> Linker:
         """The surface-form index, from the forms the build folded at publish (builds
         published before that have their names, keys and aliases folded here); the common
-        nouns only feedback added link as a fallback (runtime/linker.py)."""
+        nouns only feedback added link as a fallback (runtime/linker.py); in a graph extracted
+        from documents (its triples have sources) a written name also links its qualified
+        forms, which such a graph splits one thing over (a curated KG's names are its own:
+        "The Long Road II" is the sequel, not "The Long Road")."""
         degree = self.graph.out_degree()
         fallback = common_nouns(self.names, feedback.feedback_entities(self.build, triples))
+        extracted = self.build.manifest.get("tables", {}).get("triple_sources", {}).get("rows")
+        qualified = int(self.settings["qualified_links"]) if extracted else 0
         path = self.build.path / LINKER_FORMS_FILE
         if path.is_file():
             table = read_parquet(path)
             forms = zip(table.column("id").to_pylist(), table.column("form").to_pylist())
-            return Linker(forms, degree, folded=True, fallback=fallback)
+            return Linker(forms, degree, folded=True, fallback=fallback, max_qualified=qualified,
+                          names=self.names)
         return Linker(surface_forms(self.names, self.keys, self._aliases), degree,
-                      fallback=fallback)
+                      fallback=fallback, max_qualified=qualified, names=self.names)
 
     def _relation_knowledge(self, triples: Callable[[], pa.Table]
                             ) -> tuple[relknow.RelationKnowledge, relknow.Facts] | None:
@@ -795,7 +801,8 @@ class Runtime:
         (compact), the linked entities' 1-hop triples (neighbourhood), or the triples of the
         top candidates' best paths (taimr, similarity); then the boosted chain facts and, in a
         store built from documents, the triples of the ``query.passages`` chunks nearest the
-        question (dense passage retrieval seeds what the paths from the links cannot reach)."""
+        question (dense passage retrieval seeds what the paths from the links cannot reach), and
+        the 1-hop triples of the top candidates' qualified forms (a split bridge's next hop)."""
         semantic, sources = q_vec is not None, {}
         if plan.compact:
             d = plan.assessment.derivation
@@ -815,6 +822,8 @@ class Runtime:
         extra = list(plan.boosted) if triples else []
         if q_vec is not None and not plan.compact and req.retrieval != "neighbourhood":
             extra += self.provenance.passage_triples(q_vec, int(self.settings["passages"]))
+        if not plan.compact and req.retrieval != "neighbourhood":
+            extra += self._qualified_neighbourhood(candidates)
         if triples and extra:
             present = set(triples)
             extra = [f for f in dict.fromkeys(extra) if f not in present]
@@ -848,6 +857,18 @@ class Runtime:
         ranked.sort(key=lambda c: (-c[0], c[1]))
         return [Candidate(a, self.names[a], final, p[0], cos, (h, p))
                 for final, a, cos, h, p in ranked[: int(self.settings["max_candidates"])]], sources
+
+    def _qualified_neighbourhood(self, candidates: list[Candidate]) -> list[Triple]:
+        """The 1-hop triples of the qualified forms of the top ``focus_candidates`` names: a
+        graph extracted from documents splits a bridge ("Fredericton, New Brunswick", where
+        the question's person was born) from the name that holds its next hop
+        ("Fredericton, New Brunswick, Canada", where the diocese is). None where the linker
+        links no qualified forms (``query.qualified_links`` 0, a curated KG)."""
+        if not self.linker.max_qualified:
+            return []
+        top = candidates[: int(self.settings["focus_candidates"])]
+        forms = [e for c in top for e in self.linker.qualified_forms_of(self.names[c.id])]
+        return self._neighbourhood(list(dict.fromkeys(forms)))
 
     def _neighbourhood(self, heads: list[int]) -> list[Triple]:
         g = self.graph

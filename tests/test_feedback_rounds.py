@@ -49,3 +49,27 @@ def test_a_work_directory_takes_arms_added_since_and_refuses_changed_ones(tmp_pa
     monkeypatch.setitem(fr.ARMS, "feedback-precomputed", ["feedback_enrich.k=5"])
     with pytest.raises(SystemExit, match="arms.feedback-precomputed"):
         fr.check_settings(args)
+
+
+def test_a_rounds_links_are_counted_by_method_with_the_qualified_pairs(tmp_path):
+    import json
+
+    out = tmp_path / "run" / "lokg"
+    out.mkdir(parents=True)
+    linked = [[{"method": "exact", "span": "manchuria", "name": "Manchuria"},
+               {"method": "qualified", "span": "manchuria", "name": "Soviet invasion of Manchuria"}],
+              [{"method": "qualified", "span": "manchuria", "name": "Soviet invasion of Manchuria"},
+               {"method": "vector", "span": "q", "name": "Antarctica"}], []]
+    out.joinpath("predictions.jsonl").write_text(
+        "".join(json.dumps({"details": {"linked": links}}) + "\n" for links in linked))
+    assert fr.link_methods(tmp_path / "run") == {
+        "by_method": {"exact": 1, "qualified": 2, "vector": 1},
+        "qualified": [("manchuria", "Soviet invasion of Manchuria")]}
+
+
+def test_recall_misses_counts_undirected_hops_up_to_four():
+    from bench.recall_misses import hops
+
+    chain = {i: {i - 1, i + 1} - {-1, 7} for i in range(7)}  # 0 - 1 - ... - 6
+    assert hops(chain, [0], {4}) == 4 and hops(chain, [3, 0], {4}) == 1
+    assert hops(chain, [0], {5}) is None and hops(chain, [0], {0}) == 0

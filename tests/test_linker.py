@@ -92,3 +92,69 @@ def test_the_runtime_tries_the_vector_fallback_before_a_feedback_common_noun():
     assert [link.method for link in Runtime._link(rt, CONTINENT, None)[0]] == ["fallback"]
     rt = runtime(Linker(forms), nearest=0)  # an entity of the dump's own: linked as before
     assert [link.method for link in Runtime._link(rt, CONTINENT, None)[0]] == ["exact"]
+
+
+# ---- qualified forms: one place or event split over several names (issue 16, recall) --------
+
+SPLIT = ["Manchuria", "Soviet invasion of Manchuria", "seizure of Manchuria", "Izgoy",
+         "State", "Golden State", "Garden State", "Empire State", "Mississippi State",
+         "Manchurian Candidate"]
+
+
+def split_linker(max_qualified=4):
+    return Linker(list(enumerate(SPLIT)), max_qualified=max_qualified, names=SPLIT)
+
+
+def test_a_written_name_also_links_the_names_that_qualify_it():
+    """"Manchuria" in the question, the date in "Soviet invasion of Manchuria"'s triples: the
+    qualified form links too (after the span's own link, claiming no words); an extracted
+    phrase that is not itself a name ("seizure of Manchuria") and a name that only shares a
+    prefix of a word ("Manchurian Candidate") do not."""
+    links = split_linker().link("When did the country of Izgoy's performer invade Manchuria?")
+    assert [(SPLIT[link.id], link.method) for link in links] == [
+        ("Izgoy", "exact"), ("Manchuria", "exact"), ("Soviet invasion of Manchuria", "qualified")]
+    assert links[-1].span == "manchuria"
+
+
+def test_a_generic_word_with_many_qualified_forms_links_none_of_them():
+    """Four names hold "State": past a limit of 3 it is a generic word, at 4 a name."""
+    question = "Which State joined in 1817?"
+    assert [SPLIT[link.id] for link in split_linker(3).link(question)] == ["State"]
+    assert [SPLIT[link.id] for link in split_linker(4).link(question)] == [
+        "State", "Golden State", "Garden State", "Empire State", "Mississippi State"]
+
+
+def test_qualified_forms_only_for_names_the_question_writes_and_only_when_on():
+    assert [link.method for link in split_linker().link("when was manchuria invaded ?")] == \
+        ["exact"]  # written in lower case: not a name the question writes
+    assert [link.method for link in split_linker(0).link("Manchuria?")] == ["exact"]
+    extended = split_linker().with_forms([(10, "Red Army in Manchuria")], None,
+                                         names=SPLIT + ["Red Army in Manchuria"])
+    assert {extended.names[link.id] for link in extended.link("Manchuria?")} == {
+        "Manchuria", "Soviet invasion of Manchuria", "Red Army in Manchuria"}
+
+
+def test_a_top_candidates_qualified_forms_bring_their_triples_into_the_candidate_set():
+    """Meehan Bonnar was born in "Fredericton, New Brunswick"; the diocese is in "Fredericton,
+    New Brunswick, Canada" — a split bridge, whose other name's triples hold the next hop."""
+    from types import SimpleNamespace
+
+    from runtime.query import Runtime
+
+    names = ["Meehan Bonnar", "Fredericton, New Brunswick", "Fredericton, New Brunswick, Canada",
+             "Diocese of Fredericton", "Boston Bruins", "cathedral of Boston Bruins"]
+    graph = {2: [(3, 0, 2)], 5: [(5, 1, 4)]}
+
+    def runtime(max_qualified, focus):
+        return SimpleNamespace(
+            linker=Linker(list(enumerate(names)), max_qualified=max_qualified, names=names),
+            names=names, settings={"focus_candidates": focus},
+            _neighbourhood=lambda heads: [t for h in heads for t in graph.get(h, [])])
+
+    candidates = [SimpleNamespace(id=4), SimpleNamespace(id=1)]
+    assert Runtime._qualified_neighbourhood(runtime(4, 2), candidates) == [(3, 0, 2)]
+    assert Runtime._qualified_neighbourhood(runtime(4, 1), candidates) == []  # not in focus
+    assert Runtime._qualified_neighbourhood(runtime(0, 2), candidates) == []  # off
+    linker = runtime(4, 2).linker
+    assert linker.qualified_forms_of("fredericton") == ()  # not written as a name
+    assert linker.qualified_forms_of("Fredericton, New Brunswick") == (2,)
