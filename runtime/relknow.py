@@ -125,8 +125,6 @@ _SEGMENT_SPLIT = re.compile(r"[./]+|__+")
 _CAMEL_SPLIT = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 #: Relations this close to the best match of the asked-for word also name the answer's kind.
 ANSWER_TYPE_MARGIN = 0.15
-#: a relation's most frequent objects whose names describe it (:func:`relation_descriptions`)
-DESCRIPTION_OBJECTS = 3
 #: Marks a chain hop walked from object to subject (``~film.film.directed_by``).
 INVERSE_PREFIX = "~"
 #: Words that make a question ask for what shares something with its topic ("films that
@@ -177,38 +175,6 @@ def relation_texts(names: Sequence[str]) -> list[str]:
                   default=0) if w else 0
         out.append(" ".join(seg[-1][cut:]))
     return out
-
-
-def relation_descriptions(s: np.ndarray, r: np.ndarray, o: np.ndarray, ids: Sequence[int],
-                          texts: Sequence[str], entity_type: np.ndarray, type_words: Sequence[str],
-                          entity_names: Sequence[str], objects: int = DESCRIPTION_OBJECTS
-                          ) -> list[list[str]]:
-    """What the graph says about each relation (``ids``, ``texts`` their words), one list each,
-    as texts to embed beside its name: "{subjects' type} {words} {objects' type}" (each side's
-    most frequent type, ``entity_type`` indexing ``type_words``, -1 for none) and the names
-    of its ``objects`` most frequent objects. Why: unseen wording often names a relation by
-    what it leads to or comes from ("sovereign state" → "city country country", "kind of
-    music" → "rock"), which the name alone does not say; any KB states it."""
-    out = []
-    for i, words in zip(ids, texts):
-        heads, tails = s[r == i], o[r == i]
-        if not len(tails):
-            out.append([])
-            continue
-        sides = [_most_frequent_type(ends, entity_type, type_words) for ends in (heads, tails)]
-        values, counts = np.unique(tails, return_counts=True)
-        top = values[np.argsort(-counts, kind="stable")[:objects]]
-        out.append([" ".join(w for w in (sides[0], words, sides[1]) if w)]
-                   + [entity_names[int(e)] for e in top if entity_names[int(e)]])
-    return out
-
-
-def _most_frequent_type(entities: np.ndarray, entity_type: np.ndarray,
-                        type_words: Sequence[str]) -> str:
-    """The words of the type most of the entities have ("" when none has one)."""
-    kinds = entity_type[entities]
-    kinds = kinds[kinds >= 0]
-    return type_words[int(np.bincount(kinds).argmax())] if len(kinds) else ""
 
 
 def mask_topic(question: str, forms: Iterable[str]) -> str:
@@ -348,14 +314,6 @@ class Facts:
         """Every fact joining a and b, in either direction (:meth:`joining` of one pair)."""
         _, triples = self.joining(np.array([a]), np.array([b]))
         return [tuple(t) for t in triples.tolist()]
-
-
-def _best_per_column(sims: np.ndarray, by_text: np.ndarray, columns: np.ndarray) -> np.ndarray:
-    """``sims`` [n, |relations|] raised to the best of ``by_text`` [n, texts] per text's
-    relation column (``columns``)."""
-    out = sims.T.copy()
-    np.maximum.at(out, columns, by_text.T)
-    return out.T
 
 
 def _sort_pairs(key: np.ndarray, obj: np.ndarray) -> np.ndarray:
@@ -942,15 +900,6 @@ class RelationKnowledge:
         self.canonical = canonical_hops([(rel(a), rel(b)) for a, b in
                                          spec.get("inverse_pairs", ())], self.n_relations)
         self.relation_order = [rel(n) for n in spec["relation_names"]]
-        column = {r: i for i, r in enumerate(self.relation_order)}
-        described = spec.get("relation_descriptions", [])  # [[relation name, text], ...]
-        self.description_columns = np.array([column[rel(n)] for n, _ in described],
-                                            dtype=np.int64)
-        self.description_vectors = np.asarray(
-            arrays.get("description_vectors", np.zeros((0, 0))), dtype=np.float32)
-        if len(self.description_vectors) != len(self.description_columns):
-            raise RelknowError(f"{where}: {len(self.description_vectors)} description vectors "
-                               f"for {len(self.description_columns)} relation descriptions")
         self._described: tuple[list[str], np.ndarray] | None = None  # described_by, on first use
         if len(self.relation_order) != len(self.relation_vectors):
             raise RelknowError(f"{where}: {len(self.relation_vectors)} relation vectors for "
@@ -1043,23 +992,17 @@ class RelationKnowledge:
         """[len(texts), |relations|] (columns in relation order): how well each text describes
         each relation — the cosine to the relation's name and, with labelled knowledge, to
         the training questions' words for it (the lexicon's words whose most probable relation
-        it is, :meth:`described_by`), whichever is higher; averaged, where the build described
-        the relation by its graph (:func:`relation_descriptions`), with the best cosine to
-        those texts. An unseen synonym ("offspring") is near a word the training questions
-        used for the relation ("child") where the name alone ("children") may not be; an
-        unseen phrase naming what a relation leads to ("sovereign state") is near its
-        objects' type ("city country country") where the name ("city country") is not."""
+        it is, :meth:`described_by`), whichever is higher. An unseen synonym ("offspring") is
+        near a word the training questions used for the relation ("child") where the name
+        alone ("children") may not be."""
         vectors = np.asarray(embed(list(texts)), dtype=np.float32)
         sims = vectors @ self.relation_vectors.T
         words, columns = self.described_by()
         if words:
-            sims = _best_per_column(sims, vectors @ np.asarray(embed(words), dtype=np.float32).T,
-                                    columns)
-        if len(self.description_columns):
-            graph = _best_per_column(np.full_like(sims, -1.0), vectors
-                                     @ self.description_vectors.T, self.description_columns)
-            has = np.unique(self.description_columns)
-            sims[:, has] = (sims[:, has] + graph[:, has]) / 2
+            by_word = vectors @ np.asarray(embed(words), dtype=np.float32).T
+            sims = sims.T.copy()
+            np.maximum.at(sims, columns, by_word.T)
+            sims = sims.T
         return sims
 
     def described_by(self) -> tuple[list[str], np.ndarray]:

@@ -55,7 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.stage import Laps, StageError, checked_section, torch_threads
-from runtime.contract import INCOMING_TYPE_PREFIX, read_table
+from runtime.contract import read_table
 from runtime.relknow import (
     ARTEFACT,
     FORMAT_VERSION,
@@ -71,8 +71,6 @@ from runtime.relknow import (
     mask_topic,
     question_words,
     hop_id,
-    relation_descriptions,
-    relation_text,
     relation_texts,
     split_hop,
 )
@@ -146,13 +144,11 @@ class Store:
     """What fitting needs from the staged tables: entity forms and names, relation names."""
 
     def __init__(self, inputs: Mapping[str, str]):
-        ent = read_table(Path(inputs["entities"]),
-                         columns=["id", "key", "name", "aliases", "types"])
+        ent = read_table(Path(inputs["entities"]), columns=["id", "key", "name", "aliases"])
         self.key_to_id = dict(zip(ent.column("key").to_pylist(), ent.column("id").to_pylist()))
         self.names = ent.column("name").to_pylist()
         self.keys = ent.column("key").to_pylist()
         self._aliases = ent.column("aliases")
-        self._types = ent.column("types")
         rel = read_table(Path(inputs["relations"]), "relations")
         self.relation_ids = dict(zip(rel.column("name").to_pylist(), rel.column("id").to_pylist()))
         self.relation_names = {i: n for n, i in self.relation_ids.items()}
@@ -168,20 +164,6 @@ class Store:
 
     def hop(self, name: str) -> int:
         return hop_id(name, self.relation_ids.__getitem__, len(self.relation_ids))
-
-    def schema_types(self) -> tuple[np.ndarray, list[str]]:
-        """(each entity's first schema type as an index into the words, -1 for none; the
-        types' words, ``people.person`` → "person"): types the build derived from an
-        entity's relations (a relation name, ``~name``) say nothing a name does not."""
-        derived = set(self.relation_ids)
-        index: dict[str, int] = {}
-        kinds = np.full(len(self.names), -1, dtype=np.int64)
-        for e, types in enumerate(self._types.to_pylist()):
-            schema = [t for t in types or () if t not in derived
-                      and not t.startswith(INCOMING_TYPE_PREFIX)]
-            if schema:
-                kinds[e] = index.setdefault(schema[0], len(index))
-        return kinds, [relation_text(t) for t in index]
 
     def forms(self, entity: int) -> list[str]:
         return [self.names[entity], self.keys[entity], *(self._aliases[entity].as_py() or [])]
@@ -307,7 +289,6 @@ def _spec(cfg: Mapping, chains, lexicon, kg: Mapping, relation_names, thresholds
         "functional": kg["functional"],
         "exclusive": [list(x) for x in kg["exclusive"]],
         "inverse_pairs": kg["inverse_pairs"],
-        "relation_descriptions": kg["relation_descriptions"],
         "fit": report,
     }
 
@@ -369,14 +350,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     functional_names = [store.relation_names[i] for i in functional]
     exclusive_names = [(store.relation_names[a], store.relation_names[b], same)
                        for a, b, same in exclusive]
-    relation_names = [store.relation_names[i] for i in sorted(store.relation_names)]
-    kinds, type_words = store.schema_types()
-    described = relation_descriptions(s, r, o, sorted(store.relation_names),
-                                      relation_texts(relation_names), kinds, type_words,
-                                      store.names)
-    kg = {"functional": functional_names, "exclusive": exclusive_names, "inverse_pairs": inverses,
-          "relation_descriptions": [[n, t] for n, texts in zip(relation_names, described)
-                                    for t in texts]}
+    kg = {"functional": functional_names, "exclusive": exclusive_names, "inverse_pairs": inverses}
     lap("kg_checks")
 
     train = store.resolve(read_questions(cfg["questions"])) if cfg["questions"] else None
@@ -389,12 +363,11 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     encoder = Encoder(inputs, cfg)
     try:
         lap("load_encoder")
+        relation_names = [store.relation_names[i] for i in sorted(store.relation_names)]
         arrays = {
             "question_vectors": encoder.queries(train.masked if train else []),
             "question_chain": np.zeros(0, dtype=np.int32),
             "relation_vectors": encoder.passages(relation_texts(relation_names)),
-            "description_vectors": encoder.passages(
-                [t for _, t in kg["relation_descriptions"]]),
         }
         dev_vectors = encoder.queries(dev.masked) if dev is not None and train else None
         lap("embed_questions")

@@ -1,17 +1,13 @@
-"""Where unfamiliar wording loses its chain, and whether relations described by the graph help
-(issue 22, the "describe each relation by what the graph says about it" step).
+"""Where unfamiliar wording loses its chain: the ceiling of picking among the kNN vote, and
+what question spans name (issue 22).
 
-    python bench/relknow_descriptions.py --store S --questions DUMP-heldout/test.jsonl \
+    python bench/relknow_chain_ceiling.py --store S --questions DUMP-heldout/test.jsonl \
         [--questions DUMP/test.jsonl ...]
 
-Why. The held-out wording of ``bench/generalisation.py`` loses 23–31 points against
-in-domain at the chain step. The build now describes each relation by its graph
-(``relknow.relation_descriptions``: "{subjects' type} {name} {objects' type}" and its most
-frequent objects' names, embedded by the relation_knowledge stage) and the runtime's
-``span_similarities`` averages the best cosine to those texts into the name's. This measures,
-on the store's own relation knowledge and the runtime code (no eval run; topics gold), per
-question file, with the knowledge as built (``described``) and with the descriptions left out
-(``names``: the same artefact without them):
+Why. The held-out wording of ``bench/generalisation.py`` loses 23–31 points against in-domain
+at the chain step. Before another rule on the vote or the spans, this says which of them can
+pay: on the store's relation knowledge and the runtime code (no eval run; topics gold), per
+question file:
 
 * ``chain_right`` — the relation plan's chain (``RelationKnowledge.assess``, what ``lokg eval
   --policy route`` follows) is the gold chain;
@@ -24,7 +20,9 @@ question file, with the knowledge as built (``described``) and with the descript
   non-overlapping spans passing θ_zs (``zero_shot_hops``, ``chosen_spans``: what the
   resize counts and the zero-shot matcher follows).
 
-Prints one JSON object per question file and mode.
+Commit 2b1b7a9 ran this beside relations described by their graph (docs/BENCHMARKS.md,
+issue 22, "Relations described by their graph"); they were dropped. Prints one JSON object
+per question file.
 """
 
 from __future__ import annotations
@@ -42,17 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from runtime import relknow  # noqa: E402
 
 
-def without_descriptions(know: relknow.RelationKnowledge, directory: Path,
-                         relation_ids: dict[str, int]) -> relknow.RelationKnowledge:
-    """The same artefact with the graph's relation descriptions left out."""
-    spec = {k: v for k, v in know.spec.items() if k != "relation_descriptions"}
-    with np.load(directory / relknow.VECTORS_FILE) as npz:
-        arrays = {k: npz[k] for k in npz.files if k != "description_vectors"}
-    return relknow.RelationKnowledge(spec, arrays, relation_ids)
-
-
-def vote_pick(know: relknow.RelationKnowledge, votes, fit: dict[int, float]):
-    """(best-voted, best by vote × mean span fit) of the instantiating voted chains."""
+def vote_pick(votes, fit: dict[int, float], n_relations: int):
+    """(best-voted, best by vote × mean span fit) of the instantiating voted chains (None,
+    None when none instantiates); ``fit``: relation → how well a span describes it."""
     weight: Counter = Counter()
     for vote in votes:
         if vote.derivable:
@@ -62,7 +52,7 @@ def vote_pick(know: relknow.RelationKnowledge, votes, fit: dict[int, float]):
 
     def by_fit(chain):
         return weight[chain] * float(np.mean(
-            [fit.get(relknow.hop_relation(h, know.n_relations), 0.0) for h in chain]))
+            [fit.get(relknow.hop_relation(h, n_relations), 0.0) for h in chain]))
     return max(weight, key=weight.__getitem__), max(weight, key=by_fit)
 
 
@@ -86,7 +76,7 @@ def measure(know: relknow.RelationKnowledge, labelled, gold_chains, facts, encod
                                            vectors):
         chain = know.assess(masked, topics, facts, q_vec=q_vec, embed=embed).prediction.chain
         knn = know.predict_knn(q_vec, facts, topics)
-        top, fitted = vote_pick(know, knn.votes, know.described_fit(masked, embed))
+        top, fitted = vote_pick(knn.votes, know.described_fit(masked, embed), know.n_relations)
         relations = {relknow.hop_relation(h, know.n_relations) for h in gold}
         best, chosen = span_relations(know, masked, embed)
         out.update(questions=1, unfamiliar=int(knn.nearest < relknow.UNFAMILIAR_COSINE),
@@ -112,19 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     know, facts = rt.relknow
     store = Store({t: str(rt.build.path / f"{t}.parquet")
                    for t in ("entities", "relations", "relation_map")})
-    names = without_descriptions(know, rt.build.path / "models" / relknow.ARTEFACT,
-                                 store.relation_ids)
     encoder = rt.encoder()
     embed = rt._span_embedder()  # the runtime's own span vectors (float32, batch-independent)
     for path in args.questions:
         labelled = store.resolve(read_questions(path))
         gold = [tuple(store.hop(h) for h in chain) for chain in labelled.chains]
-        for mode, kn in (("names", names), ("described", know)):
-            row = {"store": args.store, "build_id": rt.build_id, "questions_file": path,
-                   "mode": mode, "descriptions": len(kn.description_columns),
-                   "skipped": labelled.skipped}
-            row.update(measure(kn, labelled, gold, facts, encoder, embed))
-            print(json.dumps(row), flush=True)
+        row = {"store": args.store, "build_id": rt.build_id, "questions_file": path,
+               "skipped": labelled.skipped}
+        row.update(measure(know, labelled, gold, facts, encoder, embed))
+        print(json.dumps(row), flush=True)
     return 0
 
 
