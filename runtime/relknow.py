@@ -34,8 +34,9 @@ The pieces:
   of those hops is tried from the topic (:meth:`RelationKnowledge.predict_spans`). Voted
   chains longer than the question (knowledge learned on 3-hop questions, asked 2-hop ones)
   are shortened: their sub-chains vote, the longest that instantiates wins, when no voted
-  chain instantiates or the one that does walks nothing a naming word names
-  (:meth:`RelationKnowledge.shortened`).
+  chain instantiates, the one that does walks nothing a naming word names, or it has more
+  hops than the two or more words naming relations while every content word names one
+  (:meth:`RelationKnowledge.shortened`, :meth:`RelationKnowledge.unnamed_hop`).
 * **Zero-shot fallback** (a store fitted without labelled questions): question spans are
   matched to relation names by the encoder (cosine ≥ θ_zs), and the named relations are
   ordered the same way. A span's relation within :data:`ZERO_SHOT_SWAP` of its best is a
@@ -1256,7 +1257,7 @@ class RelationKnowledge:
         too long for the question are shortened (:meth:`shortened`): when none instantiates
         (the sub-chain wins over a lexicon composition with fewer hops), and when the one that
         does walks no relation some naming word names ("the job of X's wife" voted (spouse,
-        spouse, spouse) by 3-hop knowledge). On unfamiliar wording (``embed`` given) the
+        spouse, spouse) by 3-hop knowledge) or a hop no word names (:meth:`unnamed_hop`). On unfamiliar wording (``embed`` given) the
         voted chain is resized to the number of relations the spans describe
         (:meth:`resized`), and when nothing instantiates the votes are bridged from the
         topic (:meth:`bridged`)."""
@@ -1272,7 +1273,7 @@ class RelationKnowledge:
             if len(hops) <= len(voted):
                 unexplained = any(h[3] not in walked for h in hops)
                 shorter = self.shortened(prediction, masked, facts, topics) \
-                    if unexplained else None
+                    if unexplained or self.unnamed_hop(masked, hops, voted) else None
                 resized = None if shorter or not self.unfamiliar(prediction, embed) else \
                     self.resized(prediction, masked, embed, facts, topics)
                 return shorter or resized or prediction
@@ -1285,6 +1286,16 @@ class RelationKnowledge:
                 and prediction.relations <= composed.relations:
             return composed
         return prediction
+
+    def unnamed_hop(self, masked: str, hops: Sequence[tuple[float, int, int, int]],
+                    voted: tuple[int, ...]) -> bool:
+        """Whether the voted chain walks a hop no word of the question stands for: fewer
+        words name relations (``hops``, :meth:`lexicon_hops`) than it has hops, and every
+        content word names one — a word the lexicon does not know could be the extra hop.
+        Knowledge learned from 3-hop questions asked "the gender of X's daughter" votes
+        (parents, children, gender), which a graph holding X's mother walks."""
+        return 1 < len(hops) < len(voted) and \
+            all(self.names([w]) for w in question_words(masked))
 
     @staticmethod
     def unfamiliar(prediction: Prediction | None,

@@ -335,15 +335,34 @@ def test_a_shortened_answer_keeps_where_the_voted_chains_stopped():
 def test_a_voted_chain_that_leaves_a_naming_word_unexplained_is_shortened():
     """(spouse, spouse, spouse) instantiates from 0 and wins the vote, but walks nothing
     "job" names: the best sub-chain of the votes walking spouse and profession is followed.
-    A question whose naming words it walks keeps it."""
+    A question whose naming words it walks, one a hop, keeps it."""
     know = shortening_knowledge({"wife": "spouse", "job": "profession"})
     know.question_vectors[2] = [1.0, 0.0]  # (spouse, spouse, spouse): the nearest
     assert shortened_chain(know, "what is the job of alba quist 's wife ?", (2, 0)) == \
         ("knn_shortened", ["spouse", "profession"])
     know = shortening_knowledge({"wife": "spouse", "job": "profession"})
     know.question_vectors[2] = [1.0, 0.0]
-    assert shortened_chain(know, "who is the wife of alba quist 's wife ?", (2, 0)) == \
+    assert shortened_chain(know, "who is the wife of alba quist 's wife 's wife ?", (2, 0)) == \
         ("knn", ["spouse", "spouse", "spouse"])
+
+
+def test_a_voted_chain_with_a_hop_no_word_names_is_shortened_when_every_word_names_one():
+    """Knowledge of 3-hop chains asked "the gender of X's son": (children, parents, gender)
+    instantiates from 0 (0's children's parents' genders) and walks what "son" and "gender"
+    name, but no word stands for its third hop: the sub-chain (children, gender) is followed.
+    Kept: when a content word names nothing (it may be that hop), and when only one word
+    names a relation (PQ-2H's "what does X's husband do": the asked kind is the hop)."""
+    def chain(lexicon, question):
+        know = shortening_knowledge(lexicon)
+        know.chains[0] = tuple(REL[n] for n in ("children", "parents", "gender"))
+        return shortened_chain(know, question, (0,))
+
+    named = {"son": "children", "gender": "gender"}
+    assert chain(named, "what is the gender of alba quist 's son ?") == \
+        ("knn_shortened", ["children", "gender"])
+    assert chain({"son": "children"}, "what is the gender of alba quist 's son ?") == \
+        ("knn", ["children", "parents", "gender"])
+    assert chain(named, "what is alba quist 's son ?") == ("knn", ["children", "parents", "gender"])
 
 
 def test_a_chain_none_of_the_neighbours_voted_for_is_supported_by_the_votes_holding_it():

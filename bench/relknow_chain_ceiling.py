@@ -1,0 +1,118 @@
+"""Where unfamiliar wording loses its chain: the ceiling of picking among the kNN vote, and
+what question spans name (issue 22).
+
+    python bench/relknow_chain_ceiling.py --store S --questions DUMP-heldout/test.jsonl \
+        [--questions DUMP/test.jsonl ...]
+
+Why. The held-out wording of ``bench/generalisation.py`` loses 23–31 points against in-domain
+at the chain step. Before another rule on the vote or the spans, this says which of them can
+pay: on the store's relation knowledge and the runtime code (no eval run; topics gold), per
+question file:
+
+* ``chain_right`` — the relation plan's chain (``RelationKnowledge.assess``, what ``lokg eval
+  --policy route`` follows) is the gold chain;
+* ``gold_voted`` — the gold chain is one of the kNN vote's instantiating chains: the ceiling of
+  any rule that picks among them; ``vote_top`` — it is the best-voted one; ``vote_x_fit`` —
+  it is the one of highest vote weight × the mean over its hops of how well the question's
+  best span describes the hop's relation (``described_fit``);
+* ``gold_relations``, and of them ``best_of_a_span`` — the best relation of some question
+  span (``span_similarities``' argmax) — and ``named_by_chosen_spans`` — named by the
+  non-overlapping spans passing θ_zs (``zero_shot_hops``, ``chosen_spans``: what the
+  resize counts and the zero-shot matcher follows).
+
+Commit 2b1b7a9 ran this beside relations described by their graph (docs/BENCHMARKS.md,
+issue 22, "Relations described by their graph"); they were dropped. Prints one JSON object
+per question file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from runtime import relknow  # noqa: E402
+
+
+def vote_pick(votes, fit: dict[int, float], n_relations: int):
+    """(best-voted, best by vote × mean span fit) of the instantiating voted chains (None,
+    None when none instantiates); ``fit``: relation → how well a span describes it."""
+    weight: Counter = Counter()
+    for vote in votes:
+        if vote.derivable:
+            weight[vote.chain] += vote.weight
+    if not weight:
+        return None, None
+
+    def by_fit(chain):
+        return weight[chain] * float(np.mean(
+            [fit.get(relknow.hop_relation(h, n_relations), 0.0) for h in chain]))
+    return max(weight, key=weight.__getitem__), max(weight, key=by_fit)
+
+
+def span_relations(know: relknow.RelationKnowledge, masked: str, embed) -> tuple[set, set]:
+    """(relations some span matches best, relations the chosen spans at θ_zs name)."""
+    spans = relknow.question_spans(masked)
+    if not spans:
+        return set(), set()
+    sims = know.span_similarities([t for _, _, t in spans], embed)
+    best = {know.relation_order[int(i)] for i in sims.argmax(axis=1)}
+    hops = know.zero_shot_hops(masked, embed)
+    return best, {h[3] for h in relknow.chosen_spans(hops, len(masked.split()))}
+
+
+def measure(know: relknow.RelationKnowledge, labelled, gold_chains, facts, encoder, embed
+            ) -> dict:
+    """The module docstring's counts over one resolved question file."""
+    out: Counter = Counter()
+    vectors = encoder.encode_queries(labelled.masked) if labelled.masked else []
+    for masked, topics, gold, q_vec in zip(labelled.masked, labelled.topics, gold_chains,
+                                           vectors):
+        chain = know.assess(masked, topics, facts, q_vec=q_vec, embed=embed).prediction.chain
+        knn = know.predict_knn(q_vec, facts, topics)
+        top, fitted = vote_pick(knn.votes, know.described_fit(masked, embed), know.n_relations)
+        relations = {relknow.hop_relation(h, know.n_relations) for h in gold}
+        best, chosen = span_relations(know, masked, embed)
+        out.update(questions=1, unfamiliar=int(knn.nearest < relknow.UNFAMILIAR_COSINE),
+                   chain_right=int(chain == gold),
+                   gold_voted=int(any(v.derivable and v.chain == gold for v in knn.votes)),
+                   vote_top=int(top == gold), vote_x_fit=int(fitted == gold),
+                   gold_relations=len(relations), best_of_a_span=len(relations & best),
+                   named_by_chosen_spans=len(relations & chosen))
+    return dict(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--questions", action="append", required=True,
+                        help="a question file (JSONL or PathQuestion split), repeatable")
+    args = parser.parse_args(argv)
+
+    from runtime.query import Runtime
+    from training.relation_knowledge import Store, read_questions
+
+    rt = Runtime.open(args.store)
+    know, facts = rt.relknow
+    store = Store({t: str(rt.build.path / f"{t}.parquet")
+                   for t in ("entities", "relations", "relation_map")})
+    encoder = rt.encoder()
+    embed = rt._span_embedder()  # the runtime's own span vectors (float32, batch-independent)
+    for path in args.questions:
+        labelled = store.resolve(read_questions(path))
+        gold = [tuple(store.hop(h) for h in chain) for chain in labelled.chains]
+        row = {"store": args.store, "build_id": rt.build_id, "questions_file": path,
+               "skipped": labelled.skipped}
+        row.update(measure(know, labelled, gold, facts, encoder, embed))
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
