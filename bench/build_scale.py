@@ -54,14 +54,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 SAMPLE_SECONDS = 0.2
+
+
 def child_env(code: Path = ROOT) -> dict[str, str]:
     """The environment of a child that imports the checkout ``code``, not the one the shared
     venv's editable install points at."""
     return {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(code), os.environ.get("PYTHONPATH")) if p)}
-
-
-CHILD_ENV = child_env()
 
 
 class TreeMeter:
@@ -244,7 +243,7 @@ def build_one_process(dump: Path, store: Path, overrides: list[str], log: Path) 
     argv = ["lokg", "build", "--dump", str(dump), "--store", str(store)]
     argv += [arg for kv in overrides for arg in ("--set", kv)]
     meter = StageMeter()
-    env = {**CHILD_ENV, "PYTHONUNBUFFERED": "1"}
+    env = {**child_env(), "PYTHONUNBUFFERED": "1"}
     with log.open("w") as out:
         child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                  cwd=ROOT, env=env, text=True)

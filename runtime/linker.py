@@ -228,7 +228,7 @@ class Linker:
         "Fredericton, New Brunswick" → "…, Canada"), when it is written as a name and does not
         start with a stop word."""
         span = normalise(name)
-        if not _qualifiable(span) or not (name[:1].isupper() or name[:1].isdigit()):
+        if not _qualifiable(span) or not _written_as_name(name):
             return ()
         return self.qualified_forms(span)
 
@@ -237,8 +237,7 @@ class Linker:
         fallback)."""
         if entity in self.fallback:
             return False
-        return self.names is None or self.names[entity][:1].isupper() \
-            or self.names[entity][:1].isdigit()
+        return self.names is None or _written_as_name(self.names[entity])
 
     def _qualified_links(self, question: str, links: list[Link]) -> list[Link]:
         """The qualified forms of the spans the question writes as names, each entity once."""
@@ -253,6 +252,11 @@ class Linker:
                     seen.add(i)
                     out.append(Link(i, link.span, QUALIFIED, link.score))
         return out
+
+
+def _written_as_name(text: str) -> bool:
+    """A capital or digit first: how a name is written (an empty text is none)."""
+    return text[:1].isupper() or text[:1].isdigit()
 
 
 def _qualifiable(span: str) -> bool:
@@ -286,7 +290,7 @@ def written_names(question: str) -> list[str]:
     words = re.findall(r"[\w'-]+", question)
     runs, run = [], []
     for i, word in enumerate(words + [""]):
-        if i > 0 and word and (word[0].isupper() or word[0].isdigit()):
+        if i > 0 and _written_as_name(word):
             run.append(word)
             continue
         if run:

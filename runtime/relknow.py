@@ -1257,7 +1257,8 @@ class RelationKnowledge:
         too long for the question are shortened (:meth:`shortened`): when none instantiates
         (the sub-chain wins over a lexicon composition with fewer hops), and when the one that
         does walks no relation some naming word names ("the job of X's wife" voted (spouse,
-        spouse, spouse) by 3-hop knowledge) or a hop no word names (:meth:`unnamed_hop`). On unfamiliar wording (``embed`` given) the
+        spouse, spouse) by 3-hop knowledge) or a hop no word names (:meth:`unnamed_hop`). On
+        unfamiliar wording (``embed`` given) the
         voted chain is resized to the number of relations the spans describe
         (:meth:`resized`), and when nothing instantiates the votes are bridged from the
         topic (:meth:`bridged`)."""
