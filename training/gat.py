@@ -516,110 +516,141 @@ def warm_start_state(inputs: Mapping[str, str], cfg: Mapping, fresh: Mapping) ->
     return state, warm(refresh_epochs(cfg), relations=relations)
 
 
+class _Epochs:
+    """One training epoch at a time: full batch up to ``max_full_batch_edges``, beyond that over
+    ``k_hop_subgraph`` mini-batches (no pyg-lib needed); and a fixed-negative link-loss check
+    so that the loss before and after training compare."""
+
+    def __init__(self, model, graph: Graph, x, rel_vec, gold: np.ndarray, cfg: Mapping, device):
+        import torch
+
+        self.model, self.x, self.device = model, x, device
+        self.gen = torch.Generator().manual_seed(int(cfg["seed"]))
+        self.opt = torch.optim.Adam(model.parameters(), lr=float(cfg["learning_rate"]),
+                                    weight_decay=float(cfg["weight_decay"]))
+        self.chunk, self.k = int(cfg["batch_triples"]), int(cfg["negatives"])
+        self.n = graph.num_nodes
+        self.path_weight = float(cfg["path_weight"]) if len(gold) else 0.0
+        self.src, self.dst = torch.from_numpy(graph.src), torch.from_numpy(graph.dst)
+        self.rel = torch.from_numpy(graph.rel)
+        self.types = edge_types(self.rel, torch.from_numpy(graph.inverse), len(rel_vec))
+        self.table = relation_table(rel_vec)
+        self.reversed_index = torch.stack([self.dst, self.src])
+        self.forward = torch.from_numpy(np.flatnonzero(~graph.inverse))
+        self.gold = torch.from_numpy(gold)
+        self.full = graph.num_edges <= int(cfg["max_full_batch_edges"])
+        self.on_device = {  # full batch: the whole graph moved to the device once
+            "x": x.to(device), "index": self.reversed_index.to(device),
+            "types": self.types.to(device), "gold": self.gold.to(device),
+            "sro": [t[self.forward].to(device) for t in (self.src, self.rel, self.dst)],
+        } if self.full else None
+        self.check = self.forward[torch.randperm(len(self.forward), generator=self.gen)[
+            :EVAL_TRIPLES]]
+        self.check_neg = torch.randint(0, self.n, (len(self.check) * self.k,), generator=self.gen)
+
+    def eval_link(self, z) -> float:
+        import torch
+
+        s, r, o = (t[self.check].to(self.device) for t in (self.src, self.rel, self.dst))
+        with torch.no_grad():
+            return _link_loss(self.model, z.to(self.device), s, r, o,
+                              self.check_neg.to(self.device)).item()
+
+    def run(self) -> tuple[float, float | None]:
+        """One epoch; its mean link loss and mean path loss (None without gold paths)."""
+        self.model.train()
+        link_sum, path_sum, steps = self._full_epoch() if self.full else self._sampled_epoch()
+        return link_sum / steps, (path_sum / steps if self.path_weight else None)
+
+    def _step(self, link, path) -> tuple[float, float]:
+        self.opt.zero_grad()
+        (link + self.path_weight * path).backward()
+        self.opt.step()
+        return link.item(), path.item()
+
+    def _full_epoch(self) -> tuple[float, float, int]:
+        import torch
+
+        device, on = self.device, self.on_device
+        z, alpha = self.model(on["x"], on["index"], on["types"], self.table)
+        s, r, o = on["sro"]
+        neg = torch.randint(0, self.n, (len(s) * self.k,), generator=self.gen).to(device)
+        link = _link_loss(self.model, z, s, r, o, neg)
+        path = (_path_loss(alpha, on["gold"]) if self.path_weight
+                else torch.zeros((), device=device))
+        return (*self._step(link, path), 1)
+
+    def _sampled_epoch(self) -> tuple[float, float, int]:
+        import torch
+
+        perm = self.forward[torch.randperm(len(self.forward), generator=self.gen)]
+        steps = math.ceil(len(perm) / self.chunk)
+        gold_per_step = math.ceil(len(self.gold) / steps) if len(self.gold) else 0
+        gold_perm = self.gold[torch.randperm(len(self.gold), generator=self.gen)]
+        link_sum = path_sum = 0.0
+        for step in range(steps):
+            link, path = self._subgraph_step(
+                perm[step * self.chunk:(step + 1) * self.chunk],
+                gold_perm[step * gold_per_step:(step + 1) * gold_per_step])
+            link_sum, path_sum = link_sum + link, path_sum + path
+        return link_sum, path_sum, steps
+
+    def _subgraph_step(self, batch, gold) -> tuple[float, float]:
+        """One step on the L-hop subgraph around a batch's heads, tails, negatives and the
+        heads of its share of gold-path edges."""
+        import torch
+        from torch_geometric.utils import k_hop_subgraph
+
+        device, src, dst, n = self.device, self.src, self.dst, self.n
+        neg = torch.randint(0, n, (len(batch) * self.k,), generator=self.gen)
+        seeds = torch.unique(torch.cat([src[batch], dst[batch], neg, src[gold]]))
+        subset, sub_index, _, edge_mask = k_hop_subgraph(
+            seeds, len(self.model.convs), self.reversed_index, relabel_nodes=True, num_nodes=n)
+        local = torch.full((n,), -1, dtype=torch.long)
+        local[subset] = torch.arange(len(subset))
+        edge_local = torch.cumsum(edge_mask.long(), 0) - 1
+        sub_edges = edge_mask.nonzero().view(-1)
+        z, alpha = self.model(self.x[subset].to(device), sub_index.to(device),
+                              self.types[sub_edges].to(device), self.table)
+        link = _link_loss(self.model, z, local[src[batch]].to(device), self.rel[batch].to(device),
+                          local[dst[batch]].to(device), local[neg].to(device))
+        path = (_path_loss(alpha, edge_local[gold].to(device)) if self.path_weight and len(gold)
+                else torch.zeros((), device=device))
+        return self._step(link, path)
+
+
 def _train(graph, x_np, rel_np, gold, cfg, device, log, state=None) -> TrainResult:
     import torch
-    from torch_geometric.utils import k_hop_subgraph
 
-    seed = int(cfg["seed"])
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    n = graph.num_nodes
+    torch.manual_seed(int(cfg["seed"]))
     x = torch.from_numpy(x_np)
     rel_vec = torch.from_numpy(rel_np).to(device)
     model = build_model(x.shape[1], rel_vec.shape[1], rel_vec.shape[0], cfg)
     if state is not None:
         model.load_state_dict(state)
     model = model.to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=float(cfg["learning_rate"]),
-                           weight_decay=float(cfg["weight_decay"]))
-    chunk = int(cfg["batch_triples"])
-    k = int(cfg["negatives"])
-    path_weight = float(cfg["path_weight"]) if len(gold) else 0.0
-
-    src, dst = torch.from_numpy(graph.src), torch.from_numpy(graph.dst)
-    rel = torch.from_numpy(graph.rel)
-    types = edge_types(rel, torch.from_numpy(graph.inverse), len(rel_vec))
-    table = relation_table(rel_vec)
-    reversed_index = torch.stack([dst, src])
-    forward = torch.from_numpy(np.flatnonzero(~graph.inverse))
-    gold_t = torch.from_numpy(gold)
-
-    # fixed triples and negatives for a comparable link loss before and after training
-    check = forward[torch.randperm(len(forward), generator=gen)[:EVAL_TRIPLES]]
-    check_neg = torch.randint(0, n, (len(check) * k,), generator=gen)
-
-    def eval_link(z) -> float:
-        s, r, o = src[check], rel[check], dst[check]
-        with torch.no_grad():
-            return _link_loss(model, z.to(device), s.to(device), r.to(device),
-                              o.to(device), check_neg.to(device)).item()
-
-    z0, attention_before = infer(model, graph, x, rel_vec, device, chunk)
-    eval_before = eval_link(z0)
+    epochs = _Epochs(model, graph, x, rel_vec, gold, cfg, device)
+    z0, attention_before = infer(model, graph, x, rel_vec, device, epochs.chunk)
+    eval_before = epochs.eval_link(z0)
     del z0
 
-    full = graph.num_edges <= int(cfg["max_full_batch_edges"])
-    if full:
-        x_dev = x.to(device)
-        index_dev = reversed_index.to(device)
-        types_dev = types.to(device)
-        s_all, r_all, o_all = (t[forward].to(device) for t in (src, rel, dst))
-        gold_dev = gold_t.to(device)
     link_hist, path_hist, epoch_seconds = [], [], []
     for epoch in range(int(cfg["epochs"])):
         started = time.perf_counter()
-        model.train()
-        link_sum = path_sum = 0.0
-        if full:
-            opt.zero_grad()
-            z, alpha = model(x_dev, index_dev, types_dev, table)
-            neg = torch.randint(0, n, (len(s_all) * k,), generator=gen).to(device)
-            link = _link_loss(model, z, s_all, r_all, o_all, neg)
-            path = _path_loss(alpha, gold_dev) if path_weight else torch.zeros((), device=device)
-            (link + path_weight * path).backward()
-            opt.step()
-            link_sum, path_sum, steps = link.item(), path.item(), 1
-        else:
-            perm = forward[torch.randperm(len(forward), generator=gen)]
-            steps = math.ceil(len(perm) / chunk)
-            gold_per_step = math.ceil(len(gold) / steps) if len(gold) else 0
-            gold_perm = gold_t[torch.randperm(len(gold), generator=gen)]
-            for step in range(steps):
-                batch = perm[step * chunk:(step + 1) * chunk]
-                g = gold_perm[step * gold_per_step:(step + 1) * gold_per_step]
-                neg = torch.randint(0, n, (len(batch) * k,), generator=gen)
-                seeds = torch.unique(torch.cat([src[batch], dst[batch], neg, src[g]]))
-                subset, sub_index, _, edge_mask = k_hop_subgraph(
-                    seeds, len(model.convs), reversed_index, relabel_nodes=True, num_nodes=n)
-                local = torch.full((n,), -1, dtype=torch.long)
-                local[subset] = torch.arange(len(subset))
-                edge_local = torch.cumsum(edge_mask.long(), 0) - 1
-                sub_edges = edge_mask.nonzero().view(-1)
-                opt.zero_grad()
-                z, alpha = model(x[subset].to(device), sub_index.to(device),
-                                 types[sub_edges].to(device), table)
-                link = _link_loss(model, z, local[src[batch]].to(device), rel[batch].to(device),
-                                  local[dst[batch]].to(device), local[neg].to(device))
-                path = (_path_loss(alpha, edge_local[g].to(device)) if path_weight and len(g)
-                        else torch.zeros((), device=device))
-                (link + path_weight * path).backward()
-                opt.step()
-                link_sum += link.item()
-                path_sum += path.item()
+        link, path = epochs.run()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         epoch_seconds.append(round(time.perf_counter() - started, 4))
-        link_hist.append(link_sum / steps)
-        path_hist.append(path_sum / steps if path_weight else None)
-        log(f"{STAGE}: epoch {epoch + 1}: link {link_hist[-1]:.4f}"
-            + (f" path {path_hist[-1]:.4f}" if path_weight else "")
-            + f" ({epoch_seconds[-1]:.2f}s)")
+        link_hist.append(link)
+        path_hist.append(path)
+        log(f"{STAGE}: epoch {epoch + 1}: link {link:.4f}"
+            + (f" path {path:.4f}" if path is not None else "") + f" ({epoch_seconds[-1]:.2f}s)")
 
-    z, attention = infer(model, graph, x, rel_vec, device, chunk)
+    z, attention = infer(model, graph, x, rel_vec, device, epochs.chunk)
     return TrainResult(model=model.cpu(), attention=attention, attention_before=attention_before,
                        link=link_hist, path=path_hist, eval_link_before=eval_before,
-                       eval_link_after=eval_link(z), epoch_seconds=epoch_seconds,
-                       mode="full" if full else "sampled", device=str(device))
+                       eval_link_after=epochs.eval_link(z), epoch_seconds=epoch_seconds,
+                       mode="full" if epochs.full else "sampled", device=str(device))
 
 
 # ============================================================================================
@@ -666,11 +697,7 @@ def load_gold(cfg: Mapping, inputs: Mapping[str, str], graph: Graph) -> tuple[np
     return gold, stats
 
 
-def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
-    """Stage entry point: train the GAT (or the uniform ablation); write edges + run dir."""
-    import torch
-
-    cfg = settings(config)
+def _check_inputs(cfg: Mapping, inputs: Mapping[str, str]) -> None:
     needed = ["triples", "relations"] + ([] if cfg["uniform"] else
                                          ["relation_map", "relation_embeddings", "entity_vectors",
                                           "entity_ids"])
@@ -679,11 +706,11 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     missing = sorted({n for n in needed if n not in inputs})
     if missing:
         raise StageError(f"{STAGE} needs inputs {missing} (have {sorted(inputs)})")
-    out = Path(out_dir)
-    run_dir = out / "gat"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    lap = Laps()
 
+
+def _read_graph(inputs: Mapping[str, str]) -> tuple[np.ndarray, Graph, int]:
+    """The triples, their graph (inverses added) and the relation count; refused when the
+    triples are empty or name a relation the relations table lacks."""
     triples = read_triples(inputs["triples"])
     if not len(triples):
         raise StageError(f"{inputs['triples']}: the triples table is empty")
@@ -692,35 +719,62 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     if triples[:, 1].max() >= num_relations:
         raise StageError(f"{inputs['triples']}: relation id {int(triples[:, 1].max())} is not in "
                          f"{inputs['relations']}")
-    num_nodes = int(triples[:, [0, 2]].max()) + 1
-    graph = Graph.from_triples(triples, num_nodes)
+    return triples, Graph.from_triples(triples, int(triples[:, [0, 2]].max()) + 1), num_relations
+
+
+def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
+    """Stage entry point: train the GAT (or the uniform ablation); write edges + run dir."""
+    cfg = settings(config)
+    _check_inputs(cfg, inputs)
+    out = Path(out_dir)
+    run_dir = out / "gat"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lap = Laps()
+    triples, graph, num_relations = _read_graph(inputs)
     gold, gold_stats = load_gold(cfg, inputs, graph)
     lap("read_graph")
 
-    report: dict = {"nodes": num_nodes, "edges": graph.num_edges, "triples": len(triples),
+    report: dict = {"nodes": graph.num_nodes, "edges": graph.num_edges, "triples": len(triples),
                     "relations": num_relations, "uniform": bool(cfg["uniform"])}
     if gold_stats:
         report["questions"] = gold_stats
         report["gold_attention_uniform"] = _mean(1.0 / graph.out_degree()[graph.src[gold]])
-
-    edges_path = out / "edges.parquet"
-    run_config = {"stage": STAGE, "gat": cfg, "seed": int(cfg["seed"]), "nodes": num_nodes,
+    run_config = {"stage": STAGE, "gat": cfg, "seed": int(cfg["seed"]), "nodes": graph.num_nodes,
                   "edges": graph.num_edges, "relations": num_relations, "versions": _versions()}
     if cfg["uniform"]:
-        report["refresh"] = cold(f"{STAGE}.uniform: no model to train")
-        tri = pa.table({"s": triples[:, 0], "r": triples[:, 1], "o": triples[:, 2]})
-        write_table("edges", uniform_edges(tri), edges_path)
-        _write_json(run_dir / "config.json", {**run_config, "objective": "none (uniform ablation: "
-                                              "α = 1/out-degree)", "device": None})
-        lap("write")
-        _write_json(run_dir / "timing.json", {"step_seconds": lap.seconds})
-        report.update({"device": None, "step_seconds": lap.seconds})
-        return {"outputs": {"edges": str(edges_path), "gat_run": str(run_dir)}, "report": report}
+        timing = _write_uniform(triples, run_config, report, out, lap)
+    else:
+        timing = _train_and_write(cfg, inputs, graph, gold, run_config, report, out, lap)
+    _write_json(run_dir / "timing.json", {"step_seconds": lap.seconds, **timing})
+    report["step_seconds"] = lap.seconds
+    return {"outputs": {"edges": str(out / "edges.parquet"), "gat_run": str(run_dir)},
+            "report": report}
 
-    x = node_features(inputs["entity_vectors"], inputs["entity_ids"], num_nodes)[:num_nodes]
-    rel_vec = relation_vectors(inputs["relation_embeddings"], inputs["relation_map"], num_relations)
+
+def _write_uniform(triples: np.ndarray, run_config: dict, report: dict, out: Path,
+                   lap: Laps) -> dict:
+    """The ablation: α = 1/out-degree, no model."""
+    report.update(refresh=cold(f"{STAGE}.uniform: no model to train"), device=None)
+    tri = pa.table({"s": triples[:, 0], "r": triples[:, 1], "o": triples[:, 2]})
+    write_table("edges", uniform_edges(tri), out / "edges.parquet")
+    _write_json(out / "gat" / "config.json", {**run_config, "objective": "none (uniform "
+                                              "ablation: α = 1/out-degree)", "device": None})
+    lap("write")
+    return {}
+
+
+def _train_and_write(cfg: Mapping, inputs: Mapping[str, str], graph: Graph, gold: np.ndarray,
+                     run_config: dict, report: dict, out: Path, lap: Laps) -> dict:
+    """Train (warm from the previous build in a refresh), write the edges with α and the
+    self-describing run directory; the report gains the losses. Returns the epoch timings."""
+    import torch
+
+    x = node_features(inputs["entity_vectors"], inputs["entity_ids"],
+                      graph.num_nodes)[:graph.num_nodes]
+    rel_vec = relation_vectors(inputs["relation_embeddings"], inputs["relation_map"],
+                               run_config["relations"])
     state, report["refresh"] = warm_start_state(
-        inputs, cfg, build_model(x.shape[1], rel_vec.shape[1], num_relations, cfg).state_dict())
+        inputs, cfg, build_model(x.shape[1], rel_vec.shape[1], len(rel_vec), cfg).state_dict())
     lap("read_features")
     warm_cfg = {"epochs": report["refresh"]["epochs"],
                 "learning_rate": cfg["refresh_learning_rate"]} if state is not None else {}
@@ -729,7 +783,8 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
     write_table("edges", pa.table({"s": graph.src, "r": graph.rel, "o": graph.dst,
                                    "inverse": graph.inverse, "attention": result.attention}),
-                edges_path)
+                out / "edges.parquet")
+    run_dir = out / "gat"
     torch.save(result.model.state_dict(), run_dir / "model.pt")
     _write_json(run_dir / "config.json", {
         **run_config, "device": result.device, "mode": result.mode, "refresh": report["refresh"],
@@ -741,20 +796,22 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     _write_json(run_dir / "losses.json", {"per": "epoch", "link": result.link,
                                           "path": result.path})
     lap("write")
-    _write_json(run_dir / "timing.json", {"step_seconds": lap.seconds,
-                                          "epoch_seconds": result.epoch_seconds})
-    report.update({
+    report.update(_trained_report(result, gold, bool(report.get("questions"))))
+    return {"epoch_seconds": result.epoch_seconds}
+
+
+def _trained_report(result: TrainResult, gold: np.ndarray, with_gold: bool) -> dict:
+    report = {
         "device": result.device, "mode": result.mode, "epochs": len(result.link),
         "link_loss": _first_last(result.link), "path_loss": _first_last(result.path),
         "eval_link_loss": {"before": round(result.eval_link_before, 6),
                            "after": round(result.eval_link_after, 6)},
         "seconds_per_epoch": round(float(np.mean(result.epoch_seconds)), 4),
-        "step_seconds": lap.seconds,
-    })
-    if gold_stats:
+    }
+    if with_gold:
         report["gold_attention"] = {"before": _mean(result.attention_before[gold]),
                                     "after": _mean(result.attention[gold])}
-    return {"outputs": {"edges": str(edges_path), "gat_run": str(run_dir)}, "report": report}
+    return report
 
 
 if __name__ == "__main__":
