@@ -339,68 +339,31 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     tri = read_table(Path(inputs["triples"]), "triples")
     s, r, o = (tri.column(c).to_numpy() for c in ("s", "r", "o"))
     facts = Facts(s, r, o, len(store.relation_ids))
-    functional, functional_stats = learn_functional(
-        s, r, o, tolerance=float(cfg["functional_tolerance"]),
-        min_subjects=int(cfg["functional_min_subjects"]))
-    exclusive, exclusive_stats = learn_exclusive(
-        s, r, o, tolerance=float(cfg["exclusive_tolerance"]),
-        min_support=int(cfg["exclusive_min_support"]))
-    inverses = [[store.relation_names[a], store.relation_names[b]] for a, b in learn_inverses(
-        s, r, o, min_share=INVERSE_MIN_SHARE, min_support=INVERSE_MIN_SUPPORT)]
-    functional_names = [store.relation_names[i] for i in functional]
-    exclusive_names = [(store.relation_names[a], store.relation_names[b], same)
-                       for a, b, same in exclusive]
-    kg = {"functional": functional_names, "exclusive": exclusive_names, "inverse_pairs": inverses}
+    kg, kg_report = _kg_checks(s, r, o, store, cfg)
     lap("kg_checks")
-
-    train = store.resolve(read_questions(cfg["questions"])) if cfg["questions"] else None
-    if train is not None and not train.masked:
-        raise StageError(f"{STAGE}.questions={cfg['questions']}: no question resolves against "
-                         f"this store ({train.skipped} skipped)")
-    dev = store.resolve(read_questions(cfg["dev_questions"])) if cfg["dev_questions"] else None
+    train, dev = _labelled(cfg, store)
     lap("read_questions")
 
     encoder = Encoder(inputs, cfg)
     try:
         lap("load_encoder")
         relation_names = [store.relation_names[i] for i in sorted(store.relation_names)]
+        chains, question_chain, lexicon, prior = _chain_votes(train, cfg)
         arrays = {
             "question_vectors": encoder.queries(train.masked if train else []),
-            "question_chain": np.zeros(0, dtype=np.int32),
+            "question_chain": question_chain,
             "relation_vectors": encoder.passages(relation_texts(relation_names)),
         }
         dev_vectors = encoder.queries(dev.masked) if dev is not None and train else None
         lap("embed_questions")
 
-        chain_counts = Counter(train.chains if train else [])
-        chains = sorted(chain_counts, key=lambda c: (-chain_counts[c], c))
-        if train:
-            index = {c: i for i, c in enumerate(chains)}
-            arrays["question_chain"] = np.array([index[c] for c in train.chains], dtype=np.int32)
-        lexicon = fit_lexicon(train.masked, train.chains, int(cfg["min_support"])) if train else {}
-        prior = relation_prior(train.chains) if train else {}
-        precision = Gate(1, float(cfg["min_share"])).to_dict()
-        thresholds = {"lift": DEFAULT_LIFT, "zero_shot_cosine": DEFAULT_ZERO_SHOT_COSINE,
-                      "precision": precision,
-                      "route": Gate(DEFAULT_ROUTE_MAX_ANSWERS, float(cfg["min_share"])).to_dict()}
-
         def knowledge(th: Mapping) -> RelationKnowledge:
             spec = _spec(cfg, chains, lexicon, kg, relation_names, dict(th), {}, prior)
             return RelationKnowledge(spec, arrays, store.relation_ids, STAGE)
 
-        report: dict = {
-            "questions": _counts(cfg["questions"], train),
-            "dev_questions": _counts(cfg["dev_questions"], dev),
-            "encoder": None if encoder.model is None else encoder.model.spec["model"],
-            "predictor": ("knn" if train and encoder.model else "lexicon" if train
-                          else "zero_shot" if encoder.model else "none"),
-            "chains": len(chains), "lexicon_words": len(lexicon),
-            "functional": functional_names, "exclusive": [list(x) for x in exclusive_names],
-            "inverse_pairs": inverses,
-            "relations_checked": {store.relation_names[k]: {"subjects": v[0], "multi": v[1]}
-                                  for k, v in functional_stats.items()},
-            "exclusive_stats": exclusive_stats,
-        }
+        report = {**_fit_report(cfg, train, dev, encoder, len(chains), len(lexicon)),
+                  **kg_report}
+        thresholds = _default_thresholds(cfg)
         if dev is not None and dev.masked:
             thresholds, report["selection"] = select_thresholds(
                 knowledge, thresholds, dev, dev_vectors, facts, store, encoder, cfg)
@@ -421,6 +384,72 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     summary["thresholds"] = thresholds
     summary["step_seconds"] = lap.seconds
     return {"outputs": {ARTEFACT: str(target)}, "report": summary}
+
+
+def _kg_checks(s, r, o, store: Store, cfg: Mapping) -> tuple[dict, dict]:
+    """What the graph itself says about its relations (functional, mutually exclusive,
+    inverse pairs), by name for the model, with the counts behind them for the report."""
+    names = store.relation_names
+    functional, functional_stats = learn_functional(
+        s, r, o, tolerance=float(cfg["functional_tolerance"]),
+        min_subjects=int(cfg["functional_min_subjects"]))
+    exclusive, exclusive_stats = learn_exclusive(
+        s, r, o, tolerance=float(cfg["exclusive_tolerance"]),
+        min_support=int(cfg["exclusive_min_support"]))
+    inverses = [[names[a], names[b]] for a, b in learn_inverses(
+        s, r, o, min_share=INVERSE_MIN_SHARE, min_support=INVERSE_MIN_SUPPORT)]
+    functional_names = [names[i] for i in functional]
+    exclusive_names = [(names[a], names[b], same) for a, b, same in exclusive]
+    kg = {"functional": functional_names, "exclusive": exclusive_names, "inverse_pairs": inverses}
+    report = {"functional": functional_names, "exclusive": [list(x) for x in exclusive_names],
+              "inverse_pairs": inverses,
+              "relations_checked": {names[k]: {"subjects": v[0], "multi": v[1]}
+                                    for k, v in functional_stats.items()},
+              "exclusive_stats": exclusive_stats}
+    return kg, report
+
+
+def _labelled(cfg: Mapping, store: Store) -> tuple[Labelled | None, Labelled | None]:
+    """The training and dev questions resolved against the store; refused when training
+    questions are configured and none resolves."""
+    train = store.resolve(read_questions(cfg["questions"])) if cfg["questions"] else None
+    if train is not None and not train.masked:
+        raise StageError(f"{STAGE}.questions={cfg['questions']}: no question resolves against "
+                         f"this store ({train.skipped} skipped)")
+    dev = store.resolve(read_questions(cfg["dev_questions"])) if cfg["dev_questions"] else None
+    return train, dev
+
+
+def _chain_votes(train: Labelled | None, cfg: Mapping) -> tuple[list, np.ndarray, dict, dict]:
+    """The training chains (most frequent first), each question's chain index, the lexicon
+    and the relation prior; all empty without training questions (zero-shot)."""
+    if not train:
+        return [], np.zeros(0, dtype=np.int32), {}, {}
+    chain_counts = Counter(train.chains)
+    chains = sorted(chain_counts, key=lambda c: (-chain_counts[c], c))
+    index = {c: i for i, c in enumerate(chains)}
+    question_chain = np.array([index[c] for c in train.chains], dtype=np.int32)
+    return (chains, question_chain, fit_lexicon(train.masked, train.chains,
+                                                int(cfg["min_support"])),
+            relation_prior(train.chains))
+
+
+def _default_thresholds(cfg: Mapping) -> dict:
+    return {"lift": DEFAULT_LIFT, "zero_shot_cosine": DEFAULT_ZERO_SHOT_COSINE,
+            "precision": Gate(1, float(cfg["min_share"])).to_dict(),
+            "route": Gate(DEFAULT_ROUTE_MAX_ANSWERS, float(cfg["min_share"])).to_dict()}
+
+
+def _fit_report(cfg: Mapping, train: Labelled | None, dev: Labelled | None, encoder: Encoder,
+                chains: int, lexicon_words: int) -> dict:
+    return {
+        "questions": _counts(cfg["questions"], train),
+        "dev_questions": _counts(cfg["dev_questions"], dev),
+        "encoder": None if encoder.model is None else encoder.model.spec["model"],
+        "predictor": ("knn" if train and encoder.model else "lexicon" if train
+                      else "zero_shot" if encoder.model else "none"),
+        "chains": chains, "lexicon_words": lexicon_words,
+    }
 
 
 def _counts(path, labelled: Labelled | None) -> dict | None:
