@@ -89,68 +89,29 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
     out_path = out / "entities.parquet"
 
     spark: SparkSession = get_spark(config, "lokg-entity_types")
-    entities = spark.read.parquet(str(ent_path))
-    triples = spark.read.parquet(str(tri_path)).select("s", "r", "o")
     names = {int(r["id"]): r["name"] for r in
              spark.read.parquet(str(rel_path)).select("id", "name").collect()}
     domains = {k: relation_domain(n) for k, n in names.items()}
     freebase_style = sum(d is not None for d in domains.values())
     n_entities = _rows(ent_path)
     n_assertions = _rows(ta_path) if ta_path is not None and ta_path.exists() else 0
-
-    if n_assertions:
-        rule = "explicit"
-    elif names and freebase_style * 2 > len(names):
-        rule = "domain"
-    else:
-        rule = "frequent_relation"
+    rule = _first_rule(n_assertions, len(names), freebase_style)
     cascade = list(SOURCES[SOURCES.index(rule):])
 
     rels = spark.createDataFrame([(k, n, domains[k]) for k, n in names.items()],
                                  "r long, name string, domain string")
     small = n_entities <= BROADCAST_ENTITIES
-    side = (lambda df: F.broadcast(df)) if small else (lambda df: df)
-    typed = entities.drop("types")
-    candidates: dict[str, object] = {}
-    if "explicit" in cascade:
-        explicit = (spark.read.parquet(str(ta_path)).groupBy("id")
-                    .agg(F.array_sort(F.collect_set("type")).alias("_explicit")))
-        typed = typed.join(side(explicit), "id", "left")
-        candidates["explicit"] = F.col("_explicit")
-    out_stats = _edge_stats(triples, rels, "s").select(
-        "id", F.col("domains").alias("_domains"), F.col("frequent").alias("_out"))
-    in_stats = _edge_stats(triples, rels, "o", INCOMING_PREFIX).select(
-        "id", F.col("frequent").alias("_in"))
-    typed = typed.join(side(out_stats), "id", "left").join(side(in_stats), "id", "left")
-    if "domain" in cascade:
-        candidates["domain"] = F.when(F.size("_domains") > 0, F.col("_domains"))
-    candidates["frequent_relation"] = F.when(F.col("_out").isNotNull(), F.array(F.col("_out")))
-    candidates["incoming_relation"] = F.when(F.col("_in").isNotNull(), F.array(F.col("_in")))
-
-    chosen = F.lit(None).cast("string")
-    for source in reversed(cascade):
-        chosen = F.when(candidates[source].isNotNull(), F.lit(source)).otherwise(chosen)
-    types = F.coalesce(*[candidates[s] for s in cascade], F.array().cast("array<string>"))
-    columns = [types.alias("types") if c == "types" else F.col(c)
-               for c in TABLE_SCHEMAS["entities"].names]
-    typed = typed.select(*columns, chosen.alias("_source"))
-    typed = typed.coalesce(1).sortWithinPartitions("id") if small else typed.orderBy("id")
-    observed = Observation("types")
-    typed = typed.observe(observed, *[F.count_if(F.col("_source") == s).alias(s) for s in SOURCES],
-                          F.count_if(F.col("_source").isNull()).alias("untyped"))
-    typed.drop("_source").write.mode("overwrite").parquet(str(out_path))
-    by_source = {k: int(v) for k, v in observed.get.items()}
-    by_source[None] = by_source.pop("untyped")
-    distinct_types = _distinct_types(out_path)
-
+    typed, candidates = _candidate_types(
+        spark.read.parquet(str(ent_path)), spark.read.parquet(str(tri_path)).select("s", "r", "o"),
+        rels, spark.read.parquet(str(ta_path)) if "explicit" in cascade else None, small)
+    by_source = _write_typed(_choose(typed, cascade, candidates), small, out_path)
     untyped = by_source.pop(None, 0)
-    typed_count = sum(by_source.values())
     report = {
         "rule": rule,
         "cascade": cascade,
-        "typed_entities": typed_count,
+        "typed_entities": sum(by_source.values()),
         "untyped_entities": untyped,
-        "distinct_types": distinct_types,
+        "distinct_types": _distinct_types(out_path),
         "typed_by": {s: by_source.get(s, 0) for s in SOURCES},
         "fallbacks": {s: by_source.get(s, 0) for s in SOURCES if s != rule},
         "type_assertions": n_assertions,
@@ -160,6 +121,63 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         "seconds": round(time.perf_counter() - started, 3),
     }
     return {"outputs": {"entities": str(out_path)}, "report": report}
+
+
+def _first_rule(n_assertions: int, n_relations: int, freebase_style: int) -> str:
+    """Where the cascade starts: explicit type assertions when the dump has them, else the
+    Freebase-style domain when most relation names carry one, else the frequent relation."""
+    if n_assertions:
+        return "explicit"
+    if n_relations and freebase_style * 2 > n_relations:
+        return "domain"
+    return "frequent_relation"
+
+
+def _candidate_types(entities, triples, rels, assertions, small: bool):
+    """The entities joined with every source's candidate type list (null where a source has
+    none for the entity); the small side broadcast when the entities fit."""
+    side = F.broadcast if small else (lambda df: df)
+    typed = entities.drop("types")
+    candidates: dict[str, object] = {}
+    if assertions is not None:
+        explicit = (assertions.groupBy("id")
+                    .agg(F.array_sort(F.collect_set("type")).alias("_explicit")))
+        typed = typed.join(side(explicit), "id", "left")
+        candidates["explicit"] = F.col("_explicit")
+    out_stats = _edge_stats(triples, rels, "s").select(
+        "id", F.col("domains").alias("_domains"), F.col("frequent").alias("_out"))
+    in_stats = _edge_stats(triples, rels, "o", INCOMING_PREFIX).select(
+        "id", F.col("frequent").alias("_in"))
+    typed = typed.join(side(out_stats), "id", "left").join(side(in_stats), "id", "left")
+    candidates["domain"] = F.when(F.size("_domains") > 0, F.col("_domains"))
+    candidates["frequent_relation"] = F.when(F.col("_out").isNotNull(), F.array(F.col("_out")))
+    candidates["incoming_relation"] = F.when(F.col("_in").isNotNull(), F.array(F.col("_in")))
+    return typed, candidates
+
+
+def _choose(typed, cascade: list[str], candidates: dict):
+    """Each entity's types from the first source of the cascade that has some, and that
+    source's name in ``_source`` (null: untyped)."""
+    chosen = F.lit(None).cast("string")
+    for source in reversed(cascade):
+        chosen = F.when(candidates[source].isNotNull(), F.lit(source)).otherwise(chosen)
+    types = F.coalesce(*[candidates[s] for s in cascade], F.array().cast("array<string>"))
+    columns = [types.alias("types") if c == "types" else F.col(c)
+               for c in TABLE_SCHEMAS["entities"].names]
+    return typed.select(*columns, chosen.alias("_source"))
+
+
+def _write_typed(typed, small: bool, out_path: Path) -> dict:
+    """Write the entities in id order; the count of entities each source typed, counted on
+    the way (None: untyped)."""
+    typed = typed.coalesce(1).sortWithinPartitions("id") if small else typed.orderBy("id")
+    observed = Observation("types")
+    typed = typed.observe(observed, *[F.count_if(F.col("_source") == s).alias(s) for s in SOURCES],
+                          F.count_if(F.col("_source").isNull()).alias("untyped"))
+    typed.drop("_source").write.mode("overwrite").parquet(str(out_path))
+    by_source = {k: int(v) for k, v in observed.get.items()}
+    by_source[None] = by_source.pop("untyped")
+    return by_source
 
 
 if __name__ == "__main__":
