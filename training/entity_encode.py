@@ -159,8 +159,6 @@ def build_index(vectors: np.ndarray, cfg: Mapping):
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     """Stage entry point: encode ``inputs['entities']``; write vectors, index, id map, encoder.json."""
-    import faiss
-
     cfg = settings(config)
     if "entities" not in inputs:
         raise StageError(f"{STAGE} needs input 'entities' (run ingest first; have {sorted(inputs)})")
@@ -174,32 +172,10 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     reusable = reusable_vectors(inputs, keys, texts, cfg["text"])
     lap("read_and_texts")
 
-    faiss_threads_before = faiss.omp_get_max_threads()
-    if cfg.get("threads"):
-        faiss.omp_set_num_threads(int(cfg["threads"]))  # process-global: restored below
-    try:
-        with torch_threads(cfg.get("threads")):
-            encoder, vectors, exported = encode_entities(cfg, texts, out, lap, reusable,
-                                                         inputs.get(PREVIOUS + "encoder"))
-            index, kind = build_index(vectors, cfg)
-            lap("index")
-    finally:
-        faiss.omp_set_num_threads(faiss_threads_before)
-
-    paths = {"entity_vectors": out / "entity_vectors.npy", "entity_index": out / "entity.faiss",
-             "entity_ids": out / "entity_ids.parquet", "encoder": out / "encoder.json"}
-    np.save(paths["entity_vectors"], vectors)
-    faiss.write_index(index, str(paths["entity_index"]))
-    write_table("entity_ids", pa.table({"row": np.arange(len(ids), dtype=np.int64), "id": ids}),
-                paths["entity_ids"])
-    spec = {**encoder.spec, "text": cfg["text"],
-            "index": {"type": kind, "metric": "inner_product", "rows": len(ids),
-                      **({"hnsw_m": int(cfg["hnsw_m"]), "ef_search": int(cfg["hnsw_ef_search"])}
-                         if kind == "hnsw_ip" else {})}}
-    spec.pop("onnx", None)  # the ONNX encoder's copy; the export's entry is set just below
-    if "file" in exported:
-        spec["onnx"], paths["query_encoder"] = exported, out / exported["file"]
-    paths["encoder"].write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    encoder, vectors, exported, index, kind = _encode_and_index(cfg, texts, out, lap, reusable,
+                                                               inputs)
+    paths = _write(out, ids, vectors, index, _encoder_spec(encoder, cfg, kind, len(ids),
+                                                           exported))
     lap("write")
     if unnamed:
         print(f"WARNING {STAGE}: {unnamed} entities have no name; their key was encoded",
@@ -219,6 +195,54 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                                     if seconds["encode"] else None),
         },
     }
+
+
+def _encode_and_index(cfg: Mapping, texts: list[str], out: Path, lap: Laps, reusable,
+                      inputs: Mapping[str, str]):
+    """Encode and index with ``threads`` torch and FAISS threads (FAISS's setting is
+    process-global, so it is restored after)."""
+    import faiss
+
+    faiss_threads_before = faiss.omp_get_max_threads()
+    if cfg.get("threads"):
+        faiss.omp_set_num_threads(int(cfg["threads"]))
+    try:
+        with torch_threads(cfg.get("threads")):
+            encoder, vectors, exported = encode_entities(cfg, texts, out, lap, reusable,
+                                                         inputs.get(PREVIOUS + "encoder"))
+            index, kind = build_index(vectors, cfg)
+            lap("index")
+    finally:
+        faiss.omp_set_num_threads(faiss_threads_before)
+    return encoder, vectors, exported, index, kind
+
+
+def _encoder_spec(encoder, cfg: Mapping, kind: str, rows: int, exported: dict) -> dict:
+    """encoder.json: how the runtime encodes questions the way the entities were encoded,
+    and the index it searches."""
+    spec = {**encoder.spec, "text": cfg["text"],
+            "index": {"type": kind, "metric": "inner_product", "rows": rows,
+                      **({"hnsw_m": int(cfg["hnsw_m"]), "ef_search": int(cfg["hnsw_ef_search"])}
+                         if kind == "hnsw_ip" else {})}}
+    spec.pop("onnx", None)  # the ONNX encoder's copy; the export's entry is set just below
+    if "file" in exported:
+        spec["onnx"] = exported
+    return spec
+
+
+def _write(out: Path, ids: np.ndarray, vectors: np.ndarray, index, spec: dict) -> dict:
+    import faiss
+
+    paths = {"entity_vectors": out / "entity_vectors.npy", "entity_index": out / "entity.faiss",
+             "entity_ids": out / "entity_ids.parquet", "encoder": out / "encoder.json"}
+    np.save(paths["entity_vectors"], vectors)
+    faiss.write_index(index, str(paths["entity_index"]))
+    write_table("entity_ids", pa.table({"row": np.arange(len(ids), dtype=np.int64), "id": ids}),
+                paths["entity_ids"])
+    if "onnx" in spec:
+        paths["query_encoder"] = out / spec["onnx"]["file"]
+    paths["encoder"].write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return paths
 
 
 def encode_entities(cfg: Mapping, texts: list[str], out: Path, lap: Laps,
