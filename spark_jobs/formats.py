@@ -315,6 +315,22 @@ def parse_nt(lines: DataFrame, graph: bool, languages: list[str]) -> DataFrame:
     on lines that fail it. Built as successive projections so that no expensive expression is
     evaluated twice.
     """
+    df = _nt_terms(lines)
+    o_lit = F.col("_lit")
+    df = df.withColumn("_kind", _nt_kind(F.col("value"), F.col("_p"), o_lit,
+                                         _lang_ok(F.col("_lang"), languages)))
+    fact = ~F.col("_kind").isin(SKIP, MALFORMED)
+    o = F.col("_o")
+    escaped = (F.when(fact & o_lit & (F.instr(o, "\\U") > 0), F.lit(ESC_PYTHON))
+               .when(fact & o_lit & (F.instr(o, "\\") > 0), F.lit(ESC_JVM))
+               .otherwise(F.lit(ESC_NONE)))
+    return _row(df, graph, F.col("_kind"), s=F.when(fact, F.col("_s")), p=F.when(fact, F.col("_p")),
+                o=F.when(fact, o), reason=_nt_diagnosis(F.col("value")), escaped=escaped)
+
+
+def _nt_terms(lines: DataFrame) -> DataFrame:
+    """The lines with their terms: ``_ok`` (one statement, no control separator), keys ``_s``,
+    ``_p``, ``_o`` (a literal's text), ``_lit``, ``_lang``, ``_empty`` (an ``<>`` term)."""
     value = F.col("value")
     marked = F.regexp_replace(value, _FULL, f"{_SEP}$1{_SEP}$2{_SEP}$3")
     df = lines.select("*", F.split(marked, _SEP).alias("_t"),
@@ -337,21 +353,18 @@ def parse_nt(lines: DataFrame, graph: bool, languages: list[str]) -> DataFrame:
         ((F.col("_st") == "<>") | (F.col("_pt") == "<>") | (o_term == "<>")).alias("_empty"),
     )
     suffix = F.col("_suffix")
-    df = df.select(
+    return df.select(
         "*",
         F.when(F.col("_lit"), o_term.substr(F.lit(2), F.length(o_term) - F.length(suffix) - 2))
         .otherwise(_iri_key(o_term)).alias("_o"),
         F.when(suffix.startswith("@"), suffix.substr(F.lit(2), F.length(suffix)))
         .otherwise(F.lit("")).alias("_lang"),
     )
-    p_name, o_lit, keep = F.col("_p"), F.col("_lit"), _lang_ok(F.col("_lang"), languages)
 
-    diagnosis = F.when(F.col("_ctl"), F.lit(R_CONTROL)).when(F.col("_ok"), F.lit(R_EMPTY_IRI))
-    for pattern, reason in _DIAGNOSES:
-        diagnosis = diagnosis.when(value.rlike(pattern), F.lit(reason))
-    diagnosis = diagnosis.otherwise(F.lit(R_GARBAGE))
 
-    kind = (
+def _nt_kind(value, p_name, o_lit, keep):
+    """What a line is, given its terms (``keep``: the literal's language is wanted)."""
+    return (
         F.when(_is_skip(value), F.lit(SKIP))
         .when(~F.col("_ok") | F.col("_empty"), F.lit(MALFORMED))
         .when(p_name.isin(*TYPE_PREDICATES), F.lit(TYPE))
@@ -363,14 +376,14 @@ def parse_nt(lines: DataFrame, graph: bool, languages: list[str]) -> DataFrame:
               F.lit(FILTERED))
         .otherwise(F.lit(ATTRIBUTE))
     )
-    df = df.withColumn("_kind", kind)
-    fact = ~F.col("_kind").isin(SKIP, MALFORMED)
-    o = F.col("_o")
-    escaped = (F.when(fact & o_lit & (F.instr(o, "\\U") > 0), F.lit(ESC_PYTHON))
-               .when(fact & o_lit & (F.instr(o, "\\") > 0), F.lit(ESC_JVM))
-               .otherwise(F.lit(ESC_NONE)))
-    return _row(df, graph, F.col("_kind"), s=F.when(fact, F.col("_s")), p=F.when(fact, p_name),
-                o=F.when(fact, o), reason=diagnosis, escaped=escaped)
+
+
+def _nt_diagnosis(value):
+    """Why a malformed line was refused (evaluated only for the lines quarantined)."""
+    diagnosis = F.when(F.col("_ctl"), F.lit(R_CONTROL)).when(F.col("_ok"), F.lit(R_EMPTY_IRI))
+    for pattern, reason in _DIAGNOSES:
+        diagnosis = diagnosis.when(value.rlike(pattern), F.lit(reason))
+    return diagnosis.otherwise(F.lit(R_GARBAGE))
 
 
 # ---- field-separated formats -------------------------------------------------------------
