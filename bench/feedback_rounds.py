@@ -251,10 +251,12 @@ def run_round(arm_dir: Path, number: int, config: dict, setup: dict, progress: b
 
 
 def answer_all(store: Path, questions, out: Path, progress: bool, reader: str = "none",
-               build_id: str | None = None, online: tuple[str, dict] | None = None) -> dict:
-    """Every question through ``Runtime.ask(q, llm=reader)`` with the runtime's defaults, scored
-    as a reading run (evaluation.runner; the runtime logs its own feedback) — or, ``online``
-    (source, config), through the tcr-qf loop around that ask (evaluation/tcr_qf.py)."""
+               build_id: str | None = None, online: tuple[str, dict] | None = None,
+               settings: dict | None = None) -> dict:
+    """Every question through ``Runtime.ask(q, llm=reader)`` with the runtime's defaults (and
+    ``settings``, query settings over them), scored as a reading run (evaluation.runner; the
+    runtime logs its own feedback) — or, ``online`` (source, config), through the tcr-qf loop
+    around that ask (evaluation/tcr_qf.py)."""
     from evaluation.context import CountingLLM
     from evaluation.methods import _prediction
     from evaluation.runner import evaluate
@@ -262,7 +264,8 @@ def answer_all(store: Path, questions, out: Path, progress: bool, reader: str = 
     from runtime.llm import make_llm
     from runtime.query import Runtime
 
-    rt, llm = Runtime.open(store, build_id=build_id), CountingLLM(make_llm(reader))
+    rt = Runtime.open(store, build_id=build_id, **(settings or {}))
+    llm = CountingLLM(make_llm(reader))
     loop = None if online is None else Enricher(rt, source=online[0], config=online[1],
                                                 work=out / "work")
 

@@ -546,7 +546,7 @@ class Runtime:
             timer.lap("relknow")
         base["route"] = plan.route
         if plan.final:
-            return self._derived(base, plan, req.budget, timer.done())
+            return self._derived(req, base, plan, heads, (linked_vec, batch_vec), timer)
         q_vec = self._question_vector(req, plan, linked_vec, batch_vec)
         timer.lap("embed")
         found = self._retrieve(req, heads, q_vec, plan)
@@ -674,11 +674,11 @@ class Runtime:
         forms = [f for h in heads for f in (self.names[h], self.keys[h],
                                             *self._entity_fields(h)[2])]
         masked = relknow.mask_topic(req.question, forms)
-        # the plain form rides along when the masked one is embedded; alone it waits for
-        # retrieval, which a derived answer or the compact context never runs
+        # the plain form rides along when the masked one is embedded (a derived answer
+        # retrieves beside its chain); alone it waits for retrieval, which the compact
+        # context never runs
         by_vector = know.votes_by_question_vector
-        with_plain = by_vector and req.policy != "precision" and \
-            self._wants_question_vector(req, linked_vec)
+        with_plain = by_vector and self._wants_question_vector(req, linked_vec)
         masked_vec, batch_vec = self._embed(masked if by_vector else None,
                                             req.question if with_plain else None)
         assessment = know.assess(masked, heads, facts, q_vec=masked_vec,
@@ -751,26 +751,64 @@ class Runtime:
             self._domains = relknow.HopDomains(self.relknow[1], schema_types)
         return self._domains
 
-    def _derived(self, base: dict, plan: RelationPlan, budget: int, timings: dict) -> Answer:
+    def _derived(self, req: _Request, base: dict, plan: RelationPlan, heads: list[int],
+                 vectors: tuple[np.ndarray | None, np.ndarray | None], timer: _Timer) -> Answer:
         """The answer of a passed gate (the derived endpoints, no LLM call), or the abstention
-        of policy precision."""
+        of policy precision. Its context is the chain's facts first, then the retrieval
+        context in what they leave of the budget: a chain a refresh completed may be wrong,
+        and the facts retrieval found stay before a reader of the answer."""
         reason = plan.route["reason"]
         if not plan.passed:
-            return Answer.empty("abstained", f"abstained: {reason}", timings, budget=budget,
-                                **base)
+            return Answer.empty("abstained", f"abstained: {reason}", timer.done(),
+                                budget=req.budget, **base)
         d = plan.assessment.derivation
-        triples = [{"s": self.names[s], "r": self._relation_name(r), "o": self.names[o],
-                    "score": 1.0, "granularity": None, "cost": 0, "line": ""}
-                   for s, r, o in d.facts]
+        chain = self._retrieve(req, heads, None, replace(plan, compact=True))
+        chain_enc = self._encode(req, heads, chain, plan)
+        beside = self._retrieval_beside(req, heads, vectors, plan, req.budget - chain_enc[1].tokens)
+        timer.lap("context")
+        parts = [(chain.triples, *chain_enc)] + ([beside] if beside is not None else [])
+        lines = [self._lines(*part) for part in parts]
+        encodings = [enc for _, _, enc in parts]
+        knowledge, naive = sum(e.tokens for e in encodings), sum(e.naive_tokens for e in encodings)
+        empty = Answer.empty("ok", f"derived from the graph: {reason}", timer.done(),
+                             budget=req.budget, **base)
         return replace(
-            Answer.empty("ok", f"derived from the graph: {reason}", timings, budget=budget,
-                         **base),
+            empty,
             answers=[self.names[e] for e in d.endpoints], answer_ids=list(d.endpoints),
-            triples=triples,
+            triples=[t for triples, _ in lines for t in triples],
             candidates=[{"id": e, "name": self.names[e], "walks": w}
                         for e, w in zip(d.endpoints[:10], d.walks[:10])],
-            citations=self.provenance.citations(
-                (fact, f"{t['s']} {t['r']} {t['o']}") for fact, t in zip(d.facts, triples)))
+            tokens={**empty.tokens, "knowledge": knowledge, "naive": naive,
+                    "tcr": knowledge / naive if naive else 1.0},
+            citations=[c for _, citations in lines for c in citations])
+
+    def _retrieval_beside(self, req: _Request, heads: list[int],
+                          vectors: tuple[np.ndarray | None, np.ndarray | None],
+                          plan: RelationPlan, budget: int
+                          ) -> tuple[list[Triple], list[ittc.KnowledgeTriple], ittc.Encoding] | None:
+        """The retrieval context of a derived answer, the chain's facts left out, encoded in
+        ``budget`` tokens; None when no token is left or retrieval finds nothing else."""
+        if budget < 1:
+            return None
+        looked = replace(plan, compact=False)
+        q_vec = self._question_vector(req, looked, *vectors)
+        found = self._retrieve(req, heads, q_vec, looked)
+        chain = set(plan.assessment.derivation.facts)
+        kept = [(t, s) for t, s in zip(found.triples, found.scores) if t not in chain]
+        if not kept:
+            return None
+        found = replace(found, triples=[t for t, _ in kept], scores=[s for _, s in kept])
+        return (found.triples, *self._encode(replace(req, budget=budget), heads, found, looked))
+
+    def _lines(self, facts: list[Triple], knowledge: list[ittc.KnowledgeTriple],
+               enc: ittc.Encoding) -> tuple[list[dict], list[dict]]:
+        """Answer.triples and Answer.citations of one encoded context: the lines ITTC kept."""
+        kept = [(f, k, e) for f, k, e in zip(facts, knowledge, enc.triples)
+                if e.granularity is not None]
+        triples = [{"s": k.subject, "r": k.relation, "o": k.object, "score": k.score,
+                    "granularity": e.granularity, "cost": e.cost, "line": e.line}
+                   for _, k, e in kept]
+        return triples, self.provenance.citations((f, e.line) for f, _, e in kept)
 
     # ---------------------------------------------------------------- 2. retrieve
 
@@ -1074,6 +1112,7 @@ class Runtime:
                 timings: dict) -> Answer:
         """The full Answer of a question that got as far as the read."""
         (knowledge, enc) = encoded
+        triples, citations = self._lines(found.triples, knowledge, enc)
         overhead = prompt_overhead(req.question, choices=reading.choices)
         called = reading.calls > 0  # a prompt went out (a forced choice of one makes none)
         return Answer(
@@ -1086,13 +1125,8 @@ class Runtime:
                     "completion": reading.completion, "knowledge": enc.tokens,
                     "naive": enc.naive_tokens, "tcr": enc.tcr, "budget": req.budget,
                     "overhead": overhead.to_dict()},
-            triples=[{"s": k.subject, "r": k.relation, "o": k.object, "score": k.score,
-                      "granularity": e.granularity, "cost": e.cost, "line": e.line}
-                     for k, e in zip(knowledge, enc.triples) if e.granularity is not None],
-            candidates=[c.to_dict() for c in found.candidates[:10]],
-            citations=self.provenance.citations(
-                (t, e.line) for t, e in zip(found.triples, enc.triples)
-                if e.granularity is not None),
+            triples=triples, candidates=[c.to_dict() for c in found.candidates[:10]],
+            citations=citations,
             encoding={"mode": enc.mode, "order": list(enc.order), "dropped": enc.dropped,
                       "total_value": enc.total_value, "semantic": found.semantic,
                       "paths": found.sources, "solve_ms": enc.solve_ms},

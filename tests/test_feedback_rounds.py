@@ -73,3 +73,27 @@ def test_recall_misses_counts_undirected_hops_up_to_four():
     chain = {i: {i - 1, i + 1} - {-1, 7} for i in range(7)}  # 0 - 1 - ... - 6
     assert hops(chain, [0], {4}) == 4 and hops(chain, [3, 0], {4}) == 1
     assert hops(chain, [0], {5}) is None and hops(chain, [0], {0}) == 0
+
+
+def test_rounds_diff_lists_the_questions_that_lose_or_never_have_their_gold(tmp_path):
+    import json
+
+    from bench.rounds_diff import diff, rounds
+
+    def record(qid, hit, source):
+        return {"id": qid, "question": f"question {qid}?", "gold": [f"gold {qid}"],
+                "predicted": [f"answer {qid}"], "status": "ok",
+                "details": {"route": {"source": source}}, "reading": {"context_recall": hit}}
+
+    marks = {"kept": (1, 1), "lost": (1, 0), "never": (0, 0)}
+    for number in (0, 1):
+        run = tmp_path / f"round-{number}" / "run" / "lokg"
+        run.mkdir(parents=True)
+        run.joinpath("predictions.jsonl").write_text("".join(
+            json.dumps(record(q, hit[number], "derived" if q == "lost" and number else
+                              "retrieval")) + "\n" for q, hit in marks.items()))
+    table = diff(rounds(tmp_path), [])
+    assert "question kept?" not in table
+    assert "| question lost? | gold lost | 1 0 | retr deri |" in table
+    assert "| question never? | gold never | 0 0 | retr retr |" in table
+    assert table.endswith("run: context recall by round 0.67 0.33")

@@ -19,6 +19,7 @@ from runtime.contract import TABLE_SCHEMAS, Store, write_table
 from pipeline.stage import StageError
 from runtime import relknow
 from runtime.query import QueryError, Runtime
+from runtime.tokens import count_tokens
 from runtime.relknow import (INVERSE_PREFIX, PLACEHOLDER, Checker, Facts, Gate, Prediction,
                              RelationKnowledge, Vote, derive, hop_id, hop_name, inverse_hop,
                              learn_exclusive, learn_functional, mask_topic, relation_texts,
@@ -552,6 +553,24 @@ def test_precision_abstains_on_two_answers_and_route_returns_both(rt):
     assert b.llm_calls == 0
 
 
+def test_a_derived_answer_keeps_the_retrieval_context_after_its_chain_within_the_budget(rt):
+    q = "what is the job of edda quist 's wife ?"  # derived: pilot, through fabio quist
+    retrieved = rt.ask(q, policy="lokg")  # the LOKG context, the relation feeds on
+    derived = rt.ask(q, policy="route")
+    assert derived.route["source"] == "derived" and derived.answers == ["pilot"]
+    facts = [(t["s"], t["r"], t["o"]) for t in derived.triples]
+    assert facts[:2] == [("edda quist", "spouse", "fabio quist"),
+                         ("fabio quist", "profession", "pilot")]  # the chain first
+    assert set(facts) == {(t["s"], t["r"], t["o"]) for t in retrieved.triples}
+    for budget in (30, 60, 2048):
+        tight = rt.ask(q, policy="route", budget=budget)
+        lines = "".join(t["line"] for t in tight.triples)
+        assert count_tokens(lines) == tight.tokens["knowledge"] <= budget
+        assert [(t["s"], t["r"]) for t in tight.triples[:2]] == [("edda quist", "spouse"),
+                                                                ("fabio quist", "profession")]
+    assert len(rt.ask(q, policy="route", budget=30).triples) == 2  # no room left beside it
+
+
 def test_flagged_contexts_abstain_or_go_to_the_reader(rt):
     q = "what is the gender of alba sandor 's father ?"  # father alba quist has two genders
     a = rt.ask(q, policy="precision")
@@ -678,10 +697,10 @@ def test_the_question_is_embedded_once_masked_and_plain_in_one_batch(planted):
     know.question_vectors = np.full((len(know.question_chain), encoder.dim), 0.5, np.float32)
     encoder.batches.clear()
     fed = rt.ask(q, policy="lokg")  # the feeds (relation knowledge, masked) and λ_q (plain)
-    derived = rt.ask(q, policy="precision")  # never retrieves: the masked form alone
+    derived = rt.ask(q, policy="precision")  # retrieves beside its chain: both in one batch
     plain = rt.ask(q, policy="lokg", relation_weight=0.0, chain_boost=False)  # no relknow
     masked = fed.route["masked_question"]
-    assert encoder.batches == [[masked, q], [masked], [q]]
+    assert encoder.batches == [[masked, q], [masked, q], [q]]
     assert fed.encoding["semantic"] and plain.encoding["semantic"]
     assert derived.answers == ["pilot"] and fed.answers == ["pilot"]
 
