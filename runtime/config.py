@@ -294,6 +294,11 @@ DEFAULTS: dict = {
         # "none" = any listed one. Chosen on PathQuestion dev for the embedded SmolLM2
         # (bench/fit_choice_margin.py --checks, docs/BENCHMARKS.md)
         "choice_check": "derivation",
+        # what a derived answer's context holds (no call either way): "retrieval" = its chain's
+        # facts first, then the retrieval context in the rest of the budget (a chain a refresh
+        # completed may be wrong; what retrieval found stays before the reader of the answer;
+        # PQ-2H mean latency 1.2-1.4x, docs/BENCHMARKS.md) | "chain" = the chain's facts alone
+        "derived_context": "retrieval",
         # relation knowledge (stores with models/relknow; chosen on PathQuestion dev, BENCHMARKS):
         "relation_weight": 20.0,  # λ_rel: weight of the query-relation term in S_final (0 = off)
         "chain_boost": True,  # ITTC's λ_boost for the facts of the predicted relation chain
@@ -324,6 +329,7 @@ READER_MODES = ("choice", "free")
 #: Which forced-choice picks count (setting ``query.choice_check``): ones the derivation reaches |
 #: any listed candidate.
 CHOICE_CHECKS = ("derivation", "none")
+DERIVED_CONTEXTS = ("retrieval", "chain")
 #: The knowledge budget B of a question when none is given, and the most a request may ask for.
 DEFAULT_BUDGET = 2048
 MAX_BUDGET = 131072
@@ -518,7 +524,8 @@ SCHEMA: dict = {
         "encoder_backend": choice(*QUERY_BACKENDS), "relation_weight": WEIGHT,
         "chain_boost": BOOL, "cached_buckets": COUNT, "reader": choice(*READER_MODES),
         "choice_candidates": COUNT, "choice_margin": WEIGHT,
-        "choice_check": choice(*CHOICE_CHECKS), "feedback": BOOL,
+        "choice_check": choice(*CHOICE_CHECKS), "derived_context": choice(*DERIVED_CONTEXTS),
+        "feedback": BOOL,
         "feedback_dir": FILE, "feedback_questions": BOOL, "feedback_segment_mb": COUNT,
         "feedback_max_mb": COUNT, "feedback_bridges": integer(0),
         "feedback_llm": text(r".+", "an LLM backend such as local", nullable=True),

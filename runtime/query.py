@@ -675,10 +675,11 @@ class Runtime:
                                             *self._entity_fields(h)[2])]
         masked = relknow.mask_topic(req.question, forms)
         # the plain form rides along when the masked one is embedded (a derived answer
-        # retrieves beside its chain); alone it waits for retrieval, which the compact
-        # context never runs
+        # retrieves beside its chain unless query.derived_context is "chain"); alone it waits
+        # for retrieval, which the compact context never runs
         by_vector = know.votes_by_question_vector
-        with_plain = by_vector and self._wants_question_vector(req, linked_vec)
+        with_plain = by_vector and self._wants_question_vector(req, linked_vec) and (
+            req.policy != "precision" or self._derived_retrieves)
         masked_vec, batch_vec = self._embed(masked if by_vector else None,
                                             req.question if with_plain else None)
         assessment = know.assess(masked, heads, facts, q_vec=masked_vec,
@@ -764,7 +765,8 @@ class Runtime:
         d = plan.assessment.derivation
         chain = self._retrieve(req, heads, None, replace(plan, compact=True))
         chain_enc = self._encode(req, heads, chain, plan)
-        beside = self._retrieval_beside(req, heads, vectors, plan, req.budget - chain_enc[1].tokens)
+        beside = self._retrieval_beside(req, heads, vectors, plan, req.budget - chain_enc[1].tokens
+                                        ) if self._derived_retrieves else None
         timer.lap("context")
         parts = [(chain.triples, *chain_enc)] + ([beside] if beside is not None else [])
         lines = [self._lines(*part) for part in parts]
@@ -781,6 +783,10 @@ class Runtime:
             tokens={**empty.tokens, "knowledge": knowledge, "naive": naive,
                     "tcr": knowledge / naive if naive else 1.0},
             citations=[c for _, citations in lines for c in citations])
+
+    @property
+    def _derived_retrieves(self) -> bool:
+        return self.settings["derived_context"] == "retrieval"
 
     def _retrieval_beside(self, req: _Request, heads: list[int],
                           vectors: tuple[np.ndarray | None, np.ndarray | None],

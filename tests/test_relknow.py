@@ -571,6 +571,16 @@ def test_a_derived_answer_keeps_the_retrieval_context_after_its_chain_within_the
     assert len(rt.ask(q, policy="route", budget=30).triples) == 2  # no room left beside it
 
 
+def test_derived_context_chain_keeps_the_chains_facts_alone(planted):
+    q = "what is the job of edda quist 's wife ?"
+    chain_only = Runtime.open(planted[0], derived_context="chain")
+    a = chain_only.ask(q, policy="route")
+    assert a.route["source"] == "derived" and a.answers == ["pilot"]
+    assert [(t["s"], t["r"], t["o"]) for t in a.triples] == [
+        ("edda quist", "spouse", "fabio quist"), ("fabio quist", "profession", "pilot")]
+    assert count_tokens("".join(t["line"] for t in a.triples)) == a.tokens["knowledge"]
+
+
 def test_flagged_contexts_abstain_or_go_to_the_reader(rt):
     q = "what is the gender of alba sandor 's father ?"  # father alba quist has two genders
     a = rt.ask(q, policy="precision")
