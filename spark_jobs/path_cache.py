@@ -49,8 +49,8 @@ along the new graph's edges, which hold their inverses: a walk that reaches a ch
 so over unchanged edges, so the new graph suffices) are searched anew, and every other head's
 rows are copied from the previous build's bucket — the cache then equals a full run's, bucket
 for bucket, row for row. A warm-started or retrained GAT moves α on nearly every edge, so after
-one the whole cache is usually recomputed; the copy pays off when the edges stay (gat reused or
-``gat.uniform``, where α = 1/out-degree changes only at the changed triples' ends). More than
+one the whole cache is usually recomputed; the copy pays off when α moves only near the change
+(``gat.uniform``: α = 1/out-degree changes only at the changed triples' ends). More than
 ``pipeline.stage.PARTIAL_MAX_SHARE`` of the heads touched, a hot set, or other entity keys:
 full. The report's ``refresh`` says which.
 
