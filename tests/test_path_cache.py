@@ -222,3 +222,18 @@ def test_a_refresh_searches_the_heads_near_a_change_and_equals_a_full_run(graph_
     assert partial["report"]["refresh"] == {"mode": "partial", "searched": len(near),
                                             "copied": len(heads) - len(near)}
     assert len(heads) > len(near) and full["report"]["refresh"]["mode"] == "full"
+
+
+def test_a_refresh_of_unchanged_edges_copies_every_head(graph_inputs, built, tmp_path):
+    from pipeline.stage import PREVIOUS
+
+    inputs = graph_inputs["inputs"]
+    previous = {PREVIOUS + n: inputs[n] for n in ("edges", "node_gain", "entities")}
+    previous[PREVIOUS + "path_cache"] = built["outputs"]["path_cache"]
+    again = run_stage({**inputs, **previous}, tmp_path / "again", buckets=4)
+    assert again["report"]["refresh"] == {"mode": "partial", "searched": 0,
+                                          "copied": built["report"]["heads"]}
+    for b in range(4):
+        got, want = (pq.read_table(Path(r["outputs"]["path_cache"]) / f"bucket-{b:05d}.parquet")
+                     for r in (again, built))
+        assert got.equals(want), b
