@@ -70,8 +70,9 @@ STAGES: tuple[Stage, ...] = (
           ("entities", "relations", "triples", "relation_stats", "relation_pairs"),
           ("relation_map", "merge_log", "triples", "relations"), optional=("relation_embeddings",),
           refresh="reuse", config_sections=("relation_stats",)),
+    # partial: recomputes the rows of the changed triples' endpoints, copies the others
     Stage("node_gain", "spark_jobs", ("entities", "relations", "triples"), ("node_gain",),
-          refresh="reuse"),
+          refresh="partial"),
     Stage("entity_encode", "training", ("entities",),
           ("entity_vectors", "entity_index", "entity_ids", "encoder"),
           optional_outputs=("query_encoder",), refresh="partial"),
@@ -84,8 +85,9 @@ STAGES: tuple[Stage, ...] = (
           ("entities", "relations", "triples", "relation_map", "relation_embeddings",
            "entity_ids", "entity_vectors"), ("edges", "gat_run"),
           refresh="partial"),  # warm-starts from the previous parameters, a few epochs
+    # partial: searches the heads near a changed edge weight, copies the others' rows
     Stage("path_cache", "spark_jobs", ("edges", "node_gain", "entities"), ("path_cache",),
-          refresh="reuse"),
+          refresh="partial"),
     Stage("relation_knowledge", "training", ("entities", "relations", "relation_map", "triples"),
           ("relknow",), optional=("encoder",), refresh="reuse"),
 )

@@ -31,6 +31,25 @@ def previous_inputs(inputs: Mapping[str, str], *names: str) -> dict[str, Path] |
     return {name: Path(p) for name, p in paths.items()}
 
 
+#: A partial stage recomputes at most this share of its rows; more touched, it runs in full.
+PARTIAL_MAX_SHARE = 0.5
+
+
+def changed_rows(now, then):
+    """The distinct rows of two integer matrices (one row per record, same columns) whose
+    counts differ between them — a multiset difference both ways, by one sort, no packing."""
+    import numpy as np
+
+    rows = np.concatenate([np.asarray(now, np.int64), np.asarray(then, np.int64)])
+    sign = np.concatenate([np.ones(len(now), np.int64), -np.ones(len(then), np.int64)])
+    if not len(rows):
+        return rows
+    order = np.lexsort(rows.T[::-1])
+    rows, sign = rows[order], sign[order]
+    starts = np.flatnonzero(np.r_[True, np.any(rows[1:] != rows[:-1], axis=1)])
+    return rows[starts[np.add.reduceat(sign, starts) != 0]]
+
+
 class BuildError(LokgError, RuntimeError):
     """A stage failed or produced something unusable; the message names the stage."""
 

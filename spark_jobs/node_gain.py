@@ -16,8 +16,20 @@ Every entity gets a row. An entity without any edge has deg_in 0, in_relations 0
 with inverse edges it is exactly a node no path can reach, so the path scorer never takes
 log μ of 0 (it refuses a graph that puts μ = 0 on an edge's target).
 
+Refresh (``previous:`` inputs: same code and settings, changed triples; pipeline/refresh.py).
+A row depends on the entity's own incoming edges and on |R*| only — nothing else is global —
+so when the previous build had as many entities and relations, the stage compares the two
+triple tables on the driver (multisets of (s, r, o): scos_merge may renumber relations, so the
+ingest change set alone would miss a triple whose relation was merged differently), counts
+deg_in and in_relations anew for the endpoints of every changed triple (o: forward, s: inverse)
+and copies every other row from the previous build. μ of the recomputed rows is the same Spark
+expression (Java's ``StrictMath.log1p`` differs from numpy's in the last bit for some degrees),
+so the table equals a full run's row for row. Otherwise — another entity or relation count, or
+more than ``pipeline.stage.PARTIAL_MAX_SHARE`` of the entities touched — it runs in full.
+
 Report: rows, entities_without_edges, edges (with inverses), relations (|R*|), the min/mean/max
-of μ over all rows and the smallest μ of a node with edges, step seconds.
+of μ over all rows and the smallest μ of a node with edges, ``refresh`` (full or partial, with
+the changed triples and recomputed rows, or why full), step seconds.
 """
 
 from __future__ import annotations
@@ -26,10 +38,13 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.stage import Laps, StageError, stage_input
-from runtime.contract import check_schema, table_files
+from pipeline.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows,
+                            previous_inputs, stage_input)
+from runtime.contract import check_schema, read_table, table_files
 
 SINGLE_FILE_ENTITIES = 1_000_000  # up to this many entities: one sorted output file
 
@@ -38,19 +53,84 @@ def _rows(path: Path) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(path))
 
 
-def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
+def _mu(deg_in, in_relations, n_relations: int):
+    """μ as a Spark column: the one expression of the full and the partial run."""
+    from pyspark.sql import functions as F
+
+    return ((1.0 + F.log1p(deg_in)) * in_relations
+            / F.lit(float(max(n_relations, 1)))).cast("double").alias("mu")
+
+
+def _id_problem(bounds: dict, n_entities: int, n_relations: int, ent_path, rel_path) -> str | None:
+    """What is wrong with the triples' id ranges (min/max of entity and relation ids), if any."""
+    if bounds["r_lo"] < 0 or bounds["r_hi"] >= n_relations:
+        return (f"relation ids in [{bounds['r_lo']}, {bounds['r_hi']}] outside the "
+                f"{n_relations} canonical relations of {rel_path}")
+    if bounds["e_lo"] < 0 or bounds["e_hi"] >= n_entities:
+        return (f"entity ids in [{bounds['e_lo']}, {bounds['e_hi']}] outside the "
+                f"{n_entities} entities of {ent_path}")
+    return None
+
+
+def changed_endpoints(now: pa.Table, then: pa.Table) -> tuple[np.ndarray, int]:
+    """(sorted ids of the endpoints of every triple whose count differs between two triple
+    tables, how many such distinct triples)."""
+    changed = changed_rows(*(np.column_stack([t[c].to_numpy() for c in ("s", "r", "o")])
+                             for t in (now, then)))
+    return np.unique(changed[:, [0, 2]]), len(changed)
+
+
+def _incoming_counts(triples: pa.Table, ids: np.ndarray, n_entities: int,
+                     n_relations: int) -> tuple[np.ndarray, np.ndarray]:
+    """deg_in and in_relations of the entities ``ids`` (inverse edges included), from the
+    triples that end at them (forward) or start at them (inverse)."""
+    s, r, o = (triples[c].to_numpy().astype(np.int64) for c in ("s", "r", "o"))
+    mark = np.zeros(n_entities, bool)
+    mark[ids] = True
+    forward, inverse = mark[o], mark[s]
+    node = np.concatenate([o[forward], s[inverse]])
+    label = (node * n_relations + np.concatenate([r[forward], r[inverse]])) * 2 + np.concatenate(
+        [np.zeros(forward.sum(), np.int64), np.ones(inverse.sum(), np.int64)])
+    deg_in = np.bincount(node, minlength=n_entities)[ids]
+    labels = np.bincount(np.unique(label) // (2 * n_relations), minlength=n_entities)[ids]
+    return deg_in, labels
+
+
+def partial_gain(spark, triples: pa.Table, previous: dict, n_entities: int, n_relations: int
+                 ) -> tuple[pa.Table | None, dict]:
+    """The node_gain table of a refresh from the previous build's (``previous``: its triples,
+    relations and node_gain), only the changed triples' endpoints recomputed; None (and why)
+    when it must run in full."""
+    old = read_table(previous["node_gain"], "node_gain")
+    if old.num_rows != n_entities or _rows(previous["relations"]) != n_relations:
+        return None, {"mode": "full", "reason": "another entity or relation count"}
+    touched, n_changed = changed_endpoints(triples, read_table(previous["triples"], "triples"))
+    if len(touched) > PARTIAL_MAX_SHARE * n_entities:
+        return None, {"mode": "full",
+                      "reason": f"more than {PARTIAL_MAX_SHARE:.0%} of the entities touched"}
+    old = old.sort_by("id")
+    if not np.array_equal(old["id"].to_numpy(), np.arange(n_entities)):
+        return None, {"mode": "full", "reason": "previous ids not 0..N-1"}
+    deg_in, labels = _incoming_counts(triples, touched, n_entities, n_relations)
+    fresh = spark.createDataFrame(
+        [(int(i), int(d), int(n)) for i, d, n in zip(touched, deg_in, labels)],
+        "id long, deg_in long, in_relations long")
+    rows = fresh.select("id", _mu(fresh["deg_in"], fresh["in_relations"], n_relations)).collect()
+    mu = np.array([row["mu"] for row in sorted(rows)], np.float64)  # touched is sorted by id
+    columns = {c: old[c].to_numpy().copy() for c in ("deg_in", "in_relations", "mu")}
+    for name, values in (("deg_in", deg_in), ("in_relations", labels), ("mu", mu)):
+        columns[name][touched] = values
+    table = pa.table({"id": old["id"], **columns}).cast(old.schema)
+    return table, {"mode": "partial", "changed_triples": n_changed, "recomputed": len(touched)}
+
+
+def _full_gain(spark, ent_path: Path, tri_path: Path, n_entities: int, n_relations: int,
+               out_path: Path) -> tuple[dict, dict]:
+    """node_gain of every entity with Spark, written to ``out_path``: (the triples' id ranges
+    and edge count, the table's statistics), observed in the same pass."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from spark_jobs.session import get_spark
-
-    lap = Laps()
-    ent_path, rel_path, tri_path = (stage_input(inputs, "node_gain", n)
-                                      for n in ("entities", "relations", "triples"))
-    out_path = Path(out_dir) / "node_gain.parquet"
-    n_entities, n_relations = _rows(ent_path), _rows(rel_path)
-
-    spark = get_spark(dict(config), "lokg-node_gain")
     triples = spark.read.parquet(str(tri_path)).select("s", "r", "o")
     incoming = (triples.select(F.col("o").alias("id"), "r", F.lit(False).alias("inverse"))
                 .unionAll(triples.select(F.col("s").alias("id"), "r", F.lit(True).alias("inverse"))))
@@ -66,8 +146,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
             .fillna(0, ["deg_in", "in_relations"])
             .select(F.col("id").cast("long"), F.col("deg_in").cast("long"),
                     F.col("in_relations").cast("long"),
-                    ((1.0 + F.log1p(F.col("deg_in"))) * F.col("in_relations")
-                     / F.lit(float(max(n_relations, 1)))).cast("double").alias("mu")))
+                    _mu(F.col("deg_in"), F.col("in_relations"), n_relations)))
     gain = (gain.coalesce(1).sortWithinPartitions("id") if n_entities <= SINGLE_FILE_ENTITIES
             else gain.orderBy("id"))
     observed = Observation("node_gain")
@@ -77,19 +156,60 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                         F.max("mu").alias("mu_max"),
                         F.min(F.when(F.col("deg_in") > 0, F.col("mu"))).alias("mu_min_reached"))
     gain.write.mode("overwrite").parquet(str(out_path))
-    bounds, stats = checked.get, observed.get
-    lap("gain_and_write")
-    if bounds["edges"]:
-        problem = None
-        if bounds["r_lo"] < 0 or bounds["r_hi"] >= n_relations:
-            problem = (f"relation ids in [{bounds['r_lo']}, {bounds['r_hi']}] outside the "
-                       f"{n_relations} canonical relations of {rel_path}")
-        elif bounds["e_lo"] < 0 or bounds["e_hi"] >= n_entities:
-            problem = (f"entity ids in [{bounds['e_lo']}, {bounds['e_hi']}] outside the "
-                       f"{n_entities} entities of {ent_path}")
-        if problem:
-            shutil.rmtree(out_path, ignore_errors=True)
-            raise StageError(f"{tri_path}: {problem}")
+    return checked.get, observed.get
+
+
+def _table_stats(table: pa.Table) -> dict:
+    """The statistics ``_full_gain`` observes, of a node_gain table in Arrow."""
+    deg, mu = table["deg_in"].to_numpy(), table["mu"].to_numpy()
+    reached = mu[deg > 0]
+    return {"rows": table.num_rows, "without_edges": int((deg == 0).sum()),
+            "mu_min": mu.min() if len(mu) else None, "mu_mean": mu.mean() if len(mu) else None,
+            "mu_max": mu.max() if len(mu) else None,
+            "mu_min_reached": reached.min() if len(reached) else None}
+
+
+def _bounds(triples: pa.Table) -> dict:
+    """The id ranges and edge count ``_full_gain`` observes, of triples in Arrow."""
+    ends = [triples[c].to_numpy() for c in ("s", "o")]
+    rel = triples["r"].to_numpy()
+    if not len(rel):
+        return {"edges": 0}
+    return {"edges": 2 * len(rel), "e_lo": int(min(e.min() for e in ends)),
+            "e_hi": int(max(e.max() for e in ends)), "r_lo": int(rel.min()), "r_hi": int(rel.max())}
+
+
+def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
+    from spark_jobs.session import get_spark
+
+    lap = Laps()
+    ent_path, rel_path, tri_path = (stage_input(inputs, "node_gain", n)
+                                      for n in ("entities", "relations", "triples"))
+    out_path = Path(out_dir) / "node_gain.parquet"
+    n_entities, n_relations = _rows(ent_path), _rows(rel_path)
+
+    spark = get_spark(dict(config), "lokg-node_gain")
+    previous = previous_inputs(inputs, "relations", "triples", "node_gain")
+    table, refresh = None, {"mode": "full", "reason": "no previous build"}
+    if previous is not None:
+        triples = read_table(tri_path, "triples")
+        bounds = _bounds(triples)
+        problem = bounds["edges"] and _id_problem(bounds, n_entities, n_relations, ent_path, rel_path)
+        if not problem:
+            table, refresh = partial_gain(spark, triples, previous, n_entities, n_relations)
+        lap("partial")
+    if table is None:
+        bounds, stats = _full_gain(spark, ent_path, tri_path, n_entities, n_relations, out_path)
+        lap("gain_and_write")
+    else:
+        out_path.mkdir(parents=True)
+        pq.write_table(table, out_path / "part-00000.parquet")
+        stats = _table_stats(table)
+        lap("write")
+    problem = bounds["edges"] and _id_problem(bounds, n_entities, n_relations, ent_path, rel_path)
+    if problem:
+        shutil.rmtree(out_path, ignore_errors=True)
+        raise StageError(f"{tri_path}: {problem}")
     files = table_files(out_path)
     check_schema("node_gain", pq.read_schema(files[0]), files[0])
 
@@ -103,6 +223,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         "mu_mean": float(stats["mu_mean"] or 0.0),
         "mu_max": float(stats["mu_max"] or 0.0),
         "mu_min_reached": float(stats["mu_min_reached"] or 0.0),
+        "refresh": refresh,
         "step_seconds": lap.seconds,
         "seconds": round(sum(lap.seconds.values()), 3),
     }

@@ -38,10 +38,27 @@ the contract columns. Every bucket file exists, empty or not, so a reader can tr
 (``report["buckets"]``). Spark writes the buckets with ``partitionBy`` (one file each, since a
 bucket lives in one task); the driver then renames them.
 
+Refresh (``previous:`` inputs: same code and settings, changed inputs; pipeline/refresh.py).
+A head's rows are a function of the out-edges (their α, and μ of their targets) of the nodes
+within ``max_hops`` − 1 hops of it — the search extends no path further — and of the node ids
+(ties). So when the previous build numbered the same entity keys alike and every entity with an
+out-edge is a head (``heads: all``), the stage compares the two builds' weighted edges on the
+driver: a node is **changed** when one of its out-edges was added, removed, or got another α or
+another μ at its target. The heads within ``max_hops`` − 1 hops of a changed node (walked back
+along the new graph's edges, which hold their inverses: a walk that reaches a changed node does
+so over unchanged edges, so the new graph suffices) are searched anew, and every other head's
+rows are copied from the previous build's bucket — the cache then equals a full run's, bucket
+for bucket, row for row. A warm-started or retrained GAT moves α on nearly every edge, so after
+one the whole cache is usually recomputed; the copy pays off when α moves only near the change
+(``gat.uniform``: α = 1/out-degree changes only at the changed triples' ends). More than
+``pipeline.stage.PARTIAL_MAX_SHARE`` of the heads touched, a hot set, or other entity keys:
+full. The report's ``refresh`` says which.
+
 Report: heads, heads_all (entities with an out-edge), heads_share (heads / heads_all),
 head_source (in words: how the heads were chosen), hot_set (selector, share, count, requested,
 and for a query log its answers and unknown keys), heads_with_paths, paths, mean_paths_per_head,
-paths_by_hops, buckets, bytes (of the bucket files), the search settings, step seconds.
+paths_by_hops, buckets, refresh (full and why, or partial: heads searched and copied), bytes (of
+the bucket files), the search settings, step seconds.
 """
 
 from __future__ import annotations
@@ -57,9 +74,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.stage import Laps, StageError, stage_input
+from pipeline.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, previous_inputs,
+                            stage_input)
 from runtime.config import HEAD_SELECTORS, SCHEMA, path_cache_problem, section, value_problem
-from runtime.contract import TABLE_SCHEMAS, check_schema, table_files, write_table
+from runtime.contract import TABLE_SCHEMAS, check_schema, read_table, table_files, write_table
 
 BUCKET_FILE = "bucket-{:05d}.parquet"
 SEARCH_KEYS = ("max_hops", "k_top", "beam_width")
@@ -232,6 +250,71 @@ def select_heads(spark, cfg: Mapping, edges_path: Path, gain_path: Path, ent_pat
     return heads, {"head_source": f"top {size} heads by {what}", "hot_set": info}, heads_all
 
 
+def _weighted_edges(edges_path: Path, gain_path: Path) -> np.ndarray:
+    """Rows (s, r, inverse, o, bits of α, bits of μ(o)) of every edge: what a search sees."""
+    edges = read_table(edges_path, "edges")
+    gain = read_table(gain_path, "node_gain")
+    mu = np.zeros(gain.num_rows, np.float64)
+    mu[gain["id"].to_numpy()] = gain["mu"].to_numpy()
+    o = edges["o"].to_numpy()
+    return np.column_stack([edges["s"].to_numpy(), edges["r"].to_numpy(),
+                            edges["inverse"].to_numpy().astype(np.int64), o,
+                            edges["attention"].to_numpy().astype(np.float64).view(np.int64),
+                            mu[o].view(np.int64)])
+
+
+def touched_heads(now: np.ndarray, then: np.ndarray, hops: int) -> np.ndarray:
+    """Sorted ids of the nodes within ``hops`` hops (walked back along ``now``'s edges) of a
+    node whose weighted out-edges differ between the two ``_weighted_edges`` tables."""
+    changed = changed_rows(now, then)[:, 0]
+    n_nodes = int(max(now[:, [0, 3]].max(initial=-1), then[:, [0, 3]].max(initial=-1))) + 1
+    reached = np.zeros(n_nodes, bool)
+    reached[changed] = True
+    source, target = now[:, 0], now[:, 3]
+    for _ in range(hops):
+        reached[source[reached[target]]] = True
+    return np.flatnonzero(reached)
+
+
+def _same_keys(ent_path: Path, previous: Path) -> bool:
+    """Whether two builds gave the same entity keys the same ids."""
+    keys = [read_table(p, columns=["id", "key"]).sort_by("id")["key"] for p in (ent_path, previous)]
+    return keys[0].equals(keys[1])
+
+
+def partial_heads(cfg: Mapping, edges_path: Path, gain_path: Path, ent_path: Path,
+                  previous: dict) -> tuple[np.ndarray | None, dict]:
+    """The heads a refresh must search anew (None: all of them, full) and the report's
+    ``refresh`` entry."""
+    if cfg["heads"] != "all":
+        return None, {"mode": "full", "reason": "a hot set (heads: all only)"}
+    if not _same_keys(ent_path, previous["entities"]):
+        return None, {"mode": "full", "reason": "other entity ids"}
+    now = _weighted_edges(edges_path, gain_path)
+    touched = touched_heads(now, _weighted_edges(previous["edges"], previous["node_gain"]),
+                            int(cfg["max_hops"]) - 1)
+    heads = np.unique(now[:, 0])
+    touched = touched[np.isin(touched, heads)]
+    if len(touched) > PARTIAL_MAX_SHARE * len(heads):
+        return None, {"mode": "full", "reason": f"{len(touched):,} of {len(heads):,} heads "
+                      f"touched (more than {PARTIAL_MAX_SHARE:.0%})"}
+    return touched, {"mode": "partial", "searched": len(touched), "copied": len(heads) - len(touched)}
+
+
+def _with_previous(cache_dir: Path, previous_dir: Path, searched: np.ndarray, b: int) -> None:
+    """Bucket ``b`` of ``cache_dir`` (the searched heads' rows, or none) completed with the
+    previous build's rows of every other head, in the order a full run writes."""
+    path = bucket_path(cache_dir, b)
+    old = pq.read_table(bucket_path(previous_dir, b))
+    kept = old.filter(pc.invert(pc.is_in(old["head"], pa.array(searched, pa.int64()))))
+    rows = pa.concat_tables([kept, pq.read_table(path).cast(old.schema)]) if path.exists() \
+        else kept
+    keys = rows.append_column("r0", pc.list_element(rows["relations"], 0)).append_column(
+        "i0", pc.list_element(rows["inverses"], 0))
+    order = pc.sort_indices(keys, [(c, "ascending") for c in ("head", "r0", "i0", "rank")])
+    write_table("path_cache", rows.take(order), path)
+
+
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     from pyspark.sql import functions as F
 
@@ -252,17 +335,23 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     spark = get_spark(dict(config), "lokg-path_cache")
     lap("session")
     heads, chosen, heads_all = select_heads(spark, cfg, edges_path, gain_path, ent_path)
+    previous = previous_inputs(inputs, "edges", "node_gain", "entities", "path_cache")
+    searched, refresh = (None, {"mode": "full", "reason": "no previous build"}) \
+        if previous is None else partial_heads(cfg, edges_path, gain_path, ent_path, previous)
+    lap("refresh")
     tasks = max(1, min(buckets, int(spark.conf.get("spark.sql.shuffle.partitions"))))
     heads = heads.repartition(tasks, (F.col("head") % buckets).alias("bucket")).persist()
     n_heads = heads.count()
     if heads_all is None:
         heads_all = n_heads if cfg["heads"] == "all" else (
             spark.read.parquet(str(edges_path)).select("s").distinct().count())
+    to_search = heads if searched is None else heads.join(F.broadcast(spark.createDataFrame(
+        [(int(h),) for h in searched], "head long")), "head")
     lap("heads")
 
     schema = ("head long, rank int, score double, relations array<long>, "
               "inverses array<boolean>, nodes array<long>, bucket int")
-    rows = heads.mapInArrow(_searcher(edges_path, gain_path, search, buckets), schema)
+    rows = to_search.mapInArrow(_searcher(edges_path, gain_path, search, buckets), schema)
     (rows.sortWithinPartitions("bucket", "head", F.col("relations")[0], F.col("inverses")[0], "rank")
      .write.mode("overwrite").partitionBy("bucket").parquet(str(spark_dir)))
     lap("search_and_write")
@@ -276,7 +365,9 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     shutil.rmtree(spark_dir)
     empty = TABLE_SCHEMAS["path_cache"].empty_table()
     for b in range(buckets):
-        if not bucket_path(cache_dir, b).exists():
+        if searched is not None:
+            _with_previous(cache_dir, previous["path_cache"], searched, b)
+        elif not bucket_path(cache_dir, b).exists():
             write_table("path_cache", empty, bucket_path(cache_dir, b))
     check_schema("path_cache", pq.read_schema(bucket_path(cache_dir, 0)), bucket_path(cache_dir, 0))
     lap("rename")
@@ -300,6 +391,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         "paths_by_hops": {str(h["values"]): h["counts"] for h in sorted(hops, key=lambda h: h["values"])},
         "buckets": buckets,
         "bucket_file": BUCKET_FILE,
+        "refresh": refresh,
         "bytes": n_bytes,
         **search,
         "step_seconds": lap.seconds,

@@ -92,6 +92,59 @@ def test_degrees_agree_with_the_edges_table_on_a_random_graph(spark, tmp_path):
     assert graph.n_nodes == 45 and graph.n_edges == 2 * len(triples)
 
 
+def random_triples(rng, n_entities: int, n_relations: int, n: int) -> list[tuple]:
+    return sorted({(int(s), int(r), int(o)) for s, r, o in zip(
+        rng.integers(0, n_entities, n), rng.integers(0, n_relations, n),
+        rng.integers(0, n_entities, n))})
+
+
+def test_a_refresh_recomputes_the_changed_endpoints_and_equals_a_full_run(spark, tmp_path):
+    """Changed triples (added, removed, one relabelled as scos_merge would) touch a few
+    entities; the partial table equals a full run row for row (μ bit for bit), so a touched
+    set without the inverse ends (s) or the removed triples' ends would fail here."""
+    from pipeline.stage import PREVIOUS
+
+    rng = np.random.default_rng(11)
+    before = random_triples(rng, 60, 5, 200)
+    removed = {before[i] for i in rng.choice(len(before), 6, replace=False)}
+    relabelled = next(t for t in before if t not in removed)
+    after = sorted((set(before) - removed - {relabelled})
+                   | {(relabelled[0], (relabelled[1] + 1) % 5, relabelled[2])}
+                   | set(random_triples(rng, 60, 5, 6)))
+    old_inputs = write_inputs(tmp_path / "old", 60, 5, before)
+    run_stage(tmp_path / "old", old_inputs)
+    new_inputs = write_inputs(tmp_path / "new", 60, 5, after)
+    full, full_report = run_stage(tmp_path / "full", new_inputs)
+    previous = {PREVIOUS + "relations": old_inputs["relations"],
+                PREVIOUS + "triples": old_inputs["triples"],
+                PREVIOUS + "node_gain": str(tmp_path / "old" / "out" / "node_gain.parquet")}
+    partial, report = run_stage(tmp_path / "partial", {**new_inputs, **previous})
+    assert partial.equals(full)
+    changed = set(before) ^ set(after)
+    assert report["refresh"] == {"mode": "partial", "changed_triples": len(changed),
+                                 "recomputed": len({v for s, _, o in changed for v in (s, o)})}
+    assert 0 < report["refresh"]["recomputed"] < 60 and full_report["refresh"]["mode"] == "full"
+    assert {k: v for k, v in report.items() if k not in ("refresh", "step_seconds", "seconds")} \
+        == pytest.approx({k: v for k, v in full_report.items()
+                          if k not in ("refresh", "step_seconds", "seconds")})
+
+
+def test_a_refresh_with_another_relation_count_runs_in_full(spark, tmp_path):
+    from pipeline.stage import PREVIOUS
+
+    triples = random_triples(np.random.default_rng(2), 20, 3, 40)
+    old_inputs = write_inputs(tmp_path / "old", 20, 3, triples)
+    run_stage(tmp_path / "old", old_inputs)
+    new_inputs = write_inputs(tmp_path / "new", 20, 4, triples)  # |R*| enters every μ
+    previous = {PREVIOUS + "relations": old_inputs["relations"],
+                PREVIOUS + "triples": old_inputs["triples"],
+                PREVIOUS + "node_gain": str(tmp_path / "old" / "out" / "node_gain.parquet")}
+    table, report = run_stage(tmp_path / "partial", {**new_inputs, **previous})
+    full, _ = run_stage(tmp_path / "full", new_inputs)
+    assert report["refresh"] == {"mode": "full", "reason": "another entity or relation count"}
+    assert table.equals(full)
+
+
 def test_out_of_range_ids_are_refused_with_the_file_named(spark, tmp_path):
     inputs = write_inputs(tmp_path, 4, 2, [(0, 0, 1), (1, 2, 3)])
     with pytest.raises(StageError, match=r"triples\.parquet: relation ids in \[0, 2\] outside the 2"):

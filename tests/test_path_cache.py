@@ -155,3 +155,85 @@ def test_bad_settings_and_inputs_are_refused(graph_inputs, tmp_path):
     inputs = {k: v for k, v in graph_inputs["inputs"].items() if k != "edges"}
     with pytest.raises(StageError, match="needs input 'edges'"):
         run_stage(inputs, tmp_path / "out")
+
+
+def _changed_graph(old: dict, root: Path, drop: int, moved_edge: int) -> dict:
+    """``old``'s inputs with ``drop`` quiet triples removed (node_gain rerun, uniform α) and
+    the α of edge ``moved_edge`` multiplied by 50: a retrained α on one edge only."""
+    from spark_jobs import node_gain
+
+    triples = read_table(Path(old["triples"]), "triples")
+    s, o = triples["s"].to_numpy(), triples["o"].to_numpy()
+    degree = np.bincount(np.concatenate([s, o]))
+    quiet = np.argsort(np.where((degree[s] > 1) & (degree[o] > 1), degree[s] + degree[o], 1 << 30),
+                       kind="stable")  # the triples of the least connected ends first
+    new = {**old, "triples": str(root / "in" / "triples.parquet"),
+           "edges": str(root / "in" / "edges.parquet")}
+    write_table("triples", triples.take(np.setdiff1d(np.arange(len(s)), quiet[:drop])),
+                Path(new["triples"]))
+    new.update(node_gain.run(CONFIG, new, str(root / "node_gain"))["outputs"])
+    edges = uniform_edges(read_table(Path(new["triples"]), "triples"))
+    moved = edges.column("attention").to_numpy().copy()
+    moved[moved_edge] *= 50
+    write_table("edges", edges.set_column(4, "attention", pa.array(moved)), Path(new["edges"]))
+    return new
+
+
+def _heads_within(graph: EdgeGraph, nodes: set, hops: int) -> set:
+    reached = set(nodes)
+    for _ in range(hops):
+        reached |= {int(v) for u in reached for v in graph.targets[graph.indptr[u]:graph.indptr[u + 1]]}
+    return reached
+
+
+def test_a_refresh_searches_the_heads_near_a_change_and_equals_a_full_run(graph_inputs, built,
+                                                                         tmp_path, monkeypatch):
+    """A triple removed and one α moved: the heads within max_hops − 1 hops of a changed
+    node are searched anew, the others copied, and every bucket equals a full run's row for
+    row. Some head two hops from every changed node gets other paths here (checked with
+    top_paths directly), so a touched set walked one hop back instead of two fails."""
+    from pipeline.stage import PREVIOUS
+    from spark_jobs import path_cache as stage
+
+    monkeypatch.setattr(stage, "PARTIAL_MAX_SHARE", 1.0)  # partial however many are touched
+    old = graph_inputs["inputs"]
+    new = _changed_graph(old, tmp_path, drop=1, moved_edge=91)  # 91: see the assert below
+    graphs = [EdgeGraph.from_paths(i["edges"], i["node_gain"]) for i in (old, new)]
+    weights = [{u: sorted(zip(g.targets[g.indptr[u]:g.indptr[u + 1]].tolist(),
+                              g.log_alpha[g.indptr[u]:g.indptr[u + 1]].tolist(),
+                              g.log_mu[g.targets[g.indptr[u]:g.indptr[u + 1]]].tolist()))
+                for u in range(g.n_nodes)} for g in graphs]
+    changed = {u for u in weights[0] if weights[0][u] != weights[1][u]}
+    heads = np.flatnonzero(graphs[1].out_degree() > 0).tolist()
+    moved_paths = {h for h in heads if paths_table([top_paths(graphs[0], h, **SEARCH)]).to_pylist()
+                   != paths_table([top_paths(graphs[1], h, **SEARCH)]).to_pylist()}
+    assert moved_paths - _heads_within(graphs[1], changed, 1)  # the test can tell 1 hop from 2
+
+    previous = {PREVIOUS + name: path for name, path in
+                (*((n, old[n]) for n in ("edges", "node_gain", "entities")),
+                 ("path_cache", built["outputs"]["path_cache"]))}
+    partial = run_stage({**new, **previous}, tmp_path / "partial", buckets=4)
+    full = run_stage(new, tmp_path / "full", buckets=4)
+    for b in range(4):
+        got, want = (pq.read_table(Path(r["outputs"]["path_cache"]) / f"bucket-{b:05d}.parquet")
+                     for r in (partial, full))
+        assert got.equals(want), b
+    near = _heads_within(graphs[1], changed, 2) & set(heads)
+    assert partial["report"]["refresh"] == {"mode": "partial", "searched": len(near),
+                                            "copied": len(heads) - len(near)}
+    assert len(heads) > len(near) and full["report"]["refresh"]["mode"] == "full"
+
+
+def test_a_refresh_of_unchanged_edges_copies_every_head(graph_inputs, built, tmp_path):
+    from pipeline.stage import PREVIOUS
+
+    inputs = graph_inputs["inputs"]
+    previous = {PREVIOUS + n: inputs[n] for n in ("edges", "node_gain", "entities")}
+    previous[PREVIOUS + "path_cache"] = built["outputs"]["path_cache"]
+    again = run_stage({**inputs, **previous}, tmp_path / "again", buckets=4)
+    assert again["report"]["refresh"] == {"mode": "partial", "searched": 0,
+                                          "copied": built["report"]["heads"]}
+    for b in range(4):
+        got, want = (pq.read_table(Path(r["outputs"]["path_cache"]) / f"bucket-{b:05d}.parquet")
+                     for r in (again, built))
+        assert got.equals(want), b

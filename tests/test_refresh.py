@@ -223,6 +223,31 @@ def test_same_rows_ignores_row_order_and_files_but_not_content(tmp_path):
     assert not same_rows(tmp_path / "model.json", tmp_path / "model.json")  # not a table
 
 
+def test_row_digest_is_order_free_but_sees_every_cell_and_where_it_is(tmp_path, monkeypatch):
+    from pipeline.refresh import row_digest, same_rows
+
+    table = pa.table({"id": [0, 1, 2, 2], "name": ["a", None, "c", "c"],
+                      "score": [0.5, 1.5, float("nan"), float("nan")],
+                      "aliases": [["x"], [], None, None],
+                      "attributes": [[{"key": "k", "value": "v"}], [], [], []]})
+    variants = {  # each differs from the table in one way the digest must see
+        "swapped_between_rows": table.set_column(1, "name", pa.array(["c", None, "a", "c"])),
+        "null_for_empty": table.set_column(3, "aliases", pa.array([["x"], None, None, None])),
+        "list_reordered": table.set_column(3, "aliases", pa.array([["x"], [], [], None])),
+        "nested_field": table.set_column(4, "attributes", pa.array(
+            [[{"key": "k", "value": "w"}], [], [], []], table.schema.field(4).type)),
+        "duplicate_dropped": table.take([0, 1, 2, 1]),
+    }
+    digest = {}
+    for name, part in {"table": table, "reversed": table.take([3, 2, 1, 0]), **variants}.items():
+        pa.parquet.write_table(part, tmp_path / f"{name}.parquet", row_group_size=3)
+        digest[name] = row_digest([str(tmp_path / f"{name}.parquet")])
+    assert digest["table"] == digest["reversed"]
+    assert len({digest[name] for name in ("table", *variants)}) == 1 + len(variants)
+    monkeypatch.setattr(pa.compute, "sort_indices", None)  # the comparison never sorts
+    assert same_rows(tmp_path / "table.parquet", tmp_path / "reversed.parquet")
+
+
 def test_changed_config_or_refresh_mode_full_runs_in_full(tmp_path, stages):
     store, dump = Store(tmp_path / "store"), write_dump(tmp_path / "dump", ["a", "b"])
     build(store, "b1", dump)
