@@ -10,28 +10,35 @@ For each size the synthetic generator writes a dump (``pipeline.synth.generate``
 already in ``W/dump-N`` is reused), then every stage runs as its own process, exactly as the
 Airflow DAG runs it (``lokg build --stage S --build-id B``), and ``lokg publish`` publishes it.
 Per stage it records the stage's own seconds (the driver's record: the stage's ``run``, a Spark
-stage's session start included), the process's wall seconds (interpreter and imports too), and
-the peak resident memory of the process tree (the stage's process, the Spark JVM and its Python
-workers), summed over the tree and sampled every 0.2 s — a sampled peak, so a spike shorter than
-that can be missed.
+stage's session start included), the process's wall seconds (interpreter and imports too), its
+process tree's CPU seconds (user + system of the process, the Spark JVM and its workers: on a
+shared host the figure that carries over) and the peak resident memory of that tree, summed over
+the tree and sampled every 0.2 s — a sampled peak, so a spike shorter than that can be missed.
 
-Growth exponent: the least-squares slope of log(seconds) on log(triples) over the sizes (1 =
-linear; the issue's target is ≤ 1.1). ``--estimate N`` extrapolates each stage's time along its
-exponent and its memory linearly per triple from the largest size: an estimate, labelled so.
-``--json`` appends one object per (size, stage); ``--markdown`` writes the tables.
+``--one-process`` runs each build as a user does, ``lokg build`` in one process (one Spark
+session for every Spark stage, where the DAG's tasks start one each), and charges each sample —
+the tree's memory, the CPU its processes used since the last sample — to the stage the build's
+log last announced (``start`` = interpreter and imports before the first stage; in one process a
+stage's peak includes what earlier stages left resident, the JVM's heap above all):
+
+    python bench/build_scale.py --sizes 1e5,1e6 --one-process --work W --json W/runs.jsonl \
+        --markdown W/table.md --estimate 1e7
+
+Growth exponent: the least-squares slope of log(seconds) on log(triples) over the sizes, for
+wall and for CPU seconds each (1 = linear; the issue's target is ≤ 1.1). ``--estimate N``
+extrapolates each stage's wall and CPU seconds along their exponents and its memory linearly
+per triple from the largest size: an estimate, labelled so. ``--json`` appends one object per
+(size, stage) as each size finishes; ``--markdown`` writes the tables. ``--from-json RUNS``
+builds nothing: it prints the same tables from a saved ``--json`` (another ``--estimate``, say):
+
+    python bench/build_scale.py --from-json W/runs.jsonl --estimate 1e8
 
 ``--dump D`` builds a given dump instead (FB15k-237, say) the same way, once, and reports each
-stage's seconds, its process tree's CPU seconds (user + system of the process, the Spark JVM
-and its workers, sampled: on a shared host the figure that carries over), its peak memory, its
-share of the total and the 1-minute load average around it:
+stage's seconds, CPU seconds, peak memory, its share of the total and the 1-minute load average
+around it:
 
     python bench/build_scale.py --dump ../shared/data/fb15k237 --work W --json W/fb.jsonl \
         --markdown W/fb.md [--one-process]
-
-``--one-process`` runs it as a user does, ``lokg build`` in one process (one Spark session for
-every Spark stage, where the DAG's tasks start one each), and charges each sample — the tree's
-memory, the CPU its processes used since the last sample — to the stage the build's log last
-announced (``start`` = interpreter and imports before the first stage).
 """
 
 from __future__ import annotations
