@@ -26,10 +26,11 @@ stage's peak includes what earlier stages left resident, the JVM's heap above al
 
 Growth exponent: the least-squares slope of log(seconds) on log(triples) over the sizes, for
 wall and for CPU seconds each (1 = linear; the issue's target is ≤ 1.1). ``--estimate N``
-extrapolates each stage's wall and CPU seconds along their exponents and its memory linearly
-per triple from the largest size: an estimate, labelled so. ``--json`` appends one object per
-(size, stage) as each size finishes; ``--markdown`` writes the tables. ``--from-json RUNS``
-builds nothing: it prints the same tables from a saved ``--json`` (another ``--estimate``, say):
+extrapolates each stage's wall and CPU seconds along their exponents, and its peak memory from
+the largest size by the memory a triple adds (the slope of peak on triples over the sizes): an
+estimate, labelled so. ``--json`` appends one object per (size, stage) as each size finishes;
+``--markdown`` writes the tables. ``--from-json RUNS`` builds nothing: it prints the same
+tables from a saved ``--json`` (another ``--estimate``, say):
 
     python bench/build_scale.py --from-json W/runs.jsonl --estimate 1e8
 
@@ -163,24 +164,34 @@ def exponent(sizes: list[int], seconds: list[float]) -> float | None:
     return float(np.polyfit(x, y, 1)[0])
 
 
+def memory_per_triple(sizes: list[int], peaks_mib: list[float]) -> float:
+    """MiB a triple adds to the peak: the least-squares slope of peak on triples (a process's
+    fixed memory, the JVM's capped heap above all, is the intercept, not charged per triple);
+    from one size, its peak over its triples."""
+    if len(sizes) < 2:
+        return peaks_mib[-1] / sizes[-1]
+    return float(np.polyfit(np.array(sizes, float), np.array(peaks_mib, float), 1)[0])
+
+
 def growth(runs: dict[int, list[dict]], estimate: int | None) -> list[dict]:
-    """Per stage: its wall and CPU exponents over the sizes, its peak memory per triple at the
-    largest size and, with ``estimate``, its wall and CPU seconds extrapolated along those
-    exponents and its memory linearly per triple from the largest size."""
+    """Per stage: its wall and CPU exponents over the sizes, the memory a triple adds to its peak
+    and, with ``estimate``, its wall and CPU seconds extrapolated along those exponents and its
+    peak along that memory per triple from the largest size."""
     sizes = sorted(runs)
     largest = sizes[-1]
     out = []
     for last in runs[largest]:
         stage = last["stage"]
-        row = {"stage": stage, "bytes_per_triple": last["peak_mib"] * 2**20 / largest}
+        seen = {n: r for n in sizes for r in runs[n] if r["stage"] == stage}
+        per_triple = memory_per_triple(list(seen), [r["peak_mib"] for r in seen.values()])
+        row = {"stage": stage, "bytes_per_triple": per_triple * 2**20}
         for figure in ("wall_s", "cpu_s"):
-            seen = {n: r[figure] for n in sizes for r in runs[n] if r["stage"] == stage}
-            slope = exponent(list(seen), list(seen.values()))
+            slope = exponent(list(seen), [r[figure] for r in seen.values()])
             row[f"exponent_{figure}"] = slope
             if estimate and slope is not None:
                 row[f"estimate_{figure}"] = last[figure] * (estimate / largest) ** slope
         if estimate:
-            row["estimate_mib"] = last["peak_mib"] * estimate / largest
+            row["estimate_mib"] = last["peak_mib"] + per_triple * (estimate - largest)
         out.append(row)
     return out
 
@@ -211,7 +222,7 @@ def growth_markdown(sizes: list[int], slopes: list[dict], totals: dict[str, list
                     estimate: int | None) -> str:
     """The exponents, bytes per triple and the estimate, per stage and for the total."""
     est = f" estimate at {estimate:,}: wall s / CPU s / MiB |" if estimate else ""
-    lines = [f"| stage | exponent wall | exponent CPU | peak bytes per triple at {sizes[-1]:,} |"
+    lines = ["| stage | exponent wall | exponent CPU | peak bytes per added triple |"
              + est, "|---|--:|--:|--:|" + ("--:|" if estimate else "")]
     for g in slopes:
         extra = ""

@@ -40,6 +40,17 @@ def test_growth_extrapolates_wall_and_cpu_along_their_own_exponents():
     assert row["bytes_per_triple"] == pytest.approx(10 * 2**20 / 10000)
 
 
+def test_memory_estimate_charges_only_what_a_triple_adds():
+    """A fixed 500 MiB (the JVM's heap) is not multiplied by the size: only the slope is."""
+    runs = _runs({"ingest": (0.01, 1.0, 1.0)})
+    for n, (row,) in runs.items():
+        row["peak_mib"] += 500.0
+    (row,) = bs.growth(runs, estimate=100000)
+    assert row["bytes_per_triple"] == pytest.approx(2**20 / 1000)
+    assert row["estimate_mib"] == pytest.approx(510.0 + 90.0)
+    assert bs.memory_per_triple([1000], [5.0]) == pytest.approx(0.005)  # one size: peak / n
+
+
 def test_growth_skips_a_stage_missing_at_a_size():
     runs = _runs({"ingest": (0.01, 1.0, 1.0)})
     runs[10000].append({"stage": "gat", "wall_s": 5.0, "cpu_s": 5.0, "peak_mib": 1.0,
