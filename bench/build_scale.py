@@ -26,7 +26,8 @@ stage's peak includes what earlier stages left resident, the JVM's heap above al
 
 Growth exponent: the least-squares slope of log(seconds) on log(triples) over the sizes, for
 wall and for CPU seconds each (1 = linear; the issue's target is ≤ 1.1). ``--estimate N``
-extrapolates each stage's wall and CPU seconds along their exponents, and its peak memory from
+extrapolates each stage's wall and CPU seconds along their exponents (at least 1: a smaller
+one is fixed costs still dominating at these sizes), and its peak memory from
 the largest size by the memory a triple adds (the slope of peak on triples over the sizes): an
 estimate, labelled so. ``--json`` appends one object per (size, stage) as each size finishes;
 ``--markdown`` writes the tables. ``--from-json RUNS`` builds nothing: it prints the same
@@ -166,16 +167,18 @@ def exponent(sizes: list[int], seconds: list[float]) -> float | None:
 
 def memory_per_triple(sizes: list[int], peaks_mib: list[float]) -> float:
     """MiB a triple adds to the peak: the least-squares slope of peak on triples (a process's
-    fixed memory, the JVM's capped heap above all, is the intercept, not charged per triple);
-    from one size, its peak over its triples."""
+    fixed memory, the JVM's capped heap above all, is the intercept, not charged per triple; a
+    peak that fell — the collector kept less at the larger size — adds nothing); from one size,
+    its peak over its triples."""
     if len(sizes) < 2:
         return peaks_mib[-1] / sizes[-1]
-    return float(np.polyfit(np.array(sizes, float), np.array(peaks_mib, float), 1)[0])
+    return max(float(np.polyfit(np.array(sizes, float), np.array(peaks_mib, float), 1)[0]), 0.0)
 
 
 def growth(runs: dict[int, list[dict]], estimate: int | None) -> list[dict]:
     """Per stage: its wall and CPU exponents over the sizes, the memory a triple adds to its peak
-    and, with ``estimate``, its wall and CPU seconds extrapolated along those exponents and its
+    and, with ``estimate``, its wall and CPU seconds extrapolated along those exponents (at least
+    1) and its
     peak along that memory per triple from the largest size."""
     sizes = sorted(runs)
     largest = sizes[-1]
@@ -189,7 +192,9 @@ def growth(runs: dict[int, list[dict]], estimate: int | None) -> list[dict]:
             slope = exponent(list(seen), [r[figure] for r in seen.values()])
             row[f"exponent_{figure}"] = slope
             if estimate and slope is not None:
-                row[f"estimate_{figure}"] = last[figure] * (estimate / largest) ** slope
+                # at least linear: an exponent below 1 says fixed costs (a session, a model's
+                # load) still dominate, which a larger dump does not keep up
+                row[f"estimate_{figure}"] = last[figure] * (estimate / largest) ** max(slope, 1.0)
         if estimate:
             row["estimate_mib"] = last["peak_mib"] + per_triple * (estimate - largest)
         out.append(row)
@@ -228,7 +233,7 @@ def growth_markdown(sizes: list[int], slopes: list[dict], totals: dict[str, list
         extra = ""
         if estimate:
             extra = (" — |" if g.get("estimate_wall_s") is None else
-                     f" {g['estimate_wall_s']:,.0f} / {g.get('estimate_cpu_s', math.nan):,.0f}"
+                     f" {g['estimate_wall_s']:,.0f} / {_count_text(g.get('estimate_cpu_s'))}"
                      f" / {g['estimate_mib']:,.0f} |")
         lines.append(f"| {g['stage']} | {_slope_text(g['exponent_wall_s'])} | "
                      f"{_slope_text(g['exponent_cpu_s'])} | {g['bytes_per_triple']:,.0f} |"
@@ -335,6 +340,10 @@ def dump_markdown(rows: list[dict]) -> str:
 
 def _slope_text(slope: float | None) -> str:
     return "—" if slope is None else f"{slope:.2f}"
+
+
+def _count_text(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
 
 
 def main(argv: list[str] | None = None) -> None:

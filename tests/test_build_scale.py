@@ -40,6 +40,13 @@ def test_growth_extrapolates_wall_and_cpu_along_their_own_exponents():
     assert row["bytes_per_triple"] == pytest.approx(10 * 2**20 / 10000)
 
 
+def test_estimate_grows_at_least_linearly():
+    """A sub-linear exponent (fixed costs) is measured and shown, but not extrapolated."""
+    (row,) = bs.growth(_runs({"ingest": (0.01, 0.5, 0.5)}), estimate=100000)
+    assert row["exponent_wall_s"] == pytest.approx(0.5)
+    assert row["estimate_wall_s"] == pytest.approx(0.01 * 10000**0.5 * 10)
+
+
 def test_memory_estimate_charges_only_what_a_triple_adds():
     """A fixed 500 MiB (the JVM's heap) is not multiplied by the size: only the slope is."""
     runs = _runs({"ingest": (0.01, 1.0, 1.0)})
@@ -49,6 +56,7 @@ def test_memory_estimate_charges_only_what_a_triple_adds():
     assert row["bytes_per_triple"] == pytest.approx(2**20 / 1000)
     assert row["estimate_mib"] == pytest.approx(510.0 + 90.0)
     assert bs.memory_per_triple([1000], [5.0]) == pytest.approx(0.005)  # one size: peak / n
+    assert bs.memory_per_triple([1000, 10000], [900.0, 600.0]) == 0.0  # the heap kept less
 
 
 def test_growth_skips_a_stage_missing_at_a_size():
