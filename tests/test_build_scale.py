@@ -1,4 +1,5 @@
-"""bench/build_scale.py: the growth exponent is the log-log slope, the extrapolation follows it,
+"""bench/build_scale.py: the growth exponent is the log-log slope, the extrapolation follows it
+(wall and CPU each their own), saved runs give the same tables without a build,
 a stage's own seconds come from its JSON line, and a process tree's memory is measured."""
 
 from __future__ import annotations
@@ -21,15 +22,72 @@ def test_exponent_needs_two_positive_points():
     assert bs.exponent([10, 100], [5.0, 0.0]) is None
 
 
-def test_growth_extrapolates_along_the_exponent_and_memory_per_triple():
-    runs = {n: [{"stage": "ingest", "wall_s": n / 100.0, "peak_mib": n / 1000.0, "stage_s": None}]
-            for n in (1000, 10000)}
+def _runs(stages: dict[str, tuple[float, float, float]], sizes=(1000, 10000)) -> dict:
+    """Rows of runs at ``sizes`` where each stage's wall, CPU and MiB grow as n ** power."""
+    return {n: [{"stage": stage, "wall_s": wall * n**w_pow, "cpu_s": 2 * wall * n**c_pow,
+                 "peak_mib": n / 1000.0, "stage_s": None}
+                for stage, (wall, w_pow, c_pow) in stages.items()] for n in sizes}
+
+
+def test_growth_extrapolates_wall_and_cpu_along_their_own_exponents():
+    runs = _runs({"ingest": (0.01, 1.0, 1.5)})
     (row,) = bs.growth(runs, estimate=100000)
-    assert row["exponent"] == pytest.approx(1.0)
-    assert row["estimate_s"] == pytest.approx(1000.0)
+    assert row["exponent_wall_s"] == pytest.approx(1.0)
+    assert row["exponent_cpu_s"] == pytest.approx(1.5)
+    assert row["estimate_wall_s"] == pytest.approx(0.01 * 100000)
+    assert row["estimate_cpu_s"] == pytest.approx(0.02 * 100000**1.5)
     assert row["estimate_mib"] == pytest.approx(100.0)
-    table = bs.markdown(runs, [row], 100000)
-    assert "| ingest | 10.0 / 1 | 100.0 / 10 | 1.00 | 1,000 / 100 |" in table
+    assert row["bytes_per_triple"] == pytest.approx(10 * 2**20 / 10000)
+
+
+def test_estimate_grows_at_least_linearly():
+    """A sub-linear exponent (fixed costs) is measured and shown, but not extrapolated."""
+    (row,) = bs.growth(_runs({"ingest": (0.01, 0.5, 0.5)}), estimate=100000)
+    assert row["exponent_wall_s"] == pytest.approx(0.5)
+    assert row["estimate_wall_s"] == pytest.approx(0.01 * 10000**0.5 * 10)
+
+
+def test_memory_estimate_charges_only_what_a_triple_adds():
+    """A fixed 500 MiB (the JVM's heap) is not multiplied by the size: only the slope is."""
+    runs = _runs({"ingest": (0.01, 1.0, 1.0)})
+    for n, (row,) in runs.items():
+        row["peak_mib"] += 500.0
+    (row,) = bs.growth(runs, estimate=100000)
+    assert row["bytes_per_triple"] == pytest.approx(2**20 / 1000)
+    assert row["estimate_mib"] == pytest.approx(510.0 + 90.0)
+    assert bs.memory_per_triple([1000], [5.0]) == pytest.approx(0.005)  # one size: peak / n
+    assert bs.memory_per_triple([1000, 10000], [900.0, 600.0]) == 0.0  # the heap kept less
+
+
+def test_growth_skips_a_stage_missing_at_a_size():
+    runs = _runs({"ingest": (0.01, 1.0, 1.0)})
+    runs[10000].append({"stage": "gat", "wall_s": 5.0, "cpu_s": 5.0, "peak_mib": 1.0,
+                        "stage_s": None})
+    gat = next(g for g in bs.growth(runs, estimate=100000) if g["stage"] == "gat")
+    assert gat["exponent_wall_s"] is None and "estimate_wall_s" not in gat
+    assert "| gat | — | 5.0 / 5.0 / 1 |" in bs.markdown(runs, bs.growth(runs, 100000), 100000)
+
+
+def test_markdown_shows_each_size_and_the_labelled_estimate():
+    runs = _runs({"ingest": (0.01, 1.0, 1.0), "gat": (1e-6, 2.0, 2.0)})
+    table = bs.markdown(runs, bs.growth(runs, 100000), 100000)
+    assert "| ingest | 10.0 / 20.0 / 1 | 100.0 / 200.0 / 10 |" in table
+    assert "estimate at 100,000: wall s / CPU s / MiB" in table
+    assert "| gat | 2.00 | 2.00 | 1,049 | 10,000 / 20,000 / 100 |" in table
+    assert "| **200.0** / **400.0** / 10 (max) |" in table  # the total at 10⁴ triples
+    assert "| **total** | 1.26 | 1.26 | | 11,000 / 22,000 / 100 (max) |" in table
+
+
+def test_from_json_rebuilds_the_tables_without_a_build(tmp_path, capsys):
+    saved = tmp_path / "runs.jsonl"
+    rows = [{"triples": n, **r} for n, rs in _runs({"ingest": (0.01, 1.0, 1.0)}).items()
+            for r in rs]
+    stale = {**rows[0], "wall_s": 999.0}  # an earlier run of the same size: the later wins
+    saved.write_text("\n".join(json.dumps(r) for r in [stale, *rows, {"dump": "fb"}]) + "\n")
+    bs.main(["--from-json", str(saved), "--estimate", "1e5", "--markdown", str(tmp_path / "t.md")])
+    table = (tmp_path / "t.md").read_text()
+    assert "| ingest | 1.00 | 1.00 | 1,049 | 1,000 / 2,000 / 100 |" in table
+    assert table in capsys.readouterr().out
 
 
 def test_stage_seconds_reads_the_last_json_line(tmp_path):
