@@ -426,9 +426,27 @@ def feedback_added(parsed: DataFrame, delta: list[fm.Source]) -> dict:
 # the stage
 
 
-def run(config: dict, inputs: dict, out_dir: str) -> dict:
-    started = time.perf_counter()
-    cfg = section(config, "ingest")
+class _LineCounts:
+    """The parsed lines counted by kind, the malformed ones by reason, and whether some
+    literal needs the Python unescape (``\\U`` escapes)."""
+
+    def __init__(self, counts: dict):
+        self.kinds: dict[str, int] = {}
+        self.reasons: dict[str, int] = {}
+        self.python = False
+        for (kind, reason, esc), n in counts.items():
+            self.python = self.python or esc == fm.ESC_PYTHON
+            self.kinds[kind] = self.kinds.get(kind, 0) + n
+            if kind == fm.MALFORMED:
+                self.reasons[reason] = self.reasons.get(reason, 0) + n
+        self.lines = sum(n for k, n in self.kinds.items() if k != fm.SKIP)
+        self.malformed = self.kinds.get(fm.MALFORMED, 0)
+        self.share = self.malformed / self.lines if self.lines else 0.0
+
+
+def _source_plan(inputs: dict, cfg: dict) -> tuple[str | Path, dict, fm.Plan]:
+    """What to read: the dump (or, for documents, what triple_extract made of them) and its
+    resolved format plan."""
     dump = inputs.get("dump")
     if not dump:
         raise IngestError("stage ingest needs a dump: inputs['dump'] (lokg build --dump PATH)")
@@ -439,14 +457,18 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         dump, cfg = extracted / "triples.tsv", {**cfg, "format": "tsv",
                                                  "entities_file": extracted / "entities.jsonl"}
     try:
-        plan = fm.resolve(dump, cfg["format"] or "auto", cfg.get("entities_file"))
+        return dump, cfg, fm.resolve(dump, cfg["format"] or "auto", cfg.get("entities_file"))
     except fm.FormatError as exc:
         raise IngestError(str(exc)) from None
+
+
+def run(config: dict, inputs: dict, out_dir: str) -> dict:
+    started = time.perf_counter()
+    dump, cfg, plan = _source_plan(inputs, section(config, "ingest"))
     delta = feedback_sources(inputs.get("feedback_delta"))
     plan.sources.extend(delta)
     languages = cfg["languages"]
     languages = [languages] if isinstance(languages, str) or languages is None else list(languages)
-    ceiling = float(cfg["max_malformed_share"])
     literals_as_edges = bool(cfg["literals_as_edges"])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -460,123 +482,32 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
     try:
         parsed = cache(fm.parse_plan(spark, plan, languages))
         numbered, counts = _number_lines(spark, parsed, plan)
+        counted = _LineCounts(counts)
         lap("parse_and_count_lines")
-        kinds: dict[str, int] = {}
-        reasons: dict[str, int] = {}
-        python = False  # some literal needs the Python unescape (\\U escapes)
-        for (kind, reason, esc), n in counts.items():
-            python = python or esc == fm.ESC_PYTHON
-            kinds[kind] = kinds.get(kind, 0) + n
-            if kind == fm.MALFORMED:
-                reasons[reason] = reasons.get(reason, 0) + n
-        lines = sum(n for k, n in kinds.items() if k != fm.SKIP)
-        malformed = kinds.get(fm.MALFORMED, 0)
-        share = malformed / lines if lines else 0.0
-
-        # 1. quarantine first: it must exist even when the stage then fails
-        _write(
-            numbered.filter(F.col("kind") == fm.MALFORMED)
-            .select("file_idx", "file", "line", "reason",
-                    F.substring("text", 1, TEXT_LIMIT).alias("text"))
-            .coalesce(1)
-            .sortWithinPartitions("file_idx", "line")
-            .drop("file_idx"),
-            paths["quarantine"],
-        )
-        if share > ceiling:
-            raise IngestError(
-                f"ingest of {dump}: {malformed} of {lines} lines are malformed "
-                f"(share {share:.4%}), above the ceiling {ceiling:.4%} set by "
-                f"ingest.max_malformed_share; see the quarantine at {paths['quarantine']} "
-                f"(reasons: {dict(sorted(reasons.items(), key=lambda kv: -kv[1]))})",
-                kept=[paths["quarantine"]],
-            )
+        _quarantine(numbered, counted, dump, plan, float(cfg["max_malformed_share"]),
+                    paths["quarantine"])
         lap("quarantine")
-        if lines == 0:
-            raise IngestError(f"ingest of {dump}: no statements in {[str(f) for f in plan.files]}")
-
-        # 2. graph edges (de-duplicated as id triples, step 4)
-        graph = F.col("graph")
-        edges = parsed.filter((F.col("kind") == fm.EDGE) & graph).select("s", "p", "o")
-        edge_facts = kinds.get(fm.EDGE, 0)
-        if literals_as_edges:
-            attrs = parsed.filter((F.col("kind") == fm.ATTRIBUTE) & graph)
-            attrs = fm.unescape_literals(attrs.select("s", "p", "o", "escaped"), python)
-            edges = edges.unionByName(attrs.select("s", "p", _literal_key(F.col("o")).alias("o")))
-            edge_facts += kinds.get(fm.ATTRIBUTE, 0)
-
-        # 3. ids: entities by key, relations by name
+        edges, edge_facts = _graph_edges(parsed, counted, literals_as_edges)
         subject_kinds = (*fm.LITERAL_KINDS, fm.FILTERED, fm.TYPE)
-        subjects = parsed.filter(F.col("kind").isin(*subject_kinds) & graph).select("s")
+        subjects = parsed.filter(F.col("kind").isin(*subject_kinds) & F.col("graph")).select("s")
         added = feedback_added(parsed, delta)
         lap("feedback_added")
         ent_ids, n_entities, rel_names = entity_and_relation_ids(
             spark, edges, subjects, int(cfg["driver_max_entities"]), cache)
         small = n_entities <= int(cfg["driver_max_entities"])
-        ids = (lambda df: F.broadcast(df)) if small else (lambda df: df)
-        relations = spark.createDataFrame(list(enumerate(rel_names)), "id long, name string")
-        shutil.rmtree(paths["relations"], ignore_errors=True)
-        paths["relations"].mkdir()
-        write_table("relations", pa.table({"id": pa.array(range(len(rel_names)), pa.int64()),
-                                           "name": pa.array(rel_names, pa.string())}),
-                    paths["relations"] / "part-00000.parquet")
+        relations = _write_relations(spark, rel_names, paths["relations"])
         lap("ids")
-
-        # 4. triples: ids looked up, then de-duplicated as three longs
-        s_ids = ent_ids.select(F.col("key").alias("s"), F.col("id").alias("s_id"))
-        o_ids = ent_ids.select(F.col("key").alias("o"), F.col("id").alias("o_id"))
-        r_ids = relations.select(F.col("name").alias("p"), F.col("id").alias("r_id"))
-        written = Observation("triples")
-        triples = (
-            edges.join(ids(s_ids), "s").join(ids(o_ids), "o").join(F.broadcast(r_ids), "p")
-            .select(F.col("s_id").alias("s"), F.col("r_id").alias("r"), F.col("o_id").alias("o"))
-            .distinct()
-        )
-        _write(triples.observe(written, F.count("*").alias("n")), paths["triples"])
-        n_triples = int(written.get["n"])
+        n_triples = _write_triples(edges, ent_ids, relations, small, paths["triples"])
         lap("triples")
-
-        # 5. entities with names, aliases, descriptions, attributes
-        records = any(source.parser == "entities" for source in plan.sources)
-        facts = _literal_facts(numbered, literals_as_edges, records, python)
-        agg = _aggregate_literals(facts)
-        fallback = F.col("key") if plan.name_rule == "key" else F.regexp_replace("key", "_", " ")
-        named = Observation("names")  # counted while writing: no extra pass
-        entities = (
-            ent_ids.join(agg, "key", "left")  # ids preserved: a broadcast could only build agg
-            .select(
-                F.col("id"),
-                F.col("key"),
-                F.coalesce(F.col("name"), fallback).alias("name"),
-                F.coalesce(F.col("aliases"), F.array().cast("array<string>")).alias("aliases"),
-                F.col("description"),
-                F.array().cast("array<string>").alias("types"),
-                F.coalesce(F.col("attributes"), F.array().cast(_ATTRIBUTES)).alias("attributes"),
-                F.col("name").isNotNull().alias("_named"),
-            )
-        )
-        # row order = id order; up to driver_max_entities in one file, sorted in one task
-        entities = (entities.coalesce(1).sortWithinPartitions("id") if small
-                    else entities.orderBy("id"))
-        entities = (entities.observe(named, F.count_if(F.col("_named")).alias("named"))
-                    .drop("_named"))
-        _write(entities, paths["entities"])
-        names_found = int(named.get["named"])
+        facts = _literal_facts(numbered, literals_as_edges,
+                               any(source.parser == "entities" for source in plan.sources),
+                               counted.python)
+        names_found = _write_entities(ent_ids, facts, plan.name_rule, small, paths["entities"])
         lap("entities")
-
-        # 6. type assertions
-        typed = Observation("types")
-        assertions = fm.unescape_literals(
-            parsed.filter((F.col("kind") == fm.TYPE) & graph).select("s", "o", "escaped"), python
-        ).select("s", F.col("o").alias("type")).distinct()
-        _write(assertions.join(ids(ent_ids.withColumnRenamed("key", "s")), "s")
-               .select("id", "type").observe(typed, F.count("*").alias("n")),
-               paths["type_assertions"])
-        n_types = int(typed.get["n"])
+        n_types = _write_type_assertions(parsed, ent_ids, counted.python, small,
+                                         paths["type_assertions"])
         lap("type_assertions")
-
-        # 7. what changed since the previous build (a refresh)
-        changes = change_set(spark, inputs, out, small)
+        changes = change_set(spark, inputs, out, small)  # what changed since the previous build
         lap("change_set")
     except (Py4JJavaError, PySparkException) as exc:
         unreadable = _unreadable_file(exc)
@@ -590,13 +521,13 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         **added,
         "format": plan.format,
         "files": [str(f) for f in plan.files],
-        "lines": lines,
-        "skipped_lines": kinds.get(fm.SKIP, 0),
-        "malformed": malformed,
-        "malformed_share": round(share, 6),
-        "max_malformed_share": ceiling,
-        "malformed_by_reason": dict(sorted(reasons.items())),
-        "filtered_literals": kinds.get(fm.FILTERED, 0),
+        "lines": counted.lines,
+        "skipped_lines": counted.kinds.get(fm.SKIP, 0),
+        "malformed": counted.malformed,
+        "malformed_share": round(counted.share, 6),
+        "max_malformed_share": float(cfg["max_malformed_share"]),
+        "malformed_by_reason": dict(sorted(counted.reasons.items())),
+        "filtered_literals": counted.kinds.get(fm.FILTERED, 0),
         "languages": languages,
         "literals_as_edges": literals_as_edges,
         "entities": n_entities,
@@ -611,6 +542,117 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         "step_seconds": lap.seconds,
     }
     return {"outputs": {name: str(path) for name, path in paths.items()}, "report": report}
+
+
+def _quarantine(numbered: DataFrame, counted: _LineCounts, dump, plan: fm.Plan, ceiling: float,
+                path: Path) -> None:
+    """Write the malformed lines first (the quarantine must exist even when the stage then
+    fails), then refuse a dump over the malformed ceiling or with no statement at all."""
+    _write(
+        numbered.filter(F.col("kind") == fm.MALFORMED)
+        .select("file_idx", "file", "line", "reason",
+                F.substring("text", 1, TEXT_LIMIT).alias("text"))
+        .coalesce(1)
+        .sortWithinPartitions("file_idx", "line")
+        .drop("file_idx"),
+        path,
+    )
+    if counted.share > ceiling:
+        raise IngestError(
+            f"ingest of {dump}: {counted.malformed} of {counted.lines} lines are malformed "
+            f"(share {counted.share:.4%}), above the ceiling {ceiling:.4%} set by "
+            f"ingest.max_malformed_share; see the quarantine at {path} "
+            f"(reasons: {dict(sorted(counted.reasons.items(), key=lambda kv: -kv[1]))})",
+            kept=[path],
+        )
+    if counted.lines == 0:
+        raise IngestError(f"ingest of {dump}: no statements in {[str(f) for f in plan.files]}")
+
+
+def _graph_edges(parsed: DataFrame, counted: _LineCounts, literals_as_edges: bool
+                 ) -> tuple[DataFrame, int]:
+    """The graph's (s, p, o) edges as keys — literal attributes too when they count as edges —
+    and how many edge facts the lines held (duplicates included)."""
+    graph = F.col("graph")
+    edges = parsed.filter((F.col("kind") == fm.EDGE) & graph).select("s", "p", "o")
+    edge_facts = counted.kinds.get(fm.EDGE, 0)
+    if literals_as_edges:
+        attrs = parsed.filter((F.col("kind") == fm.ATTRIBUTE) & graph)
+        attrs = fm.unescape_literals(attrs.select("s", "p", "o", "escaped"), counted.python)
+        edges = edges.unionByName(attrs.select("s", "p", _literal_key(F.col("o")).alias("o")))
+        edge_facts += counted.kinds.get(fm.ATTRIBUTE, 0)
+    return edges, edge_facts
+
+
+def _ids_side(small: bool):
+    """Entity-id joins broadcast the ids while they fit the driver."""
+    return F.broadcast if small else (lambda df: df)
+
+
+def _write_relations(spark: SparkSession, rel_names: list[str], path: Path) -> DataFrame:
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir()
+    write_table("relations", pa.table({"id": pa.array(range(len(rel_names)), pa.int64()),
+                                       "name": pa.array(rel_names, pa.string())}),
+                path / "part-00000.parquet")
+    return spark.createDataFrame(list(enumerate(rel_names)), "id long, name string")
+
+
+def _write_triples(edges: DataFrame, ent_ids: DataFrame, relations: DataFrame, small: bool,
+                   path: Path) -> int:
+    """Ids looked up, then de-duplicated as three longs; the count observed while writing."""
+    ids = _ids_side(small)
+    s_ids = ent_ids.select(F.col("key").alias("s"), F.col("id").alias("s_id"))
+    o_ids = ent_ids.select(F.col("key").alias("o"), F.col("id").alias("o_id"))
+    r_ids = relations.select(F.col("name").alias("p"), F.col("id").alias("r_id"))
+    written = Observation("triples")
+    triples = (
+        edges.join(ids(s_ids), "s").join(ids(o_ids), "o").join(F.broadcast(r_ids), "p")
+        .select(F.col("s_id").alias("s"), F.col("r_id").alias("r"), F.col("o_id").alias("o"))
+        .distinct()
+    )
+    _write(triples.observe(written, F.count("*").alias("n")), path)
+    return int(written.get["n"])
+
+
+def _write_entities(ent_ids: DataFrame, facts: DataFrame, name_rule: str, small: bool,
+                    path: Path) -> int:
+    """Entities with names, aliases, descriptions and attributes, in id order; returns how many
+    have a name of their own (counted while writing: no extra pass)."""
+    agg = _aggregate_literals(facts)
+    fallback = F.col("key") if name_rule == "key" else F.regexp_replace("key", "_", " ")
+    named = Observation("names")
+    entities = (
+        ent_ids.join(agg, "key", "left")  # ids preserved: a broadcast could only build agg
+        .select(
+            F.col("id"),
+            F.col("key"),
+            F.coalesce(F.col("name"), fallback).alias("name"),
+            F.coalesce(F.col("aliases"), F.array().cast("array<string>")).alias("aliases"),
+            F.col("description"),
+            F.array().cast("array<string>").alias("types"),
+            F.coalesce(F.col("attributes"), F.array().cast(_ATTRIBUTES)).alias("attributes"),
+            F.col("name").isNotNull().alias("_named"),
+        )
+    )
+    # row order = id order; up to driver_max_entities in one file, sorted in one task
+    entities = (entities.coalesce(1).sortWithinPartitions("id") if small
+                else entities.orderBy("id"))
+    _write(entities.observe(named, F.count_if(F.col("_named")).alias("named")).drop("_named"),
+           path)
+    return int(named.get["named"])
+
+
+def _write_type_assertions(parsed: DataFrame, ent_ids: DataFrame, python: bool, small: bool,
+                           path: Path) -> int:
+    typed = Observation("types")
+    assertions = fm.unescape_literals(
+        parsed.filter((F.col("kind") == fm.TYPE) & F.col("graph")).select("s", "o", "escaped"),
+        python,
+    ).select("s", F.col("o").alias("type")).distinct()
+    _write(assertions.join(_ids_side(small)(ent_ids.withColumnRenamed("key", "s")), "s")
+           .select("id", "type").observe(typed, F.count("*").alias("n")), path)
+    return int(typed.get["n"])
 
 
 if __name__ == "__main__":
