@@ -349,13 +349,46 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         [(int(h),) for h in searched], "head long")), "head")
     lap("heads")
 
+    _search(to_search, _searcher(edges_path, gain_path, search, buckets), spark_dir)
+    lap("search_and_write")
+    _place_buckets(spark_dir, cache_dir, buckets,
+                   None if searched is None else (previous["path_cache"], searched))
+    lap("rename")
+    heads.unpersist()
+    written = _written(cache_dir, buckets, n_heads)
+    lap("report")
+    report = {
+        "heads": n_heads,
+        "heads_all": heads_all,
+        "heads_share": round(n_heads / heads_all, 6) if heads_all else 0.0,
+        **chosen,
+        **written,
+        "buckets": buckets,
+        "bucket_file": BUCKET_FILE,
+        "refresh": refresh,
+        **search,
+        "step_seconds": lap.seconds,
+        "seconds": round(sum(lap.seconds.values()), 3),
+    }
+    return {"outputs": {"path_cache": str(cache_dir)}, "report": report}
+
+
+def _search(heads, searcher, spark_dir: Path) -> None:
+    """Search each head's paths and write them partitioned by bucket, one file a bucket."""
+    from pyspark.sql import functions as F
+
     schema = ("head long, rank int, score double, relations array<long>, "
               "inverses array<boolean>, nodes array<long>, bucket int")
-    rows = to_search.mapInArrow(_searcher(edges_path, gain_path, search, buckets), schema)
-    (rows.sortWithinPartitions("bucket", "head", F.col("relations")[0], F.col("inverses")[0], "rank")
+    rows = heads.mapInArrow(searcher, schema)
+    (rows.sortWithinPartitions("bucket", "head", F.col("relations")[0], F.col("inverses")[0],
+                               "rank")
      .write.mode("overwrite").partitionBy("bucket").parquet(str(spark_dir)))
-    lap("search_and_write")
 
+
+def _place_buckets(spark_dir: Path, cache_dir: Path, buckets: int,
+                   partial: tuple[Path, np.ndarray] | None) -> None:
+    """Move Spark's bucket files to their names; a partial refresh adds the previous build's
+    rows of the heads it did not search; a bucket with no head gets an empty file."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     for part in sorted(spark_dir.glob("bucket=*")):
         files = table_files(part)
@@ -365,39 +398,28 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     shutil.rmtree(spark_dir)
     empty = TABLE_SCHEMAS["path_cache"].empty_table()
     for b in range(buckets):
-        if searched is not None:
-            _with_previous(cache_dir, previous["path_cache"], searched, b)
+        if partial is not None:
+            _with_previous(cache_dir, partial[0], partial[1], b)
         elif not bucket_path(cache_dir, b).exists():
             write_table("path_cache", empty, bucket_path(cache_dir, b))
     check_schema("path_cache", pq.read_schema(bucket_path(cache_dir, 0)), bucket_path(cache_dir, 0))
-    lap("rename")
 
-    heads.unpersist()
+
+def _written(cache_dir: Path, buckets: int, n_heads: int) -> dict:
+    """The report's figures of what the buckets hold."""
     n_bytes = sum(bucket_path(cache_dir, b).stat().st_size for b in range(buckets))
     written = pa.concat_tables(pq.read_table(bucket_path(cache_dir, b), columns=["head", "nodes"])
                                for b in range(buckets))
-    head_col = written.column("head")
     hops = pc.value_counts(pc.list_value_length(written.column("nodes"))).to_pylist()
     n_paths = written.num_rows
-    lap("report")
-    report = {
-        "heads": n_heads,
-        "heads_all": heads_all,
-        "heads_share": round(n_heads / heads_all, 6) if heads_all else 0.0,
-        **chosen,
-        "heads_with_paths": len(pc.unique(head_col)),
+    return {
+        "heads_with_paths": len(pc.unique(written.column("head"))),
         "paths": n_paths,
         "mean_paths_per_head": round(n_paths / n_heads, 3) if n_heads else 0.0,
-        "paths_by_hops": {str(h["values"]): h["counts"] for h in sorted(hops, key=lambda h: h["values"])},
-        "buckets": buckets,
-        "bucket_file": BUCKET_FILE,
-        "refresh": refresh,
+        "paths_by_hops": {str(h["values"]): h["counts"]
+                          for h in sorted(hops, key=lambda h: h["values"])},
         "bytes": n_bytes,
-        **search,
-        "step_seconds": lap.seconds,
-        "seconds": round(sum(lap.seconds.values()), 3),
     }
-    return {"outputs": {"path_cache": str(cache_dir)}, "report": report}
 
 
 if __name__ == "__main__":
