@@ -685,9 +685,10 @@ class _Epochs:
         seeds = torch.unique(torch.cat([src[batch], dst[batch], neg, src[gold]]))
         sub = self.sampler.sample(seeds, len(self.model.convs), must=gold)
         z, alpha = self._sampled_forward(sub)
-        local = lambda nodes: torch.searchsorted(seeds, nodes).to(device)  # noqa: E731
-        link = _link_loss(self.model, z, local(src[batch]), self.rel[batch].to(device),
-                          local(dst[batch]), local(neg))
+        heads, tails, negs = torch.searchsorted(  # seeds are sorted and local ids 0..
+            seeds, torch.cat([src[batch], dst[batch], neg])).to(device).split(
+            [len(batch), len(batch), len(neg)])
+        link = _link_loss(self.model, z, heads, self.rel[batch].to(device), tails, negs)
         first_hop = sub.edges[:sub.edges_within[0]]
         path = (_path_loss(alpha, torch.searchsorted(first_hop, gold).to(device))
                 if self.path_weight and len(gold) else torch.zeros((), device=device))
