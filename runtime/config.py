@@ -191,6 +191,7 @@ DEFAULTS: dict = {
         "uniform": False,  # ablation: no training, α = 1/out-degree
         "max_full_batch_edges": 1000000,  # directed edges (inverses included); sampled subgraphs above
         "batch_triples": 65536,  # positive triples per sampled-subgraph step; edges per export chunk
+        "fanout": 10,  # sampled-subgraph mode: out-edges sampled per node and hop (GraphSAGE-style)
         "seed": 0,
         "device": "auto",  # auto | cpu | cuda[:N]; auto = CUDA when torch sees one
         "threads": 1,  # torch CPU threads; null = torch default
@@ -492,7 +493,7 @@ SCHEMA: dict = {
         "layers": COUNT, "heads": COUNT, "hidden": COUNT,
         "dropout": number(0, 1, high_open=True), "epochs": COUNT, "learning_rate": RATE,
         "weight_decay": WEIGHT, "negatives": COUNT, "path_weight": WEIGHT, "questions": FILE,
-        "uniform": BOOL, "max_full_batch_edges": COUNT, "batch_triples": COUNT, "seed": SEED,
+        "uniform": BOOL, "max_full_batch_edges": COUNT, "batch_triples": COUNT, "fanout": COUNT, "seed": SEED,
         "device": DEVICE, "threads": THREADS, "refresh_epochs": integer(0),
         "refresh_learning_rate": RATE,
     },

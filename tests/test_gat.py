@@ -267,6 +267,73 @@ def test_sampled_subgraph_training(tmp_path, synth_kg):
     assert_out_distributions(read_table(Path(result["outputs"]["edges"]), "edges"))
 
 
+def random_graph(seed: int = 0, nodes: int = 60, triples: int = 400) -> gat.Graph:
+    """Random triples with a hub (node 0 is the tail of a quarter of them)."""
+    rng = np.random.default_rng(seed)
+    tri = np.stack([rng.integers(0, nodes, triples), rng.integers(0, 3, triples),
+                    rng.integers(0, nodes, triples)], 1)
+    tri[: triples // 4, 2] = 0
+    return gat.Graph.from_triples(np.unique(tri, axis=0), nodes)
+
+
+@pytest.mark.parametrize("fanout,hops", [(1, 1), (3, 2), (5, 3), (1000, 2)])
+def test_sampled_subgraph_holds_the_seeds_and_at_most_fanout_edges_per_node(fanout, hops):
+    graph = random_graph()
+    sampler = gat.NeighbourSampler(graph, fanout, torch.Generator().manual_seed(1))
+    sampler.shuffle()
+    seeds = torch.tensor([0, 7, 9, 30])
+    must = torch.from_numpy(np.flatnonzero(graph.src == 7)[:fanout + 2])  # more than fanout
+    sub = sampler.sample(seeds, hops, must=must)
+    nodes, edges = sub.nodes.numpy(), sub.edges.numpy()
+    assert (nodes[:len(seeds)] == seeds.numpy()).all() and len(np.unique(nodes)) == len(nodes)
+    assert len(np.unique(edges)) == len(edges) and set(must.tolist()) <= set(edges.tolist())
+    # the reversed local index names each edge's own endpoints
+    assert (nodes[sub.index[1].numpy()] == graph.src[edges]).all()
+    assert (nodes[sub.index[0].numpy()] == graph.dst[edges]).all()
+    degree = graph.out_degree()
+    for hop in range(hops):
+        first = sub.edges_within[hop - 1] if hop else 0
+        hop_edges = edges[first:sub.edges_within[hop]]
+        expanded = nodes[(sub.within[hop - 1] if hop else 0):sub.within[hop]]
+        assert set(graph.src[hop_edges]) <= set(expanded)  # edges leave this hop's nodes
+        per_node = np.bincount(graph.src[hop_edges], minlength=graph.num_nodes)[expanded]
+        extra = np.bincount(graph.src[must.numpy()], minlength=graph.num_nodes)[expanded]
+        assert (per_node <= np.minimum(degree[expanded], fanout) + (extra if hop == 0 else 0)
+                ).all()
+        if fanout >= degree.max():  # no node to cut: every out-edge of every expanded node
+            assert (per_node == degree[expanded]).all()
+        # the next hop's new nodes are this hop's edges' far ends
+        assert set(nodes[sub.within[hop]:sub.within[hop + 1]]) <= set(graph.dst[hop_edges])
+    assert len(sub.within) == hops + 1 and sub.within[-1] == len(nodes)
+    assert (sampler.local == -1).all()  # the buffer is left clean for the next step
+
+
+def test_sampling_is_uniform_over_a_hubs_out_edges():
+    graph = random_graph()
+    hub_edges = np.flatnonzero(graph.src == 0)
+    sampler = gat.NeighbourSampler(graph, 4, torch.Generator().manual_seed(0))
+    counts = np.zeros(graph.num_edges)
+    for _ in range(400):
+        sampler.shuffle()
+        counts[sampler.out_edges(torch.tensor([0])).numpy()] += 1
+    share = counts[hub_edges] / 400
+    np.testing.assert_allclose(share, 4 / len(hub_edges), atol=0.1)
+
+
+def test_sampled_training_is_deterministic_for_a_seed():
+    graph = random_graph()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((graph.num_nodes, NODE_DIM)).astype(np.float32)
+    rel = rng.standard_normal((3, REL_DIM)).astype(np.float32)
+    cfg = {**config(max_full_batch_edges=10, batch_triples=50, fanout=3)["gat"]}
+    runs = [gat.train(graph, x, rel, np.array([0, 3]), {**cfg, "seed": seed}, log=lambda m: None)
+            for seed in (5, 5, 6)]
+    assert runs[0].mode == "sampled"
+    assert runs[0].link == runs[1].link and runs[0].path == runs[1].path
+    np.testing.assert_array_equal(runs[0].attention, runs[1].attention)
+    assert runs[0].link != runs[2].link
+
+
 def test_path_term_raises_gold_path_attention(tmp_path, synth_kg):
     inputs, questions, _ = synth_kg
     with_path, _ = run_stage(tmp_path / "a", inputs, epochs=8, learning_rate=0.03,

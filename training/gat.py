@@ -48,10 +48,14 @@ and skipped. The stage refuses a file named dev/test/valid: the path term trains
 
 Batches. The whole graph per step when its directed edges ≤ ``max_full_batch_edges``. Above,
 each step takes ``batch_triples`` triples, their corrupted tails and a slice of the gold edges,
-and runs on ``k_hop_subgraph`` (layers hops over the reversed index) of those nodes: the seeds'
-out-neighbourhood with every edge among its nodes, which holds all out-edges of every node
-within layers−1 hops, so the seeds' z and the gold edges' last-layer α are exact (hubs make such
-subgraphs large: the price of exactness; PyG's NeighborLoader needs pyg-lib, not installed).
+and runs on a GraphSAGE-style sample around those seed nodes (``NeighbourSampler``, torch ops
+only: PyG's NeighborLoader needs pyg-lib, not installed): each node to expand keeps ≤ ``fanout``
+of its out-edges (the messages it aggregates), drawn uniformly, for ``layers`` hops; the step's
+gold edges always join their seeds' sample. Layer l runs only on the targets that a later layer
+still reads (nodes within layers−1−l hops, GATConv's bipartite form), so the last layer is the
+seeds' and their sampled edges'. The seeds' z and the gold edges' α are then estimates over the
+sampled out-edges (hubs make exact neighbourhoods the whole graph: docs/BENCHMARKS.md), and a
+step costs O(seeds · fanout^layers) at most, whatever the graph's size.
 
 Export. Layer-wise inference in eval mode over chunks of source nodes holding ≤
 ``batch_triples`` edges (GATConv's bipartite form: the chunk's nodes as targets, their
@@ -103,7 +107,7 @@ def settings(config: Mapping) -> dict:
     """The ``gat`` section, checked (unknown keys and bad values name themselves)."""
     cfg = checked_section(config, STAGE)
     for key in ("layers", "heads", "hidden", "epochs", "negatives", "max_full_batch_edges",
-                "batch_triples"):
+                "batch_triples", "fanout"):
         if int(cfg[key]) < 1:
             raise StageError(f"{STAGE}.{key} must be >= 1, got {cfg[key]!r}")
     if int(cfg["hidden"]) % int(cfg["heads"]):
@@ -516,9 +520,82 @@ def warm_start_state(inputs: Mapping[str, str], cfg: Mapping, fresh: Mapping) ->
     return state, warm(refresh_epochs(cfg), relations=relations)
 
 
+@dataclass
+class Subgraph:
+    """A sampled step's nodes (seeds first, then each hop's new nodes) and edges (grouped by the
+    hop of their source); ``within[h]`` = how many nodes lie within h hops, ``edges_within[h]``
+    = how many edges leave them; ``index`` = the edges' reversed index over local node ids."""
+
+    nodes: object
+    edges: object
+    index: object
+    within: list[int]
+    edges_within: list[int]
+
+
+class NeighbourSampler:
+    """GraphSAGE-style neighbour sampling with torch ops (no pyg-lib). Each node's out-edges are
+    put in a random order once an epoch (``shuffle``: a random key per edge, sorted by (source,
+    key)); a node expanded in a step keeps ``fanout`` consecutive edges of its slice from a
+    random offset — a uniform sample without replacement, O(fanout) a node. A step's work and
+    memory are its subgraph's: the node → local id map is one buffer, reset after each step."""
+
+    def __init__(self, graph: Graph, fanout: int, gen):
+        import torch
+
+        self.indptr = torch.from_numpy(graph.indptr)
+        self.src, self.dst = torch.from_numpy(graph.src), torch.from_numpy(graph.dst)
+        self.fanout, self.gen = fanout, gen
+        self.order = torch.arange(graph.num_edges)
+        self.local = torch.full((graph.num_nodes,), -1, dtype=torch.long)
+
+    def shuffle(self) -> None:
+        """A fresh random order of every node's out-edges (O(E log E), once an epoch)."""
+        import torch
+
+        by_key = torch.argsort(torch.rand(len(self.src), generator=self.gen))
+        self.order = by_key[torch.sort(self.src[by_key], stable=True).indices]
+
+    def out_edges(self, nodes):
+        """≤ fanout out-edge ids of each node: a window of its shuffled slice."""
+        import torch
+
+        start = self.indptr[nodes]
+        degree = self.indptr[nodes + 1] - start
+        take = degree.clamp(max=self.fanout)
+        owner = torch.repeat_interleave(torch.arange(len(nodes)), take)
+        rank = torch.arange(len(owner)) - (torch.cumsum(take, 0) - take)[owner]
+        offset = (torch.rand(len(nodes), generator=self.gen) * degree).long()
+        return self.order[start[owner] + (offset[owner] + rank) % degree[owner]]
+
+    def sample(self, seeds, hops: int, must=None) -> Subgraph:
+        """The ``hops``-hop sample around ``seeds`` (distinct, sorted); ``must`` (edge ids out
+        of seeds) joins the first hop's sample."""
+        import torch
+
+        local, nodes, edges = self.local, [seeds], []
+        local[seeds] = torch.arange(len(seeds))
+        within, frontier = [len(seeds)], seeds
+        for hop in range(hops):
+            picked = self.out_edges(frontier)
+            if hop == 0:  # sorted, so that a must-edge's position is a searchsorted away
+                picked = torch.unique(picked if must is None else torch.cat([picked, must]))
+            edges.append(picked)
+            reached = torch.unique(self.dst[picked])
+            frontier = reached[local[reached] < 0]
+            local[frontier] = torch.arange(within[-1], within[-1] + len(frontier))
+            within.append(within[-1] + len(frontier))
+            nodes.append(frontier)
+        all_nodes, all_edges = torch.cat(nodes), torch.cat(edges)
+        index = torch.stack([local[self.dst[all_edges]], local[self.src[all_edges]]])
+        local[all_nodes] = -1
+        return Subgraph(all_nodes, all_edges, index, within,
+                        np.cumsum([len(e) for e in edges]).tolist())
+
+
 class _Epochs:
     """One training epoch at a time: full batch up to ``max_full_batch_edges``, beyond that over
-    ``k_hop_subgraph`` mini-batches (no pyg-lib needed); and a fixed-negative link-loss check
+    neighbour-sampled mini-batches (``NeighbourSampler``); and a fixed-negative link-loss check
     so that the loss before and after training compare."""
 
     def __init__(self, model, graph: Graph, x, rel_vec, gold: np.ndarray, cfg: Mapping, device):
@@ -539,6 +616,8 @@ class _Epochs:
         self.forward = torch.from_numpy(np.flatnonzero(~graph.inverse))
         self.gold = torch.from_numpy(gold)
         self.full = graph.num_edges <= int(cfg["max_full_batch_edges"])
+        self.sampler = None if self.full else NeighbourSampler(graph, int(cfg["fanout"]),
+                                                               self.gen)
         self.on_device = {  # full batch: the whole graph moved to the device once
             "x": x.to(device), "index": self.reversed_index.to(device),
             "types": self.types.to(device), "gold": self.gold.to(device),
@@ -583,6 +662,7 @@ class _Epochs:
     def _sampled_epoch(self) -> tuple[float, float, int]:
         import torch
 
+        self.sampler.shuffle()
         perm = self.forward[torch.randperm(len(self.forward), generator=self.gen)]
         steps = math.ceil(len(perm) / self.chunk)
         gold_per_step = math.ceil(len(self.gold) / steps) if len(self.gold) else 0
@@ -596,27 +676,35 @@ class _Epochs:
         return link_sum, path_sum, steps
 
     def _subgraph_step(self, batch, gold) -> tuple[float, float]:
-        """One step on the L-hop subgraph around a batch's heads, tails, negatives and the
-        heads of its share of gold-path edges."""
+        """One step on the sampled subgraph around a batch's heads, tails, negatives and the
+        heads of its share of gold-path edges (the seeds: local ids 0..len(seeds)-1, sorted)."""
         import torch
-        from torch_geometric.utils import k_hop_subgraph
 
-        device, src, dst, n = self.device, self.src, self.dst, self.n
-        neg = torch.randint(0, n, (len(batch) * self.k,), generator=self.gen)
+        device, src, dst = self.device, self.src, self.dst
+        neg = torch.randint(0, self.n, (len(batch) * self.k,), generator=self.gen)
         seeds = torch.unique(torch.cat([src[batch], dst[batch], neg, src[gold]]))
-        subset, sub_index, _, edge_mask = k_hop_subgraph(
-            seeds, len(self.model.convs), self.reversed_index, relabel_nodes=True, num_nodes=n)
-        local = torch.full((n,), -1, dtype=torch.long)
-        local[subset] = torch.arange(len(subset))
-        edge_local = torch.cumsum(edge_mask.long(), 0) - 1
-        sub_edges = edge_mask.nonzero().view(-1)
-        z, alpha = self.model(self.x[subset].to(device), sub_index.to(device),
-                              self.types[sub_edges].to(device), self.table)
-        link = _link_loss(self.model, z, local[src[batch]].to(device), self.rel[batch].to(device),
-                          local[dst[batch]].to(device), local[neg].to(device))
-        path = (_path_loss(alpha, edge_local[gold].to(device)) if self.path_weight and len(gold)
-                else torch.zeros((), device=device))
+        sub = self.sampler.sample(seeds, len(self.model.convs), must=gold)
+        z, alpha = self._sampled_forward(sub)
+        heads, tails, negs = torch.searchsorted(  # seeds are sorted and local ids 0..
+            seeds, torch.cat([src[batch], dst[batch], neg])).to(device).split(
+            [len(batch), len(batch), len(neg)])
+        link = _link_loss(self.model, z, heads, self.rel[batch].to(device), tails, negs)
+        first_hop = sub.edges[:sub.edges_within[0]]
+        path = (_path_loss(alpha, torch.searchsorted(first_hop, gold).to(device))
+                if self.path_weight and len(gold) else torch.zeros((), device=device))
         return self._step(link, path)
+
+    def _sampled_forward(self, sub: Subgraph):
+        """The seeds' z and the last layer's α over their sampled edges: layer l computes only
+        the nodes within layers−1−l hops (the ones a later layer reads)."""
+        layers = len(self.model.convs)
+        h = self.x[sub.nodes].to(self.device)
+        for layer in range(layers):
+            targets, edges = sub.within[layers - 1 - layer], sub.edges_within[layers - 1 - layer]
+            h, alpha = self.model.layer(layer, (h, h[:targets]),
+                                        sub.index[:, :edges].to(self.device),
+                                        self.types[sub.edges[:edges]].to(self.device), self.table)
+        return h, alpha
 
 
 def _train(graph, x_np, rel_np, gold, cfg, device, log, state=None) -> TrainResult:
