@@ -257,8 +257,18 @@ def _refreshed_or_run(store: Store, build_id: str, spec: Stage, config: dict,
     if (base is not None and spec.refresh == "partial"
             and same_settings(base[1].get("fingerprint", {}), printed)):
         previous = previous_inputs(store, base[0], spec.name)
-        return module.run(config, {**inputs, **previous}, str(work)), "partial"
+        result = module.run(config, {**inputs, **previous}, str(work))
+        return result, "full" if _ran_in_full(result["report"]) else "partial"
     return module.run(config, inputs, str(work)), "full"
+
+
+def _ran_in_full(report: dict) -> bool:
+    """A stage given the previous outputs may still not use them (entity ids shifted, too
+    much touched, parameters that do not fit); its report says so: refresh mode full (Spark
+    stages) or a cold start (learned stages)."""
+    refresh = report.get("refresh")
+    return isinstance(refresh, dict) and (refresh.get("mode") == "full"
+                                          or refresh.get("start") == "cold")
 
 
 def _linked(store: Store, base: tuple[str, dict], name: str, build_id: str,

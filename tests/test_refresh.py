@@ -41,6 +41,7 @@ class FakeStages:
         self.fail: str | None = None
         self.pass_on = False  # entity_types passes ingest's entities on (as scos_merge may)
         self.reverse = False  # ingest: the chain of triples the other way; entity_types: rows in reverse
+        self.decline = False  # ingest: given the previous outputs, reports it ran in full
 
     def module(self, name):
         return SimpleNamespace(run=lambda config, inputs, out: self.run(name, inputs, Path(out)))
@@ -83,7 +84,8 @@ class FakeStages:
             outputs[empty] = str(out / empty)
         previous = PREVIOUS + "entities" in inputs  # the change set, as the real one counts it
         changes = {"added_entities": n - 3, "removed_entities": 0} if previous else None
-        return {"outputs": outputs, "report": {"entities": n, "change_set": changes}}
+        declined = {"refresh": {"mode": "full", "reason": "test"}} if self.decline else {}
+        return {"outputs": outputs, "report": {"entities": n, "change_set": changes, **declined}}
 
 
     @staticmethod
@@ -176,6 +178,16 @@ def test_changed_input_runs_partial_stages_with_the_cached_outputs(tmp_path, sta
     assert ingest_inputs[PREVIOUS + "entities"] == str(cached / "entities")
     assert PREVIOUS + "entities" not in dict(stages.calls)["entity_types"]
     assert store.build("b2").read("entities").column("key").to_pylist() == ["a", "c", "d"]
+
+
+@pytest.mark.parametrize("decline", [False, True])
+def test_a_partial_stage_that_ran_in_full_is_recorded_as_full(tmp_path, stages, decline):
+    store = Store(tmp_path / "store")
+    build(store, "b1", write_dump(tmp_path / "d1", ["a", "b", "c"]))
+    stages.decline = decline
+    records = build(store, "b2", write_dump(tmp_path / "d2", ["a", "c", "d"]))
+    assert PREVIOUS + "entities" in dict(stages.calls)["ingest"]  # offered either way
+    assert records["ingest"]["refresh"] == ("full" if decline else "partial")
 
 
 def test_a_rerun_writing_the_cached_rows_keeps_their_hash_so_its_readers_are_reused(tmp_path,
