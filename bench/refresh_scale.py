@@ -18,8 +18,9 @@ per stage as ``build_scale.py --one-process`` measures them (wall, CPU of the pr
 Per stage: full and refresh wall and CPU seconds, refresh / full, and how the refresh made
 the stage (reused, partial, full: the build report). The whole build: the sums' ratio
 (target ≤ 20 %). Equality of 2 and 3: every table of ``pipeline.refresh.DETERMINISTIC_TABLES``
-row for row (rows as multisets, floats to 9 decimal places) but for the columns of
-``pipeline.refresh.LEARNED_COLUMNS`` (they follow warm-started TransE), and the learned stages within
+row for row (rows as multisets, floats to 9 decimal places) but for the rows of
+``pipeline.refresh.LEARNED_ROWS`` and the columns of ``pipeline.refresh.LEARNED_COLUMNS`` (they
+follow warm-started TransE), and the learned stages within
 ``TOLERANCE``: the SCOS merge groups (relation_map) identical, H@1 with reader none within
 0.02 (synthetic: the dump's ``test.jsonl`` questions, ``--eval`` of them; else ``--eval``
 seeded fact questions of the store, bench/store_question_accuracy.py), and — reported, not
@@ -124,9 +125,15 @@ def table_equality(one, other) -> dict:
 
 
 def deterministic_part(table, name: str):
-    """The table without the columns ``pipeline.refresh.LEARNED_COLUMNS`` names for it."""
-    from pipeline.refresh import LEARNED_COLUMNS
+    """The table without the rows ``pipeline.refresh.LEARNED_ROWS`` and the columns
+    ``LEARNED_COLUMNS`` name for it."""
+    import pyarrow.compute as pc
 
+    from pipeline.refresh import LEARNED_COLUMNS, LEARNED_ROWS
+
+    if name in LEARNED_ROWS and LEARNED_ROWS[name][0] in table.column_names:
+        column, value = LEARNED_ROWS[name]
+        table = table.filter(pc.not_equal(table.column(column), value))
     return table.drop_columns([c for c in LEARNED_COLUMNS.get(name, ())
                                if c in table.column_names])
 

@@ -45,6 +45,10 @@ DETERMINISTIC_TABLES = ("entities", "relations", "triples", "relation_map", "rel
 #: in a cold refresh. ``relation_pairs.source`` says whether TransE's neighbours also proposed
 #: the pair, which follows the warm-started vectors.
 LEARNED_COLUMNS = {"relation_pairs": ("source",)}
+#: Rows of those tables that only a learned stage put there (column, value): a relation_pairs
+#: row whose one source is TransE's neighbours exists only because the (warm-started) vectors
+#: proposed it — on FB15k-237 with 1 % changed, 147 vs 175 such rows of 22,473.
+LEARNED_ROWS = {"relation_pairs": ("source", "transe")}
 
 
 def content_hash(path: str | os.PathLike) -> str:

@@ -74,8 +74,16 @@ def test_relation_pairs_compare_without_the_learned_source_but_with_the_rest():
     moved = warm.set_column(2, "nmi", pa.array([0.5, 0.3]))
     assert not rs.table_equality(*(rs.deterministic_part(t, "relation_pairs")
                                    for t in (pairs, moved)))["equal"]
-    entities = pa.table({"id": [0], "source": ["a"]})  # only relation_pairs loses the column
-    assert rs.deterministic_part(entities, "entities").column_names == ["id", "source"]
+    proposed = pa.concat_tables([warm, pa.table({"r_i": [3], "r_j": [4], "nmi": [0.1],
+                                                 "source": ["transe"]})])
+    assert rs.table_equality(*(rs.deterministic_part(t, "relation_pairs")
+                               for t in (pairs, proposed)))["equal"]  # TransE's alone: learned
+    typed = warm.set_column(3, "source", pa.array(["type", "entity"]))
+    assert not rs.table_equality(*(rs.deterministic_part(t, "relation_pairs")
+                                   for t in (pairs, typed.slice(1))))["equal"]
+    entities = pa.table({"id": [0], "source": ["transe"]})  # only relation_pairs loses it
+    assert rs.deterministic_part(entities, "entities").to_pylist() == [
+        {"id": 0, "source": "transe"}]
 
 
 def test_ingest_steps_list_the_full_builds_steps_then_the_refreshs_own():
