@@ -532,14 +532,7 @@ def encode(
     text as ``count`` measures it.
     """
     started = time.perf_counter()
-    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
-        raise ValueError(f"budget must be a positive integer number of tokens; got {budget!r}")
-    if budget <= 0:
-        raise ValueError(f"budget must be a positive number of tokens; got {budget}")
-    budget = int(budget)
-    order = _check_order(order)
-    if len(beta) != len(GRANULARITIES):
-        raise ValueError(f"beta needs {len(GRANULARITIES)} weights; got {beta!r}")
+    budget, order = _checked_arguments(budget, order, beta)
     triples = list(triples)
     n = len(triples)
     ranked = sorted(range(n), key=lambda i: (triples[i].rank, i))  # best first
@@ -551,15 +544,38 @@ def encode(
     naive_tokens = int(costs[:, -1].sum())
     choices, kept, dropped, mode, solve_ms = _select(costs, values, ranked, budget,
                                                      dp_max_budget, naive_tokens)
+    text, tokens, repairs, dropped = _within_budget(lines, cost_rows, choices, kept, dropped,
+                                                    budget, count)
+    return _assemble(triples, lines, cost_rows, values, choices, text=text, tokens=tokens,
+                     order=order, mode=mode, budget=budget, naive_tokens=naive_tokens,
+                     dropped=dropped, solve_ms=solve_ms, started=started, repairs=repairs)
 
+
+def _checked_arguments(budget, order: Sequence[str], beta: Sequence[float]
+                       ) -> tuple[int, tuple[str, str, str]]:
+    """(budget as an int, σ* checked), or a ValueError naming the bad argument."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
+        raise ValueError(f"budget must be a positive integer number of tokens; got {budget!r}")
+    if budget <= 0:
+        raise ValueError(f"budget must be a positive number of tokens; got {budget}")
+    order = _check_order(order)
+    if len(beta) != len(GRANULARITIES):
+        raise ValueError(f"beta needs {len(GRANULARITIES)} weights; got {beta!r}")
+    return int(budget), order
+
+
+def _within_budget(lines, cost_rows, choices, kept: list[int], dropped: int, budget: int,
+                   count) -> tuple[str, int, int, int]:
+    """(text, tokens, repairs, dropped) of the chosen lines, downgraded or dropped from the
+    lowest-ranked up while the text exceeds ``budget``. The line costs are additive under
+    cl100k for these lines, so no repair runs; the loop keeps the hard bound even if a
+    tokenizer change broke additivity. ``choices`` and ``kept`` are updated in place."""
     def emit() -> tuple[str, int]:
         return _joined([lines[i][choices[i]] for i in kept],
                        [cost_rows[i][choices[i]] for i in kept], count)
 
     text, tokens = emit()
     repairs = 0
-    # The line costs are additive under cl100k for these lines, so this never runs; it keeps
-    # the hard bound even if a tokenizer change broke additivity.
     while tokens > budget:
         repairs += 1
         upgraded = [i for i in kept if choices[i] > 0]
@@ -569,9 +585,7 @@ def encode(
             choices[kept.pop()] = -1
             dropped += 1
         text, tokens = emit()
-    return _assemble(triples, lines, cost_rows, values, choices, text=text, tokens=tokens,
-                     order=order, mode=mode, budget=budget, naive_tokens=naive_tokens,
-                     dropped=dropped, solve_ms=solve_ms, started=started, repairs=repairs)
+    return text, tokens, repairs, dropped
 
 
 def _select(costs: np.ndarray, values: np.ndarray, ranked: list[int], budget: int,

@@ -348,31 +348,41 @@ def top_paths(graph: EdgeGraph, head: int, *, max_hops: int = 3, k_top: int = 20
         if not len(beam_pos):
             break
         wanted = limit(hop)
-        ends = view.targets[beam_pos[:, -1]]
-        degree = indptr[ends + 1] - indptr[ends]
-        first = np.minimum(degree, wanted + hop)  # hop = nodes on the parent path
-        parent, pos = _children(indptr, ends, np.zeros_like(first), first)
-        fresh = _fresh(view, head, beam_pos, parent, pos)
-        short = (first < degree) & (np.bincount(parent[fresh], minlength=len(ends)) < wanted)
-        if short.any():
-            rest = np.where(short, degree - first, 0)
-            more_parent, more_pos = _children(indptr, ends, first, rest)
-            more_fresh = _fresh(view, head, beam_pos, more_parent, more_pos)
-            parent = np.concatenate([parent, more_parent])
-            pos = np.concatenate([pos, more_pos])
-            fresh = np.concatenate([fresh, more_fresh])
-        group, score = beam_group[parent], beam_score[parent] + view.weight[pos]
-        # The wanted-th best score of a group among its parents' first two out-edges bounds the
-        # group's cut from below: children scoring under it are dropped before sorting.
-        sample = fresh & (pos - indptr[ends][parent] < 2)
-        if len(pos) > 4 * sample.sum():
-            fresh &= score >= _cut(group[sample], score[sample], wanted, n_groups)[group]
-        parent, pos, group, score = parent[fresh], pos[fresh], group[fresh], score[fresh]
+        parent, pos, group, score = _extend(view, indptr, head, (beam_group, beam_score, beam_pos),
+                                            wanted, hop, n_groups)
         keep = _best_per_group(group, score, wanted, ties=hop == max_hops)
         beam_group, beam_score = group[keep], score[keep]
         beam_pos = np.column_stack([beam_pos[parent[keep]], pos[keep]])
         found.append((beam_group, beam_score, beam_pos))
     return _rank(view, head, found, max_hops, k_top)
+
+
+def _extend(view: _View, indptr: np.ndarray, head: int, beam: tuple, wanted: int, hop: int,
+            n_groups: int) -> tuple:
+    """(parent, pos, group, score) of the beam's fresh children that can still enter their
+    group's top ``wanted``: each parent's best ``wanted + hop`` out-edges first, all of them
+    only where that leaves fewer than ``wanted`` fresh children."""
+    beam_group, beam_score, beam_pos = beam
+    ends = view.targets[beam_pos[:, -1]]
+    degree = indptr[ends + 1] - indptr[ends]
+    first = np.minimum(degree, wanted + hop)  # hop = nodes on the parent path
+    parent, pos = _children(indptr, ends, np.zeros_like(first), first)
+    fresh = _fresh(view, head, beam_pos, parent, pos)
+    short = (first < degree) & (np.bincount(parent[fresh], minlength=len(ends)) < wanted)
+    if short.any():
+        rest = np.where(short, degree - first, 0)
+        more_parent, more_pos = _children(indptr, ends, first, rest)
+        more_fresh = _fresh(view, head, beam_pos, more_parent, more_pos)
+        parent = np.concatenate([parent, more_parent])
+        pos = np.concatenate([pos, more_pos])
+        fresh = np.concatenate([fresh, more_fresh])
+    group, score = beam_group[parent], beam_score[parent] + view.weight[pos]
+    # The wanted-th best score of a group among its parents' first two out-edges bounds the
+    # group's cut from below: children scoring under it are dropped before sorting.
+    sample = fresh & (pos - indptr[ends][parent] < 2)
+    if len(pos) > 4 * sample.sum():
+        fresh &= score >= _cut(group[sample], score[sample], wanted, n_groups)[group]
+    return parent[fresh], pos[fresh], group[fresh], score[fresh]
 
 
 def _rank(view: _View, head: int, found: list, max_hops: int, k_top: int) -> Paths:
