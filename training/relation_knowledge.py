@@ -458,12 +458,39 @@ def _counts(path, labelled: Labelled | None) -> dict | None:
     return {"file": str(path), "used": len(labelled.masked), "skipped": labelled.skipped}
 
 
+class _DevRun:
+    """Every dev question assessed under one RelationKnowledge; span vectors cached across
+    the calls (the θ_zs grid assesses the same questions once per θ)."""
+
+    def __init__(self, dev: Labelled, dev_vectors: np.ndarray | None, facts: Facts,
+                 store: Store, encoder: Encoder):
+        self.dev, self.dev_vectors, self.facts, self.store = dev, dev_vectors, facts, store
+        self.encoder, self.spans = encoder, {}
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        todo = [t for t in dict.fromkeys(texts) if t not in self.spans]
+        if todo:
+            self.spans.update(zip(todo, self.encoder.queries(todo)))
+        return np.stack([self.spans[t] for t in texts])
+
+    def assess(self, kn: RelationKnowledge) -> tuple[list, list[bool]]:
+        """(assessments, whether each derivation's endpoints hit the gold at 1)."""
+        from evaluation.metrics import score
+
+        embed = self.embed if self.encoder.model is not None else None
+        out = [kn.assess(masked, topics, self.facts, embed=embed,
+                         q_vec=self.dev_vectors[i] if self.dev_vectors is not None else None)
+               for i, (masked, topics) in enumerate(zip(self.dev.masked, self.dev.topics))]
+        correct = [bool(a.derivation and a.derivation.derivable and score(
+            [self.store.names[e] for e in a.derivation.endpoints], gold).h1)
+            for a, gold in zip(out, self.dev.answers)]
+        return out, correct
+
+
 def select_thresholds(knowledge: Callable[[Mapping], RelationKnowledge], defaults: dict,
                       dev: Labelled, dev_vectors: np.ndarray | None, facts: Facts, store: Store,
                       encoder: Encoder, cfg: Mapping) -> tuple[dict, dict]:
     """Steps 1–3 of the module docstring on the dev questions."""
-    from evaluation.metrics import score
-
     thresholds = dict(defaults)
     selection: dict = {}
     base = knowledge(thresholds)
@@ -471,40 +498,14 @@ def select_thresholds(knowledge: Callable[[Mapping], RelationKnowledge], default
         theta, selection["lift"] = choose_lift(
             lambda m, t: base.names(question_words(m), t), dev, store.relation_ids)
         thresholds["lift"] = theta
-    spans: dict[str, np.ndarray] = {}
-
-    def embed(texts: list[str]) -> np.ndarray:  # span vectors, cached across the θ_zs grid
-        todo = [t for t in dict.fromkeys(texts) if t not in spans]
-        if todo:
-            spans.update(zip(todo, encoder.queries(todo)))
-        return np.stack([spans[t] for t in texts])
-
-    def assess_all(kn: RelationKnowledge):
-        out = []
-        for i, (masked, topics) in enumerate(zip(dev.masked, dev.topics)):
-            out.append(kn.assess(masked, topics, facts,
-                                 q_vec=dev_vectors[i] if dev_vectors is not None else None,
-                                 embed=embed if encoder.model is not None else None))
-        correct = [bool(a.derivation and a.derivation.derivable and score(
-            [store.names[e] for e in a.derivation.endpoints], gold).h1)
-            for a, gold in zip(out, dev.answers)]
-        return out, correct
-
+    run = _DevRun(dev, dev_vectors, facts, store, encoder)
     if not base.labelled and encoder.model is not None:
-        hits = {}
-        for theta in ZERO_SHOT_GRID:
-            _, correct = assess_all(knowledge({**thresholds, "zero_shot_cosine": theta}))
-            hits[theta] = sum(correct)
-        thresholds["zero_shot_cosine"] = max(ZERO_SHOT_GRID, key=lambda t: (hits[t], t))
-        selection["zero_shot_cosine"] = {"dev_correct": {str(t): h for t, h in hits.items()}}
+        thresholds["zero_shot_cosine"], selection["zero_shot_cosine"] = _zero_shot_cosine(
+            knowledge, thresholds, run)
     kn = knowledge(thresholds)
-    assessments, correct = assess_all(kn)
-    precision_gates = [Gate(1, kn.min_share, sup) for sup in SUPPORTS]
-    precision_stats = [gate_stats(g, assessments, correct) for g in precision_gates]
-    reached = [i for i, st in enumerate(precision_stats) if st["precision"] is not None
-               and st["precision"] >= float(cfg["precision_target"])]
-    best = reached[0] if reached else len(SUPPORTS) - 1
-    thresholds["precision"] = precision_gates[best].to_dict()
+    assessments, correct = run.assess(kn)
+    thresholds["precision"], precision_stats = _precision_gate(
+        kn, assessments, correct, float(cfg["precision_target"]))
     gate, route_stats = choose_route_gate(gate_family(kn.min_share), assessments, correct,
                                           float(cfg["route_min_precision"]))
     thresholds["route"] = gate.to_dict()
@@ -513,11 +514,31 @@ def select_thresholds(knowledge: Callable[[Mapping], RelationKnowledge], default
         "dev_chain_accuracy": round(float(np.mean([a.prediction.chain == g for a, g in
                                                    zip(assessments, gold_ids)])), 6),
         "dev_derived_h1": round(float(np.mean(correct)), 6),
-        "precision_gate": precision_stats[best],
+        "precision_gate": precision_stats,
         "route_gate": route_stats,
     })
     return thresholds, selection
 
+
+def _zero_shot_cosine(knowledge: Callable[[Mapping], RelationKnowledge], thresholds: dict,
+                      run: _DevRun) -> tuple[float, dict]:
+    """θ_zs of the grid with the most dev questions derived right (ties: the larger θ)."""
+    hits = {theta: sum(run.assess(knowledge({**thresholds, "zero_shot_cosine": theta}))[1])
+            for theta in ZERO_SHOT_GRID}
+    best = max(ZERO_SHOT_GRID, key=lambda t: (hits[t], t))
+    return best, {"dev_correct": {str(t): h for t, h in hits.items()}}
+
+
+def _precision_gate(kn: RelationKnowledge, assessments: list, correct: list[bool],
+                    target: float) -> tuple[dict, dict]:
+    """The loosest support whose gate reaches ``target`` precision on dev (else the strictest):
+    (the gate as a dict, its dev statistics)."""
+    gates = [Gate(1, kn.min_share, sup) for sup in SUPPORTS]
+    stats = [gate_stats(g, assessments, correct) for g in gates]
+    reached = [i for i, st in enumerate(stats)
+               if st["precision"] is not None and st["precision"] >= target]
+    best = reached[0] if reached else len(SUPPORTS) - 1
+    return gates[best].to_dict(), stats[best]
 
 if __name__ == "__main__":
     from pipeline.driver import stage_main
