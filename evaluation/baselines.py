@@ -181,24 +181,45 @@ def _prediction(ctx: EvalContext, rt, readings: list[_Reading], answers: list[st
 # KAPING
 
 
+class _TripleVectors:
+    """Passage vectors of verbalised triples, cached across questions (cleared when the cache
+    would pass ``_CACHE_LIMIT``)."""
+
+    def __init__(self, rt, enc):
+        self.rt, self.enc, self.cache = rt, enc, {}
+
+    def __call__(self, pool: list[Triple]) -> np.ndarray:
+        missing = [t for t in pool if t not in self.cache]
+        if missing:
+            if len(self.cache) + len(missing) > _CACHE_LIMIT:
+                self.cache.clear()
+            names, relations = self.rt.names, self.rt.relation_names
+            texts = [f"{names[s]} {relation_text(relations.get(r, str(r)))} {names[o]}"
+                     for s, r, o in missing]
+            self.cache.update(zip(missing, self.enc.encode_passages(texts)))
+        return np.stack([self.cache[t] for t in pool])
+
+
+def _reader_or(ctx: EvalContext, knowledge: str, question: str, fallback: list[str],
+               timings: dict) -> tuple[list, list[str], str]:
+    """(readings, answers, status): the reader's answers, else ``fallback`` (status
+    ``fallback`` when the reader named none; ``ok`` with no reader)."""
+    if not ctx.llm.calls_model:
+        return [], fallback, "ok"
+    reading = _read(ctx, knowledge, question)
+    timings["llm"] = reading.ms
+    if reading.answers:
+        return [reading], reading.answers, "ok"
+    return [reading], fallback, "fallback"
+
+
 def kaping(ctx: EvalContext) -> Method:
     """KAPING under the context's reader and budget (module docstring)."""
     from runtime.ittc import encode_uniform
 
     rt = ctx.runtime
     enc = _encoder(ctx, "kaping")
-    cache: dict[Triple, np.ndarray] = {}
-
-    def vectors(pool: list[Triple]) -> np.ndarray:
-        missing = [t for t in pool if t not in cache]
-        if missing:
-            if len(cache) + len(missing) > _CACHE_LIMIT:
-                cache.clear()
-            texts = [f"{rt.names[s]} {relation_text(rt.relation_names.get(r, str(r)))} "
-                     f"{rt.names[o]}" for s, r, o in missing]
-            for t, v in zip(missing, enc.encode_passages(texts)):
-                cache[t] = v
-        return np.stack([cache[t] for t in pool])
+    vectors = _TripleVectors(rt, enc)
 
     def run(question: Question) -> Prediction:
         ctx.llm.reset()
@@ -220,16 +241,8 @@ def kaping(ctx: EvalContext) -> Method:
         t = time.perf_counter()
         encoding = encode_uniform(_knowledge(rt, top, set(topics)), ctx.budget, level="compact")
         timings["encode"] = (time.perf_counter() - t) * 1e3
-        fallback = _top_end(rt, top, set(topics))
-        readings, answers, status = [], fallback, "ok"
-        if ctx.llm.calls_model:
-            reading = _read(ctx, encoding.text, question.question)
-            readings.append(reading)
-            timings["llm"] = reading.ms
-            if reading.answers:
-                answers = reading.answers
-            else:
-                status = "fallback"
+        readings, answers, status = _reader_or(ctx, encoding.text, question.question,
+                                               _top_end(rt, top, set(topics)), timings)
         timings["total"] = (time.perf_counter() - t0) * 1e3
         details["pool"] = len(pool)
         return _prediction(ctx, rt, readings, answers, status, [encoding],
