@@ -1,18 +1,21 @@
 """entity_encode's encoding step, old and new in one run (issue 17 item 5).
 
     python bench/entity_encode_speed.py --entities ENTITIES.parquet [--reference-sample 5000]
-        [--threads 1,2] [--batch-size 32] [--questions pq-2h/test.txt]
+        [--threads 1,2] [--workers 2] [--batch-size 32] [--questions pq-2h/test.txt]
 
 Reads an ``entities`` table (a build's or an ingest's), makes the stage's texts
 (``name_type_description``), exports the store's int8 ONNX model as the stage does, and times:
 
 * ``torch`` — the reference: sentence-transformers float32 in the order of the entity ids, 128
   texts a call, one torch thread (the stage before ``entity_encode.encoder``);
-* ``torch-sorted`` — the same model, shortest texts first (``encode_by_length``), ``--batch-size``
-  texts a call: what the sorting alone gains;
-* ``onnx-T`` — the stage's ``encoder: auto`` on a CPU: the int8 export, shortest texts first,
+* ``onnx-chars`` — the stage before the token-length batches: the int8 export, every text,
+  sorted by characters, ``--batch-size`` texts a call, one thread;
+* ``onnx-T`` — the stage's ``encoder: auto`` on a CPU in one process (``workers: 1``): the int8
+  export, each distinct text once, sorted by token count (``encode_by_length``),
   ``--batch-size`` texts a call (``entity_encode.onnx_batch_size``), on T onnxruntime threads
-  (``entity_encode.threads``).
+  (``entity_encode.threads``);
+* ``onnx-workers-W`` — the same batches shared out among W worker processes of one thread
+  (``entity_encode.workers``; the stage's ``in_workers``), CPU seconds of the workers included.
 
 Every path runs on a random sample of ``--reference-sample`` entities (0: all), the ONNX ones
 on all of them as well. Times are wall seconds and the process's CPU seconds (on a shared host
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import tempfile
 import time
@@ -50,21 +54,41 @@ SPEC = {"model": "minilm", "query_prefix": "", "passage_prefix": ""}
 REFERENCE_BATCH = 128  # texts per call of the stage before entity_encode.encoder
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its ended children (the worker processes)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def timed(encode, texts: list[str]) -> tuple[np.ndarray, float, float]:
-    """(vectors, wall seconds, CPU seconds of the process: every thread's, not waiting time)."""
-    started, cpu = time.perf_counter(), time.process_time()
+    """(vectors, wall seconds, CPU seconds: every thread's and worker's, not waiting time)."""
+    started, cpu = time.perf_counter(), cpu_seconds()
     vectors = encode(texts)
-    return vectors, time.perf_counter() - started, time.process_time() - cpu
+    return vectors, time.perf_counter() - started, cpu_seconds() - cpu
 
 
-def variants(exported: Path, threads: list[int], batch: int) -> dict:
+def by_characters(encoder, texts: list[str], batch: int) -> np.ndarray:
+    """The stage's ONNX path before token-length batches: every text, by characters."""
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    vectors = np.empty((len(texts), encoder.dim), np.float32)
+    for start in range(0, len(texts), batch):
+        rows = order[start:start + batch]
+        vectors[rows] = encoder.embed([texts[i] for i in rows])
+    return vectors
+
+
+def variants(exported: Path, threads: list[int], workers: list[int], batch: int) -> dict:
     """name → (threads, encode(texts)) for every path compared; the reference first."""
     torch_encoder = SentenceEncoder.from_spec(SPEC, device="cpu")
+    one = batch_encoder(SPEC, "onnx", "cpu", exported, threads=1)
     out = {"torch": (1, lambda t: torch_encoder.encode_passages(t, batch_size=REFERENCE_BATCH)),
-           "torch-sorted": (1, lambda t: encode_by_length(torch_encoder, t, batch))}
+           "onnx-chars": (1, lambda t: by_characters(one, t, batch))}
     for n in threads:
-        onnx = batch_encoder(SPEC, "onnx", "cpu", exported, threads=n)
+        onnx = one if n == 1 else batch_encoder(SPEC, "onnx", "cpu", exported, threads=n)
         out[f"onnx-{n}"] = (n, lambda t, e=onnx: encode_by_length(e, t, batch))
+    for n in workers:
+        out[f"onnx-workers-{n}"] = (n, lambda t, n=n: encode_by_length(
+            one, t, batch, entity_encode.in_workers(one, n)))
     return out
 
 
@@ -114,6 +138,8 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--reference-sample", type=int, default=0,
                     help="entities the torch reference encodes (a random sample; 0: all)")
     ap.add_argument("--threads", default="1,2", help="onnxruntime threads to time, comma-separated")
+    ap.add_argument("--workers", default="2",
+                    help="worker processes (one thread each) to time, comma-separated; '' none")
     ap.add_argument("--batch-size", type=int, default=DEFAULTS["entity_encode"]["onnx_batch_size"],
                     help="texts per call of the sorted paths (the reference: 128)")
     ap.add_argument("--seed", type=int, default=0)
@@ -121,6 +147,10 @@ def arguments() -> argparse.Namespace:
                     help="PathQuestion questions (question \\t answers \\t path) whose topic "
                          "entities are keys of the table: dense linking of each whole question")
     return ap.parse_args()
+
+
+def counts(text: str) -> list[int]:
+    return [int(n) for n in text.split(",") if n.strip()]
 
 
 def entity_rows(path: Path) -> dict[str, list[str]]:
@@ -147,7 +177,7 @@ def main() -> None:
         exported = Path(tmp) / "query_encoder.onnx"
         export(spec_model_dir(SPEC), exported, "int8")
         export_s = time.perf_counter() - started
-        paths = variants(exported, [int(t) for t in args.threads.split(",")], args.batch_size)
+        paths = variants(exported, counts(args.threads), counts(args.workers), args.batch_size)
         queries = batch_encoder(SPEC, "onnx", "cpu", exported, threads=1)
         rows = run_all(paths, entities["texts"], sample)
         name_vectors = queries.encode_queries(names, batch_size=64)
