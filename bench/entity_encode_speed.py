@@ -15,7 +15,13 @@ Reads an ``entities`` table (a build's or an ingest's), makes the stage's texts
   ``--batch-size`` texts a call (``entity_encode.onnx_batch_size``), on T onnxruntime threads
   (``entity_encode.threads``);
 * ``onnx-workers-W`` — the same batches shared out among W worker processes of one thread
-  (``entity_encode.workers``; the stage's ``in_workers``), CPU seconds of the workers included.
+  (``entity_encode.workers``; the stage's ``in_workers``), CPU seconds of the workers included;
+* ``static`` (``--static``) — a candidate, not a stage path: a Model2Vec-style table distilled
+  from the same int8 export (each word piece's vector is the model's output for ``[CLS] piece
+  [SEP]``), a text's vector the normalized mean of its pieces' rows; its distillation is timed
+  apart (``static_distil_s``), and its name linking is given twice: with the int8 question
+  vectors (what today's runtime would ask with) and with static question vectors
+  (``static_queries``: what a runtime embedding questions the same way would get).
 
 Every path runs on a random sample of ``--reference-sample`` entities (0: all), the ONNX ones
 on all of them as well. Times are wall seconds and the process's CPU seconds (on a shared host
@@ -77,7 +83,34 @@ def by_characters(encoder, texts: list[str], batch: int) -> np.ndarray:
     return vectors
 
 
-def variants(exported: Path, threads: list[int], workers: list[int], batch: int) -> dict:
+class StaticTable:
+    """A static token-embedding table distilled from the int8 export (Model2Vec-style, plain
+    mean: a log-rank weighting of the pieces gave the same FB15k-237 name linking in a trial;
+    PCA not tried)."""
+
+    def __init__(self, onnx, batch: int = 256):
+        self._tokenizer = onnx._tokenizer  # the export's own word pieces and session
+        size = self._tokenizer.get_vocab_size()
+        cls, sep = (self._tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]"))
+        self.rows = np.empty((size, onnx.dim), np.float32)
+        for start in range(0, size, batch):
+            pieces = np.arange(start, min(size, start + batch))
+            ids = np.stack([np.full_like(pieces, cls), pieces, np.full_like(pieces, sep)], 1)
+            self.rows[pieces] = onnx._session.run(
+                None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0]
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Each text's mean piece row ([CLS] and [SEP] left out), unit norm."""
+        encodings = self._tokenizer.encode_batch(list(texts))
+        pieces = [e.ids[1:-1] or e.ids for e in encodings]
+        lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
+        sums = np.add.reduceat(self.rows[np.concatenate(pieces)],
+                               np.r_[0, np.cumsum(lengths)[:-1]], axis=0)
+        return sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+
+
+def variants(exported: Path, threads: list[int], workers: list[int], batch: int,
+             static: StaticTable | None = None) -> dict:
     """name → (threads, encode(texts)) for every path compared; the reference first."""
     torch_encoder = SentenceEncoder.from_spec(SPEC, device="cpu")
     one = batch_encoder(SPEC, "onnx", "cpu", exported, threads=1)
@@ -89,6 +122,8 @@ def variants(exported: Path, threads: list[int], workers: list[int], batch: int)
     for n in workers:
         out[f"onnx-workers-{n}"] = (n, lambda t, n=n: encode_by_length(
             one, t, batch, entity_encode.in_workers(one, n)))
+    if static is not None:
+        out["static"] = (1, static.encode)
     return out
 
 
@@ -142,6 +177,8 @@ def arguments() -> argparse.Namespace:
                     help="worker processes (one thread each) to time, comma-separated; '' none")
     ap.add_argument("--batch-size", type=int, default=DEFAULTS["entity_encode"]["onnx_batch_size"],
                     help="texts per call of the sorted paths (the reference: 128)")
+    ap.add_argument("--static", action="store_true",
+                    help="also the static token-table candidate (distilled in this run)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--questions", type=Path,
                     help="PathQuestion questions (question \\t answers \\t path) whose topic "
@@ -177,8 +214,12 @@ def main() -> None:
         exported = Path(tmp) / "query_encoder.onnx"
         export(spec_model_dir(SPEC), exported, "int8")
         export_s = time.perf_counter() - started
-        paths = variants(exported, counts(args.threads), counts(args.workers), args.batch_size)
         queries = batch_encoder(SPEC, "onnx", "cpu", exported, threads=1)
+        started = time.perf_counter()
+        static = StaticTable(queries) if args.static else None
+        static_s = time.perf_counter() - started
+        paths = variants(exported, counts(args.threads), counts(args.workers), args.batch_size,
+                         static)
         rows = run_all(paths, entities["texts"], sample)
         name_vectors = queries.encode_queries(names, batch_size=64)
         asked = args.questions and question_topics(
@@ -191,6 +232,11 @@ def main() -> None:
         if asked:
             report["variants"][name]["questions"] = question_linking(
                 *asked, reference["sample_vectors"], row["sample_vectors"])
+    if static is not None:
+        report["static_distil_s"] = round(static_s, 1)
+        report["variants"]["static"]["static_queries"] = linking(
+            names, reference["sample_vectors"], rows["static"]["sample_vectors"],
+            static.encode(names))
     print(json.dumps({"entities_file": str(args.entities), **report}, indent=1))
 
 
