@@ -190,6 +190,25 @@ def counts(text: str) -> list[int]:
     return [int(n) for n in text.split(",") if n.strip()]
 
 
+def work(encoder, texts: list[str], batch: int) -> dict:
+    """Where a padded forward's work goes: word pieces per text, and the tokens the batches
+    run (each padded to its longest text) sorted by characters over every text, as before,
+    and by token count over the distinct texts, as the stage now does."""
+    counts = encoder.passage_lengths(texts)
+    distinct = encoder.passage_lengths(list(dict.fromkeys(texts)))
+
+    def padded(lengths: np.ndarray) -> int:
+        return int(sum(chunk.max() * len(chunk) for chunk in
+                       (lengths[i:i + batch] for i in range(0, len(lengths), batch))))
+
+    by_chars = counts[np.argsort([len(t) for t in texts], kind="stable")]
+    return {"texts": len(texts), "distinct": len(distinct),
+            "pieces_mean": round(float(counts.mean()), 2),
+            "pieces_p50_p90_max": np.percentile(counts, [50, 90, 100]).tolist(),
+            "real_tokens": int(counts.sum()), "padded_by_chars": padded(by_chars),
+            "padded_by_tokens_distinct": padded(np.sort(distinct))}
+
+
 def entity_rows(path: Path) -> dict[str, list[str]]:
     """The stage's texts, the names and the keys of an entities table, in entity-id order."""
     table = read_table(path, "entities", columns=["id", "key", "name", "types", "description"])
@@ -215,6 +234,7 @@ def main() -> None:
         export(spec_model_dir(SPEC), exported, "int8")
         export_s = time.perf_counter() - started
         queries = batch_encoder(SPEC, "onnx", "cpu", exported, threads=1)
+        tokens = work(queries, entities["texts"], args.batch_size)
         started = time.perf_counter()
         static = StaticTable(queries) if args.static else None
         static_s = time.perf_counter() - started
@@ -226,7 +246,7 @@ def main() -> None:
             args.questions, queries, {entities["keys"][i]: row for row, i in enumerate(sample)})
     reference = rows.pop("torch")
     report = {"entities": n, "reference_sample": len(sample), "export_s": round(export_s, 1),
-              "torch": summary(reference), "variants": {}}
+              "tokens": tokens, "torch": summary(reference), "variants": {}}
     for name, row in rows.items():
         report["variants"][name] = summary(row, reference, names, name_vectors)
         if asked:

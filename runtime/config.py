@@ -169,7 +169,7 @@ DEFAULTS: dict = {
         "onnx_batch_size": 32,
         # processes encoding the texts on the ONNX export, each with `threads` threads: on 2
         # cores two processes beat one process of two threads (docs/BENCHMARKS.md "Entity
-        # encoding: 10x"); 1 = in the stage's own process
+        # encoding: token batches and workers"); 1 = in the stage's own process
         "workers": 2,
         "flat_max": 1000000,  # exact IndexFlatIP up to this many entities, IndexHNSWFlat above
         "hnsw_m": 32,  # HNSW graph degree M

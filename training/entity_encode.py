@@ -25,11 +25,14 @@ Outputs in ``out_dir``:
 The export is written first, because on a CPU it is also what encodes the entities
 (``encoder``, as ``triple_context.encoder``: ``auto`` takes the int8 export on a CPU and
 sentence-transformers on CUDA when ``device=auto`` finds one; ``onnx`` refuses to run without
-the export; ``torch`` is sentence-transformers everywhere). Texts go shortest first in batches
-of ``batch_size`` (torch) or ``onnx_batch_size`` (a batch pads to its longest text; int8
-activations are scaled per batch, so smaller ONNX batches stay closer to float32) behind a tqdm
-bar on stderr, with ``threads`` onnxruntime/torch/FAISS CPU threads (one by default: the hosts
-are shared). The int8 vectors are at cosine >= 0.98 of the float32 ones (docs/BENCHMARKS.md,
+the export; ``torch`` is sentence-transformers everywhere). Each distinct text is encoded once,
+shortest first — by token count on the ONNX path, characters on torch — in batches of
+``batch_size`` (torch) or ``onnx_batch_size`` (a batch pads to its longest text; int8
+activations are scaled per batch, so smaller ONNX batches stay closer to float32), with
+``threads`` onnxruntime/torch/FAISS CPU threads. The ONNX batches are shared out among
+``workers`` processes (2: both cores of the build host; one process of two threads gained
+little, docs/BENCHMARKS.md "Entity encoding: token batches and workers") with the vectors of one
+process. The int8 vectors are at cosine >= 0.98 of the float32 ones (docs/BENCHMARKS.md,
 "Entity encoding at scale").
 
 In a refresh (``previous:`` inputs, pipeline/refresh.py: same code and settings, changed
