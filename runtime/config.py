@@ -167,10 +167,10 @@ DEFAULTS: dict = {
         # texts per int8 ONNX call: int8 activations are scaled per call, so smaller calls stay
         # closer to the float32 vectors, and they run faster here (docs/BENCHMARKS.md)
         "onnx_batch_size": 32,
-        # processes encoding the texts on the ONNX export, each with `threads` threads: on 2
-        # cores two processes beat one process of two threads (docs/BENCHMARKS.md "Entity
-        # encoding: token batches and workers"); 1 = in the stage's own process
-        "workers": 2,
+        # processes sharing the ONNX batches, each with `threads` threads (same vectors): 2 for
+        # a build host whose two cores are free; on the shared dev host 2 lost to 1 in wall
+        # time (docs/BENCHMARKS.md "Entity encoding: token batches and workers")
+        "workers": 1,
         "flat_max": 1000000,  # exact IndexFlatIP up to this many entities, IndexHNSWFlat above
         "hnsw_m": 32,  # HNSW graph degree M
         "hnsw_ef_construction": 200,  # HNSW build beam (recall of the graph)

@@ -290,7 +290,7 @@ def test_runtime_encoder_imports_without_torch():
 
 
 def test_workers_give_one_process_vectors_and_repeats_are_encoded_once(built, monkeypatch):
-    """2 worker processes (the default) encode the batches one process would, so the int8
+    """2 worker processes (`workers: 2`) encode the batches one process would, so the int8
     vectors are the same bytes; a repeated text is encoded once and shares its vector."""
     _, out = built
     spec = json.loads((out / "encoder.json").read_text())

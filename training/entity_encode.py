@@ -29,11 +29,12 @@ the export; ``torch`` is sentence-transformers everywhere). Each distinct text i
 shortest first — by token count on the ONNX path, characters on torch — in batches of
 ``batch_size`` (torch) or ``onnx_batch_size`` (a batch pads to its longest text; int8
 activations are scaled per batch, so smaller ONNX batches stay closer to float32), with
-``threads`` onnxruntime/torch/FAISS CPU threads. The ONNX batches are shared out among
-``workers`` processes (2: both cores of the build host; one process of two threads gained
-little, docs/BENCHMARKS.md "Entity encoding: token batches and workers") with the vectors of one
-process. The int8 vectors are at cosine >= 0.98 of the float32 ones (docs/BENCHMARKS.md,
-"Entity encoding at scale").
+``threads`` onnxruntime/torch/FAISS CPU threads (one by default: the hosts are shared). The
+ONNX batches can be shared out among ``workers`` processes (1 by default; 2 for a host whose two
+cores are free: a second intra-op thread gains little on these tiny GEMMs, docs/BENCHMARKS.md
+"Entity encoding: token batches and workers"), with the vectors of one process. The int8
+vectors are at cosine >= 0.98 of the float32 ones (docs/BENCHMARKS.md, "Entity encoding at
+scale").
 
 In a refresh (``previous:`` inputs, pipeline/refresh.py: same code and settings, changed
 entities) the previous build's vector of every entity whose key and text are unchanged is
