@@ -1,18 +1,27 @@
 """entity_encode's encoding step, old and new in one run (issue 17 item 5).
 
     python bench/entity_encode_speed.py --entities ENTITIES.parquet [--reference-sample 5000]
-        [--threads 1,2] [--batch-size 32] [--questions pq-2h/test.txt]
+        [--threads 1,2] [--workers 2] [--batch-size 32] [--questions pq-2h/test.txt]
 
 Reads an ``entities`` table (a build's or an ingest's), makes the stage's texts
 (``name_type_description``), exports the store's int8 ONNX model as the stage does, and times:
 
 * ``torch`` — the reference: sentence-transformers float32 in the order of the entity ids, 128
   texts a call, one torch thread (the stage before ``entity_encode.encoder``);
-* ``torch-sorted`` — the same model, shortest texts first (``encode_by_length``), ``--batch-size``
-  texts a call: what the sorting alone gains;
-* ``onnx-T`` — the stage's ``encoder: auto`` on a CPU: the int8 export, shortest texts first,
+* ``onnx-chars`` — the stage before the token-length batches: the int8 export, every text,
+  sorted by characters, ``--batch-size`` texts a call, one thread;
+* ``onnx-T`` — the stage's ``encoder: auto`` on a CPU in one process (``workers: 1``): the int8
+  export, each distinct text once, sorted by token count (``encode_by_length``),
   ``--batch-size`` texts a call (``entity_encode.onnx_batch_size``), on T onnxruntime threads
-  (``entity_encode.threads``).
+  (``entity_encode.threads``);
+* ``onnx-workers-W`` — the same batches shared out among W worker processes of one thread
+  (``entity_encode.workers``; the stage's ``in_workers``), CPU seconds of the workers included;
+* ``static`` (``--static``) — a candidate, not a stage path: a Model2Vec-style table distilled
+  from the same int8 export (each word piece's vector is the model's output for ``[CLS] piece
+  [SEP]``), a text's vector the normalized mean of its pieces' rows; its distillation is timed
+  apart (``static_distil_s``), and its name linking is given twice: with the int8 question
+  vectors (what today's runtime would ask with) and with static question vectors
+  (``static_queries``: what a runtime embedding questions the same way would get).
 
 Every path runs on a random sample of ``--reference-sample`` entities (0: all), the ONNX ones
 on all of them as well. Times are wall seconds and the process's CPU seconds (on a shared host
@@ -29,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import tempfile
 import time
@@ -50,21 +60,70 @@ SPEC = {"model": "minilm", "query_prefix": "", "passage_prefix": ""}
 REFERENCE_BATCH = 128  # texts per call of the stage before entity_encode.encoder
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its ended children (the worker processes)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def timed(encode, texts: list[str]) -> tuple[np.ndarray, float, float]:
-    """(vectors, wall seconds, CPU seconds of the process: every thread's, not waiting time)."""
-    started, cpu = time.perf_counter(), time.process_time()
+    """(vectors, wall seconds, CPU seconds: every thread's and worker's, not waiting time)."""
+    started, cpu = time.perf_counter(), cpu_seconds()
     vectors = encode(texts)
-    return vectors, time.perf_counter() - started, time.process_time() - cpu
+    return vectors, time.perf_counter() - started, cpu_seconds() - cpu
 
 
-def variants(exported: Path, threads: list[int], batch: int) -> dict:
+def by_characters(encoder, texts: list[str], batch: int) -> np.ndarray:
+    """The stage's ONNX path before token-length batches: every text, by characters."""
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    vectors = np.empty((len(texts), encoder.dim), np.float32)
+    for start in range(0, len(texts), batch):
+        rows = order[start:start + batch]
+        vectors[rows] = encoder.embed([texts[i] for i in rows])
+    return vectors
+
+
+class StaticTable:
+    """A static token-embedding table distilled from the int8 export (Model2Vec-style, plain
+    mean: a log-rank weighting of the pieces gave the same FB15k-237 name linking in a trial;
+    PCA not tried)."""
+
+    def __init__(self, onnx, batch: int = 256):
+        self._tokenizer = onnx._tokenizer  # the export's own word pieces and session
+        size = self._tokenizer.get_vocab_size()
+        cls, sep = (self._tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]"))
+        self.rows = np.empty((size, onnx.dim), np.float32)
+        for start in range(0, size, batch):
+            pieces = np.arange(start, min(size, start + batch))
+            ids = np.stack([np.full_like(pieces, cls), pieces, np.full_like(pieces, sep)], 1)
+            self.rows[pieces] = onnx._session.run(
+                None, {"input_ids": ids, "attention_mask": np.ones_like(ids)})[0]
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """Each text's mean piece row ([CLS] and [SEP] left out), unit norm."""
+        encodings = self._tokenizer.encode_batch(list(texts))
+        pieces = [e.ids[1:-1] or e.ids for e in encodings]
+        lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
+        sums = np.add.reduceat(self.rows[np.concatenate(pieces)],
+                               np.r_[0, np.cumsum(lengths)[:-1]], axis=0)
+        return sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)
+
+
+def variants(exported: Path, threads: list[int], workers: list[int], batch: int,
+             static: StaticTable | None = None) -> dict:
     """name → (threads, encode(texts)) for every path compared; the reference first."""
     torch_encoder = SentenceEncoder.from_spec(SPEC, device="cpu")
+    one = batch_encoder(SPEC, "onnx", "cpu", exported, threads=1)
     out = {"torch": (1, lambda t: torch_encoder.encode_passages(t, batch_size=REFERENCE_BATCH)),
-           "torch-sorted": (1, lambda t: encode_by_length(torch_encoder, t, batch))}
+           "onnx-chars": (1, lambda t: by_characters(one, t, batch))}
     for n in threads:
-        onnx = batch_encoder(SPEC, "onnx", "cpu", exported, threads=n)
+        onnx = one if n == 1 else batch_encoder(SPEC, "onnx", "cpu", exported, threads=n)
         out[f"onnx-{n}"] = (n, lambda t, e=onnx: encode_by_length(e, t, batch))
+    for n in workers:
+        out[f"onnx-workers-{n}"] = (n, lambda t, n=n: encode_by_length(
+            one, t, batch, entity_encode.in_workers(one, n)))
+    if static is not None:
+        out["static"] = (1, static.encode)
     return out
 
 
@@ -114,13 +173,40 @@ def arguments() -> argparse.Namespace:
     ap.add_argument("--reference-sample", type=int, default=0,
                     help="entities the torch reference encodes (a random sample; 0: all)")
     ap.add_argument("--threads", default="1,2", help="onnxruntime threads to time, comma-separated")
+    ap.add_argument("--workers", default="2",
+                    help="worker processes (one thread each) to time, comma-separated; '' none")
     ap.add_argument("--batch-size", type=int, default=DEFAULTS["entity_encode"]["onnx_batch_size"],
                     help="texts per call of the sorted paths (the reference: 128)")
+    ap.add_argument("--static", action="store_true",
+                    help="also the static token-table candidate (distilled in this run)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--questions", type=Path,
                     help="PathQuestion questions (question \\t answers \\t path) whose topic "
                          "entities are keys of the table: dense linking of each whole question")
     return ap.parse_args()
+
+
+def counts(text: str) -> list[int]:
+    return [int(n) for n in text.split(",") if n.strip()]
+
+
+def work(encoder, texts: list[str], batch: int) -> dict:
+    """Where a padded forward's work goes: word pieces per text, and the tokens the batches
+    run (each padded to its longest text) sorted by characters over every text, as before,
+    and by token count over the distinct texts, as the stage now does."""
+    counts = encoder.passage_lengths(texts)
+    distinct = encoder.passage_lengths(list(dict.fromkeys(texts)))
+
+    def padded(lengths: np.ndarray) -> int:
+        return int(sum(chunk.max() * len(chunk) for chunk in
+                       (lengths[i:i + batch] for i in range(0, len(lengths), batch))))
+
+    by_chars = counts[np.argsort([len(t) for t in texts], kind="stable")]
+    return {"texts": len(texts), "distinct": len(distinct),
+            "pieces_mean": round(float(counts.mean()), 2),
+            "pieces_p50_p90_max": np.percentile(counts, [50, 90, 100]).tolist(),
+            "real_tokens": int(counts.sum()), "padded_by_chars": padded(by_chars),
+            "padded_by_tokens_distinct": padded(np.sort(distinct))}
 
 
 def entity_rows(path: Path) -> dict[str, list[str]]:
@@ -147,20 +233,30 @@ def main() -> None:
         exported = Path(tmp) / "query_encoder.onnx"
         export(spec_model_dir(SPEC), exported, "int8")
         export_s = time.perf_counter() - started
-        paths = variants(exported, [int(t) for t in args.threads.split(",")], args.batch_size)
         queries = batch_encoder(SPEC, "onnx", "cpu", exported, threads=1)
+        tokens = work(queries, entities["texts"], args.batch_size)
+        started = time.perf_counter()
+        static = StaticTable(queries) if args.static else None
+        static_s = time.perf_counter() - started
+        paths = variants(exported, counts(args.threads), counts(args.workers), args.batch_size,
+                         static)
         rows = run_all(paths, entities["texts"], sample)
         name_vectors = queries.encode_queries(names, batch_size=64)
         asked = args.questions and question_topics(
             args.questions, queries, {entities["keys"][i]: row for row, i in enumerate(sample)})
     reference = rows.pop("torch")
     report = {"entities": n, "reference_sample": len(sample), "export_s": round(export_s, 1),
-              "torch": summary(reference), "variants": {}}
+              "tokens": tokens, "torch": summary(reference), "variants": {}}
     for name, row in rows.items():
         report["variants"][name] = summary(row, reference, names, name_vectors)
         if asked:
             report["variants"][name]["questions"] = question_linking(
                 *asked, reference["sample_vectors"], row["sample_vectors"])
+    if static is not None:
+        report["static_distil_s"] = round(static_s, 1)
+        report["variants"]["static"]["static_queries"] = linking(
+            names, reference["sample_vectors"], rows["static"]["sample_vectors"],
+            static.encode(names))
     print(json.dumps({"entities_file": str(args.entities), **report}, indent=1))
 
 

@@ -167,6 +167,10 @@ DEFAULTS: dict = {
         # texts per int8 ONNX call: int8 activations are scaled per call, so smaller calls stay
         # closer to the float32 vectors, and they run faster here (docs/BENCHMARKS.md)
         "onnx_batch_size": 32,
+        # processes sharing the ONNX batches, each with `threads` threads (same vectors): 2 for
+        # a build host whose two cores are free; on the shared dev host 2 lost to 1 in wall
+        # time (docs/BENCHMARKS.md "Entity encoding: token batches and workers")
+        "workers": 1,
         "flat_max": 1000000,  # exact IndexFlatIP up to this many entities, IndexHNSWFlat above
         "hnsw_m": 32,  # HNSW graph degree M
         "hnsw_ef_construction": 200,  # HNSW build beam (recall of the graph)
@@ -487,7 +491,7 @@ SCHEMA: dict = {
         "batch_size": COUNT, "flat_max": integer(0), "hnsw_m": integer(2),
         "hnsw_ef_construction": COUNT, "hnsw_ef_search": COUNT,
         "device": DEVICE, "threads": THREADS, "query_onnx": choice(*QUERY_ONNX),
-        "encoder": choice(*BATCH_ENCODERS), "onnx_batch_size": COUNT,
+        "encoder": choice(*BATCH_ENCODERS), "onnx_batch_size": COUNT, "workers": COUNT,
     },
     "gat": {  # hidden must also be a multiple of heads (_check_gat)
         "layers": COUNT, "heads": COUNT, "hidden": COUNT,

@@ -116,19 +116,31 @@ class PrefixedEncoder:
         """Entity texts → float32 [n, dim], unit L2 norm, with the passage prefix."""
         return self._encode(texts, self.spec["passage_prefix"], batch_size, progress)
 
+    def passage_lengths(self, texts: Sequence[str]) -> np.ndarray:
+        """What each passage's forward costs, to batch similar ones: here its characters
+        (the BERT encoders count tokens)."""
+        return np.fromiter(map(len, texts), np.int64, len(texts))
+
     def _encode(self, texts: Sequence[str], prefix: str, batch_size: int,
                 progress: bool) -> np.ndarray:
         raise NotImplementedError
 
 
-def encode_by_length(encoder: PrefixedEncoder, texts: Sequence[str], batch: int) -> np.ndarray:
-    """Passage vectors of ``texts`` in their order, encoded shortest first: a batch pads to its
-    longest text, so batches of similar lengths waste less (a build stage's bulk encoding)."""
-    order = np.argsort(np.fromiter(map(len, texts), np.int64, len(texts)), kind="stable")
-    vectors = np.empty((len(texts), encoder.dim), np.float32)
-    vectors[order] = encoder.encode_passages([texts[i] for i in order], batch_size=batch,
-                                             progress=True)
-    return vectors
+def encode_by_length(encoder: PrefixedEncoder, texts: Sequence[str], batch: int,
+                     encode_sorted=None) -> np.ndarray:
+    """Passage vectors of ``texts`` in their order (a build stage's bulk encoding): each
+    distinct text once, shortest first (``passage_lengths``), since a batch pads to its
+    longest text. ``encode_sorted(texts, batch)`` encodes the sorted distinct texts (default:
+    ``encode_passages`` with a progress bar; ``training/entity_encode.py`` shares them out
+    among worker processes)."""
+    distinct = list(dict.fromkeys(texts))
+    order = np.argsort(encoder.passage_lengths(distinct), kind="stable")
+    ordered = [distinct[i] for i in order]
+    vectors = np.empty((len(distinct), encoder.dim), np.float32)
+    vectors[order] = (encode_sorted(ordered, batch) if encode_sorted else
+                      encoder.encode_passages(ordered, batch_size=batch, progress=True))
+    row = {text: i for i, text in enumerate(distinct)}
+    return vectors[np.fromiter((row[t] for t in texts), np.int64, len(texts))]
 
 
 class SentenceEncoder(PrefixedEncoder):

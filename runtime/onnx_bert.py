@@ -45,7 +45,7 @@ class OnnxBertEncoder(NumpyBertEncoder):
     def __init__(self, model_dir: Path, spec: Mapping, model_path: Path, threads: int = 1,
                  per_text: bool = False):
         self._model_path = Path(model_path)
-        self._threads = int(threads)
+        self.threads = int(threads)
         self.per_text = bool(per_text)
         super().__init__(model_dir, spec)
         self.spec["onnx"] = dict(spec.get("onnx") or {})
@@ -56,7 +56,7 @@ class OnnxBertEncoder(NumpyBertEncoder):
         options = ort.SessionOptions()
         # a question is ~20 GEMM rows, too small to share: 1 thread for the query service; a
         # build stage's batches may use more (0: onnxruntime's default, every core)
-        options.intra_op_num_threads = self._threads
+        options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.log_severity_level = 3  # errors only: shape-merge notices are not for users
@@ -67,18 +67,23 @@ class OnnxBertEncoder(NumpyBertEncoder):
             raise NumpyEncoderError(f"{self._model_path}: cannot load the exported question "
                                     f"encoder ({exc})") from None
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
+    @property
+    def model_path(self) -> Path:
+        """The exported model this encoder runs (a worker process loads its own session)."""
+        return self._model_path
+
+    def _embed_encodings(self, encodings: list) -> np.ndarray:
         """float32 [n, dim], unit norm: one padded forward of the texts, or with ``per_text``
         one forward each. The int8 model quantizes a call's activations with one scale, so in
         a batch a text's vector depends on its neighbours (enough to flip a near-tie between
-        relations, so an answer hung on the questions before it); the query service embeds each text alone (docs/BENCHMARKS.md "int8 vectors
-        independent of the batch"), a build's batches keep theirs."""
-        groups = [[t] for t in texts] if self.per_text else [list(texts)]
+        relations, so an answer hung on the questions before it); the query service embeds each
+        text alone (docs/BENCHMARKS.md "int8 vectors independent of the batch"), a build's
+        batches keep theirs."""
+        groups = [[e] for e in encodings] if self.per_text else [list(encodings)]
         out = [self._forward(group) for group in groups if group]
         return np.concatenate(out) if out else np.empty((0, self.dim), dtype=np.float32)
 
-    def _forward(self, texts: list[str]) -> np.ndarray:
-        encodings = self._tokenizer.encode_batch(texts)
+    def _forward(self, encodings: list) -> np.ndarray:
         ids = np.zeros((len(encodings), max(len(e.ids) for e in encodings)), dtype=np.int64)
         mask = np.zeros_like(ids)
         for row, e in enumerate(encodings):

@@ -21,7 +21,8 @@ faiss = pytest.importorskip("faiss")
 
 from runtime.config import DEFAULTS  # noqa: E402
 from runtime.contract import read_table, write_table  # noqa: E402
-from runtime.encoder import EncoderError, SentenceEncoder, resolve_model  # noqa: E402
+from runtime.encoder import (EncoderError, SentenceEncoder, encode_by_length,  # noqa: E402
+                            resolve_model)
 from runtime.onnx_bert import exported_model  # noqa: E402
 from runtime.question_encoder import query_encoder  # noqa: E402
 from pipeline.stage import StageError  # noqa: E402
@@ -286,3 +287,38 @@ def test_runtime_encoder_imports_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "model"
+
+
+def test_workers_give_one_process_vectors_and_repeats_are_encoded_once(built, monkeypatch):
+    """2 worker processes (`workers: 2`) encode the batches one process would, so the int8
+    vectors are the same bytes; a repeated text is encoded once and shares its vector."""
+    _, out = built
+    spec = json.loads((out / "encoder.json").read_text())
+    encoder = query_encoder(spec, "onnx", exported=exported_model(spec, out))
+    encoder.per_text = False  # a build's batches, as the stage encodes
+    texts = [f"{r[1] or r[0]} ({r[2][0] if r[2] else 'thing'})" for r in ENTITIES] * 3
+    monkeypatch.setattr(encode, "MIN_TEXTS_PER_WORKER", 4)
+    alone = encode_by_length(encoder, texts, 4)
+    shared = encode_by_length(encoder, texts, 4, encode.in_workers(encoder, 2))
+    assert shared.tobytes() == alone.tobytes()
+    n = len(ENTITIES)
+    assert alone[:n].tobytes() == alone[n:2 * n].tobytes() == alone[2 * n:].tobytes()
+    assert encode.in_workers(encoder, 1) is None
+
+
+def test_batches_group_texts_by_token_count_not_characters(built, monkeypatch):
+    """Characters mislead: a short rare word is many word pieces. Each batch holds texts of
+    the nearest token counts, whatever their order or length in characters."""
+    _, out = built
+    spec = json.loads((out / "encoder.json").read_text())
+    encoder = query_encoder(spec, "onnx", exported=exported_model(spec, out))
+    texts = ["Xzqvkjw", "the big old house", "Paris", "New York City", "Qxzvbn Ykpq", "a cat"]
+    counts = encoder.passage_lengths(texts)
+    seen = []
+    forward = type(encoder)._embed_encodings
+    monkeypatch.setattr(encoder, "_embed_encodings",
+                        lambda enc: seen.append([len(e.ids) for e in enc]) or forward(encoder, enc))
+    encoder.per_text = False
+    encoder.encode_passages(texts, batch_size=2)
+    assert [n for batch in seen for n in batch] == sorted(counts.tolist())
+    assert counts[texts.index("Xzqvkjw")] > counts[texts.index("a cat")]  # 7 chars, more pieces

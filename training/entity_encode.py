@@ -25,12 +25,16 @@ Outputs in ``out_dir``:
 The export is written first, because on a CPU it is also what encodes the entities
 (``encoder``, as ``triple_context.encoder``: ``auto`` takes the int8 export on a CPU and
 sentence-transformers on CUDA when ``device=auto`` finds one; ``onnx`` refuses to run without
-the export; ``torch`` is sentence-transformers everywhere). Texts go shortest first in batches
-of ``batch_size`` (torch) or ``onnx_batch_size`` (a batch pads to its longest text; int8
-activations are scaled per batch, so smaller ONNX batches stay closer to float32) behind a tqdm
-bar on stderr, with ``threads`` onnxruntime/torch/FAISS CPU threads (one by default: the hosts
-are shared). The int8 vectors are at cosine >= 0.98 of the float32 ones (docs/BENCHMARKS.md,
-"Entity encoding at scale").
+the export; ``torch`` is sentence-transformers everywhere). Each distinct text is encoded once,
+shortest first — by token count on the ONNX path, characters on torch — in batches of
+``batch_size`` (torch) or ``onnx_batch_size`` (a batch pads to its longest text; int8
+activations are scaled per batch, so smaller ONNX batches stay closer to float32), with
+``threads`` onnxruntime/torch/FAISS CPU threads (one by default: the hosts are shared). The
+ONNX batches can be shared out among ``workers`` processes (1 by default; 2 for a host whose two
+cores are free: a second intra-op thread gains little on these tiny GEMMs, docs/BENCHMARKS.md
+"Entity encoding: token batches and workers"), with the vectors of one process. The int8
+vectors are at cosine >= 0.98 of the float32 ones (docs/BENCHMARKS.md, "Entity encoding at
+scale").
 
 In a refresh (``previous:`` inputs, pipeline/refresh.py: same code and settings, changed
 entities) the previous build's vector of every entity whose key and text are unchanged is
@@ -43,10 +47,12 @@ batch companions change), within the int8 tolerance above.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import re
 import shutil
 import sys
 from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +67,9 @@ from runtime.onnx_bert import QUERY_MODEL
 
 STAGE = "entity_encode"
 DESCRIPTION_WORDS = 32
+#: Fewer texts per worker than this are encoded in the stage's own process: starting a worker
+#: (spawn, imports, session) costs about what 1,000-2,000 short texts' forwards do.
+MIN_TEXTS_PER_WORKER = 2000
 
 
 def settings(config: Mapping) -> dict:
@@ -69,8 +78,8 @@ def settings(config: Mapping) -> dict:
     for key, allowed in (("text", TEXT_RULES), ("encoder", BATCH_ENCODERS)):
         if cfg[key] not in allowed:
             raise StageError(f"{STAGE}.{key}={cfg[key]!r}: expected one of {allowed}")
-    for key, low in (("batch_size", 1), ("onnx_batch_size", 1), ("flat_max", 0), ("hnsw_m", 2),
-                     ("hnsw_ef_construction", 1), ("hnsw_ef_search", 1)):
+    for key, low in (("batch_size", 1), ("onnx_batch_size", 1), ("workers", 1), ("flat_max", 0),
+                     ("hnsw_m", 2), ("hnsw_ef_construction", 1), ("hnsw_ef_search", 1)):
         if int(cfg[key]) < low:
             raise StageError(f"{STAGE}.{key} must be >= {low}, got {cfg[key]!r}")
     return cfg
@@ -273,9 +282,48 @@ def encode_entities(cfg: Mapping, texts: list[str], out: Path, lap: Laps,
         vectors[mask] = kept
     fresh = np.flatnonzero(~mask)
     if len(fresh):
-        vectors[fresh] = encode_by_length(encoder, [texts[i] for i in fresh], int(batch))
+        vectors[fresh] = encode_by_length(encoder, [texts[i] for i in fresh], int(batch),
+                                          in_workers(encoder, int(cfg["workers"])))
     lap("encode")
     return encoder, vectors, exported
+
+
+def in_workers(encoder: PrefixedEncoder, workers: int):
+    """``encode_by_length``'s ``encode_sorted`` over ``workers`` processes of the ONNX export
+    (None — in this process — for one worker, another backend, or too few texts to pay for
+    starting them). Batch i goes to worker i mod ``workers``: the batches, and so the int8
+    vectors, are those of one process, and every worker gets long and short texts alike."""
+    if workers < 2 or encoder.backend != "onnx":
+        return None
+
+    def encode(texts: list[str], batch: int) -> np.ndarray:
+        if len(texts) < workers * MIN_TEXTS_PER_WORKER:
+            return encoder.encode_passages(texts, batch_size=batch, progress=True)
+        rows = np.arange(len(texts))
+        parts = [np.concatenate([rows[i:i + batch] for i in range(k * batch, len(texts),
+                                                                   workers * batch)])
+                 for k in range(workers)]
+        load = (Path(encoder.spec["path"]), encoder.spec, encoder.model_path,
+                int(encoder.threads))
+        context = multiprocessing.get_context("spawn")  # no fork of a threaded driver
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            done = pool.map(_encode_part, [load] * workers,
+                            [[texts[i] for i in part] for part in parts], [batch] * workers)
+            vectors = np.empty((len(texts), encoder.dim), np.float32)
+            for part, part_vectors in zip(parts, done):
+                vectors[part] = part_vectors
+        return vectors
+
+    return encode
+
+
+def _encode_part(load: tuple, texts: list[str], batch: int) -> np.ndarray:
+    """A worker process's share: its own session of the export, one forward per batch."""
+    from runtime.onnx_bert import OnnxBertEncoder
+
+    model_dir, spec, model_path, threads = load
+    return OnnxBertEncoder(model_dir, spec, model_path, threads=threads).encode_passages(
+        texts, batch_size=batch)
 
 
 def _previous_export(previous_spec: Path, out: Path) -> dict | None:
