@@ -4,7 +4,8 @@
     python bench/ingest_jobs.py --dump D --baseline ../old     # and an older checkout's, alternating
     python bench/ingest_jobs.py --dump D --repetitions 1 --plans  # + each query's physical plan
 
-``D`` is a ``pipeline.synth`` directory. One process: the session (``local[2]``) is started
+``D`` is a ``pipeline.synth`` directory (another dump: ``--format auto``). One process: the
+session (``local[2]``) is started
 with the Spark UI on, so that its REST API lists each job with its submission and completion
 time and its call site (a line of ``spark_jobs/ingest.py``, or the write that ran it); the
 stage's ``run`` is called directly. The first repetition warms the JVM; compare the later ones.
@@ -75,6 +76,7 @@ def measure(spark, run, config: dict, dump: Path, out: Path) -> dict:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dump", type=Path, required=True, help="a pipeline.synth directory")
+    parser.add_argument("--format", default="synth", help="ingest.format of --dump (auto, ...)")
     parser.add_argument("--baseline", type=Path, help="a checkout whose ingest also runs")
     parser.add_argument("--repetitions", type=int, default=2)
     parser.add_argument("--driver-memory", default="6g")
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     from spark_jobs import ingest
 
     config = load_config(None, ["spark.master=local[2]", f"spark.driver_memory={args.driver_memory}",
-                                "ingest.format=synth"])
+                                f"ingest.format={args.format}"])
     spark = (SparkSession.builder.master("local[2]").config("spark.driver.memory", args.driver_memory)
              .config("spark.sql.shuffle.partitions", str(config["spark"]["shuffle_partitions"]))
              .config("spark.ui.enabled", "true").config("spark.ui.showConsoleProgress", "false")

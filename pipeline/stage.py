@@ -50,6 +50,30 @@ def changed_rows(now, then):
     return rows[starts[np.add.reduceat(sign, starts) != 0]]
 
 
+def id_translation(now, then):
+    """Previous build's id → this build's id of the same key (-1: the key is gone), from the
+    (id, key) columns of the two builds' tables (entities by key, relations by name): a refresh
+    copies rows by id, and ids shift when entities or relations come and go."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    where = pc.fill_null(pc.index_in(then.column(1), value_set=now.column(1)), -1).to_numpy()
+    new_ids = now.column(0).to_numpy().astype(np.int64)
+    old_ids = then.column(0).to_numpy().astype(np.int64)
+    translation = np.full(int(old_ids.max(initial=-1)) + 1, -1, np.int64)
+    translation[old_ids] = np.where(where >= 0, new_ids[np.maximum(where, 0)], -1)
+    return translation
+
+
+def keeps_order(translation) -> bool:
+    """Whether an ``id_translation`` keeps the order of the ids it keeps (ids are ranks in key
+    order, so dropping and adding keys does): ties broken by id then fall alike."""
+    import numpy as np
+
+    kept = translation[translation >= 0]
+    return bool(np.all(kept[1:] > kept[:-1]))
+
+
 class BuildError(LokgError, RuntimeError):
     """A stage failed or produced something unusable; the message names the stage."""
 

@@ -504,7 +504,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
                                counted.python)
         names_found = _write_entities(ent_ids, facts, plan.name_rule, small, paths["entities"])
         lap("entities")
-        n_types = _write_type_assertions(parsed, ent_ids, counted.python, small,
+        n_types = _write_type_assertions(parsed, ent_ids, counted, small,
                                          paths["type_assertions"])
         lap("type_assertions")
         changes = change_set(spark, inputs, out, small)  # what changed since the previous build
@@ -548,8 +548,9 @@ def _quarantine(numbered: DataFrame, counted: _LineCounts, dump, plan: fm.Plan, 
                 path: Path) -> None:
     """Write the malformed lines first (the quarantine must exist even when the stage then
     fails), then refuse a dump over the malformed ceiling or with no statement at all."""
-    _write(
-        numbered.filter(F.col("kind") == fm.MALFORMED)
+    malformed = F.col("kind") == fm.MALFORMED if counted.malformed else F.lit(False)
+    _write(  # none counted: an empty filter, which Spark answers without scanning the parse
+        numbered.filter(malformed)
         .select("file_idx", "file", "line", "reason",
                 F.substring("text", 1, TEXT_LIMIT).alias("text"))
         .coalesce(1)
@@ -643,15 +644,23 @@ def _write_entities(ent_ids: DataFrame, facts: DataFrame, name_rule: str, small:
     return int(named.get["named"])
 
 
-def _write_type_assertions(parsed: DataFrame, ent_ids: DataFrame, python: bool, small: bool,
-                           path: Path) -> int:
-    typed = Observation("types")
+def _write_type_assertions(parsed: DataFrame, ent_ids: DataFrame, counted: _LineCounts,
+                           small: bool, path: Path) -> int:
+    """(id, type) of the graph lines' type assertions, distinct. None counted by the parse: the
+    same (empty) query with a filter that is always false, which Spark answers without a pass
+    over the parse or the ids, and no observation (an empty write need not report one)."""
+    any_type = bool(counted.kinds.get(fm.TYPE))
+    asserted = (F.col("kind") == fm.TYPE) & F.col("graph") if any_type else F.lit(False)
     assertions = fm.unescape_literals(
-        parsed.filter((F.col("kind") == fm.TYPE) & F.col("graph")).select("s", "o", "escaped"),
-        python,
+        parsed.filter(asserted).select("s", "o", "escaped"), counted.python,
     ).select("s", F.col("o").alias("type")).distinct()
-    _write(assertions.join(_ids_side(small)(ent_ids.withColumnRenamed("key", "s")), "s")
-           .select("id", "type").observe(typed, F.count("*").alias("n")), path)
+    rows = assertions.join(_ids_side(small)(ent_ids.withColumnRenamed("key", "s")), "s") \
+        .select("id", "type")
+    if not any_type:
+        _write(rows, path)
+        return 0
+    typed = Observation("types")
+    _write(rows.observe(typed, F.count("*").alias("n")), path)
     return int(typed.get["n"])
 
 

@@ -18,14 +18,17 @@ log μ of 0 (it refuses a graph that puts μ = 0 on an edge's target).
 
 Refresh (``previous:`` inputs: same code and settings, changed triples; pipeline/refresh.py).
 A row depends on the entity's own incoming edges and on |R*| only — nothing else is global —
-so when the previous build had as many entities and relations, the stage compares the two
-triple tables on the driver (multisets of (s, r, o): scos_merge may renumber relations, so the
-ingest change set alone would miss a triple whose relation was merged differently), counts
-deg_in and in_relations anew for the endpoints of every changed triple (o: forward, s: inverse)
-and copies every other row from the previous build. μ of the recomputed rows is the same Spark
-expression (Java's ``StrictMath.log1p`` differs from numpy's in the last bit for some degrees),
-so the table equals a full run's row for row. Otherwise — another entity or relation count, or
-more than ``pipeline.stage.PARTIAL_MAX_SHARE`` of the entities touched — it runs in full.
+so when the previous build had as many relations, the stage moves the previous build's ids to
+this build's by key (entities by key, relations by name: ids are ranks, and shift when a key
+comes or goes), compares the two triple tables on the driver in this build's ids (multisets of
+(s, r, o): scos_merge may renumber relations, so the ingest change set alone would miss a
+triple whose relation was merged differently), counts deg_in and in_relations anew for the
+endpoints of every changed triple (o: forward, s: inverse) and for the entities new to this
+build, and copies every other row from the previous build under its new id. μ of the
+recomputed rows is the same Spark expression (Java's ``StrictMath.log1p`` differs from numpy's
+in the last bit for some degrees), so the table equals a full run's row for row. Otherwise —
+another relation count, or more than ``pipeline.stage.PARTIAL_MAX_SHARE`` of the entities
+touched — it runs in full.
 
 Report: rows, entities_without_edges, edges (with inverses), relations (|R*|), the min/mean/max
 of μ over all rows and the smallest μ of a node with edges, ``refresh`` (full or partial, with
@@ -43,7 +46,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows,
-                            previous_inputs, stage_input)
+                            id_translation, previous_inputs, stage_input)
 from runtime.contract import check_schema, read_table, table_files
 
 SINGLE_FILE_ENTITIES = 1_000_000  # up to this many entities: one sorted output file
@@ -72,12 +75,24 @@ def _id_problem(bounds: dict, n_entities: int, n_relations: int, ent_path, rel_p
     return None
 
 
-def changed_endpoints(now: pa.Table, then: pa.Table) -> tuple[np.ndarray, int]:
-    """(sorted ids of the endpoints of every triple whose count differs between two triple
-    tables, how many such distinct triples)."""
-    changed = changed_rows(*(np.column_stack([t[c].to_numpy() for c in ("s", "r", "o")])
-                             for t in (now, then)))
-    return np.unique(changed[:, [0, 2]]), len(changed)
+def _sro(triples: pa.Table) -> np.ndarray:
+    return np.column_stack([triples[c].to_numpy().astype(np.int64) for c in ("s", "r", "o")])
+
+
+def changed_endpoints(now: np.ndarray, then: np.ndarray) -> tuple[np.ndarray, int]:
+    """(sorted ids of the endpoints of every triple whose count differs between two (s, r, o)
+    matrices in this build's ids — an id of -1, a key gone, is no endpoint —, how many such
+    distinct triples)."""
+    changed = changed_rows(now, then)
+    ends = np.unique(changed[:, [0, 2]])
+    return ends[ends >= 0], len(changed)
+
+
+def translated_triples(previous: dict, entities: np.ndarray, relations: np.ndarray) -> np.ndarray:
+    """The previous build's (s, r, o) in this build's ids (``pipeline.stage.id_translation``
+    of its entities and relations; -1 for a key or name gone)."""
+    sro = _sro(read_table(previous["triples"], "triples"))
+    return np.column_stack([entities[sro[:, 0]], relations[sro[:, 1]], entities[sro[:, 2]]])
 
 
 def _incoming_counts(triples: pa.Table, ids: np.ndarray, n_entities: int,
@@ -96,32 +111,43 @@ def _incoming_counts(triples: pa.Table, ids: np.ndarray, n_entities: int,
     return deg_in, labels
 
 
-def partial_gain(spark, triples: pa.Table, previous: dict, n_entities: int, n_relations: int
-                 ) -> tuple[pa.Table | None, dict]:
-    """The node_gain table of a refresh from the previous build's (``previous``: its triples,
-    relations and node_gain), only the changed triples' endpoints recomputed; None (and why)
-    when it must run in full."""
+def partial_gain(spark, triples: pa.Table, current: dict, previous: dict, n_entities: int,
+                 n_relations: int) -> tuple[pa.Table | None, dict]:
+    """The node_gain table of a refresh from the previous build's (``previous``: its entities,
+    relations, triples and node_gain; ``current``: this build's entities and relations paths),
+    its rows moved to this build's ids by key; only the changed triples' endpoints and the new
+    entities recomputed. None (and why) when it must run in full."""
+    if _rows(previous["relations"]) != n_relations:
+        return None, {"mode": "full", "reason": "another relation count (|R*| enters every μ)"}
+    entities, relations = (id_translation(read_table(current[n], columns=["id", key]),
+                                          read_table(previous[n], columns=["id", key]))
+                           for n, key in (("entities", "key"), ("relations", "name")))
+    touched, n_changed = changed_endpoints(_sro(triples),
+                                           translated_triples(previous, entities, relations))
     old = read_table(previous["node_gain"], "node_gain")
-    if old.num_rows != n_entities or _rows(previous["relations"]) != n_relations:
-        return None, {"mode": "full", "reason": "another entity or relation count"}
-    touched, n_changed = changed_endpoints(triples, read_table(previous["triples"], "triples"))
+    moved = entities[old["id"].to_numpy()]
+    kept = moved >= 0
+    without_row = np.ones(n_entities, bool)
+    without_row[moved[kept]] = False  # entities new to this build
+    touched = np.union1d(touched, np.flatnonzero(without_row))
     if len(touched) > PARTIAL_MAX_SHARE * n_entities:
         return None, {"mode": "full",
                       "reason": f"more than {PARTIAL_MAX_SHARE:.0%} of the entities touched"}
-    old = old.sort_by("id")
-    if not np.array_equal(old["id"].to_numpy(), np.arange(n_entities)):
-        return None, {"mode": "full", "reason": "previous ids not 0..N-1"}
     deg_in, labels = _incoming_counts(triples, touched, n_entities, n_relations)
     fresh = spark.createDataFrame(
         [(int(i), int(d), int(n)) for i, d, n in zip(touched, deg_in, labels)],
         "id long, deg_in long, in_relations long")
     rows = fresh.select("id", _mu(fresh["deg_in"], fresh["in_relations"], n_relations)).collect()
     mu = np.array([row["mu"] for row in sorted(rows)], np.float64)  # touched is sorted by id
-    columns = {c: old[c].to_numpy().copy() for c in ("deg_in", "in_relations", "mu")}
+    columns = {}
     for name, values in (("deg_in", deg_in), ("in_relations", labels), ("mu", mu)):
-        columns[name][touched] = values
-    table = pa.table({"id": old["id"], **columns}).cast(old.schema)
-    return table, {"mode": "partial", "changed_triples": n_changed, "recomputed": len(touched)}
+        column = np.zeros(n_entities, old[name].to_numpy().dtype)
+        column[moved[kept]] = old[name].to_numpy()[kept]
+        column[touched] = values
+        columns[name] = column
+    table = pa.table({"id": np.arange(n_entities, dtype=np.int64), **columns}).cast(old.schema)
+    return table, {"mode": "partial", "changed_triples": n_changed, "recomputed": len(touched),
+                   "ids_moved": int(np.count_nonzero(moved[kept] != old["id"].to_numpy()[kept]))}
 
 
 def _full_gain(spark, ent_path: Path, tri_path: Path, n_entities: int, n_relations: int,
@@ -189,14 +215,16 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     n_entities, n_relations = _rows(ent_path), _rows(rel_path)
 
     spark = get_spark(dict(config), "lokg-node_gain")
-    previous = previous_inputs(inputs, "relations", "triples", "node_gain")
+    previous = previous_inputs(inputs, "entities", "relations", "triples", "node_gain")
     table, refresh = None, {"mode": "full", "reason": "no previous build"}
     if previous is not None:
         triples = read_table(tri_path, "triples")
         bounds = _bounds(triples)
         problem = bounds["edges"] and _id_problem(bounds, n_entities, n_relations, ent_path, rel_path)
         if not problem:
-            table, refresh = partial_gain(spark, triples, previous, n_entities, n_relations)
+            current = {"entities": ent_path, "relations": rel_path}
+            table, refresh = partial_gain(spark, triples, current, previous, n_entities,
+                                          n_relations)
         lap("partial")
     if table is None:
         bounds, stats = _full_gain(spark, ent_path, tri_path, n_entities, n_relations, out_path)

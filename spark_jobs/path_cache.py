@@ -40,19 +40,25 @@ bucket lives in one task); the driver then renames them.
 
 Refresh (``previous:`` inputs: same code and settings, changed inputs; pipeline/refresh.py).
 A head's rows are a function of the out-edges (their α, and μ of their targets) of the nodes
-within ``max_hops`` − 1 hops of it — the search extends no path further — and of the node ids
-(ties). So when the previous build numbered the same entity keys alike and every entity with an
-out-edge is a head (``heads: all``), the stage compares the two builds' weighted edges on the
-driver: a node is **changed** when one of its out-edges was added, removed, or got another α or
-another μ at its target. The heads within ``max_hops`` − 1 hops of a changed node (walked back
-along the new graph's edges, which hold their inverses: a walk that reaches a changed node does
-so over unchanged edges, so the new graph suffices) are searched anew, and every other head's
-rows are copied from the previous build's bucket — the cache then equals a full run's, bucket
-for bucket, row for row. A warm-started or retrained GAT moves α on nearly every edge, so after
-one the whole cache is usually recomputed; the copy pays off when α moves only near the change
-(``gat.uniform``: α = 1/out-degree changes only at the changed triples' ends). More than
-``pipeline.stage.PARTIAL_MAX_SHARE`` of the heads touched, a hot set, or other entity keys:
-full. The report's ``refresh`` says which.
+within ``max_hops`` − 1 hops of it — the search extends no path further — and of the order of
+the node ids (ties). Entity ids are ranks in key order, so when entities come or go every id
+above them shifts, but the order of the kept ones stays: the stage moves the previous build's
+ids to this build's by key (``pipeline.stage.id_translation``; a translation that reorders
+ids: full) and, when every entity with an out-edge is a head (``heads: all``), compares the two
+builds' weighted edges on the driver in this build's ids: a node is **changed** when one of its
+out-edges was added, removed (a node gone removes its edges, and the inverse edges of its
+neighbours), or got another α or another μ at its target. Relation ids are compared as they
+are: a renumbered relation shows as changed edges, searched anew. The heads within
+``max_hops`` − 1 hops of a changed node (walked back along the new graph's edges, which hold
+their inverses: a walk that reaches a changed node does so over unchanged edges, so the new
+graph suffices) are searched anew, and every other head's rows are copied from the previous
+build's cache with their head and nodes in this build's ids, into the bucket of the new head
+id — the cache then equals a full run's, bucket for bucket, row for row. A warm-started or
+retrained GAT moves α on nearly every edge, so after one the whole cache is usually
+recomputed; the copy pays off when α moves only near the change (``gat.uniform``: α =
+1/out-degree changes only at the changed triples' ends). More than
+``pipeline.stage.PARTIAL_MAX_SHARE`` of the heads touched, or a hot set: full. The report's
+``refresh`` says which (partial: heads searched, copied, and how many entity ids moved).
 
 Report: heads, heads_all (entities with an out-edge), heads_share (heads / heads_all),
 head_source (in words: how the heads were chosen), hot_set (selector, share, count, requested,
@@ -68,14 +74,15 @@ import os
 import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, previous_inputs,
-                            stage_input)
+from pipeline.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, id_translation,
+                            keeps_order, previous_inputs, stage_input)
 from runtime.config import HEAD_SELECTORS, SCHEMA, path_cache_problem, section, value_problem
 from runtime.contract import TABLE_SCHEMAS, check_schema, read_table, table_files, write_table
 
@@ -265,8 +272,11 @@ def _weighted_edges(edges_path: Path, gain_path: Path) -> np.ndarray:
 
 def touched_heads(now: np.ndarray, then: np.ndarray, hops: int) -> np.ndarray:
     """Sorted ids of the nodes within ``hops`` hops (walked back along ``now``'s edges) of a
-    node whose weighted out-edges differ between the two ``_weighted_edges`` tables."""
+    node whose weighted out-edges differ between the two ``_weighted_edges`` tables (``then``
+    in this build's ids: an edge of a node gone has -1 there, and its other end's inverse edge
+    marks the change)."""
     changed = changed_rows(now, then)[:, 0]
+    changed = changed[changed >= 0]
     n_nodes = int(max(now[:, [0, 3]].max(initial=-1), then[:, [0, 3]].max(initial=-1))) + 1
     reached = np.zeros(n_nodes, bool)
     reached[changed] = True
@@ -276,39 +286,73 @@ def touched_heads(now: np.ndarray, then: np.ndarray, hops: int) -> np.ndarray:
     return np.flatnonzero(reached)
 
 
-def _same_keys(ent_path: Path, previous: Path) -> bool:
-    """Whether two builds gave the same entity keys the same ids."""
-    keys = [read_table(p, columns=["id", "key"]).sort_by("id")["key"] for p in (ent_path, previous)]
-    return keys[0].equals(keys[1])
+class Partial(NamedTuple):
+    """What a partial refresh copies: the previous cache, the heads it searches anew, and the
+    previous build's entity ids → this build's (``pipeline.stage.id_translation``)."""
+
+    previous_dir: Path
+    searched: np.ndarray
+    entities: np.ndarray
 
 
 def partial_heads(cfg: Mapping, edges_path: Path, gain_path: Path, ent_path: Path,
-                  previous: dict) -> tuple[np.ndarray | None, dict]:
-    """The heads a refresh must search anew (None: all of them, full) and the report's
-    ``refresh`` entry."""
+                  previous: dict) -> tuple[Partial | None, dict]:
+    """What a refresh copies (None: nothing, it runs in full) and the report's ``refresh``."""
     if cfg["heads"] != "all":
         return None, {"mode": "full", "reason": "a hot set (heads: all only)"}
-    if not _same_keys(ent_path, previous["entities"]):
-        return None, {"mode": "full", "reason": "other entity ids"}
+    entities = id_translation(*(read_table(p, columns=["id", "key"])
+                                for p in (ent_path, previous["entities"])))
+    if not keeps_order(entities):
+        return None, {"mode": "full", "reason": "entity ids in another order"}
     now = _weighted_edges(edges_path, gain_path)
-    touched = touched_heads(now, _weighted_edges(previous["edges"], previous["node_gain"]),
-                            int(cfg["max_hops"]) - 1)
+    then = _weighted_edges(previous["edges"], previous["node_gain"])
+    then[:, [0, 3]] = entities[then[:, [0, 3]]]
+    touched = touched_heads(now, then, int(cfg["max_hops"]) - 1)
     heads = np.unique(now[:, 0])
     touched = touched[np.isin(touched, heads)]
     if len(touched) > PARTIAL_MAX_SHARE * len(heads):
         return None, {"mode": "full", "reason": f"{len(touched):,} of {len(heads):,} heads "
                       f"touched (more than {PARTIAL_MAX_SHARE:.0%})"}
-    return touched, {"mode": "partial", "searched": len(touched), "copied": len(heads) - len(touched)}
+    moved = entities[entities >= 0] != np.flatnonzero(entities >= 0)
+    return Partial(previous["path_cache"], touched, entities), {
+        "mode": "partial", "searched": len(touched), "copied": len(heads) - len(touched),
+        "ids_moved": int(np.count_nonzero(moved))}
 
 
-def _with_previous(cache_dir: Path, previous_dir: Path, searched: np.ndarray, b: int) -> None:
+def _translated(lists: pa.Array, ids: np.ndarray) -> pa.ListArray:
+    """A list column of entity ids with every id replaced by ``ids[id]``."""
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    values = pa.array(ids[lists.values.to_numpy()], pa.int64())
+    return pa.ListArray.from_arrays(lists.offsets, values)
+
+
+def copied_rows(partial: Partial, buckets: int) -> list[list[pa.Table]]:
+    """The previous cache's rows of every head not searched anew, in this build's ids, listed
+    by this build's bucket (a head's bucket moves with its id)."""
+    by_bucket: list[list[pa.Table]] = [[] for _ in range(buckets)]
+    for b in range(buckets):
+        old = pq.read_table(bucket_path(partial.previous_dir, b))
+        head = partial.entities[old["head"].to_numpy()]
+        keep = (head >= 0) & ~np.isin(head, partial.searched)  # gone or searched: dropped
+        rows = old.filter(pa.array(keep))
+        rows = rows.set_column(rows.schema.get_field_index("head"), "head",
+                               pa.array(head[keep], pa.int64()))
+        rows = rows.set_column(rows.schema.get_field_index("nodes"), "nodes",
+                               _translated(rows["nodes"], partial.entities))
+        bucket = head[keep] % buckets
+        for target in np.unique(bucket):
+            by_bucket[target].append(rows.filter(pa.array(bucket == target)))
+    return by_bucket
+
+
+def _with_previous(cache_dir: Path, copied: list[pa.Table], b: int) -> None:
     """Bucket ``b`` of ``cache_dir`` (the searched heads' rows, or none) completed with the
-    previous build's rows of every other head, in the order a full run writes."""
+    previous build's rows of every other head (``copied``), in the order a full run writes."""
     path = bucket_path(cache_dir, b)
-    old = pq.read_table(bucket_path(previous_dir, b))
-    kept = old.filter(pc.invert(pc.is_in(old["head"], pa.array(searched, pa.int64()))))
-    rows = pa.concat_tables([kept, pq.read_table(path).cast(old.schema)]) if path.exists() \
-        else kept
+    schema = TABLE_SCHEMAS["path_cache"]
+    parts = [t.cast(schema) for t in copied] + ([pq.read_table(path).cast(schema)]
+                                                if path.exists() else [])
+    rows = pa.concat_tables(parts) if parts else schema.empty_table()
     keys = rows.append_column("r0", pc.list_element(rows["relations"], 0)).append_column(
         "i0", pc.list_element(rows["inverses"], 0))
     order = pc.sort_indices(keys, [(c, "ascending") for c in ("head", "r0", "i0", "rank")])
@@ -336,7 +380,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     lap("session")
     heads, chosen, heads_all = select_heads(spark, cfg, edges_path, gain_path, ent_path)
     previous = previous_inputs(inputs, "edges", "node_gain", "entities", "path_cache")
-    searched, refresh = (None, {"mode": "full", "reason": "no previous build"}) \
+    partial, refresh = (None, {"mode": "full", "reason": "no previous build"}) \
         if previous is None else partial_heads(cfg, edges_path, gain_path, ent_path, previous)
     lap("refresh")
     tasks = max(1, min(buckets, int(spark.conf.get("spark.sql.shuffle.partitions"))))
@@ -345,14 +389,13 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     if heads_all is None:
         heads_all = n_heads if cfg["heads"] == "all" else (
             spark.read.parquet(str(edges_path)).select("s").distinct().count())
-    to_search = heads if searched is None else heads.join(F.broadcast(spark.createDataFrame(
-        [(int(h),) for h in searched], "head long")), "head")
+    to_search = heads if partial is None else heads.join(F.broadcast(spark.createDataFrame(
+        [(int(h),) for h in partial.searched], "head long")), "head")
     lap("heads")
 
     _search(to_search, _searcher(edges_path, gain_path, search, buckets), spark_dir)
     lap("search_and_write")
-    _place_buckets(spark_dir, cache_dir, buckets,
-                   None if searched is None else (previous["path_cache"], searched))
+    _place_buckets(spark_dir, cache_dir, buckets, partial)
     lap("rename")
     heads.unpersist()
     written = _written(cache_dir, buckets, n_heads)
@@ -386,7 +429,7 @@ def _search(heads, searcher, spark_dir: Path) -> None:
 
 
 def _place_buckets(spark_dir: Path, cache_dir: Path, buckets: int,
-                   partial: tuple[Path, np.ndarray] | None) -> None:
+                   partial: Partial | None) -> None:
     """Move Spark's bucket files to their names; a partial refresh adds the previous build's
     rows of the heads it did not search; a bucket with no head gets an empty file."""
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -397,9 +440,10 @@ def _place_buckets(spark_dir: Path, cache_dir: Path, buckets: int,
         os.replace(files[0], bucket_path(cache_dir, int(part.name.split("=", 1)[1])))
     shutil.rmtree(spark_dir)
     empty = TABLE_SCHEMAS["path_cache"].empty_table()
+    copied = None if partial is None else copied_rows(partial, buckets)
     for b in range(buckets):
-        if partial is not None:
-            _with_previous(cache_dir, partial[0], partial[1], b)
+        if copied is not None:
+            _with_previous(cache_dir, copied[b], b)
         elif not bucket_path(cache_dir, b).exists():
             write_table("path_cache", empty, bucket_path(cache_dir, b))
     check_schema("path_cache", pq.read_schema(bucket_path(cache_dir, 0)), bucket_path(cache_dir, 0))

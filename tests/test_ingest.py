@@ -389,6 +389,23 @@ def test_tsv_golden(spark, tmp_path):
     assert [e["key"] for e in res.rows("entities")] == ["a", "b", "c", "d"]
 
 
+def test_a_dump_without_malformed_lines_or_types_writes_both_tables_empty(spark, nt_result,
+                                                                         tmp_path):
+    """With none counted by the parse, the quarantine and the type assertions are written
+    without a pass over it: the same tables, empty, with the schemas a dump holding them
+    gets (nt_result: malformed lines and type facts)."""
+    import pyarrow.parquet as pq
+
+    dump = tmp_path / "edges.tsv"
+    dump.write_text("a\tlikes\tb\nb\tlikes\tc\n", encoding="utf-8")
+    res = Result(ingest(dump, tmp_path / "out"))
+    assert res.quarantine == [] and res.types == set() and res.report["type_assertions"] == 0
+    assert nt_result.quarantine and nt_result.types
+    for table in ("quarantine", "type_assertions"):
+        schemas = [pq.ParquetDataset(str(r.outputs[table])).schema for r in (res, nt_result)]
+        assert schemas[0].equals(schemas[1], check_metadata=False), table
+
+
 @pytest.mark.spark
 def test_pathquestion_golden(spark, tmp_path):
     dump = tmp_path / "pq"

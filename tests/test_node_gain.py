@@ -102,8 +102,6 @@ def test_a_refresh_recomputes_the_changed_endpoints_and_equals_a_full_run(spark,
     """Changed triples (added, removed, one relabelled as scos_merge would) touch a few
     entities; the partial table equals a full run row for row (μ bit for bit), so a touched
     set without the inverse ends (s) or the removed triples' ends would fail here."""
-    from pipeline.stage import PREVIOUS
-
     rng = np.random.default_rng(11)
     before = random_triples(rng, 60, 5, 200)
     removed = {before[i] for i in rng.choice(len(before), 6, replace=False)}
@@ -115,33 +113,74 @@ def test_a_refresh_recomputes_the_changed_endpoints_and_equals_a_full_run(spark,
     run_stage(tmp_path / "old", old_inputs)
     new_inputs = write_inputs(tmp_path / "new", 60, 5, after)
     full, full_report = run_stage(tmp_path / "full", new_inputs)
-    previous = {PREVIOUS + "relations": old_inputs["relations"],
-                PREVIOUS + "triples": old_inputs["triples"],
-                PREVIOUS + "node_gain": str(tmp_path / "old" / "out" / "node_gain.parquet")}
+    previous = previous_of(tmp_path / "old", old_inputs)
     partial, report = run_stage(tmp_path / "partial", {**new_inputs, **previous})
     assert partial.equals(full)
     changed = set(before) ^ set(after)
     assert report["refresh"] == {"mode": "partial", "changed_triples": len(changed),
-                                 "recomputed": len({v for s, _, o in changed for v in (s, o)})}
+                                 "recomputed": len({v for s, _, o in changed for v in (s, o)}),
+                                 "ids_moved": 0}
     assert 0 < report["refresh"]["recomputed"] < 60 and full_report["refresh"]["mode"] == "full"
     assert {k: v for k, v in report.items() if k not in ("refresh", "step_seconds", "seconds")} \
         == pytest.approx({k: v for k, v in full_report.items()
                           if k not in ("refresh", "step_seconds", "seconds")})
 
 
-def test_a_refresh_with_another_relation_count_runs_in_full(spark, tmp_path):
+def previous_of(old: Path, old_inputs: dict) -> dict:
+    """The ``previous:`` inputs of a refresh after a run of ``old_inputs`` under ``old``."""
     from pipeline.stage import PREVIOUS
 
+    previous = {PREVIOUS + n: old_inputs[n] for n in ("entities", "relations", "triples")}
+    return {**previous, PREVIOUS + "node_gain": str(old / "out" / "node_gain.parquet")}
+
+
+def keyed_inputs(tmp: Path, keys: list[str], n_relations: int, keyed_triples) -> dict:
+    """``write_inputs`` of triples between entity keys, numbered as ingest does (rank in key
+    order)."""
+    keys = sorted(keys)
+    ids = {k: i for i, k in enumerate(keys)}
+    inputs = write_inputs(tmp, len(keys), n_relations,
+                          sorted((ids[s], r, ids[o]) for s, r, o in keyed_triples))
+    entities = read_table(Path(inputs["entities"]), "entities")
+    write_table("entities", entities.set_column(1, "key", pa.array(keys)), Path(inputs["entities"]))
+    return inputs
+
+
+def test_a_refresh_that_shifts_the_ids_moves_the_copied_rows_and_equals_a_full_run(spark,
+                                                                                   tmp_path):
+    """An entity with a low id removed and one added: every id above it shifts, the previous
+    rows are copied under their new ids (copied by old id they would hold another entity's
+    counts) and only the changed triples' ends and the new entity are recomputed."""
+    rng = np.random.default_rng(5)
+    keys = [f"e{i:03d}" for i in range(80)]
+    before = {(keys[s], r, keys[o]) for s, r, o in random_triples(rng, 80, 4, 240)}
+    after = {t for t in before if "e001" not in (t[0], t[2])} | {("e005", 2, "e999"),
+                                                                  ("e999", 0, "e040")}
+    old_inputs = keyed_inputs(tmp_path / "old", keys, 4, before)
+    run_stage(tmp_path / "old", old_inputs)
+    new_inputs = keyed_inputs(tmp_path / "new", [k for k in keys if k != "e001"] + ["e999"], 4,
+                              after)
+    full, _ = run_stage(tmp_path / "full", new_inputs)
+    partial, report = run_stage(tmp_path / "partial",
+                                {**new_inputs, **previous_of(tmp_path / "old", old_inputs)})
+    assert partial.equals(full)
+    changed = before ^ after
+    ends = {k for s, _, o in changed for k in (s, o)} - {"e001"}
+    assert report["refresh"] == {"mode": "partial", "changed_triples": len(changed),
+                                 "recomputed": len(ends), "ids_moved": 78}  # e002…e079 down one
+    assert len(ends) < 40
+
+
+def test_a_refresh_with_another_relation_count_runs_in_full(spark, tmp_path):
     triples = random_triples(np.random.default_rng(2), 20, 3, 40)
     old_inputs = write_inputs(tmp_path / "old", 20, 3, triples)
     run_stage(tmp_path / "old", old_inputs)
     new_inputs = write_inputs(tmp_path / "new", 20, 4, triples)  # |R*| enters every μ
-    previous = {PREVIOUS + "relations": old_inputs["relations"],
-                PREVIOUS + "triples": old_inputs["triples"],
-                PREVIOUS + "node_gain": str(tmp_path / "old" / "out" / "node_gain.parquet")}
+    previous = previous_of(tmp_path / "old", old_inputs)
     table, report = run_stage(tmp_path / "partial", {**new_inputs, **previous})
     full, _ = run_stage(tmp_path / "full", new_inputs)
-    assert report["refresh"] == {"mode": "full", "reason": "another entity or relation count"}
+    assert report["refresh"] == {"mode": "full",
+                                 "reason": "another relation count (|R*| enters every μ)"}
     assert table.equals(full)
 
 

@@ -179,6 +179,14 @@ def _changed_graph(old: dict, root: Path, drop: int, moved_edge: int) -> dict:
     return new
 
 
+def assert_same_buckets(one: dict, other: dict, buckets: int = 4) -> None:
+    """Two path_cache results hold the same bucket files, row for row."""
+    for b in range(buckets):
+        got, want = (pq.read_table(Path(r["outputs"]["path_cache"]) / f"bucket-{b:05d}.parquet")
+                     for r in (one, other))
+        assert got.equals(want), b
+
+
 def _heads_within(graph: EdgeGraph, nodes: set, hops: int) -> set:
     reached = set(nodes)
     for _ in range(hops):
@@ -214,13 +222,10 @@ def test_a_refresh_searches_the_heads_near_a_change_and_equals_a_full_run(graph_
                  ("path_cache", built["outputs"]["path_cache"]))}
     partial = run_stage({**new, **previous}, tmp_path / "partial", buckets=4)
     full = run_stage(new, tmp_path / "full", buckets=4)
-    for b in range(4):
-        got, want = (pq.read_table(Path(r["outputs"]["path_cache"]) / f"bucket-{b:05d}.parquet")
-                     for r in (partial, full))
-        assert got.equals(want), b
+    assert_same_buckets(partial, full)
     near = _heads_within(graphs[1], changed, 2) & set(heads)
     assert partial["report"]["refresh"] == {"mode": "partial", "searched": len(near),
-                                            "copied": len(heads) - len(near)}
+                                            "copied": len(heads) - len(near), "ids_moved": 0}
     assert len(heads) > len(near) and full["report"]["refresh"]["mode"] == "full"
 
 
@@ -232,8 +237,50 @@ def test_a_refresh_of_unchanged_edges_copies_every_head(graph_inputs, built, tmp
     previous[PREVIOUS + "path_cache"] = built["outputs"]["path_cache"]
     again = run_stage({**inputs, **previous}, tmp_path / "again", buckets=4)
     assert again["report"]["refresh"] == {"mode": "partial", "searched": 0,
-                                          "copied": built["report"]["heads"]}
-    for b in range(4):
-        got, want = (pq.read_table(Path(r["outputs"]["path_cache"]) / f"bucket-{b:05d}.parquet")
-                     for r in (again, built))
-        assert got.equals(want), b
+                                          "copied": built["report"]["heads"], "ids_moved": 0}
+    assert_same_buckets(again, built)
+
+
+def _without_entity(old: dict, root: Path, gone: int) -> dict:
+    """``old``'s inputs with entity ``gone`` and its triples removed, renumbered as ingest
+    numbers (rank in key order: every id above it one lower), node_gain rerun, uniform α."""
+    from spark_jobs import node_gain
+
+    entities = read_table(Path(old["entities"]), "entities")
+    kept = entities.filter(pc.not_equal(entities["id"], gone))
+    new_id = np.cumsum(entities["id"].to_numpy() != gone) - 1  # old id → new (sorted by key)
+    triples = read_table(Path(old["triples"]), "triples")
+    s, r, o = (triples[c].to_numpy() for c in ("s", "r", "o"))
+    live = (s != gone) & (o != gone)
+    new = {**old, **{n: str(root / "in" / f"{n}.parquet") for n in ("entities", "triples", "edges")}}
+    write_table("entities", kept.set_column(0, "id", pa.array(new_id[kept["id"].to_numpy()])),
+                Path(new["entities"]))
+    write_table("triples", pa.table({"s": new_id[s[live]], "r": r[live], "o": new_id[o[live]]},
+                                    schema=TABLE_SCHEMAS["triples"]), Path(new["triples"]))
+    new.update(node_gain.run(CONFIG, new, str(root / "node_gain"))["outputs"])
+    write_table("edges", uniform_edges(read_table(Path(new["triples"]), "triples")),
+                Path(new["edges"]))
+    return new
+
+
+def test_a_refresh_that_shifts_the_ids_moves_the_copied_rows_and_equals_a_full_run(
+        graph_inputs, built, tmp_path, monkeypatch):
+    """An entity with a low id removed: every id above it shifts down, so each copied row's
+    head, nodes and bucket move — copied as they were, the buckets differ from a full run's."""
+    from pipeline.stage import PREVIOUS
+    from spark_jobs import path_cache as stage
+
+    monkeypatch.setattr(stage, "PARTIAL_MAX_SHARE", 1.0)  # partial however many are touched
+    old = graph_inputs["inputs"]
+    graph = EdgeGraph.from_paths(old["edges"], old["node_gain"])
+    gone = int(np.flatnonzero(graph.out_degree() == 2)[0])  # a quiet entity with a low id
+    new = _without_entity(old, tmp_path, gone)
+    previous = {PREVIOUS + n: old[n] for n in ("edges", "node_gain", "entities")}
+    previous[PREVIOUS + "path_cache"] = built["outputs"]["path_cache"]
+    partial = run_stage({**new, **previous}, tmp_path / "partial", buckets=4)
+    full = run_stage(new, tmp_path / "full", buckets=4)
+    assert_same_buckets(partial, full)
+    refresh = partial["report"]["refresh"]
+    n_entities = read_table(Path(old["entities"]), columns=["id"]).num_rows
+    assert refresh["mode"] == "partial" and refresh["ids_moved"] == n_entities - 1 - gone
+    assert refresh["copied"] > 0 and refresh["searched"] > 0

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
+from pipeline.stage import id_translation
 from runtime.contract import read_table
 
 
@@ -41,13 +42,10 @@ def match_by_key(current: str | Path, previous: str | Path, key: str,
     now, then = (read_table(Path(p), columns=["id", key]) for p in (current, previous))
     now = now.filter(pc.less(now.column("id"), current_rows))
     then = then.filter(pc.less(then.column("id"), previous_rows))
-    where = pc.index_in(now.column(key), value_set=then.column(key))
-    found = pc.is_valid(where).to_numpy(zero_copy_only=False)
-    positions = pc.fill_null(where, 0).to_numpy(zero_copy_only=False)[found]
-    ids_now, ids_then = now.column("id").to_numpy(), then.column("id").to_numpy()
-    return KeyMatch(current=ids_now[found].astype(np.int64),
-                    previous=ids_then[positions].astype(np.int64),
-                    new=int((~found).sum()), dropped=then.num_rows - int(found.sum()))
+    translation = id_translation(now, then)
+    kept = np.flatnonzero(translation >= 0)
+    return KeyMatch(current=translation[kept], previous=kept, new=now.num_rows - len(kept),
+                    dropped=then.num_rows - len(kept))
 
 
 def refresh_epochs(cfg) -> int:
