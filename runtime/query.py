@@ -383,7 +383,9 @@ class Runtime:
                                     keep_questions=bool(s["feedback_questions"]),
                                     segment_bytes=int(s["feedback_segment_mb"]) << 20,
                                     max_bytes=int(s["feedback_max_mb"]) << 20,
-                                    bridges=int(s["feedback_bridges"]), identify=identify)
+                                    bridges=int(s["feedback_bridges"]), identify=identify,
+                                    passages=functools.partial(self.question_passages,
+                                                               n=int(s["feedback_passages"])))
 
     def _load_entities(self, ent: pa.Table) -> None:
         ids = to_numpy(ent.column("id"))
@@ -499,6 +501,14 @@ class Runtime:
         masked_vec = vectors.pop(0) if masked is not None else None
         plain_vec = np.asarray(vectors.pop(0), dtype=np.float32) if plain is not None else None
         return masked_vec, plain_vec
+
+    def question_passages(self, question: str, n: int) -> list[str]:
+        """The ids of the ``n`` chunks nearest the question (none without chunks or encoder):
+        the passages a feedback record names for the refresh to extract."""
+        if n <= 0 or self.provenance.chunk_vectors is None:
+            return []
+        vector = self._embed(None, question)[1]
+        return [] if vector is None else self.provenance.nearest_chunks(vector, n)
 
     def _search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         scores = np.asarray(self.vectors @ query[0], dtype=np.float32)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -91,12 +91,18 @@ class SubQuestion:
     feedback_ids: list[str] = field(default_factory=list)
     asked: list[tuple[str, str]] = field(default_factory=list)  # (time, build_id) per record
     skip: int = 0  # passages nearest the text already tried (a re-opened sub-question)
+    #: chunk ids to extract instead of those nearest the text: the passages nearest the
+    #: question that asked it (a record's ``passages``)
+    passages: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
         """(entity, relation), or the folded name of an entity named without a key; a name
-        retrieved by other words (the question, an LLM's sub-question) is another question."""
+        retrieved by other words (the question, an LLM's sub-question) or asked of a
+        question's passages is another question."""
         key = f"{self.entity}\t{self.relation}\t{entity_key(self.name) if not self.entity else ''}"
+        if self.passages:
+            return f"{key}\t{content_id(*self.passages)}"
         return key if self.entity or entity_key(self.text) == entity_key(self.name) \
             else f"{key}\t{content_id(self.text)}"
 
@@ -135,7 +141,9 @@ def _merged(records: list[dict], asks) -> list[SubQuestion]:
 
 
 def _asks(record: dict) -> list[SubQuestion]:
-    """One record's sub-questions: missing facts, mentions, bridges."""
+    """One record's sub-questions: missing facts, mentions, bridges; and, where the record
+    names the passages nearest its question, each of them — and each name the question wrote
+    that nothing linked — asked of those passages (the hop the links' paths never reach)."""
     question = _question(record)
     asks = [SubQuestion(m["entity"], str(m.get("name") or m["entity"]), m["relation"],
                         str(m.get("text") or "")) for m in record["missing"]]
@@ -143,7 +151,11 @@ def _asks(record: dict) -> list[SubQuestion]:
              for m in record["mentions"] if isinstance(m, str) and entity_key(m)]
     asks += [SubQuestion("", b["name"], "", b["text"]) for b in record.get("bridges", ())
              if entity_key(b["name"])]
-    return asks
+    passages = tuple(record.get("passages", ()))
+    if not passages:
+        return asks
+    unlinked = [SubQuestion("", n, "", n) for n in record.get("unlinked", ()) if entity_key(n)]
+    return asks + [replace(sq, passages=passages) for sq in asks + unlinked]
 
 
 @dataclass
@@ -182,6 +194,7 @@ class Published:
     def __init__(self, build: Build, encoder: SentenceEncoder | None):
         self.build, self.encoder = build, encoder
         self.chunks = build.read("chunks").to_pylist()
+        self.row_of = {c["chunk_id"]: i for i, c in enumerate(self.chunks)}
         by_doc: dict[str, list[dict]] = {}
         for s in build.read("sentences").to_pylist():
             by_doc.setdefault(s["doc_id"], []).append(s)
@@ -405,12 +418,17 @@ class Candidate:
 
 def retrieved(sqs: list[SubQuestion], pub: Published, extraction: Extraction,
               k: int) -> list[Candidate]:
-    """The triples of the ``k`` chunks nearest each sub-question (after the ``skip`` it tried)
-    whose entity is on the side its relation asks about (a mention: either side)."""
+    """The triples of the ``k`` chunks nearest each sub-question (after the ``skip`` it tried;
+    a question's passages: those) whose entity is on the side its relation asks about (a
+    mention: either side)."""
+    searched = [sq for sq in sqs if not sq.passages]
     texts = [sq.text or f"{sq.name} {readable_relation(sq.relation.lstrip(INVERSE))}"
-             for sq in sqs]
+             for sq in searched]
+    nearest = iter(pub.nearest(texts, k, [sq.skip for sq in searched]) if searched else ())
     out = []
-    for sq, rows in zip(sqs, pub.nearest(texts, k, [sq.skip for sq in sqs]) if sqs else ()):
+    for sq in sqs:
+        rows = [pub.row_of[c] for c in sq.passages if c in pub.row_of] if sq.passages \
+            else next(nearest)
         for row in rows:
             chunk = pub.chunks[row]
             out += passage_candidates(sq, chunk, pub.sentences[chunk["chunk_id"]], pub,
@@ -617,7 +635,7 @@ def _open(sqs: list[SubQuestion], state: dict[str, Tried], fingerprint: str,
     for sq in sqs:
         st = state.get(sq.key)
         if st is not None and st.depth is not None and st.depth < deepest \
-                and st.asked_after(sq):
+                and st.asked_after(sq) and not sq.passages:  # a question's passages: all tried
             sq.skip = st.depth
             counts["reopened"] += 1
         elif st is not None and (st.answered or st.fingerprint == fingerprint):
