@@ -64,6 +64,9 @@ STAGE = "feedback_enrich"
 INVERSE = "~"
 #: The relation of a sub-question asking which entity a name the question wrote names.
 ALIAS = "="
+#: The relation joining a question's linked name to the topic of a passage nearest the
+#: question: the path to a hop the passage states and nothing in the graph joins to the name.
+BRIDGE = "asked with"
 DELTA_SCHEMA = pa.schema([
     ("s_key", pa.string()), ("relation", pa.string()), ("o_key", pa.string()),
     ("s_name", pa.string()), ("o_name", pa.string()), ("phrase", pa.string()),
@@ -155,7 +158,9 @@ def _asks(record: dict) -> list[SubQuestion]:
     if not passages:
         return asks
     unlinked = [SubQuestion("", n, "", n) for n in record.get("unlinked", ()) if entity_key(n)]
-    return asks + [replace(sq, passages=passages) for sq in asks + unlinked]
+    linked = [m for m in record["mentions"] if isinstance(m, str) and entity_key(m)]
+    bridge = [SubQuestion("", linked[0], BRIDGE, linked[0])] if linked else []
+    return asks + [replace(sq, passages=passages) for sq in asks + unlinked + bridge]
 
 
 @dataclass
@@ -431,9 +436,27 @@ def retrieved(sqs: list[SubQuestion], pub: Published, extraction: Extraction,
             else next(nearest)
         for row in rows:
             chunk = pub.chunks[row]
-            out += passage_candidates(sq, chunk, pub.sentences[chunk["chunk_id"]], pub,
-                                      extraction)
+            find = bridged if sq.relation == BRIDGE else passage_candidates
+            out += find(sq, chunk, pub.sentences[chunk["chunk_id"]], pub, extraction)
     return out
+
+
+def bridged(sq: SubQuestion, chunk: dict, sentences: list, pub: Published,
+            extraction: Extraction) -> list[Candidate]:
+    """(the linked name, :data:`BRIDGE`, the passage's topic — the end most of its triples
+    share), citing the sentence that names the topic; none when the topic is the name."""
+    ends: dict[str, list[str]] = {}
+    for head, _, tail in extraction.triples(chunk):
+        for end in (head, tail):
+            if entity_key(end):
+                ends.setdefault(entity_key(end), []).append(end)
+    if not ends:
+        return []
+    topic = max(ends.values(), key=len)[0]  # the first end most often written, first seen
+    if entity_key(topic) == entity_key(sq.name):
+        return []
+    return [Candidate(sq, chunk, (sq.name, BRIDGE, topic), pub.end(None, sq.name),
+                      pub.end(None, topic), BRIDGE, sentences)]
 
 
 def passage_candidates(sq: SubQuestion, chunk: dict, sentences: list, pub: Published,
@@ -665,8 +688,10 @@ def enrich(config: Mapping, cfg: Mapping, build: Build, sqs: list[SubQuestion],
         todo, closed = _open(sqs, earlier(root, build.build_id), fingerprint, cfg)
         extraction = Extraction(config, backend, dump, out)
         named = aliases([sq for sq in todo if sq.relation == ALIAS], pub, k)
-        cands = with_relations(retrieved([sq for sq in todo if sq.relation != ALIAS], pub,
-                                         extraction, k), pub, float(cfg["relation_min_cosine"]))
+        found = retrieved([sq for sq in todo if sq.relation != ALIAS], pub, extraction, k)
+        cands = with_relations([c for c in found if c.relation != BRIDGE], pub,
+                               float(cfg["relation_min_cosine"]))
+        cands += [c for c in found if c.relation == BRIDGE]
         delta = deduplicated(cands, pub, float(cfg["dedupe_threshold"]))
         delta.answered.update(named.answered)
         delta.aliases = named.aliases
