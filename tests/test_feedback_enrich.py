@@ -120,6 +120,60 @@ def test_bridges_and_kept_questions_become_their_own_sub_questions():
     assert kept[1].key == sqs[1].key and sqs[0].asked == [("t", "b0")]
 
 
+def test_a_gold_off_every_linked_path_is_joined_from_the_questions_passages():
+    """The Meehan Bonnar question links only Meehan Bonnar and reaches his birthplace; the
+    diocese's passage — nearest the question's words, about no name the question reached —
+    states the gold. Asked of the record's passages: the mention's own triples, the unlinked
+    name's, and a bridge from the linked name to the passage's topic that cites its sentence."""
+    chunks = [{"chunk_id": "c0", "doc_id": "d0"}, {"chunk_id": "c1", "doc_id": "d1"}]
+    passage = {"d0": [("Meehan Bonnar", "born in", "Fredericton")],
+               "d1": [("Diocese of Fredericton", "part of", "Anglican Church of Canada"),
+                      ("Diocese of Fredericton", "established in", "1845")]}
+    names = ["Meehan Bonnar", "Fredericton", "Diocese of Fredericton", "Anglican Church of Canada"]
+
+    class Pub:
+        keys = [fe.entity_key(n) for n in names]
+        id_of = {k: i for i, k in enumerate(keys)}
+        by_form = {k: k for k in keys}
+        forms_of: dict = {}
+        row_of = {"c0": 0, "c1": 1}
+        sentences = {"c0": [("s0", "Meehan Bonnar was born in Fredericton.")],
+                     "c1": [("s1", "The Diocese of Fredericton is a diocese of the Anglican "
+                                   "Church of Canada.")]}
+        end = fe.Published.end
+
+        @staticmethod
+        def nearest(texts, k, skips):  # by name: only the birthplace's passage
+            return [[0] for _ in texts]
+
+    Pub.names, Pub.chunks = names, chunks
+
+    class Extraction:
+        @staticmethod
+        def triples(chunk):
+            return passage[chunk["doc_id"]]
+
+    record = {"id": "a", "time": "t", "build_id": "b0", "kind": "no_derivation", "missing": [],
+              "mentions": ["Meehan Bonnar"], "unlinked": ["Diocese"], "passages": ["c1", "gone"]}
+    sqs = fe.sub_questions([record])
+    asked = [(sq.name, sq.relation, sq.passages) for sq in sqs]
+    assert asked == [("Meehan Bonnar", "", ()), ("Meehan Bonnar", "", ("c1", "gone")),
+                     ("Diocese", "", ("c1", "gone")),
+                     ("Meehan Bonnar", fe.BRIDGE, ("c1", "gone"))]
+    assert len({sq.key for sq in sqs}) == 4  # each its own: closed by its own delta
+    by_name = fe.retrieved(sqs[:1], Pub(), Extraction, 3)
+    assert [c.triple for c in by_name] == [passage["d0"][0]]  # retrieval by the name: no gold
+    found = fe.retrieved(sqs[1:], Pub(), Extraction, 3)
+    assert [(c.s[1], c.relation, c.o[1]) for c in found] == [
+        ("Meehan Bonnar", fe.BRIDGE, "Diocese of Fredericton")]  # 'Diocese' is another name
+    row = fe._row(found[0])  # the delta row cites the sentence that names the topic
+    assert (row["chunk_id"], row["sentence_id"]) == ("c1", "s1")
+    assert "Anglican Church of Canada" in row["sentence"]
+    # a passage about the linked name itself needs no bridge: its triples are asked directly
+    own = fe.SubQuestion("", "Diocese of Fredericton", fe.BRIDGE, "x", passages=("c1",))
+    assert fe.retrieved([own], Pub(), Extraction, 3) == []
+
+
 def test_consolidated_delta_keeps_provenance_per_feedback_id(tmp_path):
     row = {"s_key": "m.1", "relation": "location.city.country", "o_key": "m.2",
            "s_name": "Febaville", "o_name": "Febaland", "phrase": "country", "chunk_id": "c1",
