@@ -163,15 +163,18 @@ def test_a_gold_off_every_linked_path_is_joined_from_the_questions_passages():
     assert len({sq.key for sq in sqs}) == 4  # each its own: closed by its own delta
     by_name = fe.retrieved(sqs[:1], Pub(), Extraction, 3)
     assert [c.triple for c in by_name] == [passage["d0"][0]]  # retrieval by the name: no gold
-    found = fe.retrieved(sqs[1:], Pub(), Extraction, 3)
-    assert [(c.s[1], c.relation, c.o[1]) for c in found] == [
-        ("Meehan Bonnar", fe.BRIDGE, "Diocese of Fredericton")]  # 'Diocese' is another name
-    row = fe._row(found[0])  # the delta row cites the sentence that names the topic
+    found = fe.retrieved(sqs[1:], Pub(), Extraction, 3)  # 'Diocese' is another name: none
+    assert [(c.s[1], c.triple[1], c.o[1]) for c in found] == [
+        ("Diocese of Fredericton", "part of", "Anglican Church of Canada"),
+        ("Diocese of Fredericton", "established in", "1845"),
+        ("Meehan Bonnar", fe.BRIDGE, "Diocese of Fredericton")]  # the path to them
+    assert [c.relation for c in found] == ["", "", fe.BRIDGE]  # the passage's: graph-nearest
+    row = fe._row(found[-1])  # the bridge cites the sentence that names the topic
     assert (row["chunk_id"], row["sentence_id"]) == ("c1", "s1")
     assert "Anglican Church of Canada" in row["sentence"]
-    # a passage about the linked name itself needs no bridge: its triples are asked directly
+    # a passage about the linked name itself needs no bridge, only its triples
     own = fe.SubQuestion("", "Diocese of Fredericton", fe.BRIDGE, "x", passages=("c1",))
-    assert fe.retrieved([own], Pub(), Extraction, 3) == []
+    assert [c.relation for c in fe.retrieved([own], Pub(), Extraction, 3)] == ["", ""]
 
 
 def test_consolidated_delta_keeps_provenance_per_feedback_id(tmp_path):

@@ -443,20 +443,24 @@ def retrieved(sqs: list[SubQuestion], pub: Published, extraction: Extraction,
 
 def bridged(sq: SubQuestion, chunk: dict, sentences: list, pub: Published,
             extraction: Extraction) -> list[Candidate]:
-    """(the linked name, :data:`BRIDGE`, the passage's topic — the end most of its triples
-    share), citing the sentence that names the topic; none when the topic is the name."""
+    """Every triple of a passage nearest the question (as a mention's: the graph relation
+    nearest its phrase), and (the linked name, :data:`BRIDGE`, the passage's topic — the end
+    most of its triples share, first seen) citing the sentence that names the topic, unless
+    the topic is the name: the passage's facts and the path from the question to them."""
+    triples = [tuple(t) for t in extraction.triples(chunk)
+               if entity_key(t[0]) and entity_key(t[2]) and entity_key(t[0]) != entity_key(t[2])]
+    about = replace(sq, relation="")
+    out = [Candidate(about, chunk, t, pub.end(None, t[0]), pub.end(None, t[2]),
+                     sentences=sentences) for t in triples]
     ends: dict[str, list[str]] = {}
-    for head, _, tail in extraction.triples(chunk):
+    for head, _, tail in triples:
         for end in (head, tail):
-            if entity_key(end):
-                ends.setdefault(entity_key(end), []).append(end)
-    if not ends:
-        return []
-    topic = max(ends.values(), key=len)[0]  # the first end most often written, first seen
-    if entity_key(topic) == entity_key(sq.name):
-        return []
-    return [Candidate(sq, chunk, (sq.name, BRIDGE, topic), pub.end(None, sq.name),
-                      pub.end(None, topic), BRIDGE, sentences)]
+            ends.setdefault(entity_key(end), []).append(end)
+    topic = max(ends.values(), key=len)[0] if ends else ""
+    if topic and entity_key(topic) != entity_key(sq.name):
+        out.append(Candidate(sq, chunk, (sq.name, BRIDGE, topic), pub.end(None, sq.name),
+                             pub.end(None, topic), BRIDGE, sentences))
+    return out
 
 
 def passage_candidates(sq: SubQuestion, chunk: dict, sentences: list, pub: Published,
