@@ -40,6 +40,28 @@ def test_edit_distance_threshold_decides_duplicates():
     assert fe.near_duplicate("febaville · capital · lorvin", graph, 0.1) is None
 
 
+def test_near_duplicates_of_the_graph_are_dropped_and_of_each_other_merged():
+    class Pub:
+        @staticmethod
+        def graph_texts(keys):
+            return {"oslo": [fe.triple_text("Oslo", "capital of", "Norway")]}
+
+    def cand(feedback_id, head, relation, tail):
+        sq = fe.SubQuestion("", head, "", head, [feedback_id])
+        return fe.Candidate(sq, {"chunk_id": "c1"}, (head, relation, tail),
+                            (fe.entity_key(head), head), (fe.entity_key(tail), tail), relation)
+
+    delta = fe.deduplicated([cand("a", "Oslo", "capital of", "Norway"),  # the graph's
+                             cand("b", "Oslo", "twinned with", "Gothenburg"),
+                             cand("c", "Oslo", "twinned with", "Gothenburg."),  # near b's
+                             cand("d", "Oslo", "twinned with", "Gothenburg"),  # b's again
+                             cand("e", "Bergen", "twinned with", "Gothenburg")], Pub(), 0.1)
+    assert [(r["s_name"], r["o_name"], r["feedback_ids"]) for r in delta.rows] == [
+        ("Oslo", "Gothenburg", ["b", "c", "d"]), ("Bergen", "Gothenburg", ["e"])]
+    assert delta.duplicates == 3 and sorted(delta.answered) == sorted(
+        fe.SubQuestion("", n, "", n).key for n in ("Oslo", "Bergen"))
+
+
 def test_sub_questions_merge_records_asking_the_same_fact():
     records = [{"id": "a", **_missing("m.1", "location.city.country")},
                {"id": "b", **_missing("m.1", "location.city.country")},
@@ -413,3 +435,39 @@ def test_a_later_refresh_closes_the_answered_sub_question(loop):
     again = loop["again"]
     assert again["closed_answered"] == 1 and again["enriched"] == 0
     assert again["delta_triples"] == 1  # the earlier delta stays in every later build
+
+
+@pytest.mark.slow
+def test_a_gold_off_every_linked_path_is_reached_after_one_refresh(tmp_path):
+    """The withheld edge's head (the bridge) is taken out of the graph altogether, so the
+    question's gold lies on no path from its topic: asking about the names it reached brings
+    back at most the first hop a round. The record names the passages nearest the question;
+    one enrich + rebuild adds both hops from them, and the answer's context holds the gold."""
+    from pipeline.driver import build
+    from pipeline.synth import generate
+    from runtime.query import Runtime
+
+    dump, store = tmp_path / "dump", tmp_path / "store"
+    generate(dump, n_triples=300, seed=3, n_questions=40, withhold=1)
+    edge, question = withheld_question(dump)
+    bridge = f"/{edge['s']}>".encode()
+    for name in ("kg.nt", "kg.tsv"):
+        lines = (dump / name).read_bytes().splitlines(keepends=True)
+        (dump / name).write_bytes(b"".join(l for l in lines if bridge not in l
+                                           and edge["s"].encode() + b"\t" not in l
+                                           and b"\t" + edge["s"].encode() not in l))
+    config = refresh_config(dump)
+    build(str(dump), str(store), config)
+    first = answers(store, question["question"])
+    (record,) = read_log(log_dir(store)).records
+    assert record["passages"] and question["answers"][0] not in first
+    build(str(dump), str(store), config)
+    rows = [r for p in sorted((store / "feedback" / "deltas").glob("*.parquet"))
+            for r in pq.read_table(p).to_pylist()]
+    assert (edge["s_name"], edge["o_name"]) in {(r["s_name"], r["o_name"]) for r in rows}
+    runtime = Runtime.open(store, feedback=False)
+    try:
+        answer = runtime.ask(question["question"], llm="none")
+    finally:
+        runtime.close()
+    assert any(question["answers"][0] in t["line"] for t in answer.triples)

@@ -553,26 +553,43 @@ class Delta:
 
 def deduplicated(cands: list[Candidate], pub: Published, threshold: float) -> Delta:
     """Candidates not within ``threshold`` of a graph triple about the same entity, merged
-    when two are near each other (the feedback ids of both are then answered by one row)."""
+    when two about the same entity are near each other (the feedback ids of both are then
+    answered by one row). A text seen before is not compared again: a passage's triple comes
+    once per sub-question asked of it."""
     graph = pub.graph_texts({k for c in cands for k in (c.s[0], c.o[0])})
-    delta, texts = Delta(), []
+    delta = Delta()
+    kept: dict[str, list[tuple[str, int]]] = {}  # entity key -> (text, row) of rows about it
+    seen: dict[str, int] = {}  # text -> its row, or -1: near a graph triple
     for c in cands:
         text = triple_text(c.s[1], c.relation, c.o[1])
-        about = graph.get(c.s[0], []) + graph.get(c.o[0], [])
-        if near_duplicate(text, about, threshold) is not None:
-            delta.duplicates += 1
-            continue
-        same = near_duplicate(text, texts, threshold)
-        if same is None:
-            texts.append(text)
+        row = seen.get(text)
+        if row is None:
+            row = _near_row(text, graph.get(c.s[0], []) + graph.get(c.o[0], []),
+                            kept.get(c.s[0], []) + kept.get(c.o[0], []), threshold)
+        if row is None:
+            row = len(delta.rows)
             delta.rows.append(_row(c))
-            same = len(delta.rows) - 1
+            for key in {c.s[0], c.o[0]}:
+                kept.setdefault(key, []).append((text, row))
         else:
             delta.duplicates += 1
-        ids = delta.rows[same]["feedback_ids"]
+        seen[text] = row
+        if row < 0:
+            continue
+        ids = delta.rows[row]["feedback_ids"]
         ids.extend(i for i in c.sq.feedback_ids if i not in ids)
         delta.answered.setdefault(c.sq.key, c.sq.feedback_ids)
     return delta
+
+
+def _near_row(text: str, graph: list[str], kept: list[tuple[str, int]],
+              threshold: float) -> int | None:
+    """-1 when ``text`` is near a graph triple, else the row of the first kept text near it,
+    else None (``text`` is new)."""
+    if near_duplicate(text, graph, threshold) is not None:
+        return -1
+    hit = near_duplicate(text, [t for t, _ in kept], threshold)
+    return kept[hit][1] if hit is not None else None
 
 
 def _row(c: Candidate) -> dict:
