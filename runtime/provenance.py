@@ -48,6 +48,7 @@ class Provenance:
             self._load_documents(build)
         if tables.get("triple_sources", {}).get("rows"):
             self._load_sources(build)
+        if tables.get("chunks", {}).get("rows"):  # linked text too: the passages feedback names
             self._load_passages(build)
 
     def _load_documents(self, build: Build) -> None:
