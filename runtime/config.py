@@ -318,6 +318,10 @@ DEFAULTS: dict = {
         # entities an answer reached beyond its topic that a record names (the next hop of a
         # multi-hop question starts there; 0 = the topic and the chain stop only)
         "feedback_bridges": 3,
+        # chunks nearest the question a record names (stores from documents): the passages the
+        # refresh extracts about the question's names — where a hop the links' paths never
+        # reach is written (0 = none; one question embedding per logged answer, no LLM call)
+        "feedback_passages": 10,
         # an LLM backend that lists the missing facts as sub-questions after the answer
         # (runtime/feedback_llm.py; one more call per logged answer); null = none, no call
         "feedback_llm": None,
@@ -533,6 +537,7 @@ SCHEMA: dict = {
         "feedback": BOOL,
         "feedback_dir": FILE, "feedback_questions": BOOL, "feedback_segment_mb": COUNT,
         "feedback_max_mb": COUNT, "feedback_bridges": integer(0),
+        "feedback_passages": integer(0),
         "feedback_llm": text(r".+", "an LLM backend such as local", nullable=True),
     },
 }

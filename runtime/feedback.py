@@ -23,7 +23,7 @@ import socket
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,6 +39,10 @@ MAX_RECORD_BYTES = 64 * 1024
 
 #: Missing facts one record lists at most (the entities a chain's walk stopped at).
 MAX_MISSING = 10
+#: The relation feedback enrichment joins a question's linked name with to the topic of a
+#: passage nearest the question. It states no fact, only where a later question may walk: the
+#: runtime follows it in paths and never writes it into a context.
+BRIDGE = "asked with"
 
 
 def log_dir(store_root: str | Path) -> Path:
@@ -78,9 +82,10 @@ def record_problem(record) -> str | None:
     if not all(isinstance(m, dict) and isinstance(m.get("entity"), str)
                and isinstance(m.get("relation"), str) for m in record["missing"]):
         return "a missing fact without a string 'entity' and 'relation'"
-    unlinked = record.get("unlinked", [])
-    if not isinstance(unlinked, list) or not all(isinstance(n, str) for n in unlinked):
-        return "field 'unlinked' not a list of strings"
+    for key in ("unlinked", "passages"):
+        value = record.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+            return f"field '{key}' not a list of strings"
     named = record.get("bridges", [])
     if not isinstance(named, list) or not all(
             isinstance(b, dict) and isinstance(b.get("name"), str) and isinstance(b.get("text"), str)
@@ -104,7 +109,8 @@ def decode(line: bytes) -> tuple[dict | None, str]:
     return (None, problem) if problem else (record, "")
 
 
-def missing_record(answer, bridges: int | None = None) -> dict | None:
+def missing_record(answer, bridges: int | None = None,
+                   passages: Callable[[str], list[str]] | None = None) -> dict | None:
     """What an :class:`~runtime.answer.Answer` says the graph lacks, as a record to log: the
     facts where the predicted chain's walk stopped (e, r_k, ?) with the linked names, or —
     nothing linked, nothing derived — the question's topic mentions; None when nothing is
@@ -112,7 +118,17 @@ def missing_record(answer, bridges: int | None = None) -> dict | None:
     ``query.feedback_bridges``) entities the answer reached: the next hop of a multi-hop
     question starts there, and no chain stop names it. Every record lists the names the
     question writes that nothing linked (``unlinked``): the graph may hold the entity under
-    another form ("Aschenbrödel", "Friedrich Hayek"), which enrichment gives that alias."""
+    another form ("Aschenbrödel", "Friedrich Hayek"), which enrichment gives that alias.
+    ``passages(question)``: the chunks nearest the question, which a record names
+    (``passages``) so that enrichment extracts them about the question's names — the passage
+    of a hop no path from the links reaches, found by the question's words, not kept."""
+    record = _missing(answer, bridges)
+    if record is not None and passages is not None:
+        record["passages"] = list(passages(answer.question))
+    return record
+
+
+def _missing(answer, bridges: int | None) -> dict | None:
     from runtime.linker import name_mentions, unlinked_names
 
     route = answer.route or {}
@@ -215,7 +231,8 @@ class FeedbackLog:
 
     def __init__(self, directory: str | Path, *, keep_questions: bool = False,
                  segment_bytes: int = 16 << 20, max_bytes: int = 256 << 20,
-                 bridges: int | None = None, identify=None):
+                 bridges: int | None = None, identify=None,
+                 passages: Callable[[str], list[str]] | None = None):
         if segment_bytes < 1 or max_bytes < segment_bytes:
             raise ValueError(f"feedback log: need 1 <= segment_bytes ({segment_bytes}) <= "
                              f"max_bytes ({max_bytes})")
@@ -223,6 +240,7 @@ class FeedbackLog:
         self.keep_questions = keep_questions
         # bridge entities a record names; the LLM that lists the missing facts (None: none)
         self.bridges, self.identify = _bridges(bridges), identify
+        self.passages = passages  # question -> the chunk ids a record names (None: none)
         self.segment_bytes, self.max_bytes = segment_bytes, max_bytes
         self.appended = self.failed = 0
         self._lock = threading.Lock()
@@ -257,7 +275,7 @@ class FeedbackLog:
         """Log what ``answer`` found missing (nothing when nothing is; with ``identify``, the
         LLM's sub-questions in place of the bridges, runtime/feedback_llm.py); never raises."""
         try:
-            record = missing_record(answer, self.bridges)
+            record = missing_record(answer, self.bridges, self.passages)
             if record is not None and self.identify is not None:
                 from runtime.feedback_llm import identified
 

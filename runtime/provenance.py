@@ -41,12 +41,14 @@ class Provenance:
             self.sentence = dict(zip(triples, t["text"].to_pylist()))
             self._restored_from = dict(zip(triples, t["sentence_id"].to_pylist()))
         self._passages: list[list[Triple]] = []  # chunk row -> the triples sourced there
+        self._chunk_ids: list[str] = []  # chunk row -> its id
         self.chunk_vectors: np.ndarray | None = None
         if tables.get("sentences", {}).get("rows") and (self.sentence or tables.get(
                 "triple_sources", {}).get("rows")):
             self._load_documents(build)
         if tables.get("triple_sources", {}).get("rows"):
             self._load_sources(build)
+        if tables.get("chunks", {}).get("rows"):  # linked text too: the passages feedback names
             self._load_passages(build)
 
     def _load_documents(self, build: Build) -> None:
@@ -72,6 +74,7 @@ class Provenance:
             return
         row = {chunk: i for i, chunk in enumerate(chunks)}
         self._passages = [[] for _ in chunks]
+        self._chunk_ids = chunks
         for triple, sources in self._sources.items():
             for chunk, _ in sources:
                 if chunk in row and triple not in self._passages[row[chunk]][-1:]:
@@ -81,12 +84,19 @@ class Provenance:
     def passage_triples(self, question: np.ndarray, passages: int) -> list[Triple]:
         """The triples sourced in the ``passages`` chunks most similar to the question vector
         (the same encoder embedded both), best chunk first, each triple once."""
+        return list(dict.fromkeys(t for i in self._nearest_rows(question, passages)
+                                  for t in self._passages[i]))
+
+    def nearest_chunks(self, question: np.ndarray, passages: int) -> list[str]:
+        """The ids of the ``passages`` chunks most similar to the question vector, best first."""
+        return [self._chunk_ids[i] for i in self._nearest_rows(question, passages)]
+
+    def _nearest_rows(self, question: np.ndarray, passages: int) -> list[int]:
         if self.chunk_vectors is None or passages <= 0 or question.shape[-1] != \
                 self.chunk_vectors.shape[1]:
             return []
         scores = self.chunk_vectors @ np.asarray(question, np.float32).reshape(-1)
-        top = np.argsort(-scores, kind="stable")[:passages]
-        return list(dict.fromkeys(t for i in top.tolist() for t in self._passages[i]))
+        return np.argsort(-scores, kind="stable")[:passages].tolist()
 
     def citations(self, used: Iterable[tuple[Triple, str]]) -> list[dict]:
         """The sources of the used triples (``(ids, rendered line)``), in their order."""

@@ -344,6 +344,7 @@ class Runtime:
         self._load_entities(b.read("entities"))
         rel = b.read("relations")
         self.relation_names = dict(zip(rel.column("id").to_pylist(), rel.column("name").to_pylist()))
+        self._path_only = {i for i, name in self.relation_names.items() if name == feedback.BRIDGE}
         self.n_relations = max(self.relation_names, default=-1) + 1
         triples = functools.cache(lambda: b.read("triples"))
         self.order, self.tail_entropy = self._query_stats(triples)
@@ -383,7 +384,9 @@ class Runtime:
                                     keep_questions=bool(s["feedback_questions"]),
                                     segment_bytes=int(s["feedback_segment_mb"]) << 20,
                                     max_bytes=int(s["feedback_max_mb"]) << 20,
-                                    bridges=int(s["feedback_bridges"]), identify=identify)
+                                    bridges=int(s["feedback_bridges"]), identify=identify,
+                                    passages=functools.partial(self.question_passages,
+                                                               n=int(s["feedback_passages"])))
 
     def _load_entities(self, ent: pa.Table) -> None:
         ids = to_numpy(ent.column("id"))
@@ -499,6 +502,14 @@ class Runtime:
         masked_vec = vectors.pop(0) if masked is not None else None
         plain_vec = np.asarray(vectors.pop(0), dtype=np.float32) if plain is not None else None
         return masked_vec, plain_vec
+
+    def question_passages(self, question: str, n: int) -> list[str]:
+        """The ids of the ``n`` chunks nearest the question (none without chunks or encoder):
+        the passages a feedback record names for the refresh to extract."""
+        if n <= 0 or self.provenance.chunk_vectors is None:
+            return []
+        vector = self._embed(None, question)[1]
+        return [] if vector is None else self.provenance.nearest_chunks(vector, n)
 
     def _search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         scores = np.asarray(self.vectors @ query[0], dtype=np.float32)
@@ -872,7 +883,9 @@ class Runtime:
             present = set(triples)
             extra = [f for f in dict.fromkeys(extra) if f not in present]
             triples, scores = triples + extra, scores + [min(scores)] * len(extra)
-        return _Retrieval(candidates, triples, scores, sources, semantic)
+        kept = [i for i, t in enumerate(triples) if t[1] not in self._path_only]
+        return _Retrieval(candidates, [triples[i] for i in kept], [scores[i] for i in kept],
+                          sources, semantic)
 
     def _rank(self, heads: list[int], q_vec: np.ndarray | None, retrieval: str,
               plan: RelationPlan) -> tuple[list[Candidate], dict[int, str]]:

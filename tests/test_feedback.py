@@ -322,6 +322,25 @@ def test_the_bridge_a_delta_supplied_is_named_in_the_next_rounds_record():
     assert feedback.record_problem({**after, "v": 1, "id": "x", "time": "t"}) is None
 
 
+def test_a_record_names_the_passages_nearest_its_question_without_keeping_the_question():
+    """The hop no linked path reaches is in a passage the question's words find; the record
+    names those chunks (the refresh extracts them), not the question."""
+    asked = []
+
+    def nearest(question):
+        asked.append(question)
+        return ["c7", "c2"]
+
+    record = feedback.missing_record(_answer([], []), 3, nearest)
+    assert record["passages"] == ["c7", "c2"] and asked == [_answer([], []).question]
+    assert "passages" not in feedback.missing_record(_answer([], []), 3)
+    log = feedback.FeedbackLog(Path("/nonexistent-unused"), passages=nearest)
+    assert log.passages is nearest
+    good = {**record, "v": 1, "id": "x", "time": "t"}
+    assert feedback.record_problem(good) is None
+    assert feedback.record_problem({**good, "passages": [7]}).startswith("field 'passages'")
+
+
 def test_a_malformed_bridge_list_is_not_a_record():
     good = {"v": 1, "id": "x", "time": "t", "build_id": "b", "kind": "no_derivation",
             "missing": [], "mentions": []}

@@ -40,6 +40,28 @@ def test_edit_distance_threshold_decides_duplicates():
     assert fe.near_duplicate("febaville · capital · lorvin", graph, 0.1) is None
 
 
+def test_near_duplicates_of_the_graph_are_dropped_and_of_each_other_merged():
+    class Pub:
+        @staticmethod
+        def graph_texts(keys):
+            return {"oslo": [fe.triple_text("Oslo", "capital of", "Norway")]}
+
+    def cand(feedback_id, head, relation, tail):
+        sq = fe.SubQuestion("", head, "", head, [feedback_id])
+        return fe.Candidate(sq, {"chunk_id": "c1"}, (head, relation, tail),
+                            (fe.entity_key(head), head), (fe.entity_key(tail), tail), relation)
+
+    delta = fe.deduplicated([cand("a", "Oslo", "capital of", "Norway"),  # the graph's
+                             cand("b", "Oslo", "twinned with", "Gothenburg"),
+                             cand("c", "Oslo", "twinned with", "Gothenburg."),  # near b's
+                             cand("d", "Oslo", "twinned with", "Gothenburg"),  # b's again
+                             cand("e", "Bergen", "twinned with", "Gothenburg")], Pub(), 0.1)
+    assert [(r["s_name"], r["o_name"], r["feedback_ids"]) for r in delta.rows] == [
+        ("Oslo", "Gothenburg", ["b", "c", "d"]), ("Bergen", "Gothenburg", ["e"])]
+    assert delta.duplicates == 3 and sorted(delta.answered) == sorted(
+        fe.SubQuestion("", n, "", n).key for n in ("Oslo", "Bergen"))
+
+
 def test_sub_questions_merge_records_asking_the_same_fact():
     records = [{"id": "a", **_missing("m.1", "location.city.country")},
                {"id": "b", **_missing("m.1", "location.city.country")},
@@ -118,6 +140,63 @@ def test_bridges_and_kept_questions_become_their_own_sub_questions():
     assert kept[0].text == "Who is the sibling of the performer of Decade?"
     assert kept[0].key != sqs[0].key  # retrieved by other words: not closed by the name's delta
     assert kept[1].key == sqs[1].key and sqs[0].asked == [("t", "b0")]
+
+
+def test_a_gold_off_every_linked_path_is_joined_from_the_questions_passages():
+    """The Meehan Bonnar question links only Meehan Bonnar and reaches his birthplace; the
+    diocese's passage — nearest the question's words, about no name the question reached —
+    states the gold. Asked of the record's passages: the mention's own triples, the unlinked
+    name's, and a bridge from the linked name to the passage's topic that cites its sentence."""
+    chunks = [{"chunk_id": "c0", "doc_id": "d0"}, {"chunk_id": "c1", "doc_id": "d1"}]
+    passage = {"d0": [("Meehan Bonnar", "born in", "Fredericton")],
+               "d1": [("Diocese of Fredericton", "part of", "Anglican Church of Canada"),
+                      ("Diocese of Fredericton", "established in", "1845")]}
+    names = ["Meehan Bonnar", "Fredericton", "Diocese of Fredericton", "Anglican Church of Canada"]
+
+    class Pub:
+        keys = [fe.entity_key(n) for n in names]
+        id_of = {k: i for i, k in enumerate(keys)}
+        by_form = {k: k for k in keys}
+        forms_of: dict = {}
+        row_of = {"c0": 0, "c1": 1}
+        sentences = {"c0": [("s0", "Meehan Bonnar was born in Fredericton.")],
+                     "c1": [("s1", "The Diocese of Fredericton is a diocese of the Anglican "
+                                   "Church of Canada.")]}
+        end = fe.Published.end
+
+        @staticmethod
+        def nearest(texts, k, skips):  # by name: only the birthplace's passage
+            return [[0] for _ in texts]
+
+    Pub.names, Pub.chunks = names, chunks
+
+    class Extraction:
+        @staticmethod
+        def triples(chunk):
+            return passage[chunk["doc_id"]]
+
+    record = {"id": "a", "time": "t", "build_id": "b0", "kind": "no_derivation", "missing": [],
+              "mentions": ["Meehan Bonnar"], "unlinked": ["Diocese"], "passages": ["c1", "gone"]}
+    sqs = fe.sub_questions([record])
+    asked = [(sq.name, sq.relation, sq.passages) for sq in sqs]
+    assert asked == [("Meehan Bonnar", "", ()), ("Meehan Bonnar", "", ("c1", "gone")),
+                     ("Diocese", "", ("c1", "gone")),
+                     ("Meehan Bonnar", fe.BRIDGE, ("c1", "gone"))]
+    assert len({sq.key for sq in sqs}) == 4  # each its own: closed by its own delta
+    by_name = fe.retrieved(sqs[:1], Pub(), Extraction, 3)
+    assert [c.triple for c in by_name] == [passage["d0"][0]]  # retrieval by the name: no gold
+    found = fe.retrieved(sqs[1:], Pub(), Extraction, 3)  # 'Diocese' is another name: none
+    assert [(c.s[1], c.triple[1], c.o[1]) for c in found] == [
+        ("Diocese of Fredericton", "part of", "Anglican Church of Canada"),
+        ("Diocese of Fredericton", "established in", "1845"),
+        ("Meehan Bonnar", fe.BRIDGE, "Diocese of Fredericton")]  # the path to them
+    assert [c.relation for c in found] == ["", "", fe.BRIDGE]  # the passage's: graph-nearest
+    row = fe._row(found[-1])  # the bridge cites the sentence that names the topic
+    assert (row["chunk_id"], row["sentence_id"]) == ("c1", "s1")
+    assert "Anglican Church of Canada" in row["sentence"]
+    # a passage about the linked name itself needs no bridge, only its triples
+    own = fe.SubQuestion("", "Diocese of Fredericton", fe.BRIDGE, "x", passages=("c1",))
+    assert [c.relation for c in fe.retrieved([own], Pub(), Extraction, 3)] == ["", ""]
 
 
 def test_consolidated_delta_keeps_provenance_per_feedback_id(tmp_path):
@@ -285,10 +364,10 @@ def withheld_question(dump: Path) -> tuple[dict, dict]:
     return edge, next(q for q in questions if q["id"] == edge["question"])
 
 
-def answers(store: Path, question: str) -> list[str]:
+def answers(store: Path, question: str, **settings) -> list[str]:
     from runtime.query import Runtime
 
-    runtime = Runtime.open(store)
+    runtime = Runtime.open(store, **settings)
     try:
         return runtime.ask(question, llm="none").answers
     finally:
@@ -307,7 +386,8 @@ def loop(tmp_path_factory):
     edge, question = withheld_question(dump)
     config = refresh_config(dump)
     first = build(str(dump), str(store), config)
-    before = answers(store, question["question"])  # the runtime logs what it found missing
+    # the runtime logs what it found missing: the chain stop alone (no question passages)
+    before = answers(store, question["question"], feedback_passages=0)
     logged = read_log(log_dir(store)).records
     (log_dir(store) / "0000000000000-0-h-1-bad.log").write_bytes(b"not a record\n")
     second = build(str(dump), str(store), config)
@@ -356,3 +436,39 @@ def test_a_later_refresh_closes_the_answered_sub_question(loop):
     again = loop["again"]
     assert again["closed_answered"] == 1 and again["enriched"] == 0
     assert again["delta_triples"] == 1  # the earlier delta stays in every later build
+
+
+@pytest.mark.slow
+def test_a_gold_off_every_linked_path_is_reached_after_one_refresh(tmp_path):
+    """The withheld edge's head (the bridge) is taken out of the graph altogether, so the
+    question's gold lies on no path from its topic: asking about the names it reached brings
+    back at most the first hop a round. The record names the passages nearest the question;
+    one enrich + rebuild adds both hops from them, and the answer's context holds the gold."""
+    from pipeline.driver import build
+    from pipeline.synth import generate
+    from runtime.query import Runtime
+
+    dump, store = tmp_path / "dump", tmp_path / "store"
+    generate(dump, n_triples=300, seed=3, n_questions=40, withhold=1)
+    edge, question = withheld_question(dump)
+    bridge = f"/{edge['s']}>".encode()
+    for name in ("kg.nt", "kg.tsv"):
+        lines = (dump / name).read_bytes().splitlines(keepends=True)
+        (dump / name).write_bytes(b"".join(l for l in lines if bridge not in l
+                                           and edge["s"].encode() + b"\t" not in l
+                                           and b"\t" + edge["s"].encode() not in l))
+    config = refresh_config(dump)
+    build(str(dump), str(store), config)
+    first = answers(store, question["question"])
+    (record,) = read_log(log_dir(store)).records
+    assert record["passages"] and question["answers"][0] not in first
+    build(str(dump), str(store), config)
+    rows = [r for p in sorted((store / "feedback" / "deltas").glob("*.parquet"))
+            for r in pq.read_table(p).to_pylist()]
+    assert (edge["s_name"], edge["o_name"]) in {(r["s_name"], r["o_name"]) for r in rows}
+    runtime = Runtime.open(store, feedback=False)
+    try:
+        answer = runtime.ask(question["question"], llm="none")
+    finally:
+        runtime.close()
+    assert any(question["answers"][0] in t["line"] for t in answer.triples)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +53,7 @@ from pipeline.stage import Laps, StageError, checked_section, stage_input, torch
 from runtime.config import section
 from runtime.contract import Build, Store
 from runtime.encoder import EncoderError, SentenceEncoder
-from runtime.feedback import log_dir, now, read_log
+from runtime.feedback import BRIDGE, log_dir, now, read_log
 from runtime.linker import common_nouns, normalise
 from text.chunking import content_id
 from text.triple_context import readable_relation
@@ -91,12 +91,18 @@ class SubQuestion:
     feedback_ids: list[str] = field(default_factory=list)
     asked: list[tuple[str, str]] = field(default_factory=list)  # (time, build_id) per record
     skip: int = 0  # passages nearest the text already tried (a re-opened sub-question)
+    #: chunk ids to extract instead of those nearest the text: the passages nearest the
+    #: question that asked it (a record's ``passages``)
+    passages: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
         """(entity, relation), or the folded name of an entity named without a key; a name
-        retrieved by other words (the question, an LLM's sub-question) is another question."""
+        retrieved by other words (the question, an LLM's sub-question) or asked of a
+        question's passages is another question."""
         key = f"{self.entity}\t{self.relation}\t{entity_key(self.name) if not self.entity else ''}"
+        if self.passages:
+            return f"{key}\t{content_id(*self.passages)}"
         return key if self.entity or entity_key(self.text) == entity_key(self.name) \
             else f"{key}\t{content_id(self.text)}"
 
@@ -135,7 +141,9 @@ def _merged(records: list[dict], asks) -> list[SubQuestion]:
 
 
 def _asks(record: dict) -> list[SubQuestion]:
-    """One record's sub-questions: missing facts, mentions, bridges."""
+    """One record's sub-questions: missing facts, mentions, bridges; and, where the record
+    names the passages nearest its question, each of them — and each name the question wrote
+    that nothing linked — asked of those passages (the hop the links' paths never reach)."""
     question = _question(record)
     asks = [SubQuestion(m["entity"], str(m.get("name") or m["entity"]), m["relation"],
                         str(m.get("text") or "")) for m in record["missing"]]
@@ -143,7 +151,13 @@ def _asks(record: dict) -> list[SubQuestion]:
              for m in record["mentions"] if isinstance(m, str) and entity_key(m)]
     asks += [SubQuestion("", b["name"], "", b["text"]) for b in record.get("bridges", ())
              if entity_key(b["name"])]
-    return asks
+    passages = tuple(record.get("passages", ()))
+    if not passages:
+        return asks
+    unlinked = [SubQuestion("", n, "", n) for n in record.get("unlinked", ()) if entity_key(n)]
+    linked = [m for m in record["mentions"] if isinstance(m, str) and entity_key(m)]
+    bridge = [SubQuestion("", linked[0], BRIDGE, linked[0])] if linked else []
+    return asks + [replace(sq, passages=passages) for sq in asks + unlinked + bridge]
 
 
 @dataclass
@@ -182,6 +196,7 @@ class Published:
     def __init__(self, build: Build, encoder: SentenceEncoder | None):
         self.build, self.encoder = build, encoder
         self.chunks = build.read("chunks").to_pylist()
+        self.row_of = {c["chunk_id"]: i for i, c in enumerate(self.chunks)}
         by_doc: dict[str, list[dict]] = {}
         for s in build.read("sentences").to_pylist():
             by_doc.setdefault(s["doc_id"], []).append(s)
@@ -405,16 +420,43 @@ class Candidate:
 
 def retrieved(sqs: list[SubQuestion], pub: Published, extraction: Extraction,
               k: int) -> list[Candidate]:
-    """The triples of the ``k`` chunks nearest each sub-question (after the ``skip`` it tried)
-    whose entity is on the side its relation asks about (a mention: either side)."""
+    """The triples of the ``k`` chunks nearest each sub-question (after the ``skip`` it tried;
+    a question's passages: those) whose entity is on the side its relation asks about (a
+    mention: either side)."""
+    searched = [sq for sq in sqs if not sq.passages]
     texts = [sq.text or f"{sq.name} {readable_relation(sq.relation.lstrip(INVERSE))}"
-             for sq in sqs]
+             for sq in searched]
+    nearest = iter(pub.nearest(texts, k, [sq.skip for sq in searched]) if searched else ())
     out = []
-    for sq, rows in zip(sqs, pub.nearest(texts, k, [sq.skip for sq in sqs]) if sqs else ()):
+    for sq in sqs:
+        rows = [pub.row_of[c] for c in sq.passages if c in pub.row_of] if sq.passages \
+            else next(nearest)
         for row in rows:
             chunk = pub.chunks[row]
-            out += passage_candidates(sq, chunk, pub.sentences[chunk["chunk_id"]], pub,
-                                      extraction)
+            find = bridged if sq.relation == BRIDGE else passage_candidates
+            out += find(sq, chunk, pub.sentences[chunk["chunk_id"]], pub, extraction)
+    return out
+
+
+def bridged(sq: SubQuestion, chunk: dict, sentences: list, pub: Published,
+            extraction: Extraction) -> list[Candidate]:
+    """Every triple of a passage nearest the question (as a mention's: the graph relation
+    nearest its phrase), and (the linked name, :data:`BRIDGE`, the passage's topic — the end
+    most of its triples share, first seen) citing the sentence that names the topic, unless
+    the topic is the name: the passage's facts and the path from the question to them."""
+    triples = [tuple(t) for t in extraction.triples(chunk)
+               if entity_key(t[0]) and entity_key(t[2]) and entity_key(t[0]) != entity_key(t[2])]
+    about = replace(sq, relation="")
+    out = [Candidate(about, chunk, t, pub.end(None, t[0]), pub.end(None, t[2]),
+                     sentences=sentences) for t in triples]
+    ends: dict[str, list[str]] = {}
+    for head, _, tail in triples:
+        for end in (head, tail):
+            ends.setdefault(entity_key(end), []).append(end)
+    topic = max(ends.values(), key=len)[0] if ends else ""
+    if topic and entity_key(topic) != entity_key(sq.name):
+        out.append(Candidate(sq, chunk, (sq.name, BRIDGE, topic), pub.end(None, sq.name),
+                             pub.end(None, topic), BRIDGE, sentences))
     return out
 
 
@@ -508,26 +550,43 @@ class Delta:
 
 def deduplicated(cands: list[Candidate], pub: Published, threshold: float) -> Delta:
     """Candidates not within ``threshold`` of a graph triple about the same entity, merged
-    when two are near each other (the feedback ids of both are then answered by one row)."""
+    when two about the same entity are near each other (the feedback ids of both are then
+    answered by one row). A text seen before is not compared again: a passage's triple comes
+    once per sub-question asked of it."""
     graph = pub.graph_texts({k for c in cands for k in (c.s[0], c.o[0])})
-    delta, texts = Delta(), []
+    delta = Delta()
+    kept: dict[str, list[tuple[str, int]]] = {}  # entity key -> (text, row) of rows about it
+    seen: dict[str, int] = {}  # text -> its row, or -1: near a graph triple
     for c in cands:
         text = triple_text(c.s[1], c.relation, c.o[1])
-        about = graph.get(c.s[0], []) + graph.get(c.o[0], [])
-        if near_duplicate(text, about, threshold) is not None:
-            delta.duplicates += 1
-            continue
-        same = near_duplicate(text, texts, threshold)
-        if same is None:
-            texts.append(text)
+        row = seen.get(text)
+        if row is None:
+            row = _near_row(text, graph.get(c.s[0], []) + graph.get(c.o[0], []),
+                            kept.get(c.s[0], []) + kept.get(c.o[0], []), threshold)
+        if row is None:
+            row = len(delta.rows)
             delta.rows.append(_row(c))
-            same = len(delta.rows) - 1
+            for key in {c.s[0], c.o[0]}:
+                kept.setdefault(key, []).append((text, row))
         else:
             delta.duplicates += 1
-        ids = delta.rows[same]["feedback_ids"]
+        seen[text] = row
+        if row < 0:
+            continue
+        ids = delta.rows[row]["feedback_ids"]
         ids.extend(i for i in c.sq.feedback_ids if i not in ids)
         delta.answered.setdefault(c.sq.key, c.sq.feedback_ids)
     return delta
+
+
+def _near_row(text: str, graph: list[str], kept: list[tuple[str, int]],
+              threshold: float) -> int | None:
+    """-1 when ``text`` is near a graph triple, else the row of the first kept text near it,
+    else None (``text`` is new)."""
+    if near_duplicate(text, graph, threshold) is not None:
+        return -1
+    hit = near_duplicate(text, [t for t, _ in kept], threshold)
+    return kept[hit][1] if hit is not None else None
 
 
 def _row(c: Candidate) -> dict:
@@ -617,7 +676,7 @@ def _open(sqs: list[SubQuestion], state: dict[str, Tried], fingerprint: str,
     for sq in sqs:
         st = state.get(sq.key)
         if st is not None and st.depth is not None and st.depth < deepest \
-                and st.asked_after(sq):
+                and st.asked_after(sq) and not sq.passages:  # a question's passages: all tried
             sq.skip = st.depth
             counts["reopened"] += 1
         elif st is not None and (st.answered or st.fingerprint == fingerprint):
@@ -647,8 +706,10 @@ def enrich(config: Mapping, cfg: Mapping, build: Build, sqs: list[SubQuestion],
         todo, closed = _open(sqs, earlier(root, build.build_id), fingerprint, cfg)
         extraction = Extraction(config, backend, dump, out)
         named = aliases([sq for sq in todo if sq.relation == ALIAS], pub, k)
-        cands = with_relations(retrieved([sq for sq in todo if sq.relation != ALIAS], pub,
-                                         extraction, k), pub, float(cfg["relation_min_cosine"]))
+        found = retrieved([sq for sq in todo if sq.relation != ALIAS], pub, extraction, k)
+        cands = with_relations([c for c in found if c.relation != BRIDGE], pub,
+                               float(cfg["relation_min_cosine"]))
+        cands += [c for c in found if c.relation == BRIDGE]
         delta = deduplicated(cands, pub, float(cfg["dedupe_threshold"]))
         delta.answered.update(named.answered)
         delta.aliases = named.aliases
