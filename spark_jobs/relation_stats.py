@@ -226,16 +226,15 @@ def _typed_entities(spark_entities, rule: str):
 
 
 def _roles(triples):
-    """(e, r, x, h): each triple as a head row (e = s, x null, h = 1) and a tail row (e = o,
-    x = s, h = 0), exchanged once by e: every per-entity aggregation after it needs no other
-    (hash(e) satisfies its grouping). The triples are distinct by contract (``triples`` in
+    """(e, r, h): each triple as a head row (e = s, h = 1) and a tail row (e = o, h = 0),
+    exchanged once by e: every per-entity aggregation after it needs no other (hash(e)
+    satisfies its grouping). The triples are distinct by contract (``triples`` in
     runtime/contract.py: ingest, the only producer before this stage, de-duplicates them), so
     there is no ``distinct`` here."""
     from pyspark.sql import functions as F
 
-    heads = triples.select(F.col("s").alias("e"), "r", F.lit(None).cast("long").alias("x"),
-                           F.lit(1).alias("h"))
-    tails = triples.select(F.col("o").alias("e"), "r", F.col("s").alias("x"), F.lit(0).alias("h"))
+    heads = triples.select(F.col("s").alias("e"), "r", F.lit(1).alias("h"))
+    tails = triples.select(F.col("o").alias("e"), "r", F.lit(0).alias("h"))
     return heads.unionByName(tails).repartition("e")
 
 
@@ -319,8 +318,8 @@ def _type_combos(spark, triples, entities_path: str, rule: str):
 
 def _collect_together(parts: Mapping) -> dict[str, pa.Table]:
     """Small aggregates (name → DataFrame) collected by one Spark query, a union tagged by
-    name: the exchange they share (the role rows by entity) runs once and is reused, and one
-    result job serves them all instead of one action each."""
+    name: one result job for all instead of an action each, and their map stages (submitted
+    together by adaptive execution) share the cores."""
     from pyspark.sql import functions as F
 
     tagged = [frame.select(F.lit(name).alias("part"), *frame.columns)
@@ -329,6 +328,20 @@ def _collect_together(parts: Mapping) -> dict[str, pa.Table]:
     table = union.toArrow()
     return {name: table.filter(pc.equal(table.column("part"), name)).select(frame.columns)
             for name, frame in parts.items()}
+
+
+def _first_query(counts, hubs, combos, hubs_possible: bool, on_driver: bool) -> dict:
+    """What the stage's first query collects: the per-relation and entity-pair counts, the
+    number of hub entities (only when there can be any: an entity touches at most |R|
+    relations, so none when |R| ≤ the cap) and, for the driver path, the type-set counts."""
+    from pyspark.sql import functions as F
+
+    parts = {"counts": counts}
+    if hubs_possible:
+        parts["hubs"] = hubs.agg(F.count(F.lit(1)).alias("n"))
+    if on_driver:
+        parts["combos"] = combos
+    return parts
 
 
 def compute(spark, config: Mapping, entities_path: str, triples_path: str, relations_path: str,
@@ -354,15 +367,11 @@ def compute(spark, config: Mapping, entities_path: str, triples_path: str, relat
     if report["path"] == "spark":  # its entity pairs are read again: kept from this first pass
         counts = counts.persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(counts)
-    parts = {"counts": counts}
-    if n_rel > cap_e:  # an entity touches at most |R| relations: else there is no hub
-        parts["hubs"] = hubs.agg(F.count(F.lit(1)).alias("n"))
-    if report["path"] == "driver":
-        parts["combos"] = combos
-    collected = _collect_together(parts)
+    collected = _collect_together(_first_query(counts, hubs, combos, n_rel > cap_e,
+                                               report["path"] == "driver"))
     basic, entity_pairs = _split_counts(collected["counts"])
     report["triples"] = int(pc.sum(basic.column("triples")).as_py() or 0)
-    report["hub_entities_skipped"] = collected["hubs"].column("n")[0].as_py() if "hubs" in collected else 0
+    report["hub_entities_skipped"] = collected["hubs"]["n"][0].as_py() if n_rel > cap_e else 0
     lap("spark_passes")
 
     transe = _transe_pairs(relations, embeddings_path, cfg, report, log or (lambda msg: None))
