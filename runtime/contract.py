@@ -78,6 +78,8 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
     "relations": pa.schema([("id", pa.int64()), ("name", pa.string())]),
+    # Distinct rows: ingest (every dump, document graph and feedback delta goes through it) and
+    # scos_merge de-duplicate what they write; relation_stats counts rows and relies on it.
     "triples": pa.schema([("s", pa.int64()), ("r", pa.int64()), ("o", pa.int64())]),
     "quarantine": pa.schema(
         [

@@ -27,11 +27,13 @@ from the self-join, hub entities by a join of the hub's relations with the candi
 either relation has no triples). ``source`` lists the generators that proposed the pair,
 comma-separated and sorted (e.g. ``entity,type``).
 
-How (issue 17 item 2): Spark makes the passes that grow with the triples — one exchange of
-the head and tail rows by entity (``_roles``, which also de-duplicates), then on that cached,
-entity-partitioned table one aggregation for the per-relation counts and H(r), the non-hub
-entity pairs generated within each entity's relation set, and the triples counted per (head
-type set, tail type set) with the entity types broadcast. Up to ``driver_max_relations``
+How (issue 17 item 2): the triples are distinct by contract (ingest de-duplicates them), so
+the stage de-duplicates nothing. One Spark query makes the passes that grow with the triples —
+one exchange of the head and tail rows by entity (``_roles``), then, per entity, one generate
+of its (relation, counts) rows and of its non-hub relation pairs and one aggregation of both
+(``_entity_counts``: per-relation counts and H(r), shared entities per pair), beside the
+triples counted per (head type set, tail type set) with the entity types broadcast — collected
+together (``_collect_together``). Up to ``driver_max_relations``
 relations, what is left is |R|-sized and done on the driver: P_r spread from those counts
 (``spread_counts``, as ``TypeIndex``), the type candidates, NMI (``nmi_signal``), Jaccard, and
 one Arrow write; hub entities, when there can be any (|R| > the cap), are counted for the
@@ -47,6 +49,7 @@ with the Spark computation.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import sys
@@ -223,55 +226,69 @@ def _typed_entities(spark_entities, rule: str):
 
 
 def _roles(triples):
-    """(e, r, x, h): each relation's heads (e = s, x null, h = 1) and distinct triples as tail
-    rows (e = o, x = s, h = 0). The stage's one exchange of the triples (by e) de-duplicates
-    them too, and every per-entity aggregation after it needs no other: hash(e) satisfies
-    their grouping."""
+    """(e, r, h): each triple as a head row (e = s, h = 1) and a tail row (e = o, h = 0),
+    exchanged once by e: every per-entity aggregation after it needs no other (hash(e)
+    satisfies its grouping). The triples are distinct by contract (``triples`` in
+    runtime/contract.py: ingest, the only producer before this stage, de-duplicates them), so
+    there is no ``distinct`` here."""
     from pyspark.sql import functions as F
 
-    heads = triples.select(F.col("s").alias("e"), "r", F.lit(None).cast("long").alias("x"),
-                           F.lit(1).alias("h"))
-    tails = triples.select(F.col("o").alias("e"), "r", F.col("s").alias("x"), F.lit(0).alias("h"))
-    return heads.unionByName(tails).repartition("e").distinct()
+    heads = triples.select(F.col("s").alias("e"), "r", F.lit(1).alias("h"))
+    tails = triples.select(F.col("o").alias("e"), "r", F.lit(0).alias("h"))
+    return heads.unionByName(tails).repartition("e")
 
 
 def _entity_relations(roles):
-    """(e, r, h, c): e is a head of r (h = 1) and the tail of c distinct triples of r."""
+    """(e, r, h, c): e is a head of r (h = 1) and the tail of c triples of r."""
     from pyspark.sql import functions as F
 
     return roles.groupBy("e", "r").agg(F.max("h").alias("h"), F.sum(1 - F.col("h")).alias("c"))
 
 
-def _relation_facts(er):
-    """Per relation, one aggregation: triples, heads, tails, entities and H(r) in nats
-    (H = ln n − Σ_o c_o ln c_o / n, c_o the triples with tail o, n = Σ c_o)."""
+def _relation_sets(er):
+    """(e, rs): each entity's relations as (r, h, c) structs; grouped where er already is (by e)."""
     from pyspark.sql import functions as F
 
+    return er.groupBy("e").agg(F.collect_list(F.struct("r", "h", "c")).alias("rs"))
+
+
+def _entity_counts(sets, cap: int):
+    """One generate over each entity's relations and one aggregation give both per-relation
+    facts and entity pairs, so that one plan (one exchange of the role rows) serves both:
+
+    * b = −1: relation a's triples, heads, tails, entities and H(r) in nats
+      (H = ln n − Σ_o c_o ln c_o / n, c_o the triples with tail o, n = Σ c_o);
+    * b ≥ 0: relations a < b and, as ``entities``, the entities touching ≤ ``cap`` relations
+      that they share (pairs made within each entity's row: no self-join, no sort)."""
+    from pyspark.sql import functions as F
+
+    def row(a, b, h, c):
+        return F.struct(a.alias("a"), b.cast("long").alias("b"), h.cast("int").alias("h"),
+                        c.cast("long").alias("c"))
+
+    own = F.transform("rs", lambda x: row(x["r"], F.lit(-1), x["h"], x["c"]))
+    pairs = F.flatten(F.transform("rs", lambda x: F.transform(
+        F.filter("rs", lambda y: y["r"] > x["r"]), lambda y: row(x["r"], y["r"], F.lit(0), F.lit(0)))))
+    rows = sets.select(F.explode(F.when(F.size("rs") <= cap, F.concat(own, pairs))
+                                 .otherwise(own)).alias("x")).select("x.*")
     c = F.col("c")
-    per_r = er.groupBy("r").agg(
+    counts = rows.groupBy("a", "b").agg(
         F.sum(c).alias("triples"), F.sum("h").alias("heads"),
         F.count(F.when(c > 0, 1)).alias("tails"), F.count(F.lit(1)).alias("entities"),
         F.sum(F.when(c > 0, c * F.log(c)).otherwise(0.0)).alias("clc"))
     entropy = F.greatest(F.lit(0.0), F.log("triples") - F.col("clc") / F.col("triples"))
-    return per_r.select("r", "triples", "heads", "tails", "entities",
-                        F.round(entropy, DIGITS).alias("entropy"))
+    return counts.select("a", "b", "triples", "heads", "tails", "entities",
+                         F.when(F.col("b") < 0, F.round(entropy, DIGITS)).alias("entropy"))
 
 
-def _relation_sets(er):
-    """(e, rs): each entity's relations; grouped where er already is (by e)."""
-    from pyspark.sql import functions as F
-
-    return er.groupBy("e").agg(F.collect_list("r").alias("rs"))
-
-
-def _entity_pairs(sets, cap: int):
-    """(r_i, r_j, shared_nonhub) over the entities touching ≤ ``cap`` relations: the pairs of
-    each entity's relation set, made within its row (no self-join, no sort), then counted."""
-    from pyspark.sql import functions as F
-
-    firsts = sets.filter(F.size("rs") <= cap).select(F.explode("rs").alias("r_i"), "rs")
-    pairs = firsts.select("r_i", F.explode(F.filter("rs", lambda r: r > F.col("r_i"))).alias("r_j"))
-    return pairs.groupBy("r_i", "r_j").agg(F.count(F.lit(1)).alias("shared_nonhub"))
+def _split_counts(counts: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """``_entity_counts`` collected → (r, triples, heads, tails, entities, entropy) and
+    (r_i, r_j, shared_nonhub)."""
+    own = pc.equal(counts.column("b"), -1)
+    facts = counts.filter(own).select(["a", "triples", "heads", "tails", "entities", "entropy"])
+    pairs = counts.filter(pc.invert(own)).select(["a", "b", "entities"])
+    return (facts.rename_columns(["r", *facts.column_names[1:]]),
+            pairs.rename_columns(["r_i", "r_j", "shared_nonhub"]))
 
 
 def _hub_shared(hub, cand):
@@ -284,20 +301,47 @@ def _hub_shared(hub, cand):
             .groupBy("r_i", "r_j").agg(F.count(F.lit(1)).alias("shared_hub")))
 
 
-def _type_combos(spark, roles, entities_path: str, rule: str):
-    """(r, hts, tts, c): the distinct triples (the tail rows of ``roles``) counted per head
-    type set and tail type set."""
+def _type_combos(spark, triples, entities_path: str, rule: str):
+    """(r, hts, tts, c): the triples counted per head type set and tail type set (entity types
+    broadcast: no exchange of the triples)."""
     from pyspark.sql import functions as F
 
     typed = _typed_entities(spark.read.parquet(entities_path).select("id", "types"), rule)
     head, tail = typed.alias("head"), typed.alias("tail")  # one broadcast, reused for both
     untyped = F.array(F.lit(UNTYPED))
-    tails = roles.filter(F.col("h") == 0).select("x", "r", "e")
-    tagged = (tails.join(head, F.col("x") == F.col("head.e"), "left")
-              .join(tail, tails["e"] == F.col("tail.e"), "left")
+    tagged = (triples.join(head, F.col("s") == F.col("head.e"), "left")
+              .join(tail, F.col("o") == F.col("tail.e"), "left")
               .select("r", F.coalesce("head.ts", untyped).alias("hts"),
                       F.coalesce("tail.ts", untyped).alias("tts")))
     return tagged.groupBy("r", "hts", "tts").agg(F.count(F.lit(1)).alias("c"))
+
+
+def _collect_together(parts: Mapping) -> dict[str, pa.Table]:
+    """Small aggregates (name → DataFrame) collected by one Spark query, a union tagged by
+    name: one result job for all instead of an action each, and their map stages (submitted
+    together by adaptive execution) share the cores."""
+    from pyspark.sql import functions as F
+
+    tagged = [frame.select(F.lit(name).alias("part"), *frame.columns)
+              for name, frame in parts.items()]
+    union = functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged)
+    table = union.toArrow()
+    return {name: table.filter(pc.equal(table.column("part"), name)).select(frame.columns)
+            for name, frame in parts.items()}
+
+
+def _first_query(counts, hubs, combos, hubs_possible: bool, on_driver: bool) -> dict:
+    """What the stage's first query collects: the per-relation and entity-pair counts, the
+    number of hub entities (only when there can be any: an entity touches at most |R|
+    relations, so none when |R| ≤ the cap) and, for the driver path, the type-set counts."""
+    from pyspark.sql import functions as F
+
+    parts = {"counts": counts}
+    if hubs_possible:
+        parts["hubs"] = hubs.agg(F.count(F.lit(1)).alias("n"))
+    if on_driver:
+        parts["combos"] = combos
+    return parts
 
 
 def compute(spark, config: Mapping, entities_path: str, triples_path: str, relations_path: str,
@@ -313,31 +357,33 @@ def compute(spark, config: Mapping, entities_path: str, triples_path: str, relat
     relations = read_table(Path(relations_path), "relations")
     n_rel = report["relations"] = relations.num_rows
     report["max_possible_pairs"] = n_rel * (n_rel - 1) // 2
-    roles = _roles(spark.read.parquet(triples_path).select("s", "r", "o"))
-    roles = roles.persist(StorageLevel.MEMORY_AND_DISK)
-    roles.count()  # materialised first, so that every plan on it sees its partitioning by e
-    er = _entity_relations(roles)
-    basic = _relation_facts(er).toArrow()
-    report["triples"] = int(pc.sum(basic.column("triples")).as_py() or 0)
-    lap("entropy_and_sizes")
-
-    sets, cap_e = _relation_sets(er), int(cfg["max_relations_per_entity"])
-    hubs = sets.filter(F.size("rs") > cap_e)
-    # an entity touches at most |R| relations: with |R| ≤ the cap there is no hub to count
-    report["hub_entities_skipped"] = hubs.count() if n_rel > cap_e else 0
-    hub = hubs.select("e", F.explode("rs").alias("r"))
-    combos = _type_combos(spark, roles, entities_path, cfg["type_rule"])
-    transe = _transe_pairs(relations, embeddings_path, cfg, report, log or (lambda msg: None))
+    triples = spark.read.parquet(triples_path).select("s", "r", "o")
     report["path"] = "driver" if n_rel <= int(cfg["driver_max_relations"]) else "spark"
+    sets, cap_e = _relation_sets(_entity_relations(_roles(triples))), int(cfg["max_relations_per_entity"])
+    hubs = sets.filter(F.size("rs") > cap_e)
+    hub = hubs.select("e", F.explode("rs.r").alias("r"))
+    combos = _type_combos(spark, triples, entities_path, cfg["type_rule"])
+    counts, cached = _entity_counts(sets, cap_e), []
+    if report["path"] == "spark":  # its entity pairs are read again: kept from this first pass
+        counts = counts.persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(counts)
+    collected = _collect_together(_first_query(counts, hubs, combos, n_rel > cap_e,
+                                               report["path"] == "driver"))
+    basic, entity_pairs = _split_counts(collected["counts"])
+    report["triples"] = int(pc.sum(basic.column("triples")).as_py() or 0)
+    report["hub_entities_skipped"] = collected["hubs"]["n"][0].as_py() if n_rel > cap_e else 0
+    lap("spark_passes")
+
+    transe = _transe_pairs(relations, embeddings_path, cfg, report, log or (lambda msg: None))
     if report["path"] == "driver":
-        tables = (basic, _entity_pairs(sets, cap_e).toArrow(), combos.toArrow())
-        stats, pairs = _on_driver(spark, relations, tables, hub, transe, cfg, report)
-        cached = [roles]
+        stats, pairs = _on_driver(spark, relations, (basic, entity_pairs, collected["combos"]),
+                                  hub, transe, cfg, report)
     else:
-        entity_pairs = _entity_pairs(sets, cap_e).persist(StorageLevel.MEMORY_AND_DISK)
-        stats, pairs, cached = _on_spark(spark, relations, (basic, entity_pairs, combos), hub,
-                                         transe, cfg, report)
-        cached += [roles, entity_pairs]
+        entity_pairs = counts.filter(F.col("b") >= 0).select(
+            F.col("a").alias("r_i"), F.col("b").alias("r_j"), F.col("entities").alias("shared_nonhub"))
+        stats, pairs, more = _on_spark(spark, relations, (basic, entity_pairs, combos), hub,
+                                       transe, cfg, report)
+        cached += more
     lap("type_pairs_and_candidates")
     return stats, pairs, report, lap, cached
 
