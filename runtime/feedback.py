@@ -39,10 +39,6 @@ MAX_RECORD_BYTES = 64 * 1024
 
 #: Missing facts one record lists at most (the entities a chain's walk stopped at).
 MAX_MISSING = 10
-#: The relation feedback enrichment joins a question's linked name with to the topic of a
-#: passage nearest the question. It states no fact, only where a later question may walk: the
-#: runtime follows it in paths and never writes it into a context.
-BRIDGE = "asked with"
 
 
 def log_dir(store_root: str | Path) -> Path:

@@ -344,7 +344,6 @@ class Runtime:
         self._load_entities(b.read("entities"))
         rel = b.read("relations")
         self.relation_names = dict(zip(rel.column("id").to_pylist(), rel.column("name").to_pylist()))
-        self._path_only = {i for i, name in self.relation_names.items() if name == feedback.BRIDGE}
         self.n_relations = max(self.relation_names, default=-1) + 1
         triples = functools.cache(lambda: b.read("triples"))
         self.order, self.tail_entropy = self._query_stats(triples)
@@ -883,9 +882,7 @@ class Runtime:
             present = set(triples)
             extra = [f for f in dict.fromkeys(extra) if f not in present]
             triples, scores = triples + extra, scores + [min(scores)] * len(extra)
-        kept = [i for i, t in enumerate(triples) if t[1] not in self._path_only]
-        return _Retrieval(candidates, [triples[i] for i in kept], [scores[i] for i in kept],
-                          sources, semantic)
+        return _Retrieval(candidates, triples, scores, sources, semantic)
 
     def _rank(self, heads: list[int], q_vec: np.ndarray | None, retrieval: str,
               plan: RelationPlan) -> tuple[list[Candidate], dict[int, str]]:

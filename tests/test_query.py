@@ -422,18 +422,3 @@ def test_the_linker_built_from_the_builds_folded_forms_is_the_one_folded_at_open
     assert with_file.linker._index == {**without.linker._index, "zz top": (4,)}
     assert with_file.link("who directed the sequel of a. brook ?") == \
         without.link("who directed the sequel of a. brook ?") != []
-
-
-def test_a_feedback_bridge_is_walked_but_never_written_into_a_context(tmp_path, monkeypatch):
-    """A bridge (runtime.feedback.BRIDGE) states no fact: the paths through it still reach
-    their candidates and the facts beyond it, but no context line is the bridge itself."""
-    from runtime import feedback
-    from tests import test_query
-
-    monkeypatch.setattr(test_query, "RELATIONS", [feedback.BRIDGE, *RELATIONS[1:]])
-    make_store(tmp_path)
-    answer = Runtime.open(tmp_path / "store").ask("Who directed the sequel of The Long Road?")
-    assert {"The Long Road II", "Ben Stone"} <= {c["name"] for c in answer.candidates}
-    lines = {(t["s"], t["r"], t["o"]) for t in answer.triples}
-    assert ("The Long Road II", "film.film.directed_by", "Ben Stone") in lines
-    assert answer.triples and all(t["r"] != feedback.BRIDGE for t in answer.triples)
