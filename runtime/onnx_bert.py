@@ -10,7 +10,7 @@ float32 forward's time on these cores, vectors at cosine ≥ 0.99 of the float32
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
