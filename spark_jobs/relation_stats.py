@@ -367,7 +367,9 @@ def compute(spark, config: Mapping, entities_path: str, triples_path: str, relat
     if report["path"] == "spark":  # its entity pairs are read again: kept from this first pass
         counts = counts.persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(counts)
-    collected = _collect_together(_first_query(counts, hubs, combos, n_rel > cap_e,
+    # the Spark path keeps its entity pairs (up to |R|²/2) in Spark: only the facts come back
+    wanted = counts if report["path"] == "driver" else counts.filter(F.col("b") < 0)
+    collected = _collect_together(_first_query(wanted, hubs, combos, n_rel > cap_e,
                                                report["path"] == "driver"))
     basic, entity_pairs = _split_counts(collected["counts"])
     report["triples"] = int(pc.sum(basic.column("triples")).as_py() or 0)
