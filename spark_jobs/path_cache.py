@@ -326,10 +326,10 @@ def _translated(lists: pa.Array, ids: np.ndarray) -> pa.ListArray:
     return pa.ListArray.from_arrays(lists.offsets, values)
 
 
-def copied_rows(partial: Partial, buckets: int) -> list[list[pa.Table]]:
-    """The previous cache's rows of every head not searched anew, in this build's ids, listed
-    by this build's bucket (a head's bucket moves with its id)."""
-    by_bucket: list[list[pa.Table]] = [[] for _ in range(buckets)]
+def spill_copied_rows(partial: Partial, buckets: int, spill: Path) -> None:
+    """The previous cache's rows of every head not searched anew, in this build's ids, written
+    to ``spill/<this build's bucket>/<previous bucket>.parquet`` (a head's bucket moves with its
+    id): one previous bucket in memory at a time, not the whole cache."""
     for b in range(buckets):
         old = pq.read_table(bucket_path(partial.previous_dir, b))
         head = partial.entities[old["head"].to_numpy()]
@@ -341,17 +341,19 @@ def copied_rows(partial: Partial, buckets: int) -> list[list[pa.Table]]:
                                _translated(rows["nodes"], partial.entities))
         bucket = head[keep] % buckets
         for target in np.unique(bucket):
-            by_bucket[target].append(rows.filter(pa.array(bucket == target)))
-    return by_bucket
+            (spill / str(target)).mkdir(parents=True, exist_ok=True)
+            pq.write_table(rows.filter(pa.array(bucket == target)),
+                           spill / str(target) / f"{b:05d}.parquet")
 
 
-def _with_previous(cache_dir: Path, copied: list[pa.Table], b: int) -> None:
+def _with_previous(cache_dir: Path, spill: Path, b: int) -> None:
     """Bucket ``b`` of ``cache_dir`` (the searched heads' rows, or none) completed with the
-    previous build's rows of every other head (``copied``), in the order a full run writes."""
+    previous build's rows of every other head (spilled for ``b``), in the order a full run
+    writes."""
     path = bucket_path(cache_dir, b)
     schema = TABLE_SCHEMAS["path_cache"]
-    parts = [t.cast(schema) for t in copied] + ([pq.read_table(path).cast(schema)]
-                                                if path.exists() else [])
+    files = sorted((spill / str(b)).glob("*.parquet")) + ([path] if path.exists() else [])
+    parts = [pq.read_table(f).cast(schema) for f in files]
     rows = pa.concat_tables(parts) if parts else schema.empty_table()
     keys = rows.append_column("r0", pc.list_element(rows["relations"], 0)).append_column(
         "i0", pc.list_element(rows["inverses"], 0))
@@ -440,12 +442,15 @@ def _place_buckets(spark_dir: Path, cache_dir: Path, buckets: int,
         os.replace(files[0], bucket_path(cache_dir, int(part.name.split("=", 1)[1])))
     shutil.rmtree(spark_dir)
     empty = TABLE_SCHEMAS["path_cache"].empty_table()
-    copied = None if partial is None else copied_rows(partial, buckets)
+    spill = spark_dir.with_name(spark_dir.name + "-copied")
+    if partial is not None:
+        spill_copied_rows(partial, buckets, spill)
     for b in range(buckets):
-        if copied is not None:
-            _with_previous(cache_dir, copied[b], b)
+        if partial is not None:
+            _with_previous(cache_dir, spill, b)
         elif not bucket_path(cache_dir, b).exists():
             write_table("path_cache", empty, bucket_path(cache_dir, b))
+    shutil.rmtree(spill, ignore_errors=True)
     check_schema("path_cache", pq.read_schema(bucket_path(cache_dir, 0)), bucket_path(cache_dir, 0))
 
 
