@@ -120,6 +120,15 @@ def _parse_retry_after(value: str | None) -> float | None:
     return max(0.0, seconds)
 
 
+def _left_before(until: float, fired: threading.Event, doing: str,
+                 sock: socket.socket) -> None:
+    """Bound the socket's next operation by the attempt's time left, or give up if none is."""
+    left = until - time.monotonic()
+    if fired.is_set() or left <= 0:
+        raise TimeoutError(f"attempt deadline reached {doing}")
+    sock.settimeout(left)
+
+
 def _nonneg_int(value) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None
@@ -148,6 +157,13 @@ class OpenAICompatible:
     calls_model: bool = field(default=True, init=False)
 
     def __post_init__(self):
+        self._resolve_endpoint()
+        self._check_policy()
+        self._rng = random.Random(self.seed)
+        self._rng_lock = threading.Lock()
+
+    def _resolve_endpoint(self) -> None:
+        """Base URL, model and key from the arguments or the environment, the URL split once."""
         base_url = self.base_url if self.base_url is not None else os.environ.get(ENV_BASE_URL)
         model = self.model if self.model is not None else os.environ.get(ENV_MODEL)
         key = self.api_key if self.api_key is not None else os.environ.get(ENV_API_KEY)
@@ -181,6 +197,9 @@ class OpenAICompatible:
         self._port = port
         self._path = (parts.path.rstrip("/") or "") + "/chat/completions"
 
+    def _check_policy(self) -> None:
+        """Timeouts, retries, back-off, jitter, deadline, body cap and temperature, each checked
+        and normalised (a bad one is a config error naming it, never a late surprise)."""
         self.timeout = _positive("timeout", self.timeout)
         self.connect_timeout = min(_positive("connect_timeout", self.connect_timeout),
                                    self.timeout)
@@ -200,10 +219,7 @@ class OpenAICompatible:
                 self.max_response_bytes, int) or self.max_response_bytes < 1:
             raise LLMConfigError(
                 f"max_response_bytes must be a positive integer; got {self.max_response_bytes!r}")
-        temperature = _positive("temperature", self.temperature, allow_zero=True)
-        self.temperature = temperature
-        self._rng = random.Random(self.seed)
-        self._rng_lock = threading.Lock()
+        self.temperature = _positive("temperature", self.temperature, allow_zero=True)
 
     # ---- policy ---------------------------------------------------------------------------
 
@@ -270,13 +286,7 @@ class OpenAICompatible:
         remaining = until - time.monotonic()
         if remaining <= 0:
             raise TimeoutError("no time left for the attempt")
-        if self._https:
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                self._host, self._port, timeout=min(self.connect_timeout, remaining),
-                context=ssl.create_default_context())
-        else:
-            conn = http.client.HTTPConnection(
-                self._host, self._port, timeout=min(self.connect_timeout, remaining))
+        conn = self._connection(min(self.connect_timeout, remaining))
         fired = threading.Event()
         # http.client drops conn.sock once a response says it will close the connection (the
         # response's file object keeps the socket open), so hold our own reference.
@@ -298,33 +308,11 @@ class OpenAICompatible:
             conn.connect()
             sock = conn.sock
             held.append(sock)
-            left = until - time.monotonic()
-            if fired.is_set() or left <= 0:
-                raise TimeoutError("attempt deadline reached while connecting")
-            sock.settimeout(left)
+            _left_before(until, fired, "while connecting", sock)
             conn.request("POST", self._path, body=body, headers=headers)
             response = conn.getresponse()
-            chunks: list[bytes] = []
-            size = 0
-            while True:
-                left = until - time.monotonic()
-                if fired.is_set() or left <= 0:
-                    raise TimeoutError("attempt deadline reached while reading the response")
-                sock.settimeout(left)
-                chunk = response.read1(65536)
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > self.max_response_bytes:
-                    raise _AttemptFailed(LLMError(
-                        f"response from {self.url} exceeds {self.max_response_bytes} bytes",
-                        kind="malformed", status=response.status))
-                chunks.append(chunk)
-            if fired.is_set():
-                raise TimeoutError("attempt deadline reached while reading the response")
-            if isinstance(response.length, int) and response.length > 0:
-                raise http.client.IncompleteRead(b"".join(chunks), response.length)
-            return response.status, response.headers, b"".join(chunks)
+            return response.status, response.headers, self._read_capped(
+                response, sock, until, fired)
         except (OSError, http.client.HTTPException) as exc:
             if fired.is_set() and not isinstance(exc, TimeoutError):
                 raise TimeoutError("attempt deadline reached") from exc
@@ -334,6 +322,35 @@ class OpenAICompatible:
             if response is not None:
                 response.close()
             conn.close()
+
+    def _connection(self, connect_timeout: float) -> http.client.HTTPConnection:
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=connect_timeout,
+                                               context=ssl.create_default_context())
+        return http.client.HTTPConnection(self._host, self._port, timeout=connect_timeout)
+
+    def _read_capped(self, response: http.client.HTTPResponse, sock: socket.socket,
+                     until: float, fired: threading.Event) -> bytes:
+        """The whole body, each read bounded by the time left, refused past
+        ``max_response_bytes``; a body shorter than its Content-Length is an IncompleteRead."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            _left_before(until, fired, "while reading the response", sock)
+            chunk = response.read1(65536)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > self.max_response_bytes:
+                raise _AttemptFailed(LLMError(
+                    f"response from {self.url} exceeds {self.max_response_bytes} bytes",
+                    kind="malformed", status=response.status))
+            chunks.append(chunk)
+        if fired.is_set():
+            raise TimeoutError("attempt deadline reached while reading the response")
+        if isinstance(response.length, int) and response.length > 0:
+            raise http.client.IncompleteRead(b"".join(chunks), response.length)
+        return b"".join(chunks)
 
     def _classify(self, exc: BaseException) -> LLMError:
         where = self.url
@@ -432,60 +449,74 @@ class OpenAICompatible:
         started = time.monotonic()
         call_deadline = started + self.max_call_seconds
         attempts = 0
-        last: LLMError | None = None
-        retry_after: float | None = None
+        failed: _AttemptFailed | None = None
         for retry in range(self.retries + 1):
-            if retry:
-                assert last is not None
-                delay = self.retry_delay(retry - 1, retry_after)
-                left = call_deadline - time.monotonic()
-                if delay is None:
-                    last.args = (f"{last.args[0]}; the server asked to retry after "
-                                 f"{retry_after:.1f} s, beyond max_backoff={self.max_backoff} s, "
-                                 "so LOKG gave up",)
-                    break
-                if delay >= left:
-                    last.args = (f"{last.args[0]}; no time left for a retry within the "
-                                 f"{self.max_call_seconds:.2f} s deadline",)
-                    break
-                log.warning("LLM attempt %d/%d failed (%s); retrying in %.2f s", retry,
-                            self.retries + 1, last.kind if last.status is None
-                            else f"HTTP {last.status}", delay)
-                time.sleep(delay)
+            if retry and not self._waited_for_retry(retry, failed, call_deadline):
+                break
             until = min(time.monotonic() + self.timeout, call_deadline)
             if until <= time.monotonic():
                 break
             attempts += 1
-            retry_after = None
             try:
-                try:
-                    status, resp_headers, data = self._attempt(body, headers, until)
-                except _AttemptFailed:
-                    raise
-                except (OSError, http.client.HTTPException) as exc:
-                    raise _AttemptFailed(self._classify(exc)) from None
-                if not 200 <= status < 300:
-                    raise self._http_error(status, resp_headers, data)
-                text, usage, model, finish = self._parse(data, status)
-            except _AttemptFailed as failed:
-                last = failed.error
-                retry_after = failed.retry_after
-                if not last.retryable:
+                text, usage, model, finish = self._answer(body, headers, until)
+            except _AttemptFailed as error:
+                failed = error
+                if not error.error.retryable:
                     break
                 continue
-            prompt_tokens = _nonneg_int(usage.get("prompt_tokens"))
-            completion_tokens = _nonneg_int(usage.get("completion_tokens"))
-            from_server = prompt_tokens is not None and completion_tokens is not None
-            if prompt_tokens is None:
-                prompt_tokens = count_tokens(system) + count_tokens(prompt)
-            if completion_tokens is None:
-                completion_tokens = count_tokens(text)
-            return Completion(
-                text=text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                latency_ms=(time.monotonic() - started) * 1000.0, model=model or self.model,
-                attempts=attempts, usage_from_server=from_server, finish_reason=finish)
-        if last is None:
-            last = LLMError(f"LLM call to {self.url} could not start within its "
-                            f"{self.max_call_seconds:.2f} s deadline", kind="deadline")
+            return self._completion(prompt, system, text, usage, model, finish,
+                                    started=started, attempts=attempts)
+        last = failed.error if failed is not None else LLMError(
+            f"LLM call to {self.url} could not start within its "
+            f"{self.max_call_seconds:.2f} s deadline", kind="deadline")
         last.attempts = attempts
         raise last
+
+    def _waited_for_retry(self, retry: int, failed: _AttemptFailed, call_deadline: float
+                          ) -> bool:
+        """Sleep the back-off before retry ``retry`` (1-based); False, with the reason added to
+        the last error, when the server's Retry-After or the deadline leaves no retry."""
+        last, retry_after = failed.error, failed.retry_after
+        delay = self.retry_delay(retry - 1, retry_after)
+        if delay is None:
+            last.args = (f"{last.args[0]}; the server asked to retry after "
+                         f"{retry_after:.1f} s, beyond max_backoff={self.max_backoff} s, "
+                         "so LOKG gave up",)
+            return False
+        if delay >= call_deadline - time.monotonic():
+            last.args = (f"{last.args[0]}; no time left for a retry within the "
+                         f"{self.max_call_seconds:.2f} s deadline",)
+            return False
+        log.warning("LLM attempt %d/%d failed (%s); retrying in %.2f s", retry,
+                    self.retries + 1, last.kind if last.status is None
+                    else f"HTTP {last.status}", delay)
+        time.sleep(delay)
+        return True
+
+    def _answer(self, body: bytes, headers: dict[str, str], until: float
+                ) -> tuple[str, dict, str | None, str | None]:
+        """One attempt's parsed answer; every failure is an :class:`_AttemptFailed`."""
+        try:
+            status, resp_headers, data = self._attempt(body, headers, until)
+        except (OSError, http.client.HTTPException) as exc:
+            raise _AttemptFailed(self._classify(exc)) from None
+        if not 200 <= status < 300:
+            raise self._http_error(status, resp_headers, data)
+        return self._parse(data, status)
+
+    def _completion(self, prompt: str, system: str, text: str, usage: dict,
+                    model: str | None, finish: str | None, *, started: float,
+                    attempts: int) -> Completion:
+        """The answer with its token counts: the server's, else cl100k_base over what was sent
+        and received."""
+        prompt_tokens = _nonneg_int(usage.get("prompt_tokens"))
+        completion_tokens = _nonneg_int(usage.get("completion_tokens"))
+        from_server = prompt_tokens is not None and completion_tokens is not None
+        if prompt_tokens is None:
+            prompt_tokens = count_tokens(system) + count_tokens(prompt)
+        if completion_tokens is None:
+            completion_tokens = count_tokens(text)
+        return Completion(
+            text=text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+            latency_ms=(time.monotonic() - started) * 1000.0, model=model or self.model,
+            attempts=attempts, usage_from_server=from_server, finish_reason=finish)
