@@ -20,7 +20,7 @@ demo-inprocess: setup
 ## object-store tests need (spaCy + model, boto3, moto; `make demo` skips them).
 test:
 	bash infra/setup.sh --extras
-	$(ENV) python -m pytest -m "not slow" -q
+	$(ENV) python -m pytest -m "not slow" -q --durations=30
 
 ## The slow cases, the audit page's headless-browser test among them (setup --browser).
 test-slow:
