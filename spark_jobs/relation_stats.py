@@ -253,46 +253,29 @@ def _relation_sets(er):
 
 
 def _entity_counts(sets, cap: int):
-    """Per-relation facts and entity pairs in one linear plan (one exchange of the role rows):
+    """One generate over each entity's relations and one aggregation give both per-relation
+    facts and entity pairs, so that one plan (one exchange of the role rows) serves both:
 
     * b = −1: relation a's triples, heads, tails, entities and H(r) in nats
       (H = ln n − Σ_o c_o ln c_o / n, c_o the triples with tail o, n = Σ c_o);
     * b ≥ 0: relations a < b and, as ``entities``, the entities touching ≤ ``cap`` relations
-      that they share.
-
-    Pairs come from relation *sets*, not from entities: each entity emits its (relation, h, c)
-    rows and one row holding its sorted relation set; the first aggregation sums the former
-    and counts entities per set (n), and only then is each set's pairs generated, weighted by
-    n. Many entities share a set (10⁶ synthetic: 2,083 sets for 166k entities), so the
-    generate and the aggregation of pairs see thousands of rows instead of millions — and
-    never more rows than before."""
+      that they share (pairs made within each entity's row: no self-join, no sort)."""
     from pyspark.sql import functions as F
 
-    def row(a, b, h, c, sig):
-        return F.struct(a.alias("a"), b.cast("long").alias("b"), h.cast("long").alias("h"),
-                        c.cast("long").alias("c"), sig.alias("sig"))
+    def row(a, b, h, c):
+        return F.struct(a.alias("a"), b.cast("long").alias("b"), h.cast("int").alias("h"),
+                        c.cast("long").alias("c"))
 
-    none = F.lit(None).cast("array<long>")
-    own = F.transform("rs", lambda x: row(x["r"], F.lit(-1), x["h"], x["c"], none))
-    with_set = (F.size("rs") >= 2) & (F.size("rs") <= cap)
-    per_set = F.array(row(F.lit(-1), F.lit(-1), F.lit(0), F.lit(0), F.sort_array("rs.r")))
-    rows = sets.select(F.explode(F.when(with_set, F.concat(own, per_set)).otherwise(own))
-                       .alias("x")).select("x.*")
+    own = F.transform("rs", lambda x: row(x["r"], F.lit(-1), x["h"], x["c"]))
+    pairs = F.flatten(F.transform("rs", lambda x: F.transform(
+        F.filter("rs", lambda y: y["r"] > x["r"]), lambda y: row(x["r"], y["r"], F.lit(0), F.lit(0)))))
+    rows = sets.select(F.explode(F.when(F.size("rs") <= cap, F.concat(own, pairs))
+                                 .otherwise(own)).alias("x")).select("x.*")
     c = F.col("c")
-    firsts = rows.groupBy("a", "b", "sig").agg(
+    counts = rows.groupBy("a", "b").agg(
         F.sum(c).alias("triples"), F.sum("h").alias("heads"),
         F.count(F.when(c > 0, 1)).alias("tails"), F.count(F.lit(1)).alias("entities"),
         F.sum(F.when(c > 0, c * F.log(c)).otherwise(0.0)).alias("clc"))
-    pairs = F.flatten(F.transform("sig", lambda x: F.transform(
-        F.filter("sig", lambda y: y > x), lambda y: F.struct(
-            x.alias("a"), y.alias("b"), F.lit(0).cast("long").alias("triples"),
-            F.lit(0).cast("long").alias("heads"), F.lit(0).cast("long").alias("tails"),
-            F.col("entities").alias("entities"), F.lit(0.0).alias("clc")))))
-    facts = F.array(F.struct("a", "b", "triples", "heads", "tails", "entities", "clc"))
-    counts = (firsts.select(F.explode(F.when(F.col("sig").isNull(), facts).otherwise(pairs))
-                            .alias("x")).select("x.*")
-              .groupBy("a", "b").agg(*(F.sum(k).alias(k) for k in
-                                       ("triples", "heads", "tails", "entities", "clc"))))
     entropy = F.greatest(F.lit(0.0), F.log("triples") - F.col("clc") / F.col("triples"))
     return counts.select("a", "b", "triples", "heads", "tails", "entities",
                          F.when(F.col("b") < 0, F.round(entropy, DIGITS)).alias("entropy"))
