@@ -183,7 +183,7 @@ def test_a_gold_off_every_linked_path_is_joined_from_the_questions_passages():
                      ("Diocese", "", ("c1", "gone")),
                      ("Meehan Bonnar", fe.BRIDGE, ("c1", "gone"))]
     assert len({sq.key for sq in sqs}) == 4  # each its own: closed by its own delta
-    by_name = fe.retrieved(sqs[:1], Pub(), Extraction, 3)
+    by_name = fe.retrieved(sqs[:1], Pub(), Extraction, 3, range(1))
     assert [c.triple for c in by_name] == [passage["d0"][0]]  # retrieval by the name: no gold
     found = fe.retrieved(sqs[1:], Pub(), Extraction, 3, range(1))  # 'Diocese': another name
     assert [(c.s[1], c.triple[1], c.o[1]) for c in found] == [

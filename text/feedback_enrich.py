@@ -423,7 +423,7 @@ class Candidate:
 
 
 def retrieved(sqs: list[SubQuestion], pub: Published, extraction: Extraction,
-              k: int, bridge_ranks: range = range(0)) -> list[Candidate]:
+              k: int, bridge_ranks: range) -> list[Candidate]:
     """The triples of the ``k`` chunks nearest each sub-question (after the ``skip`` it tried;
     a question's passages: those) whose entity is on the side its relation asks about (a
     mention: either side); a :data:`BRIDGE` sub-question's passages at ``bridge_ranks`` of
