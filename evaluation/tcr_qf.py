@@ -95,6 +95,7 @@ class Enricher:
         except StageError as exc:
             raise MethodError(f"tcr-qf: {exc}") from None
         self.source, self.max_rounds = source, int(section(config, "tcr_qf")["max_rounds"])
+        self.bridge_ranks = fe.bridge_ranks(config, self.cfg)  # as the refresh bridges
         self.keep_questions = bool(rt.settings["feedback_questions"])
 
     def found(self, record: dict, answer, tried: set[str]) -> tuple[int, list[ExtraTriple]]:
@@ -108,7 +109,8 @@ class Enricher:
         if not todo:
             return 0, []
         if self.source == "passages":
-            cands = fe.retrieved(todo, self.pub, self.extraction, int(self.cfg["k"]))
+            cands = fe.retrieved(todo, self.pub, self.extraction, int(self.cfg["k"]),
+                                 self.bridge_ranks)
         else:
             chunk = answer_passage(answer)
             cands = [c for sq in todo

@@ -89,6 +89,9 @@ DEFAULTS: dict = {
         # a sub-question asked again after its delta was built in gets the next k passages, down
         # to this rank (the same k passages and extractor would give the same triples again)
         "max_passages": 15,
+        # a question's passages (query.feedback_passages, nearest first) past the runtime's own
+        # seeds (query.passages) that get a bridge from its most specific linked name, at most
+        "bridge_passages": 4,
         "device": "auto",
         "threads": 1,
     },
@@ -456,7 +459,8 @@ SCHEMA: dict = {
     "feedback_enrich": {
         "backend": choice(*EXTRACTORS, nullable=True), "precomputed_file": FILE, "k": COUNT,
         "relation_min_cosine": number(-1, 1), "dedupe_threshold": SHARE,
-        "max_sub_questions": COUNT, "max_passages": COUNT, "device": DEVICE,
+        "max_sub_questions": COUNT, "max_passages": COUNT, "bridge_passages": integer(0),
+        "device": DEVICE,
         "threads": THREADS,
     },
     "entity_types": {},

@@ -284,6 +284,7 @@ class Runtime:
         self._cold: OrderedDict[int, taimr.Paths] = OrderedDict()
         self._cold_lock = threading.Lock()
         self._domains: relknow.HopDomains | None = None
+        self._asked = threading.local()  # .vector: (question, its plain vector) this thread embedded
         if settings["threads"]:
             limit_blas_threads(int(settings["threads"]))
         self._load()
@@ -500,14 +501,20 @@ class Runtime:
         vectors = list(enc.encode_queries(texts))
         masked_vec = vectors.pop(0) if masked is not None else None
         plain_vec = np.asarray(vectors.pop(0), dtype=np.float32) if plain is not None else None
+        if plain_vec is not None:
+            self._asked.vector = (plain, plain_vec)
         return masked_vec, plain_vec
 
     def question_passages(self, question: str, n: int) -> list[str]:
         """The ids of the ``n`` chunks nearest the question (none without chunks or encoder):
-        the passages a feedback record names for the refresh to extract."""
+        the passages a feedback record names for the refresh to extract. The vector is the one
+        this thread's query embedded for the same question where it embedded one (the log's
+        append then costs no encoder forward), else embedded now."""
         if n <= 0 or self.provenance.chunk_vectors is None:
             return []
-        vector = self._embed(None, question)[1]
+        asked, vector = getattr(self._asked, "vector", (None, None))
+        if asked != question:  # the query answered without embedding it: no vector to reuse
+            vector = self._embed(None, question)[1]
         return [] if vector is None else self.provenance.nearest_chunks(vector, n)
 
     def _search(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -410,3 +410,39 @@ def test_a_record_lists_the_names_the_question_wrote_that_nothing_linked():
     assert feedback.record_problem({**record, "v": 1, "id": "x", "time": "t"}) is None
     assert feedback.record_problem({**record, "v": 1, "id": "x", "time": "t",
                                     "unlinked": "Aschenbrodel"}).startswith("field 'unlinked'")
+
+
+def test_the_logged_passages_reuse_the_vector_the_query_embedded_for_its_question():
+    """An append after ``ask`` costs no encoder forward when the query embedded its question;
+    another question, or the same one on another thread (a server worker's own query), is
+    embedded for itself."""
+    import threading
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from runtime.query import Runtime
+
+    encoded = []
+
+    class Encoder:
+        @staticmethod
+        def encode_queries(texts):
+            encoded.extend(texts)
+            return np.array([[float(len(t)), 1.0] for t in texts])
+
+    nearest = []
+    rt = object.__new__(Runtime)
+    rt._encoder, rt._encoder_error, rt._asked = Encoder(), None, threading.local()
+    rt.provenance = SimpleNamespace(chunk_vectors=np.eye(2), nearest_chunks=lambda v, n: (
+        nearest.append(v.tolist()) or ["c1"][:n]))
+    masked, plain = rt._embed("who is [X] ?", "who is Ada ?")  # the query's one encoder batch
+    assert encoded == ["who is [X] ?", "who is Ada ?"]
+    assert rt.question_passages("who is Ada ?", 1) == ["c1"]
+    assert encoded == ["who is [X] ?", "who is Ada ?"] and nearest == [plain.tolist()]
+    assert rt.question_passages("who is Bea ?", 1) == ["c1"]
+    assert encoded[-1] == "who is Bea ?"
+    worker = threading.Thread(target=rt.question_passages, args=("who is Ada ?", 1))
+    worker.start()
+    worker.join()
+    assert encoded[-1] == "who is Ada ?" and len(encoded) == 4

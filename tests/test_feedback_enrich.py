@@ -183,9 +183,9 @@ def test_a_gold_off_every_linked_path_is_joined_from_the_questions_passages():
                      ("Diocese", "", ("c1", "gone")),
                      ("Meehan Bonnar", fe.BRIDGE, ("c1", "gone"))]
     assert len({sq.key for sq in sqs}) == 4  # each its own: closed by its own delta
-    by_name = fe.retrieved(sqs[:1], Pub(), Extraction, 3)
+    by_name = fe.retrieved(sqs[:1], Pub(), Extraction, 3, range(1))
     assert [c.triple for c in by_name] == [passage["d0"][0]]  # retrieval by the name: no gold
-    found = fe.retrieved(sqs[1:], Pub(), Extraction, 3)  # 'Diocese' is another name: none
+    found = fe.retrieved(sqs[1:], Pub(), Extraction, 3, range(1))  # 'Diocese': another name
     assert [(c.s[1], c.triple[1], c.o[1]) for c in found] == [
         ("Diocese of Fredericton", "part of", "Anglican Church of Canada"),
         ("Diocese of Fredericton", "established in", "1845"),
@@ -196,7 +196,43 @@ def test_a_gold_off_every_linked_path_is_joined_from_the_questions_passages():
     assert "Anglican Church of Canada" in row["sentence"]
     # a passage about the linked name itself needs no bridge, only its triples
     own = fe.SubQuestion("", "Diocese of Fredericton", fe.BRIDGE, "x", passages=("c1",))
-    assert [c.relation for c in fe.retrieved([own], Pub(), Extraction, 3)] == ["", ""]
+    assert [c.relation for c in fe.retrieved([own], Pub(), Extraction, 3, range(1))] == ["", ""]
+    # nor one at a rank without a bridge (among the runtime's own seeds, or past the cap)
+    assert [c.relation for c in fe.retrieved(sqs[-1:], Pub(), Extraction, 3, range(1, 5))] \
+        == ["", ""]
+
+
+def test_a_bridge_starts_at_the_most_specific_linked_name_and_only_past_the_seeds():
+    """The record links the generic "Diocese" first: the bridge starts at "Meehan Bonnar"
+    (more words). Of the question's passages, nearest first, those the runtime already seeds
+    a context with (``query.passages``) and those past ``bridge_passages`` more give their
+    triples but no bridge — every bridge is an edge of the name competing for its paths."""
+    record = {"id": "a", "time": "t", "build_id": "b0", "kind": "no_derivation", "missing": [],
+              "mentions": ["Diocese", "Meehan Bonnar"], "passages": ["c0", "c1", "c2", "c3"]}
+    bridge = [sq for sq in fe.sub_questions([record]) if sq.relation == fe.BRIDGE]
+    assert [(sq.name, sq.passages) for sq in bridge] == [("Meehan Bonnar", ("c0", "c1", "c2", "c3"))]
+    topics = {"c0": "Alpha Town", "c1": "Beta Lake", "c2": "Gamma Hill", "c3": "Delta Bay"}
+
+    class Pub:
+        chunks = [{"chunk_id": c} for c in topics]
+        row_of = {c: i for i, c in enumerate(topics)}
+        sentences = {c: [(f"s{c}", f"{t} is a place.")] for c, t in topics.items()}
+
+        @staticmethod
+        def end(_, name):
+            return fe.entity_key(name), name
+
+    class Extraction:
+        @staticmethod
+        def triples(chunk):
+            return [(topics[chunk["chunk_id"]], "is in", "Somewhere")]
+
+    config = {"query": {"passages": 1}}
+    ranks = fe.bridge_ranks(config, {"bridge_passages": 2})
+    found = fe.retrieved(bridge, Pub(), Extraction, 3, ranks)
+    assert len([c for c in found if c.relation != fe.BRIDGE]) == 4  # every passage's triples
+    assert [c.triple for c in found if c.relation == fe.BRIDGE] == [
+        ("Meehan Bonnar", fe.BRIDGE, "Beta Lake"), ("Meehan Bonnar", fe.BRIDGE, "Gamma Hill")]
 
 
 def test_consolidated_delta_keeps_provenance_per_feedback_id(tmp_path):

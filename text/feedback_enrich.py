@@ -159,7 +159,8 @@ def _asks(record: dict) -> list[SubQuestion]:
         return asks
     unlinked = [SubQuestion("", n, "", n) for n in record.get("unlinked", ()) if entity_key(n)]
     linked = [m for m in record["mentions"] if isinstance(m, str) and entity_key(m)]
-    bridge = [SubQuestion("", linked[0], BRIDGE, linked[0])] if linked else []
+    anchor = max(linked, key=lambda m: len(entity_key(m).split()), default="")
+    bridge = [SubQuestion("", anchor, BRIDGE, anchor)] if anchor else []
     return asks + [replace(sq, passages=passages) for sq in asks + unlinked + bridge]
 
 
@@ -422,10 +423,11 @@ class Candidate:
 
 
 def retrieved(sqs: list[SubQuestion], pub: Published, extraction: Extraction,
-              k: int) -> list[Candidate]:
+              k: int, bridge_ranks: range) -> list[Candidate]:
     """The triples of the ``k`` chunks nearest each sub-question (after the ``skip`` it tried;
     a question's passages: those) whose entity is on the side its relation asks about (a
-    mention: either side)."""
+    mention: either side); a :data:`BRIDGE` sub-question's passages at ``bridge_ranks`` of
+    its list (nearest first) also get the bridge (:func:`bridged`)."""
     searched = [sq for sq in sqs if not sq.passages]
     texts = [sq.text or f"{sq.name} {readable_relation(sq.relation.lstrip(INVERSE))}"
              for sq in searched]
@@ -436,17 +438,22 @@ def retrieved(sqs: list[SubQuestion], pub: Published, extraction: Extraction,
             else next(nearest)
         for row in rows:
             chunk = pub.chunks[row]
-            find = bridged if sq.relation == BRIDGE else passage_candidates
-            out += find(sq, chunk, pub.sentences[chunk["chunk_id"]], pub, extraction)
+            sentences = pub.sentences[chunk["chunk_id"]]
+            if sq.relation != BRIDGE:
+                out += passage_candidates(sq, chunk, sentences, pub, extraction)
+                continue
+            rank = sq.passages.index(chunk["chunk_id"])
+            out += bridged(sq, chunk, sentences, pub, extraction, rank in bridge_ranks)
     return out
 
 
 def bridged(sq: SubQuestion, chunk: dict, sentences: list, pub: Published,
-            extraction: Extraction) -> list[Candidate]:
+            extraction: Extraction, bridge: bool = True) -> list[Candidate]:
     """Every triple of a passage nearest the question (as a mention's: the graph relation
-    nearest its phrase), and (the linked name, :data:`BRIDGE`, the passage's topic — the end
-    most of its triples share, first seen) citing the sentence that names the topic, unless
-    the topic is the name: the passage's facts and the path from the question to them."""
+    nearest its phrase), and where ``bridge``, (the linked name, :data:`BRIDGE`, the passage's
+    topic — the end most of its triples share, first seen) citing the sentence that names the
+    topic, unless the topic is the name: the passage's facts and the path from the question
+    to them. Each bridge is an edge of the name that takes a place among its top paths."""
     triples = [tuple(t) for t in extraction.triples(chunk)
                if entity_key(t[0]) and entity_key(t[2]) and entity_key(t[0]) != entity_key(t[2])]
     about = replace(sq, relation="")
@@ -456,7 +463,7 @@ def bridged(sq: SubQuestion, chunk: dict, sentences: list, pub: Published,
     for head, _, tail in triples:
         for end in (head, tail):
             ends.setdefault(entity_key(end), []).append(end)
-    topic = max(ends.values(), key=len)[0] if ends else ""
+    topic = max(ends.values(), key=len)[0] if ends and bridge else ""
     if topic and entity_key(topic) != entity_key(sq.name):
         out.append(Candidate(sq, chunk, (sq.name, BRIDGE, topic), pub.end(None, sq.name),
                              pub.end(None, topic), BRIDGE, sentences))
@@ -698,6 +705,16 @@ def _encoder(build: Build, cfg: Mapping) -> SentenceEncoder:
         raise StageError(f"{STAGE}: {exc}") from None
 
 
+def bridge_ranks(config: Mapping, cfg: Mapping) -> range:
+    """The ranks of a question's passages that get a bridge: past the runtime's own passage
+    seeds (``query.passages``: their triples already enter the question's context), at most
+    ``bridge_passages`` of them. On 50 MuSiQue questions a bridge to each of the 10 nearest
+    passages took 20 % of the contexts' lines, and lost more golds than it joined
+    (docs/BENCHMARKS.md "Fewer bridges")."""
+    seeds = int(section(config, "query")["passages"])
+    return range(seeds, seeds + int(cfg["bridge_passages"]))
+
+
 def enrich(config: Mapping, cfg: Mapping, build: Build, sqs: list[SubQuestion],
            dump: Path, out: Path) -> dict:
     """Enrich the open sub-questions from ``build``'s passages; persist the delta."""
@@ -709,7 +726,8 @@ def enrich(config: Mapping, cfg: Mapping, build: Build, sqs: list[SubQuestion],
         todo, closed = _open(sqs, earlier(root, build.build_id), fingerprint, cfg)
         extraction = Extraction(config, backend, dump, out)
         named = aliases([sq for sq in todo if sq.relation == ALIAS], pub, k)
-        found = retrieved([sq for sq in todo if sq.relation != ALIAS], pub, extraction, k)
+        found = retrieved([sq for sq in todo if sq.relation != ALIAS], pub, extraction, k,
+                          bridge_ranks(config, cfg))
         cands = with_relations([c for c in found if c.relation != BRIDGE], pub,
                                float(cfg["relation_min_cosine"]))
         cands += [c for c in found if c.relation == BRIDGE]
