@@ -54,9 +54,11 @@ STAGES: tuple[Stage, ...] = (
           ("extracted", "extraction_sources", "extraction_quarantine"),
           refresh="reuse", config_sections=("ingest",)),
     Stage("feedback_enrich", "text", ("dump", "store"), ("feedback_delta",)),  # reads the store
-    # partial: re-reads a changed dump in full, and diffs it with the cached build (change_set)
+    # partial: parses only the lines its line store (dump_lines) lacks and derives the tables
+    # on the driver (spark_jobs.ingest_lines); else re-reads the dump with Spark, and diffs it
     Stage("ingest", "spark_jobs", ("dump",),
-          ("entities", "relations", "triples", "quarantine", "type_assertions", "change_set"),
+          ("entities", "relations", "triples", "quarantine", "type_assertions", "change_set",
+           "dump_lines"),
           optional=("extracted", "feedback_delta"), refresh="partial"),
     Stage("entity_types", "spark_jobs", ("entities", "relations", "triples"), ("entities",),
           optional=("type_assertions",), refresh="reuse"),
