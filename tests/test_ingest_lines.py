@@ -152,3 +152,31 @@ def test_a_refresh_on_the_driver_equals_a_full_spark_ingest(base_build, tmp_path
               "names_missing", "change_set")
     assert ({k: refreshed["report"][k] for k in counts}
             == {k: by_spark["report"][k] for k in counts})
+
+
+@pytest.mark.spark
+def test_a_refresh_over_the_malformed_ceiling_fails_on_the_driver_after_its_quarantine(
+        base_build, tmp_path):
+    from spark_jobs.ingest import IngestError
+
+    _, first = base_build
+    bad = [f"broken line {i}" for i in range(5)]  # 6 of 25 lines malformed: above 0.2
+    new_dump = write_dump(tmp_path / "dump", edited(BASE, **{"test.txt": [*BASE["test.txt"],
+                                                                          *bad]}))
+    with pytest.raises(IngestError, match="above the ceiling") as err:
+        ingest(new_dump, tmp_path / "out", Path(first["outputs"]["entities"]).parent)
+    assert err.value.kept and [r["text"] for r in pq.read_table(err.value.kept[0]).to_pylist()
+                               ] == ["not a triple", *bad]
+
+
+def test_the_driver_path_says_why_not(tmp_path):
+    from spark_jobs.ingest import _parsed_lines
+
+    nt = write_lines(tmp_path / "kg.nt", [b"<a> <b> <c> ."])
+    tsv = write_lines(tmp_path / "kb.tsv", [b"a\tr\tb"])
+    cfg = {**DEFAULTS["ingest"]}
+    assert _parsed_lines(fm.resolve(nt), {}, cfg) == (None, "parser nt has no line rules on "
+                                                            "the driver")
+    lines, why = _parsed_lines(fm.resolve(tsv), {}, cfg)  # a full build: Spark, store kept
+    assert why.startswith("no previous build") and lines.store.num_rows == 1
+    assert _parsed_lines(fm.resolve(tsv), {}, {**cfg, "driver_max_dump_mb": 0})[0] is None
