@@ -500,7 +500,10 @@ def _parsed_lines(plan: fm.Plan, inputs: dict, cfg: dict
     if size_mb > float(cfg["driver_max_dump_mb"]):
         return None, f"{size_mb:.0f} MB of dump, above ingest.driver_max_dump_mb"
     previous = previous_inputs(inputs, "dump_lines", *il.TABLES)
-    lines = il.ParsedLines(plan, il.read_store(previous and previous["dump_lines"]))
+    try:
+        lines = il.ParsedLines(plan, il.read_store(previous and previous["dump_lines"]))
+    except il.UnreadableLines as exc:  # Spark names the file and its cause for the user
+        return None, f"unreadable on the driver: {exc}"
     if previous is None:
         return lines, "no previous build with a line store (a full build)"
     if lines.parsed > PARTIAL_MAX_SHARE * lines.lines:

@@ -20,6 +20,7 @@ other's parse.
 from __future__ import annotations
 
 import gzip
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -51,11 +52,18 @@ def unsupported(plan: fm.Plan) -> str | None:
     return None
 
 
+class UnreadableLines(Exception):
+    """A dump file the driver cannot read (a truncated ``.gz``): the Spark ingest reports it."""
+
+
 def file_lines(path: Path) -> list[bytes]:
     """A file's lines as Spark's text reader splits them (``\\n``, ``\\r\\n`` or ``\\r``),
     gzip read through."""
-    data = path.read_bytes()
-    return (gzip.decompress(data) if path.suffix == ".gz" else data).splitlines()
+    try:
+        data = path.read_bytes()
+        return (gzip.decompress(data) if path.suffix == ".gz" else data).splitlines()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise UnreadableLines(f"{path.name}: {exc}") from None
 
 
 def line_hashes(lines: list[bytes]) -> np.ndarray:

@@ -180,3 +180,12 @@ def test_the_driver_path_says_why_not(tmp_path):
     lines, why = _parsed_lines(fm.resolve(tsv), {}, cfg)  # a full build: Spark, store kept
     assert why.startswith("no previous build") and lines.store.num_rows == 1
     assert _parsed_lines(fm.resolve(tsv), {}, {**cfg, "driver_max_dump_mb": 0})[0] is None
+
+
+def test_a_truncated_gzip_leaves_the_file_to_the_spark_ingest_and_its_error(tmp_path):
+    from spark_jobs.ingest import _parsed_lines
+
+    whole = gzip.compress(b"a\tr\tb\n" * 1000)
+    (tmp_path / "kb.tsv.gz").write_bytes(whole[:len(whole) // 2])
+    lines, why = _parsed_lines(fm.resolve(tmp_path, "tsv"), {}, {**DEFAULTS["ingest"]})
+    assert lines is None and why.startswith("unreadable on the driver: kb.tsv.gz")
