@@ -11,6 +11,9 @@
 * ``change_set/``        what changed since the previous build (a refresh, DESIGN §9): one
   dataset per part of ``CHANGE_SET_PARTS`` — triples by entity key and relation name (ids
   shift when entities come and go), entities by key; empty in a full build (report: null)
+* ``dump_lines/``        the line store of a dump the driver's line rules read (TSV, FB15k-237):
+  what a refresh's ingest takes its unchanged lines' parse from (``spark_jobs.ingest_lines``;
+  the report's ``refresh`` says whether the tables were made on the driver or by Spark, and why)
 
 Rules:
 
@@ -480,7 +483,10 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         stats = _driver_ingest(lines, inputs, cfg, dump, plan, paths, lap)
     else:
         stats = _spark_ingest(config, inputs, cfg, dump, plan, delta, paths, lap)
-    il.write_store(lines.store if lines else il.STORE_SCHEMA.empty_table(), paths["dump_lines"])
+    if lines is None:  # a dump the line rules do not read keeps no line store
+        del paths["dump_lines"]
+    else:
+        il.write_store(lines.store, paths["dump_lines"])
     report = _report(plan, cfg, stats, started, lap)
     report["refresh"] = {"ingest": "driver" if why is None else "spark", "why": why,
                          "lines": lines.lines if lines else None,
