@@ -160,13 +160,13 @@ def test_a_refresh_over_the_malformed_ceiling_fails_on_the_driver_after_its_quar
     from spark_jobs.ingest import IngestError
 
     _, first = base_build
-    bad = [f"broken line {i}" for i in range(5)]  # 6 of 25 lines malformed: above 0.2
+    bad = [f"broken line {i}" for i in range(5)]  # 7 of 24 lines malformed: above 0.2
     new_dump = write_dump(tmp_path / "dump", edited(BASE, **{"test.txt": [*BASE["test.txt"],
                                                                           *bad]}))
     with pytest.raises(IngestError, match="above the ceiling") as err:
         ingest(new_dump, tmp_path / "out", Path(first["outputs"]["entities"]).parent)
     assert err.value.kept and [r["text"] for r in pq.read_table(err.value.kept[0]).to_pylist()
-                               ] == ["not a triple", *bad]
+                               ] == ["not a triple", *bad, "/m/d"]  # by (file, line)
 
 
 def test_the_driver_path_says_why_not(tmp_path):
