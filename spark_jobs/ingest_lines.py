@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.stage import StageError
 from spark_jobs import formats as fm
 
 #: The line store's columns (``dump_lines``): a parsed row per distinct (parser, hash).
@@ -52,7 +53,7 @@ def unsupported(plan: fm.Plan) -> str | None:
     return None
 
 
-class UnreadableLines(Exception):
+class UnreadableLines(StageError):
     """A dump file the driver cannot read (a truncated ``.gz``): the Spark ingest reports it."""
 
 
