@@ -31,7 +31,8 @@ class Stage(NamedTuple):
     outputs: tuple[str, ...]
     optional: tuple[str, ...] = ()
     #: outputs a stage writes only when its input allows (entity_encode's exported question
-    #: model: BERT models only); the others it must always write
+    #: model: BERT models only; ingest's line store: dumps the line rules read); the others it
+    #: must always write
     optional_outputs: tuple[str, ...] = ()
     refresh: str = "full"  # reuse | partial | full (above)
     config_sections: tuple[str, ...] = ()
@@ -54,10 +55,12 @@ STAGES: tuple[Stage, ...] = (
           ("extracted", "extraction_sources", "extraction_quarantine"),
           refresh="reuse", config_sections=("ingest",)),
     Stage("feedback_enrich", "text", ("dump", "store"), ("feedback_delta",)),  # reads the store
-    # partial: re-reads a changed dump in full, and diffs it with the cached build (change_set)
+    # partial: parses only the lines its line store (dump_lines) lacks and derives the tables
+    # on the driver (spark_jobs.ingest_lines); else re-reads the dump with Spark, and diffs it
     Stage("ingest", "spark_jobs", ("dump",),
           ("entities", "relations", "triples", "quarantine", "type_assertions", "change_set"),
-          optional=("extracted", "feedback_delta"), refresh="partial"),
+          optional=("extracted", "feedback_delta"), optional_outputs=("dump_lines",),
+          refresh="partial"),
     Stage("entity_types", "spark_jobs", ("entities", "relations", "triples"), ("entities",),
           optional=("type_assertions",), refresh="reuse"),
     # partial: warm-starts from the previous vectors by key (entities: their keys), a few epochs

@@ -54,6 +54,9 @@ DEFAULTS: dict = {
         # up to this many entities, ids are numbered on the driver and looked up by broadcast
         # joins, and entities are written as one file; above, sorted and joined in Spark
         "driver_max_entities": 2_000_000,
+        # up to this many MB of dump files (on disk), a build keeps its parsed lines (the
+        # line store), and a refresh that changed few lines derives the tables on the driver
+        "driver_max_dump_mb": 512,
     },
     "documents": {  # text/documents.py (DESIGN §8): format docs, or a triple dump's corpus
         "max_tokens": 512,  # chunk length in cl100k_base tokens
@@ -443,6 +446,7 @@ SCHEMA: dict = {
         "literals_as_edges": BOOL,
         "entities_file": FILE,
         "driver_max_entities": integer(0),  # 0: always the Spark path
+        "driver_max_dump_mb": integer(0),  # 0: no line store, refreshes ingest with Spark
     },
     "documents": {"max_tokens": integer(16), "overlap": integer(0), "max_document_mb": COUNT,
                   "corpus": FILE},

@@ -28,6 +28,7 @@ Formats (DESIGN §2.1):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -390,7 +391,21 @@ def _nt_diagnosis(value):
 
 
 def _fields_reason(n: Column, expected: str) -> Column:
-    return F.concat(F.lit(f"expected {expected}, found "), n.cast("string"))
+    return F.concat(F.lit(fields_reason(expected, "")), n.cast("string"))
+
+
+def fields_reason(expected: str, found) -> str:
+    """The reason of a line with the wrong number of fields (``found``)."""
+    return f"expected {expected}, found {found}"
+
+
+#: What a ``names_tsv`` line must hold (its malformed reason names it).
+NAME_FIELDS = "2 tab-separated fields (key, name)"
+
+
+def triple_fields(parser: str) -> str:
+    """What a line of a triple parser must hold (its malformed reason names it)."""
+    return f"3 {TRIPLE_PARSERS[parser][1]} fields (subject, relation, object)"
 
 
 #: The triple parsers: (separator as a Java regex, how a message names it, whether a line
@@ -404,7 +419,7 @@ def parse_triples(lines: DataFrame, graph: bool, parser: str) -> DataFrame:
     ``triples_psv``, ``#`` comments) are skipped; anything else but exactly three non-empty
     fields is malformed. A line whose relation is a type predicate (``type.object.type``)
     asserts ``o`` as a type of ``s``, as in N-Triples: not a graph edge."""
-    separator, separated, comments = TRIPLE_PARSERS[parser]
+    separator, _, comments = TRIPLE_PARSERS[parser]
     value = F.col("value")
     skip = _is_skip(value) if comments else F.trim(value) == ""
     df = lines.select("*", F.split(value, separator).alias("_f"))
@@ -416,8 +431,7 @@ def parse_triples(lines: DataFrame, graph: bool, parser: str) -> DataFrame:
             .when((n == 3) & full & p.isin(*TYPE_PREDICATES), F.lit(TYPE))
             .when((n == 3) & full, F.lit(EDGE))
             .otherwise(F.lit(MALFORMED)))
-    reason = F.when(n != 3, _fields_reason(n, f"3 {separated} fields (subject, relation, object)")
-                    ).otherwise(F.lit(R_EMPTY_FIELD))
+    reason = F.when(n != 3, _fields_reason(n, triple_fields(parser))).otherwise(F.lit(R_EMPTY_FIELD))
     return _row(df, graph, kind, s, p, o, reason)
 
 
@@ -431,8 +445,7 @@ def parse_names_tsv(lines: DataFrame, graph: bool) -> DataFrame:
     kind = (F.when(_is_skip(value), F.lit(SKIP))
             .when((n == 2) & (key != "") & (name != ""), F.lit(NAME))
             .otherwise(F.lit(MALFORMED)))
-    reason = F.when(n != 2, _fields_reason(n, "2 tab-separated fields (key, name)")
-                    ).otherwise(F.lit(R_EMPTY_FIELD))
+    reason = F.when(n != 2, _fields_reason(n, NAME_FIELDS)).otherwise(F.lit(R_EMPTY_FIELD))
     return _row(df, graph, kind, key, F.lit(None), name, reason)
 
 
@@ -464,6 +477,68 @@ def parse_entities(lines: DataFrame, graph: bool) -> DataFrame:
         reason=reason,
         extra=F.when(is_json, r["aliases"]),
     )
+
+
+# ---- the same rules on the driver, line by line -------------------------------------------------
+#: Parsers whose rules are also written below in Python, for a refresh's changed lines
+#: (``spark_jobs.ingest_lines``); tests/test_ingest_lines.py holds them equal to the Spark
+#: rules above on every fixture, malformed lines included.
+LINE_PARSERS = (*TRIPLE_PARSERS, "names_tsv")
+_BOM = "\ufeff".encode()
+
+
+def parse_line(parser: str, raw: bytes) -> tuple[str, str | None, str | None, str | None,
+                                                 str | None, str | None]:
+    """(kind, s, p, o, reason, text) of one raw line, as ``parse_triples`` /
+    ``parse_names_tsv`` and ``_row`` classify it (reason and text: malformed lines only)."""
+    if raw.startswith(_BOM):
+        raw = raw[len(_BOM):]
+    try:
+        value, valid = raw.decode("utf-8"), True
+    except UnicodeDecodeError:
+        value, valid = raw.decode("utf-8", "replace"), False
+    if parser == "names_tsv":
+        kind, s, p, o, reason = _names_line(value)
+    else:
+        kind, s, p, o, reason = _triple_line(value, parser)
+    if not valid and kind != SKIP:
+        kind, reason = MALFORMED, R_INVALID_UTF8
+    return (kind, s, p, o, reason, value) if kind == MALFORMED else (kind, s, p, o, None, None)
+
+
+def _spark_trim(text: str | None) -> str | None:
+    """Spark's ``trim``: spaces (U+0020) only."""
+    return None if text is None else text.strip(" ")
+
+
+def _line_skipped(value: str, comments: bool) -> bool:
+    stripped = _spark_trim(value)
+    return stripped == "" or (comments and stripped.startswith("#"))
+
+
+def _triple_line(value: str, parser: str):
+    separator, _, comments = TRIPLE_PARSERS[parser]
+    fields = re.split(separator, value)
+    s, p, o = (_spark_trim(fields[i]) if i < len(fields) else None for i in range(3))
+    if _line_skipped(value, comments):
+        return SKIP, s, p, o, None
+    if len(fields) != 3:
+        return MALFORMED, s, p, o, fields_reason(triple_fields(parser), len(fields))
+    if not (s and p and o):
+        return MALFORMED, s, p, o, R_EMPTY_FIELD
+    return (TYPE if p in TYPE_PREDICATES else EDGE), s, p, o, None
+
+
+def _names_line(value: str):
+    fields = re.split("\t", value, maxsplit=1)
+    key, name = (_spark_trim(fields[i]) if i < len(fields) else None for i in range(2))
+    if _line_skipped(value, True):
+        return SKIP, key, None, name, None
+    if len(fields) != 2:
+        return MALFORMED, key, None, name, fields_reason(NAME_FIELDS, len(fields))
+    if not (key and name):
+        return MALFORMED, key, None, name, R_EMPTY_FIELD
+    return NAME, key, None, name, None
 
 
 def parse_source(spark: SparkSession, source: Source, languages: list[str]) -> DataFrame:

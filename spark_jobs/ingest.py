@@ -11,6 +11,9 @@
 * ``change_set/``        what changed since the previous build (a refresh, DESIGN §9): one
   dataset per part of ``CHANGE_SET_PARTS`` — triples by entity key and relation name (ids
   shift when entities come and go), entities by key; empty in a full build (report: null)
+* ``dump_lines/``        the line store of a dump the driver's line rules read (TSV, FB15k-237):
+  what a refresh's ingest takes its unchanged lines' parse from (``spark_jobs.ingest_lines``;
+  the report's ``refresh`` says whether the tables were made on the driver or by Spark, and why)
 
 Rules:
 
@@ -60,14 +63,16 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.stage import Laps, StageError, previous_inputs
+from pipeline.stage import PARTIAL_MAX_SHARE, Laps, StageError, previous_inputs
 from runtime.config import section
 from runtime.contract import read_table, write_table
 from spark_jobs import formats as fm
+from spark_jobs import ingest_lines as il
 from spark_jobs.session import get_spark
 from text.corpus import build_format
 
-OUTPUTS = ("entities", "relations", "triples", "quarantine", "type_assertions", "change_set")
+OUTPUTS = ("entities", "relations", "triples", "quarantine", "type_assertions", "change_set",
+           "dump_lines")
 #: Part of the change set → its columns (strings). ``changed_entities``: kept keys whose name,
 #: aliases, description or attributes changed; ``touched_relations``: those of changed triples.
 CHANGE_SET_PARTS = {"added_triples": ("s", "r", "o"), "removed_triples": ("s", "r", "o"),
@@ -467,15 +472,125 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
     dump, cfg, plan = _source_plan(inputs, section(config, "ingest"))
     delta = feedback_sources(inputs.get("feedback_delta"))
     plan.sources.extend(delta)
-    languages = cfg["languages"]
-    languages = [languages] if isinstance(languages, str) or languages is None else list(languages)
-    literals_as_edges = bool(cfg["literals_as_edges"])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {name: out / f"{name}.parquet" for name in OUTPUTS}
     paths["change_set"] = out / "change_set"
-
     lap = Laps()
+    lines, why = _parsed_lines(plan, inputs, cfg)
+    lap("dump_lines")
+    if why is None:
+        stats = _driver_ingest(lines, inputs, cfg, dump, plan, paths, lap)
+    else:
+        stats = _spark_ingest(config, inputs, cfg, dump, plan, delta, paths, lap)
+    if lines is None:  # a dump the line rules do not read keeps no line store
+        del paths["dump_lines"]
+    else:
+        il.write_store(lines.store, paths["dump_lines"])
+    report = _report(plan, cfg, stats, started, lap)
+    report["refresh"] = {"ingest": "driver" if why is None else "spark", "why": why,
+                         "lines": lines.lines if lines else None,
+                         "parsed_lines": lines.parsed if lines else None}
+    return {"outputs": {name: str(path) for name, path in paths.items()}, "report": report}
+
+
+def _parsed_lines(plan: fm.Plan, inputs: dict, cfg: dict
+                  ) -> tuple[il.ParsedLines | None, str | None]:
+    """Every line of the dump parsed on the driver, from the previous build's line store
+    where it has the line (None: the line parsers cannot read the plan), and why the tables
+    are made by Spark (None: on the driver — a refresh whose changed lines are few)."""
+    cannot = il.unsupported(plan)
+    if cannot is not None:
+        return None, cannot
+    size_mb = sum(path.stat().st_size for path in plan.files) / 2**20
+    if size_mb > float(cfg["driver_max_dump_mb"]):
+        return None, f"{size_mb:.0f} MB of dump, above ingest.driver_max_dump_mb"
+    previous = previous_inputs(inputs, "dump_lines", *il.TABLES)
+    try:
+        lines = il.ParsedLines(plan, il.read_store(previous and previous["dump_lines"]))
+    except il.UnreadableLines as exc:  # Spark names the file and its cause for the user
+        return None, f"unreadable on the driver: {exc}"
+    if previous is None:
+        return lines, "no previous build with a line store (a full build)"
+    if lines.parsed > PARTIAL_MAX_SHARE * lines.lines:
+        return lines, (f"{lines.parsed} of {lines.lines} lines changed (more than "
+                       f"{PARTIAL_MAX_SHARE:.0%})")
+    return lines, None
+
+
+def _report(plan: fm.Plan, cfg: dict, stats: dict, started: float, lap: Laps) -> dict:
+    """The stage report, from either path's counts (``stats``)."""
+    counted = stats.pop("counted")
+    return {
+        **stats.pop("feedback"),
+        "format": plan.format,
+        "files": [str(f) for f in plan.files],
+        "lines": counted.lines,
+        "skipped_lines": counted.kinds.get(fm.SKIP, 0),
+        "malformed": counted.malformed,
+        "malformed_share": round(counted.share, 6),
+        "max_malformed_share": float(cfg["max_malformed_share"]),
+        "malformed_by_reason": dict(sorted(counted.reasons.items())),
+        "filtered_literals": counted.kinds.get(fm.FILTERED, 0),
+        "languages": _languages(cfg),
+        "literals_as_edges": bool(cfg["literals_as_edges"]),
+        "entities": stats["entities"],
+        "relations": stats["relations"],
+        "triples": stats["triples"],
+        "duplicate_triples_removed": stats["edge_facts"] - stats["triples"],
+        "type_assertions": stats["type_assertions"],
+        "names_missing": stats["entities"] - stats["names_found"],
+        "name_fallback": "key" if plan.name_rule == "key" else "key with '_' as spaces",
+        "change_set": stats["change_set"],
+        "seconds": round(time.perf_counter() - started, 3),
+        "step_seconds": lap.seconds,
+    }
+
+
+def _languages(cfg: dict) -> list[str | None]:
+    languages = cfg["languages"]
+    return [languages] if isinstance(languages, str) or languages is None else list(languages)
+
+
+def _driver_ingest(lines: il.ParsedLines, inputs: dict, cfg: dict, dump, plan: fm.Plan,
+                   paths: dict[str, Path], lap: Laps) -> dict:
+    """The tables from the parsed lines with Arrow (``spark_jobs.ingest_lines``), each written
+    with the schema of the previous build's (whose Spark ingest set it): a refresh."""
+    counted = _LineCounts(il.line_counts(lines.rows))
+    _write_like(il.quarantine(lines.rows, plan, TEXT_LIMIT), "quarantine", inputs, paths)
+    _refuse(counted, dump, plan, float(cfg["max_malformed_share"]), paths["quarantine"])
+    graph = il.graph_tables(lines.rows)
+    entities, names_found = il.entities(lines.rows, graph["keys"], plan.name_rule)
+    relations = pa.table({"id": pa.array(range(len(graph["relation_names"])), pa.int64()),
+                          "name": graph["relation_names"]})
+    for table, rows in (("entities", entities), ("relations", relations),
+                        ("triples", graph["triples"]),
+                        ("type_assertions", graph["type_assertions"])):
+        _write_like(rows, table, inputs, paths)
+    lap("tables")
+    changes = driver_change_set(previous_inputs(inputs, "entities", "relations", "triples"),
+                                paths["change_set"].parent)
+    lap("change_set")
+    return {"counted": counted, "feedback": {}, "entities": entities.num_rows,
+            "relations": relations.num_rows, "triples": graph["triples"].num_rows,
+            "edge_facts": graph["edge_facts"], "type_assertions":
+            graph["type_assertions"].num_rows, "names_found": names_found, "change_set": changes}
+
+
+def _write_like(rows: pa.Table, table: str, inputs: dict, paths: dict[str, Path]) -> None:
+    """One output table as one part file, in the schema of the previous build's."""
+    previous = previous_inputs(inputs, table)[table]
+    schema = pq.read_schema(min(previous.glob("*.parquet")))
+    shutil.rmtree(paths[table], ignore_errors=True)
+    paths[table].mkdir(parents=True)
+    pq.write_table(rows.select(schema.names).cast(schema), paths[table] / "part-00000.parquet")
+
+
+def _spark_ingest(config: dict, inputs: dict, cfg: dict, dump, plan: fm.Plan,
+                  delta: list[fm.Source], paths: dict[str, Path], lap: Laps) -> dict:
+    """The tables by Spark, from a parse of every line (DESIGN §2.1)."""
+    languages = _languages(cfg)
+    literals_as_edges = bool(cfg["literals_as_edges"])
     spark = get_spark(config, "lokg-ingest")
     lap("spark_session")
     cache = _Cache()
@@ -507,6 +622,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         n_types = _write_type_assertions(parsed, ent_ids, counted, small,
                                          paths["type_assertions"])
         lap("type_assertions")
+        out = paths["change_set"].parent
         changes = change_set(spark, inputs, out, small)  # what changed since the previous build
         lap("change_set")
     except (Py4JJavaError, PySparkException) as exc:
@@ -516,32 +632,9 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         raise IngestError(f"ingest: cannot read {unreadable}") from None
     finally:
         cache.release()
-
-    report = {
-        **added,
-        "format": plan.format,
-        "files": [str(f) for f in plan.files],
-        "lines": counted.lines,
-        "skipped_lines": counted.kinds.get(fm.SKIP, 0),
-        "malformed": counted.malformed,
-        "malformed_share": round(counted.share, 6),
-        "max_malformed_share": float(cfg["max_malformed_share"]),
-        "malformed_by_reason": dict(sorted(counted.reasons.items())),
-        "filtered_literals": counted.kinds.get(fm.FILTERED, 0),
-        "languages": languages,
-        "literals_as_edges": literals_as_edges,
-        "entities": n_entities,
-        "relations": len(rel_names),
-        "triples": n_triples,
-        "duplicate_triples_removed": edge_facts - n_triples,
-        "type_assertions": n_types,
-        "names_missing": n_entities - names_found,
-        "name_fallback": "key" if plan.name_rule == "key" else "key with '_' as spaces",
-        "change_set": changes,
-        "seconds": round(time.perf_counter() - started, 3),
-        "step_seconds": lap.seconds,
-    }
-    return {"outputs": {name: str(path) for name, path in paths.items()}, "report": report}
+    return {"counted": counted, "feedback": added, "entities": n_entities,
+            "relations": len(rel_names), "triples": n_triples, "edge_facts": edge_facts,
+            "type_assertions": n_types, "names_found": names_found, "change_set": changes}
 
 
 def _quarantine(numbered: DataFrame, counted: _LineCounts, dump, plan: fm.Plan, ceiling: float,
@@ -558,6 +651,12 @@ def _quarantine(numbered: DataFrame, counted: _LineCounts, dump, plan: fm.Plan, 
         .drop("file_idx"),
         path,
     )
+    _refuse(counted, dump, plan, ceiling, path)
+
+
+def _refuse(counted: _LineCounts, dump, plan: fm.Plan, ceiling: float, path: Path) -> None:
+    """Refuse a dump over the malformed ceiling (its quarantine written at ``path``) or with
+    no statement at all."""
     if counted.share > ceiling:
         raise IngestError(
             f"ingest of {dump}: {counted.malformed} of {counted.lines} lines are malformed "
