@@ -41,7 +41,8 @@ The pieces:
   matched to relation names by the encoder (cosine ≥ θ_zs), and the named relations are
   ordered the same way. A span's relation within :data:`ZERO_SHOT_SWAP` of its best is a
   near tie the encoder's noise decides: it is read instead when its chains walk fewer hops
-  backwards (:meth:`RelationKnowledge.predict_spans`).
+  backwards (:meth:`RelationKnowledge.predict_spans`). A question no span names at θ_zs
+  reads its best span's relation (:meth:`RelationKnowledge.weakest_hop`).
 * **Unfamiliar wording** (labelled knowledge, the nearest training question's cosine below
   :data:`UNFAMILIAR_COSINE`: relation phrases no training question used, "the native town of
   the helmer of X"): spans are matched to relations by the encoder — to the relation's name and
