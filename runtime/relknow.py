@@ -695,6 +695,13 @@ def shared_span(hops: Sequence[tuple[float, int, int, int]], masked: str) -> int
                          for w in words[chosen[i][2]:chosen[j][1]])), None)
 
 
+def kind_only(hops: Sequence[tuple[float, int, int, int]], masked: str) -> bool:
+    """Whether the question's one chosen span is its first word alone: it names the answer's
+    kind and no relation besides ("which *country* is X from", X an actor: no span names
+    actor_nationality, which MiniLM puts under 0.42 from "country")."""
+    return [h[1:3] for h in chosen_spans(hops, len(masked.split()))] == [(0, 1)]
+
+
 def named_in_order(hops: Sequence[tuple[float, int, int, int]], n_words: int
                    ) -> tuple[int, ...]:
     """The relations of :func:`chosen_spans`."""
@@ -1132,7 +1139,8 @@ class RelationKnowledge:
         :data:`ZERO_SHOT_SWAP`) and end in a hop no span names (added for the kind), the
         first substitute within :data:`ZERO_SHOT_NEAR` whose chains do votes with those
         ("which country produced X": X's studio's city, reached along location, is no
-        country; X's country is)."""
+        country; X's country is). When still nothing instantiates and the one chosen span is
+        the first word (:func:`kind_only`), the topic's hops reaching ``asked_kind`` vote."""
         in_order = named_in_order(hops, len(masked.split()))
         if not in_order:
             return Prediction(source, None, 0.0, 0.0, [], named, None, "no span names a relation")
@@ -1142,6 +1150,8 @@ class RelationKnowledge:
         by_end, first = levels(in_order)
         if substitutes is not None:
             by_end = self._substituted(by_end, levels, substitutes, asked_kind, named, facts)
+        if not any(by_end) and asked_kind and kind_only(hops, masked):
+            by_end = self._to_kind(facts, topics, asked_kind) or by_end
         votes = [(group[0], float(len(group))) for key, group in by_end.items() if key]
         votes += [(chain, 1.0) for chain in by_end.get((), [])]
         prediction = tally(votes, facts, topics, source=source, named=named,
@@ -1227,6 +1237,14 @@ class RelationKnowledge:
             for k in range(size + 1):
                 yield [c for c, same in chains if sum(h >= n_relations for h in c) == k
                        and not round_trip(same, n_relations)]
+
+    def _to_kind(self, facts: Facts, topics: Sequence[int], kind: frozenset[int]
+                 ) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
+        """The topic's hops (forward ones first) that reach entities of the asked kind (objects
+        of a ``kind`` relation), by endpoints: what a question naming only the kind asks."""
+        chains = [(h,) for h in range(2 * facts.n_relations)]
+        return {k: g for k, g in self._by_endpoints(chains, facts, topics).items()
+                if k and of_type(facts, k, kind)}
 
     def _distinct(self, chains: Sequence[tuple[int, ...]]
                   ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:

@@ -971,10 +971,11 @@ def test_zero_shot_reads_the_best_span_when_none_passes_the_threshold(works_cosi
     assert a.derivation.endpoints == list(range(1, N_PEOPLE, 4))
 
 
-FILM_RELATIONS = ["city_country", "film_country", "location", "production_company"]
-FILM, STUDIO, CITY, COUNTRY, OTHER_COUNTRY, OTHER_CITY = range(6)
+FILM_RELATIONS = ["city_country", "film_country", "location", "production_company",
+                  "actor_nationality"]
+FILM, STUDIO, CITY, COUNTRY, OTHER_COUNTRY, OTHER_CITY, ACTOR = range(7)
 FILM_TRIPLES = [(FILM, 3, STUDIO), (STUDIO, 2, CITY), (CITY, 0, COUNTRY),
-                (FILM, 1, OTHER_COUNTRY), (OTHER_CITY, 0, OTHER_COUNTRY)]
+                (FILM, 1, OTHER_COUNTRY), (OTHER_CITY, 0, OTHER_COUNTRY), (ACTOR, 4, COUNTRY)]
 
 
 @pytest.mark.parametrize("film_country_cosine, chain", [
@@ -991,12 +992,35 @@ def test_zero_shot_substitutes_a_chain_of_the_asked_kind_for_a_hop_added_for_it(
     eye = np.eye(len(FILM_RELATIONS), dtype=np.float32)
     axes = {"country": eye[0] + np.float32(film_country_cosine) * eye[1] + np.float32(0.9) * eye[2],
             "produced": eye[3]}
-    embed = lambda texts: np.stack([axes.get(t, np.zeros(4, np.float32)) for t in texts])  # noqa: E731
+    embed = lambda texts: np.stack([axes.get(t, np.zeros(len(eye), np.float32))  # noqa: E731
+                                    for t in texts])
     know = zero_shot_knowledge(eye, FILM_RELATIONS)
     a = know.assess("country produced someone", [FILM], facts, q_vec=None, embed=embed)
     assert tuple(hop_name(h, FILM_RELATIONS.__getitem__, len(FILM_RELATIONS))
                  for h in a.prediction.chain) == chain
     assert a.prediction.share == 1.0
+
+
+@pytest.mark.parametrize("masked, country_cosine, chain", [
+    ("country someone", 1.0, ("actor_nationality",)),
+    # the chosen span is more than the first word: it may name a hop (the actors of a film)
+    ("country of actors someone", 0.9, None),
+])
+def test_zero_shot_asks_the_topics_hop_to_the_kind_when_only_the_kind_is_named(
+        masked, country_cosine, chain):
+    """"which country is X from", X an actor: "country" names city_country, which no chain
+    from an actor walks, and nothing near it; the actor's one hop to a country (an object of
+    city_country), actor_nationality, is the chain."""
+    facts = Facts(*np.array(FILM_TRIPLES).T, len(FILM_RELATIONS))
+    eye = np.eye(len(FILM_RELATIONS), dtype=np.float32)
+    axes = {"country": np.float32(country_cosine) * eye[0], "country of actors": eye[0]}
+    embed = lambda texts: np.stack([axes.get(t, np.zeros(len(eye), np.float32))  # noqa: E731
+                                    for t in texts])
+    a = zero_shot_knowledge(eye, FILM_RELATIONS).assess(masked, [ACTOR], facts, q_vec=None,
+                                                        embed=embed)
+    named = a.prediction.chain and tuple(
+        hop_name(h, FILM_RELATIONS.__getitem__, len(FILM_RELATIONS)) for h in a.prediction.chain)
+    assert named == chain
 
 
 @pytest.mark.parametrize("children_cosine, chain", [(0.99, ("children",)),
