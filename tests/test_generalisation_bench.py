@@ -9,10 +9,11 @@ from bench.generalisation import figures, markdown
 
 
 def line(h1: float, source: str | None = None, passed: bool | None = None,
-         linked: bool = True) -> dict:
+         linked: bool = True, links: int = 1) -> dict:
     """A predictions.jsonl line of method lokg as figures reads it."""
     miss = None if h1 and source == "derived" else "chain" if linked else "linking"
-    return {"scores": {"H@1": h1}, "details": {"route": {"source": source}},
+    return {"scores": {"H@1": h1}, "topic_entities": ["m.1"],
+            "details": {"route": {"source": source}, "linked": [{"key": "m.1"}] * links},
             "breakdown": {"gate_passed": passed, "linked": linked, "first_miss": miss}}
 
 
@@ -29,15 +30,16 @@ def test_figures_give_the_precision_gates_coverage_and_precision_from_the_second
     baseline = [{k: v for k, v in r.items() if k != "breakdown"} for r in routed]
     table = markdown([{"setting": "s", "graph": "g", "trained": "t", "asked": "a",
                        "entities": "gold", "method": "kaping", **figures(baseline)}], "cmd")
-    assert table.splitlines()[-1].endswith("| 0.500 | 0.500 | — | — | — | — |")
+    assert table.splitlines()[-1].endswith("| 0.500 | 0.500 | — | — | — | — | — |")
 
 
 def test_figures_say_what_linking_loses():
     """Questions linked wrong, and those of them lost (a linking miss that retrieval still
     answered right is linked wrong but not lost)."""
     routed = [line(1.0, "derived"), line(0.0, "derived", linked=False),
-              line(1.0, "retrieval", linked=False), line(0.0, "retrieval")]
+              line(1.0, "retrieval", linked=False), line(0.0, "retrieval", links=2)]
     f = figures(routed)
     assert f["linked_wrong"] == 0.5 and f["lost_linking"] == 0.25
+    assert f["linked_more"] == "0.250 (1)"  # linked right, with a second entity: lost
     assert "linked_wrong" not in figures([{k: v for k, v in r.items() if k != "breakdown"}
                                           for r in routed])  # baselines have no breakdown
