@@ -99,8 +99,9 @@ def figures(records: list[dict], gated: list[dict] | None = None) -> dict:
     """n, H@1, the derived share and H@1 of the derived answers of some predictions; where
     they carry a breakdown (method lokg) the shares of questions linked wrong and lost to
     linking, and of those linked right with more entities than their topics (the linker's
-    ambiguity, which the derivation walks from too; its questions lost in brackets); with ``gated`` (the same questions under policy precision) the share the
-    precision gate passes and H@1 of those (the breakdown's ``gate_passed``)."""
+    ambiguity, which the derivation walks from too; its questions lost in brackets); with
+    ``gated`` (the same questions under policy precision) the share the precision gate
+    passes and H@1 of those (the breakdown's ``gate_passed``)."""
     derived = [r for r in records if ((r["details"] or {}).get("route") or {}).get("source")
                == "derived"]
     n = len(records)
