@@ -8,11 +8,10 @@ Every run is ``lokg eval --policy route --llm none`` (``evaluation.cli.run_eval`
 
 1. **In-domain, per naming scheme** (``--namings``): a synthetic KG of ``--triples`` edges
    (``pipeline.synth.generate(naming=...)``), built with its labelled train/dev questions
-   (``pipeline.synth.labelled_overrides``), asked its test split with ``--entities gold`` and
-   ``--entities link``.
+   (``pipeline.synth.labelled_overrides``), asked its test split.
 2. **Transfer, unseen wording**: the same test questions (same graph, topics, chains, answers)
    in the held-out wording — a second dump with ``test_wording="heldout"`` whose kg.tsv is the
-   first's, byte for byte — against the same store, entities gold.
+   first's, byte for byte — against the same store.
 3. **Transfer PQ-2H ↔ PQ-3H** (when ``--pathquestion`` holds pq-2h/ and pq-3h/): a store of
    both KBs (their union kb.txt; either dataset's topics alone miss many of the other's
    entities) whose relation knowledge and GAT paths learn from one dataset's train/dev, asked
@@ -21,9 +20,12 @@ Every run is ``lokg eval --policy route --llm none`` (``evaluation.cli.run_eval`
    relation backwards: gold paths carry ``~``), built with **no** labelled questions; H@1 per
    hop count, and within it of the questions with and without an inverse hop.
 
-Per row: n, H@1, the share of questions the route answered from the graph (``derived``) and H@1
-of those; and for method lokg, from a second run with ``--policy precision``, the share of
-questions the precision gate passes and H@1 of those (its precision). Resumable, cached per
+Every step is asked once per ``--entities`` mode (default ``gold,link``: the topic entities
+given, or found by the linker). Per row: n, H@1, the share of questions the route answered from
+the graph (``derived``) and H@1 of those; for method lokg what linking loses (the breakdown's
+share of questions linked wrong, and of those lost with it, ``first_miss`` = linking) and, from
+a second run with ``--policy precision``, the share of questions the precision gate passes and
+H@1 of those (its precision). Resumable, cached per
 directory under ``--work``: a dump directory is named by its options and generated once (its
 manifest.json is written last), a store is built only when it has no published build, and
 ``run_eval`` resumes a run directory by question id (a dump, store or run made by older code is
@@ -34,9 +36,11 @@ reused as it is: remove its directory to redo it). The Markdown goes to stdout (
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -46,7 +50,10 @@ from pipeline.synth import NAMINGS, generate, labelled_overrides  # noqa: E402
 PQ_DATASETS = ("pq-2h", "pq-3h")
 PRECISION = "lokg@precision"  # evaluate's key for method lokg under policy precision
 HEADER = ("| setting | graph | relation knowledge from | asked | entities | method | n | H@1 "
-          "| derived | H@1 of derived | precision gate passes | H@1 of those |")
+          "| derived | H@1 of derived | linked wrong | lost to linking | linked more (lost) "
+          "| precision gate passes | H@1 of those |")
+KEYS = ("setting", "graph", "trained", "asked", "entities", "method", "n", "H@1", "derived",
+        "derived_H@1", "linked_wrong", "lost_linking", "linked_more", "gate", "gate_H@1")
 
 
 def ensure_dump(path: Path, **options) -> Path:
@@ -82,10 +89,19 @@ def evaluate(args, *, dataset: str, store: Path, out: Path, methods: str = "lokg
     return records
 
 
+def run_name(base: str, entities: str) -> str:
+    """A run directory's name: ``base`` for gold topic entities (the name runs had before
+    there were link rows, so they resume), ``base-link`` for linked ones."""
+    return base if entities == "gold" else f"{base}-{entities}"
+
+
 def figures(records: list[dict], gated: list[dict] | None = None) -> dict:
-    """n, H@1, the derived share and H@1 of the derived answers of some predictions; with
-    ``gated`` (the same questions under policy precision) the share the precision gate passes
-    and H@1 of those (the breakdown's ``gate_passed``)."""
+    """n, H@1, the derived share and H@1 of the derived answers of some predictions; where
+    they carry a breakdown (method lokg) the shares of questions linked wrong and lost to
+    linking, and of those linked right with more entities than their topics (the linker's
+    ambiguity, which the derivation walks from too; its questions lost in brackets); with
+    ``gated`` (the same questions under policy precision) the share the precision gate
+    passes and H@1 of those (the breakdown's ``gate_passed``)."""
     derived = [r for r in records if ((r["details"] or {}).get("route") or {}).get("source")
                == "derived"]
     n = len(records)
@@ -93,6 +109,13 @@ def figures(records: list[dict], gated: list[dict] | None = None) -> dict:
            "derived": len(derived) / n if n else None,
            "derived_H@1": (sum(r["scores"]["H@1"] for r in derived) / len(derived)
                            if derived else None)}
+    if n and all("breakdown" in r for r in records):
+        out["linked_wrong"] = sum(r["breakdown"]["linked"] is False for r in records) / n
+        out["lost_linking"] = sum(r["breakdown"]["first_miss"] == "linking"
+                                  and not r["scores"]["H@1"] for r in records) / n
+        more = [r for r in records if r["breakdown"]["linked"]
+                and len(r["details"].get("linked") or ()) > len(r.get("topic_entities") or ())]
+        out["linked_more"] = f"{len(more) / n:.3f} ({sum(not r['scores']['H@1'] for r in more)})"
     if gated is not None:
         passed = [r for r in gated if r["breakdown"]["gate_passed"]]
         out["gate"] = len(passed) / len(gated) if gated else None
@@ -102,7 +125,8 @@ def figures(records: list[dict], gated: list[dict] | None = None) -> dict:
 
 
 def synthetic_rows(args, work: Path) -> list[dict]:
-    """Steps 1 and 2: per naming, in-domain (gold, link) and the unseen-wording transfer."""
+    """Steps 1 and 2: per naming, in-domain and the unseen-wording transfer, per entities
+    mode."""
     rows = []
     for naming in args.namings.split(","):
         root = work / f"synth-{naming}-{args.triples}t-s{args.seed}-q{args.questions}"
@@ -115,8 +139,8 @@ def synthetic_rows(args, work: Path) -> list[dict]:
         if len(graphs) != 1:
             sys.exit(f"{heldout}: not the graph of {dump} (kg.tsv differs)")
         build = dict(store=root / "store", kb=dump, overrides=labelled_overrides(dump))
-        for label, asked, entities in (("in-domain", dump, "gold"), ("in-domain", dump, "link"),
-                                       ("unseen wording", heldout, "gold")):
+        for (label, asked), entities in itertools.product(
+                (("in-domain", dump), ("unseen wording", heldout)), args.entities.split(",")):
             runs = evaluate(args, dataset=f"synth:{asked / 'test.jsonl'}", entities=entities,
                             out=root / "runs" / f"{asked.name}-{entities}", **build)
             rows.append({"setting": label, "graph": f"synth {naming}", "trained": "train/dev",
@@ -151,42 +175,59 @@ def pathquestion_rows(args, work: Path) -> list[dict]:
         overrides = [f"relation_knowledge.questions={source / 'train.txt'}",
                      f"relation_knowledge.dev_questions={source / 'dev.txt'}",
                      f"gat.questions={source / 'train.txt'}"]
-        for asked in PQ_DATASETS:
+        for asked, entities in itertools.product(PQ_DATASETS, args.entities.split(",")):
             runs = evaluate(args, dataset=f"pathquestion:{data / asked}", split="test",
                             store=work / f"pathquestion-store-{trained}", kb=kb,
-                            overrides=overrides,
-                            out=work / "pathquestion-runs" / f"{trained}-on-{asked}")
+                            overrides=overrides, entities=entities,
+                            out=work / "pathquestion-runs" / run_name(f"{trained}-on-{asked}",
+                                                                      entities))
             rows.append({"setting": "in-domain" if asked == trained else "transfer",
                          "graph": "PQ-2H ∪ PQ-3H KB", "trained": f"{trained} train/dev",
-                         "asked": f"{asked} test", "entities": "gold", "method": "lokg",
+                         "asked": f"{asked} test", "entities": entities, "method": "lokg",
                          **figures(runs["lokg"], runs[PRECISION])})
     return rows
 
 
 def zero_shot_rows(args, work: Path) -> list[dict]:
-    """Step 4: a metaqa-style graph in plain naming, no labelled questions, H@1 per hop."""
+    """Step 4: a metaqa-style graph in plain naming, no labelled questions, H@1 per hop, per
+    entities mode."""
     root = work / f"zero-shot-{args.triples}t-s{args.seed}-q{args.zero_shot_questions}"
     dump = ensure_dump(root / "dump", n_triples=args.triples, seed=args.seed,
                        n_questions=args.zero_shot_questions, naming="plain",
                        question_style="metaqa")
     questions = {q["id"]: q for q in map(json.loads, (dump / "test.jsonl").read_text(
         encoding="utf-8").splitlines())}
-    runs = evaluate(args, dataset=f"synth:{dump / 'test.jsonl'}", store=root / "store",
-                    kb=dump, methods=args.zero_shot_methods, out=root / "runs" / "route")
-    rows, gated = [], runs.pop(PRECISION, None)
-    for method, records in runs.items():
-        for hops in sorted({q["hops"] for q in questions.values()}) + [None]:
-            part = [r for r in records if hops is None or questions[r["id"]]["hops"] == hops]
-            gate = None if method != "lokg" or gated is None else \
-                [r for r in gated if hops is None or questions[r["id"]]["hops"] == hops]
-            by_kind = {kind: figures([r for r in part if questions[r["id"]]["inverse"]
-                                      == (kind == "inverse")]) for kind in ("inverse", "forward")}
-            rows.append({"setting": "zero-shot", "graph": "synth plain, metaqa",
-                         "trained": "nothing",
-                         "asked": f"test, {f'{hops}-hop' if hops else 'all hop counts'}",
-                         "entities": "gold", "method": method, **figures(part, gate),
-                         **{f"{k} {kind}": v[k] for kind, v in by_kind.items()
-                            for k in ("n", "H@1")}})
+    rows = []
+    for entities in args.entities.split(","):
+        runs = evaluate(args, dataset=f"synth:{dump / 'test.jsonl'}", store=root / "store",
+                        kb=dump, methods=args.zero_shot_methods, entities=entities,
+                        out=root / "runs" / run_name("route", entities))
+        gated = runs.pop(PRECISION, None)
+        rows += [{**row, "entities": entities} for method, records in runs.items()
+                 for row in hop_rows(method, records, gated if method == "lokg" else None,
+                                     questions)]
+    return rows
+
+
+def hop_rows(method: str, records: list[dict], gated: list[dict] | None,
+             questions: Mapping[str, dict]) -> list[dict]:
+    """A zero-shot run's rows: per hop count and for all of them, with H@1 of the questions
+    whose chain walks a relation backwards (inverse) and of the others (forward)."""
+    rows = []
+    for hops in sorted({q["hops"] for q in questions.values()}) + [None]:
+        def asked(r):
+            return hops is None or questions[r["id"]]["hops"] == hops
+
+        part = [r for r in records if asked(r)]
+        gate = None if gated is None else [r for r in gated if asked(r)]
+        by_kind = {kind: figures([r for r in part if questions[r["id"]]["inverse"]
+                                  == (kind == "inverse")]) for kind in ("inverse", "forward")}
+        rows.append({"setting": "zero-shot", "graph": "synth plain, metaqa",
+                     "trained": "nothing",
+                     "asked": f"test, {f'{hops}-hop' if hops else 'all hop counts'}",
+                     "method": method, **figures(part, gate),
+                     **{f"{k} {kind}": v[k] for kind, v in by_kind.items()
+                        for k in ("n", "H@1")}})
     return rows
 
 
@@ -196,15 +237,15 @@ def cell(value) -> str:
 
 def markdown(rows: list[dict], command: str) -> str:
     """The main table, then the zero-shot table with the inverse / forward split."""
-    lines = ["Regenerate with:", "", f"    {command}", "", HEADER, "|---" * 6 + "|--:" * 6 + "|"]
-    keys = ("setting", "graph", "trained", "asked", "entities", "method", "n", "H@1",
-            "derived", "derived_H@1", "gate", "gate_H@1")
-    lines += ["| " + " | ".join(cell(r.get(k)) for k in keys) + " |" for r in rows]
+    lines = ["Regenerate with:", "", f"    {command}", "", HEADER,
+             "|---" * 6 + "|--:" * (len(KEYS) - 6) + "|"]
+    lines += ["| " + " | ".join(cell(r.get(k)) for k in KEYS) + " |" for r in rows]
     zero = [r for r in rows if r["setting"] == "zero-shot"]
     if zero:
         lines += ["", "Zero-shot, by whether the chain walks a relation backwards:", "",
-                  "| method | asked | H@1 inverse (n) | H@1 forward (n) |", "|---|---|--:|--:|"]
-        lines += [f"| {r['method']} | {r['asked']} | {cell(r['H@1 inverse'])} "
+                  "| method | entities | asked | H@1 inverse (n) | H@1 forward (n) |",
+                  "|---|---|---|--:|--:|"]
+        lines += [f"| {r['method']} | {r['entities']} | {r['asked']} | {cell(r['H@1 inverse'])} "
                   f"({r['n inverse']}) | {cell(r['H@1 forward'])} ({r['n forward']}) |"
                   for r in zero]
     return "\n".join(lines) + "\n"
@@ -223,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zero-shot-questions", type=int, default=3000,
                         help="metaqa questions of the zero-shot graph (a tenth is asked)")
     parser.add_argument("--zero-shot-methods", default="lokg,kaping")
+    parser.add_argument("--entities", default="gold,link",
+                        help="topic entities of every step's runs: given (gold) and/or linked")
     parser.add_argument("--steps", default="synthetic,pathquestion,zero-shot")
     parser.add_argument("--limit", type=int, help="only the first N questions of each run")
     parser.add_argument("--json", help="rows as JSON (default WORK/results.json)")

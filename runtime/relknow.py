@@ -41,7 +41,8 @@ The pieces:
   matched to relation names by the encoder (cosine ≥ θ_zs), and the named relations are
   ordered the same way. A span's relation within :data:`ZERO_SHOT_SWAP` of its best is a
   near tie the encoder's noise decides: it is read instead when its chains walk fewer hops
-  backwards (:meth:`RelationKnowledge.predict_spans`).
+  backwards (:meth:`RelationKnowledge.predict_spans`). A question no span names at θ_zs
+  reads its best span's relation (:meth:`RelationKnowledge.weakest_hop`).
 * **Unfamiliar wording** (labelled knowledge, the nearest training question's cosine below
   :data:`UNFAMILIAR_COSINE`: relation phrases no training question used, "the native town of
   the helmer of X"): spans are matched to relations by the encoder — to the relation's name and
@@ -694,6 +695,13 @@ def shared_span(hops: Sequence[tuple[float, int, int, int]], masked: str) -> int
                          for w in words[chosen[i][2]:chosen[j][1]])), None)
 
 
+def kind_only(hops: Sequence[tuple[float, int, int, int]], masked: str) -> bool:
+    """Whether the question's one chosen span is its first word alone: it names the answer's
+    kind and no relation besides ("which *country* is X from", X an actor: no span names
+    actor_nationality, which MiniLM puts under 0.42 from "country")."""
+    return [h[1:3] for h in chosen_spans(hops, len(masked.split()))] == [(0, 1)]
+
+
 def named_in_order(hops: Sequence[tuple[float, int, int, int]], n_words: int
                    ) -> tuple[int, ...]:
     """The relations of :func:`chosen_spans`."""
@@ -1019,9 +1027,10 @@ class RelationKnowledge:
         return self._described
 
     def zero_shot_hops(self, masked: str, embed: Callable[[list[str]], np.ndarray],
-                       facts: Facts | None = None, topics: Sequence[int] = ()
-                       ) -> list[tuple[float, int, int, int]]:
-        """(cosine, start, end, relation) of every span whose best relation passes θ_zs.
+                       facts: Facts | None = None, topics: Sequence[int] = (),
+                       cosine: float | None = None) -> list[tuple[float, int, int, int]]:
+        """(cosine, start, end, relation) of every span whose best relation passes ``cosine``
+        (θ_zs when None).
 
         Relations whose names embed alike tie up to float noise (two relations both called
         "capital"): among those within :data:`ZERO_SHOT_TIE` of a span's best, one with facts
@@ -1032,9 +1041,10 @@ class RelationKnowledge:
         sims = self.span_similarities([t for _, _, t in spans], embed)
         cos = sims.max(axis=1)
         subjects = np.asarray(list(topics), dtype=np.int64)
+        threshold = self.zero_shot_cosine if cosine is None else cosine
         out = []
         for (a, b, _), row, c in zip(spans, sims, cos):
-            if c < self.zero_shot_cosine:
+            if c < threshold:
                 continue
             tied = [self.relation_order[int(i)] for i in np.flatnonzero(row >= c - ZERO_SHOT_TIE)]
             if facts is not None and len(subjects) and len(tied) > 1:
@@ -1070,12 +1080,20 @@ class RelationKnowledge:
                 out.append(tuple(swapped))
         return out
 
-    def answer_type(self, masked: str, embed: Callable[[list[str]], np.ndarray]
-                    ) -> frozenset[int]:
+    def weakest_hop(self, masked: str, embed: Callable[[list[str]], np.ndarray],
+                    facts: Facts, topics: Sequence[int]) -> list[tuple[float, int, int, int]]:
+        """The best span's best relation, whatever its cosine: the one hop of a question no
+        span names at θ_zs — a question asks for some relation ("who acted in X": "acted" is
+        0.49 from the relation film, whose backward hop from a film is its cast)."""
+        hops = self.zero_shot_hops(masked, embed, facts, topics, cosine=-1.0)
+        return sorted(hops, key=lambda h: (-h[0], h[1]))[:1]
+
+    def answer_type(self, masked: str, embed: Callable[[list[str]], np.ndarray],
+                    margin: float = ANSWER_TYPE_MARGIN) -> frozenset[int]:
         """The relations the question's first word names when it is not the topic ("*films*
         someone direct", "*country* produced someone", "*directed* someone"): what the answer
-        is the object of — its best relation and those within :data:`ANSWER_TYPE_MARGIN`
-        of it, if it passes θ_zs."""
+        is the object of — its best relation and those within ``margin``
+        (:data:`ANSWER_TYPE_MARGIN`) of it, if it passes θ_zs."""
         words = masked.split()
         if not words or words[0] == PLACEHOLDER or words[0] in STOP_WORDS:
             return frozenset()
@@ -1084,11 +1102,12 @@ class RelationKnowledge:
         if best < self.zero_shot_cosine:
             return frozenset()
         return frozenset(self.relation_order[int(i)]
-                         for i in np.flatnonzero(sims >= best - ANSWER_TYPE_MARGIN))
+                         for i in np.flatnonzero(sims >= best - margin))
 
     def predict_spans(self, hops: Sequence[tuple[float, int, int, int]], masked: str,
                       facts: Facts, topics: Sequence[int], *, source: str,
                       named: frozenset[int], answer_type: frozenset[int] = frozenset(),
+                      asked_kind: frozenset[int] = frozenset(),
                       substitutes: Callable[[float], list[tuple[int, ...]]] | None = None
                       ) -> Prediction:
         """Chains from relations named by question spans (best score first, no overlap, at
@@ -1115,7 +1134,13 @@ class RelationKnowledge:
         chains that instantiate walk a hop backwards, the first substitute within
         :data:`ZERO_SHOT_SWAP` whose chains are as long and walk fewer backwards votes instead
         ("who is the director of X", a film: "director" is 0.002 nearer the relation film than
-        directed_by, and ~film walks to X's actors)."""
+        directed_by, and ~film walks to X's actors); when they reach no entity of
+        ``asked_kind`` (the relations the asked-for word names best, within
+        :data:`ZERO_SHOT_SWAP`) and end in a hop no span names (added for the kind), the
+        first substitute within :data:`ZERO_SHOT_NEAR` whose chains do votes with those
+        ("which country produced X": X's studio's city, reached along location, is no
+        country; X's country is). When still nothing instantiates and the one chosen span is
+        the first word (:func:`kind_only`), the topic's hops reaching ``asked_kind`` vote."""
         in_order = named_in_order(hops, len(masked.split()))
         if not in_order:
             return Prediction(source, None, 0.0, 0.0, [], named, None, "no span names a relation")
@@ -1123,12 +1148,10 @@ class RelationKnowledge:
                                    facts=facts, topics=topics, answer_type=answer_type,
                                    fewest=1 if source == "zero_shot" else len(in_order))
         by_end, first = levels(in_order)
-        if not any(by_end) and substitutes is not None:
-            by_end = next((other for other, _ in map(levels, substitutes(ZERO_SHOT_NEAR))
-                           if any(other)), by_end)
-        elif substitutes is not None and walked_back(by_end, facts.n_relations)[1]:
-            by_end = next((other for other, _ in map(levels, substitutes(ZERO_SHOT_SWAP))
-                           if fewer_backward(other, by_end, facts.n_relations)), by_end)
+        if substitutes is not None:
+            by_end = self._substituted(by_end, levels, substitutes, asked_kind, named, facts)
+        if not any(by_end) and asked_kind and kind_only(hops, masked):
+            by_end = self._to_kind(facts, topics, asked_kind) or by_end
         votes = [(group[0], float(len(group))) for key, group in by_end.items() if key]
         votes += [(chain, 1.0) for chain in by_end.get((), [])]
         prediction = tally(votes, facts, topics, source=source, named=named,
@@ -1137,6 +1160,33 @@ class RelationKnowledge:
             stopped = stop_of(derive(facts, topics, first, max_frontier=self.max_frontier))
             prediction.stops = (stopped,) if stopped else ()
         return prediction
+
+    @staticmethod
+    def _substituted(by_end: dict[tuple[int, ...], list[tuple[int, ...]]],
+                     levels: Callable[[tuple[int, ...]], tuple[dict, tuple | None]],
+                     substitutes: Callable[[float], list[tuple[int, ...]]],
+                     asked_kind: frozenset[int], named: frozenset[int], facts: Facts
+                     ) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
+        """The chains by endpoints :meth:`predict_spans` votes with, the spans' substitutes
+        tried in its three cases: none instantiates, one walks backwards, none reaches the
+        asked kind along a last hop no span named (one :func:`ending_in` added)."""
+        def of_kind(groups):
+            return {k: g for k, g in groups.items() if not k or of_type(facts, k, asked_kind)}
+
+        def unnamed_last(groups):
+            return all(hop_relation(c[-1], facts.n_relations) not in named
+                       for k, g in groups.items() if k for c in g)
+
+        if not any(by_end):
+            return next((other for other, _ in map(levels, substitutes(ZERO_SHOT_NEAR))
+                         if any(other)), by_end)
+        if walked_back(by_end, facts.n_relations)[1]:
+            return next((other for other, _ in map(levels, substitutes(ZERO_SHOT_SWAP))
+                         if fewer_backward(other, by_end, facts.n_relations)), by_end)
+        if asked_kind and not any(of_kind(by_end)) and unnamed_last(by_end):
+            return next((of_kind(other) for other, _ in map(levels, substitutes(ZERO_SHOT_NEAR))
+                         if any(of_kind(other))), by_end)
+        return by_end
 
     def _first_level(self, in_order: tuple[int, ...], *, sharing: int | None, facts: Facts,
                      topics: Sequence[int], answer_type: frozenset[int], fewest: int
@@ -1188,6 +1238,14 @@ class RelationKnowledge:
                 yield [c for c, same in chains if sum(h >= n_relations for h in c) == k
                        and not round_trip(same, n_relations)]
 
+    def _to_kind(self, facts: Facts, topics: Sequence[int], kind: frozenset[int]
+                 ) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
+        """The topic's hops (forward ones first) that reach entities of the asked kind (objects
+        of a ``kind`` relation), by endpoints: what a question naming only the kind asks."""
+        chains = [(h,) for h in range(2 * facts.n_relations)]
+        return {k: g for k, g in self._by_endpoints(chains, facts, topics).items()
+                if k and of_type(facts, k, kind)}
+
     def _distinct(self, chains: Sequence[tuple[int, ...]]
                   ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
         """(chain, the same chain in canonical hops) for the first chain of every canonical
@@ -1236,10 +1294,12 @@ class RelationKnowledge:
             prediction = Prediction("none", None, 0.0, 0.0, [], frozenset(), None,
                                     "no labelled questions and no encoder")
         else:
-            hops = self.zero_shot_hops(masked, embed, facts, topics)
+            hops = self.zero_shot_hops(masked, embed, facts, topics) or \
+                self.weakest_hop(masked, embed, facts, topics)
             prediction = self.predict_spans(
                 hops, masked, facts, topics, source="zero_shot",
                 named=frozenset(h[3] for h in hops), answer_type=self.answer_type(masked, embed),
+                asked_kind=self.answer_type(masked, embed, margin=ZERO_SHOT_SWAP),
                 substitutes=functools.partial(self.span_substitutes, masked, embed, hops))
         consistency = None
         if prediction.derivation is not None:

@@ -1,4 +1,5 @@
-"""bench/generalisation.py: a row's figures, the precision gate's beside the route's."""
+"""bench/generalisation.py: a row's figures, the precision gate's and linking's beside the
+route's."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import pytest
 from bench.generalisation import figures, markdown
 
 
-def line(h1: float, source: str | None = None, passed: bool | None = None) -> dict:
-    """A predictions.jsonl line as figures reads it."""
-    return {"scores": {"H@1": h1}, "details": {"route": {"source": source}},
-            "breakdown": {"gate_passed": passed}}
+def line(h1: float, source: str | None = None, passed: bool | None = None,
+         linked: bool = True, links: int = 1) -> dict:
+    """A predictions.jsonl line of method lokg as figures reads it."""
+    miss = None if h1 and source == "derived" else "chain" if linked else "linking"
+    return {"scores": {"H@1": h1}, "topic_entities": ["m.1"],
+            "details": {"route": {"source": source}, "linked": [{"key": "m.1"}] * links},
+            "breakdown": {"gate_passed": passed, "linked": linked, "first_miss": miss}}
 
 
 def test_figures_give_the_precision_gates_coverage_and_precision_from_the_second_run():
@@ -23,6 +27,19 @@ def test_figures_give_the_precision_gates_coverage_and_precision_from_the_second
     assert f["gate"] == 0.5 and f["gate_H@1"] == pytest.approx(0.5)
     assert "gate" not in figures(routed)  # baselines have no gated run
     assert figures(routed, [line(0.0, "abstain", False)])["gate_H@1"] is None
+    baseline = [{k: v for k, v in r.items() if k != "breakdown"} for r in routed]
     table = markdown([{"setting": "s", "graph": "g", "trained": "t", "asked": "a",
-                       "entities": "gold", "method": "kaping", **figures(routed)}], "cmd")
-    assert table.splitlines()[-1].endswith("| 0.500 | 0.500 | — | — |")
+                       "entities": "gold", "method": "kaping", **figures(baseline)}], "cmd")
+    assert table.splitlines()[-1].endswith("| 0.500 | 0.500 | — | — | — | — | — |")
+
+
+def test_figures_say_what_linking_loses():
+    """Questions linked wrong, and those of them lost (a linking miss that retrieval still
+    answered right is linked wrong but not lost)."""
+    routed = [line(1.0, "derived"), line(0.0, "derived", linked=False),
+              line(1.0, "retrieval", linked=False), line(0.0, "retrieval", links=2)]
+    f = figures(routed)
+    assert f["linked_wrong"] == 0.5 and f["lost_linking"] == 0.25
+    assert f["linked_more"] == "0.250 (1)"  # linked right, with a second entity: lost
+    assert "linked_wrong" not in figures([{k: v for k, v in r.items() if k != "breakdown"}
+                                          for r in routed])  # baselines have no breakdown

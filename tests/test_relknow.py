@@ -825,17 +825,19 @@ def test_knn_predictor_with_the_real_encoder(tmp_path):
     assert a.answers == ["pilot"] and a.route["predictor"] == "knn"
 
 
-def zero_shot_knowledge(relation_vectors: np.ndarray) -> RelationKnowledge:
+def zero_shot_knowledge(relation_vectors: np.ndarray, names: list[str] = RELATIONS
+                        ) -> RelationKnowledge:
     """Unlabelled relation knowledge (no chains, no lexicon) matching spans to these vectors."""
     spec = {"format_version": 1, "settings": {"k": 10, "min_share": 0.6, "max_frontier": 100},
             "thresholds": {"lift": 2.0, "zero_shot_cosine": 0.8,
                            "precision": {"max_answers": 1, "min_share": 0.6},
                            "route": {"max_answers": 2, "min_share": 0.6}},
-            "chains": [], "relation_names": RELATIONS, "lexicon": {}, "functional": [],
+            "chains": [], "relation_names": names, "lexicon": {}, "functional": [],
             "exclusive": []}
     return RelationKnowledge(spec, {"question_vectors": np.zeros((0, 5), np.float32),
                                     "question_chain": np.zeros(0, np.int32),
-                                    "relation_vectors": relation_vectors}, REL)
+                                    "relation_vectors": relation_vectors},
+                             {n: i for i, n in enumerate(names)})
 
 
 def test_zero_shot_orders_the_named_relations_by_what_instantiates():
@@ -950,6 +952,75 @@ def test_zero_shot_tries_a_near_relation_when_the_best_makes_no_chain(profession
     assert named == chain
     if chain:
         assert a.derivation.endpoints == list(range(1, N_PEOPLE, 4))
+
+
+@pytest.mark.parametrize("works_cosine, chain", [(0.5, ("~profession",)), (0.9, ("~profession",))])
+def test_zero_shot_reads_the_best_span_when_none_passes_the_threshold(works_cosine, chain):
+    """A question asks for some relation: when no span passes θ_zs (0.8 here), its best span's
+    best relation is the hop ("who acted in X": MiniLM puts "acted" 0.49 from the relation
+    film), walked as any named one."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    eye = np.eye(len(RELATIONS), dtype=np.float32)
+    works = np.float32(works_cosine) * eye[REL["profession"]] + np.float32(0.1) * eye[REL["spouse"]]
+    embed = lambda texts: np.stack([works if t == "works" else np.zeros(5, np.float32)  # noqa: E731
+                                    for t in texts])
+    a = zero_shot_knowledge(eye).assess(mask_topic("who works as a pilot", ["pilot", "a pilot"]),
+                                        [N_PEOPLE + 3], facts, q_vec=None, embed=embed)
+    assert tuple(hop_name(h, RELATIONS.__getitem__, len(RELATIONS))
+                 for h in a.prediction.chain) == chain
+    assert a.derivation.endpoints == list(range(1, N_PEOPLE, 4))
+
+
+FILM_RELATIONS = ["city_country", "film_country", "location", "production_company",
+                  "actor_nationality"]
+FILM, STUDIO, CITY, COUNTRY, OTHER_COUNTRY, OTHER_CITY, ACTOR = range(7)
+FILM_TRIPLES = [(FILM, 3, STUDIO), (STUDIO, 2, CITY), (CITY, 0, COUNTRY),
+                (FILM, 1, OTHER_COUNTRY), (OTHER_CITY, 0, OTHER_COUNTRY), (ACTOR, 4, COUNTRY)]
+
+
+@pytest.mark.parametrize("film_country_cosine, chain", [
+    (0.95, ("film_country",)),  # within ZERO_SHOT_NEAR of city_country: substituted
+    (0.8, ("production_company", "location")),  # 0.2 below: none, the studio's city stays
+])
+def test_zero_shot_substitutes_a_chain_of_the_asked_kind_for_a_hop_added_for_it(
+        film_country_cosine, chain):
+    """"country produced X": "country" names city_country best, "produced" the film's studio;
+    no chain of both instantiates, and the studio's one hop further along location (a kind
+    "country" names too, 0.1 below) reaches a city, which no relation "country" names best
+    has as object. film_country, the span's substitute, reaches a country and is taken."""
+    facts = Facts(*np.array(FILM_TRIPLES).T, len(FILM_RELATIONS))
+    eye = np.eye(len(FILM_RELATIONS), dtype=np.float32)
+    axes = {"country": eye[0] + np.float32(film_country_cosine) * eye[1] + np.float32(0.9) * eye[2],
+            "produced": eye[3]}
+    embed = lambda texts: np.stack([axes.get(t, np.zeros(len(eye), np.float32))  # noqa: E731
+                                    for t in texts])
+    know = zero_shot_knowledge(eye, FILM_RELATIONS)
+    a = know.assess("country produced someone", [FILM], facts, q_vec=None, embed=embed)
+    assert tuple(hop_name(h, FILM_RELATIONS.__getitem__, len(FILM_RELATIONS))
+                 for h in a.prediction.chain) == chain
+    assert a.prediction.share == 1.0
+
+
+@pytest.mark.parametrize("masked, country_cosine, chain", [
+    ("country someone", 1.0, ("actor_nationality",)),
+    # the chosen span is more than the first word: it may name a hop (the actors of a film)
+    ("country of actors someone", 0.9, None),
+])
+def test_zero_shot_asks_the_topics_hop_to_the_kind_when_only_the_kind_is_named(
+        masked, country_cosine, chain):
+    """"which country is X from", X an actor: "country" names city_country, which no chain
+    from an actor walks, and nothing near it; the actor's one hop to a country (an object of
+    city_country), actor_nationality, is the chain."""
+    facts = Facts(*np.array(FILM_TRIPLES).T, len(FILM_RELATIONS))
+    eye = np.eye(len(FILM_RELATIONS), dtype=np.float32)
+    axes = {"country": np.float32(country_cosine) * eye[0], "country of actors": eye[0]}
+    embed = lambda texts: np.stack([axes.get(t, np.zeros(len(eye), np.float32))  # noqa: E731
+                                    for t in texts])
+    a = zero_shot_knowledge(eye, FILM_RELATIONS).assess(masked, [ACTOR], facts, q_vec=None,
+                                                        embed=embed)
+    named = a.prediction.chain and tuple(
+        hop_name(h, FILM_RELATIONS.__getitem__, len(FILM_RELATIONS)) for h in a.prediction.chain)
+    assert named == chain
 
 
 @pytest.mark.parametrize("children_cosine, chain", [(0.99, ("children",)),
