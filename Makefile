@@ -17,10 +17,12 @@ demo-inprocess: setup
 	$(ENV) lokg demo --workdir out/demo-inprocess
 
 ## The CI test suite (slow cases excluded; see test-slow), with the extras the documents and
-## object-store tests need (spaCy + model, boto3, moto; `make demo` skips them).
+## object-store tests need (spaCy + model, boto3, moto; `make demo` skips them). Two workers,
+## each taking whole files (module fixtures such as the Airflow runs are built once): much of
+## the suite is single-threaded Python or waits on a JVM or Airflow subprocess.
 test:
 	bash infra/setup.sh --extras
-	$(ENV) python -m pytest -m "not slow" -q --durations=30
+	$(ENV) python -m pytest -m "not slow" -q -n 2 --dist loadfile --durations=30
 
 ## The slow cases, the audit page's headless-browser test among them (setup --browser).
 test-slow:
