@@ -98,7 +98,11 @@ DEFAULTS: dict = {
         "device": "auto",
         "threads": 1,
     },
-    "entity_types": {},  # spark_jobs/entity_types.py (DESIGN §2.2): no settings
+    "entity_types": {  # spark_jobs/entity_types.py (DESIGN §2.2)
+        # up to this many triples, the types are chosen on the driver with numpy and Arrow
+        # (spark_jobs/entity_types_driver.py: no Spark session); above, in Spark
+        "driver_max_triples": 10_000_000,
+    },
     "relation_stats": {
         "max_relations_per_entity": 200,  # hub entities above this are skipped for pair candidates
         "max_relations_per_type_pair": 200,  # type pairs shared more widely propose no candidates
@@ -467,7 +471,7 @@ SCHEMA: dict = {
         "device": DEVICE,
         "threads": THREADS,
     },
-    "entity_types": {},
+    "entity_types": {"driver_max_triples": integer(0)},  # 0: always the Spark path
     "relation_stats": {
         "max_relations_per_entity": COUNT,
         "max_relations_per_type_pair": COUNT,
