@@ -221,12 +221,10 @@ def test_stage_end_to_end(spark, tmp_path):
     assert result["report"]["merges"] == [["film.director", "film.directed_by"]]
 
 
-def test_stage_without_admissible_pair_passes_tables_through(tmp_path):
-    """Hand-written stats/pairs tables; θ above every similarity: φ = identity, no Spark."""
-    from spark_jobs import scos_merge
-
-    inputs = write_toy(tmp_path, STAGE_TYPES, STAGE_NAMES, STAGE_TRIPLES,
-                       np.array([[1, 0], [1, 0], [0, 1]], dtype=np.float32))
+def hand_stats(tmp_path: Path, emb: np.ndarray, nmi: float = 1.0) -> dict:
+    """The stage toy's inputs with hand-written relation_stats and relation_pairs: the film
+    pair (equal H, so θ = θ_base) with Jaccard 4/6 and the given NMI signal."""
+    inputs = write_toy(tmp_path, STAGE_TYPES, STAGE_NAMES, STAGE_TRIPLES, emb)
     tp = [{"head_type": "people.person", "tail_type": "film.film", "p": 1.0}]
     write_table("relation_stats", pa.table({
         "r": [0, 1, 2], "name": STAGE_NAMES, "triples": [3, 3, 1], "heads": [3, 3, 1],
@@ -235,10 +233,17 @@ def test_stage_without_admissible_pair_passes_tables_through(tmp_path):
         "type_pairs": [tp, tp, [{"head_type": "x.a", "tail_type": "x.b", "p": 1.0}]],
     }), tmp_path / "relation_stats.parquet")
     write_table("relation_pairs", pa.table({
-        "r_i": [0], "r_j": [1], "shared_entities": [4], "jaccard": [4 / 6], "nmi": [1.0],
+        "r_i": [0], "r_j": [1], "shared_entities": [4], "jaccard": [4 / 6], "nmi": [nmi],
         "source": ["entity,type"]}), tmp_path / "relation_pairs.parquet")
-    inputs["relation_stats"] = str(tmp_path / "relation_stats.parquet")
-    inputs["relation_pairs"] = str(tmp_path / "relation_pairs.parquet")
+    return {**inputs, "relation_stats": str(tmp_path / "relation_stats.parquet"),
+            "relation_pairs": str(tmp_path / "relation_pairs.parquet")}
+
+
+def test_stage_without_admissible_pair_passes_tables_through(tmp_path):
+    """Hand-written stats/pairs tables; θ above every similarity: φ = identity, no Spark."""
+    from spark_jobs import scos_merge
+
+    inputs = hand_stats(tmp_path, np.array([[1, 0], [1, 0], [0, 1]], dtype=np.float32))
     # θ so high that nothing merges: identity, inputs passed through, no Spark started
     result = scos_merge.run({"scos_merge": {"theta_base": 0.95}}, inputs, str(tmp_path / "out"))
     assert result["report"]["merges"] == [] and result["report"]["rho_hat"] == 1.0
@@ -262,18 +267,8 @@ def refresh_inputs(tmp_path: Path, warm_degrees: float, nmi: float = 1.0) -> dic
     (cos .53: merged); this build's warm vectors put it ``warm_degrees`` away."""
     from pipeline.stage import PREVIOUS
 
-    inputs = write_toy(tmp_path, STAGE_TYPES, STAGE_NAMES, STAGE_TRIPLES,
-                       np.array([angle(0), angle(warm_degrees), angle(90)], np.float32))
-    tp = [{"head_type": "people.person", "tail_type": "film.film", "p": 1.0}]
-    write_table("relation_stats", pa.table({
-        "r": [0, 1, 2], "name": STAGE_NAMES, "triples": [3, 3, 1], "heads": [3, 3, 1],
-        "tails": [2, 2, 1], "entities": [5, 5, 2],
-        "entropy": [H_TWO_THIRDS, H_TWO_THIRDS, 0.0],
-        "type_pairs": [tp, tp, [{"head_type": "x.a", "tail_type": "x.b", "p": 1.0}]],
-    }), tmp_path / "relation_stats.parquet")
-    write_table("relation_pairs", pa.table({
-        "r_i": [0], "r_j": [1], "shared_entities": [4], "jaccard": [4 / 6], "nmi": [nmi],
-        "source": ["entity,type"]}), tmp_path / "relation_pairs.parquet")
+    inputs = hand_stats(tmp_path, np.array([angle(0), angle(warm_degrees), angle(90)],
+                                           np.float32), nmi)
     previous = tmp_path / "previous"
     previous.mkdir()
     then = {"film.director": 2, "film.directed_by": 1, "other.rel": 0}
@@ -283,9 +278,7 @@ def refresh_inputs(tmp_path: Path, warm_degrees: float, nmi: float = 1.0) -> dic
         previous / "relation_map.parquet")
     np.save(previous / "relation_embeddings.npy",
             np.array([angle(90), angle(58), angle(0)], np.float32))  # rows by previous id
-    return {**inputs, "relation_stats": str(tmp_path / "relation_stats.parquet"),
-            "relation_pairs": str(tmp_path / "relation_pairs.parquet"),
-            PREVIOUS + "relation_map": str(previous / "relation_map.parquet"),
+    return {**inputs, PREVIOUS + "relation_map": str(previous / "relation_map.parquet"),
             PREVIOUS + "relation_embeddings": str(previous / "relation_embeddings.npy")}
 
 
