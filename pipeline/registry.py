@@ -69,10 +69,12 @@ STAGES: tuple[Stage, ...] = (
     Stage("relation_stats", "spark_jobs", ("entities", "relations", "triples"),
           ("relation_stats", "relation_pairs"), optional=("relation_embeddings",),
           refresh="reuse"),
+    # partial: the cosine term keeps the previous relation vectors while the warm TransE moved
+    # them less than scos_merge.refresh_max_vector_shift; the merge itself always reruns
     Stage("scos_merge", "spark_jobs",
           ("entities", "relations", "triples", "relation_stats", "relation_pairs"),
           ("relation_map", "merge_log", "triples", "relations"), optional=("relation_embeddings",),
-          refresh="reuse", config_sections=("relation_stats",)),
+          refresh="partial", config_sections=("relation_stats",)),
     # partial: recomputes the rows of the changed triples' endpoints, copies the others
     Stage("node_gain", "spark_jobs", ("entities", "relations", "triples"), ("node_gain",),
           refresh="partial"),

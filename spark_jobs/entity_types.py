@@ -34,7 +34,9 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from pipeline.stage import stage_input
-from runtime.contract import INCOMING_TYPE_PREFIX, TABLE_SCHEMAS
+from runtime.config import section
+from runtime.contract import INCOMING_TYPE_PREFIX, TABLE_SCHEMAS, read_table
+from spark_jobs import entity_types_driver
 from spark_jobs.session import get_spark
 
 RULES = ("explicit", "domain", "frequent_relation")
@@ -88,26 +90,29 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     out_path = out / "entities.parquet"
 
-    spark: SparkSession = get_spark(config, "lokg-entity_types")
-    names = {int(r["id"]): r["name"] for r in
-             spark.read.parquet(str(rel_path)).select("id", "name").collect()}
+    relations = read_table(rel_path, columns=["id", "name"])
+    names = dict(zip(relations["id"].to_pylist(), relations["name"].to_pylist()))
     domains = {k: relation_domain(n) for k, n in names.items()}
     freebase_style = sum(d is not None for d in domains.values())
     n_entities = _rows(ent_path)
     n_assertions = _rows(ta_path) if ta_path is not None and ta_path.exists() else 0
     rule = _first_rule(n_assertions, len(names), freebase_style)
     cascade = list(SOURCES[SOURCES.index(rule):])
-
-    rels = spark.createDataFrame([(k, n, domains[k]) for k, n in names.items()],
-                                 "r long, name string, domain string")
-    small = n_entities <= BROADCAST_ENTITIES
-    typed, candidates = _candidate_types(
-        spark.read.parquet(str(ent_path)), spark.read.parquet(str(tri_path)).select("s", "r", "o"),
-        rels, spark.read.parquet(str(ta_path)) if "explicit" in cascade else None, small)
-    by_source = _write_typed(_choose(typed, cascade, candidates), small, out_path)
+    n_triples = _rows(tri_path)
+    path = "driver" if n_triples <= int(section(config, "entity_types")["driver_max_triples"]) \
+        else "spark"
+    if path == "driver":
+        by_source = entity_types_driver.write_types(
+            (ent_path, tri_path, ta_path if "explicit" in cascade else None),
+            names, domains, cascade, out_path)
+    else:
+        by_source = _spark_types(config, (ent_path, tri_path, ta_path), names, domains,
+                                 cascade, out_path)
     untyped = by_source.pop(None, 0)
     report = {
         "rule": rule,
+        "path": path,
+        "triples": n_triples,
         "cascade": cascade,
         "typed_entities": sum(by_source.values()),
         "untyped_entities": untyped,
@@ -121,6 +126,21 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         "seconds": round(time.perf_counter() - started, 3),
     }
     return {"outputs": {"entities": str(out_path)}, "report": report}
+
+
+def _spark_types(config: dict, paths: tuple, names: dict, domains: dict, cascade: list[str],
+                 out_path: Path) -> dict:
+    """The Spark path (more triples than ``driver_max_triples``): the typed entities written,
+    the count each source typed returned."""
+    ent_path, tri_path, ta_path = paths
+    spark: SparkSession = get_spark(config, "lokg-entity_types")
+    rels = spark.createDataFrame([(k, n, domains[k]) for k, n in names.items()],
+                                 "r long, name string, domain string")
+    small = _rows(ent_path) <= BROADCAST_ENTITIES
+    typed, candidates = _candidate_types(
+        spark.read.parquet(str(ent_path)), spark.read.parquet(str(tri_path)).select("s", "r", "o"),
+        rels, spark.read.parquet(str(ta_path)) if "explicit" in cascade else None, small)
+    return _write_typed(_choose(typed, cascade, candidates), small, out_path)
 
 
 def _first_rule(n_assertions: int, n_relations: int, freebase_style: int) -> str:

@@ -203,8 +203,14 @@ def staged(store: Path, build_id: str, stage: str) -> dict:
 
 
 def merge_groups(store: Path, build_id: str) -> list[list[str]]:
-    """The relations SCOS merged, as sorted groups of names."""
-    rows = read_table(Path(staged(store, build_id, "scos_merge")["outputs"]["relation_map"]))
+    """The relations SCOS merged, as sorted groups of names (a published build's, or a
+    stopped one's)."""
+    from runtime.contract import Store
+
+    if build_id in Store(store).build_ids():
+        rows = Store(store).build(build_id).read("relation_map")
+    else:
+        rows = read_table(Path(staged(store, build_id, "scos_merge")["outputs"]["relation_map"]))
     groups: dict[str, list[str]] = {}
     for row in rows.to_pylist():
         groups.setdefault(row["canonical_name"], []).append(row["name"])
@@ -244,6 +250,11 @@ def test_a_warm_refresh_keeps_the_merges_and_the_gold_attention_of_a_full_build(
         assert records["warm"][stage]["report"]["refresh"]["start"] == "warm"
         assert records["full"][stage]["report"]["refresh"]["start"] == "cold"
     assert merge_groups(root / "store", "warm") == merge_groups(root / "full", "full") != []
+    # SCOS's cosine term kept the previous build's vectors (the warm ones moved within
+    # tolerance), so the refresh merged as the previous build did
+    scos = staged(root / "store", "warm", "scos_merge")
+    assert scos["refresh"] == "partial" and scos["report"]["refresh"]["vectors"] == "previous build's"
+    assert merge_groups(root / "store", "warm") == merge_groups(root / "store", "b1")
     gold = {run: records[run]["gat"]["report"]["gold_attention"]["after"] for run in records}
     assert abs(gold["warm"] - gold["full"]) <= GOLD_ATTENTION_TOLERANCE * gold["full"]
     assert gold["warm"] > 2 * records["warm"]["gat"]["report"]["gold_attention_uniform"]

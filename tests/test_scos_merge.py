@@ -221,12 +221,10 @@ def test_stage_end_to_end(spark, tmp_path):
     assert result["report"]["merges"] == [["film.director", "film.directed_by"]]
 
 
-def test_stage_without_admissible_pair_passes_tables_through(tmp_path):
-    """Hand-written stats/pairs tables; θ above every similarity: φ = identity, no Spark."""
-    from spark_jobs import scos_merge
-
-    inputs = write_toy(tmp_path, STAGE_TYPES, STAGE_NAMES, STAGE_TRIPLES,
-                       np.array([[1, 0], [1, 0], [0, 1]], dtype=np.float32))
+def hand_stats(tmp_path: Path, emb: np.ndarray, nmi: float = 1.0) -> dict:
+    """The stage toy's inputs with hand-written relation_stats and relation_pairs: the film
+    pair (equal H, so θ = θ_base) with Jaccard 4/6 and the given NMI signal."""
+    inputs = write_toy(tmp_path, STAGE_TYPES, STAGE_NAMES, STAGE_TRIPLES, emb)
     tp = [{"head_type": "people.person", "tail_type": "film.film", "p": 1.0}]
     write_table("relation_stats", pa.table({
         "r": [0, 1, 2], "name": STAGE_NAMES, "triples": [3, 3, 1], "heads": [3, 3, 1],
@@ -235,10 +233,17 @@ def test_stage_without_admissible_pair_passes_tables_through(tmp_path):
         "type_pairs": [tp, tp, [{"head_type": "x.a", "tail_type": "x.b", "p": 1.0}]],
     }), tmp_path / "relation_stats.parquet")
     write_table("relation_pairs", pa.table({
-        "r_i": [0], "r_j": [1], "shared_entities": [4], "jaccard": [4 / 6], "nmi": [1.0],
+        "r_i": [0], "r_j": [1], "shared_entities": [4], "jaccard": [4 / 6], "nmi": [nmi],
         "source": ["entity,type"]}), tmp_path / "relation_pairs.parquet")
-    inputs["relation_stats"] = str(tmp_path / "relation_stats.parquet")
-    inputs["relation_pairs"] = str(tmp_path / "relation_pairs.parquet")
+    return {**inputs, "relation_stats": str(tmp_path / "relation_stats.parquet"),
+            "relation_pairs": str(tmp_path / "relation_pairs.parquet")}
+
+
+def test_stage_without_admissible_pair_passes_tables_through(tmp_path):
+    """Hand-written stats/pairs tables; θ above every similarity: φ = identity, no Spark."""
+    from spark_jobs import scos_merge
+
+    inputs = hand_stats(tmp_path, np.array([[1, 0], [1, 0], [0, 1]], dtype=np.float32))
     # θ so high that nothing merges: identity, inputs passed through, no Spark started
     result = scos_merge.run({"scos_merge": {"theta_base": 0.95}}, inputs, str(tmp_path / "out"))
     assert result["report"]["merges"] == [] and result["report"]["rho_hat"] == 1.0
@@ -249,3 +254,56 @@ def test_stage_without_admissible_pair_passes_tables_through(tmp_path):
     assert result["report"]["normaliser"]["value"] == pytest.approx(2 * H_TWO_THIRDS)
     rmap = read_table(Path(result["outputs"]["relation_map"]), "relation_map")
     assert rmap.column("canonical_id").to_pylist() == [0, 1, 2]
+
+
+# ---------------------------------------------------------------------------------------------
+# refresh: the previous build's relation vectors while the warm TransE's stay close to them
+
+
+def refresh_inputs(tmp_path: Path, warm_degrees: float, nmi: float = 1.0) -> dict:
+    """The stage toy with hand-written stats (sim = .4·nmi + .3·4/6 + .3·cos; θ = .75 for
+    the film pair) and a previous build: its relation_map numbers the relations the other way
+    round (matched by name) and its vectors put film.directed_by 58° from film.director
+    (cos .53: merged); this build's warm vectors put it ``warm_degrees`` away."""
+    from pipeline.stage import PREVIOUS
+
+    inputs = hand_stats(tmp_path, np.array([angle(0), angle(warm_degrees), angle(90)],
+                                           np.float32), nmi)
+    previous = tmp_path / "previous"
+    previous.mkdir()
+    then = {"film.director": 2, "film.directed_by": 1, "other.rel": 0}
+    write_table("relation_map", pa.table({
+        "id": list(then.values()), "name": list(then), "canonical_id": [0, 0, 1],
+        "canonical_name": ["film.directed_by", "film.directed_by", "other.rel"]}),
+        previous / "relation_map.parquet")
+    np.save(previous / "relation_embeddings.npy",
+            np.array([angle(90), angle(58), angle(0)], np.float32))  # rows by previous id
+    return {**inputs, PREVIOUS + "relation_map": str(previous / "relation_map.parquet"),
+            PREVIOUS + "relation_embeddings": str(previous / "relation_embeddings.npy")}
+
+
+@pytest.mark.spark
+def test_a_small_edit_keeps_the_merges_a_changed_family_re_merges(spark, tmp_path):
+    from pipeline.stage import PREVIOUS
+    from spark_jobs import scos_merge
+
+    def merges(inputs: dict, name: str, **settings) -> dict:
+        report = scos_merge.run({"scos_merge": settings}, inputs,
+                                str(tmp_path / name))["report"]
+        return {"merges": report["merges"], **report["refresh"]}
+
+    # warm vectors 4° further apart: cos .47 alone would undo the merge; the shift (weighted
+    # mean cosine distance .001) is within tolerance, so the previous vectors keep it
+    small = refresh_inputs(tmp_path / "small", warm_degrees=62)
+    kept = merges(small, "kept")
+    assert kept["merges"] == [["film.director", "film.directed_by"]]
+    assert kept["mode"] == "partial" and 0 < kept["vector_shift"] < kept["tolerance"]
+    # without a previous build (a full build), or past a tighter tolerance: the warm vectors
+    cold = merges({k: v for k, v in small.items() if not k.startswith(PREVIOUS)}, "cold")
+    assert cold["merges"] == [] and cold["mode"] == "full"
+    tight = merges(small, "tight", refresh_max_vector_shift=1e-4)
+    assert tight["merges"] == [] and tight["mode"] == "full" and "moved" in tight["reason"]
+    # the data signals still decide: the pair's NMI halved, the merge goes with the previous
+    # vectors too (sim .4·.5 + .2 + .3·.53 = .56 < .75)
+    changed = merges(refresh_inputs(tmp_path / "family", warm_degrees=62, nmi=0.5), "family")
+    assert changed["merges"] == [] and changed["mode"] == "partial"
