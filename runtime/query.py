@@ -344,10 +344,8 @@ class Runtime:
         tables = b.manifest.get("tables", {})
         self._load_entities(b.read("entities"))
         rel = b.read("relations")
-        self.relation_names = dict(zip(rel.column("id").to_pylist(), rel.column("name").to_pylist()))
+        self.name_relations(dict(zip(rel.column("id").to_pylist(), rel.column("name").to_pylist())))
         self.n_relations = max(self.relation_names, default=-1) + 1
-        self._bridge_relations = frozenset(i for i, name in self.relation_names.items()
-                                           if name == feedback.BRIDGE)
         triples = functools.cache(lambda: b.read("triples"))
         self.order, self.tail_entropy = self._query_stats(triples)
         self.has_taimr = "edges" in tables and "node_gain" in tables
@@ -372,6 +370,13 @@ class Runtime:
         # Decoding the tables leaves Arrow's allocator holding the freed decode buffers (~35
         # MiB on FB15k-237); none of it is in use once they are loaded, so it goes back.
         pa.default_memory_pool().release_unused()
+
+    def name_relations(self, names: dict[int, str]) -> None:
+        """The relations' names, and the ids of the feedback bridges among them (ranked apart
+        from the facts, :meth:`_rank`)."""
+        self.relation_names = names
+        self._bridge_relations = frozenset(i for i, name in names.items()
+                                           if name == feedback.BRIDGE)
 
     def _feedback_log(self) -> feedback.FeedbackLog | None:
         """This process's appender to the store's feedback log (setting ``query.feedback``)."""
