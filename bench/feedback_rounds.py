@@ -104,6 +104,10 @@ ARMS = {
 ONLINE = {"tcr-qf": "passages", "answer-driven": "answer"}
 #: The learned stages are not what this measures: fewer epochs than the defaults (100, 50).
 CHEAP = ["transe.epochs=20", "gat.epochs=10", "spark.shuffle_partitions=2"]
+#: Every round's build stays in its store (the default keeps 3 before CURRENT), so that
+#: ``bench/rounds_diff.py --reanswer`` can answer each of them again with another runtime — a
+#: runtime change measured on the same graphs, free of the rebuilds' learned-stage noise.
+KEEP = ["publish.keep=99"]
 OPENIE = "musique-openie/openie_gpt-3.5-turbo-1106.json"
 QUESTIONS = "musique-openie/questions.json"
 
@@ -213,7 +217,7 @@ def build_config(setup: dict, arm: str) -> dict:
     return load_config(None, ["ingest.format=docs", "triple_extract.backend=precomputed",
                               f"triple_extract.precomputed_file={setup['sparse']}",
                               f"feedback_enrich.precomputed_file={setup['full']}",
-                              *CHEAP, *ARMS[arm]])
+                              *CHEAP, *KEEP, *ARMS[arm]])
 
 
 # ---- one round --------------------------------------------------------------------------------

@@ -276,6 +276,9 @@ DEFAULTS: dict = {
     "query": {  # runtime/query.py; a build may carry its own values in its config
         "lambda_q": 1.0,  # weight of cos(enc(q), enc(a)) in S_final
         "max_candidates": 20,  # candidate answers whose best paths form the candidate set
+        # after them, candidates reached only through a feedback bridge ("asked with", written
+        # by feedback_enrich): ranked apart, so bridges never displace the facts' candidates
+        "bridge_candidates": 4,
         # stores built from documents: the triples of this many chunks nearest the question
         # (chunk_vectors.npy) join the candidate set; 0 = off
         "passages": 3,
@@ -544,7 +547,8 @@ SCHEMA: dict = {
     "refresh": {"mode": choice(*REFRESH_MODES)},
     "tcr_qf": {"max_rounds": COUNT},
     "query": {
-        "lambda_q": WEIGHT, "max_candidates": COUNT, "passages": integer(0),
+        "lambda_q": WEIGHT, "max_candidates": COUNT, "bridge_candidates": integer(0),
+        "passages": integer(0),
         "focus_candidates": integer(0),
         "min_link_cosine": number(-1, 1), "qualified_links": integer(0), "threads": THREADS,
         "encoder_backend": choice(*QUERY_BACKENDS), "relation_weight": WEIGHT,

@@ -39,6 +39,10 @@ MAX_RECORD_BYTES = 64 * 1024
 
 #: Missing facts one record lists at most (the entities a chain's walk stopped at).
 MAX_MISSING = 10
+#: The relation joining a question's linked name to the topic of a passage nearest the
+#: question (text/feedback_enrich.py writes it): the path to a hop the passage states and
+#: nothing in the graph joins to the name. The runtime ranks paths through it apart from facts.
+BRIDGE = "asked with"
 
 
 def log_dir(store_root: str | Path) -> Path:

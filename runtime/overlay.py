@@ -81,7 +81,7 @@ def overlaid(rt, extra: Sequence[ExtraTriple]):
                      ids.of_entity(t.o_key, t.o_name)) for t in extra], dtype=np.int64)
     view = copy.copy(rt)
     _add_entities(view, ids.new_entities)
-    view.relation_names = {**rt.relation_names, **ids.new_relations}
+    view.name_relations({**rt.relation_names, **ids.new_relations})
     mu = float(np.median(np.exp(rt.graph.log_mu))) if rt.graph.n_nodes else 1.0
     view.graph = rt.graph.with_triples(*sro.T, view.n_entities, mu)
     new_ids = range(rt.n_entities, view.n_entities)

@@ -344,7 +344,7 @@ class Runtime:
         tables = b.manifest.get("tables", {})
         self._load_entities(b.read("entities"))
         rel = b.read("relations")
-        self.relation_names = dict(zip(rel.column("id").to_pylist(), rel.column("name").to_pylist()))
+        self.name_relations(dict(zip(rel.column("id").to_pylist(), rel.column("name").to_pylist())))
         self.n_relations = max(self.relation_names, default=-1) + 1
         triples = functools.cache(lambda: b.read("triples"))
         self.order, self.tail_entropy = self._query_stats(triples)
@@ -370,6 +370,13 @@ class Runtime:
         # Decoding the tables leaves Arrow's allocator holding the freed decode buffers (~35
         # MiB on FB15k-237); none of it is in use once they are loaded, so it goes back.
         pa.default_memory_pool().release_unused()
+
+    def name_relations(self, names: dict[int, str]) -> None:
+        """The relations' names, and the ids of the feedback bridges among them (ranked apart
+        from the facts, :meth:`_rank`)."""
+        self.relation_names = names
+        self._bridge_relations = frozenset(i for i, name in names.items()
+                                           if name == feedback.BRIDGE)
 
     def _feedback_log(self) -> feedback.FeedbackLog | None:
         """This process's appender to the store's feedback log (setting ``query.feedback``)."""
@@ -893,10 +900,13 @@ class Runtime:
 
     def _rank(self, heads: list[int], q_vec: np.ndarray | None, retrieval: str,
               plan: RelationPlan) -> tuple[list[Candidate], dict[int, str]]:
-        """The top ``max_candidates`` entities the heads' paths reach, best S_final first, and
+        """The top ``max_candidates`` entities the heads' fact paths reach, best S_final first,
+        then the top ``bridge_candidates`` that only paths through a feedback bridge reach, and
         where each head's paths came from. S_final = S_topo (+ the query-relation term) +
-        λ_q·cos, or the cosine alone for ``similarity``."""
-        best: dict[int, tuple[float, int, PathRow]] = {}
+        λ_q·cos, or the cosine alone for ``similarity``. Bridges rank apart so that a linked
+        name's many bridge edges never take the places of its facts' answers."""
+        facts: dict[int, tuple[float, int, PathRow]] = {}
+        bridged: dict[int, tuple[float, int, PathRow]] = {}
         sources = {}
         term = plan.relation_weight and plan.relation_term
         linked = set(heads)
@@ -907,9 +917,18 @@ class Runtime:
                 if a in linked:
                     continue
                 key = p[0] + term(p) if term else p[0]
+                best = bridged if self._bridge_relations.intersection(p[1]) else facts
                 held = best.get(a)
                 if held is None or key > held[0]:
                     best[a] = (key, h, p)
+        top = self._by_final(facts, q_vec, retrieval)[: int(self.settings["max_candidates"])]
+        kept = {c.id for c in top}
+        more = [c for c in self._by_final(bridged, q_vec, retrieval) if c.id not in kept]
+        return top + more[: int(self.settings["bridge_candidates"])], sources
+
+    def _by_final(self, best: dict[int, tuple[float, int, PathRow]], q_vec: np.ndarray | None,
+                  retrieval: str) -> list[Candidate]:
+        """Candidates from each entity's best (key, head, path), best S_final first."""
         lam = float(self.settings["lambda_q"])
         ranked = []
         for a, (key, h, p) in best.items():
@@ -917,7 +936,7 @@ class Runtime:
             ranked.append((cos if retrieval == "similarity" else key + lam * cos, a, cos, h, p))
         ranked.sort(key=lambda c: (-c[0], c[1]))
         return [Candidate(a, self.names[a], final, p[0], cos, (h, p))
-                for final, a, cos, h, p in ranked[: int(self.settings["max_candidates"])]], sources
+                for final, a, cos, h, p in ranked]
 
     def _qualified_neighbourhood(self, candidates: list[Candidate]) -> list[Triple]:
         """The 1-hop triples of the qualified forms of the top ``focus_candidates`` names: a

@@ -97,3 +97,11 @@ def test_rounds_diff_lists_the_questions_that_lose_or_never_have_their_gold(tmp_
     assert "| question lost? | gold lost | 1 0 | retr deri |" in table
     assert "| question never? | gold never | 0 0 | retr retr |" in table
     assert table.endswith("run: context recall by round 0.67 0.33")
+
+
+def test_every_arm_keeps_each_rounds_build_for_a_reanswer():
+    """rounds_diff --reanswer answers a round's build again; the store's default retention
+    (publish.keep 3) would have deleted rounds 0 and 1 of a 5-round run."""
+    for arm in fr.ARMS:
+        config = fr.build_config({"sparse": "sparse.json", "full": "full.json"}, arm)
+        assert config["publish"]["keep"] >= 10

@@ -11,12 +11,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from runtime import taimr
+from runtime import feedback, taimr
+from runtime.config import section
 from runtime.contract import TABLE_SCHEMAS, Store, StoreError, read_table, write_table
 from runtime.linker import Linker, normalise
 from runtime.llm import Completion, LLMError
+from runtime.overlay import ExtraTriple
 from runtime.path_cache import PathCache, path_rows, path_triples
-from runtime.config import MAX_BUDGET
+from runtime.config import MAX_BUDGET, section
 from runtime.answers import CHOICE_INSTRUCTIONS, CHOICES_HEADER
 from runtime.query import QueryError, Runtime
 from runtime.tokens import count_tokens
@@ -38,9 +40,11 @@ TRIPLES = [(0, 0, 1), (0, 1, 2), (1, 1, 3), (2, 2, 4), (3, 2, 4), (4, 3, 5)]
 
 
 def make_store(root, *, with_cache: bool = True, build_id: str = "toy",
-               extra_files: dict | None = None, config: dict | None = None) -> Store:
-    """Publish a complete toy build: core tables, uniform attention, μ = 1, a path cache (and
-    ``extra_files``, build path → source file; ``config``, the build's recorded config)."""
+               extra_files: dict | None = None, config: dict | None = None,
+               mu: dict[int, float] | None = None) -> Store:
+    """Publish a complete toy build: core tables, uniform attention, μ = 1 (or ``mu``'s, by
+    entity id), a path cache (and ``extra_files``, build path → source file; ``config``, the
+    build's recorded config)."""
     staging = root / "src"
     staging.mkdir(parents=True, exist_ok=True)
     entities = pa.table({
@@ -52,7 +56,8 @@ def make_store(root, *, with_cache: bool = True, build_id: str = "toy",
     triples = pa.table({c: [t[i] for t in TRIPLES] for i, c in enumerate("sro")})
     edges = taimr.uniform_edges(triples)
     node_gain = pa.table({"id": list(range(len(ENTITIES))), "deg_in": [1] * len(ENTITIES),
-                          "in_relations": [1] * len(ENTITIES), "mu": [1.0] * len(ENTITIES)})
+                          "in_relations": [1] * len(ENTITIES),
+                          "mu": [(mu or {}).get(i, 1.0) for i in range(len(ENTITIES))]})
     tables = {"entities": entities, "relations": relations, "triples": triples,
               "edges": edges, "node_gain": node_gain}
     paths = {}
@@ -168,6 +173,47 @@ def test_two_hop_question_answered_from_the_path_cache(rt):
     lines = {(t["s"], t["r"], t["o"]) for t in answer.triples}
     assert ("The Long Road II", "film.film.directed_by", "Ben Stone") in lines
     assert json.loads(answer.to_json())["build_id"] == "toy"
+
+
+BRIDGE_TOPICS = [f"Passage Topic {i}" for i in range(6)]
+
+
+def bridged_candidates(rt: Runtime) -> list[str]:
+    """The candidates of the toy's 2-hop question, by name."""
+    return [c["name"] for c in rt.ask("Who directed the sequel of The Long Road?").candidates]
+
+
+def test_bridges_rank_after_the_linked_names_facts_in_a_quota_of_their_own(tmp_path, monkeypatch):
+    """Six feedback bridges of the linked name (feedback_enrich's "asked with"), each outscoring
+    every fact, leave the facts' top candidates as they are without bridges and add at most
+    ``query.bridge_candidates`` of their own after them (Kim Jong-chul's gold line was lost to
+    six such edges, docs/BENCHMARKS.md)."""
+    facts = bridged_candidates(Runtime.open(make_store(tmp_path / "facts").root, max_candidates=2))
+    n, bridge = len(ENTITIES), len(RELATIONS)
+    here = sys.modules[__name__]
+    monkeypatch.setattr(here, "ENTITIES", ENTITIES + [(f"m.p{i}", name, [], "", [])
+                                                      for i, name in enumerate(BRIDGE_TOPICS)])
+    monkeypatch.setattr(here, "RELATIONS", RELATIONS + [feedback.BRIDGE])
+    monkeypatch.setattr(here, "TRIPLES", TRIPLES + [(0, bridge, n + i)
+                                                    for i in range(len(BRIDGE_TOPICS))])
+    store = make_store(tmp_path / "bridged", mu={n + i: 8.0 for i in range(len(BRIDGE_TOPICS))})
+    reached = bridged_candidates(Runtime.open(store.root, max_candidates=2))
+    quota = section({}, "query")["bridge_candidates"]
+    assert len(facts) == 2 and reached[:2] == facts
+    assert 0 < quota < len(BRIDGE_TOPICS) and len(reached) == 2 + quota
+    assert set(reached[2:]) <= set(BRIDGE_TOPICS)
+
+
+def test_an_overlays_bridges_rank_apart_too(tmp_path):
+    """The online loop's overlay (tcr-qf) names the bridge relation the build lacks: its
+    bridges get their own quota after the facts' candidates, as a refreshed build's do."""
+    rt = Runtime.open(make_store(tmp_path).root, max_candidates=2)
+    view = rt.with_triples([ExtraTriple("m.film1", feedback.BRIDGE, f"m.p{i}", o_name=name)
+                            for i, name in enumerate(BRIDGE_TOPICS)])
+    reached = bridged_candidates(view)
+    assert reached[:2] == bridged_candidates(rt)
+    assert len(reached) == 2 + section({}, "query")["bridge_candidates"]
+    assert set(reached[2:]) <= set(BRIDGE_TOPICS)
 
 
 def test_cold_head_is_computed_with_the_offline_scorer(tmp_path):

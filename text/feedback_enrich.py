@@ -53,7 +53,7 @@ from pipeline.stage import Laps, StageError, checked_section, stage_input, torch
 from runtime.config import section
 from runtime.contract import Build, Store
 from runtime.encoder import EncoderError, SentenceEncoder
-from runtime.feedback import log_dir, now, read_log
+from runtime.feedback import BRIDGE, log_dir, now, read_log
 from runtime.linker import common_nouns, normalise
 from text.chunking import content_id
 from text.triple_context import readable_relation
@@ -64,9 +64,6 @@ STAGE = "feedback_enrich"
 INVERSE = "~"
 #: The relation of a sub-question asking which entity a name the question wrote names.
 ALIAS = "="
-#: The relation joining a question's linked name to the topic of a passage nearest the
-#: question: the path to a hop the passage states and nothing in the graph joins to the name.
-BRIDGE = "asked with"
 DELTA_SCHEMA = pa.schema([
     ("s_key", pa.string()), ("relation", pa.string()), ("o_key", pa.string()),
     ("s_name", pa.string()), ("o_name", pa.string()), ("phrase", pa.string()),
