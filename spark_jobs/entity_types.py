@@ -107,7 +107,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
             names, domains, cascade, out_path)
     else:
         by_source = _spark_types(config, (ent_path, tri_path, ta_path), names, domains,
-                                 cascade, out_path)
+                                 cascade, out_path, small=n_entities <= BROADCAST_ENTITIES)
     untyped = by_source.pop(None, 0)
     report = {
         "rule": rule,
@@ -129,14 +129,13 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
 
 
 def _spark_types(config: dict, paths: tuple, names: dict, domains: dict, cascade: list[str],
-                 out_path: Path) -> dict:
+                 out_path: Path, *, small: bool) -> dict:
     """The Spark path (more triples than ``driver_max_triples``): the typed entities written,
-    the count each source typed returned."""
+    the count each source typed returned. ``small``: few enough entities to broadcast."""
     ent_path, tri_path, ta_path = paths
     spark: SparkSession = get_spark(config, "lokg-entity_types")
     rels = spark.createDataFrame([(k, n, domains[k]) for k, n in names.items()],
                                  "r long, name string, domain string")
-    small = _rows(ent_path) <= BROADCAST_ENTITIES
     typed, candidates = _candidate_types(
         spark.read.parquet(str(ent_path)), spark.read.parquet(str(tri_path)).select("s", "r", "o"),
         rels, spark.read.parquet(str(ta_path)) if "explicit" in cascade else None, small)
