@@ -121,6 +121,12 @@ ZERO_SHOT_SWAP = 0.02
 #: (in-domain questions sit at ~0.99, unseen wording at ~0.55): the question's spans, matched
 #: to relations, say how many hops the voted chain should have and bridge the topic's hop.
 UNFAMILIAR_COSINE = 0.8
+#: A voted chain whose support is under this many neighbours' worth of the vote (support × k)
+#: is one neighbour's guess: on unfamiliar wording its hops are composed from every vote
+#: instead (:meth:`RelationKnowledge.per_hop`).
+LONE_VOTE = 1.5
+#: The most voted hops :meth:`RelationKnowledge.per_hop` composes chains from.
+PER_HOP_HOPS = 6
 #: Names of one segment sharing leading words with this many others lose those words.
 SHARED_PREFIX_NAMES = 3
 _SEGMENT_SPLIT = re.compile(r"[./]+|__+")
@@ -787,6 +793,24 @@ def held_support(votes: Sequence[Vote], chain: Sequence[int]) -> float:
     return held / total if total > 0 else 0.0
 
 
+def hop_weights(votes: Sequence[Vote]) -> dict[int, float]:
+    """Hop → the share of the vote weight whose chains walk it (vote order kept)."""
+    total = sum(v.weight for v in votes)
+    out: dict[int, float] = {}
+    for vote in votes if total > 0 else ():
+        for hop in dict.fromkeys(vote.chain):
+            out[hop] = out.get(hop, 0.0) + vote.weight / total
+    return out
+
+
+def voted_length(votes: Sequence[Vote]) -> int:
+    """The number of hops most of the vote weight walks (ties: the fewer hops)."""
+    by_length: dict[int, float] = {}
+    for vote in votes:
+        by_length[len(vote.chain)] = by_length.get(len(vote.chain), 0.0) + vote.weight
+    return min(by_length, key=lambda n: (-by_length[n], n)) if by_length else 0
+
+
 def stop_of(derivation: Derivation | None) -> Derivation | None:
     """The derivation when its walk stopped for want of a fact (else None)."""
     return derivation if derivation is not None and derivation.stop_hop >= 0 else None
@@ -1309,6 +1333,18 @@ class RelationKnowledge:
     def _predict_labelled(self, masked: str, topics: Sequence[int], facts: Facts,
                           q_vec: np.ndarray | None,
                           embed: Callable[[list[str]], np.ndarray] | None = None) -> Prediction:
+        """The chain of :meth:`_voted_chain`; on unfamiliar wording, where that is the kNN
+        vote's own chain held by one neighbour (:data:`LONE_VOTE`) or no chain at all, the
+        chain composed hop by hop from every vote (:meth:`per_hop`) when one instantiates."""
+        prediction = self._voted_chain(masked, topics, facts, q_vec, embed)
+        if prediction.source == "knn" and self.unfamiliar(prediction, embed) \
+                and prediction.support * self.k < LONE_VOTE:
+            return self.per_hop(prediction, masked, embed, facts, topics) or prediction
+        return prediction
+
+    def _voted_chain(self, masked: str, topics: Sequence[int], facts: Facts,
+                     q_vec: np.ndarray | None,
+                     embed: Callable[[list[str]], np.ndarray] | None = None) -> Prediction:
         """The kNN vote; the lexicon's chain when no voted chain instantiates, or when the
         question's words name more hops than the voted chain has and the lexicon's chain walks
         them all (questions that combine relations in a way no training question did: a
@@ -1399,6 +1435,26 @@ class RelationKnowledge:
             voted in itertools.combinations(v.chain, len(voted))
             or v.chain in itertools.combinations(voted, size))}
         return self._revoted(prediction, weights, facts, topics, "knn_resized")
+
+    def per_hop(self, prediction: Prediction, masked: str,
+                embed: Callable[[list[str]], np.ndarray], facts: Facts,
+                topics: Sequence[int]) -> Prediction | None:
+        """Unfamiliar wording whose neighbours agree on no chain: they name the question's
+        relations more often than its combination of them ("the land it lies in of the native
+        town of the helmer of X": votes for (directed_by, place_of_birth), (place_of_birth,
+        city_country), …), so each hop weighs the share of the vote whose chains walk it, and
+        chains of as many hops as the spans describe (:meth:`described_size`; else the most
+        voted length), drawn from the :data:`PER_HOP_HOPS` heaviest hops in every order,
+        repeats allowed (a grandchild is children, children), weigh the product of their
+        hops'; the best that instantiates is followed. Support: :func:`held_support`."""
+        weights = hop_weights(prediction.votes)
+        if not weights:
+            return None
+        size = self.described_size(masked, embed, facts, topics) or voted_length(prediction.votes)
+        hops = sorted(weights, key=lambda h: -weights[h])[:PER_HOP_HOPS]
+        chains = {c: float(np.prod([weights[h] for h in c]))
+                  for c in itertools.product(hops, repeat=size)}
+        return self._revoted(prediction, chains, facts, topics, "knn_per_hop")
 
     def bridged(self, prediction: Prediction, masked: str,
                 embed: Callable[[list[str]], np.ndarray], facts: Facts,
