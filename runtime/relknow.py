@@ -761,6 +761,9 @@ class Prediction:
     stops: tuple[Derivation, ...] = ()
     #: the kNN vote's: cosine of the nearest training question (how familiar the wording is)
     nearest: float = 0.0
+    #: on unfamiliar wording, the relations the question's spans name at θ_zs (None: familiar
+    #: wording, or no encoder to match spans)
+    described: frozenset[int] | None = None
 
     @property
     def relations(self) -> frozenset[int]:
@@ -851,6 +854,9 @@ class Gate:
     min_share: float
     min_support: float = 0.0
     lexicon: bool = False
+    #: on unfamiliar wording (:attr:`Prediction.described` set), a chain relation the
+    #: question's spans name: the vote is a guess there, and the words must back it
+    described: bool = False
 
     def check(self, prediction: Prediction, derivation: Derivation | None,
               consistency: Consistency | None) -> tuple[bool, str]:
@@ -867,11 +873,20 @@ class Gate:
             return False, f"{n} derived answers > {self.max_answers}"
         if self.lexicon and not prediction.relations <= prediction.named:
             return False, "the question does not name every chain relation (lexicon)"
+        if self.described and prediction.described is not None \
+                and not prediction.relations & prediction.described:
+            return False, "unfamiliar wording whose spans name no chain relation"
         return True, (f"chain derivable with {n} answer(s), vote share {prediction.share:.2f}"
                       + (", named by the lexicon" if self.lexicon else ""))
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def precision_gate(thresholds: Mapping) -> Gate:
+    """The precision gate of some thresholds: one answer, and on unfamiliar wording a chain
+    relation the spans name (``described``, also for knowledge fitted before that rule)."""
+    return Gate(**{"max_answers": 1, "described": True, **thresholds})
 
 
 @dataclass
@@ -911,7 +926,7 @@ class RelationKnowledge:
         thresholds = spec["thresholds"]
         self.lift_threshold = float(thresholds["lift"])
         self.zero_shot_cosine = float(thresholds["zero_shot_cosine"])
-        self.precision_gate = Gate(**thresholds["precision"])
+        self.precision_gate = precision_gate(thresholds["precision"])
         self.route_gate = Gate(**thresholds["route"])
         self.chains = [tuple(hop_id(n, rel, self.n_relations) for n in chain)
                        for chain in spec["chains"]]
@@ -1335,11 +1350,16 @@ class RelationKnowledge:
                           embed: Callable[[list[str]], np.ndarray] | None = None) -> Prediction:
         """The chain of :meth:`_voted_chain`; on unfamiliar wording, where that is the kNN
         vote's own chain held by one neighbour (:data:`LONE_VOTE`) or no chain at all, the
-        chain composed hop by hop from every vote (:meth:`per_hop`) when one instantiates."""
+        chain composed hop by hop from every vote (:meth:`per_hop`) when one instantiates,
+        and the relations the spans name (:attr:`Prediction.described`, for the precision
+        gate)."""
         prediction = self._voted_chain(masked, topics, facts, q_vec, embed)
-        if prediction.source == "knn" and self.unfamiliar(prediction, embed) \
-                and prediction.support * self.k < LONE_VOTE:
-            return self.per_hop(prediction, masked, embed, facts, topics) or prediction
+        if q_vec is None or not self.unfamiliar(prediction, embed):
+            return prediction
+        if prediction.source == "knn" and prediction.support * self.k < LONE_VOTE:
+            prediction = self.per_hop(prediction, masked, embed, facts, topics) or prediction
+        hops = self.zero_shot_hops(masked, embed, facts, topics)
+        prediction.described = frozenset(named_in_order(hops, len(masked.split())))
         return prediction
 
     def _voted_chain(self, masked: str, topics: Sequence[int], facts: Facts,
@@ -1381,6 +1401,7 @@ class RelationKnowledge:
                 self._unvoted(prediction, composed, masked, facts, topics, embed)
         if composed.chain is not None and len(composed.chain) > len(voted) \
                 and prediction.relations <= composed.relations:
+            composed.nearest = prediction.nearest
             return composed
         return prediction
 
@@ -1513,7 +1534,7 @@ class RelationKnowledge:
             chosen = bridged or prediction
         else:
             composed.support = held_support(prediction.votes, composed.chain)
-            chosen = composed
+            composed.nearest, chosen = prediction.nearest, composed
         chosen.stops = prediction.stops
         return chosen
 

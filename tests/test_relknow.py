@@ -529,9 +529,10 @@ def test_without_dev_questions_the_defaults_stand(tmp_path):
     assert report["selection"] == "no dev questions: default thresholds"
     th = report["thresholds"]
     assert th["precision"] == {"max_answers": 1, "min_share": 0.6, "min_support": 0.0,
-                               "lexicon": False}
+                               "lexicon": False, "described": True}
     # routing without calibration: a majority-voted chain with up to 100 answers
-    assert th["route"] == {**th["precision"], "max_answers": fit.DEFAULT_ROUTE_MAX_ANSWERS}
+    assert th["route"] == {**th["precision"], "max_answers": fit.DEFAULT_ROUTE_MAX_ANSWERS,
+                           "described": False}
 
 
 # ------------------------------------------------------------------------------ the policies
@@ -1197,3 +1198,19 @@ def test_per_hop_weights_are_vote_shares_and_the_length_most_of_the_vote_walks()
     assert relknow.hop_weights(votes) == pytest.approx({0: 0.5, 1: 0.8, 2: 0.5, 3: 0.2})
     assert relknow.voted_length(votes) == 2
     assert relknow.voted_length([Vote((0,), 0.5, True), Vote((0, 1), 0.5, True)]) == 1
+
+
+@pytest.mark.parametrize("described, passes", [
+    (None, True),  # familiar wording: the vote is evidence enough
+    ({REL["gender"]}, True),  # unfamiliar: a span names one of the chain's relations
+    ({REL["profession"]}, False),  # unfamiliar: the spans name none of them
+])
+def test_the_precision_gate_wants_unfamiliar_wording_to_name_a_chain_relation(described,
+                                                                             passes):
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    one = derive(facts, [0], [REL["spouse"], REL["gender"]])
+    p = Prediction("knn", one.chain, 1.0, 1.0, [], frozenset(), one,
+                   described=None if described is None else frozenset(described))
+    gate = relknow.precision_gate({"min_share": 0.6, "min_support": 0.5})
+    assert gate.check(p, one, None)[0] is passes
+    assert Gate(1, 0.6, 0.5).check(p, one, None)[0]  # the routing gates do not ask
