@@ -50,7 +50,10 @@ The pieces:
   the number of relations they describe picks among the voted chains one with as many hops
   that holds the vote or is held by it; when no voted chain instantiates, the votes go
   behind one hop the topic has, the one the spans describe best
-  (:meth:`RelationKnowledge.bridged`).
+  (:meth:`RelationKnowledge.bridged`). A voted chain one neighbour alone holds
+  (:data:`LONE_VOTE`), or none, gives way to a chain composed hop by hop from every vote
+  (:meth:`RelationKnowledge.per_hop`), and the precision gate wants a chain relation the spans
+  name (:attr:`Gate.described`).
 * **Inverse hops.** A chain hop walks a relation forward (subject → object) or backwards
   (object → subject, written ``~name``: "which films did X direct" is ``~directed_by``);
   chains learned from gold paths keep their directions, and the span predictors try
