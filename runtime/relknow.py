@@ -52,8 +52,8 @@ The pieces:
   behind one hop the topic has, the one the spans describe best
   (:meth:`RelationKnowledge.bridged`). A voted chain one neighbour alone holds
   (:data:`LONE_VOTE`), or none, gives way to a chain composed hop by hop from every vote
-  (:meth:`RelationKnowledge.per_hop`), and the precision gate wants a chain relation the spans
-  name (:attr:`Gate.described`).
+  (:meth:`RelationKnowledge.per_hop`), and the precision gate does not pass such wording
+  (:attr:`Gate.familiar`).
 * **Inverse hops.** A chain hop walks a relation forward (subject → object) or backwards
   (object → subject, written ``~name``: "which films did X direct" is ``~directed_by``);
   chains learned from gold paths keep their directions, and the span predictors try
@@ -764,9 +764,8 @@ class Prediction:
     stops: tuple[Derivation, ...] = ()
     #: the kNN vote's: cosine of the nearest training question (how familiar the wording is)
     nearest: float = 0.0
-    #: on unfamiliar wording, the relations the question's spans name at θ_zs (None: familiar
-    #: wording, or no encoder to match spans)
-    described: frozenset[int] | None = None
+    #: the kNN vote's nearest training question is under :data:`UNFAMILIAR_COSINE`
+    unfamiliar: bool = False
 
     @property
     def relations(self) -> frozenset[int]:
@@ -857,9 +856,10 @@ class Gate:
     min_share: float
     min_support: float = 0.0
     lexicon: bool = False
-    #: on unfamiliar wording (:attr:`Prediction.described` set), a chain relation the
-    #: question's spans name: the vote is a guess there, and the words must back it
-    described: bool = False
+    #: only wording some training question is near (:attr:`Prediction.unfamiliar` false): the
+    #: thresholds were fitted on dev questions in the training wording, and say nothing of
+    #: a vote on phrases none of them used
+    familiar: bool = False
 
     def check(self, prediction: Prediction, derivation: Derivation | None,
               consistency: Consistency | None) -> tuple[bool, str]:
@@ -876,9 +876,8 @@ class Gate:
             return False, f"{n} derived answers > {self.max_answers}"
         if self.lexicon and not prediction.relations <= prediction.named:
             return False, "the question does not name every chain relation (lexicon)"
-        if self.described and prediction.described is not None \
-                and not prediction.relations & prediction.described:
-            return False, "unfamiliar wording whose spans name no chain relation"
+        if self.familiar and prediction.unfamiliar:
+            return False, "wording no training question is near (thresholds fitted on familiar)"
         return True, (f"chain derivable with {n} answer(s), vote share {prediction.share:.2f}"
                       + (", named by the lexicon" if self.lexicon else ""))
 
@@ -887,9 +886,9 @@ class Gate:
 
 
 def precision_gate(thresholds: Mapping) -> Gate:
-    """The precision gate of some thresholds: one answer, and on unfamiliar wording a chain
-    relation the spans name (``described``, also for knowledge fitted before that rule)."""
-    return Gate(**{"max_answers": 1, "described": True, **thresholds})
+    """The precision gate of some thresholds: one answer, familiar wording only (``familiar``,
+    also for knowledge fitted before that rule)."""
+    return Gate(**{"max_answers": 1, "familiar": True, **thresholds})
 
 
 @dataclass
@@ -1353,16 +1352,14 @@ class RelationKnowledge:
                           embed: Callable[[list[str]], np.ndarray] | None = None) -> Prediction:
         """The chain of :meth:`_voted_chain`; on unfamiliar wording, where that is the kNN
         vote's own chain held by one neighbour (:data:`LONE_VOTE`) or no chain at all, the
-        chain composed hop by hop from every vote (:meth:`per_hop`) when one instantiates,
-        and the relations the spans name (:attr:`Prediction.described`, for the precision
-        gate)."""
+        chain composed hop by hop from every vote (:meth:`per_hop`) when one instantiates;
+        either is marked :attr:`Prediction.unfamiliar` (the precision gate does not pass it)."""
         prediction = self._voted_chain(masked, topics, facts, q_vec, embed)
         if q_vec is None or not self.unfamiliar(prediction, embed):
             return prediction
         if prediction.source == "knn" and prediction.support * self.k < LONE_VOTE:
             prediction = self.per_hop(prediction, masked, embed, facts, topics) or prediction
-        hops = self.zero_shot_hops(masked, embed, facts, topics)
-        prediction.described = frozenset(named_in_order(hops, len(masked.split())))
+        prediction.unfamiliar = True
         return prediction
 
     def _voted_chain(self, masked: str, topics: Sequence[int], facts: Facts,
