@@ -1460,14 +1460,16 @@ class RelationKnowledge:
     def per_hop(self, prediction: Prediction, masked: str,
                 embed: Callable[[list[str]], np.ndarray], facts: Facts,
                 topics: Sequence[int]) -> Prediction | None:
-        """Unfamiliar wording whose neighbours agree on no chain: they name the question's
-        relations more often than its combination of them ("the land it lies in of the native
-        town of the helmer of X": votes for (directed_by, place_of_birth), (place_of_birth,
-        city_country), …), so each hop weighs the share of the vote whose chains walk it, and
-        chains of as many hops as the spans describe (:meth:`described_size`; else the most
-        voted length), drawn from the :data:`PER_HOP_HOPS` heaviest hops in every order,
-        repeats allowed (a grandchild is children, children), weigh the product of their
-        hops'; the best that instantiates is followed. Support: :func:`held_support`."""
+        """Unfamiliar wording whose neighbours agree on no chain: they know the question's
+        relations better than its combination of them ("which seat of government does the
+        state of allegiance of X have": the best-voted (person_nationality, capital,
+        city_country) is one neighbour's, two spans describe relations, and the heaviest
+        2-hop chain that instantiates is (person_nationality, capital)). Each hop weighs the
+        share of the vote whose chains walk it; chains of as many hops as the spans describe
+        (:meth:`described_size`; else the most voted length), drawn from the
+        :data:`PER_HOP_HOPS` heaviest hops in every order, repeats allowed (a grandchild is
+        children, children), weigh the product of their hops'; the best that instantiates is
+        followed. Support: :func:`held_support`."""
         weights = hop_weights(prediction.votes)
         if not weights:
             return None
