@@ -50,7 +50,10 @@ The pieces:
   the number of relations they describe picks among the voted chains one with as many hops
   that holds the vote or is held by it; when no voted chain instantiates, the votes go
   behind one hop the topic has, the one the spans describe best
-  (:meth:`RelationKnowledge.bridged`).
+  (:meth:`RelationKnowledge.bridged`). A voted chain one neighbour alone holds
+  (:data:`LONE_VOTE`), or none, gives way to a chain composed hop by hop from every vote
+  (:meth:`RelationKnowledge.per_hop`), and the precision gate does not pass such wording
+  (:attr:`Gate.familiar`).
 * **Inverse hops.** A chain hop walks a relation forward (subject → object) or backwards
   (object → subject, written ``~name``: "which films did X direct" is ``~directed_by``);
   chains learned from gold paths keep their directions, and the span predictors try
@@ -121,6 +124,12 @@ ZERO_SHOT_SWAP = 0.02
 #: (in-domain questions sit at ~0.99, unseen wording at ~0.55): the question's spans, matched
 #: to relations, say how many hops the voted chain should have and bridge the topic's hop.
 UNFAMILIAR_COSINE = 0.8
+#: A voted chain whose support is under this many neighbours' worth of the vote (support × k)
+#: is one neighbour's guess: on unfamiliar wording its hops are composed from every vote
+#: instead (:meth:`RelationKnowledge.per_hop`).
+LONE_VOTE = 1.5
+#: The most voted hops :meth:`RelationKnowledge.per_hop` composes chains from.
+PER_HOP_HOPS = 6
 #: Names of one segment sharing leading words with this many others lose those words.
 SHARED_PREFIX_NAMES = 3
 _SEGMENT_SPLIT = re.compile(r"[./]+|__+")
@@ -755,6 +764,8 @@ class Prediction:
     stops: tuple[Derivation, ...] = ()
     #: the kNN vote's: cosine of the nearest training question (how familiar the wording is)
     nearest: float = 0.0
+    #: the kNN vote's nearest training question is under :data:`UNFAMILIAR_COSINE`
+    unfamiliar: bool = False
 
     @property
     def relations(self) -> frozenset[int]:
@@ -785,6 +796,24 @@ def held_support(votes: Sequence[Vote], chain: Sequence[int]) -> float:
     held = sum(v.weight for v in votes if v.chain == chain or (
         len(v.chain) == len(chain) + 1 and chain in itertools.combinations(v.chain, len(chain))))
     return held / total if total > 0 else 0.0
+
+
+def hop_weights(votes: Sequence[Vote]) -> dict[int, float]:
+    """Hop → the share of the vote weight whose chains walk it (vote order kept)."""
+    total = sum(v.weight for v in votes)
+    out: dict[int, float] = {}
+    for vote in votes if total > 0 else ():
+        for hop in dict.fromkeys(vote.chain):
+            out[hop] = out.get(hop, 0.0) + vote.weight / total
+    return out
+
+
+def voted_length(votes: Sequence[Vote]) -> int:
+    """The number of hops most of the vote weight walks (ties: the fewer hops)."""
+    by_length: dict[int, float] = {}
+    for vote in votes:
+        by_length[len(vote.chain)] = by_length.get(len(vote.chain), 0.0) + vote.weight
+    return min(by_length, key=lambda n: (-by_length[n], n)) if by_length else 0
 
 
 def stop_of(derivation: Derivation | None) -> Derivation | None:
@@ -827,6 +856,10 @@ class Gate:
     min_share: float
     min_support: float = 0.0
     lexicon: bool = False
+    #: only wording some training question is near (:attr:`Prediction.unfamiliar` false): the
+    #: thresholds were fitted on dev questions in the training wording, and say nothing of
+    #: a vote on phrases none of them used
+    familiar: bool = False
 
     def check(self, prediction: Prediction, derivation: Derivation | None,
               consistency: Consistency | None) -> tuple[bool, str]:
@@ -843,11 +876,19 @@ class Gate:
             return False, f"{n} derived answers > {self.max_answers}"
         if self.lexicon and not prediction.relations <= prediction.named:
             return False, "the question does not name every chain relation (lexicon)"
+        if self.familiar and prediction.unfamiliar:
+            return False, "wording no training question is near (thresholds fitted on familiar)"
         return True, (f"chain derivable with {n} answer(s), vote share {prediction.share:.2f}"
                       + (", named by the lexicon" if self.lexicon else ""))
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def precision_gate(thresholds: Mapping) -> Gate:
+    """The precision gate of some thresholds: one answer, familiar wording only (``familiar``,
+    also for knowledge fitted before that rule)."""
+    return Gate(**{"max_answers": 1, "familiar": True, **thresholds})
 
 
 @dataclass
@@ -887,7 +928,7 @@ class RelationKnowledge:
         thresholds = spec["thresholds"]
         self.lift_threshold = float(thresholds["lift"])
         self.zero_shot_cosine = float(thresholds["zero_shot_cosine"])
-        self.precision_gate = Gate(**thresholds["precision"])
+        self.precision_gate = precision_gate(thresholds["precision"])
         self.route_gate = Gate(**thresholds["route"])
         self.chains = [tuple(hop_id(n, rel, self.n_relations) for n in chain)
                        for chain in spec["chains"]]
@@ -1309,6 +1350,21 @@ class RelationKnowledge:
     def _predict_labelled(self, masked: str, topics: Sequence[int], facts: Facts,
                           q_vec: np.ndarray | None,
                           embed: Callable[[list[str]], np.ndarray] | None = None) -> Prediction:
+        """The chain of :meth:`_voted_chain`; on unfamiliar wording, where that is the kNN
+        vote's own chain held by one neighbour (:data:`LONE_VOTE`) or no chain at all, the
+        chain composed hop by hop from every vote (:meth:`per_hop`) when one instantiates;
+        either is marked :attr:`Prediction.unfamiliar` (the precision gate does not pass it)."""
+        prediction = self._voted_chain(masked, topics, facts, q_vec, embed)
+        if q_vec is None or not self.unfamiliar(prediction, embed):
+            return prediction
+        if prediction.source == "knn" and prediction.support * self.k < LONE_VOTE:
+            prediction = self.per_hop(prediction, masked, embed, facts, topics) or prediction
+        prediction.unfamiliar = True
+        return prediction
+
+    def _voted_chain(self, masked: str, topics: Sequence[int], facts: Facts,
+                     q_vec: np.ndarray | None,
+                     embed: Callable[[list[str]], np.ndarray] | None = None) -> Prediction:
         """The kNN vote; the lexicon's chain when no voted chain instantiates, or when the
         question's words name more hops than the voted chain has and the lexicon's chain walks
         them all (questions that combine relations in a way no training question did: a
@@ -1345,6 +1401,7 @@ class RelationKnowledge:
                 self._unvoted(prediction, composed, masked, facts, topics, embed)
         if composed.chain is not None and len(composed.chain) > len(voted) \
                 and prediction.relations <= composed.relations:
+            composed.nearest = prediction.nearest
             return composed
         return prediction
 
@@ -1399,6 +1456,28 @@ class RelationKnowledge:
             voted in itertools.combinations(v.chain, len(voted))
             or v.chain in itertools.combinations(voted, size))}
         return self._revoted(prediction, weights, facts, topics, "knn_resized")
+
+    def per_hop(self, prediction: Prediction, masked: str,
+                embed: Callable[[list[str]], np.ndarray], facts: Facts,
+                topics: Sequence[int]) -> Prediction | None:
+        """Unfamiliar wording whose neighbours agree on no chain: they know the question's
+        relations better than its combination of them ("which seat of government does the
+        state of allegiance of X have": the best-voted (person_nationality, capital,
+        city_country) is one neighbour's, two spans describe relations, and the heaviest
+        2-hop chain that instantiates is (person_nationality, capital)). Each hop weighs the
+        share of the vote whose chains walk it; chains of as many hops as the spans describe
+        (:meth:`described_size`; else the most voted length), drawn from the
+        :data:`PER_HOP_HOPS` heaviest hops in every order, repeats allowed (a grandchild is
+        children, children), weigh the product of their hops'; the best that instantiates is
+        followed. Support: :func:`held_support`."""
+        weights = hop_weights(prediction.votes)
+        if not weights:
+            return None
+        size = self.described_size(masked, embed, facts, topics) or voted_length(prediction.votes)
+        hops = sorted(weights, key=lambda h: -weights[h])[:PER_HOP_HOPS]
+        chains = {c: float(np.prod([weights[h] for h in c]))
+                  for c in itertools.product(hops, repeat=size)}
+        return self._revoted(prediction, chains, facts, topics, "knn_per_hop")
 
     def bridged(self, prediction: Prediction, masked: str,
                 embed: Callable[[list[str]], np.ndarray], facts: Facts,
@@ -1457,7 +1536,7 @@ class RelationKnowledge:
             chosen = bridged or prediction
         else:
             composed.support = held_support(prediction.votes, composed.chain)
-            chosen = composed
+            composed.nearest, chosen = prediction.nearest, composed
         chosen.stops = prediction.stops
         return chosen
 

@@ -529,9 +529,10 @@ def test_without_dev_questions_the_defaults_stand(tmp_path):
     assert report["selection"] == "no dev questions: default thresholds"
     th = report["thresholds"]
     assert th["precision"] == {"max_answers": 1, "min_share": 0.6, "min_support": 0.0,
-                               "lexicon": False}
+                               "lexicon": False, "familiar": True}
     # routing without calibration: a majority-voted chain with up to 100 answers
-    assert th["route"] == {**th["precision"], "max_answers": fit.DEFAULT_ROUTE_MAX_ANSWERS}
+    assert th["route"] == {**th["precision"], "max_answers": fit.DEFAULT_ROUTE_MAX_ANSWERS,
+                           "familiar": False}
 
 
 # ------------------------------------------------------------------------------ the policies
@@ -1169,3 +1170,56 @@ def test_unfamiliar_wording_bridges_the_hop_the_votes_never_saw(q_vec, chain):
                                     for h in p.chain])) == chain
     if chain:
         assert a.derivation.endpoints == [N_PEOPLE + 1]  # the pilots 1, 5, 9 … are female
+
+
+@pytest.mark.parametrize("q_vec, chains_of, chain", [
+    ((0.9, 0.3, 0.3), (0, 1, 2), ("knn", ["parents", "profession"])),  # familiar wording
+    ((0.5, 0.49, 0.48), (0, 1, 2), ("knn_per_hop", ["parents", "gender"])),  # lone votes
+    ((0.5, 0.49, 0.48), (0, 0, 1), ("knn", ["parents", "profession"])),  # two neighbours agree
+])
+def test_unfamiliar_wording_composes_a_lone_votes_chain_hop_by_hop(q_vec, chains_of, chain):
+    """"the sex of X's mother" in words no training question used: its three neighbours each
+    vote another chain — (parents, profession), (children, gender), (spouse, gender) — so the
+    best-voted one is one neighbour's guess; hop by hop the votes say gender (two of three)
+    and parents, and (parents, gender), which no neighbour voted, is followed. Familiar
+    wording, or a chain two neighbours vote for, keeps the vote."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    know = described_knowledge(np.eye(3), list(chains_of), [
+        ["parents", "profession"], ["children", "gender"], ["spouse", "gender"]], k=3)
+    vec = np.array(q_vec, np.float32) / np.linalg.norm(q_vec)
+    p = know.assess(mask_topic("which classification fits the begetter of cora varga",
+                               ["cora varga"]), [52], facts, q_vec=vec,
+                    embed=axis_embed({})).prediction
+    assert (p.source, [RELATIONS[h] for h in p.chain]) == chain
+
+
+def test_per_hop_weights_are_vote_shares_and_the_length_most_of_the_vote_walks():
+    votes = [Vote((0, 1), 0.5, True), Vote((1, 1, 2), 0.3, True), Vote((2, 3), 0.2, False)]
+    assert relknow.hop_weights(votes) == pytest.approx({0: 0.5, 1: 0.8, 2: 0.5, 3: 0.2})
+    assert relknow.voted_length(votes) == 2
+    assert relknow.voted_length([Vote((0,), 0.5, True), Vote((0, 1), 0.5, True)]) == 1
+
+
+@pytest.mark.parametrize("unfamiliar, passes", [(False, True), (True, False)])
+def test_the_precision_gate_passes_familiar_wording_only(unfamiliar, passes):
+    """Its thresholds were fitted on dev questions in the training wording: a vote on phrases
+    no training question used (the nearest under 0.8) is abstained from, however it scores."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    one = derive(facts, [0], [REL["spouse"], REL["gender"]])
+    p = Prediction("knn", one.chain, 1.0, 1.0, [], frozenset(), one, unfamiliar=unfamiliar)
+    gate = relknow.precision_gate({"min_share": 0.6, "min_support": 0.5})
+    assert gate.check(p, one, None)[0] is passes
+    assert Gate(1, 0.6, 0.5).check(p, one, None)[0]  # the routing gates do not ask
+
+
+@pytest.mark.parametrize("q_vec, unfamiliar", [((0.9, 0.3, 0.3), False), ((0.5, 0.49, 0.48), True)])
+def test_a_vote_on_wording_no_training_question_is_near_is_marked_unfamiliar(q_vec, unfamiliar):
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    know = described_knowledge(np.eye(3), [0, 0, 1], [["spouse", "gender"],
+                                                      ["children", "gender"]], k=3)
+    vec = np.array(q_vec, np.float32) / np.linalg.norm(q_vec)
+    p = know.assess(mask_topic("what is the sex of the wife of ann lee", ["ann lee"]), [0],
+                    facts, q_vec=vec, embed=axis_embed({})).prediction
+    assert [RELATIONS[h] for h in p.chain] == ["spouse", "gender"]  # two neighbours: no lone vote
+    assert p.unfamiliar is unfamiliar
+    assert know.precision_gate.check(p, p.derivation, None)[0] is not unfamiliar

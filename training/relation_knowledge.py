@@ -69,6 +69,7 @@ from runtime.relknow import (
     learn_functional,
     learn_inverses,
     mask_topic,
+    precision_gate,
     question_words,
     hop_id,
     relation_texts,
@@ -436,7 +437,7 @@ def _chain_votes(train: Labelled | None, cfg: Mapping) -> tuple[list, np.ndarray
 
 def _default_thresholds(cfg: Mapping) -> dict:
     return {"lift": DEFAULT_LIFT, "zero_shot_cosine": DEFAULT_ZERO_SHOT_COSINE,
-            "precision": Gate(1, float(cfg["min_share"])).to_dict(),
+            "precision": precision_gate({"min_share": float(cfg["min_share"])}).to_dict(),
             "route": Gate(DEFAULT_ROUTE_MAX_ANSWERS, float(cfg["min_share"])).to_dict()}
 
 
@@ -533,7 +534,7 @@ def _precision_gate(kn: RelationKnowledge, assessments: list, correct: list[bool
                     target: float) -> tuple[dict, dict]:
     """The loosest support whose gate reaches ``target`` precision on dev (else the strictest):
     (the gate as a dict, its dev statistics)."""
-    gates = [Gate(1, kn.min_share, sup) for sup in SUPPORTS]
+    gates = [precision_gate({"min_share": kn.min_share, "min_support": sup}) for sup in SUPPORTS]
     stats = [gate_stats(g, assessments, correct) for g in gates]
     reached = [i for i, st in enumerate(stats)
                if st["precision"] is not None and st["precision"] >= target]
