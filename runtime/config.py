@@ -112,6 +112,9 @@ DEFAULTS: dict = {
         # up to this many relations, P_r, candidates and pair signals are computed on the driver
         # from collected |R|-sized tables (candidates held in memory: up to |R|²/2); above, in Spark
         "driver_max_relations": 2000,
+        # ... and up to this many triples (with |R| <= driver_max_relations) the passes over the
+        # triples run on the driver too (spark_jobs/relation_stats_driver.py: no Spark session)
+        "driver_max_triples": 10_000_000,
     },
     "transe": {  # training/transe.py (TransE, sLCWA, Adam, margin ranking loss)
         # pykeen = PyKEEN's TransE (dense Adam over every entity row each batch);
@@ -486,6 +489,7 @@ SCHEMA: dict = {
         "type_rule": choice(*TYPE_RULES),
         "transe_neighbours": integer(0),  # 0: no TransE candidates
         "driver_max_relations": integer(0),  # 0: always the Spark path
+        "driver_max_triples": integer(0),  # 0: the passes over the triples always in Spark
     },
     "transe": {
         "trainer": choice("auto", "pykeen", "sparse"), "dim": COUNT, "epochs": COUNT,
