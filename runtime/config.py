@@ -252,6 +252,10 @@ DEFAULTS: dict = {
         # predictions.jsonl); other lines are skipped
         "query_log": None,
         "buckets": 256,  # output files; a head lives in bucket head % buckets
+        # up to this many edges (triples and their inverses) the heads are chosen and searched
+        # on the driver, in one process (spark_jobs/path_cache_driver.py: no Spark session);
+        # above, the search runs in Spark's Python workers
+        "driver_max_edges": 1_000_000,
     },
     "relation_knowledge": {  # training/relation_knowledge.py (issue 9): runtime/relknow.py explains the model
         "questions": None,  # labelled training questions (PathQuestion train.txt or JSONL with path)
@@ -539,6 +543,7 @@ SCHEMA: dict = {
         "heads": text(r".+", f"all, {', '.join(HEAD_SELECTORS)} or a file of entity keys"),
         "hot_share": number(0, 1, low_open=True, nullable=True),
         "hot_count": integer(1, nullable=True), "query_log": FILE, "buckets": COUNT,
+        "driver_max_edges": integer(0),  # 0: always the Spark path
     },
     "relation_knowledge": {
         "questions": FILE, "dev_questions": FILE, "k": COUNT, "min_share": SHARE,
