@@ -12,7 +12,9 @@ quarantine has work). Rounds alternate Spark then DuckDB so that both see the sa
 * **Spark**: ``ingest`` and ``entity_types`` through ``pipeline.driver.run_stage`` and
   ``relation_stats`` on their staged outputs — ``relation_stats_scale.spark_stages``, exactly as
   the build runs them. The session (``local[2]``) is started once, before the rounds, and its
-  start-up is reported apart.
+  start-up is reported apart. Their driver paths are off (``relation_stats_scale.SPARK_PATHS``);
+  ``--set relation_stats.driver_max_triples=10000000`` measures relation_stats' driver path
+  (numpy, no Spark: ``spark_jobs/relation_stats_driver.py``) against DuckDB instead.
 * **DuckDB** (``threads`` = 2, the same cores): the same ingest in SQL — the N-Triples rules of
   ``spark_jobs.formats`` (its regexes, made RE2-compatible), the quarantine with its reasons and
   exact line numbers, entity ids in key order, relation ids in name order, de-duplicated

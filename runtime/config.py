@@ -112,6 +112,9 @@ DEFAULTS: dict = {
         # up to this many relations, P_r, candidates and pair signals are computed on the driver
         # from collected |R|-sized tables (candidates held in memory: up to |R|²/2); above, in Spark
         "driver_max_relations": 2000,
+        # ... and up to this many triples (with |R| <= driver_max_relations) the passes over the
+        # triples run on the driver too (spark_jobs/relation_stats_driver.py: no Spark session)
+        "driver_max_triples": 10_000_000,
     },
     "transe": {  # training/transe.py (TransE, sLCWA, Adam, margin ranking loss)
         # pykeen = PyKEEN's TransE (dense Adam over every entity row each batch);
@@ -249,6 +252,10 @@ DEFAULTS: dict = {
         # predictions.jsonl); other lines are skipped
         "query_log": None,
         "buckets": 256,  # output files; a head lives in bucket head % buckets
+        # up to this many edges (triples and their inverses) the heads are chosen and searched
+        # on the driver, in one process (spark_jobs/path_cache_driver.py: no Spark session);
+        # above, the search runs in Spark's Python workers
+        "driver_max_edges": 1_000_000,
     },
     "relation_knowledge": {  # training/relation_knowledge.py (issue 9): runtime/relknow.py explains the model
         "questions": None,  # labelled training questions (PathQuestion train.txt or JSONL with path)
@@ -486,6 +493,7 @@ SCHEMA: dict = {
         "type_rule": choice(*TYPE_RULES),
         "transe_neighbours": integer(0),  # 0: no TransE candidates
         "driver_max_relations": integer(0),  # 0: always the Spark path
+        "driver_max_triples": integer(0),  # 0: the passes over the triples always in Spark
     },
     "transe": {
         "trainer": choice("auto", "pykeen", "sparse"), "dim": COUNT, "epochs": COUNT,
@@ -535,6 +543,7 @@ SCHEMA: dict = {
         "heads": text(r".+", f"all, {', '.join(HEAD_SELECTORS)} or a file of entity keys"),
         "hot_share": number(0, 1, low_open=True, nullable=True),
         "hot_count": integer(1, nullable=True), "query_log": FILE, "buckets": COUNT,
+        "driver_max_edges": integer(0),  # 0: always the Spark path
     },
     "relation_knowledge": {
         "questions": FILE, "dev_questions": FILE, "k": COUNT, "min_share": SHARE,

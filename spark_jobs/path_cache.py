@@ -32,6 +32,10 @@ with the same settings (max_hops, k_top, beam_width, lambda_topo). ``mapInArrow`
 ``mapInPandas``: the rows carry three list columns, which Arrow passes as flat buffers while
 pandas would build one Python object per cell.
 
+Up to ``driver_max_edges`` edges the stage starts no Spark session: ``path_cache_driver``
+chooses the heads with numpy and Arrow (the same rules) and runs the same search over them in
+this process (``report["path"]``: driver | spark); both paths write the same bucket files.
+
 Output ``path_cache/bucket-00000.parquet`` … ``bucket-<buckets-1>.parquet``: the rows of the
 heads with ``head % buckets == b``, sorted by (head, relations[0], inverses[0], rank), exactly
 the contract columns. Every bucket file exists, empty or not, so a reader can trust the count
@@ -69,6 +73,7 @@ the bucket files), the search settings, step seconds.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import shutil
@@ -163,10 +168,8 @@ def _searcher(edges_path: Path, gain_path: Path, search: dict, buckets: int):
     return run
 
 
-def _hot_heads(spark, heads_file: str, entities: Path):
-    """Entity ids of the keys listed in the hot-set file; StageError naming unknown keys."""
-    from pyspark.sql import functions as F
-
+def hot_keys(heads_file: str) -> list[tuple[int, str]]:
+    """(line number, key) of each key a hot-set file lists; StageError when it lists none."""
     path = Path(heads_file)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -175,12 +178,24 @@ def _hot_heads(spark, heads_file: str, entities: Path):
     keys = [(i, line.strip()) for i, line in enumerate(lines, 1) if line.strip()]
     if not keys:
         raise StageError(f"path_cache.heads: {path} lists no entity key")
-    wanted = spark.createDataFrame(keys, "line long, key string")
+    return keys
+
+
+def unknown_keys(heads_file: str, unknown: list[tuple[int, str]]) -> StageError:
+    """The error naming the first unknown keys of a hot-set file, by line."""
+    listed = ", ".join(f"line {line}: {key!r}" for line, key in unknown)
+    return StageError(f"path_cache.heads: {heads_file}: unknown entity keys ({listed})")
+
+
+def _hot_heads(spark, heads_file: str, entities: Path):
+    """Entity ids of the keys listed in the hot-set file; StageError naming unknown keys."""
+    from pyspark.sql import functions as F
+
+    wanted = spark.createDataFrame(hot_keys(heads_file), "line long, key string")
     found = wanted.join(spark.read.parquet(str(entities)).select("key", "id"), "key", "left")
     unknown = found.filter(F.col("id").isNull()).orderBy("line").limit(5).collect()
     if unknown:
-        listed = ", ".join(f"line {r['line']}: {r['key']!r}" for r in unknown)
-        raise StageError(f"path_cache.heads: {path}: unknown entity keys ({listed})")
+        raise unknown_keys(heads_file, [(r["line"], r["key"]) for r in unknown])
     return found.select(F.col("id").alias("head")).distinct()
 
 
@@ -354,68 +369,105 @@ def _with_previous(cache_dir: Path, spill: Path, b: int) -> None:
     schema = TABLE_SCHEMAS["path_cache"]
     files = sorted((spill / str(b)).glob("*.parquet")) + ([path] if path.exists() else [])
     parts = [pq.read_table(f).cast(schema) for f in files]
-    rows = pa.concat_tables(parts) if parts else schema.empty_table()
+    write_table("path_cache", sorted_rows(pa.concat_tables(parts) if parts
+                                          else schema.empty_table()), path)
+
+
+def sorted_rows(rows: pa.Table) -> pa.Table:
+    """Rows in a bucket's order: by head, first relation, first direction, rank."""
     keys = rows.append_column("r0", pc.list_element(rows["relations"], 0)).append_column(
         "i0", pc.list_element(rows["inverses"], 0))
-    order = pc.sort_indices(keys, [(c, "ascending") for c in ("head", "r0", "i0", "rank")])
-    write_table("path_cache", rows.take(order), path)
+    return rows.take(pc.sort_indices(keys, [(c, "ascending") for c in ("head", "r0", "i0", "rank")]))
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
-    from pyspark.sql import functions as F
-
-    from spark_jobs.session import get_spark
-
     lap = Laps()
     cfg = settings(config)
-    edges_path, gain_path, ent_path = (stage_input(inputs, "path_cache", n)
-                                         for n in ("edges", "node_gain", "entities"))
-    for table, path in (("edges", edges_path), ("node_gain", gain_path)):
+    paths = tuple(stage_input(inputs, "path_cache", n) for n in ("edges", "node_gain", "entities"))
+    for table, path in (("edges", paths[0]), ("node_gain", paths[1])):
         first = table_files(path)[0]
         check_schema(table, pq.read_schema(first), first)
-    out = Path(out_dir)
-    cache_dir, spark_dir = out / "path_cache", out / "_path_cache_spark"
-    buckets = cfg["buckets"]
-    search = {k: cfg[k] for k in (*SEARCH_KEYS, "lambda_topo")}
-
-    spark = get_spark(dict(config), "lokg-path_cache")
-    lap("session")
-    heads, chosen, heads_all = select_heads(spark, cfg, edges_path, gain_path, ent_path)
+    cache_dir = Path(out_dir) / "path_cache"
+    n_edges = sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(paths[0]))
+    where = "driver" if n_edges <= int(cfg["driver_max_edges"]) else "spark"
     previous = previous_inputs(inputs, "edges", "node_gain", "entities", "path_cache")
-    partial, refresh = (None, {"mode": "full", "reason": "no previous build"}) \
-        if previous is None else partial_heads(cfg, edges_path, gain_path, ent_path, previous)
-    lap("refresh")
-    tasks = max(1, min(buckets, int(spark.conf.get("spark.sql.shuffle.partitions"))))
-    heads = heads.repartition(tasks, (F.col("head") % buckets).alias("bucket")).persist()
-    n_heads = heads.count()
-    if heads_all is None:
-        heads_all = n_heads if cfg["heads"] == "all" else (
-            spark.read.parquet(str(edges_path)).select("s").distinct().count())
-    to_search = heads if partial is None else heads.join(F.broadcast(spark.createDataFrame(
-        [(int(h),) for h in partial.searched], "head long")), "head")
-    lap("heads")
-
-    _search(to_search, _searcher(edges_path, gain_path, search, buckets), spark_dir)
-    lap("search_and_write")
-    _place_buckets(spark_dir, cache_dir, buckets, partial)
-    lap("rename")
-    heads.unpersist()
-    written = _written(cache_dir, buckets, n_heads)
+    on_path = _on_driver if where == "driver" else functools.partial(_on_spark, config)
+    n_heads, chosen, heads_all, partial, refresh = on_path(cfg, paths, previous, cache_dir, lap)
+    _complete_buckets(cache_dir, cfg["buckets"], partial)
+    lap("buckets")
+    written = _written(cache_dir, cfg["buckets"], n_heads)
     lap("report")
     report = {
+        "path": where,
         "heads": n_heads,
         "heads_all": heads_all,
         "heads_share": round(n_heads / heads_all, 6) if heads_all else 0.0,
         **chosen,
         **written,
-        "buckets": buckets,
+        "buckets": cfg["buckets"],
         "bucket_file": BUCKET_FILE,
         "refresh": refresh,
-        **search,
+        **_search_settings(cfg),
         "step_seconds": lap.seconds,
         "seconds": round(sum(lap.seconds.values()), 3),
     }
     return {"outputs": {"path_cache": str(cache_dir)}, "report": report}
+
+
+def _search_settings(cfg: Mapping) -> dict:
+    return {k: cfg[k] for k in (*SEARCH_KEYS, "lambda_topo")}
+
+
+def _refresh_plan(cfg: Mapping, paths: tuple, previous: dict | None
+                  ) -> tuple[Partial | None, dict]:
+    if previous is None:
+        return None, {"mode": "full", "reason": "no previous build"}
+    return partial_heads(cfg, *paths, previous)
+
+
+def _on_driver(cfg: Mapping, paths: tuple, previous: dict | None, cache_dir: Path, lap: Laps):
+    """Heads chosen and searched in this process (``path_cache_driver``): no Spark session.
+    Returns (heads, report's head facts, all heads, the partial refresh or None, its report)."""
+    from spark_jobs import path_cache_driver
+
+    heads, chosen, heads_all = path_cache_driver.select_heads(cfg, *paths)
+    partial, refresh = _refresh_plan(cfg, paths, previous)
+    lap("refresh")
+    searched = heads if partial is None else np.intersect1d(heads, partial.searched)
+    path_cache_driver.search_buckets(searched, paths[:2], _search_settings(cfg), cfg["buckets"],
+                                     cache_dir)
+    lap("search_and_write")
+    return len(heads), chosen, heads_all, partial, refresh
+
+
+def _on_spark(config: Mapping, cfg: Mapping, paths: tuple, previous: dict | None,
+              cache_dir: Path, lap: Laps):
+    """Heads chosen in Spark SQL and searched in its Python workers; returns as ``_on_driver``."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.session import get_spark
+
+    spark = get_spark(dict(config), "lokg-path_cache")
+    lap("session")
+    heads, chosen, heads_all = select_heads(spark, cfg, *paths)
+    partial, refresh = _refresh_plan(cfg, paths, previous)
+    lap("refresh")
+    buckets = cfg["buckets"]
+    tasks = max(1, min(buckets, int(spark.conf.get("spark.sql.shuffle.partitions"))))
+    heads = heads.repartition(tasks, (F.col("head") % buckets).alias("bucket")).persist()
+    n_heads = heads.count()
+    if heads_all is None:
+        heads_all = n_heads if cfg["heads"] == "all" else (
+            spark.read.parquet(str(paths[0])).select("s").distinct().count())
+    to_search = heads if partial is None else heads.join(F.broadcast(spark.createDataFrame(
+        [(int(h),) for h in partial.searched], "head long")), "head")
+    lap("heads")
+    spark_dir = cache_dir.with_name("_path_cache_spark")
+    _search(to_search, _searcher(*paths[:2], _search_settings(cfg), buckets), spark_dir)
+    lap("search_and_write")
+    _move_spark_buckets(spark_dir, cache_dir)
+    heads.unpersist()
+    return n_heads, chosen, heads_all, partial, refresh
 
 
 def _search(heads, searcher, spark_dir: Path) -> None:
@@ -430,10 +482,8 @@ def _search(heads, searcher, spark_dir: Path) -> None:
      .write.mode("overwrite").partitionBy("bucket").parquet(str(spark_dir)))
 
 
-def _place_buckets(spark_dir: Path, cache_dir: Path, buckets: int,
-                   partial: Partial | None) -> None:
-    """Move Spark's bucket files to their names; a partial refresh adds the previous build's
-    rows of the heads it did not search; a bucket with no head gets an empty file."""
+def _move_spark_buckets(spark_dir: Path, cache_dir: Path) -> None:
+    """Move Spark's bucket files (``bucket=b/part-*.parquet``) to their names."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     for part in sorted(spark_dir.glob("bucket=*")):
         files = table_files(part)
@@ -441,8 +491,14 @@ def _place_buckets(spark_dir: Path, cache_dir: Path, buckets: int,
             raise StageError(f"{part}: expected one file for the bucket, Spark wrote {len(files)}")
         os.replace(files[0], bucket_path(cache_dir, int(part.name.split("=", 1)[1])))
     shutil.rmtree(spark_dir)
+
+
+def _complete_buckets(cache_dir: Path, buckets: int, partial: Partial | None) -> None:
+    """The searched heads' buckets completed: a partial refresh adds the previous build's
+    rows of the heads it did not search; a bucket with no head gets an empty file."""
+    cache_dir.mkdir(parents=True, exist_ok=True)
     empty = TABLE_SCHEMAS["path_cache"].empty_table()
-    spill = spark_dir.with_name(spark_dir.name + "-copied")
+    spill = cache_dir.with_name("_path_cache-copied")
     if partial is not None:
         spill_copied_rows(partial, buckets, spill)
     for b in range(buckets):

@@ -41,6 +41,11 @@ candidates by one Spark join. Above that threshold (candidates may number |R|²)
 collected but candidates and signals stay DataFrames, as before. Both paths give the same
 rows (tested).
 
+Up to ``driver_max_triples`` triples as well (issue 18), the passes themselves run on the
+driver (``spark_jobs.relation_stats_driver``: numpy, scipy.sparse, Arrow) and feed the same
+driver path: the stage starts no Spark session (``report["passes"]``: driver | spark). Equal
+rows to both Spark paths (tested).
+
 The pure-numpy helpers at the top (``tail_entropy``, ``TypeIndex``, ``jsd_bits``,
 ``nmi_signal``) are the driver-side definitions of the same quantities; ``scos_merge`` uses them
 to recompute cluster statistics from the union of triples, and the tests check that they agree
@@ -53,8 +58,9 @@ import functools
 import itertools
 import math
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -344,50 +350,89 @@ def _first_query(counts, hubs, combos, hubs_possible: bool, on_driver: bool) -> 
     return parts
 
 
-def compute(spark, config: Mapping, entities_path: str, triples_path: str, relations_path: str,
-            embeddings_path: str | None = None, log=None):
-    """Run the stage. Returns (stats Arrow table, pairs — an Arrow table from the driver path,
-    a DataFrame from the Spark one —, report, laps, DataFrames to unpersist)."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
+class Passes(NamedTuple):
+    """What the passes over the triples give the pair signals, from Spark or from the driver
+    (``relation_stats_driver``): per-relation facts (r, triples, heads, tails, entities,
+    entropy), non-hub entity pairs (r_i, r_j, shared_nonhub), the type-set counts (r, hts, tts,
+    c; None when they stay in Spark), the number of hub entities, and a function from candidate
+    pairs to (r_i, r_j, hub entities shared)."""
 
+    basic: pa.Table
+    entity_pairs: pa.Table | None
+    combos: pa.Table | None
+    hubs: int
+    hub_shared: Callable[[Iterable[tuple[int, int]]], list[tuple[int, int, int]]]
+
+
+def compute(session: Callable, config: Mapping, entities_path: str, triples_path: str,
+            relations_path: str, embeddings_path: str | None = None, log=None):
+    """Run the stage (``session()`` gives the Spark session, asked for only where Spark runs).
+    Returns (stats Arrow table, pairs — an Arrow table from the driver path, a DataFrame from
+    the Spark one —, report, laps, DataFrames to unpersist)."""
     cfg = settings(config)
     lap = Laps()
     report: dict = {"entropy_unit": "nats", "type_rule": cfg["type_rule"], "step_seconds": lap.seconds}
     relations = read_table(Path(relations_path), "relations")
     n_rel = report["relations"] = relations.num_rows
     report["max_possible_pairs"] = n_rel * (n_rel - 1) // 2
-    triples = spark.read.parquet(triples_path).select("s", "r", "o")
     report["path"] = "driver" if n_rel <= int(cfg["driver_max_relations"]) else "spark"
+    n_triples = sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(Path(triples_path)))
+    report["passes"] = "driver" if report["path"] == "driver" \
+        and n_triples <= int(cfg["driver_max_triples"]) else "spark"
+    spark, frames, cached = None, None, []
+    cap_e = int(cfg["max_relations_per_entity"])
+    if report["passes"] == "driver":
+        from spark_jobs.relation_stats_driver import triple_passes
+
+        passes = triple_passes(entities_path, triples_path, cfg["type_rule"], cap_e, n_rel > cap_e)
+    else:
+        spark = session()
+        passes, frames, cached = _spark_passes(spark, cfg, (entities_path, triples_path),
+                                               n_rel, report["path"] == "driver")
+    report["triples"] = int(pc.sum(passes.basic.column("triples")).as_py() or 0)
+    report["hub_entities_skipped"] = passes.hubs
+    lap("triple_passes")
+
+    transe = _transe_pairs(relations, embeddings_path, cfg, report, log or (lambda msg: None))
+    if report["path"] == "driver":
+        stats, pairs = _on_driver(relations, passes, transe, cfg, report)
+    else:
+        stats, pairs, more = _on_spark(spark, relations, passes, frames, transe, cfg, report)
+        cached += more
+    lap("type_pairs_and_candidates")
+    return stats, pairs, report, lap, cached
+
+
+def _spark_passes(spark, cfg: Mapping, paths: tuple[str, str], n_rel: int, on_driver: bool):
+    """The passes in Spark: ``Passes`` collected by one query, the (counts, hub, combos)
+    DataFrames the Spark path reads again, and the DataFrames it keeps cached."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    entities_path, triples_path = paths
+    triples = spark.read.parquet(triples_path).select("s", "r", "o")
     sets, cap_e = _relation_sets(_entity_relations(_roles(triples))), int(cfg["max_relations_per_entity"])
     hubs = sets.filter(F.size("rs") > cap_e)
     hub = hubs.select("e", F.explode("rs.r").alias("r"))
     combos = _type_combos(spark, triples, entities_path, cfg["type_rule"])
     counts, cached = _entity_counts(sets, cap_e), []
-    if report["path"] == "spark":  # its entity pairs are read again: kept from this first pass
+    if not on_driver:  # its entity pairs are read again: kept from this first pass
         counts = counts.persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(counts)
     # the Spark path keeps its entity pairs (up to |R|²/2) in Spark: only the facts come back
-    wanted = counts if report["path"] == "driver" else counts.filter(F.col("b") < 0)
-    collected = _collect_together(_first_query(wanted, hubs, combos, n_rel > cap_e,
-                                               report["path"] == "driver"))
+    wanted = counts if on_driver else counts.filter(F.col("b") < 0)
+    collected = _collect_together(_first_query(wanted, hubs, combos, n_rel > cap_e, on_driver))
     basic, entity_pairs = _split_counts(collected["counts"])
-    report["triples"] = int(pc.sum(basic.column("triples")).as_py() or 0)
-    report["hub_entities_skipped"] = collected["hubs"]["n"][0].as_py() if n_rel > cap_e else 0
-    lap("spark_passes")
+    n_hubs = collected["hubs"]["n"][0].as_py() if n_rel > cap_e else 0
 
-    transe = _transe_pairs(relations, embeddings_path, cfg, report, log or (lambda msg: None))
-    if report["path"] == "driver":
-        stats, pairs = _on_driver(spark, relations, (basic, entity_pairs, collected["combos"]),
-                                  hub, transe, cfg, report)
-    else:
-        entity_pairs = counts.filter(F.col("b") >= 0).select(
-            F.col("a").alias("r_i"), F.col("b").alias("r_j"), F.col("entities").alias("shared_nonhub"))
-        stats, pairs, more = _on_spark(spark, relations, (basic, entity_pairs, combos), hub,
-                                       transe, cfg, report)
-        cached += more
-    lap("type_pairs_and_candidates")
-    return stats, pairs, report, lap, cached
+    def hub_shared(pairs: Iterable[tuple[int, int]]) -> list[tuple[int, int, int]]:
+        pairs_df = spark.createDataFrame(sorted(pairs), "r_i long, r_j long")
+        return [(row["r_i"], row["r_j"], row["shared_hub"])
+                for row in _hub_shared(hub, pairs_df).toArrow().to_pylist()]
+
+    passes = Passes(basic, entity_pairs if on_driver else None, collected.get("combos"),
+                    n_hubs, hub_shared)
+    return passes, (counts, hub, combos), cached
 
 
 def _transe_pairs(relations: pa.Table, embeddings_path: str | None, cfg: Mapping, report: dict,
@@ -409,13 +454,13 @@ def _transe_pairs(relations: pa.Table, embeddings_path: str | None, cfg: Mapping
 # driver path (|R| ≤ driver_max_relations): the |R|-sized tables collected, the rest in Python
 
 
-def _on_driver(spark, relations: pa.Table, tables: tuple, hub, transe: list, cfg: Mapping,
+def _on_driver(relations: pa.Table, passes: Passes, transe: list, cfg: Mapping,
                report: dict) -> tuple[pa.Table, pa.Table]:
-    """P_r, the type candidates and every pair signal from the collected facts, non-hub entity
-    pairs and type-set counts (the hub entities, if any, are counted by one Spark join)."""
-    basic, entity_pairs, combos = tables
+    """P_r, the type candidates and every pair signal from the facts, non-hub entity pairs
+    and type-set counts (the hub entities, if any, counted by ``passes.hub_shared``)."""
+    basic, entity_pairs = passes.basic, passes.entity_pairs
     n = dict(zip(basic.column("r").to_pylist(), basic.column("triples").to_pylist()))
-    dists = _distributions(combos, n)
+    dists = _distributions(passes.combos, n)
     stats = _stats_table(relations, basic, _distribution_rows(dists))
     shared = dict(zip(zip(entity_pairs.column("r_i").to_pylist(),
                           entity_pairs.column("r_j").to_pylist()),
@@ -426,11 +471,9 @@ def _on_driver(spark, relations: pa.Table, tables: tuple, hub, transe: list, cfg
     for source, found in (("entity", shared), ("type", typed), ("transe", transe)):
         for pair in found:
             cand.setdefault(pair, set()).add(source)
-    if report["hub_entities_skipped"] and cand:
-        pairs_df = spark.createDataFrame(sorted(cand), "r_i long, r_j long")
-        for row in _hub_shared(hub, pairs_df).toArrow().to_pylist():
-            key = (row["r_i"], row["r_j"])
-            shared[key] = shared.get(key, 0) + row["shared_hub"]
+    if passes.hubs and cand:
+        for i, j, n_hub in passes.hub_shared(cand):
+            shared[(i, j)] = shared.get((i, j), 0) + n_hub
     sizes = dict(zip(stats.column("r").to_pylist(), stats.column("entities").to_pylist()))
     return stats, _signal_table(cand, shared, sizes, dists)
 
@@ -488,13 +531,16 @@ def _signal_table(cand: Mapping[tuple[int, int], set], shared: Mapping, sizes: M
 # Spark path (|R| > driver_max_relations: candidates may number |R|²)
 
 
-def _on_spark(spark, relations: pa.Table, frames: tuple, hub, transe: list, cfg: Mapping,
-              report: dict):
+def _on_spark(spark, relations: pa.Table, passes: Passes, frames: tuple, transe: list,
+              cfg: Mapping, report: dict):
     """P_r collected (|R|-sized), candidates and pair signals as DataFrames."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    basic, entity_pairs, combos = frames
+    counts, hub, combos = frames
+    basic = passes.basic
+    entity_pairs = counts.filter(F.col("b") >= 0).select(
+        F.col("a").alias("r_i"), F.col("b").alias("r_j"), F.col("entities").alias("shared_nonhub"))
     tp = _spark_type_pairs(spark, combos, basic).persist(StorageLevel.MEMORY_AND_DISK)
     tp_rows = tp.toArrow()
     stats = _stats_table(relations, basic, tp_rows)
@@ -643,16 +689,20 @@ def _write_pairs(pairs, path: Path) -> pa.ChunkedArray:
     return pa.concat_tables(pq.read_table(f, columns=["source"]) for f in files).column("source")
 
 
-def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
+def _session(config: Mapping):
+    """The Spark session, imported and started only when a path needs it."""
     from spark_jobs.session import get_spark
 
+    return get_spark(dict(config), "lokg-relation_stats")
+
+
+def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     for name in ("entities", "triples", "relations"):
         if name not in inputs:
             raise StoreError(f"relation_stats: input '{name}' missing (have {sorted(inputs)})")
     out = Path(out_dir)
-    spark = get_spark(dict(config), "lokg-relation_stats")
     stats, pairs, report, lap, cached = compute(
-        spark, config, inputs["entities"], inputs["triples"], inputs["relations"],
+        lambda: _session(config), config, inputs["entities"], inputs["triples"], inputs["relations"],
         inputs.get("relation_embeddings"),
         log=lambda msg: print(msg, file=sys.stderr))
 

@@ -284,3 +284,44 @@ def test_a_refresh_that_shifts_the_ids_moves_the_copied_rows_and_equals_a_full_r
     n_entities = read_table(Path(old["entities"]), columns=["id"]).num_rows
     assert refresh["mode"] == "partial" and refresh["ids_moved"] == n_entities - 1 - gone
     assert refresh["copied"] > 0 and refresh["searched"] > 0
+
+
+def _no_session(*_):
+    raise AssertionError("the driver path asked for a Spark session")
+
+
+def _same_reports(one: dict, other: dict) -> None:
+    drop = ("path", "step_seconds", "seconds", "bytes")
+    assert {k: v for k, v in one["report"].items() if k not in drop} == \
+        {k: v for k, v in other["report"].items() if k not in drop}
+
+
+def test_the_spark_path_writes_the_driver_paths_buckets(graph_inputs, built, tmp_path,
+                                                        monkeypatch):
+    """Above path_cache.driver_max_edges (0 here) the heads are searched in Spark's Python
+    workers; at the default, in this process, asking for no Spark session (one asked for fails
+    the test). Both write the same bucket files row for row and the same report — a full run
+    and a partial refresh of a changed graph."""
+    from pipeline.stage import PREVIOUS
+    from spark_jobs import path_cache as stage
+    from spark_jobs import session
+
+    monkeypatch.setattr(stage, "PARTIAL_MAX_SHARE", 1.0)
+    old = graph_inputs["inputs"]
+    new = _changed_graph(old, tmp_path, drop=1, moved_edge=91)
+    previous = {PREVIOUS + n: old[n] for n in ("edges", "node_gain", "entities")}
+    previous[PREVIOUS + "path_cache"] = built["outputs"]["path_cache"]
+    results = {}
+    for where, limit in (("spark", 0), ("driver", None)):
+        settings = {"buckets": 4} if limit is None else {"buckets": 4, "driver_max_edges": limit}
+        with monkeypatch.context() as patch:
+            if where == "driver":
+                patch.setattr(session, "get_spark", _no_session)
+            results[where] = [run_stage(inputs, tmp_path / f"{where}-{i}", **settings)
+                              for i, inputs in enumerate((old, {**new, **previous}))]
+    for spark_run, driver_run in zip(results["spark"], results["driver"]):
+        assert (spark_run["report"]["path"], driver_run["report"]["path"]) == ("spark", "driver")
+        assert_same_buckets(spark_run, driver_run)
+        _same_reports(spark_run, driver_run)
+    assert_same_buckets(results["driver"][0], built)
+    assert results["driver"][1]["report"]["refresh"]["mode"] == "partial"

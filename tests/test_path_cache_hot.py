@@ -21,15 +21,31 @@ BUCKETS = 4
 
 
 def select(inputs: dict, **path_cache) -> tuple[list[int], dict, int]:
-    """The stage's head selection alone: (heads in id order, report facts, all heads)."""
+    """The stage's head selection alone: (heads in id order, report facts, all heads) — the
+    Spark path's and the driver's (``path_cache_driver``), which must agree, errors included."""
     from spark_jobs import path_cache as stage
+    from spark_jobs import path_cache_driver
     from spark_jobs.session import get_spark
 
     cfg = stage.settings(config(**path_cache))
+    paths = (Path(inputs["edges"]), Path(inputs["node_gain"]), Path(inputs["entities"]))
     spark = get_spark(config(), "test-path_cache_hot")
-    heads, info, heads_all = stage.select_heads(spark, cfg, Path(inputs["edges"]),
-                                                Path(inputs["node_gain"]), Path(inputs["entities"]))
-    return sorted(r["head"] for r in heads.collect()), info, heads_all
+    got = []
+    for choose in (lambda: stage.select_heads(spark, cfg, *paths),
+                   lambda: path_cache_driver.select_heads(cfg, *paths)):
+        try:
+            got.append(choose())
+        except StageError as exc:
+            got.append(exc)
+    if isinstance(got[0], StageError) or isinstance(got[1], StageError):
+        assert str(got[0]) == str(got[1])
+        raise got[1]
+    (heads, info, heads_all), (driver_heads, driver_info, driver_all) = got
+    heads = sorted(r["head"] for r in heads.collect())
+    if heads_all is None:  # the Spark path counts all heads later, in the stage
+        heads_all = driver_all
+    assert (driver_heads.tolist(), driver_info, driver_all) == (heads, info, heads_all)
+    return heads, info, heads_all
 
 
 def ranked(score: dict[int, float]) -> list[int]:
@@ -124,7 +140,7 @@ def test_the_stage_caches_exactly_the_hot_set_and_reports_it(graph_inputs, degre
     assert report["heads_share"] == pytest.approx(len(hot) / len(degree), abs=1e-6)
     assert report["head_source"] == f"top 0.25 of {len(degree):,} heads by out-degree in edges"
     assert report["bytes"] == sum(f.stat().st_size for f in cache.iterdir())
-    assert "session" in report["step_seconds"]
+    assert report["path"] == "driver" and "search_and_write" in report["step_seconds"]
 
 
 @pytest.mark.parametrize("path_cache,says", [

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from runtime.contract import read_table, write_table
+from runtime.contract import check_schema, read_table, table_files, write_table
 from spark_jobs.relation_stats import (
     UNTYPED,
     TypeIndex,
@@ -246,13 +247,49 @@ def _same_rows(a: list[dict], b: list[dict]) -> None:
                 assert x[key] == y[key], key
 
 
+#: The stage's three ways, by config: the passes and the pair signals on the driver (the
+#: defaults), the passes in Spark with the pair signals on the driver, everything in Spark
+PATHS = {"driver": {}, "driver_pairs": {"driver_max_triples": 0},
+         "spark": {"driver_max_relations": 0}}
+
+
+def _run_paths(inputs: dict, out: Path, monkeypatch, **settings) -> dict:
+    """The stage on each of ``PATHS``; the all-driver run fails if it asks for a Spark session."""
+    from spark_jobs import relation_stats, session
+
+    results = {}
+    for name, limits in PATHS.items():
+        with monkeypatch.context() as patch:
+            if name == "driver":
+                patch.setattr(session, "get_spark", _no_session)
+            results[name] = relation_stats.run(config(**settings, **limits), inputs, str(out / name))
+    assert {p: (r["report"]["passes"], r["report"]["path"]) for p, r in results.items()} == {
+        "driver": ("driver", "driver"), "driver_pairs": ("spark", "driver"),
+        "spark": ("spark", "spark")}
+    return results
+
+
+def _no_session(*_):
+    raise AssertionError("the driver path asked for a Spark session")
+
+
+def _assert_same_outputs(results: dict) -> None:
+    """Every path's tables hold the same rows (floats to 1e-9) and the same report facts."""
+    (d_stats, d_pairs), *others = (_outputs(r) for r in results.values())
+    for stats, pairs in others:
+        _same_rows(d_stats, stats)
+        _same_rows(d_pairs, pairs)
+    assert d_pairs  # every data set here has candidate pairs
+    for key in ("candidate_pairs", "candidate_pairs_by_source", "hub_entities_skipped",
+                "hub_type_pairs_skipped", "transe_candidates", "triples"):
+        assert len({str(r["report"][key]) for r in results.values()}) == 1, key
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("toy", ["by_hand", "candidates"])
-def test_driver_and_spark_paths_give_the_same_rows(spark, tmp_path, toy):
-    """driver_max_relations picks the path (0: Spark); both give the same tables, hubs,
-    TransE candidates, untyped and multi-typed entities included."""
-    from spark_jobs import relation_stats
-
+def test_driver_and_spark_paths_give_the_same_rows(spark, tmp_path, monkeypatch, toy):
+    """The three paths give the same tables, hubs, TransE candidates, untyped and multi-typed
+    entities included."""
     if toy == "by_hand":
         types = {0: ["P"], 1: ["P"], 2: ["P"], 3: ["P2", "P"], 10: ["Q"], 11: ["Q"], 12: [],
                  13: ["R"]}
@@ -264,15 +301,30 @@ def test_driver_and_spark_paths_give_the_same_rows(spark, tmp_path, toy):
         emb[4] = emb[2] + 0.1 * emb[4]
         inputs = write_toy(tmp_path, CAND_TYPES, [f"r{i}" for i in range(8)], CAND_TRIPLES, emb)
         extra = {"max_relations_per_entity": 2, "transe_neighbours": 1, "type_rule": "min"}
-    results = {path: relation_stats.run(config(driver_max_relations=limit, **extra), inputs,
-                                        str(tmp_path / path))
-               for path, limit in (("driver", 100), ("spark", 0))}
-    assert {p: r["report"]["path"] for p, r in results.items()} == {"driver": "driver",
-                                                                     "spark": "spark"}
-    (d_stats, d_pairs), (s_stats, s_pairs) = (_outputs(r) for r in results.values())
-    _same_rows(d_stats, s_stats)
-    _same_rows(d_pairs, s_pairs)
-    assert d_pairs  # both toys have candidate pairs
-    for key in ("candidate_pairs", "candidate_pairs_by_source", "hub_entities_skipped",
-                "hub_type_pairs_skipped", "transe_candidates", "triples"):
-        assert results["driver"]["report"][key] == results["spark"]["report"][key], key
+    _assert_same_outputs(_run_paths(inputs, tmp_path, monkeypatch, **extra))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("settings", [{}, {"max_relations_per_entity": 4, "type_rule": "min"}])
+def test_the_driver_passes_equal_spark_on_generator_data(spark, tmp_path, monkeypatch, settings):
+    """Generator data ingested and typed (entity_types), as a build feeds the stage: the
+    all-driver path writes the same rows and schemas as the other two, hub entities included
+    (a cap of 4 relations makes some), and the same tables as the Spark-passes path exactly
+    (row digests: the P_r and H(r) are rounded the same way from the same integer counts)."""
+    from pipeline.refresh import same_rows
+    from pipeline.synth import generate
+    from spark_jobs import entity_types, ingest
+
+    generate(tmp_path / "dump", n_triples=3000, seed=4, n_questions=0)
+    staged = ingest.run({"ingest": {"format": "synth"}}, {"dump": str(tmp_path / "dump")},
+                        str(tmp_path / "ingest"))["outputs"]
+    staged.update(entity_types.run({}, staged, str(tmp_path / "types"))["outputs"])
+    results = _run_paths(staged, tmp_path, monkeypatch, **settings)
+    _assert_same_outputs(results)
+    assert bool(results["driver"]["report"]["hub_entities_skipped"]) == bool(settings)
+    for table in ("relation_stats", "relation_pairs"):
+        assert same_rows(results["driver"]["outputs"][table],
+                         results["driver_pairs"]["outputs"][table]), table
+        for path in ("driver", "spark"):
+            first = table_files(Path(results[path]["outputs"][table]))[0]
+            check_schema(table, pq.read_schema(first), first)

@@ -1,0 +1,106 @@
+"""Stage ``relation_stats``'s passes over the triples on the driver (issue 18), with numpy,
+scipy.sparse and Arrow, for graphs up to ``relation_stats.driver_max_triples`` triples (and
+``driver_max_relations`` relations): a small refresh then starts no Spark session for it.
+
+The same three tables the Spark passes collect (``spark_jobs.relation_stats``):
+
+* per relation: triples, distinct heads, distinct tails, entities = |heads ∪ tails| and H(r)
+  in nats, H = ln n − Σ_o c_o ln c_o / n (c_o the triples with tail o), rounded to ``DIGITS``;
+* entity pairs: for relations a < b, the entities touching both among those touching at most
+  ``max_relations_per_entity`` relations — the upper triangle of MᵀM, M the sparse
+  entity × relation incidence of the non-hub entities; the hub entities' own MᵀM counts a
+  candidate pair's shared hubs (the Spark path joins them);
+* the triples counted per (relation, head type set, tail type set), each entity's set under
+  the rule as ``TypeIndex`` defines it (an entity missing from ``entities``: ∅).
+
+The triples are distinct by contract, as on the Spark path. tests/test_relation_stats.py holds
+both paths equal row for row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import scipy.sparse as sp
+
+from runtime.contract import read_table, to_numpy
+from spark_jobs.relation_stats import DIGITS, Passes, TypeIndex
+
+_SETS = pa.list_(pa.string())
+
+
+def triple_passes(entities_path: str, triples_path: str, rule: str, cap: int,
+                  hubs_possible: bool) -> Passes:
+    """The facts, non-hub entity pairs, type-set counts and hub entities of the triples; hub
+    entities are counted (and their shared counts offered) only when there can be any (|R|
+    above the cap), as on the Spark path."""
+    triples = read_table(Path(triples_path), columns=["s", "r", "o"])
+    s, r, o = (to_numpy(triples[c]).astype(np.int64) for c in "sro")
+    n_nodes = int(max(s.max(initial=-1), o.max(initial=-1))) + 1
+    n_rel = int(r.max(initial=-1)) + 1
+    head_keys = np.unique(r * n_nodes + s)
+    tail_keys, tail_counts = np.unique(r * n_nodes + o, return_counts=True)
+    member = np.union1d(head_keys, tail_keys)
+    incidence = sp.csr_matrix((np.ones(len(member), np.int64),
+                               (member % n_nodes, member // n_nodes)), shape=(n_nodes, n_rel))
+    degree = np.diff(incidence.indptr)
+    hub = degree > cap
+    basic = _facts(r, (head_keys, tail_keys, tail_counts, member), n_nodes, n_rel)
+    entities = read_table(Path(entities_path), columns=["id", "types"])
+    combos = _type_combos(TypeIndex.from_table(entities, rule), s, r, o)
+    hubs = int(np.count_nonzero(hub)) if hubs_possible else 0
+    hub_pairs = _co_occurrence(incidence[hub]) if hubs else None
+    return Passes(basic, _entity_pairs(_co_occurrence(incidence[~hub])), combos, hubs,
+                  lambda pairs: _hub_shared(hub_pairs, pairs))
+
+
+def _facts(r: np.ndarray, keys: tuple, n_nodes: int, n_rel: int) -> pa.Table:
+    """(r, triples, heads, tails, entities, entropy) of every relation with a triple."""
+    head_keys, tail_keys, tail_counts, member = keys
+    n = np.bincount(r, minlength=n_rel)
+    heads = np.bincount(head_keys // n_nodes, minlength=n_rel)
+    tail_r = tail_keys // n_nodes
+    tails = np.bincount(tail_r, minlength=n_rel)
+    clc = np.bincount(tail_r, weights=tail_counts * np.log(tail_counts), minlength=n_rel)
+    entities = np.bincount(member // n_nodes, minlength=n_rel)
+    present = np.flatnonzero(n)
+    entropy = [round(max(0.0, float(np.log(n[i]) - clc[i] / n[i])), DIGITS) for i in present]
+    return pa.table({"r": present.astype(np.int64), "triples": n[present].astype(np.int64),
+                     "heads": heads[present].astype(np.int64),
+                     "tails": tails[present].astype(np.int64),
+                     "entities": entities[present].astype(np.int64),
+                     "entropy": pa.array(entropy, pa.float64())})
+
+
+def _co_occurrence(incidence: sp.csr_matrix) -> sp.coo_matrix:
+    """Relations a < b and the entities (rows) touching both: the upper triangle of MᵀM."""
+    return sp.triu(incidence.T @ incidence, k=1).tocoo()
+
+
+def _entity_pairs(shared: sp.coo_matrix) -> pa.Table:
+    return pa.table({"r_i": shared.row.astype(np.int64), "r_j": shared.col.astype(np.int64),
+                     "shared_nonhub": shared.data.astype(np.int64)})
+
+
+def _hub_shared(hub_pairs: sp.coo_matrix | None, pairs: Iterable[tuple[int, int]]
+                ) -> list[tuple[int, int, int]]:
+    """(r_i, r_j, hub entities touching both) of the candidate pairs that share any."""
+    if hub_pairs is None:
+        return []
+    counts = dict(zip(zip(hub_pairs.row.tolist(), hub_pairs.col.tolist()), hub_pairs.data.tolist()))
+    return [(i, j, counts[(i, j)]) for i, j in pairs if (i, j) in counts]
+
+
+def _type_combos(index: TypeIndex, s: np.ndarray, r: np.ndarray, o: np.ndarray) -> pa.Table:
+    """(r, hts, tts, c): the triples counted per relation, head type set and tail type set."""
+    k = len(index.sets)
+    codes, code_of = np.unique(index.set_ids(s) * k + index.set_ids(o), return_inverse=True)
+    keys, counts = np.unique(r * len(codes) + code_of, return_counts=True)
+    pair = codes[keys % len(codes)]
+    return pa.table({"r": (keys // len(codes)).astype(np.int64),
+                     "hts": pa.array([list(index.sets[c]) for c in (pair // k).tolist()], _SETS),
+                     "tts": pa.array([list(index.sets[c]) for c in (pair % k).tolist()], _SETS),
+                     "c": counts.astype(np.int64)})
