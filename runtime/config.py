@@ -164,6 +164,9 @@ DEFAULTS: dict = {
         # warm TransE moved them at most this far (triple-weighted mean cosine distance): the
         # merges then move with the data only (FB15k-237 1 % edit: warm 0.17, cold 0.88)
         "refresh_max_vector_shift": 0.3,
+        # a refresh keeps a merge of the previous build while its sim stays >= θ - this margin
+        # (new merges still need sim >= θ; a full build ignores the previous merges)
+        "refresh_merge_margin": 0.05,
     },
     "node_gain": {},  # spark_jobs/node_gain.py (DESIGN §2.6): no settings, μ is fully defined
     "entity_encode": {  # training/entity_encode.py (DESIGN §2.7)
@@ -506,6 +509,7 @@ SCHEMA: dict = {
         "epsilon": WEIGHT,
         "missing_embeddings": choice(*MISSING_EMBEDDINGS),
         "refresh_max_vector_shift": number(0, 2),  # 0: only unmoved vectors are kept
+        "refresh_merge_margin": number(0, 1),  # 0: a refresh decides as a full build
     },
     "node_gain": {},
     "entity_encode": {

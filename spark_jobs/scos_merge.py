@@ -41,6 +41,7 @@ from __future__ import annotations
 import heapq
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,8 +143,10 @@ class Merger:
     def __init__(self, names: Mapping[int, str], triple_counts: Mapping[int, int],
                  stats: Mapping[int, tuple[float, dict]], keys_of, modulus,
                  types: TypeIndex | None, emb: np.ndarray | None,
-                 weights=(0.40, 0.30, 0.30), theta_base: float = 0.75, epsilon: float = 0.15):
+                 weights=(0.40, 0.30, 0.30), theta_base: float = 0.75, epsilon: float = 0.15,
+                 previous_groups: Mapping[int, int] | None = None, margin: float = 0.0):
         self.names, self.triple_counts = dict(names), dict(triple_counts)
+        self.previous_groups, self.margin = dict(previous_groups or {}), float(margin)
         self.keys_of, self._modulus = keys_of, modulus
         self._types = types
         self.w = tuple(float(x) for x in weights)
@@ -200,10 +203,22 @@ class Merger:
         th = min(self.theta_base * (1.0 + self.epsilon * delta(ca.entropy, cb.entropy)), 1.0)
         return {"sim": sim, "nmi": nmi, "jaccard": jaccard, "cos": cos, "theta": th}
 
+    def held_together(self, a: int, b: int) -> bool:
+        """Whether one merge group of the previous build held every member of clusters a, b."""
+        groups = {self.previous_groups.get(r)
+                  for r in self.clusters[a].members + self.clusters[b].members}
+        return len(groups) == 1 and None not in groups
+
+    def admits(self, a: int, b: int, sig: dict) -> bool:
+        """sim ≥ θ; for two clusters the previous build merged, sim ≥ θ − margin (a refresh's
+        hysteresis: a small edit's noise in the data signals does not undo a merge)."""
+        margin = self.margin if self.held_together(a, b) else 0.0
+        return sig["sim"] >= sig["theta"] - margin
+
     def _push(self, a: int, b: int, sig: dict) -> None:
         if a > b:
             a, b = b, a
-        if sig["sim"] >= sig["theta"]:
+        if self.admits(a, b, sig):
             self._seq += 1
             self.pushed += 1
             heapq.heappush(self.heap, (-sig["sim"], a, b, self.clusters[a].version,
@@ -422,6 +437,56 @@ def refresh_vectors(cfg: Mapping, inputs: Mapping[str, str], relations: pa.Table
                   "vector_shift": round(shift, 6), "tolerance": tolerance}
 
 
+def previous_merges(cfg: Mapping, inputs: Mapping[str, str],
+                    relations: pa.Table) -> tuple[dict[int, int], dict]:
+    """In a refresh: each relation of one of the previous build's merge groups → that group
+    (relations matched by name), and the report's part on them. Merges within such a group
+    need only sim ≥ θ − ``refresh_merge_margin`` (``Merger.admits``)."""
+    previous = previous_inputs(inputs, "relation_map")
+    if previous is None:
+        return {}, {}
+    before = read_table(previous["relation_map"], columns=["name", "canonical_id"])
+    group = dict(zip(before.column("name").to_pylist(),
+                     before.column("canonical_id").to_pylist()))
+    sizes = Counter(group.values())
+    held = {r: group[n] for r, n in zip(relations.column("id").to_pylist(),
+                                        relations.column("name").to_pylist())
+            if sizes.get(group.get(n), 0) > 1}
+    return held, {"merge_margin": float(cfg["refresh_merge_margin"]),
+                  "previous_groups": sum(1 for n in sizes.values() if n > 1)}
+
+
+def add_candidates(merger: Merger, pairs: pa.Table, held: Mapping[int, int]) -> None:
+    """The heap's first entries: relation_stats' candidate pairs, and in a refresh every pair
+    of one previous merge group that relation_stats no longer proposes (its signals computed
+    here), so a previous merge is judged by its score, not by the candidate rules."""
+    r_i, r_j = pairs.column("r_i").to_pylist(), pairs.column("r_j").to_pylist()
+    for a, b, nmi, jac in zip(r_i, r_j, pairs.column("nmi").to_pylist(),
+                              pairs.column("jaccard").to_pylist()):
+        merger.add_candidate(a, b, nmi, jac)
+    proposed = {(min(a, b), max(a, b)) for a, b in zip(r_i, r_j)}
+    members = sorted(held)
+    for k, a in enumerate(members):
+        for b in members[k + 1:]:
+            if held[a] == held[b] and (a, b) not in proposed:
+                merger.add_candidate(a, b)
+
+
+def margin_outcome(result: MergeResult, rmap: pa.Table, held: Mapping[int, int]) -> dict:
+    """The merges only the margin admitted (sim < θ), and how many previous groups this build
+    merged exactly again (over the relations it still has)."""
+    kept = [[m["left"], m["right"], round(m["sim"], 4), round(m["theta"], 4)]
+            for m in result.log if m["sim"] < m["theta"]]
+    now = dict(zip(rmap.column("id").to_pylist(), rmap.column("canonical_id").to_pylist()))
+    before, after = {}, {}
+    for r, g in held.items():
+        before.setdefault(g, set()).add(r)
+    for r, c in now.items():
+        after.setdefault(c, set()).add(r)
+    same = sum(1 for g in before.values() if after[now[next(iter(g))]] == g)
+    return {"kept_by_margin": kept, "previous_groups_merged_again": same}
+
+
 class _LazyKeys:
     """The (s, o) keys of the relations in candidate pairs, read from the triples on the first
     merge only: most builds merge little, and reading every triple would dominate the stage."""
@@ -447,7 +512,8 @@ class _LazyKeys:
 
 
 def _merger(config: Mapping, cfg: Mapping, inputs: Mapping[str, str], stats: pa.Table,
-            emb: np.ndarray | None, weights: list[float], keys: _LazyKeys) -> Merger:
+            emb: np.ndarray | None, weights: list[float], keys: _LazyKeys,
+            held: Mapping[int, int]) -> Merger:
     ids = stats.column("r").to_pylist()
     names = dict(zip(ids, stats.column("name").to_pylist()))
     counts = dict(zip(ids, stats.column("triples").to_pylist()))
@@ -460,7 +526,7 @@ def _merger(config: Mapping, cfg: Mapping, inputs: Mapping[str, str], stats: pa.
         return TypeIndex.from_table(ents, rule)
 
     return Merger(names, counts, initial, keys.of, keys.modulus, load_types, emb,
-                  weights, cfg["theta_base"], cfg["epsilon"])
+                  weights, cfg["theta_base"], cfg["epsilon"], held, cfg["refresh_merge_margin"])
 
 
 def _write_merges(relations: pa.Table, result: MergeResult, counts: Mapping[int, int],
@@ -503,17 +569,18 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     emb, weights = _relation_embeddings(cfg, inputs.get("relation_embeddings"),
                                         max(ids) if ids else None, report)
     emb, report["refresh"] = refresh_vectors(cfg, inputs, relations, stats, emb)
+    held, margin_report = previous_merges(cfg, inputs, relations)
+    report["refresh"].update(margin_report)
     report["weights"] = weights
     report["theta_base"], report["epsilon"] = cfg["theta_base"], cfg["epsilon"]
     lap("load_stats")
 
-    r_i, r_j = pairs.column("r_i").to_numpy(), pairs.column("r_j").to_numpy()
-    involved = np.unique(np.concatenate([r_i, r_j])) if len(r_i) else np.zeros(0, np.int64)
+    involved = np.unique(np.concatenate([pairs.column("r_i").to_numpy(),
+                                         pairs.column("r_j").to_numpy(),
+                                         np.array(sorted(held), np.int64)]).astype(np.int64))
     merger = _merger(config, cfg, inputs, stats, emb, weights,
-                     _LazyKeys(inputs["triples"], involved, lap.seconds))
-    for a, b, nmi, jac in zip(r_i.tolist(), r_j.tolist(), pairs.column("nmi").to_pylist(),
-                              pairs.column("jaccard").to_pylist()):
-        merger.add_candidate(a, b, nmi, jac)
+                     _LazyKeys(inputs["triples"], involved, lap.seconds), held)
+    add_candidates(merger, pairs, held)
     report["candidate_pairs"] = pairs.num_rows
     report["admissible_initial"] = merger.pushed
     lap("initial_heap")
@@ -522,6 +589,8 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     lap("greedy_merge")  # includes load_triples (the driver's (s, o) keys) when a merge happened
     normaliser = float(sum(stats.column("entropy").to_pylist()))
     rmap, outputs = _write_merges(relations, result, merger.triple_counts, normaliser, out, report)
+    if held:
+        report["refresh"].update(margin_outcome(result, rmap, held))
     lap("write_map_and_log")
 
     if len(set(rmap.column("canonical_id").to_pylist())) == r0:  # nothing merged: φ is the identity

@@ -28,7 +28,7 @@ T = 100  # the common tail entity of the greedy toys
 
 def make_merger(heads: dict[int, list[int]], emb=None, weights=(0.40, 0.30, 0.30),
                 tails: dict[int, list[int]] | None = None,
-                special: dict[int, list[str]] | None = None) -> Merger:
+                special: dict[int, list[str]] | None = None, **refresh) -> Merger:
     """Relations r → triples (h, r, tail); every entity has type P (NMI = 1) unless ``special``."""
     modulus = 1000
     keys = {}
@@ -40,7 +40,7 @@ def make_merger(heads: dict[int, list[int]], emb=None, weights=(0.40, 0.30, 0.30
     counts = {r: len(k) for r, k in keys.items()}
     merger = Merger(names, counts, initial_stats(keys, modulus, types), keys.__getitem__, modulus,
                     types, None if emb is None else np.asarray(emb, dtype=np.float64),
-                    weights=weights)
+                    weights=weights, **refresh)
     return merger
 
 
@@ -307,3 +307,30 @@ def test_a_small_edit_keeps_the_merges_a_changed_family_re_merges(spark, tmp_pat
     # vectors too (sim .4·.5 + .2 + .3·.53 = .56 < .75)
     changed = merges(refresh_inputs(tmp_path / "family", warm_degrees=62, nmi=0.5), "family")
     assert changed["merges"] == [] and changed["mode"] == "partial"
+
+
+# ---------------------------------------------------------------------------------------------
+# refresh: a previous merge holds while its sim stays within refresh_merge_margin under θ
+
+
+def merges_at(cos: float, **refresh) -> list[dict]:
+    """Two relations with the same heads (NMI 1, Jaccard 1, H 0: θ = .75) whose vectors have
+    cosine ``cos``: sim = .4 + .3 + .3·cos."""
+    emb = [[1.0, 0.0], [cos, math.sqrt(1 - cos * cos)], [0.0, 1.0]]
+    merger = make_merger({0: [1, 2, 3], 1: [1, 2, 3], 2: [7, 8]}, emb=emb, **refresh)
+    merger.add_candidate(0, 1)
+    return merger.run().log
+
+
+def test_margin_keeps_a_previous_merge_just_under_theta_not_far_under():
+    together = {"previous_groups": {0: 5, 1: 5}, "margin": 0.05}
+    assert merges_at(0.2) and merges_at(0.2, **together)  # sim .76 ≥ θ: merged either way
+    dipped = merges_at(0.15, **together)  # sim .745: under θ, within the margin
+    assert [(m["left"], m["right"]) for m in dipped] == [("rel0", "rel1")]
+    assert dipped[0]["sim"] == pytest.approx(0.745) and dipped[0]["sim"] < dipped[0]["theta"]
+    assert merges_at(0.15) == []  # no previous merge (a full build): θ decides
+    assert merges_at(-0.2, **together) == []  # sim .64, past the margin: the merge splits
+    assert merges_at(0.15, previous_groups={0: 5, 1: 5}, margin=0.0) == []
+    # a margin is for pairs the previous build merged: another group, or one member not in any
+    assert merges_at(0.15, previous_groups={0: 5, 1: 6}, margin=0.05) == []
+    assert merges_at(0.15, previous_groups={0: 5, 2: 5}, margin=0.05) == []
