@@ -1,6 +1,7 @@
 """Stage ``scos_merge`` (DESIGN §2.5): Semantic Compression of Ontology Schema.
 
-The greedy merge runs on the driver (plain Python + numpy); the triple rewrite runs in Spark.
+The greedy merge runs on the driver (plain Python + numpy); so does the triple rewrite up to
+``scos_merge.driver_max_triples`` triples (numpy: no Spark session), above it in Spark.
 
 * Fused similarity of clusters C_i, C_j:
   sim = w1·NMI + w2·Jaccard + w3·cos(e_i, e_j), weights ``scos_merge.weights`` (0.40, 0.30, 0.30);
@@ -22,18 +23,28 @@ The greedy merge runs on the driver (plain Python + numpy); the triple rewrite r
   flip a merge whose sim sits near θ. While that shift is at most
   ``scos_merge.refresh_max_vector_shift``, the cosine term uses the previous build's vectors
   (by relation name; every relation must have one), so the merges follow the data signals
-  only: a small edit keeps them, an edit that changes a family's NMI, Jaccard or H re-merges.
+  only. Those move too: a 1 % edit of FB15k-237 moves the NMI, Jaccard and H of relations
+  with few triples across θ. So a refresh also decides with hysteresis: two clusters that one
+  merge group of the previous build held (relations by name) merge while sim ≥ θ −
+  ``scos_merge.refresh_merge_margin``, and every pair of such a group is a candidate even when
+  relation_stats no longer proposes it; any other pair still needs sim ≥ θ (so on the same
+  signals the refresh differs from a decision without memory only by the previous merges the
+  margin kept — the report lists them, ``refresh.kept_by_margin``). A pair fallen further
+  splits; a full build has no previous merges.
 * Canonical name of a cluster: its member with the most triples, ties by name. Canonical ids are
   dense, in order of each cluster's smallest original id (so the identity when nothing merges).
 
-Outputs: ``relation_map`` (every relation of R0), ``merge_log``, rewritten ``triples`` (Spark:
-join with φ, then distinct) and ``relations`` (canonical relations). When nothing merges, or
-with ``scos_merge.enabled = false``, ``triples`` and ``relations`` are the input tables, untouched.
+Outputs: ``relation_map`` (every relation of R0), ``merge_log``, rewritten ``triples`` (φ
+applied to r, then distinct; from the driver one file in (s, r, o) order) and ``relations``
+(canonical relations). When nothing merges, or with ``scos_merge.enabled = false``, ``triples``
+and ``relations`` are the input tables, untouched. The report's ``rewrite`` says which path.
 
 Memory: the driver holds the distinct (s, o) pairs of every relation that appears in a
 candidate pair (as int64 keys s·M + o) plus one entity → type-set index: ~16 bytes per triple
 and ~8 bytes per entity, i.e. fine for FB15k-237 and for dumps up to ~10⁸ triples on a 4 GB
-driver; beyond that the merge loop needs a distributed union (not built).
+driver; beyond that the merge loop needs a distributed union (not built). The driver rewrite
+holds every triple three times over as int64 (~100 bytes per triple at its peak, the sort of
+``np.unique``): 10⁷ triples ≈ 1 GB.
 """
 
 from __future__ import annotations
@@ -54,7 +65,8 @@ import pyarrow.parquet as pq
 
 from pipeline.stage import Laps, StageError, checked_section, previous_inputs
 from runtime.config import MISSING_EMBEDDINGS
-from runtime.contract import TABLE_SCHEMAS, StoreError, read_table, table_files, write_table
+from runtime.contract import (TABLE_SCHEMAS, StoreError, read_table, table_files, to_numpy,
+                              write_table)
 from spark_jobs.relation_stats import (
     TypeIndex,
     nmi_signal,
@@ -597,14 +609,68 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         outputs.update(triples=str(inputs["triples"]), relations=str(inputs["relations"]))
         report["triples_in"] = report["triples_out"] = None
     else:
-        outputs.update(_rewrite(config, inputs, rmap, out, report))
+        outputs.update(_rewrite(config, cfg, inputs, rmap, out, report))
         lap("rewrite_triples")
     report["step_seconds"] = lap.seconds
     return {"outputs": outputs, "report": report}
 
 
-def _rewrite(config: Mapping, inputs: Mapping, rmap: pa.Table, out: Path, report: dict) -> dict:
-    """Spark: triples ⋈ φ on r, project (s, φ(r), o), distinct; and the canonical relations table."""
+def _rewrite(config: Mapping, cfg: Mapping, inputs: Mapping, rmap: pa.Table, out: Path,
+             report: dict) -> dict:
+    """The triples under φ — (s, φ(r), o), distinct — on the driver up to
+    ``scos_merge.driver_max_triples`` (no Spark session), else in Spark; and the canonical
+    relations table."""
+    path = out / "triples"
+    report["triples_in"] = _rows(Path(inputs["triples"]))
+    if report["triples_in"] <= int(cfg["driver_max_triples"]):
+        report["rewrite"] = "driver"
+        rewrite_on_driver(inputs, rmap, path)
+    else:
+        report["rewrite"] = "spark"
+        _rewrite_in_spark(config, inputs, rmap, path)
+    report["triples_out"] = _rows(path)
+
+    first = {}
+    for cid, cname in zip(rmap.column("canonical_id").to_pylist(),
+                          rmap.column("canonical_name").to_pylist()):
+        first.setdefault(cid, cname)
+    ids = sorted(first)
+    write_table("relations", pa.table({"id": ids, "name": [first[i] for i in ids]}),
+                out / "relations.parquet")
+    return {"triples": str(path), "relations": str(out / "relations.parquet")}
+
+
+def _rows(path: Path) -> int:
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(path))
+
+
+def _unmapped_error(inputs: Mapping, unmapped: int) -> StoreError:
+    return StoreError(f"{inputs['triples']}: {unmapped} triples have a relation id missing "
+                      f"from {inputs['relations']}")
+
+
+def rewrite_on_driver(inputs: Mapping, rmap: pa.Table, path: Path) -> None:
+    """numpy: each triple's r looked up in φ (sorted ids), the distinct (s, φ(r), o) rows
+    written in (s, r, o) order as one file of the contract's schema — the rows and schema
+    of the Spark path."""
+    triples = read_table(Path(inputs["triples"]), columns=["s", "r", "o"])
+    ids, canon = to_numpy(rmap["id"]), to_numpy(rmap["canonical_id"])
+    order = np.argsort(ids)
+    ids, canon = ids[order], canon[order]
+    r = to_numpy(triples["r"])
+    at = np.minimum(np.searchsorted(ids, r), max(len(ids) - 1, 0))
+    mapped = ids[at] == r if len(ids) else np.zeros(len(r), bool)
+    if not mapped.all():
+        raise _unmapped_error(inputs, int((~mapped).sum()))
+    sro = np.unique(np.column_stack([to_numpy(triples["s"]), canon[at],
+                                     to_numpy(triples["o"])]).astype(np.int64), axis=0)
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"s": sro[:, 0], "r": sro[:, 1], "o": sro[:, 2]},
+                            schema=TABLE_SCHEMAS["triples"]), path / "part-00000.parquet")
+
+
+def _rewrite_in_spark(config: Mapping, inputs: Mapping, rmap: pa.Table, path: Path) -> None:
+    """Spark: triples ⋈ φ on r, project (s, φ(r), o), distinct."""
     from pyspark.sql import functions as F
 
     from spark_jobs.session import get_spark
@@ -616,25 +682,10 @@ def _rewrite(config: Mapping, inputs: Mapping, rmap: pa.Table, out: Path, report
     triples = spark.read.parquet(str(inputs["triples"])).select("s", "r", "o")
     unmapped = triples.join(F.broadcast(phi), triples.r == phi.id, "left_anti").count()
     if unmapped:
-        raise StoreError(f"{inputs['triples']}: {unmapped} triples have a relation id missing "
-                         f"from {inputs['relations']}")
+        raise _unmapped_error(inputs, unmapped)
     rewritten = (triples.join(F.broadcast(phi), triples.r == phi.id)
                  .select("s", F.col("canonical_id").alias("r"), "o").distinct())
-    path = out / "triples"
     rewritten.write.mode("overwrite").parquet(str(path))
-
-    report["triples_in"] = sum(pq.ParquetFile(f).metadata.num_rows
-                               for f in table_files(Path(inputs["triples"])))
-    report["triples_out"] = sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(path))
-
-    first = {}
-    for cid, cname in zip(rmap.column("canonical_id").to_pylist(),
-                          rmap.column("canonical_name").to_pylist()):
-        first.setdefault(cid, cname)
-    ids = sorted(first)
-    write_table("relations", pa.table({"id": ids, "name": [first[i] for i in ids]}),
-                out / "relations.parquet")
-    return {"triples": str(path), "relations": str(out / "relations.parquet")}
 
 
 if __name__ == "__main__":

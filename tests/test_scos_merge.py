@@ -288,7 +288,8 @@ def test_a_small_edit_keeps_the_merges_a_changed_family_re_merges(spark, tmp_pat
     from spark_jobs import scos_merge
 
     def merges(inputs: dict, name: str, **settings) -> dict:
-        report = scos_merge.run({"scos_merge": settings}, inputs,
+        """The vector rule alone: no decision margin (the warm vectors' sim .74 is within it)."""
+        report = scos_merge.run({"scos_merge": {"refresh_merge_margin": 0, **settings}}, inputs,
                                 str(tmp_path / name))["report"]
         return {"merges": report["merges"], **report["refresh"]}
 
@@ -334,3 +335,77 @@ def test_margin_keeps_a_previous_merge_just_under_theta_not_far_under():
     # a margin is for pairs the previous build merged: another group, or one member not in any
     assert merges_at(0.15, previous_groups={0: 5, 1: 6}, margin=0.05) == []
     assert merges_at(0.15, previous_groups={0: 5, 2: 5}, margin=0.05) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# the triple rewrite on the driver (up to scos_merge.driver_max_triples) equals Spark's
+
+
+@pytest.mark.spark
+def test_the_driver_rewrite_equals_the_spark_rewrite_row_for_row(spark, tmp_path, monkeypatch):
+    """Generator data ingested, typed and paired, merged at a low θ (without vectors): the
+    rewritten triples and relations of both paths hold the same rows and schema, and the
+    driver path asks for no Spark session (one asked for fails the test)."""
+    import pyarrow.parquet as pq
+
+    from pipeline.refresh import same_rows
+    from pipeline.synth import generate
+    from spark_jobs import entity_types, ingest, relation_stats, scos_merge, session
+
+    generate(tmp_path / "dump", n_triples=3000, seed=4, n_questions=0)
+    staged = ingest.run({"ingest": {"format": "synth"}}, {"dump": str(tmp_path / "dump")},
+                        str(tmp_path / "ingest"))["outputs"]
+    staged.update(entity_types.run({}, staged, str(tmp_path / "types"))["outputs"])
+    staged.update(relation_stats.run({}, staged, str(tmp_path / "stats"))["outputs"])
+
+    def merged(path: str, limit: int) -> dict:
+        config = {"scos_merge": {"theta_base": 0.3, "driver_max_triples": limit}}
+        result = scos_merge.run(config, staged, str(tmp_path / path))
+        assert result["report"]["rewrite"] == path
+        return result
+
+    in_spark = merged("spark", 0)
+
+    def no_session(*_):
+        raise AssertionError("the driver path asked for a Spark session")
+
+    monkeypatch.setattr(session, "get_spark", no_session)
+    on_driver = merged("driver", 10_000)
+    report, spark_report = on_driver["report"], in_spark["report"]
+    assert report["merge_count"] == spark_report["merge_count"] > 0
+    assert report["triples_out"] == spark_report["triples_out"] < report["triples_in"]
+    for table in ("triples", "relations", "relation_map"):
+        mine, theirs = on_driver["outputs"][table], in_spark["outputs"][table]
+        assert same_rows(mine, theirs), table
+        assert read_table(Path(mine), table).schema.equals(read_table(Path(theirs), table).schema)
+    files = pq.ParquetDataset(on_driver["outputs"]["triples"]).files
+    assert len(files) == 1 and pq.read_schema(files[0]).names == ["s", "r", "o"]
+
+
+def test_a_refresh_keeps_a_merge_that_dipped_within_the_margin(tmp_path):
+    """The stage toy refreshed with the previous build's vectors (cos .53): NMI .95 puts the
+    film pair's sim at .739, under θ = .75 but within the margin (.05) — kept, and reported;
+    NMI .8 (sim .679) splits it; a full build of the same tables does not merge at .739.
+    The rewrite runs on the driver (no Spark session in this test)."""
+    from pipeline.stage import PREVIOUS
+    from spark_jobs import scos_merge
+
+    def refresh(name: str, nmi: float, previous: bool = True) -> dict:
+        inputs = refresh_inputs(tmp_path / name, warm_degrees=58, nmi=nmi)
+        if not previous:
+            inputs = {k: v for k, v in inputs.items() if not k.startswith(PREVIOUS)}
+        return scos_merge.run({}, inputs, str(tmp_path / name / "out"))["report"]
+
+    dipped = refresh("dipped", 0.95)
+    assert dipped["merges"] == [["film.director", "film.directed_by"]]
+    assert dipped["refresh"]["merge_margin"] == 0.05
+    assert dipped["refresh"]["previous_groups"] == 1
+    assert dipped["refresh"]["previous_groups_merged_again"] == 1
+    [(left, right, sim, theta)] = dipped["refresh"]["kept_by_margin"]
+    assert (left, right) == ("film.director", "film.directed_by") and theta - 0.05 <= sim < theta
+    assert dipped["rewrite"] == "driver" and dipped["triples_out"] < dipped["triples_in"]
+    fallen = refresh("fallen", 0.8)
+    assert fallen["merges"] == [] and fallen["refresh"]["kept_by_margin"] == []
+    assert fallen["refresh"]["previous_groups_merged_again"] == 0
+    full = refresh("full", 0.95, previous=False)
+    assert full["merges"] == [] and "merge_margin" not in full["refresh"]
