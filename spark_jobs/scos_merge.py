@@ -582,13 +582,11 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                                         max(ids) if ids else None, report)
     emb, report["refresh"] = refresh_vectors(cfg, inputs, relations, stats, emb)
     held, margin_report = previous_merges(cfg, inputs, relations)
+    report.update(weights=weights, theta_base=cfg["theta_base"], epsilon=cfg["epsilon"])
     report["refresh"].update(margin_report)
-    report["weights"] = weights
-    report["theta_base"], report["epsilon"] = cfg["theta_base"], cfg["epsilon"]
     lap("load_stats")
 
-    involved = np.unique(np.concatenate([pairs.column("r_i").to_numpy(),
-                                         pairs.column("r_j").to_numpy(),
+    involved = np.unique(np.concatenate([to_numpy(pairs["r_i"]), to_numpy(pairs["r_j"]),
                                          np.array(sorted(held), np.int64)]).astype(np.int64))
     merger = _merger(config, cfg, inputs, stats, emb, weights,
                      _LazyKeys(inputs["triples"], involved, lap.seconds), held)
