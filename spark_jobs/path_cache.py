@@ -90,15 +90,14 @@ from pipeline.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, i
                             keeps_order, previous_inputs, stage_input)
 from runtime.config import HEAD_SELECTORS, SCHEMA, path_cache_problem, section, value_problem
 from runtime.contract import TABLE_SCHEMAS, check_schema, read_table, table_files, write_table
+from spark_jobs import path_cache_driver
+from spark_jobs.path_cache_driver import (BUCKET_FILE, bucket_path, hot_keys, hot_size, sorted_rows,
+                                          unknown_keys)
 
-BUCKET_FILE = "bucket-{:05d}.parquet"
 SEARCH_KEYS = ("max_hops", "k_top", "beam_width")
 
 _GRAPH: dict = {}  # the last graph a worker process loaded: {"key": ..., "graph": EdgeGraph}
 
-
-def bucket_path(cache_dir: Path, bucket: int) -> Path:
-    return cache_dir / BUCKET_FILE.format(bucket)
 
 
 def settings(config: Mapping) -> dict:
@@ -122,13 +121,6 @@ def settings(config: Mapping) -> dict:
         raise StageError(found[1])
     return cfg
 
-
-def hot_size(cfg: Mapping, heads_all: int) -> int:
-    """Heads in the hot set: ``hot_share`` of ``heads_all`` rounded up, or ``hot_count``, at
-    most ``heads_all``."""
-    if cfg["hot_count"] is not None:
-        return min(int(cfg["hot_count"]), heads_all)
-    return min(math.ceil(float(cfg["hot_share"]) * heads_all - 1e-9), heads_all)
 
 
 def _file_key(*paths: Path) -> tuple:
@@ -167,24 +159,6 @@ def _searcher(edges_path: Path, gain_path: Path, search: dict, buckets: int):
 
     return run
 
-
-def hot_keys(heads_file: str) -> list[tuple[int, str]]:
-    """(line number, key) of each key a hot-set file lists; StageError when it lists none."""
-    path = Path(heads_file)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise StageError(f"path_cache.heads: cannot read {path} ({exc.strerror})") from None
-    keys = [(i, line.strip()) for i, line in enumerate(lines, 1) if line.strip()]
-    if not keys:
-        raise StageError(f"path_cache.heads: {path} lists no entity key")
-    return keys
-
-
-def unknown_keys(heads_file: str, unknown: list[tuple[int, str]]) -> StageError:
-    """The error naming the first unknown keys of a hot-set file, by line."""
-    listed = ", ".join(f"line {line}: {key!r}" for line, key in unknown)
-    return StageError(f"path_cache.heads: {heads_file}: unknown entity keys ({listed})")
 
 
 def _hot_heads(spark, heads_file: str, entities: Path):
@@ -373,12 +347,6 @@ def _with_previous(cache_dir: Path, spill: Path, b: int) -> None:
                                           else schema.empty_table()), path)
 
 
-def sorted_rows(rows: pa.Table) -> pa.Table:
-    """Rows in a bucket's order: by head, first relation, first direction, rank."""
-    keys = rows.append_column("r0", pc.list_element(rows["relations"], 0)).append_column(
-        "i0", pc.list_element(rows["inverses"], 0))
-    return rows.take(pc.sort_indices(keys, [(c, "ascending") for c in ("head", "r0", "i0", "rank")]))
-
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     lap = Laps()
@@ -428,8 +396,6 @@ def _refresh_plan(cfg: Mapping, paths: tuple, previous: dict | None
 def _on_driver(cfg: Mapping, paths: tuple, previous: dict | None, cache_dir: Path, lap: Laps):
     """Heads chosen and searched in this process (``path_cache_driver``): no Spark session.
     Returns (heads, report's head facts, all heads, the partial refresh or None, its report)."""
-    from spark_jobs import path_cache_driver
-
     heads, chosen, heads_all = path_cache_driver.select_heads(cfg, *paths)
     partial, refresh = _refresh_plan(cfg, paths, previous)
     lap("refresh")

@@ -30,6 +30,47 @@ from pipeline.stage import StageError
 from runtime.config import HEAD_SELECTORS
 from runtime.contract import read_table, to_numpy, write_table
 
+BUCKET_FILE = "bucket-{:05d}.parquet"
+
+
+def bucket_path(cache_dir: Path, bucket: int) -> Path:
+    return cache_dir / BUCKET_FILE.format(bucket)
+
+
+def hot_size(cfg: Mapping, heads_all: int) -> int:
+    """Heads in the hot set: ``hot_share`` of ``heads_all`` rounded up, or ``hot_count``, at
+    most ``heads_all``."""
+    if cfg["hot_count"] is not None:
+        return min(int(cfg["hot_count"]), heads_all)
+    return min(math.ceil(float(cfg["hot_share"]) * heads_all - 1e-9), heads_all)
+
+
+def hot_keys(heads_file: str) -> list[tuple[int, str]]:
+    """(line number, key) of each key a hot-set file lists; StageError when it lists none."""
+    path = Path(heads_file)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise StageError(f"path_cache.heads: cannot read {path} ({exc.strerror})") from None
+    keys = [(i, line.strip()) for i, line in enumerate(lines, 1) if line.strip()]
+    if not keys:
+        raise StageError(f"path_cache.heads: {path} lists no entity key")
+    return keys
+
+
+def unknown_keys(heads_file: str, unknown: list[tuple[int, str]]) -> StageError:
+    """The error naming the first unknown keys of a hot-set file, by line."""
+    listed = ", ".join(f"line {line}: {key!r}" for line, key in unknown)
+    return StageError(f"path_cache.heads: {heads_file}: unknown entity keys ({listed})")
+
+
+def sorted_rows(rows: pa.Table) -> pa.Table:
+    """Rows in a bucket's order: by head, first relation, first direction, rank."""
+    keys = rows.append_column("r0", pc.list_element(rows["relations"], 0)).append_column(
+        "i0", pc.list_element(rows["inverses"], 0))
+    return rows.take(pc.sort_indices(keys, [(c, "ascending") for c in ("head", "r0", "i0", "rank")]))
+
+
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
@@ -37,8 +78,6 @@ def select_heads(cfg: Mapping, edges_path: Path, gain_path: Path, ent_path: Path
                  ) -> tuple[np.ndarray, dict, int]:
     """The heads to cache (sorted ids), what the report says about them, and all heads
     (entities with an out-edge)."""
-    from spark_jobs.path_cache import hot_size
-
     heads_all, degree = np.unique(to_numpy(read_table(edges_path, columns=["s"])["s"]),
                                   return_counts=True)
     by = cfg["heads"]
@@ -84,8 +123,6 @@ def _key_ids(ent_path: Path) -> dict[str, int]:
 
 def _hot_heads(heads_file: str, ent_path: Path) -> np.ndarray:
     """Entity ids of the keys listed in the hot-set file; StageError naming unknown keys."""
-    from spark_jobs.path_cache import hot_keys, unknown_keys
-
     keys = hot_keys(heads_file)
     ids = _key_ids(ent_path)
     unknown = [(line, key) for line, key in keys if key not in ids][:5]
@@ -147,8 +184,6 @@ def search_buckets(heads: np.ndarray, paths: tuple[Path, Path], search: Mapping,
     ``head % buckets == b``) in the Spark path's row order; a bucket with no head is left
     for the caller (``spark_jobs.path_cache._complete_buckets``)."""
     from runtime.taimr import EdgeGraph, paths_table, top_paths
-    from spark_jobs.path_cache import bucket_path, sorted_rows
-
     graph = EdgeGraph.from_paths(*paths)
     cache_dir.mkdir(parents=True, exist_ok=True)
     heads = np.sort(np.asarray(heads, np.int64))

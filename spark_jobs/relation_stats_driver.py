@@ -19,15 +19,100 @@ both paths equal row for row.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 
 from runtime.contract import read_table, to_numpy
-from spark_jobs.relation_stats import DIGITS, Passes, TypeIndex
+
+UNTYPED = "∅"
+#: Decimals kept of the tail entropy and of P_r: Spark sums doubles in partition order, so the
+#: last bits would otherwise differ between runs on different masters or partitionings.
+DIGITS = 12
+
+
+def canonical_types(types: Iterable[str] | None, rule: str = "spread") -> tuple[str, ...]:
+    """An entity's type set under a rule: sorted distinct non-empty names, or (∅,) if none."""
+    clean = sorted({t for t in (types or ()) if t})
+    if not clean:
+        return (UNTYPED,)
+    return (clean[0],) if rule == "min" else tuple(clean)
+
+
+class TypeIndex:
+    """Entity id → type set (under a rule), for recomputing type-pair distributions on the driver."""
+
+    def __init__(self, ids: Iterable[int], types: Iterable[Iterable[str] | None], rule: str = "spread"):
+        ids = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids, dtype=np.int64)
+        types = list(types)
+        self.sets: list[tuple[str, ...]] = [(UNTYPED,)]
+        index: dict[tuple[str, ...], int] = {(UNTYPED,): 0}
+        size = int(ids.max()) + 1 if len(ids) else 0
+        self.of = np.zeros(size, dtype=np.int64)
+        cache: dict = {}
+        for eid, raw in zip(ids.tolist(), types):
+            key = tuple(raw) if raw is not None else ()
+            ts = cache.get(key)
+            if ts is None:
+                ts = cache[key] = canonical_types(raw, rule)
+            k = index.get(ts)
+            if k is None:
+                k = index[ts] = len(self.sets)
+                self.sets.append(ts)
+            self.of[eid] = k
+
+    @classmethod
+    def from_table(cls, entities: pa.Table, rule: str = "spread") -> TypeIndex:
+        return cls(entities.column("id").to_numpy(), entities.column("types").to_pylist(), rule)
+
+    def set_ids(self, entities: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(entities), dtype=np.int64)  # unknown entity → (∅,)
+        known = entities < len(self.of)
+        out[known] = self.of[entities[known]]
+        return out
+
+    def distribution(self, s: np.ndarray, o: np.ndarray) -> dict[tuple[str, str], float]:
+        """P over (head type, tail type) of the distinct pairs (s[i], o[i]) (rule: see module)."""
+        n = len(s)
+        if n == 0:
+            return {}
+        k = len(self.sets)
+        combos, counts = np.unique(self.set_ids(s) * k + self.set_ids(o), return_counts=True)
+        return spread_counts(((self.sets[c // k], self.sets[c % k], count)
+                              for c, count in zip(combos.tolist(), counts.tolist())), n)
+
+
+def spread_counts(combos: Iterable[tuple[Sequence[str], Sequence[str], int]], n: int
+                  ) -> dict[tuple[str, str], float]:
+    """P over (head type, tail type) from triple counts per (head type set, tail type set), of
+    n triples in all: each triple's 1/n spread evenly over the product of its two sets. One
+    definition for ``TypeIndex`` and for the stage's counts collected from Spark."""
+    dist: dict[tuple[str, str], float] = {}
+    for heads, tails, count in combos:
+        w = count / (len(heads) * len(tails) * n)
+        for ht in heads:
+            for tt in tails:
+                dist[(ht, tt)] = dist.get((ht, tt), 0.0) + w
+    return dist
+
+
+class Passes(NamedTuple):
+    """What the passes over the triples give the pair signals, from Spark or from the driver
+    (``relation_stats_driver``): per-relation facts (r, triples, heads, tails, entities,
+    entropy), non-hub entity pairs (r_i, r_j, shared_nonhub), the type-set counts (r, hts, tts,
+    c; None when they stay in Spark), the number of hub entities, and a function from candidate
+    pairs to (r_i, r_j, hub entities shared)."""
+
+    basic: pa.Table
+    entity_pairs: pa.Table | None
+    combos: pa.Table | None
+    hubs: int
+    hub_shared: Callable[[Iterable[tuple[int, int]]], list[tuple[int, int, int]]]
+
 
 _SETS = pa.list_(pa.string())
 

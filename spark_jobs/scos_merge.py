@@ -1,6 +1,7 @@
 """Stage ``scos_merge`` (DESIGN §2.5): Semantic Compression of Ontology Schema.
 
-The greedy merge runs on the driver (plain Python + numpy); the triple rewrite runs in Spark.
+The greedy merge runs on the driver (plain Python + numpy); so does the triple rewrite up to
+``scos_merge.driver_max_triples`` triples (numpy: no Spark session), above it in Spark.
 
 * Fused similarity of clusters C_i, C_j:
   sim = w1·NMI + w2·Jaccard + w3·cos(e_i, e_j), weights ``scos_merge.weights`` (0.40, 0.30, 0.30);
@@ -22,18 +23,28 @@ The greedy merge runs on the driver (plain Python + numpy); the triple rewrite r
   flip a merge whose sim sits near θ. While that shift is at most
   ``scos_merge.refresh_max_vector_shift``, the cosine term uses the previous build's vectors
   (by relation name; every relation must have one), so the merges follow the data signals
-  only: a small edit keeps them, an edit that changes a family's NMI, Jaccard or H re-merges.
+  only. Those move too: a 1 % edit of FB15k-237 moves the NMI, Jaccard and H of relations
+  with few triples across θ. So a refresh also decides with hysteresis: two clusters that one
+  merge group of the previous build held (relations by name) merge while sim ≥ θ −
+  ``scos_merge.refresh_merge_margin``, and every pair of such a group is a candidate even when
+  relation_stats no longer proposes it; any other pair still needs sim ≥ θ (so on the same
+  signals the refresh differs from a decision without memory only by the previous merges the
+  margin kept — the report lists them, ``refresh.kept_by_margin``). A pair fallen further
+  splits; a full build has no previous merges.
 * Canonical name of a cluster: its member with the most triples, ties by name. Canonical ids are
   dense, in order of each cluster's smallest original id (so the identity when nothing merges).
 
-Outputs: ``relation_map`` (every relation of R0), ``merge_log``, rewritten ``triples`` (Spark:
-join with φ, then distinct) and ``relations`` (canonical relations). When nothing merges, or
-with ``scos_merge.enabled = false``, ``triples`` and ``relations`` are the input tables, untouched.
+Outputs: ``relation_map`` (every relation of R0), ``merge_log``, rewritten ``triples`` (φ
+applied to r, then distinct; from the driver one file in (s, r, o) order) and ``relations``
+(canonical relations). When nothing merges, or with ``scos_merge.enabled = false``, ``triples``
+and ``relations`` are the input tables, untouched. The report's ``rewrite`` says which path.
 
 Memory: the driver holds the distinct (s, o) pairs of every relation that appears in a
 candidate pair (as int64 keys s·M + o) plus one entity → type-set index: ~16 bytes per triple
 and ~8 bytes per entity, i.e. fine for FB15k-237 and for dumps up to ~10⁸ triples on a 4 GB
-driver; beyond that the merge loop needs a distributed union (not built).
+driver; beyond that the merge loop needs a distributed union (not built). The driver rewrite
+holds every triple three times over as int64 (~100 bytes per triple at its peak, the sort of
+``np.unique``): 10⁷ triples ≈ 1 GB.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ from __future__ import annotations
 import heapq
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,7 +65,8 @@ import pyarrow.parquet as pq
 
 from pipeline.stage import Laps, StageError, checked_section, previous_inputs
 from runtime.config import MISSING_EMBEDDINGS
-from runtime.contract import TABLE_SCHEMAS, StoreError, read_table, table_files, write_table
+from runtime.contract import (TABLE_SCHEMAS, StoreError, read_table, table_files, to_numpy,
+                              write_table)
 from spark_jobs.relation_stats import (
     TypeIndex,
     nmi_signal,
@@ -142,8 +155,10 @@ class Merger:
     def __init__(self, names: Mapping[int, str], triple_counts: Mapping[int, int],
                  stats: Mapping[int, tuple[float, dict]], keys_of, modulus,
                  types: TypeIndex | None, emb: np.ndarray | None,
-                 weights=(0.40, 0.30, 0.30), theta_base: float = 0.75, epsilon: float = 0.15):
+                 weights=(0.40, 0.30, 0.30), theta_base: float = 0.75, epsilon: float = 0.15,
+                 previous_groups: Mapping[int, int] | None = None, margin: float = 0.0):
         self.names, self.triple_counts = dict(names), dict(triple_counts)
+        self.previous_groups, self.margin = dict(previous_groups or {}), float(margin)
         self.keys_of, self._modulus = keys_of, modulus
         self._types = types
         self.w = tuple(float(x) for x in weights)
@@ -200,10 +215,22 @@ class Merger:
         th = min(self.theta_base * (1.0 + self.epsilon * delta(ca.entropy, cb.entropy)), 1.0)
         return {"sim": sim, "nmi": nmi, "jaccard": jaccard, "cos": cos, "theta": th}
 
+    def held_together(self, a: int, b: int) -> bool:
+        """Whether one merge group of the previous build held every member of clusters a, b."""
+        groups = {self.previous_groups.get(r)
+                  for r in self.clusters[a].members + self.clusters[b].members}
+        return len(groups) == 1 and None not in groups
+
+    def admits(self, a: int, b: int, sig: dict) -> bool:
+        """sim ≥ θ; for two clusters the previous build merged, sim ≥ θ − margin (a refresh's
+        hysteresis: a small edit's noise in the data signals does not undo a merge)."""
+        margin = self.margin if self.held_together(a, b) else 0.0
+        return sig["sim"] >= sig["theta"] - margin
+
     def _push(self, a: int, b: int, sig: dict) -> None:
         if a > b:
             a, b = b, a
-        if sig["sim"] >= sig["theta"]:
+        if self.admits(a, b, sig):
             self._seq += 1
             self.pushed += 1
             heapq.heappush(self.heap, (-sig["sim"], a, b, self.clusters[a].version,
@@ -422,6 +449,56 @@ def refresh_vectors(cfg: Mapping, inputs: Mapping[str, str], relations: pa.Table
                   "vector_shift": round(shift, 6), "tolerance": tolerance}
 
 
+def previous_merges(cfg: Mapping, inputs: Mapping[str, str],
+                    relations: pa.Table) -> tuple[dict[int, int], dict]:
+    """In a refresh: each relation of one of the previous build's merge groups → that group
+    (relations matched by name), and the report's part on them. Merges within such a group
+    need only sim ≥ θ − ``refresh_merge_margin`` (``Merger.admits``)."""
+    previous = previous_inputs(inputs, "relation_map")
+    if previous is None:
+        return {}, {}
+    before = read_table(previous["relation_map"], columns=["name", "canonical_id"])
+    group = dict(zip(before.column("name").to_pylist(),
+                     before.column("canonical_id").to_pylist()))
+    sizes = Counter(group.values())
+    held = {r: group[n] for r, n in zip(relations.column("id").to_pylist(),
+                                        relations.column("name").to_pylist())
+            if sizes.get(group.get(n), 0) > 1}
+    return held, {"merge_margin": float(cfg["refresh_merge_margin"]),
+                  "previous_groups": sum(1 for n in sizes.values() if n > 1)}
+
+
+def add_candidates(merger: Merger, pairs: pa.Table, held: Mapping[int, int]) -> None:
+    """The heap's first entries: relation_stats' candidate pairs, and in a refresh every pair
+    of one previous merge group that relation_stats no longer proposes (its signals computed
+    here), so a previous merge is judged by its score, not by the candidate rules."""
+    r_i, r_j = pairs.column("r_i").to_pylist(), pairs.column("r_j").to_pylist()
+    for a, b, nmi, jac in zip(r_i, r_j, pairs.column("nmi").to_pylist(),
+                              pairs.column("jaccard").to_pylist()):
+        merger.add_candidate(a, b, nmi, jac)
+    proposed = {(min(a, b), max(a, b)) for a, b in zip(r_i, r_j)}
+    members = sorted(held)
+    for k, a in enumerate(members):
+        for b in members[k + 1:]:
+            if held[a] == held[b] and (a, b) not in proposed:
+                merger.add_candidate(a, b)
+
+
+def margin_outcome(result: MergeResult, rmap: pa.Table, held: Mapping[int, int]) -> dict:
+    """The merges only the margin admitted (sim < θ), and how many previous groups this build
+    merged exactly again (over the relations it still has)."""
+    kept = [[m["left"], m["right"], round(m["sim"], 4), round(m["theta"], 4)]
+            for m in result.log if m["sim"] < m["theta"]]
+    now = dict(zip(rmap.column("id").to_pylist(), rmap.column("canonical_id").to_pylist()))
+    before, after = {}, {}
+    for r, g in held.items():
+        before.setdefault(g, set()).add(r)
+    for r, c in now.items():
+        after.setdefault(c, set()).add(r)
+    same = sum(1 for g in before.values() if after[now[next(iter(g))]] == g)
+    return {"kept_by_margin": kept, "previous_groups_merged_again": same}
+
+
 class _LazyKeys:
     """The (s, o) keys of the relations in candidate pairs, read from the triples on the first
     merge only: most builds merge little, and reading every triple would dominate the stage."""
@@ -447,7 +524,8 @@ class _LazyKeys:
 
 
 def _merger(config: Mapping, cfg: Mapping, inputs: Mapping[str, str], stats: pa.Table,
-            emb: np.ndarray | None, weights: list[float], keys: _LazyKeys) -> Merger:
+            emb: np.ndarray | None, weights: list[float], keys: _LazyKeys,
+            held: Mapping[int, int]) -> Merger:
     ids = stats.column("r").to_pylist()
     names = dict(zip(ids, stats.column("name").to_pylist()))
     counts = dict(zip(ids, stats.column("triples").to_pylist()))
@@ -460,7 +538,7 @@ def _merger(config: Mapping, cfg: Mapping, inputs: Mapping[str, str], stats: pa.
         return TypeIndex.from_table(ents, rule)
 
     return Merger(names, counts, initial, keys.of, keys.modulus, load_types, emb,
-                  weights, cfg["theta_base"], cfg["epsilon"])
+                  weights, cfg["theta_base"], cfg["epsilon"], held, cfg["refresh_merge_margin"])
 
 
 def _write_merges(relations: pa.Table, result: MergeResult, counts: Mapping[int, int],
@@ -503,17 +581,16 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     emb, weights = _relation_embeddings(cfg, inputs.get("relation_embeddings"),
                                         max(ids) if ids else None, report)
     emb, report["refresh"] = refresh_vectors(cfg, inputs, relations, stats, emb)
-    report["weights"] = weights
-    report["theta_base"], report["epsilon"] = cfg["theta_base"], cfg["epsilon"]
+    held, margin_report = previous_merges(cfg, inputs, relations)
+    report.update(weights=weights, theta_base=cfg["theta_base"], epsilon=cfg["epsilon"])
+    report["refresh"].update(margin_report)
     lap("load_stats")
 
-    r_i, r_j = pairs.column("r_i").to_numpy(), pairs.column("r_j").to_numpy()
-    involved = np.unique(np.concatenate([r_i, r_j])) if len(r_i) else np.zeros(0, np.int64)
+    involved = np.unique(np.concatenate([to_numpy(pairs["r_i"]), to_numpy(pairs["r_j"]),
+                                         np.array(sorted(held), np.int64)]).astype(np.int64))
     merger = _merger(config, cfg, inputs, stats, emb, weights,
-                     _LazyKeys(inputs["triples"], involved, lap.seconds))
-    for a, b, nmi, jac in zip(r_i.tolist(), r_j.tolist(), pairs.column("nmi").to_pylist(),
-                              pairs.column("jaccard").to_pylist()):
-        merger.add_candidate(a, b, nmi, jac)
+                     _LazyKeys(inputs["triples"], involved, lap.seconds), held)
+    add_candidates(merger, pairs, held)
     report["candidate_pairs"] = pairs.num_rows
     report["admissible_initial"] = merger.pushed
     lap("initial_heap")
@@ -522,20 +599,76 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     lap("greedy_merge")  # includes load_triples (the driver's (s, o) keys) when a merge happened
     normaliser = float(sum(stats.column("entropy").to_pylist()))
     rmap, outputs = _write_merges(relations, result, merger.triple_counts, normaliser, out, report)
+    if held:
+        report["refresh"].update(margin_outcome(result, rmap, held))
     lap("write_map_and_log")
 
     if len(set(rmap.column("canonical_id").to_pylist())) == r0:  # nothing merged: φ is the identity
         outputs.update(triples=str(inputs["triples"]), relations=str(inputs["relations"]))
         report["triples_in"] = report["triples_out"] = None
     else:
-        outputs.update(_rewrite(config, inputs, rmap, out, report))
+        outputs.update(_rewrite(config, cfg, inputs, rmap, out, report))
         lap("rewrite_triples")
     report["step_seconds"] = lap.seconds
     return {"outputs": outputs, "report": report}
 
 
-def _rewrite(config: Mapping, inputs: Mapping, rmap: pa.Table, out: Path, report: dict) -> dict:
-    """Spark: triples ⋈ φ on r, project (s, φ(r), o), distinct; and the canonical relations table."""
+def _rewrite(config: Mapping, cfg: Mapping, inputs: Mapping, rmap: pa.Table, out: Path,
+             report: dict) -> dict:
+    """The triples under φ — (s, φ(r), o), distinct — on the driver up to
+    ``scos_merge.driver_max_triples`` (no Spark session), else in Spark; and the canonical
+    relations table."""
+    path = out / "triples"
+    report["triples_in"] = _rows(Path(inputs["triples"]))
+    if report["triples_in"] <= int(cfg["driver_max_triples"]):
+        report["rewrite"] = "driver"
+        rewrite_on_driver(inputs, rmap, path)
+    else:
+        report["rewrite"] = "spark"
+        _rewrite_in_spark(config, inputs, rmap, path)
+    report["triples_out"] = _rows(path)
+
+    first = {}
+    for cid, cname in zip(rmap.column("canonical_id").to_pylist(),
+                          rmap.column("canonical_name").to_pylist()):
+        first.setdefault(cid, cname)
+    ids = sorted(first)
+    write_table("relations", pa.table({"id": ids, "name": [first[i] for i in ids]}),
+                out / "relations.parquet")
+    return {"triples": str(path), "relations": str(out / "relations.parquet")}
+
+
+def _rows(path: Path) -> int:
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(path))
+
+
+def _unmapped_error(inputs: Mapping, unmapped: int) -> StoreError:
+    return StoreError(f"{inputs['triples']}: {unmapped} triples have a relation id missing "
+                      f"from {inputs['relations']}")
+
+
+def rewrite_on_driver(inputs: Mapping, rmap: pa.Table, path: Path) -> None:
+    """numpy: each triple's r looked up in φ (sorted ids), the distinct (s, φ(r), o) rows
+    written in (s, r, o) order as one file of the contract's schema — the rows and schema
+    of the Spark path."""
+    triples = read_table(Path(inputs["triples"]), columns=["s", "r", "o"])
+    ids, canon = to_numpy(rmap["id"]), to_numpy(rmap["canonical_id"])
+    order = np.argsort(ids)
+    ids, canon = ids[order], canon[order]
+    r = to_numpy(triples["r"])
+    at = np.minimum(np.searchsorted(ids, r), max(len(ids) - 1, 0))
+    mapped = ids[at] == r if len(ids) else np.zeros(len(r), bool)
+    if not mapped.all():
+        raise _unmapped_error(inputs, int((~mapped).sum()))
+    sro = np.unique(np.column_stack([to_numpy(triples["s"]), canon[at],
+                                     to_numpy(triples["o"])]).astype(np.int64), axis=0)
+    path.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"s": sro[:, 0], "r": sro[:, 1], "o": sro[:, 2]},
+                            schema=TABLE_SCHEMAS["triples"]), path / "part-00000.parquet")
+
+
+def _rewrite_in_spark(config: Mapping, inputs: Mapping, rmap: pa.Table, path: Path) -> None:
+    """Spark: triples ⋈ φ on r, project (s, φ(r), o), distinct."""
     from pyspark.sql import functions as F
 
     from spark_jobs.session import get_spark
@@ -547,25 +680,10 @@ def _rewrite(config: Mapping, inputs: Mapping, rmap: pa.Table, out: Path, report
     triples = spark.read.parquet(str(inputs["triples"])).select("s", "r", "o")
     unmapped = triples.join(F.broadcast(phi), triples.r == phi.id, "left_anti").count()
     if unmapped:
-        raise StoreError(f"{inputs['triples']}: {unmapped} triples have a relation id missing "
-                         f"from {inputs['relations']}")
+        raise _unmapped_error(inputs, unmapped)
     rewritten = (triples.join(F.broadcast(phi), triples.r == phi.id)
                  .select("s", F.col("canonical_id").alias("r"), "o").distinct())
-    path = out / "triples"
     rewritten.write.mode("overwrite").parquet(str(path))
-
-    report["triples_in"] = sum(pq.ParquetFile(f).metadata.num_rows
-                               for f in table_files(Path(inputs["triples"])))
-    report["triples_out"] = sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(path))
-
-    first = {}
-    for cid, cname in zip(rmap.column("canonical_id").to_pylist(),
-                          rmap.column("canonical_name").to_pylist()):
-        first.setdefault(cid, cname)
-    ids = sorted(first)
-    write_table("relations", pa.table({"id": ids, "name": [first[i] for i in ids]}),
-                out / "relations.parquet")
-    return {"triples": str(path), "relations": str(out / "relations.parquet")}
 
 
 if __name__ == "__main__":

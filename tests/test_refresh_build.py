@@ -28,12 +28,6 @@ CONFIG = ["ingest.format=synth", "gat.epochs=2", "transe.epochs=2",
           "entity_encode.encoder=torch", "entity_encode.query_onnx='off'"]
 
 
-#: The stages that still ask for a Spark session in the small refresh below: node_gain (and
-#: scos_merge where its merges rewrite the triples; none merge on that dump) — the refresh7a
-#: branch moves both to the driver. Every other stage of it runs without one
-SPARK_IN_A_SMALL_REFRESH = {"lokg-node_gain"}
-
-
 def spark_requests(monkeypatch) -> list[str]:
     """The app names of the Spark sessions stages ask for from now on (the session is still
     given): ``get_spark`` wrapped in ``spark_jobs.session`` and wherever it was imported."""
@@ -194,11 +188,10 @@ def _edited_tsv(lines: list[str], seed: int) -> list[str]:
     return kept + sorted(added)
 
 
-def test_a_small_refresh_asks_spark_only_of_the_stages_without_a_driver_path(tmp_path,
-                                                                             monkeypatch, spark):
+def test_a_small_refresh_asks_no_stage_for_a_spark_session(tmp_path, monkeypatch, spark):
     """A TSV dump (ingest's line store reads it) refreshed after a small edit: ingest,
-    entity_types, relation_stats and path_cache run on the driver and ask for no Spark
-    session; only the stages of SPARK_IN_A_SMALL_REFRESH still do."""
+    entity_types, relation_stats, scos_merge, node_gain and path_cache run on the driver:
+    no stage asks for a Spark session."""
     from pipeline.synth import generate
 
     generate(tmp_path / "synth", n_triples=400, seed=3, n_questions=0)
@@ -214,4 +207,4 @@ def test_a_small_refresh_asks_spark_only_of_the_stages_without_a_driver_path(tmp
         built = pipeline.build(str(tmp_path / name / "kg.tsv"), str(tmp_path / "store"), config,
                                build_id=name, log=lambda _: None)
     assert made(built)["ingest"] == "partial"
-    assert set(asked) == SPARK_IN_A_SMALL_REFRESH, asked
+    assert asked == [], asked

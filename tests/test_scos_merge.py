@@ -28,7 +28,7 @@ T = 100  # the common tail entity of the greedy toys
 
 def make_merger(heads: dict[int, list[int]], emb=None, weights=(0.40, 0.30, 0.30),
                 tails: dict[int, list[int]] | None = None,
-                special: dict[int, list[str]] | None = None) -> Merger:
+                special: dict[int, list[str]] | None = None, **refresh) -> Merger:
     """Relations r → triples (h, r, tail); every entity has type P (NMI = 1) unless ``special``."""
     modulus = 1000
     keys = {}
@@ -40,7 +40,7 @@ def make_merger(heads: dict[int, list[int]], emb=None, weights=(0.40, 0.30, 0.30
     counts = {r: len(k) for r, k in keys.items()}
     merger = Merger(names, counts, initial_stats(keys, modulus, types), keys.__getitem__, modulus,
                     types, None if emb is None else np.asarray(emb, dtype=np.float64),
-                    weights=weights)
+                    weights=weights, **refresh)
     return merger
 
 
@@ -288,7 +288,8 @@ def test_a_small_edit_keeps_the_merges_a_changed_family_re_merges(spark, tmp_pat
     from spark_jobs import scos_merge
 
     def merges(inputs: dict, name: str, **settings) -> dict:
-        report = scos_merge.run({"scos_merge": settings}, inputs,
+        """The vector rule alone: no decision margin (the warm vectors' sim .74 is within it)."""
+        report = scos_merge.run({"scos_merge": {"refresh_merge_margin": 0, **settings}}, inputs,
                                 str(tmp_path / name))["report"]
         return {"merges": report["merges"], **report["refresh"]}
 
@@ -307,3 +308,104 @@ def test_a_small_edit_keeps_the_merges_a_changed_family_re_merges(spark, tmp_pat
     # vectors too (sim .4·.5 + .2 + .3·.53 = .56 < .75)
     changed = merges(refresh_inputs(tmp_path / "family", warm_degrees=62, nmi=0.5), "family")
     assert changed["merges"] == [] and changed["mode"] == "partial"
+
+
+# ---------------------------------------------------------------------------------------------
+# refresh: a previous merge holds while its sim stays within refresh_merge_margin under θ
+
+
+def merges_at(cos: float, **refresh) -> list[dict]:
+    """Two relations with the same heads (NMI 1, Jaccard 1, H 0: θ = .75) whose vectors have
+    cosine ``cos``: sim = .4 + .3 + .3·cos."""
+    emb = [[1.0, 0.0], [cos, math.sqrt(1 - cos * cos)], [0.0, 1.0]]
+    merger = make_merger({0: [1, 2, 3], 1: [1, 2, 3], 2: [7, 8]}, emb=emb, **refresh)
+    merger.add_candidate(0, 1)
+    return merger.run().log
+
+
+def test_margin_keeps_a_previous_merge_just_under_theta_not_far_under():
+    together = {"previous_groups": {0: 5, 1: 5}, "margin": 0.05}
+    assert merges_at(0.2) and merges_at(0.2, **together)  # sim .76 ≥ θ: merged either way
+    dipped = merges_at(0.15, **together)  # sim .745: under θ, within the margin
+    assert [(m["left"], m["right"]) for m in dipped] == [("rel0", "rel1")]
+    assert dipped[0]["sim"] == pytest.approx(0.745) and dipped[0]["sim"] < dipped[0]["theta"]
+    assert merges_at(0.15) == []  # no previous merge (a full build): θ decides
+    assert merges_at(-0.2, **together) == []  # sim .64, past the margin: the merge splits
+    assert merges_at(0.15, previous_groups={0: 5, 1: 5}, margin=0.0) == []
+    # a margin is for pairs the previous build merged: another group, or one member not in any
+    assert merges_at(0.15, previous_groups={0: 5, 1: 6}, margin=0.05) == []
+    assert merges_at(0.15, previous_groups={0: 5, 2: 5}, margin=0.05) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# the triple rewrite on the driver (up to scos_merge.driver_max_triples) equals Spark's
+
+
+@pytest.mark.spark
+def test_the_driver_rewrite_equals_the_spark_rewrite_row_for_row(spark, tmp_path, monkeypatch):
+    """Generator data ingested, typed and paired, merged at a low θ (without vectors): the
+    rewritten triples and relations of both paths hold the same rows and schema, and the
+    driver path asks for no Spark session (one asked for fails the test)."""
+    import pyarrow.parquet as pq
+
+    from pipeline.refresh import same_rows
+    from pipeline.synth import generate
+    from spark_jobs import entity_types, ingest, relation_stats, scos_merge, session
+
+    generate(tmp_path / "dump", n_triples=3000, seed=4, n_questions=0)
+    staged = ingest.run({"ingest": {"format": "synth"}}, {"dump": str(tmp_path / "dump")},
+                        str(tmp_path / "ingest"))["outputs"]
+    staged.update(entity_types.run({}, staged, str(tmp_path / "types"))["outputs"])
+    staged.update(relation_stats.run({}, staged, str(tmp_path / "stats"))["outputs"])
+
+    def merged(path: str, limit: int) -> dict:
+        config = {"scos_merge": {"theta_base": 0.3, "driver_max_triples": limit}}
+        result = scos_merge.run(config, staged, str(tmp_path / path))
+        assert result["report"]["rewrite"] == path
+        return result
+
+    in_spark = merged("spark", 0)
+
+    def no_session(*_):
+        raise AssertionError("the driver path asked for a Spark session")
+
+    monkeypatch.setattr(session, "get_spark", no_session)
+    on_driver = merged("driver", 10_000)
+    report, spark_report = on_driver["report"], in_spark["report"]
+    assert report["merge_count"] == spark_report["merge_count"] > 0
+    assert report["triples_out"] == spark_report["triples_out"] < report["triples_in"]
+    for table in ("triples", "relations", "relation_map"):
+        mine, theirs = on_driver["outputs"][table], in_spark["outputs"][table]
+        assert same_rows(mine, theirs), table
+        assert read_table(Path(mine), table).schema.equals(read_table(Path(theirs), table).schema)
+    files = pq.ParquetDataset(on_driver["outputs"]["triples"]).files
+    assert len(files) == 1 and pq.read_schema(files[0]).names == ["s", "r", "o"]
+
+
+def test_a_refresh_keeps_a_merge_that_dipped_within_the_margin(tmp_path):
+    """The stage toy refreshed with the previous build's vectors (cos .53): NMI .95 puts the
+    film pair's sim at .739, under θ = .75 but within the margin (.05) — kept, and reported;
+    NMI .8 (sim .679) splits it; a full build of the same tables does not merge at .739.
+    The rewrite runs on the driver (no Spark session in this test)."""
+    from pipeline.stage import PREVIOUS
+    from spark_jobs import scos_merge
+
+    def refresh(name: str, nmi: float, previous: bool = True) -> dict:
+        inputs = refresh_inputs(tmp_path / name, warm_degrees=58, nmi=nmi)
+        if not previous:
+            inputs = {k: v for k, v in inputs.items() if not k.startswith(PREVIOUS)}
+        return scos_merge.run({}, inputs, str(tmp_path / name / "out"))["report"]
+
+    dipped = refresh("dipped", 0.95)
+    assert dipped["merges"] == [["film.director", "film.directed_by"]]
+    assert dipped["refresh"]["merge_margin"] == 0.05
+    assert dipped["refresh"]["previous_groups"] == 1
+    assert dipped["refresh"]["previous_groups_merged_again"] == 1
+    [(left, right, sim, theta)] = dipped["refresh"]["kept_by_margin"]
+    assert (left, right) == ("film.director", "film.directed_by") and theta - 0.05 <= sim < theta
+    assert dipped["rewrite"] == "driver" and dipped["triples_out"] < dipped["triples_in"]
+    fallen = refresh("fallen", 0.8)
+    assert fallen["merges"] == [] and fallen["refresh"]["kept_by_margin"] == []
+    assert fallen["refresh"]["previous_groups_merged_again"] == 0
+    full = refresh("full", 0.95, previous=False)
+    assert full["merges"] == [] and "merge_margin" not in full["refresh"]
