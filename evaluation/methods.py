@@ -127,7 +127,7 @@ def _route(answer) -> dict | None:
     """Which path produced the answer and why (runtime ``Answer.route``, without the votes)."""
     if answer.route is None:
         return None
-    keep = ("source", "reason", "context", "chain", "vote_share", "derivable", "flagged")
+    keep = ("source", "reason", "context", "chain", "vote_share", "derivable", "flagged", "topics")
     return {k: answer.route.get(k) for k in keep}
 
 

@@ -71,14 +71,14 @@ def surface_forms(names: Sequence[str], keys: Sequence[str],
     """(entity, form) for every name, key and alias of the entities: what the linker matches;
     a form ending in a disambiguator ("John Smith (actor)", ``john_smith_(actor)``) also
     without it, since questions name the entity, not the disambiguator."""
-    forms: list[tuple[int, str]] = []
-    for i, (name, key, more) in enumerate(zip(names, keys, aliases)):
-        for form in (name, key, *(more or ())):
-            forms.append((i, form))
-            bare = _DISAMBIGUATOR.sub("", form) if form else ""
-            if bare and bare != form:
-                forms.append((i, bare))
-    return forms
+    return [(i, variant) for i, (name, key, more) in enumerate(zip(names, keys, aliases))
+            for form in (name, key, *(more or ())) for variant in _and_bare(form)]
+
+
+def _and_bare(form: str) -> list[str]:
+    """A form, and the same without its trailing disambiguator when it has one."""
+    bare = _DISAMBIGUATOR.sub("", form) if form else ""
+    return [form, bare] if bare and bare != form else [form]
 
 
 #: A trailing parenthesised qualifier of a name or key.
@@ -329,6 +329,60 @@ def named_first(question: str, links: list[Link]) -> list[Link]:
     question in lower case throughout (PathQuestion's) keeps every link."""
     named = [link for link in links if _written_with_capitals(question, link.span)]
     return named if named else links
+
+
+#: Quote and apostrophe styles a user does not tell apart (typographic → typewriter).
+_QUOTE_STYLES = str.maketrans({"“": '"', "”": '"', "„": '"', "‟": '"', "″": '"',
+                               "‘": "'", "’": "'", "‚": "'", "‛": "'", "′": "'"})
+
+
+def spelling(text: str) -> str:
+    """How a user compares two spellings: NFKC, one quote style, runs of whitespace as one
+    space. Unlike :func:`normalise` it keeps case and punctuation ('The "Golden" River' is
+    not 'The Golden River')."""
+    text = unicodedata.normalize("NFKC", text).translate(_QUOTE_STYLES)
+    return " ".join(text.split())
+
+
+def spelled_topics(question: str, links: list[Link],
+                   forms_of: Callable[[int], Sequence[str]]) -> list[int]:
+    """The entities a relation chain should be derived from: every linked entity, except that
+    where several name-matched links compete for one mention and some of them — not all — are
+    spelled in the question exactly as written (:func:`spelling`, case kept; else case
+    folded), only those. The generator's 'The "Golden" River' and 'The Golden River' fold to
+    one span; deriving from both lets the other film's answers rank first. ``forms_of``: an
+    entity's name, key and aliases (a disambiguator is not written: "John Smith" spells
+    "John Smith (actor)" too)."""
+    by_span: dict[str, list[int]] = {}
+    for link in links:
+        if link.method in ("exact", "normalised"):
+            by_span.setdefault(link.span, []).append(link.id)
+    dropped: set[int] = set()
+    for span, ids in by_span.items():
+        if len(ids) > 1:
+            kept = _written_verbatim(question, span, ids, forms_of)
+            dropped.update(i for i in ids if i not in kept)
+    return [i for i in dict.fromkeys(link.id for link in links) if i not in dropped]
+
+
+def _written_verbatim(question: str, span: str, ids: list[int],
+                      forms_of: Callable[[int], Sequence[str]]) -> set[int]:
+    """Those of ``ids`` with a form folding to ``span`` that the question writes verbatim,
+    case kept where that singles some out, else case folded; all of them when none is."""
+    written = spelling(question)
+    for fold in (str, str.casefold):
+        text = fold(written)
+        found = {i for i in ids for given in forms_of(i) for form in _and_bare(given)
+                 if form and normalise(form) == span
+                 and _contains_words(text, fold(spelling(form)))}
+        if found:
+            return found
+    return set(ids)
+
+
+def _contains_words(text: str, phrase: str) -> bool:
+    """``phrase`` occurs in ``text`` not inside a longer word."""
+    return bool(phrase) and re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", text) is not None
 
 
 def vector_fallback(question: str, embed: Callable[[Sequence[str]], np.ndarray],

@@ -63,7 +63,7 @@ from runtime.environment import limit_blas_threads
 from runtime.encoder import EncoderError
 from runtime.errors import LokgError
 from runtime.linker import (FALLBACK, LINKER_FORMS_FILE, Link, Linker, common_nouns, normalise,
-                            surface_forms, vector_fallback)
+                            spelled_topics, surface_forms, vector_fallback)
 from runtime.llm import LLM, LLMError, make_llm
 from runtime.path_cache import PathCache, PathRow, path_rows, path_triples
 from runtime.provenance import Provenance
@@ -565,7 +565,8 @@ class Runtime:
         heads = list(dict.fromkeys(link.id for link in links))
         if not heads:
             return Answer.empty("no_entity", NO_ENTITY, timer.done(), budget=req.budget, **base)
-        plan, batch_vec = self._plan(req, heads, linked_vec)
+        topics = spelled_topics(question, links, self._surface_forms)
+        plan, batch_vec = self._plan(req, heads, topics, linked_vec)
         if plan.route is not None:
             timer.lap("relknow")
         base["route"] = plan.route
@@ -680,13 +681,14 @@ class Runtime:
 
     # ---------------------------------------------------------------- 1b. relation plan
 
-    def _plan(self, req: _Request, heads: list[int], linked_vec: np.ndarray | None
-              ) -> tuple[RelationPlan, np.ndarray | None]:
+    def _plan(self, req: _Request, heads: list[int], topics: list[int],
+              linked_vec: np.ndarray | None) -> tuple[RelationPlan, np.ndarray | None]:
         """The relation knowledge's view of the question, for the two policies that may answer
         from the graph and for the relation feeds; and the plain question's vector when
         retrieval may want it (embedded in the same batch as the masked question). The
-        question is embedded with its topic mention masked; without the encoder a labelled
-        store still predicts from the lexicon."""
+        question is embedded with every linked mention masked; chains are derived from
+        ``topics`` (the links the question spells exactly, linker.spelled_topics); without
+        the encoder a labelled store still predicts from the lexicon."""
         feeds = req.relation_weight or req.chain_boost
         if req.policy == "lokg" and not (feeds and self.relknow is not None):
             return RelationPlan(), None
@@ -695,8 +697,7 @@ class Runtime:
             return RelationPlan(route={"source": source, "reason": NO_RELATION_KNOWLEDGE},
                                 final=req.policy == "precision"), None
         know, facts = self.relknow
-        forms = [f for h in heads for f in (self.names[h], self.keys[h],
-                                            *self._entity_fields(h)[2])]
+        forms = [f for h in heads for f in self._surface_forms(h)]
         masked = relknow.mask_topic(req.question, forms)
         # the plain form rides along when the masked one is embedded (a derived answer
         # retrieves beside its chain unless query.derived_context is "chain"); alone it waits
@@ -706,7 +707,7 @@ class Runtime:
             req.policy != "precision" or self._derived_retrieves)
         masked_vec, batch_vec = self._embed(masked if by_vector else None,
                                             req.question if with_plain else None)
-        assessment = know.assess(masked, heads, facts, q_vec=masked_vec,
+        assessment = know.assess(masked, topics, facts, q_vec=masked_vec,
                                  embed=self._span_embedder())
         gate = know.precision_gate if req.policy == "precision" else know.route_gate
         passed, reason = (False, "") if req.policy == "lokg" else gate.check(
@@ -714,7 +715,8 @@ class Runtime:
         d = assessment.derivation
         return RelationPlan(
             knowledge=know, assessment=assessment,
-            route=self._route_record(req.policy, gate, assessment, passed, reason),
+            route={**self._route_record(req.policy, gate, assessment, passed, reason),
+                   "topics": [self.keys[e] for e in topics]},
             passed=passed, final=passed or req.policy == "precision",
             compact=req.policy == "route" and d is not None, relation_weight=req.relation_weight,
             boosted=tuple(d.facts) if req.chain_boost and d is not None else ()), batch_vec
@@ -1020,6 +1022,10 @@ class Runtime:
             fields = self._fields[i] = (types[0] if types else "", self._descriptions[i] or "",
                                         tuple(self._aliases[i] or ()), attributes)
         return fields
+
+    def _surface_forms(self, i: int) -> tuple[str, ...]:
+        """An entity's name, key and aliases: what a question may write for it."""
+        return (self.names[i], self.keys[i], *self._entity_fields(i)[2])
 
     def _relation_name(self, r: int) -> str:
         return self.relation_names.get(r, str(r))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.linker import Linker, common_nouns, surface_forms
+from runtime.linker import Link, Linker, common_nouns, spelled_topics, surface_forms
 
 FORMS = [(0, "country"), (1, "Bubye River"), (2, "Publix"), (3, "state"), (4, "1990"),
          (5, "rock")]
@@ -158,3 +158,42 @@ def test_a_top_candidates_qualified_forms_bring_their_triples_into_the_candidate
     linker = runtime(4, 2).linker
     assert linker.qualified_forms_of("fredericton") == ()  # not written as a name
     assert linker.qualified_forms_of("Fredericton, New Brunswick") == (2,)
+
+
+# ---- one mention, several entities: derive from the one the question spells exactly ----------
+
+RIVERS = ["The Golden River", 'The "Golden" River', "Golden River", "John Smith",
+          "John Smith (actor)", "Paris", "Paris", "PARIS", "Paris"]
+
+
+def spelled(question: str) -> list[str]:
+    forms = surface_forms(RIVERS, [f"m.{i}" for i in range(len(RIVERS))], [None] * len(RIVERS))
+    linker = Linker(forms, max_per_span=4)
+    return [RIVERS[i] for i in spelled_topics(question, linker.link(question),
+                                              lambda i: (RIVERS[i], f"m.{i}"))]
+
+
+@pytest.mark.parametrize("question, expected", [
+    ('what is the language of The "Golden" River', ['The "Golden" River']),
+    ("who wrote The Golden River", ["The Golden River"]),
+    ("who wrote The “Golden” River ?", ['The "Golden" River']),  # typographic quotes
+    ("who wrote the  golden river", ["The Golden River"]),  # case and spaces folded
+    ("who wrote The Golden-River", ["The Golden River", 'The "Golden" River']),  # neither
+    ("who wrote Golden River", ["Golden River"]),  # one entity: nothing to choose
+    ("who is John Smith", ["John Smith", "John Smith (actor)"]),  # disambiguator unwritten
+    ("who is John Smith (actor)", ["John Smith (actor)"]),
+    ("where is PARIS", ["PARIS"]),  # case decides when it singles one out
+])
+def test_of_competing_links_a_chain_is_derived_from_the_exactly_spelled_ones(question, expected):
+    assert sorted(spelled(question)) == sorted(expected)
+
+
+def test_same_spelled_entities_all_stay_topics_and_other_mentions_are_untouched():
+    linker = Linker([(0, "Paris"), (1, "Paris"), (2, "The Seine"), (3, 'The "Seine"')])
+    question = "does The Seine flow through Paris ?"
+    links = linker.link(question)
+    assert [link.id for link in links] == [2, 3, 0, 1]
+    names = {0: "Paris", 1: "Paris", 2: "The Seine", 3: 'The "Seine"'}
+    assert spelled_topics(question, links, lambda i: (names[i],)) == [2, 0, 1]
+    given = [Link(3, "m.3", "given", 1.0), Link(2, "m.2", "given", 1.0)]
+    assert spelled_topics(question, given, lambda i: (names[i],)) == [3, 2]  # caller's ids

@@ -1223,3 +1223,24 @@ def test_a_vote_on_wording_no_training_question_is_near_is_marked_unfamiliar(q_v
     assert [RELATIONS[h] for h in p.chain] == ["spouse", "gender"]  # two neighbours: no lone vote
     assert p.unfamiliar is unfamiliar
     assert know.precision_gate.check(p, p.derivation, None)[0] is not unfamiliar
+
+
+def test_a_chain_is_derived_only_from_the_linked_entity_the_question_spells_exactly(tmp_path):
+    """'Edda "Quist"' (greta quist renamed) and edda quist fold to one mention; the wife's job
+    is derived from the one the question writes, the other stays linked."""
+    names = list(ENTITY_NAMES)
+    names[6] = 'Edda "Quist"'
+    n = len(names)
+    entities = pa.table({"id": list(range(n)), "key": [f"e{i}" for i in range(n)],
+                         "name": names, "aliases": [[] for _ in range(n)],
+                         "description": [""] * n, "types": [[] for _ in range(n)],
+                         "attributes": [[] for _ in range(n)]}, schema=TABLE_SCHEMAS["entities"])
+    write_table("entities", entities, tmp_path / "entities.parquet")
+    store, _ = fitted_store(tmp_path, family_triples(),
+                            tables={"entities": tmp_path / "entities.parquet"})
+    rt = Runtime.open(store)
+    for question, topic, job in (("what is the job of edda quist 's wife ?", "e4", "pilot"),
+                                 ('what is the job of Edda "Quist" \'s wife ?', "e6", "smith")):
+        a = rt.ask(question)
+        assert sorted(link["key"] for link in a.linked) == ["e4", "e6"]
+        assert a.answers == [job] and a.route["topics"] == [topic]
