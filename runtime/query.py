@@ -551,10 +551,9 @@ class Runtime:
         ``route`` on a store with relation knowledge, else ``lokg``. ``"precision"`` returns the
         derived answer (runtime/relknow.py) where the precision gate passes, else abstains;
         ``"route"`` returns it where the routing gate passes, else makes the one call on the
-        compact context of the instantiated chain (the LOKG context when none instantiates).
-        ``relation_weight`` (λ_rel) adds λ_rel·q_rel(p_a) to S_final; ``chain_boost`` gives
-        ITTC's λ_boost to the predicted chain's facts. ``source_sentences``: restored source
-        sentences as ITTC's verbose rendering (§8). ``Answer.route`` says what answered, why."""
+        compact context of the instantiated chain (else the LOKG context). ``relation_weight``
+        adds λ_rel·q_rel(p_a) to S_final; ``chain_boost`` gives ITTC's λ_boost to the chain's
+        facts; ``source_sentences``: restored sentences as ITTC's verbose rendering (§8)."""
         timer = _Timer()
         req = self._check(question, budget, llm, policy, retrieval, encoding, relation_weight,
                           chain_boost, source_sentences)
