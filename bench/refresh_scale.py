@@ -26,7 +26,7 @@ vectors for SCOS, the full build trains cold: the report says which case, and ho
 differ from the full and from the previous build) —, and the learned stages within
 ``TOLERANCE``: H@1 with reader none within
 0.02 (synthetic: the dump's ``test.jsonl`` questions, ``--eval`` of them; else ``--eval``
-seeded fact questions of the store, bench/store_question_accuracy.py), and — reported, not
+seeded facts of the edited dump, the same asked of both stores, bench/refresh_paired_h1.py), and — reported, not
 judged — the largest GAT attention difference over the edges both hold.
 """
 
@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -175,23 +176,33 @@ def attention_difference(one, other) -> dict:
             "max_attention_diff": float(diff.max()) if len(diff) else 0.0}
 
 
-def h1_reader_none(store: Path, dump: Path, n: int, seed: int, work: Path) -> dict:
-    """H@1 with reader none: the first ``n`` of the dump's test.jsonl questions (synthetic),
-    else ``n`` seeded fact questions of the store."""
+def h1_reader_none(stores: dict[str, Path], dump: Path, n: int, seed: int,
+                   work: Path) -> dict:
+    """H@1 with reader none of each store, on one question set: the first ``n`` of the dump's
+    test.jsonl questions (synthetic), else ``n`` seeded facts of the dump itself, asked of both
+    stores (bench/refresh_paired_h1.py) — so two builds that merged relations differently are
+    still compared on the same questions."""
     questions = dump / "test.jsonl"
     if questions.is_file():
         from evaluation.cli import run_eval
 
-        out = work / f"eval-{store.name}"
-        shutil.rmtree(out, ignore_errors=True)
-        summary = run_eval(dataset=f"synth:{questions}", split=None, store=str(store),
-                           llm="none", out=str(out), limit=n, progress=False,
-                           log=lambda _: None)
-        return {"questions": f"{questions.name}, first {n}", "H@1": summary["lokg"]["H@1"]}
-    from bench.store_question_accuracy import fact_h1
-    from runtime.query import Runtime
+        found = {}
+        for name, store in stores.items():
+            out = work / f"eval-{store.name}"
+            shutil.rmtree(out, ignore_errors=True)
+            summary = run_eval(dataset=f"synth:{questions}", split=None, store=str(store),
+                               llm="none", out=str(out), limit=n, progress=False,
+                               log=lambda _: None)
+            found[name] = {"questions": f"{questions.name}, first {n}",
+                           "H@1": summary["lokg"]["H@1"]}
+        return found
+    from bench.refresh_paired_h1 import dump_facts, hits
 
-    return {**fact_h1(Runtime.open(str(store)), n, seed), "questions": f"{n} fact questions"}
+    facts = dump_facts(dump)
+    asked = random.Random(seed).sample(sorted(facts), min(n, len(facts)))
+    return {name: {"questions": f"{len(asked)} facts of the dump, the same for both",
+                   "H@1": round(sum(hits(str(store), facts, asked)) / len(asked), 3)}
+            for name, store in stores.items()}
 
 
 def equality(work: Path, edited: Path, n_eval: int, seed: int) -> dict:
@@ -206,8 +217,8 @@ def equality(work: Path, edited: Path, n_eval: int, seed: int) -> dict:
     same_merges = groups[0] == groups[1]
     tables = {t: table_equality(*(deterministic_part(b.read(t), t) for b in (refreshed, full)))
               for t in DETERMINISTIC_TABLES if same_merges or t not in AFTER_MERGES}
-    h1 = {name: h1_reader_none(work / store, edited, n_eval, seed, work)
-          for name, store in (("refresh", "store"), ("full", "full-store"))}
+    h1 = h1_reader_none({"refresh": work / "store", "full": work / "full-store"}, edited,
+                        n_eval, seed, work)
     learned = {"merge_groups": [len(g) for g in groups[:2]],
                "merge_groups_differing": len(groups[0] ^ groups[1]),
                "merge_groups_differing_from_previous": len(groups[0] ^ groups[2]),
