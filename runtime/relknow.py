@@ -75,8 +75,9 @@ The pieces:
   hop; longer second paths are not learned).
 * **Gates.** One :class:`Gate` rule — the chain instantiates with at most m answers, share ≥ τ,
   support ≥ σ, a consistent context and, optionally, every chain relation named by the
-  lexicon. The precision gate is m = 1 at τ = ``min_share`` (0.6); its σ and the routing gate's
-  (m, τ, σ, lexicon) are picked on dev by the fixed procedure of ``training/relation_knowledge.py``.
+  lexicon. The precision gate is m = 1 on familiar wording; its (τ, σ) and the routing gate's
+  (m, τ, σ, lexicon) are picked on dev by the fixed procedure of ``training/relation_knowledge.py``
+  (without dev questions the precision gate is m = 0: it passes nothing).
 """
 
 from __future__ import annotations
@@ -863,6 +864,8 @@ class Gate:
 
     def check(self, prediction: Prediction, derivation: Derivation | None,
               consistency: Consistency | None) -> tuple[bool, str]:
+        if self.max_answers < 1:
+            return False, "the gate passes nothing (max_answers 0: no dev questions fitted it)"
         if prediction.chain is None or derivation is None or not derivation.derivable:
             return False, f"no chain instantiates ({prediction.reason or prediction.source})"
         if prediction.share < self.min_share:

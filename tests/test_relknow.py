@@ -429,6 +429,53 @@ def test_precision_gate_needs_exactly_one_answer_and_routing_gate_its_own_bounds
     assert "support 0.20" in route.check(p(two, support=0.2, named=named), two, None)[1]
 
 
+def _graded(rows):
+    """(assessments, correct) of dev questions given as (share, support, right) on one derivable
+    chain with one answer: what the threshold selection reads."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    one = derive(facts, [0], [REL["spouse"], REL["gender"]])
+    return ([relknow.Assessment("q", Prediction("knn", one.chain, share, support, [],
+                                                frozenset(), one), one, None)
+             for share, support, _ in rows], [right for *_, right in rows])
+
+
+def test_the_precision_gate_takes_the_widest_cell_that_reaches_the_target_on_dev():
+    """A wrong answer at share 0.7 and support 0.9 (seed 10's 2 wrong passes had shares 0.70
+    and 0.63): only a higher share keeps it out, so the grid spans shares as well as supports
+    up to unanimity, and the cell passing most dev questions at the target wins."""
+    rows = [(0.95, 0.6, True)] * 20 + [(0.7, 0.9, False)] + [(0.65, 0.4, True)] * 5
+    gate, stats = fit.choose_gate(fit.precision_family(0.6), *_graded(rows), 0.99, bound=True)
+    assert (gate.min_share, gate.min_support, gate.max_answers, gate.familiar) == \
+        (0.8, 0.0, 1, True)  # the first cell above 0.7 in share: 20 of 20
+    assert (stats["passed"], stats["precision"]) == (20, 1.0)
+    strict = fit.precision_gate({"min_share": 0.6, "min_support": 0.5})  # the old σ grid's end
+    assert fit.gate_stats(strict, *_graded(rows))["precision"] < 0.99
+
+
+def point_bound(hits: int, n: int) -> float:
+    return fit.wilson(hits, n)[0]
+
+
+def test_when_no_cell_reaches_the_target_the_highest_wilson_bound_wins_not_the_best_point():
+    """49 of 50 (unanimous votes) against 135 of 140 (all): the first is the better point
+    precision on fewer questions, the second the surer one (95 % lower bound 0.92 > 0.90)."""
+    rows = [(0.9, 0.3, True)] * 86 + [(0.9, 0.3, False)] * 4 + [(1.0, 1.0, True)] * 49 + \
+        [(1.0, 1.0, False)]
+    family = fit.precision_family(0.6)
+    gate, stats = fit.choose_gate(family, *_graded(rows), 0.99, bound=True)
+    assert stats["passed"] == 140 and stats["precision_95ci"][0] > point_bound(49, 50)
+    assert stats["precision"] == pytest.approx(135 / 140)
+    _, point = fit.choose_gate(family, *_graded(rows), 0.99)  # the routing gate's fallback
+    assert (point["passed"], point["precision"]) == (50, 0.98)
+
+
+def test_a_gate_of_no_answers_passes_nothing_and_says_why():
+    (a,), _ = _graded([(1.0, 1.0, True)])
+    ok, reason = relknow.precision_gate({"min_share": 0.6, "max_answers": 0}).check(
+        a.prediction, a.derivation, None)
+    assert not ok and "no dev questions" in reason
+
+
 # ------------------------------------------------------------------------------ consistency
 
 def test_functional_and_exclusive_relations_are_learned_with_their_tolerance():
@@ -528,7 +575,8 @@ def test_without_dev_questions_the_defaults_stand(tmp_path):
     _, report = fitted_store(tmp_path, family_triples(), dev=False)
     assert report["selection"] == "no dev questions: default thresholds"
     th = report["thresholds"]
-    assert th["precision"] == {"max_answers": 1, "min_share": 0.6, "min_support": 0.0,
+    # the precision gate passes nothing: no dev set measured its precision
+    assert th["precision"] == {"max_answers": 0, "min_share": 0.6, "min_support": 0.0,
                                "lexicon": False, "familiar": True}
     # routing without calibration: a majority-voted chain with up to 100 answers
     assert th["route"] == {**th["precision"], "max_answers": fit.DEFAULT_ROUTE_MAX_ANSWERS,
