@@ -256,6 +256,40 @@ def test_training_lowers_the_link_prediction_loss(tmp_path, synth_kg):
     assert report["link_loss"]["last"] < report["link_loss"]["first"]
 
 
+@pytest.mark.parametrize("margin, trains", [(None, True), (0.0, False), (-1.0, True)])
+def test_refresh_keeps_the_previous_model_while_its_loss_holds(tmp_path, synth_kg, margin,
+                                                                trains):
+    """Same graph, previous parameters: their eval loss here equals the previous build's final
+    one, so any margin ≥ 0 skips the epochs and α is the previous model's forward pass — the
+    previous build's α exactly; no margin, or one no loss meets, trains refresh_epochs."""
+    from pipeline.stage import PREVIOUS
+
+    inputs, _, _ = synth_kg
+    first, _ = run_stage(tmp_path / "first", inputs, epochs=2, dropout=0.0)
+    losses = json.loads((Path(first["outputs"]["gat_run"]) / "losses.json").read_text())
+    assert losses["eval_link"]["after"] == pytest.approx(first["report"]["eval_link_loss"]["after"],
+                                                         abs=1e-6)
+    previous = {**{PREVIOUS + k: inputs[k] for k in ("relations",)},
+                PREVIOUS + "gat_run": first["outputs"]["gat_run"]}
+    second, _ = run_stage(tmp_path / "second", {**inputs, **previous}, epochs=2, dropout=0.0,
+                          refresh_epochs=2, refresh_loss_margin=margin)
+    refresh = second["report"]["refresh"]
+    assert refresh["start"] == "warm"
+    assert second["report"]["epochs"] == (2 if trains else 0) == refresh["epochs"]
+    assert ("stopped" in refresh) is (not trains)
+    alpha = [read_table(Path(r["outputs"]["edges"]), "edges").column("attention").to_numpy()
+             for r in (first, second)]
+    assert np.array_equal(alpha[0], alpha[1]) is (not trains)
+
+
+def test_refresh_loss_margin_is_checked_config():
+    from runtime.config import ConfigError, check_config
+
+    check_config({"gat": {"refresh_loss_margin": None}})
+    with pytest.raises(ConfigError, match="gat.refresh_loss_margin"):
+        check_config({"gat": {"refresh_loss_margin": -0.1}})
+
+
 def test_sampled_subgraph_training(tmp_path, synth_kg):
     inputs, questions, _ = synth_kg
     result, _ = run_stage(tmp_path, inputs, epochs=2, max_full_batch_edges=100,
