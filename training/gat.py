@@ -78,7 +78,8 @@ previous model re-inferred on the new graph and inputs (the report's ``refresh``
 encoder width), it trains from scratch; the report's ``refresh`` says warm or cold and why.
 
 Run directory ``gat/``: config.json (settings, seed, device, sizes, versions, objective),
-losses.json (per epoch: link, path, total), model.pt (state_dict), timing.json.
+losses.json (per epoch: link, path; and ``eval_link``: the fixed-negative
+link loss before and after training, which the next refresh compares with), model.pt (state_dict), timing.json.
 """
 
 from __future__ import annotations
