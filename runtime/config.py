@@ -235,8 +235,8 @@ DEFAULTS: dict = {
         # 0.005, -> 0.511 at 0.0005; full build 0.510; docs/BENCHMARKS.md)
         "refresh_learning_rate": 0.0005,
         # a refresh keeps the previous parameters without training (α: one forward pass on the
-        # new graph) while their eval link loss there is at most the previous build's final one
-        # plus this margin; null = always train refresh_epochs (docs/OPERATIONS.md)
+        # new graph) while their eval link loss there is at most the last trained build's
+        # (losses.json eval_link.reference) plus this margin; null = always train refresh_epochs
         "refresh_loss_margin": 0.01,
     },
     "triple_context": {  # text/triple_context.py (DESIGN §8): a triple's restored source sentence

@@ -71,9 +71,9 @@ relation gets the usual ones; training/warm_start.py), and trains ``gat.refresh_
 epochs (at most ``gat.epochs``) at ``gat.refresh_learning_rate``: Adam's state starts afresh,
 and at the full rate its first steps undo much of the previous training. Before those epochs the
 previous parameters are scored on this build's graph (the fixed-negative eval link loss); when
-that is within ``gat.refresh_loss_margin`` of the previous build's own loss after its training
-(``losses.json`` ``eval_link``), the epochs are skipped and α is that one forward pass — the
-previous model re-inferred on the new graph and inputs (the report's ``refresh``: ``epochs`` 0,
+that is within ``gat.refresh_loss_margin`` of the loss of the last build that trained
+(``losses.json`` ``eval_link.reference``, ``reference_loss``), the epochs are skipped and α
+is that one forward pass — the previous model re-inferred on the new graph and inputs (the report's ``refresh``: ``epochs`` 0,
 ``stopped`` with both losses). Without those parameters, or when they do not fit (another
 encoder width), it trains from scratch; the report's ``refresh`` says warm or cold and why.
 
@@ -526,15 +526,24 @@ def warm_start_state(inputs: Mapping[str, str], cfg: Mapping, fresh: Mapping) ->
     return state, warm(refresh_epochs(cfg), relations=relations)
 
 
-def stop_loss(cfg: Mapping, run_dir: Path) -> float | None:
-    """The eval link loss under which warm parameters are kept without training: the previous
-    build's loss after its training plus ``refresh_loss_margin`` (None: margin unset, or a
-    previous run that did not record it)."""
-    if cfg["refresh_loss_margin"] is None:
-        return None
+def reference_loss(run_dir: Path) -> float | None:
+    """The eval link loss of the last build that trained (``eval_link.reference``; a run
+    before that key: its ``after``), or None where the run recorded neither. A refresh that
+    trains no epoch passes the reference on, so a chain of such refreshes is always held to
+    the last trained model's loss, never to a bound raised by a margin per refresh."""
     losses = json.loads((run_dir / "losses.json").read_text(encoding="utf-8"))
-    after = losses.get("eval_link", {}).get("after")
-    return None if after is None else float(after) + float(cfg["refresh_loss_margin"])
+    found = losses.get("eval_link", {})
+    value = found.get("reference", found.get("after"))
+    return None if value is None else float(value)
+
+
+def stop_loss(cfg: Mapping, reference: float | None) -> float | None:
+    """The eval link loss under which warm parameters are kept without training: the
+    reference (``reference_loss``) plus ``refresh_loss_margin`` (None: margin unset, or no
+    reference)."""
+    if cfg["refresh_loss_margin"] is None or reference is None:
+        return None
+    return reference + float(cfg["refresh_loss_margin"])
 
 
 @dataclass
@@ -889,16 +898,19 @@ def _train_and_write(cfg: Mapping, inputs: Mapping[str, str], graph: Graph, gold
     state, report["refresh"] = warm_start_state(
         inputs, cfg, build_model(x.shape[1], rel_vec.shape[1], len(rel_vec), cfg).state_dict())
     lap("read_features")
+    reference = (reference_loss(previous_inputs(inputs, "gat_run")["gat_run"])
+                 if state is not None else None)
     warm_cfg = {"epochs": report["refresh"]["epochs"],
                 "learning_rate": cfg["refresh_learning_rate"],
-                "stop_loss": stop_loss(cfg, previous_inputs(inputs, "gat_run")["gat_run"])
-                } if state is not None else {}
+                "stop_loss": stop_loss(cfg, reference)} if state is not None else {}
     result = train(graph, x, rel_vec, gold, {**cfg, **warm_cfg}, state=state)
     lap("train")
     if warm_cfg.get("stop_loss") is not None and not result.link:
         report["refresh"].update(epochs=0, stopped={
             "eval_link_loss": round(result.eval_link_before, 6),
             "at_most": round(warm_cfg["stop_loss"], 6)})
+    else:
+        reference = result.eval_link_after  # this model trained: the next refresh's reference
 
     write_table("edges", pa.table({"s": graph.src, "r": graph.rel, "o": graph.dst,
                                    "inverse": graph.inverse, "attention": result.attention}),
@@ -914,7 +926,8 @@ def _train_and_write(cfg: Mapping, inputs: Mapping[str, str], graph: Graph, gold
     })
     _write_json(run_dir / "losses.json", {
         "per": "epoch", "link": result.link, "path": result.path,
-        "eval_link": {"before": result.eval_link_before, "after": result.eval_link_after}})
+        "eval_link": {"before": result.eval_link_before, "after": result.eval_link_after,
+                      "reference": reference}})
     lap("write")
     report.update(_trained_report(result, gold, bool(report.get("questions"))))
     return {"epoch_seconds": result.epoch_seconds}
