@@ -1356,8 +1356,9 @@ class RelationKnowledge:
         Labelled knowledge: the kNN vote when the question is embedded (and the knowledge was
         fitted with an encoder), and the lexicon's words when no voted chain instantiates or
         there is no encoder; ``domains`` (the entities' types per hop) lets unfamiliar wording
-        check the asked type (:meth:`typed`). Zero-shot knowledge: spans matched to relation names by the
-        encoder (``embed``); the relations they match are the ones the question names.
+        check the asked type (:meth:`typed`). Zero-shot knowledge: spans matched to relation
+        names by the encoder (``embed``); the relations they match are the ones the question
+        names.
         """
         if facts.n_relations != self.n_relations:
             raise RelknowError(f"facts index {facts.n_relations} relations; the relation "
