@@ -1413,8 +1413,10 @@ class RelationKnowledge:
         "which *central offices* does …" names headquarters and location) while the followed
         chain's last hop reaches other types of entity (a person, not a city): the
         best-weighted instantiating vote whose last hop reaches one of the asked types (the
-        types of the named relations' objects, :meth:`HopDomains.range`); None when the
-        chain fits, the graph is untyped there, no vote fits, or the chain walks a named
+        types of the named relations' objects, :meth:`HopDomains.range`), else the longest
+        prefix of the chain that does (a hop too many: "name the *firm they work at* of the
+        person who established X" followed (founders, employer, founders)); None when the
+        chain fits, the graph is untyped there, nothing fits, or the chain walks a named
         relation (the head words describe that hop, as a word naming a voted relation is
         explained by it in :meth:`_voted_chain`). Support: :func:`held_support`."""
         if prediction.chain is None:
@@ -1424,9 +1426,14 @@ class RelationKnowledge:
         reached = domains.range(prediction.chain[-1])
         if not asked or not reached or reached & asked or kind & prediction.relations:
             return None
-        weights = {v.chain: v.weight for v in prediction.votes
-                   if v.derivable and domains.range(v.chain[-1]) & asked}
-        return self._revoted(prediction, weights, facts, topics, "knn_typed")
+        def reaches(chain: tuple[int, ...]) -> bool:
+            return bool(domains.range(chain[-1]) & asked)
+
+        votes = {v.chain: v.weight for v in prediction.votes if v.derivable and reaches(v.chain)}
+        prefixes = {prediction.chain[:n]: float(n) for n in range(1, len(prediction.chain))
+                    if reaches(prediction.chain[:n])}  # the longest first
+        return self._revoted(prediction, votes, facts, topics, "knn_typed") or \
+            self._revoted(prediction, prefixes, facts, topics, "knn_typed")
 
     def _voted_chain(self, masked: str, topics: Sequence[int], facts: Facts,
                      q_vec: np.ndarray | None,

@@ -1314,21 +1314,23 @@ def family_types(e: int) -> list[str]:
     ((0.6, 0.55, 0.5), "occupation", lambda e: [], ("knn", ["parents", "gender"])),  # untyped
     ((0.6, 0.55, 0.5), "occupation", None, ("knn", ["parents", "gender"])),  # no domains
     ((0.6, 0.55, 0.5), "begetter", family_types, ("knn", ["parents", "gender"])),  # walked
+    ((0.6, 0.55, 0.5), "partner", family_types, ("knn_typed", ["parents"])),  # a prefix fits
 ])
 def test_unfamiliar_wording_follows_a_vote_reaching_the_type_its_head_words_ask_for(
         q_vec, head, types_of, chain):
     """"which occupation does the mother of X have" in words no training question used: two
     of three neighbours vote (parents, gender), which reaches a gender; the head word
     "occupation" names profession, whose objects are professions, so the vote (parents,
-    profession) that reaches one is followed. Familiar wording, a graph without types, no
-    types given, or a head word naming a relation the chain walks ("begetter": parents) keep
-    the vote."""
+    profession) that reaches one is followed. Asked for a person ("partner" names spouse),
+    which no vote reaches, the chain's prefix (parents) that does is followed. Familiar
+    wording, a graph without types, no types given, or a head word naming a relation the
+    chain walks ("begetter": parents) keep the vote."""
     facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
     know = described_knowledge(np.eye(3), [0, 0, 1], [["parents", "gender"],
                                                       ["parents", "profession"]], k=3)
     eye = np.eye(6, dtype=np.float32)
     embed = axis_embed({"occupation": eye[REL["profession"]], "begetter": eye[REL["parents"]],
-                        "mother": eye[REL["parents"]]})
+                        "partner": eye[REL["spouse"]], "mother": eye[REL["parents"]]})
     domains = None if types_of is None else relknow.HopDomains(facts, types_of)
     vec = np.array(q_vec, np.float32) / np.linalg.norm(q_vec)
     p = know.assess(mask_topic(f"which {head} does the mother of cora varga have",
