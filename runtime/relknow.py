@@ -1159,7 +1159,11 @@ class RelationKnowledge:
         words = masked.split()
         if not words or words[0] == PLACEHOLDER or words[0] in STOP_WORDS:
             return frozenset()
-        sims = self.span_similarities([words[0]], embed)[0]
+        return self._near_best(self.span_similarities([words[0]], embed)[0], margin)
+
+    def _near_best(self, sims: np.ndarray, margin: float) -> frozenset[int]:
+        """The relations of one span's similarity row within ``margin`` of its best, if that
+        passes θ_zs (else none)."""
         best = float(sims.max()) if len(sims) else 0.0
         if best < self.zero_shot_cosine:
             return frozenset()
@@ -1174,11 +1178,7 @@ class RelationKnowledge:
         if not spans or not len(self.relation_vectors):
             return frozenset()
         sims = self.span_similarities(spans, embed)
-        row = sims[int(np.argmax(sims.max(axis=1)))]
-        if row.max() < self.zero_shot_cosine:
-            return frozenset()
-        return frozenset(self.relation_order[int(i)]
-                         for i in np.flatnonzero(row >= row.max() - ANSWER_TYPE_MARGIN))
+        return self._near_best(sims[int(np.argmax(sims.max(axis=1)))], ANSWER_TYPE_MARGIN)
 
     def predict_spans(self, hops: Sequence[tuple[float, int, int, int]], masked: str,
                       facts: Facts, topics: Sequence[int], *, source: str,

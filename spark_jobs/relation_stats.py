@@ -48,9 +48,10 @@ driver path: the stage starts no Spark session (``report["passes"]``: driver | s
 rows to both Spark paths (tested).
 
 The pure-numpy helpers at the top (``tail_entropy``, ``TypeIndex``, ``jsd_bits``,
-``nmi_signal``) are the driver-side definitions of the same quantities; ``scos_merge`` uses them
-to recompute cluster statistics from the union of triples, and the tests check that they agree
-with the Spark computation.
+``nmi_signal``) are the driver-side definitions of the same quantities, and the tests check
+that they agree with the Spark computation; ``scos_merge`` uses ``tail_entropy`` and
+``TypeIndex`` to recompute cluster statistics from the union of triples; ``nmi_signals`` (the
+driver path's NMI, vectorised) is tested equal to ``nmi_signal`` pair by pair.
 """
 
 from __future__ import annotations
