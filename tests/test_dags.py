@@ -234,9 +234,11 @@ def airflow_project(root: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def build_conf(root: Path) -> str:
+def build_conf(root: Path, full: bool = False) -> str:
+    """The lokg_build conf; ``full`` rebuilds every stage even though a previous build exists
+    (an unchanged dump would otherwise be a refresh that reuses every stage's outputs)."""
     return json.dumps({"dump": str(root / "dump"), "store": str(root / "store"),
-                       "format": "synth", "overrides": FAST})
+                       "format": "synth", "overrides": FAST, "full": full})
 
 
 def verify(store: Path, build_id: str) -> None:
@@ -427,7 +429,7 @@ def built(tmp_path_factory):
     dump, store = root / "dump", root / "store"
     generate(dump, n_triples=2000, seed=SEED, n_questions=40)
     env = airflow_project(root, LOKG_EVAL_FLOOR=json.dumps(FLOOR))
-    conf = build_conf(root)
+    conf = build_conf(root, full=True)  # build 2 must run transe, not reuse build 1's
     watcher = CurrentWatcher(store)
     watcher.start()
     timings = {}
@@ -593,8 +595,8 @@ def test_floor_stops_a_build_with_zero_attention(built, triggered):
     env, store = built["env"], built["store"]
     date3 = "2026-01-15T00:00:00+00:00"
     later = [*STAGE_NAMES[STAGE_NAMES.index("gat") + 1:], "publish"]
-    airflow(env, "dags", "test", "lokg_build", date3, "--conf", build_conf(built["root"]),
-            "--mark-success-pattern", "|".join(later))
+    airflow(env, "dags", "test", "lokg_build", date3, "--conf",
+            build_conf(built["root"], full=True), "--mark-success-pattern", "|".join(later))
     (third,) = [p.name for p in (store / "staging").iterdir() if p.name.startswith("20260115")]
     edges = store / "staging" / third / "gat" / "edges.parquet"
     for part in [edges] if edges.is_file() else sorted(edges.rglob("*.parquet")):
