@@ -12,8 +12,12 @@
   dataset per part of ``CHANGE_SET_PARTS`` — triples by entity key and relation name (ids
   shift when entities come and go), entities by key; empty in a full build (report: null)
 * ``dump_lines/``        the line store of a dump the driver's line rules read (TSV, FB15k-237):
-  what a refresh's ingest takes its unchanged lines' parse from (``spark_jobs.ingest_lines``;
-  the report's ``refresh`` says whether the tables were made on the driver or by Spark, and why)
+  what a refresh's ingest takes its unchanged lines' parse from (``spark_jobs.ingest_lines``)
+
+Three paths make the same tables (the report's ``refresh`` says which ran, and why not the
+driver): an N-Triples dump up to ``ingest.driver_max_dump_mb`` is parsed whole on the driver,
+vectorised (``spark_jobs.ingest_nt``), in every build; a line-format dump's refresh that changed
+few lines derives them on the driver from its line store; everything else runs in Spark.
 
 Rules:
 
