@@ -10,10 +10,11 @@ finds in the previous store and parses the others (``formats.parse_line``); file
 number come from where the line is now, so removed and moved lines need nothing.
 
 The tables are then derived from all the lines' rows with Arrow, by the rules of the Spark
-ingest (``spark_jobs.ingest``'s docstring) for what these parsers produce — edges, type
-assertions, names and malformed lines (no aliases, descriptions, attributes or records).
-tests/test_ingest_lines.py holds the result equal, row for row, to a Spark ingest of the same
-dump. Two hashes of different lines colliding (odds about 2⁻⁶⁴ per pair) would give one the
+ingest (``spark_jobs.ingest``'s docstring) — edges, type assertions, names and malformed lines
+from these parsers; aliases, descriptions and attributes too from the N-Triples rows of
+``spark_jobs.ingest_nt``, which derives its tables here (never records of an entities file).
+tests/test_ingest_lines.py and tests/test_ingest_nt.py hold the result equal, row for row, to a
+Spark ingest of the same dump. Two hashes of different lines colliding (odds about 2⁻⁶⁴ per pair) would give one the
 other's parse.
 """
 
