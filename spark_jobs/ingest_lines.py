@@ -14,8 +14,8 @@ ingest (``spark_jobs.ingest``'s docstring) — edges, type assertions, names and
 from these parsers; aliases, descriptions and attributes too from the N-Triples rows of
 ``spark_jobs.ingest_nt``, which derives its tables here (never records of an entities file).
 tests/test_ingest_lines.py and tests/test_ingest_nt.py hold the result equal, row for row, to a
-Spark ingest of the same dump. Two hashes of different lines colliding (odds about 2⁻⁶⁴ per pair) would give one the
-other's parse.
+Spark ingest of the same dump. Two hashes of different lines colliding (odds about 2⁻⁶⁴ per
+pair) would give one the other's parse.
 """
 
 from __future__ import annotations
