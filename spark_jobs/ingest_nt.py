@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from runtime.errors import LokgError
 from spark_jobs import formats as fm
 from spark_jobs.ingest_lines import UnreadableLines
 
@@ -47,8 +48,9 @@ _CODE = {kind: code for code, kind in enumerate(KINDS)}
 _READABLE = ("", ".nt", ".gz")
 
 
-class Unsupported(Exception):
-    """The dump holds something this path would not parse as the Spark ingest does."""
+class Unsupported(LokgError):
+    """The dump holds something this path would not parse as the Spark ingest does (caught by
+    ``spark_jobs.ingest``, which then runs the Spark ingest)."""
 
 
 def unsupported(plan: fm.Plan, cfg: dict) -> str | None:
