@@ -9,8 +9,8 @@ at the chain step. Before another rule on the vote or the spans, this says which
 pay: on the store's relation knowledge and the runtime code (no eval run; topics gold), per
 question file:
 
-* ``chain_right`` — the relation plan's chain (``RelationKnowledge.assess``, what ``lokg eval
-  --policy route`` follows) is the gold chain;
+* ``chain_right`` — the relation plan's chain (``RelationKnowledge.assess`` with the
+  runtime's hop domains, what ``lokg eval --policy route`` follows) is the gold chain;
 * ``gold_voted`` — the gold chain is one of the kNN vote's instantiating chains: the ceiling of
   any rule that picks among them; ``vote_top`` — it is the best-voted one; ``vote_x_fit`` —
   it is the one of highest vote weight × the mean over its hops of how well the question's
@@ -18,7 +18,15 @@ question file:
 * ``gold_relations``, and of them ``best_of_a_span`` — the best relation of some question
   span (``span_similarities``' argmax) — and ``named_by_chosen_spans`` — named by the
   non-overlapping spans passing θ_zs (``zero_shot_hops``, ``chosen_spans``: what the
-  resize counts and the zero-shot matcher follows).
+  resize counts and the zero-shot matcher follows);
+* the asked kind from the question's head words (issue 22 item 3's "expected answer type"
+  signal): ``head_kind`` — the first run of content
+  words (``relknow.head_spans``: what precedes the first "of" or the topic; "*sovereign
+  state* native town of …") has a prefix whose best relation passes θ_zs, the kind being the
+  relations within ``relknow.ANSWER_TYPE_MARGIN`` of it (``RelationKnowledge.head_kind``); of
+  those, ``head_kind_gold_last`` — the gold chain's last relation is of the
+  kind, and what a filter on it would do to the relation plan's chain: ``kind_rejects_right``
+  (right chain, last relation not of the kind) and ``kind_rejects_wrong``.
 
 Commit 2b1b7a9 ran this beside relations described by their graph (docs/BENCHMARKS.md,
 issue 22, "Relations described by their graph"); they were dropped. Prints one JSON object
@@ -67,14 +75,26 @@ def span_relations(know: relknow.RelationKnowledge, masked: str, embed) -> tuple
     return best, {h[3] for h in relknow.chosen_spans(hops, len(masked.split()))}
 
 
-def measure(know: relknow.RelationKnowledge, labelled, gold_chains, facts, encoder, embed
-            ) -> dict:
+def kind_counts(kind: frozenset[int], chain, gold, n_relations: int) -> dict[str, int]:
+    """The head-kind counts of one question (module docstring)."""
+    if not kind:
+        return {}
+    last = relknow.hop_relation(gold[-1], n_relations) in kind
+    off = bool(chain) and relknow.hop_relation(chain[-1], n_relations) not in kind
+    return {"head_kind": 1, "head_kind_gold_last": int(last),
+            "kind_rejects_right": int(off and chain == gold),
+            "kind_rejects_wrong": int(off and chain != gold)}
+
+
+def measure(know: relknow.RelationKnowledge, labelled, gold_chains, facts, encoder, embed,
+            domains=None) -> dict:
     """The module docstring's counts over one resolved question file."""
     out: Counter = Counter()
     vectors = encoder.encode_queries(labelled.masked) if labelled.masked else []
     for masked, topics, gold, q_vec in zip(labelled.masked, labelled.topics, gold_chains,
                                            vectors):
-        chain = know.assess(masked, topics, facts, q_vec=q_vec, embed=embed).prediction.chain
+        chain = know.assess(masked, topics, facts, q_vec=q_vec, embed=embed,
+                             domains=domains).prediction.chain
         knn = know.predict_knn(q_vec, facts, topics)
         top, fitted = vote_pick(knn.votes, know.described_fit(masked, embed), know.n_relations)
         relations = {relknow.hop_relation(h, know.n_relations) for h in gold}
@@ -85,6 +105,7 @@ def measure(know: relknow.RelationKnowledge, labelled, gold_chains, facts, encod
                    vote_top=int(top == gold), vote_x_fit=int(fitted == gold),
                    gold_relations=len(relations), best_of_a_span=len(relations & best),
                    named_by_chosen_spans=len(relations & chosen))
+        out.update(kind_counts(know.head_kind(masked, embed), chain, gold, know.n_relations))
     return dict(out)
 
 
@@ -109,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         gold = [tuple(store.hop(h) for h in chain) for chain in labelled.chains]
         row = {"store": args.store, "build_id": rt.build_id, "questions_file": path,
                "skipped": labelled.skipped}
-        row.update(measure(know, labelled, gold, facts, encoder, embed))
+        row.update(measure(know, labelled, gold, facts, encoder, embed, rt._hop_domains()))
         print(json.dumps(row), flush=True)
     return 0
 

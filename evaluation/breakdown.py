@@ -28,12 +28,19 @@ summary the counts of :func:`summarise_breakdown`; baselines have neither (no ro
 * ``first_miss`` — the first of linking → chain → derivation at which the graph's answer went
   wrong: ``null`` when ``derived_right``, else ``linking``, ``no_route`` (no relation
   knowledge consulted), ``no_gold_chain`` (the derivation is wrong and there is no gold chain
-  to tell the chain from the derivation), ``chain`` or ``derivation``.
+  to tell the chain from the derivation), ``chain`` or ``derivation``;
+* ``chain_miss`` — how a wrong chain differs from the gold one (``null`` unless
+  ``chain_right`` is false): ``no_chain`` (none instantiated), ``hop_left_out`` (the gold
+  chain with hops left out), ``hop_added`` (it holds the gold chain and more),
+  ``shorter`` / ``longer`` (another length, other hops too), ``first_hop`` / ``later_hop``
+  (as many hops, the first wrong one the first or a later one): whether the relation plan
+  misjudged how many hops the question asks or which.
 
 **Per method** (:func:`summarise_breakdown`): for each row of :data:`ROWS`, the questions in it
 and how many of them were lost (H@1 = 0, recomputed from ``predicted`` and ``gold``). The rows
 from ``linked_wrong`` to ``derivation_right`` partition the questions by ``first_miss``, the
 ``path_*`` rows by ``path``: each block's questions sum to ``n`` and its losses to ``lost``.
+The ``chain_*`` rows split *chain wrong* by ``chain_miss``.
 ``gate_passed`` counts every question the gate passed: its share of ``n`` is the gate's
 coverage, one minus its share lost the gate's precision (a passed question is answered by its
 derivation) — under ``--policy precision`` the precision gate's, under ``route`` the routing
@@ -60,11 +67,24 @@ MISS_ROWS = (
     ("derivation_miss", "derivation misses (chain right)", "derivation"),
     ("derivation_right", "derivation right", None),
 )
+#: How a wrong chain missed (``chain_miss``), as rows under *chain wrong*: (value, label).
+CHAIN_MISSES = (
+    ("no_chain", "no chain instantiated"),
+    ("hop_left_out", "gold chain with hops left out"),
+    ("hop_added", "gold chain with hops added"),
+    ("shorter", "fewer hops, others wrong"),
+    ("longer", "more hops, others wrong"),
+    ("first_hop", "as many hops, the first wrong"),
+    ("later_hop", "as many hops, a later one wrong"),
+)
 #: Every row of a method's breakdown: (summary key, Markdown label, the questions it counts).
 ROWS: tuple[tuple[str, str, Callable[[dict], bool]], ...] = (
     ("all", "all questions", lambda b: True),
     *((key, label, lambda b, miss=miss: b["first_miss"] == miss)
       for key, label, miss in MISS_ROWS),
+    *((f"chain_{miss}", f"chain wrong: {label}",
+       lambda b, miss=miss: b["first_miss"] == "chain" and b.get("chain_miss") == miss)
+      for miss, label in CHAIN_MISSES),
     ("gate_passed", "gate passed",
      lambda b: b["gate_passed"] is True),
     ("gate_passed_wrong", "gate passed a wrong derivation",
@@ -117,7 +137,27 @@ def question_breakdown(question: Question, gold_chain: list[str] | None, linked:
         "gate_passed": gate.get("passed") if gate.get("name", "lokg") != "lokg" else None,
         "path": path,
     }
-    return {**out, "first_miss": first_miss(out)}
+    return {**out, "first_miss": first_miss(out),
+            "chain_miss": chain_miss(out["chain"], gold_chain) if out["chain_right"] is False
+            else None}
+
+
+def holds(longer: Sequence[str], shorter: Sequence[str]) -> bool:
+    """Whether ``shorter`` is ``longer`` with hops left out (order kept)."""
+    rest = iter(longer)
+    return all(hop in rest for hop in shorter)
+
+
+def chain_miss(chain: Sequence[str] | None, gold: Sequence[str]) -> str:
+    """How a wrong ``chain`` differs from ``gold`` (one of :data:`CHAIN_MISSES`)."""
+    if not chain:
+        return "no_chain"
+    if len(chain) < len(gold):
+        return "hop_left_out" if holds(gold, chain) else "shorter"
+    if len(chain) > len(gold):
+        return "hop_added" if holds(chain, gold) else "longer"
+    first = next(i for i, (a, b) in enumerate(zip(chain, gold)) if a != b)
+    return "first_hop" if first == 0 else "later_hop"
 
 
 def first_miss(b: dict) -> str | None:

@@ -236,6 +236,10 @@ DEFAULTS: dict = {
         # its first steps undo the previous training (FB15k-237: link loss 0.513 -> 0.546 at
         # 0.005, -> 0.511 at 0.0005; full build 0.510; docs/BENCHMARKS.md)
         "refresh_learning_rate": 0.0005,
+        # a refresh keeps the previous parameters without training (α: one forward pass on the
+        # new graph) while their eval link loss there is at most the last trained build's
+        # (losses.json eval_link.reference) plus this margin; null = always train refresh_epochs
+        "refresh_loss_margin": 0.01,
     },
     "triple_context": {  # text/triple_context.py (DESIGN §8): a triple's restored source sentence
         "enabled": "auto",  # one of TRIPLE_CONTEXT_MODES; auto = on when the build read documents
@@ -545,7 +549,7 @@ SCHEMA: dict = {
         "weight_decay": WEIGHT, "negatives": COUNT, "path_weight": WEIGHT, "questions": FILE,
         "uniform": BOOL, "max_full_batch_edges": COUNT, "batch_triples": COUNT, "fanout": COUNT, "seed": SEED,
         "device": DEVICE, "threads": THREADS, "refresh_epochs": integer(0),
-        "refresh_learning_rate": RATE,
+        "refresh_learning_rate": RATE, "refresh_loss_margin": number(0, nullable=True),
     },
     "triple_context": {
         "enabled": choice(*TRIPLE_CONTEXT_MODES), "floor": number(-1, 1),

@@ -707,7 +707,7 @@ class Runtime:
         masked_vec, batch_vec = self._embed(masked if by_vector else None,
                                             req.question if with_plain else None)
         assessment = know.assess(masked, topics, facts, q_vec=masked_vec,
-                                 embed=self._span_embedder())
+                                 embed=self._span_embedder(), domains=self._hop_domains())
         gate = know.precision_gate if req.policy == "precision" else know.route_gate
         passed, reason = (False, "") if req.policy == "lokg" else gate.check(
             assessment.prediction, assessment.derivation, assessment.consistency)

@@ -234,6 +234,18 @@ def question_spans(masked: str, max_words: int = MAX_SPAN_WORDS) -> list[tuple[i
     return out
 
 
+def head_spans(masked: str) -> list[str]:
+    """The prefixes (up to :data:`MAX_SPAN_WORDS`) of the masked question's first run of
+    content words, cut at the first stop word ("of" is kept in masked text) or the topic:
+    what a question asks for when it opens with it ("which *sovereign state* does …")."""
+    run = []
+    for word in masked.split():
+        if word == PLACEHOLDER or word in STOP_WORDS:
+            break
+        run.append(word)
+    return [" ".join(run[:n]) for n in range(1, min(len(run), MAX_SPAN_WORDS) + 1)]
+
+
 # ============================================================================================
 # the store's facts, indexed for derivation and checks
 
@@ -469,6 +481,10 @@ class HopDomains:
             got = self._domains[hop] = frozenset(t for e in sample.tolist()
                                                  for t in self.types_of(e))
         return got
+
+    def range(self, hop: int) -> frozenset[str]:
+        """The types of the entities ``hop`` reaches (its inverse hop's domain)."""
+        return self.domain(inverse_hop(hop, self.facts.n_relations))
 
     def fits(self, entity: int, hop: int) -> bool:
         """Whether entities of ``entity``'s types start ``hop`` (yes when either is untyped)."""
@@ -750,7 +766,9 @@ class Prediction:
     """The chain followed for a question: the best-voted chain that instantiates from the topic
     entities, its share of the instantiating votes, and the votes it won against."""
 
-    source: str  # knn | knn_shortened | lexicon | zero_shot | none
+    #: knn | knn_shortened | knn_resized | knn_bridged | knn_per_hop | knn_typed | lexicon |
+    #: zero_shot | none
+    source: str
     chain: tuple[int, ...] | None
     share: float  # weight of the chain / weight of every instantiating chain
     support: float  # weight of the chain / weight of every vote
@@ -1141,12 +1159,26 @@ class RelationKnowledge:
         words = masked.split()
         if not words or words[0] == PLACEHOLDER or words[0] in STOP_WORDS:
             return frozenset()
-        sims = self.span_similarities([words[0]], embed)[0]
+        return self._near_best(self.span_similarities([words[0]], embed)[0], margin)
+
+    def _near_best(self, sims: np.ndarray, margin: float) -> frozenset[int]:
+        """The relations of one span's similarity row within ``margin`` of its best, if that
+        passes θ_zs (else none)."""
         best = float(sims.max()) if len(sims) else 0.0
         if best < self.zero_shot_cosine:
             return frozenset()
         return frozenset(self.relation_order[int(i)]
                          for i in np.flatnonzero(sims >= best - margin))
+
+    def head_kind(self, masked: str, embed: Callable[[list[str]], np.ndarray]
+                  ) -> frozenset[int]:
+        """The relations the question's best head span (:func:`head_spans`) names: its best
+        relation, if it passes θ_zs, and those within :data:`ANSWER_TYPE_MARGIN` of it."""
+        spans = head_spans(masked)
+        if not spans or not len(self.relation_vectors):
+            return frozenset()
+        sims = self.span_similarities(spans, embed)
+        return self._near_best(sims[int(np.argmax(sims.max(axis=1)))], ANSWER_TYPE_MARGIN)
 
     def predict_spans(self, hops: Sequence[tuple[float, int, int, int]], masked: str,
                       facts: Facts, topics: Sequence[int], *, source: str,
@@ -1317,13 +1349,16 @@ class RelationKnowledge:
 
     def assess(self, masked: str, topics: Sequence[int], facts: Facts, *,
                q_vec: np.ndarray | None,
-               embed: Callable[[list[str]], np.ndarray] | None = None) -> Assessment:
+               embed: Callable[[list[str]], np.ndarray] | None = None,
+               domains: HopDomains | None = None) -> Assessment:
         """Predict the chain of a masked question and check its derived context.
 
         Labelled knowledge: the kNN vote when the question is embedded (and the knowledge was
         fitted with an encoder), and the lexicon's words when no voted chain instantiates or
-        there is no encoder. Zero-shot knowledge: spans matched to relation names by the
-        encoder (``embed``); the relations they match are the ones the question names.
+        there is no encoder; ``domains`` (the entities' types per hop) lets unfamiliar wording
+        check the asked type (:meth:`typed`). Zero-shot knowledge: spans matched to relation
+        names by the encoder (``embed``); the relations they match are the ones the question
+        names.
         """
         if facts.n_relations != self.n_relations:
             raise RelknowError(f"facts index {facts.n_relations} relations; the relation "
@@ -1333,7 +1368,7 @@ class RelationKnowledge:
             raise RelknowError(f"the question vector has {len(q_vec)} dimensions; the relation "
                                f"knowledge was fitted with {width} (another encoder?)")
         if self.labelled:
-            prediction = self._predict_labelled(masked, topics, facts, q_vec, embed)
+            prediction = self._predict_labelled(masked, topics, facts, q_vec, embed, domains)
         elif embed is None or not self.relation_vectors.shape[1]:
             prediction = Prediction("none", None, 0.0, 0.0, [], frozenset(), None,
                                     "no labelled questions and no encoder")
@@ -1352,18 +1387,53 @@ class RelationKnowledge:
 
     def _predict_labelled(self, masked: str, topics: Sequence[int], facts: Facts,
                           q_vec: np.ndarray | None,
-                          embed: Callable[[list[str]], np.ndarray] | None = None) -> Prediction:
+                          embed: Callable[[list[str]], np.ndarray] | None = None,
+                          domains: HopDomains | None = None) -> Prediction:
         """The chain of :meth:`_voted_chain`; on unfamiliar wording, where that is the kNN
         vote's own chain held by one neighbour (:data:`LONE_VOTE`) or no chain at all, the
-        chain composed hop by hop from every vote (:meth:`per_hop`) when one instantiates;
-        either is marked :attr:`Prediction.unfamiliar` (the precision gate does not pass it)."""
+        chain composed hop by hop from every vote (:meth:`per_hop`) when one instantiates,
+        and then, where its answers are not of the type the question asks for, the best vote
+        whose are (:meth:`typed`); either is marked :attr:`Prediction.unfamiliar` (the
+        precision gate does not pass it)."""
         prediction = self._voted_chain(masked, topics, facts, q_vec, embed)
         if q_vec is None or not self.unfamiliar(prediction, embed):
             return prediction
         if prediction.source == "knn" and prediction.support * self.k < LONE_VOTE:
             prediction = self.per_hop(prediction, masked, embed, facts, topics) or prediction
+        if domains is not None:
+            prediction = self.typed(prediction, masked, embed, facts, topics, domains) \
+                or prediction
         prediction.unfamiliar = True
         return prediction
+
+    def typed(self, prediction: Prediction, masked: str,
+              embed: Callable[[list[str]], np.ndarray], facts: Facts, topics: Sequence[int],
+              domains: HopDomains) -> Prediction | None:
+        """Unfamiliar wording whose head words name what it asks for (:meth:`head_kind`:
+        "which *central offices* does …" names headquarters and location) while the followed
+        chain's last hop reaches other types of entity (a person, not a city): the
+        best-weighted instantiating vote whose last hop reaches one of the asked types (the
+        types of the named relations' objects, :meth:`HopDomains.range`), else the longest
+        prefix of the chain that does (a hop too many: "name the *firm they work at* of the
+        person who established X" followed (founders, employer, founders)); None when the
+        chain fits, the graph is untyped there, nothing fits, or the chain walks a named
+        relation (the head words describe that hop, as a word naming a voted relation is
+        explained by it in :meth:`_voted_chain`). Support: :func:`held_support`."""
+        if prediction.chain is None:
+            return None
+        kind = self.head_kind(masked, embed)
+        asked = frozenset().union(*(domains.range(r) for r in kind))
+        reached = domains.range(prediction.chain[-1])
+        if not asked or not reached or reached & asked or kind & prediction.relations:
+            return None
+        def reaches(chain: tuple[int, ...]) -> bool:
+            return bool(domains.range(chain[-1]) & asked)
+
+        votes = {v.chain: v.weight for v in prediction.votes if v.derivable and reaches(v.chain)}
+        prefixes = {prediction.chain[:n]: float(n) for n in range(1, len(prediction.chain))
+                    if reaches(prediction.chain[:n])}  # the longest first
+        return self._revoted(prediction, votes, facts, topics, "knn_typed") or \
+            self._revoted(prediction, prefixes, facts, topics, "knn_typed")
 
     def _voted_chain(self, masked: str, topics: Sequence[int], facts: Facts,
                      q_vec: np.ndarray | None,

@@ -11,9 +11,11 @@ import pyarrow as pa
 import pytest
 
 from evaluation.breakdown import (
+    CHAIN_MISSES,
     MISS_ROWS,
     PATHS,
     answer_path,
+    chain_miss,
     map_hop,
     question_breakdown,
     summarise_breakdown,
@@ -48,7 +50,8 @@ def test_map_hop_maps_the_relation_and_keeps_the_inverse_mark():
     (["spouse", "profession"], LINKED, route(["spouse", "profession"], ["pilot"]),
      {"chain_right": True, "derived_right": True, "gate_passed": True, "first_miss": None}),
     (["spouse", "profession"], LINKED, route(["parents", "profession"], ["baker"]),
-     {"chain_right": False, "derived_right": False, "first_miss": "chain"}),
+     {"chain_right": False, "derived_right": False, "first_miss": "chain",
+      "chain_miss": "first_hop"}),
     (["spouse", "profession"], LINKED, route(["spouse", "profession"], ["baker", "pilot"], False),
      {"chain_right": True, "derived_hit": True, "derived_right": False, "gate_passed": False,
       "first_miss": "derivation"}),
@@ -68,6 +71,29 @@ def test_map_hop_maps_the_relation_and_keeps_the_inverse_mark():
 def test_question_breakdown(gold, linked, r, expected):
     b = question_breakdown(Q, gold, linked, r, "derived")
     assert {k: b[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize("chain, gold, expected", [
+    (None, ["a", "b"], "no_chain"),
+    (["a"], ["a", "b"], "hop_left_out"),
+    (["b"], ["a", "b"], "hop_left_out"),  # the first hop left out
+    (["c"], ["a", "b"], "shorter"),
+    (["a", "b", "c"], ["a", "b"], "hop_added"),
+    (["c", "a", "b"], ["a", "b"], "hop_added"),
+    (["a", "c", "d"], ["a", "b"], "longer"),
+    (["b", "a"], ["a", "b"], "first_hop"),  # the hops of the gold chain in another order
+    (["a", "c", "b"], ["a", "b", "b"], "later_hop"),
+    (["a", "~b"], ["a", "b"], "later_hop"),  # an inverse hop is another hop
+])
+def test_chain_miss_says_how_the_chain_differs(chain, gold, expected):
+    assert chain_miss(chain, gold) == expected
+
+
+def test_chain_miss_is_null_unless_the_chain_is_wrong():
+    right = question_breakdown(Q, ["spouse", "profession"], LINKED,
+                               route(["spouse", "profession"], ["pilot"]), "derived")
+    no_gold = question_breakdown(Q, None, LINKED, route(["spouse"], ["pilot"]), "derived")
+    assert right["chain_miss"] is None and no_gold["chain_miss"] is None
 
 
 def test_answer_path_prefers_the_route_then_the_answer():
@@ -103,6 +129,8 @@ def test_summary_rows_partition_the_questions_and_the_losses():
     s = summarise_breakdown(records)
     assert s["all"] == {"questions": 5, "lost": 3}
     assert s["chain_wrong"] == {"questions": 1, "lost": 1}
+    assert s["chain_first_hop"] == {"questions": 1, "lost": 1}  # (parents, …) for (spouse, …)
+    assert sum(s[f"chain_{m}"]["questions"] for m, _ in CHAIN_MISSES) == 1
     assert s["derivation_miss"] == {"questions": 1, "lost": 1}
     assert s["derivation_right"] == {"questions": 3, "lost": 1}
     assert s["gate_passed"] == {"questions": 2, "lost": 1}  # coverage 2/5, precision 1/2

@@ -256,6 +256,50 @@ def test_training_lowers_the_link_prediction_loss(tmp_path, synth_kg):
     assert report["link_loss"]["last"] < report["link_loss"]["first"]
 
 
+@pytest.mark.parametrize("margin, trains", [(None, True), (0.002, False), (0.0, True)])
+def test_refresh_keeps_the_previous_model_while_its_loss_holds(tmp_path, synth_kg, margin,
+                                                                trains):
+    """Same graph, previous parameters: their eval loss here equals the previous run's final
+    one, 0.001 above the reference planted in its losses.json (an earlier trained build's, as
+    in a chain of refreshes). A margin that covers it skips the epochs — α is the previous
+    model's forward pass, the previous α exactly, and the reference is passed on —; no margin,
+    or one that does not, trains refresh_epochs and makes this run's loss the reference."""
+    from pipeline.stage import PREVIOUS
+
+    inputs, _, _ = synth_kg
+    first, _ = run_stage(tmp_path / "first", inputs, epochs=2, dropout=0.0)
+    losses_file = Path(first["outputs"]["gat_run"]) / "losses.json"
+    losses = json.loads(losses_file.read_text())
+    assert losses["eval_link"]["after"] == pytest.approx(first["report"]["eval_link_loss"]["after"],
+                                                         abs=1e-6)
+    assert losses["eval_link"]["reference"] == losses["eval_link"]["after"]  # it trained
+    planted = losses["eval_link"]["after"] - 0.001
+    losses["eval_link"]["reference"] = planted
+    losses_file.write_text(json.dumps(losses))
+    previous = {**{PREVIOUS + k: inputs[k] for k in ("relations",)},
+                PREVIOUS + "gat_run": first["outputs"]["gat_run"]}
+    second, _ = run_stage(tmp_path / "second", {**inputs, **previous}, epochs=2, dropout=0.0,
+                          refresh_epochs=2, refresh_loss_margin=margin)
+    refresh = second["report"]["refresh"]
+    assert refresh["start"] == "warm"
+    assert second["report"]["epochs"] == (2 if trains else 0) == refresh["epochs"]
+    assert ("stopped" in refresh) is (not trains)
+    alpha = [read_table(Path(r["outputs"]["edges"]), "edges").column("attention").to_numpy()
+             for r in (first, second)]
+    assert np.array_equal(alpha[0], alpha[1]) is (not trains)
+    second_losses = json.loads((Path(second["outputs"]["gat_run"]) / "losses.json").read_text())
+    assert second_losses["eval_link"]["reference"] == (
+        second_losses["eval_link"]["after"] if trains else planted)
+
+
+def test_refresh_loss_margin_is_checked_config():
+    from runtime.config import ConfigError, check_config
+
+    check_config({"gat": {"refresh_loss_margin": None}})
+    with pytest.raises(ConfigError, match="gat.refresh_loss_margin"):
+        check_config({"gat": {"refresh_loss_margin": -0.1}})
+
+
 def test_sampled_subgraph_training(tmp_path, synth_kg):
     inputs, questions, _ = synth_kg
     result, _ = run_stage(tmp_path, inputs, epochs=2, max_full_batch_edges=100,

@@ -18,6 +18,7 @@ from spark_jobs.relation_stats import (
     canonical_types,
     jsd_bits,
     nmi_signal,
+    nmi_signals,
     tail_entropy,
     transe_neighbour_pairs,
     type_pair_dict,
@@ -91,6 +92,26 @@ def test_jsd_bits_of_known_distributions():
     assert jsd_bits(half, q) == pytest.approx(by_hand)
     assert nmi_signal(p, half) == pytest.approx(1 - JSD_ONE_VS_HALF)
     assert nmi_signal(p, {}) == 0.0  # a relation without triples shares no role
+
+
+@pytest.mark.parametrize("seed, chunk", [(0, 2048), (1, 3), (2, 1)])
+def test_nmi_signals_equal_nmi_signal_pair_by_pair(seed, chunk):
+    """The vectorised NMI of the driver path against the per-pair definition: random type-pair
+    distributions with shared, disjoint and zero-mass keys, an empty one and a relation absent."""
+    rng = np.random.default_rng(seed)
+    types = [(a, b) for a in "ABCDE" for b in "ABCDE"]
+    dists = {}
+    for r in range(12):
+        chosen = rng.choice(len(types), size=rng.integers(1, 10), replace=False)
+        p = rng.random(len(chosen))
+        p[rng.random(len(chosen)) < 0.2] = 0.0
+        dists[r] = {types[k]: float(x) for k, x in zip(chosen, p / max(p.sum(), 1e-9))}
+    dists[12] = {}
+    pairs = [(i, j) for i in range(14) for j in range(i + 1, 14)]  # 13: no distribution
+    got = nmi_signals(pairs, dists, chunk=chunk)
+    want = [nmi_signal(dists.get(i, {}), dists.get(j, {})) for i, j in pairs]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    assert got[pairs.index((0, 12))] == 0.0 and got[pairs.index((1, 13))] == 0.0
 
 
 def test_type_rules_and_spread_distribution():

@@ -1292,3 +1292,49 @@ def test_a_chain_is_derived_only_from_the_linked_entity_the_question_spells_exac
         a = rt.ask(question)
         assert sorted(link["key"] for link in a.linked) == ["e4", "e6"]
         assert a.answers == [job] and a.route["topics"] == [topic]
+
+
+def test_head_spans_are_the_prefixes_of_the_first_run_of_content_words():
+    assert relknow.head_spans("sovereign state native town of person behind camera of "
+                              "someone ?") == ["sovereign", "sovereign state",
+                                               "sovereign state native",
+                                               "sovereign state native town"]
+    assert relknow.head_spans("someone gender what ?") == []  # the topic comes first
+    assert relknow.head_spans("country of capital of someone") == ["country"]
+
+
+def family_types(e: int) -> list[str]:
+    """The family graph's entity types: people, then two genders, then professions."""
+    return ["person"] if e < N_PEOPLE else ["gender"] if e < N_PEOPLE + 2 else ["profession"]
+
+
+@pytest.mark.parametrize("q_vec, head, types_of, chain", [
+    ((0.9, 0.3, 0.3), "occupation", family_types, ("knn", ["parents", "gender"])),  # familiar
+    ((0.6, 0.55, 0.5), "occupation", family_types, ("knn_typed", ["parents", "profession"])),
+    ((0.6, 0.55, 0.5), "occupation", lambda e: [], ("knn", ["parents", "gender"])),  # untyped
+    ((0.6, 0.55, 0.5), "occupation", None, ("knn", ["parents", "gender"])),  # no domains
+    ((0.6, 0.55, 0.5), "begetter", family_types, ("knn", ["parents", "gender"])),  # walked
+    ((0.6, 0.55, 0.5), "partner", family_types, ("knn_typed", ["parents"])),  # a prefix fits
+])
+def test_unfamiliar_wording_follows_a_vote_reaching_the_type_its_head_words_ask_for(
+        q_vec, head, types_of, chain):
+    """"which occupation does the mother of X have" in words no training question used: two
+    of three neighbours vote (parents, gender), which reaches a gender; the head word
+    "occupation" names profession, whose objects are professions, so the vote (parents,
+    profession) that reaches one is followed. Asked for a person ("partner" names spouse),
+    which no vote reaches, the chain's prefix (parents) that does is followed. Familiar
+    wording, a graph without types, no types given, or a head word naming a relation the
+    chain walks ("begetter": parents) keep the vote."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    know = described_knowledge(np.eye(3), [0, 0, 1], [["parents", "gender"],
+                                                      ["parents", "profession"]], k=3)
+    eye = np.eye(6, dtype=np.float32)
+    embed = axis_embed({"occupation": eye[REL["profession"]], "begetter": eye[REL["parents"]],
+                        "partner": eye[REL["spouse"]], "mother": eye[REL["parents"]]})
+    domains = None if types_of is None else relknow.HopDomains(facts, types_of)
+    vec = np.array(q_vec, np.float32) / np.linalg.norm(q_vec)
+    p = know.assess(mask_topic(f"which {head} does the mother of cora varga have",
+                               ["cora varga"]), [52], facts, q_vec=vec, embed=embed,
+                    domains=domains).prediction
+    assert (p.source, [RELATIONS[h] for h in p.chain]) == chain
+    assert p.unfamiliar == (q_vec[0] < 0.8)

@@ -69,11 +69,17 @@ The model starts from the previous build's ``gat/model.pt``: the layers (not ind
 or relation) as they were, ``relation_diag`` rows carried over by canonical relation name (a new
 relation gets the usual ones; training/warm_start.py), and trains ``gat.refresh_epochs``
 epochs (at most ``gat.epochs``) at ``gat.refresh_learning_rate``: Adam's state starts afresh,
-and at the full rate its first steps undo much of the previous training. Without those parameters, or when they do not fit (another
+and at the full rate its first steps undo much of the previous training. Before those epochs the
+previous parameters are scored on this build's graph (the fixed-negative eval link loss); when
+that is within ``gat.refresh_loss_margin`` of the loss of the last build that trained
+(``losses.json`` ``eval_link.reference``, ``reference_loss``), the epochs are skipped and α
+is that one forward pass — the previous model re-inferred on the new graph and inputs (the report's ``refresh``: ``epochs`` 0,
+``stopped`` with both losses). Without those parameters, or when they do not fit (another
 encoder width), it trains from scratch; the report's ``refresh`` says warm or cold and why.
 
 Run directory ``gat/``: config.json (settings, seed, device, sizes, versions, objective),
-losses.json (per epoch: link, path, total), model.pt (state_dict), timing.json.
+losses.json (per epoch: link, path; and ``eval_link``: the fixed-negative
+link loss before and after training, which the next refresh compares with), model.pt (state_dict), timing.json.
 """
 
 from __future__ import annotations
@@ -520,6 +526,26 @@ def warm_start_state(inputs: Mapping[str, str], cfg: Mapping, fresh: Mapping) ->
     return state, warm(refresh_epochs(cfg), relations=relations)
 
 
+def reference_loss(run_dir: Path) -> float | None:
+    """The eval link loss of the last build that trained (``eval_link.reference``; a run
+    before that key: its ``after``), or None where the run recorded neither. A refresh that
+    trains no epoch passes the reference on, so a chain of such refreshes is always held to
+    the last trained model's loss, never to a bound raised by a margin per refresh."""
+    losses = json.loads((run_dir / "losses.json").read_text(encoding="utf-8"))
+    found = losses.get("eval_link", {})
+    value = found.get("reference", found.get("after"))
+    return None if value is None else float(value)
+
+
+def stop_loss(cfg: Mapping, reference: float | None) -> float | None:
+    """The eval link loss under which warm parameters are kept without training: the
+    reference (``reference_loss``) plus ``refresh_loss_margin`` (None: margin unset, or no
+    reference)."""
+    if cfg["refresh_loss_margin"] is None or reference is None:
+        return None
+    return reference + float(cfg["refresh_loss_margin"])
+
+
 @dataclass
 class Subgraph:
     """A sampled step's nodes (seeds first, then each hop's new nodes) and edges (grouped by the
@@ -708,6 +734,8 @@ class _Epochs:
 
 
 def _train(graph, x_np, rel_np, gold, cfg, device, log, state=None) -> TrainResult:
+    """``cfg["stop_loss"]`` (a refresh): no epoch when the starting parameters' eval link loss
+    is already at most that."""
     import torch
 
     torch.manual_seed(int(cfg["seed"]))
@@ -721,9 +749,11 @@ def _train(graph, x_np, rel_np, gold, cfg, device, log, state=None) -> TrainResu
     z0, attention_before = infer(model, graph, x, rel_vec, device, epochs.chunk)
     eval_before = epochs.eval_link(z0)
     del z0
+    stop = cfg.get("stop_loss")
+    n_epochs = 0 if stop is not None and eval_before <= stop else int(cfg["epochs"])
 
     link_hist, path_hist, epoch_seconds = [], [], []
-    for epoch in range(int(cfg["epochs"])):
+    for epoch in range(n_epochs):
         started = time.perf_counter()
         link, path = epochs.run()
         if device.type == "cuda":
@@ -734,10 +764,14 @@ def _train(graph, x_np, rel_np, gold, cfg, device, log, state=None) -> TrainResu
         log(f"{STAGE}: epoch {epoch + 1}: link {link:.4f}"
             + (f" path {path:.4f}" if path is not None else "") + f" ({epoch_seconds[-1]:.2f}s)")
 
-    z, attention = infer(model, graph, x, rel_vec, device, epochs.chunk)
+    if n_epochs:
+        z, attention = infer(model, graph, x, rel_vec, device, epochs.chunk)
+        eval_after = epochs.eval_link(z)
+    else:  # the model did not change: its α and loss are the ones before
+        attention, eval_after = attention_before, eval_before
     return TrainResult(model=model.cpu(), attention=attention, attention_before=attention_before,
                        link=link_hist, path=path_hist, eval_link_before=eval_before,
-                       eval_link_after=epochs.eval_link(z), epoch_seconds=epoch_seconds,
+                       eval_link_after=eval_after, epoch_seconds=epoch_seconds,
                        mode="full" if epochs.full else "sampled", device=str(device))
 
 
@@ -864,10 +898,19 @@ def _train_and_write(cfg: Mapping, inputs: Mapping[str, str], graph: Graph, gold
     state, report["refresh"] = warm_start_state(
         inputs, cfg, build_model(x.shape[1], rel_vec.shape[1], len(rel_vec), cfg).state_dict())
     lap("read_features")
+    reference = (reference_loss(previous_inputs(inputs, "gat_run")["gat_run"])
+                 if state is not None else None)
     warm_cfg = {"epochs": report["refresh"]["epochs"],
-                "learning_rate": cfg["refresh_learning_rate"]} if state is not None else {}
+                "learning_rate": cfg["refresh_learning_rate"],
+                "stop_loss": stop_loss(cfg, reference)} if state is not None else {}
     result = train(graph, x, rel_vec, gold, {**cfg, **warm_cfg}, state=state)
     lap("train")
+    if warm_cfg.get("stop_loss") is not None and not result.link:
+        report["refresh"].update(epochs=0, stopped={
+            "eval_link_loss": round(result.eval_link_before, 6),
+            "at_most": round(warm_cfg["stop_loss"], 6)})
+    else:
+        reference = result.eval_link_after  # this model trained: the next refresh's reference
 
     write_table("edges", pa.table({"s": graph.src, "r": graph.rel, "o": graph.dst,
                                    "inverse": graph.inverse, "attention": result.attention}),
@@ -881,8 +924,10 @@ def _train_and_write(cfg: Mapping, inputs: Mapping[str, str], graph: Graph, gold
         "objective": ("BCE link prediction (DistMult on z, corrupted tails) + path_weight * "
                       "(-mean log alpha over gold-path edges)"),
     })
-    _write_json(run_dir / "losses.json", {"per": "epoch", "link": result.link,
-                                          "path": result.path})
+    _write_json(run_dir / "losses.json", {
+        "per": "epoch", "link": result.link, "path": result.path,
+        "eval_link": {"before": result.eval_link_before, "after": result.eval_link_after,
+                      "reference": reference}})
     lap("write")
     report.update(_trained_report(result, gold, bool(report.get("questions"))))
     return {"epoch_seconds": result.epoch_seconds}
@@ -894,7 +939,8 @@ def _trained_report(result: TrainResult, gold: np.ndarray, with_gold: bool) -> d
         "link_loss": _first_last(result.link), "path_loss": _first_last(result.path),
         "eval_link_loss": {"before": round(result.eval_link_before, 6),
                            "after": round(result.eval_link_after, 6)},
-        "seconds_per_epoch": round(float(np.mean(result.epoch_seconds)), 4),
+        "seconds_per_epoch": (round(float(np.mean(result.epoch_seconds)), 4)
+                              if result.epoch_seconds else None),
     }
     if with_gold:
         report["gold_attention"] = {"before": _mean(result.attention_before[gold]),
