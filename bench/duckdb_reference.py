@@ -14,7 +14,10 @@ quarantine has work). Rounds alternate Spark then DuckDB so that both see the sa
   the build runs them. The session (``local[2]``) is started once, before the rounds, and its
   start-up is reported apart. Their driver paths are off (``relation_stats_scale.SPARK_PATHS``);
   ``--set relation_stats.driver_max_triples=10000000`` measures relation_stats' driver path
-  (numpy, no Spark: ``spark_jobs/relation_stats_driver.py``) against DuckDB instead.
+  (numpy, no Spark: ``spark_jobs/relation_stats_driver.py``) against DuckDB instead, and
+  ``--set ingest.driver_max_dump_mb=512`` ingest's (an N-Triples dump parsed with
+  pyarrow.compute: ``spark_jobs/ingest_nt.py``); the row's ``ingest_path`` says which ran,
+  ``ingest_driver_peak_mib`` the Python process's peak RSS during each round's ingest.
 * **DuckDB** (``threads`` = 2, the same cores): the same ingest in SQL — the N-Triples rules of
   ``spark_jobs.formats`` (its regexes, made RE2-compatible), the quarantine with its reasons and
   exact line numbers, entity ids in key order, relation ids in name order, de-duplicated
@@ -142,7 +145,7 @@ def run(args) -> dict:
         spark, startup_s = start_spark(config)
         peaks = Peaks(spark)
         times: dict[str, list[float]] = {}
-        loads, equality, baseline_equality = [], {}, {}
+        loads, equality, baseline_equality, peak_mib = [], {}, {}, []
         stage = args.baseline_stage
         baseline = load_baseline(args.baseline, stage) if args.baseline else None
         outputs = None
@@ -154,6 +157,7 @@ def run(args) -> dict:
             stages, reports, outputs = spark_stages(config, dump, Path(tmp) / f"store{i}", peaks)
             for name, st in stages.items():
                 times.setdefault(f"spark_{name}", []).append(st["seconds"])
+            peak_mib.append(stages["ingest"]["driver_peak_mib"])
             if baseline and not baseline_first:
                 before = timed_baseline(baseline, stage, config, dump, outputs, tmp, i, times)
             work = Path(tmp) / f"duck{i}"
@@ -171,6 +175,9 @@ def run(args) -> dict:
         "triples": reports["ingest"]["triples"], "lines": reports["ingest"]["lines"],
         "entities": reports["ingest"]["entities"], "relations": reports["ingest"]["relations"],
         "malformed": reports["ingest"]["malformed"],
+        "ingest_path": reports["ingest"]["refresh"]["ingest"],
+        "ingest_path_why": reports["ingest"]["refresh"]["why"],
+        "ingest_driver_peak_mib": peak_mib,
         "candidate_pairs": reports["relation_stats"]["candidate_pairs"],
         "spark_relation_stats_steps": reports["relation_stats"]["step_seconds"],
         "rounds": args.rounds, "seconds": {k: spread(v) for k, v in times.items()},
@@ -205,7 +212,8 @@ def table(row: dict) -> str:
     lines = ["| triples | step | Spark s, median (min–max) | DuckDB s, median (min–max) | "
              "Spark / DuckDB |", "|--:|---|--:|--:|--:|"]
     for step in ("ingest", "relation_stats"):
-        lines.append(f"| {row['triples']:,} | {step} | {cell('spark_' + step)} | "
+        on = f" (on the {row['ingest_path']})" if step == "ingest" else ""
+        lines.append(f"| {row['triples']:,} | {step}{on} | {cell('spark_' + step)} | "
                      f"{cell('duckdb_' + step)} | {row['ratios'][step]:.1f}× |")
     for step in ("ingest", "relation_stats"):
         if f"baseline_{step}" in sec:

@@ -17,13 +17,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from spark_jobs import formats as fm
+from spark_jobs.formats import re2
 from spark_jobs.relation_stats import DIGITS, UNTYPED
-
-
-def re2(pattern: str) -> str:
-    """A ``spark_jobs.formats`` (Java) regex as RE2: possessive ``*+`` → ``*`` (RE2 never
-    backtracks, so the match is the same) and ``\\s`` → Java's whitespace class."""
-    return pattern.replace("*+", "*").replace(r"\s", r"\t\n\x0B\f\r ")
 
 
 def q(text: str) -> str:

@@ -54,8 +54,10 @@ DEFAULTS: dict = {
         # up to this many entities, ids are numbered on the driver and looked up by broadcast
         # joins, and entities are written as one file; above, sorted and joined in Spark
         "driver_max_entities": 2_000_000,
-        # up to this many MB of dump files (on disk), a build keeps its parsed lines (the
-        # line store), and a refresh that changed few lines derives the tables on the driver
+        # up to this many MB of dump files (on disk): an N-Triples dump is ingested on the
+        # driver (pyarrow.compute, no Spark; peak ≈ 5x the dump's size), and a line-format
+        # dump keeps its parsed lines (the line store), from which a refresh that changed
+        # few lines derives the tables on the driver
         "driver_max_dump_mb": 512,
     },
     "documents": {  # text/documents.py (DESIGN §8): format docs, or a triple dump's corpus

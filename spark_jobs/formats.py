@@ -286,6 +286,20 @@ _DIAGNOSES = (
 _SEP = "\u0001"
 
 
+def re2(pattern: str) -> str:
+    """A regex of this module (Java) as RE2 — DuckDB's and pyarrow.compute's engine:
+    possessive ``*+`` → ``*`` (RE2 never backtracks, so the match is the same) and ``\\s`` →
+    Java's whitespace class (RE2's lacks ``\\x0B``)."""
+    return pattern.replace("*+", "*").replace(r"\s", r"\t\n\x0B\f\r ")
+
+
+def named_groups(pattern: str, names: tuple[str, ...]) -> str:
+    """``pattern`` with its capturing groups named ``names`` in order (RE2's
+    ``extract_regex`` reports named groups only)."""
+    pieces = iter(names)
+    return re.sub(r"(?<!\\)\((?!\?)", lambda _: f"(?P<{next(pieces)}>", pattern)
+
+
 def _iri_key(term: Column) -> Column:
     """``<iri>`` → Freebase local name or the full IRI; ``_:b`` stays as is. Prefix tests and
     substrings, no regex: this runs on the subject and predicate of every line."""

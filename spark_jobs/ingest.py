@@ -12,8 +12,12 @@
   dataset per part of ``CHANGE_SET_PARTS`` — triples by entity key and relation name (ids
   shift when entities come and go), entities by key; empty in a full build (report: null)
 * ``dump_lines/``        the line store of a dump the driver's line rules read (TSV, FB15k-237):
-  what a refresh's ingest takes its unchanged lines' parse from (``spark_jobs.ingest_lines``;
-  the report's ``refresh`` says whether the tables were made on the driver or by Spark, and why)
+  what a refresh's ingest takes its unchanged lines' parse from (``spark_jobs.ingest_lines``)
+
+Three paths make the same tables (the report's ``refresh`` says which ran, and why not the
+driver): an N-Triples dump up to ``ingest.driver_max_dump_mb`` is parsed whole on the driver,
+vectorised (``spark_jobs.ingest_nt``), in every build; a line-format dump's refresh that changed
+few lines derives them on the driver from its line store; everything else runs in Spark.
 
 Rules:
 
@@ -65,9 +69,10 @@ from pyspark.sql import functions as F
 
 from pipeline.stage import PARTIAL_MAX_SHARE, Laps, StageError, previous_inputs
 from runtime.config import section
-from runtime.contract import read_table, write_table
+from runtime.contract import TABLE_SCHEMAS, read_table, write_table
 from spark_jobs import formats as fm
 from spark_jobs import ingest_lines as il
+from spark_jobs import ingest_nt as nt
 from spark_jobs.session import get_spark
 from text.corpus import build_format
 
@@ -483,7 +488,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
         stats = _driver_ingest(lines, inputs, cfg, dump, plan, paths, lap)
     else:
         stats = _spark_ingest(config, inputs, cfg, dump, plan, delta, paths, lap)
-    if lines is None:  # a dump the line rules do not read keeps no line store
+    if lines is None or lines.store is None:  # only the line formats keep a line store
         del paths["dump_lines"]
     else:
         il.write_store(lines.store, paths["dump_lines"])
@@ -495,16 +500,30 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
 
 
 def _parsed_lines(plan: fm.Plan, inputs: dict, cfg: dict
-                  ) -> tuple[il.ParsedLines | None, str | None]:
-    """Every line of the dump parsed on the driver, from the previous build's line store
-    where it has the line (None: the line parsers cannot read the plan), and why the tables
-    are made by Spark (None: on the driver — a refresh whose changed lines are few)."""
-    cannot = il.unsupported(plan)
-    if cannot is not None:
-        return None, cannot
+                  ) -> tuple[il.ParsedLines | nt.ParsedDump | None, str | None]:
+    """Every line of the dump parsed on the driver (None: it is above
+    ``ingest.driver_max_dump_mb`` or no driver rules read the plan), and why the tables are
+    made by Spark (None: on the driver). N-Triples: parsed whole, vectorised
+    (``spark_jobs.ingest_nt``); the line formats: from the previous build's line store where it
+    has the line, on the driver in a refresh whose changed lines are few."""
     size_mb = sum(path.stat().st_size for path in plan.files) / 2**20
     if size_mb > float(cfg["driver_max_dump_mb"]):
         return None, f"{size_mb:.0f} MB of dump, above ingest.driver_max_dump_mb"
+    if il.unsupported(plan) is None:
+        return _stored_lines(plan, inputs)
+    cannot = nt.unsupported(plan, cfg)
+    if cannot is not None:
+        return None, cannot
+    try:
+        return nt.ParsedDump(plan, _languages(cfg)), None
+    except nt.Unsupported as exc:
+        return None, f"not parsed on the driver: {exc}"
+    except il.UnreadableLines as exc:  # Spark names the file and its cause for the user
+        return None, f"unreadable on the driver: {exc}"
+
+
+def _stored_lines(plan: fm.Plan, inputs: dict) -> tuple[il.ParsedLines | None, str | None]:
+    """``_parsed_lines`` of a dump the line parsers read."""
     previous = previous_inputs(inputs, "dump_lines", *il.TABLES)
     try:
         lines = il.ParsedLines(plan, il.read_store(previous and previous["dump_lines"]))
@@ -552,13 +571,14 @@ def _languages(cfg: dict) -> list[str | None]:
     return [languages] if isinstance(languages, str) or languages is None else list(languages)
 
 
-def _driver_ingest(lines: il.ParsedLines, inputs: dict, cfg: dict, dump, plan: fm.Plan,
-                   paths: dict[str, Path], lap: Laps) -> dict:
+def _driver_ingest(lines: il.ParsedLines | nt.ParsedDump, inputs: dict, cfg: dict, dump,
+                   plan: fm.Plan, paths: dict[str, Path], lap: Laps) -> dict:
     """The tables from the parsed lines with Arrow (``spark_jobs.ingest_lines``), each written
-    with the schema of the previous build's (whose Spark ingest set it): a refresh."""
-    counted = _LineCounts(il.line_counts(lines.rows))
-    _write_like(il.quarantine(lines.rows, plan, TEXT_LIMIT), "quarantine", inputs, paths)
+    in the schema Spark's ingest writes it in."""
+    counted = _LineCounts(lines.counts)
+    _write_arrow(il.quarantine(lines.malformed, plan, TEXT_LIMIT), "quarantine", paths)
     _refuse(counted, dump, plan, float(cfg["max_malformed_share"]), paths["quarantine"])
+    lap("quarantine")
     graph = il.graph_tables(lines.rows)
     entities, names_found = il.entities(lines.rows, graph["keys"], plan.name_rule)
     relations = pa.table({"id": pa.array(range(len(graph["relation_names"])), pa.int64()),
@@ -566,10 +586,14 @@ def _driver_ingest(lines: il.ParsedLines, inputs: dict, cfg: dict, dump, plan: f
     for table, rows in (("entities", entities), ("relations", relations),
                         ("triples", graph["triples"]),
                         ("type_assertions", graph["type_assertions"])):
-        _write_like(rows, table, inputs, paths)
+        _write_arrow(rows, table, paths)
     lap("tables")
-    changes = driver_change_set(previous_inputs(inputs, "entities", "relations", "triples"),
-                                paths["change_set"].parent)
+    previous = previous_inputs(inputs, "entities", "relations", "triples")
+    if previous is None:
+        write_empty_change_set(paths["change_set"])
+        changes = None
+    else:
+        changes = driver_change_set(previous, paths["change_set"].parent)
     lap("change_set")
     return {"counted": counted, "feedback": {}, "entities": entities.num_rows,
             "relations": relations.num_rows, "triples": graph["triples"].num_rows,
@@ -577,10 +601,22 @@ def _driver_ingest(lines: il.ParsedLines, inputs: dict, cfg: dict, dump, plan: f
             graph["type_assertions"].num_rows, "names_found": names_found, "change_set": changes}
 
 
-def _write_like(rows: pa.Table, table: str, inputs: dict, paths: dict[str, Path]) -> None:
-    """One output table as one part file, in the schema of the previous build's."""
-    previous = previous_inputs(inputs, table)[table]
-    schema = pq.read_schema(min(previous.glob("*.parquet")))
+#: Ingest's tables not in the contract (``runtime.contract.TABLE_SCHEMAS``).
+_OWN_SCHEMAS = {"type_assertions": pa.schema([("id", pa.int64()), ("type", pa.string())])}
+
+
+def spark_schema(table: str) -> pa.Schema:
+    """The schema Spark's ingest writes ``table`` in: the contract's, with list columns
+    non-null and their items named ``element`` as Spark's Parquet writer names them."""
+    schema = _OWN_SCHEMAS.get(table) or TABLE_SCHEMAS[table]
+    return pa.schema([
+        pa.field(f.name, pa.list_(pa.field("element", f.type.value_type)), nullable=False)
+        if pa.types.is_list(f.type) else f for f in schema])
+
+
+def _write_arrow(rows: pa.Table, table: str, paths: dict[str, Path]) -> None:
+    """One output table as one part file, in Spark's schema of it."""
+    schema = spark_schema(table)
     shutil.rmtree(paths[table], ignore_errors=True)
     paths[table].mkdir(parents=True)
     pq.write_table(rows.select(schema.names).cast(schema), paths[table] / "part-00000.parquet")

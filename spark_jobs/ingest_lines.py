@@ -10,11 +10,12 @@ finds in the previous store and parses the others (``formats.parse_line``); file
 number come from where the line is now, so removed and moved lines need nothing.
 
 The tables are then derived from all the lines' rows with Arrow, by the rules of the Spark
-ingest (``spark_jobs.ingest``'s docstring) for what these parsers produce — edges, type
-assertions, names and malformed lines (no aliases, descriptions, attributes or records).
-tests/test_ingest_lines.py holds the result equal, row for row, to a Spark ingest of the same
-dump. Two hashes of different lines colliding (odds about 2⁻⁶⁴ per pair) would give one the
-other's parse.
+ingest (``spark_jobs.ingest``'s docstring) — edges, type assertions, names and malformed lines
+from these parsers; aliases, descriptions and attributes too from the N-Triples rows of
+``spark_jobs.ingest_nt``, which derives its tables here (never records of an entities file).
+tests/test_ingest_lines.py and tests/test_ingest_nt.py hold the result equal, row for row, to a
+Spark ingest of the same dump. Two hashes of different lines colliding (odds about 2⁻⁶⁴ per
+pair) would give one the other's parse.
 """
 
 from __future__ import annotations
@@ -115,6 +116,14 @@ class ParsedLines:
         self.store = pa.concat_tables(stores) if stores else STORE_SCHEMA.empty_table()
         self.lines = self.rows.num_rows if self.rows is not None else 0
 
+    @property
+    def counts(self) -> dict[tuple[str, str | None, int], int]:
+        return line_counts(self.rows)
+
+    @property
+    def malformed(self) -> pa.Table:
+        return self.rows  # ``quarantine`` keeps the malformed ones
+
     def _rows(self, parser: str, lines: list[bytes], known: pa.Table
               ) -> tuple[pa.Table, pa.Table]:
         """The parsed rows of ``lines`` (known ones taken from the store, the others parsed)
@@ -160,12 +169,20 @@ def _graph(rows: pa.Table, kind: str) -> pa.Table:
     return rows.filter(pc.and_(pc.equal(rows["kind"], kind), rows["graph"]))
 
 
+#: Kinds of lines whose subject is an entity though they state no edge.
+SUBJECT_KINDS = (*fm.LITERAL_KINDS, fm.FILTERED, fm.TYPE)
+
+
 def graph_tables(rows: pa.Table) -> dict[str, pa.Table]:
     """Entity keys (sorted: id = rank), relation names (sorted), and the distinct triples and
-    type assertions in those ids; entities are the ends of edges and the subjects of types."""
+    type assertions in those ids; entities are the ends of edges and the subjects of literal
+    facts and types."""
     edges, types = _graph(rows, fm.EDGE), _graph(rows, fm.TYPE)
-    keys = pc.unique(pa.chunked_array([*edges["s"].chunks, *edges["o"].chunks,
-                                       *types["s"].chunks], pa.string()))
+    subjects = rows.filter(pc.and_(pc.is_in(rows["kind"], pa.array(SUBJECT_KINDS)),
+                                   rows["graph"]))["s"]
+    keys = pc.unique(pa.chunked_array([*edges["s"].cast(pa.string()).chunks,
+                                       *edges["o"].cast(pa.string()).chunks,
+                                       *subjects.cast(pa.string()).chunks], pa.string()))
     keys = keys.take(pc.sort_indices(keys))
     names = pc.unique(edges["p"].combine_chunks() if edges.num_rows else pa.array([], pa.string()))
     names = names.take(pc.sort_indices(names))
@@ -186,23 +203,69 @@ def _distinct(table: pa.Table) -> pa.Table:
         [(c, "ascending") for c in columns])
 
 
+_ATTRIBUTE = pa.struct([("key", pa.string()), ("value", pa.string())])
+
+
 def entities(rows: pa.Table, keys: pa.Array, name_rule: str) -> tuple[pa.Table, int]:
-    """The entities in id order — name the first name of the key by (file, line), else the
-    fallback of ``name_rule`` — and how many have a name of their own."""
-    named = rows.filter(pc.equal(rows["kind"], fm.NAME)).sort_by([("file_idx", "ascending"),
-                                                                   ("line", "ascending")])
-    first = pc.index_in(keys, value_set=named["s"])  # the first match in (file, line) order
-    own = named["o"].combine_chunks().take(first) if named.num_rows else pa.nulls(len(keys),
-                                                                                  pa.string())
+    """The entities in id order — name and description the first of the key by (file, line),
+    else the fallback of ``name_rule`` and null; aliases and attributes in first-seen order,
+    de-duplicated — and how many have a name of their own. Name, alias and description
+    literals that are blank once trimmed are not used."""
+    facts = _literals(rows)
+    own = _first(facts, fm.NAME, keys)
     fallback = keys if name_rule == "key" else pc.replace_substring(keys, "_", " ")
-    n = len(keys)
     table = pa.table({
-        "id": pa.array(np.arange(n), pa.int64()), "key": keys,
+        "id": pa.array(np.arange(len(keys)), pa.int64()), "key": keys,
         "name": pc.coalesce(own, fallback),
-        "aliases": pa.array([[]] * n, pa.list_(pa.string())),
-        "description": pa.nulls(n, pa.string()),
-        "types": pa.array([[]] * n, pa.list_(pa.string())),
-        "attributes": pa.array([[]] * n, pa.list_(pa.struct([("key", pa.string()),
-                                                              ("value", pa.string())]))),
+        "aliases": _in_order(facts, fm.ALIAS, keys, {"o": None}),
+        "description": _first(facts, fm.DESCRIPTION, keys),
+        "types": _empty_lists(len(keys), pa.string()),
+        "attributes": _in_order(facts, fm.ATTRIBUTE, keys, {"p": "key", "o": "value"}),
     })
-    return table, n - own.null_count
+    return table, len(keys) - own.null_count
+
+
+def _literals(rows: pa.Table) -> pa.Table:
+    """The literal facts that name or describe a key, in (file, line) order."""
+    facts = rows.filter(pc.is_in(rows["kind"], pa.array(fm.LITERAL_KINDS)))
+    facts = pa.table({"file_idx": facts["file_idx"], "line": facts["line"],
+                      **{c: facts[c].cast(pa.string()) for c in ("kind", "s", "p", "o")}})
+    blank = pc.and_(pc.not_equal(facts["kind"], fm.ATTRIBUTE),
+                    pc.equal(pc.utf8_trim(facts["o"], " "), ""))  # Spark's trim: spaces
+    kept = pc.and_(pc.is_valid(facts["o"]), pc.invert(blank))
+    return facts.filter(kept).sort_by([("file_idx", "ascending"), ("line", "ascending")])
+
+
+def _first(facts: pa.Table, kind: str, keys: pa.Array) -> pa.Array:
+    """Per key, the text of its first ``kind`` fact (null: none)."""
+    mine = facts.filter(pc.equal(facts["kind"], kind))
+    if not mine.num_rows:
+        return pa.nulls(len(keys), pa.string())
+    return mine["o"].combine_chunks().take(pc.index_in(keys, value_set=mine["s"]))
+
+
+def _in_order(facts: pa.Table, kind: str, keys: pa.Array, fields: dict[str, str | None]
+              ) -> pa.Array:
+    """Per key, the distinct values of its ``kind`` facts in first-seen order ([]: none): the
+    column of the one field named None, else structs of the ``fields`` (column → name)."""
+    mine = facts.filter(pc.equal(facts["kind"], kind))  # in (file, line) order
+    mine = mine.append_column("at", pa.array(np.arange(mine.num_rows), pa.int64()))
+    columns = list(fields)
+    value_type = pa.string() if fields[columns[0]] is None else _ATTRIBUTE
+    if not mine.num_rows:
+        return _empty_lists(len(keys), value_type)
+    firsts = mine.group_by(["s", *columns], use_threads=False).aggregate([("at", "min")])
+    firsts = firsts.append_column("id", pc.index_in(firsts["s"], value_set=keys)).filter(
+        pc.is_valid(pc.field("id"))).sort_by([("id", "ascending"), ("at_min", "ascending")])
+    values = (firsts[columns[0]] if fields[columns[0]] is None else pc.make_struct(
+        *(firsts[c] for c in columns), field_names=[fields[c] for c in columns]))
+    sizes = np.bincount(firsts["id"].to_numpy(), minlength=len(keys))
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.concat_arrays(
+        values.chunks) if values.num_chunks else pa.array([], value_type)).cast(
+        pa.list_(value_type))
+
+
+def _empty_lists(n: int, value_type: pa.DataType) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)),
+                                    pa.array([], value_type))
