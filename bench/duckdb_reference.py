@@ -173,7 +173,8 @@ def run(args) -> dict:
                 baseline_equality = compare(before, tables)
             loads.append(machine()["load_average"])
             print(f"round {i + 1}/{args.rounds}: {step_paths(reports)} "
-                  f"{ {k: v[-1] for k, v in times.items()} } equal: {equality}",
+                  f"{ {k: v[-1] for k, v in times.items()} } equal: {equality} ingest steps: "
+                  f"{reports['ingest']['step_seconds']}",
                   file=sys.stderr, flush=True)
     return {
         "mode": "duckdb_reference", "dump": str(args.dump) if args.dump else None,
@@ -186,6 +187,7 @@ def run(args) -> dict:
         "paths": args.paths, "step_paths": step_paths(reports),
         "ingest_driver_peak_mib": peak_mib,
         "candidate_pairs": reports["relation_stats"]["candidate_pairs"],
+        "ingest_steps": reports["ingest"]["step_seconds"],
         "relation_stats_steps": reports["relation_stats"]["step_seconds"],
         "rounds": args.rounds, "seconds": {k: spread(v) for k, v in times.items()},
         "ratios": ratios(times), "equality": equality,
