@@ -16,8 +16,9 @@ quarantine has work). Rounds alternate Spark then DuckDB so that both see the sa
   start-up is reported apart. Their driver paths are off (``relation_stats_scale.SPARK_PATHS``)
   unless ``--paths product``: then the default config's thresholds choose each stage's path, as a
   build of that size would (the row's ``step_paths`` and the table say which ran, per step);
-  with the Spark paths forced, ``--set relation_stats.driver_max_triples=10000000`` measures relation_stats' driver path
-  (numpy, no Spark: ``spark_jobs/relation_stats_driver.py``) against DuckDB instead, and
+  with the Spark paths forced, ``--set relation_stats.driver_max_triples=10000000`` measures
+  relation_stats' driver path (numpy, no Spark: ``spark_jobs/relation_stats_driver.py``)
+  against DuckDB instead, and
   ``--set ingest.driver_max_dump_mb=512`` ingest's (an N-Triples dump parsed with
   pyarrow.compute: ``spark_jobs/ingest_nt.py``); the row's ``ingest_path`` says which ran,
   ``ingest_driver_peak_mib`` the Python process's peak RSS during each round's ingest.
