@@ -5,6 +5,7 @@
     python bench/duckdb_reference.py --dump /data/synth-1e6  # an existing pipeline.synth dir
     python bench/duckdb_reference.py --dump D --baseline ../old  # + an older relation_stats
     python bench/duckdb_reference.py --dump D --baseline ../old --baseline-stage ingest
+    python bench/duckdb_reference.py --dump D --paths product  # the paths a build would take
 
 One process, one dump (``pipeline.synth``, ``--malformed-rate`` 0.1 % by default so that the
 quarantine has work). Rounds alternate Spark then DuckDB so that both see the same machine load:
@@ -12,9 +13,12 @@ quarantine has work). Rounds alternate Spark then DuckDB so that both see the sa
 * **Spark**: ``ingest`` and ``entity_types`` through ``pipeline.driver.run_stage`` and
   ``relation_stats`` on their staged outputs — ``relation_stats_scale.spark_stages``, exactly as
   the build runs them. The session (``local[2]``) is started once, before the rounds, and its
-  start-up is reported apart. Their driver paths are off (``relation_stats_scale.SPARK_PATHS``);
-  ``--set relation_stats.driver_max_triples=10000000`` measures relation_stats' driver path
-  (numpy, no Spark: ``spark_jobs/relation_stats_driver.py``) against DuckDB instead, and
+  start-up is reported apart. Their driver paths are off (``relation_stats_scale.SPARK_PATHS``)
+  unless ``--paths product``: then the default config's thresholds choose each stage's path, as a
+  build of that size would (the row's ``step_paths`` and the table say which ran, per step);
+  with the Spark paths forced, ``--set relation_stats.driver_max_triples=10000000`` measures
+  relation_stats' driver path (numpy, no Spark: ``spark_jobs/relation_stats_driver.py``)
+  against DuckDB instead, and
   ``--set ingest.driver_max_dump_mb=512`` ingest's (an N-Triples dump parsed with
   pyarrow.compute: ``spark_jobs/ingest_nt.py``); the row's ``ingest_path`` says which ran,
   ``ingest_driver_peak_mib`` the Python process's peak RSS during each round's ingest.
@@ -32,7 +36,7 @@ Every output that is deterministic is compared: counts, quarantine (line, reason
 relation counts and H(r), type-pair masses, candidate pairs with source, shared entities,
 Jaccard and NMI (floats to ``TOLERANCE``; Spark rounds H and P_r to 12 decimals, DuckDB
 likewise, but sums in another order). Prints a Markdown table of per-step seconds (median over
-rounds, with min–max) and ratios Spark / DuckDB; ``--json PATH`` appends the row.
+rounds, with min–max) and ratios LOKG / DuckDB; ``--json PATH`` appends the row.
 
 ``--baseline DIR`` (a checkout, e.g. a git worktree at an older commit): in every round its
 ``spark_jobs/relation_stats.py`` (``--baseline-stage ingest``: its ``spark_jobs/ingest.py``
@@ -57,7 +61,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.relation_stats_scale import (  # noqa: E402
-    Peaks, bench_config, machine, spark_stages, start_spark, synth_dump)
+    PATHS, Peaks, bench_config, machine, spark_stages, start_spark, synth_dump)
 from bench import duckdb_sql  # noqa: E402
 
 TOLERANCE = 1e-9
@@ -138,7 +142,7 @@ def timed_baseline(baseline, stage: str, config: dict, dump: Path, outputs: dict
 
 
 def run(args) -> dict:
-    config = bench_config(args)
+    config = bench_config(args, args.paths)
     config["ingest"]["format"] = "synth"
     with tempfile.TemporaryDirectory(prefix="lokg-duckdb-ref-", dir=args.workdir) as tmp:
         dump, generate_s = synth_dump(args, tmp, args.malformed_rate)
@@ -156,7 +160,7 @@ def run(args) -> dict:
                 before = timed_baseline(baseline, stage, config, dump, outputs, tmp, i, times)
             stages, reports, outputs = spark_stages(config, dump, Path(tmp) / f"store{i}", peaks)
             for name, st in stages.items():
-                times.setdefault(f"spark_{name}", []).append(st["seconds"])
+                times.setdefault(f"lokg_{name}", []).append(st["seconds"])
             peak_mib.append(stages["ingest"]["driver_peak_mib"])
             if baseline and not baseline_first:
                 before = timed_baseline(baseline, stage, config, dump, outputs, tmp, i, times)
@@ -169,6 +173,10 @@ def run(args) -> dict:
             if baseline:
                 baseline_equality = compare(before, tables)
             loads.append(machine()["load_average"])
+            print(f"round {i + 1}/{args.rounds}: {step_paths(reports)} "
+                  f"{ {k: v[-1] for k, v in times.items()} } equal: {equality} ingest steps: "
+                  f"{reports['ingest']['step_seconds']}",
+                  file=sys.stderr, flush=True)
     return {
         "mode": "duckdb_reference", "dump": str(args.dump) if args.dump else None,
         "seed": args.seed, "malformed_rate": None if args.dump else args.malformed_rate,
@@ -177,9 +185,11 @@ def run(args) -> dict:
         "malformed": reports["ingest"]["malformed"],
         "ingest_path": reports["ingest"]["refresh"]["ingest"],
         "ingest_path_why": reports["ingest"]["refresh"]["why"],
+        "paths": args.paths, "step_paths": step_paths(reports),
         "ingest_driver_peak_mib": peak_mib,
         "candidate_pairs": reports["relation_stats"]["candidate_pairs"],
-        "spark_relation_stats_steps": reports["relation_stats"]["step_seconds"],
+        "ingest_steps": reports["ingest"]["step_seconds"],
+        "relation_stats_steps": reports["relation_stats"]["step_seconds"],
         "rounds": args.rounds, "seconds": {k: spread(v) for k, v in times.items()},
         "ratios": ratios(times), "equality": equality,
         "baseline": str(args.baseline) if args.baseline else None,
@@ -191,10 +201,18 @@ def run(args) -> dict:
     }
 
 
+def step_paths(reports: dict) -> dict[str, str]:
+    """Where each step ran (driver | spark), from the stages' own reports: ingest's parse,
+    entity_types' choice of types, relation_stats' passes over the triples."""
+    return {"ingest": reports["ingest"]["refresh"]["ingest"],
+            "entity_types": reports["entity_types"]["path"],
+            "relation_stats": reports["relation_stats"]["passes"]}
+
+
 def ratios(times: dict[str, list[float]]) -> dict[str, float]:
-    """Spark / DuckDB of the medians: ingest (Spark's ingest stage) and relation_stats."""
+    """LOKG / DuckDB of the medians: ingest (LOKG's ingest stage) and relation_stats."""
     med = {k: statistics.median(v) for k, v in times.items()}
-    out = {step: round(med[f"spark_{step}"] / med[f"duckdb_{step}"], 2)
+    out = {step: round(med[f"lokg_{step}"] / med[f"duckdb_{step}"], 2)
            for step in ("ingest", "relation_stats")}
     for step in ("ingest", "relation_stats"):
         if f"baseline_{step}" in med:
@@ -209,19 +227,19 @@ def table(row: dict) -> str:
         s = sec[key]
         return f"{s['median']:.1f} ({s['min']:.1f}–{s['max']:.1f})"
 
-    lines = ["| triples | step | Spark s, median (min–max) | DuckDB s, median (min–max) | "
-             "Spark / DuckDB |", "|--:|---|--:|--:|--:|"]
+    rounds, paths = row["rounds"], row["step_paths"]
+    lines = [f"| triples | step (path) | LOKG s, median (min–max), {rounds} rounds | "
+             "DuckDB s, median (min–max) | LOKG / DuckDB |", "|--:|---|--:|--:|--:|"]
     for step in ("ingest", "relation_stats"):
-        on = f" (on the {row['ingest_path']})" if step == "ingest" else ""
-        lines.append(f"| {row['triples']:,} | {step}{on} | {cell('spark_' + step)} | "
+        lines.append(f"| {row['triples']:,} | {step} ({paths[step]}) | {cell('lokg_' + step)} | "
                      f"{cell('duckdb_' + step)} | {row['ratios'][step]:.1f}× |")
     for step in ("ingest", "relation_stats"):
         if f"baseline_{step}" in sec:
             lines.append(f"| {row['triples']:,} | {step}, --baseline | "
                          f"{cell('baseline_' + step)} | {cell('duckdb_' + step)} | "
                          f"{row['ratios']['baseline_' + step]:.1f}× |")
-    lines.append(f"| | entity_types (Spark only, input of both relation_stats) | "
-                 f"{cell('spark_entity_types')} | — | — |")
+    lines.append(f"| | entity_types ({paths['entity_types']}; LOKG only, input of both "
+                 f"relation_stats) | {cell('lokg_entity_types')} | — | — |")
     lines.append(f"| | Spark session start-up (once, excluded above) | "
                  f"{row['spark_startup_seconds']:.1f} | — | — |")
     return "\n".join(lines)
@@ -235,6 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=2, help="Spark/DuckDB rounds, alternating")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--driver-memory", default="6g")
+    parser.add_argument("--paths", choices=PATHS, default="spark",
+                        help="spark: the stages' Spark paths forced; product: the default "
+                             "config's thresholds choose, as a build of that size would")
     parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", type=Path, help="append the result as one JSON line")
     parser.add_argument("--workdir", type=Path, help="parent of the temporary directory")

@@ -109,11 +109,19 @@ SPARK_PATHS = ("relation_stats.driver_max_triples=0", "entity_types.driver_max_t
                "ingest.driver_max_dump_mb=0")
 
 
-def bench_config(args) -> dict:
+#: ``spark``: the stages' Spark paths forced (``SPARK_PATHS``); ``product``: the default config's
+#: thresholds choose, as a build of that size would
+PATHS = ("spark", "product")
+
+
+def bench_config(args, paths: str = "spark") -> dict:
     from runtime.config import load_config
 
+    if paths not in PATHS:
+        raise ValueError(f"paths must be one of {PATHS}, got {paths!r}")
+    forced = SPARK_PATHS if paths == "spark" else ()
     return load_config(None, ["spark.master=local[2]", f"spark.driver_memory={args.driver_memory}",
-                              *SPARK_PATHS, *args.extra])
+                              *forced, *args.extra])
 
 
 def machine() -> dict:

@@ -1,0 +1,51 @@
+"""bench/duckdb_reference.py's ``--paths``: ``spark`` forces every stage's Spark path, ``product``
+leaves the default config's thresholds to choose (what a build of that size runs), and the
+table names the path each step took. No Spark, no DuckDB: the config and the table only."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from bench.duckdb_reference import step_paths, table
+from bench.relation_stats_scale import SPARK_PATHS, bench_config
+from runtime.config import load_config
+
+ARGS = SimpleNamespace(driver_memory="1g", extra=[])
+
+
+def _thresholds(config: dict) -> dict[str, int]:
+    keys = [setting.split("=")[0].split(".") for setting in SPARK_PATHS]
+    return {f"{s}.{k}": config[s][k] for s, k in keys}
+
+
+def test_spark_paths_force_every_threshold_to_zero():
+    assert set(_thresholds(bench_config(ARGS, "spark")).values()) == {0}
+
+
+def test_product_paths_keep_the_default_thresholds():
+    product = _thresholds(bench_config(ARGS, "product"))
+    assert product == _thresholds(load_config(None, []))
+    assert all(v > 0 for v in product.values())
+
+
+def test_an_unknown_paths_value_is_refused():
+    with pytest.raises(ValueError, match="paths must be one of"):
+        bench_config(ARGS, "driver")
+
+
+def test_the_table_names_the_path_each_step_took():
+    reports = {"ingest": {"refresh": {"ingest": "spark"}}, "entity_types": {"path": "driver"},
+               "relation_stats": {"passes": "driver"}}
+    spread = {"median": 2.0, "min": 1.0, "max": 3.0}
+    row = {"rounds": 3, "triples": 10, "step_paths": step_paths(reports),
+           "spark_startup_seconds": 9.0, "ratios": {"ingest": 2.0, "relation_stats": 0.5},
+           "seconds": {k: spread for k in ("lokg_ingest", "lokg_relation_stats",
+                                           "lokg_entity_types", "duckdb_ingest",
+                                           "duckdb_relation_stats")}}
+    lines = table(row).splitlines()
+    assert "3 rounds" in lines[0]
+    assert "| ingest (spark) | 2.0 (1.0–3.0) |" in lines[2]
+    assert "| relation_stats (driver) |" in lines[3]
+    assert "entity_types (driver;" in lines[4]
