@@ -156,6 +156,11 @@ DEFAULTS: dict = {
         # build's vectors (by entity key and relation name; new ones get the usual init) and
         # train at most this many epochs (and transe.epochs); 0 = a refresh trains from scratch
         "refresh_epochs": 5,
+        # ... and none while the vectors' loss on the new graph (fixed negatives, one pass;
+        # losses.json eval) is at most the last trained build's (eval.reference) plus this;
+        # null = always train refresh_epochs. FB15k-237, 1 % of triples changed: 0.0462 ->
+        # 0.0582 (the 5 warm epochs end at 0.0527; docs/BENCHMARKS.md)
+        "refresh_loss_margin": 0.015,
     },
     "scos_merge": {  # spark_jobs/scos_merge.py (DESIGN §2.5)
         "enabled": True,
@@ -520,6 +525,7 @@ SCHEMA: dict = {
         "tolerance": number(0, 1), "min_steps": integer(0),
         "loss_tolerance": number(0, 1), "loss_patience": integer(0),
         "relation_sample": integer(1, nullable=True), "refresh_epochs": integer(0),
+        "refresh_loss_margin": number(0, nullable=True),
     },
     "scos_merge": {
         "enabled": BOOL,

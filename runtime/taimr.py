@@ -248,20 +248,25 @@ class Paths:
 def paths_table(paths: Iterable[Paths]) -> pa.Table:
     """``path_cache`` contract rows of several heads, in the given head order."""
     paths = list(paths)
-    lengths = np.concatenate([np.zeros(0, np.int64)] + [p.lengths for p in paths])
-    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
 
     def flat(name: str, dtype) -> np.ndarray:
         return np.concatenate([np.zeros(0, dtype)] + [getattr(p, name) for p in paths])
 
+    heads = np.concatenate([np.zeros(0, np.int64)]
+                           + [np.full(len(p), p.head, np.int64) for p in paths])
+    return _rows_table(heads, flat("rank", np.int32), flat("score", np.float64),
+                       flat("lengths", np.int64), flat("relations", np.int64),
+                       flat("inverses", bool), flat("nodes", np.int64))
+
+
+def _rows_table(heads, rank, score, lengths, relations, inverses, nodes) -> pa.Table:
+    """``path_cache`` rows from flat columns (hop values path by path, ``lengths`` a path)."""
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
     return pa.table({
-        "head": np.concatenate([np.zeros(0, np.int64)]
-                               + [np.full(len(p), p.head, np.int64) for p in paths]),
-        "rank": flat("rank", np.int32),
-        "score": flat("score", np.float64),
-        "relations": pa.ListArray.from_arrays(offsets, pa.array(flat("relations", np.int64))),
-        "inverses": pa.ListArray.from_arrays(offsets, pa.array(flat("inverses", bool))),
-        "nodes": pa.ListArray.from_arrays(offsets, pa.array(flat("nodes", np.int64))),
+        "head": heads, "rank": rank, "score": score,
+        "relations": pa.ListArray.from_arrays(offsets, pa.array(relations)),
+        "inverses": pa.ListArray.from_arrays(offsets, pa.array(inverses)),
+        "nodes": pa.ListArray.from_arrays(offsets, pa.array(nodes)),
     }, schema=TABLE_SCHEMAS["path_cache"])
 
 
@@ -282,17 +287,25 @@ def _cut(group: np.ndarray, score: np.ndarray, limit: int, n_groups: int) -> np.
     return cut
 
 
-def _best_per_group(group: np.ndarray, score: np.ndarray, limit: int, *,
+def _best_per_group(group: np.ndarray, score: np.ndarray, limit: int, owner: np.ndarray, *,
                     ties: bool = False) -> np.ndarray:
-    """Indices of the ``limit`` best scores of every group; ties at the cut go to the earlier
-    index, or are all kept with ``ties`` (the final ranking breaks them by path)."""
-    if not len(group) or np.bincount(group).max() <= limit:
+    """Indices of the ``limit`` best scores of every group (``owner``: its head's position);
+    ties at the cut go to the earlier index, or are all kept with ``ties`` (the final ranking
+    breaks them by path). The rows of a head none of whose groups exceeds ``limit`` keep their
+    order, the other heads' are ordered by (group, −score, index): as if each head were
+    searched alone, so that later ties at a cut fall the same way."""
+    counts = np.bincount(group, minlength=len(owner))
+    if not len(group) or counts.max() <= limit:
         return np.arange(len(group))
     if ties:
-        return np.flatnonzero(score >= _cut(group, score, limit, group.max() + 1)[group])
-    order = np.lexsort((-score, group))
+        return np.flatnonzero(score >= _cut(group, score, limit, len(owner))[group])
+    cut_head = np.zeros(int(owner.max()) + 1, dtype=bool)
+    cut_head[owner[counts > limit]] = True
+    row_head = owner[group]
+    ordered = cut_head[row_head]
+    order = np.lexsort((np.where(ordered, -score, 0.0), np.where(ordered, group, 0), row_head))
     rank = _rank_in_runs(group[order])
-    return order[rank < limit]
+    return order[~ordered[order] | (rank < limit)]
 
 
 def _children(indptr: np.ndarray, ends: np.ndarray, skip: np.ndarray, take: np.ndarray):
@@ -302,14 +315,31 @@ def _children(indptr: np.ndarray, ends: np.ndarray, skip: np.ndarray, take: np.n
     return parent, pos
 
 
-def _fresh(view: _View, head: int, beam_pos: np.ndarray, parent: np.ndarray,
+def _fresh(view: _View, beam_head: np.ndarray, beam_pos: np.ndarray, parent: np.ndarray,
            pos: np.ndarray) -> np.ndarray:
     """Mask of the children that reach a node not yet on their parent path (head included)."""
     targets = view.targets[pos]
-    fresh = targets != head
+    fresh = targets != beam_head[parent]
     for j in range(beam_pos.shape[1]):
         fresh &= targets != view.targets[beam_pos[parent, j]]
     return fresh
+
+
+#: Heads searched together by ``top_paths_table``: fewer numpy calls per head, while larger
+#: batches sort larger arrays (on FB15k-237 a few dozen heads did best, in a scratch run under
+#: load); bounds the memory too.
+HEADS_PER_BATCH = 32
+
+
+def _validate(graph: EdgeGraph, heads: np.ndarray, max_hops: int, k_top: int,
+              beam_width: int) -> None:
+    bad = heads[(heads < 0) | (heads >= graph.n_nodes)]
+    if len(bad):
+        raise ValueError(f"head {bad[0]} is not an entity id of this graph "
+                         f"(0..{graph.n_nodes - 1})")
+    if max_hops < 1 or k_top < 1 or beam_width < 1:
+        raise ValueError(f"max_hops, k_top and beam_width must be >= 1, "
+                         f"got {max_hops}, {k_top}, {beam_width}")
 
 
 def top_paths(graph: EdgeGraph, head: int, *, max_hops: int = 3, k_top: int = 20,
@@ -326,67 +356,157 @@ def top_paths(graph: EdgeGraph, head: int, *, max_hops: int = 3, k_top: int = 20
     loses nothing. With ``beam_width`` at least the number of partial paths of a group and
     hop, the result is exactly the top ``k_top`` of all simple paths.
     """
-    if not 0 <= head < graph.n_nodes:
-        raise ValueError(f"head {head} is not an entity id of this graph (0..{graph.n_nodes - 1})")
-    if max_hops < 1 or k_top < 1 or beam_width < 1:
-        raise ValueError(f"max_hops, k_top and beam_width must be >= 1, "
-                         f"got {max_hops}, {k_top}, {beam_width}")
-    view, indptr = graph.view(lambda_topo), graph.indptr
+    heads = np.array([head], np.int64)
+    _validate(graph, heads, max_hops, k_top, beam_width)
+    rows = _search(graph.view(lambda_topo), graph.indptr, heads, max_hops, k_top, beam_width)
+    return Paths(int(head), *rows[1:])
+
+
+def top_paths_table(graph: EdgeGraph, heads, *, max_hops: int = 3, k_top: int = 20,
+                    beam_width: int = 64, lambda_topo: float = 1.0) -> pa.Table:
+    """The ``path_cache`` rows of ``top_paths`` of every head, in the given head order (the
+    rows of ``paths_table(top_paths(graph, h) for h in heads)``), searched
+    ``HEADS_PER_BATCH`` heads at a time."""
+    heads = np.asarray(heads, np.int64).reshape(-1)
+    _validate(graph, heads, max_hops, k_top, beam_width)
+    view = graph.view(lambda_topo)
+    return pa.concat_tables([
+        _rows_table(*_search(view, graph.indptr, heads[i:i + HEADS_PER_BATCH], max_hops, k_top,
+                             beam_width))
+        for i in range(0, max(len(heads), 1), HEADS_PER_BATCH)])
+
+
+def _search(view: _View, indptr: np.ndarray, heads: np.ndarray, max_hops: int, k_top: int,
+            beam_width: int) -> tuple:
+    """The beam search of ``top_paths`` for several heads at once: a group is (head's position,
+    first relation, first direction), ``owner`` maps it to the position. Returns the flat
+    columns of ``_rows_table``, head by head in the given order."""
 
     def limit(hop: int) -> int:  # paths kept per group at ``hop`` hops: the last is not extended
         return k_top if hop == max_hops else beam_width
 
-    pos = np.arange(indptr[head], indptr[head + 1])
-    pos = pos[view.targets[pos] != head]
-    labels, group = np.unique(view.relations[pos] * 2 + view.inverse[pos], return_inverse=True)
-    n_groups = len(labels)
+    degree = indptr[heads + 1] - indptr[heads]
+    at, pos = _children(indptr, heads, np.zeros_like(degree), degree)
+    fresh = view.targets[pos] != heads[at]
+    at, pos = at[fresh], pos[fresh]
+    stride = 2 * (int(view.relations.max(initial=0)) + 1)
+    labels, group = np.unique(at * stride + view.relations[pos] * 2 + view.inverse[pos],
+                              return_inverse=True)
+    owner = labels // stride
     score = view.weight[pos]
-    keep = _best_per_group(group, score, limit(1), ties=max_hops == 1)
-    beam_group, beam_score, beam_pos = group[keep], score[keep], pos[keep][:, None]
-    found = [(beam_group, beam_score, beam_pos)]
+    keep = _best_per_group(group, score, limit(1), owner, ties=max_hops == 1)
+    beam = group[keep], score[keep], pos[keep][:, None]
+    found = [beam]
     for hop in range(2, max_hops + 1):
-        if not len(beam_pos):
+        if not len(beam[0]):
             break
         wanted = limit(hop)
-        parent, pos, group, score = _extend(view, indptr, head, (beam_group, beam_score, beam_pos),
-                                            wanted, hop, n_groups)
-        keep = _best_per_group(group, score, wanted, ties=hop == max_hops)
-        beam_group, beam_score = group[keep], score[keep]
-        beam_pos = np.column_stack([beam_pos[parent[keep]], pos[keep]])
-        found.append((beam_group, beam_score, beam_pos))
-    return _rank(view, head, found, max_hops, k_top)
+        extend = _last_hop if hop == max_hops else _extend
+        parent, pos, group, score = extend(view, indptr, heads, owner, beam, wanted, hop)
+        keep = _best_per_group(group, score, wanted, owner, ties=hop == max_hops)
+        beam = group[keep], score[keep], np.column_stack([beam[2][parent[keep]], pos[keep]])
+        found.append(beam)
+    return _rank(view, heads, owner, found, max_hops, k_top)
 
 
-def _extend(view: _View, indptr: np.ndarray, head: int, beam: tuple, wanted: int, hop: int,
-            n_groups: int) -> tuple:
+def _extend(view: _View, indptr: np.ndarray, heads: np.ndarray, owner: np.ndarray, beam: tuple,
+            wanted: int, hop: int) -> tuple:
     """(parent, pos, group, score) of the beam's fresh children that can still enter their
     group's top ``wanted``: each parent's best ``wanted + hop`` out-edges first, all of them
     only where that leaves fewer than ``wanted`` fresh children."""
     beam_group, beam_score, beam_pos = beam
+    beam_head = heads[owner[beam_group]]
     ends = view.targets[beam_pos[:, -1]]
     degree = indptr[ends + 1] - indptr[ends]
     first = np.minimum(degree, wanted + hop)  # hop = nodes on the parent path
     parent, pos = _children(indptr, ends, np.zeros_like(first), first)
-    fresh = _fresh(view, head, beam_pos, parent, pos)
+    fresh = _fresh(view, beam_head, beam_pos, parent, pos)
     short = (first < degree) & (np.bincount(parent[fresh], minlength=len(ends)) < wanted)
     if short.any():
         rest = np.where(short, degree - first, 0)
         more_parent, more_pos = _children(indptr, ends, first, rest)
-        more_fresh = _fresh(view, head, beam_pos, more_parent, more_pos)
+        more_fresh = _fresh(view, beam_head, beam_pos, more_parent, more_pos)
         parent = np.concatenate([parent, more_parent])
         pos = np.concatenate([pos, more_pos])
         fresh = np.concatenate([fresh, more_fresh])
     group, score = beam_group[parent], beam_score[parent] + view.weight[pos]
     # The wanted-th best score of a group among its parents' first two out-edges bounds the
-    # group's cut from below: children scoring under it are dropped before sorting.
+    # group's cut from below: where a head has over 4 children per such sample, its children
+    # scoring under it are dropped before sorting.
     sample = fresh & (pos - indptr[ends][parent] < 2)
-    if len(pos) > 4 * sample.sum():
-        fresh &= score >= _cut(group[sample], score[sample], wanted, n_groups)[group]
+    child_head = owner[group]
+    pruned = (np.bincount(child_head, minlength=len(heads))
+              > 4 * np.bincount(child_head[sample], minlength=len(heads)))
+    if pruned.any():
+        cut = _cut(group[sample], score[sample], wanted, len(owner))
+        fresh &= ~pruned[child_head] | (score >= cut[group])
     return parent[fresh], pos[fresh], group[fresh], score[fresh]
 
 
-def _rank(view: _View, head: int, found: list, max_hops: int, k_top: int) -> Paths:
-    """Order all candidates by (group, −score, nodes, relations, inverses); keep k_top a group."""
+#: Parents per group whose first ``k_top`` children join the sample that bounds a group's
+#: last-hop cut (``_last_hop``): the best parents hold most of the top paths.
+SAMPLED_PARENTS = 4
+
+
+def _last_hop(view: _View, indptr: np.ndarray, heads: np.ndarray, owner: np.ndarray,
+              beam: tuple, k_top: int, hop: int) -> tuple:
+    """``_extend``'s last-hop children less those scoring under a lower bound of their group's
+    cut — the ``k_top``-th best of a sample (every parent's first two children, the best
+    ``SAMPLED_PARENTS`` parents' first ``k_top``) — without generating them: out-edges come
+    best weight first, so a parent's passing children are a run, found by bisection. The
+    last hop's ranking keeps all children at its cut, so this drops none it keeps."""
+    beam_group, beam_score, beam_pos = beam
+    beam_head = heads[owner[beam_group]]
+    ends = view.targets[beam_pos[:, -1]]
+    start, degree = indptr[ends], indptr[ends + 1] - indptr[ends]
+    first = np.minimum(degree, k_top + hop)  # as _extend: hop = nodes on the parent path
+    take = np.minimum(first, 2)
+    best = _best_per_group(beam_group, beam_score, SAMPLED_PARENTS, owner)
+    take[best] = np.minimum(first[best], k_top)
+    parent, pos = _children(indptr, ends, np.zeros_like(take), take)
+    fresh = _fresh(view, beam_head, beam_pos, parent, pos)
+    score = beam_score[parent] + view.weight[pos]
+    cut = _cut(beam_group[parent[fresh]], score[fresh], k_top, len(owner))[beam_group]
+    end = _passing_end(view.weight, start, beam_score, cut, np.zeros_like(first), first)
+    parent, pos = _children(indptr, ends, np.zeros_like(end), end)
+    fresh = _fresh(view, beam_head, beam_pos, parent, pos)
+    # _extend's refill: a parent with fewer than k_top fresh children among its first ones is
+    # extended along all its out-edges — matters only where the next one passes the bound
+    beyond = np.minimum(first, degree - 1)
+    short = ((end == first) & (first < degree)
+             & (beam_score + view.weight[start + beyond] >= cut)
+             & (np.bincount(parent[fresh], minlength=len(ends)) < k_top))
+    if short.any():
+        more = _passing_end(view.weight, start, beam_score, cut, first,
+                            np.where(short, degree, first)) - first
+        more_parent, more_pos = _children(indptr, ends, first, more)
+        parent = np.concatenate([parent, more_parent])
+        pos = np.concatenate([pos, more_pos])
+        fresh = np.concatenate([fresh, _fresh(view, beam_head, beam_pos, more_parent, more_pos)])
+    parent, pos = parent[fresh], pos[fresh]
+    return parent, pos, beam_group[parent], beam_score[parent] + view.weight[pos]
+
+
+def _passing_end(weight: np.ndarray, start: np.ndarray, base: np.ndarray, cut: np.ndarray,
+                 lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per parent, the end of its run of out-edges lo.. (before hi) whose child score
+    ``base + weight`` reaches ``cut``: scores fall along a node's out-edges, so bisect."""
+    lo, hi = lo.copy(), hi.copy()
+    active = lo < hi
+    while active.any():
+        mid = (lo + hi) // 2
+        at = np.minimum(start + mid, len(weight) - 1)
+        passes = base + weight[at] >= cut
+        lo = np.where(active & passes, mid + 1, lo)
+        hi = np.where(active & ~passes, mid, hi)
+        active = lo < hi
+    return lo
+
+
+def _rank(view: _View, heads: np.ndarray, owner: np.ndarray, found: list, max_hops: int,
+          k_top: int) -> tuple:
+    """Order all candidates by (group, −score, nodes, relations, inverses); keep k_top a group.
+    Returns (head, rank, score, lengths, relations, inverses, nodes), flat."""
     group = np.concatenate([f[0] for f in found])
     score = np.concatenate([f[1] for f in found])
     pos = np.full((len(group), max_hops), -1, dtype=np.int64)
@@ -407,7 +527,6 @@ def _rank(view: _View, head: int, found: list, max_hops: int, k_top: int) -> Pat
     hop_pos = pos[order]
     taken = hop_pos >= 0
     flat = hop_pos[taken]  # row-major: path by path, hop by hop
-    return Paths(head=int(head), rank=rank.astype(np.int32), score=score[order],
-                 lengths=taken.sum(axis=1).astype(np.int64),
-                 relations=view.relations[flat].astype(np.int64), inverses=view.inverse[flat],
-                 nodes=view.targets[flat].astype(np.int64))
+    return (heads[owner[group[order]]], rank.astype(np.int32), score[order],
+            taken.sum(axis=1).astype(np.int64), view.relations[flat].astype(np.int64),
+            view.inverse[flat], view.targets[flat].astype(np.int64))

@@ -27,7 +27,7 @@ search (runtime/query.py ``Runtime.paths``), keeping the last few in an LRU.
 Spark spreads the heads over tasks by bucket = head % ``buckets``; each task's Python worker
 loads the CSR graph from the ``edges``/``node_gain`` files (once per worker process — workers
 are reused — keyed by the files' paths, sizes and mtimes) and runs
-``runtime.taimr.top_paths`` for its heads — the same search the runtime runs for a cold head,
+``runtime.taimr.top_paths_table`` for its heads — the search the runtime runs for a cold head,
 with the same settings (max_hops, k_top, beam_width, lambda_topo). ``mapInArrow`` rather than
 ``mapInPandas``: the rows carry three list columns, which Arrow passes as flat buffers while
 pandas would build one Python object per cell.
@@ -143,7 +143,7 @@ def _searcher(edges_path: Path, gain_path: Path, search: dict, buckets: int):
     """The mapInArrow function: heads in, their path_cache rows (plus ``bucket``) out."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from runtime.taimr import paths_table, top_paths
+        from runtime.taimr import top_paths_table
 
         heads = [b.column(0).to_numpy() for b in batches]
         if not heads:
@@ -152,7 +152,7 @@ def _searcher(edges_path: Path, gain_path: Path, search: dict, buckets: int):
         heads = np.unique(np.concatenate(heads))
         order = np.lexsort((heads, heads % buckets))
         for chunk in np.array_split(heads[order], max(1, len(heads) // 256)):
-            table = paths_table(top_paths(graph, int(h), **search) for h in chunk)
+            table = top_paths_table(graph, chunk, **search)
             bucket = (table.column("head").to_numpy() % buckets).astype(np.int32)
             table = table.append_column("bucket", pa.array(bucket))
             yield from table.to_batches()

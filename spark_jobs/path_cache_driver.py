@@ -1,6 +1,6 @@
 """Stage ``path_cache`` on the driver (issue 18), for graphs up to
 ``path_cache.driver_max_edges`` edges: the head selection with numpy and Arrow, and the same
-search (``runtime.taimr.top_paths``) over the heads in this process — a small refresh then
+search (``runtime.taimr.top_paths_table``) over the heads in this process — a small refresh then
 starts no Spark session for it. The Spark path (``spark_jobs.path_cache``) runs the search in
 its Python workers; both write the same bucket files, row for row (tests/test_path_cache.py).
 
@@ -183,11 +183,11 @@ def search_buckets(heads: np.ndarray, paths: tuple[Path, Path], search: Mapping,
     """Search each head's paths in this process and write bucket ``b`` (the heads with
     ``head % buckets == b``) in the Spark path's row order; a bucket with no head is left
     for the caller (``spark_jobs.path_cache._complete_buckets``)."""
-    from runtime.taimr import EdgeGraph, paths_table, top_paths
+    from runtime.taimr import EdgeGraph, top_paths_table
     graph = EdgeGraph.from_paths(*paths)
     cache_dir.mkdir(parents=True, exist_ok=True)
     heads = np.sort(np.asarray(heads, np.int64))
     for b in np.unique(heads % buckets).tolist():
-        table = paths_table(top_paths(graph, int(h), **search) for h in heads[heads % buckets == b])
+        table = top_paths_table(graph, heads[heads % buckets == b], **search)
         if table.num_rows:
             write_table("path_cache", sorted_rows(table), bucket_path(cache_dir, b))

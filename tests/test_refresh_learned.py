@@ -65,8 +65,8 @@ def transe_runs(tmp_path_factory):
     full = transe.run(transe_config(), before, str(root / "full"))
     after = graph_tables(root / "after", EDITED, RELATIONS + ["film.writer"])
     inputs = {**after, **previous(before, full["outputs"]["transe_run"], "transe_run")}
-    warm = transe.run(transe_config(learning_rate=1e-12, refresh_epochs=2), inputs,
-                      str(root / "warm"))
+    warm = transe.run(transe_config(learning_rate=1e-12, refresh_epochs=2,
+                                    refresh_loss_margin=None), inputs, str(root / "warm"))
     return root, full, warm
 
 
@@ -258,3 +258,42 @@ def test_a_warm_refresh_keeps_the_merges_and_the_gold_attention_of_a_full_build(
     gold = {run: records[run]["gat"]["report"]["gold_attention"]["after"] for run in records}
     assert abs(gold["warm"] - gold["full"]) <= GOLD_ATTENTION_TOLERANCE * gold["full"]
     assert gold["warm"] > 2 * records["warm"]["gat"]["report"]["gold_attention_uniform"]
+
+
+@pytest.mark.parametrize("margin, trains", [(None, True), (0.002, False), (0.0, True)])
+def test_transe_refresh_keeps_the_previous_vectors_while_their_loss_holds(tmp_path, margin,
+                                                                          trains):
+    """Same graph, previous vectors: their eval loss here is the previous run's final one,
+    0.001 above the reference planted in its losses.json (an earlier trained build's, as in a
+    chain of refreshes). A margin that covers it trains no epoch — the vectors are the previous
+    ones and the reference is passed on —; no margin, or one that does not, trains
+    refresh_epochs and makes this run's final loss the reference."""
+    tables = graph_tables(tmp_path / "graph", KEYS, RELATIONS)
+    first = transe.run(transe_config(), tables, str(tmp_path / "first"))
+    losses_file = Path(first["outputs"]["transe_run"]) / "losses.json"
+    losses = json.loads(losses_file.read_text())
+    assert losses["eval"]["reference"] == losses["eval"]["after"] is not None  # it trained
+    planted = losses["eval"]["after"] - 0.001
+    losses["eval"]["reference"] = planted
+    losses_file.write_text(json.dumps(losses))
+    second = transe.run(transe_config(refresh_epochs=2, refresh_loss_margin=margin),
+                        {**tables, **previous(tables, first["outputs"]["transe_run"],
+                                              "transe_run")}, str(tmp_path / "second"))
+    refresh = second["report"]["refresh"]
+    assert second["report"]["epochs"] == (2 if trains else 0) == refresh["epochs"]
+    assert ("stopped" in refresh) is (not trains)
+    if not trains:
+        assert refresh["stopped"]["at_most"] == pytest.approx(planted + margin, abs=1e-6)
+    rows = [np.load(r["outputs"]["relation_embeddings"]) for r in (first, second)]
+    assert np.array_equal(rows[0], rows[1]) is (not trains)
+    again = json.loads((Path(second["outputs"]["transe_run"]) / "losses.json").read_text())
+    assert again["eval"]["reference"] == (again["eval"]["after"] if trains else planted)
+    assert (again["eval"]["after"] == again["eval"]["before"]) is (not trains)
+
+
+def test_transe_refresh_loss_margin_is_checked_config():
+    from runtime.config import ConfigError, check_config
+
+    check_config({"transe": {"refresh_loss_margin": None}})
+    with pytest.raises(ConfigError, match="transe.refresh_loss_margin"):
+        check_config({"transe": {"refresh_loss_margin": -0.1}})

@@ -101,7 +101,8 @@ from pipeline.stage import Laps, StageError, checked_section, previous_inputs, t
 from runtime.contract import read_table, write_table
 from runtime.encoder import resolve_device
 from runtime.taimr import uniform_edges, with_inverses
-from training.warm_start import cold, match_by_key, refresh_epochs, warm
+from training.warm_start import (cold, match_by_key, reference_loss, refresh_epochs, stop_loss,
+                                 warm)
 
 STAGE = "gat"
 SPLIT_NAMES = ("dev", "test", "valid", "validation")  # never trained on
@@ -526,26 +527,6 @@ def warm_start_state(inputs: Mapping[str, str], cfg: Mapping, fresh: Mapping) ->
     return state, warm(refresh_epochs(cfg), relations=relations)
 
 
-def reference_loss(run_dir: Path) -> float | None:
-    """The eval link loss of the last build that trained (``eval_link.reference``; a run
-    before that key: its ``after``), or None where the run recorded neither. A refresh that
-    trains no epoch passes the reference on, so a chain of such refreshes is always held to
-    the last trained model's loss, never to a bound raised by a margin per refresh."""
-    losses = json.loads((run_dir / "losses.json").read_text(encoding="utf-8"))
-    found = losses.get("eval_link", {})
-    value = found.get("reference", found.get("after"))
-    return None if value is None else float(value)
-
-
-def stop_loss(cfg: Mapping, reference: float | None) -> float | None:
-    """The eval link loss under which warm parameters are kept without training: the
-    reference (``reference_loss``) plus ``refresh_loss_margin`` (None: margin unset, or no
-    reference)."""
-    if cfg["refresh_loss_margin"] is None or reference is None:
-        return None
-    return reference + float(cfg["refresh_loss_margin"])
-
-
 @dataclass
 class Subgraph:
     """A sampled step's nodes (seeds first, then each hop's new nodes) and edges (grouped by the
@@ -898,7 +879,7 @@ def _train_and_write(cfg: Mapping, inputs: Mapping[str, str], graph: Graph, gold
     state, report["refresh"] = warm_start_state(
         inputs, cfg, build_model(x.shape[1], rel_vec.shape[1], len(rel_vec), cfg).state_dict())
     lap("read_features")
-    reference = (reference_loss(previous_inputs(inputs, "gat_run")["gat_run"])
+    reference = (reference_loss(previous_inputs(inputs, "gat_run")["gat_run"], "eval_link")
                  if state is not None else None)
     warm_cfg = {"epochs": report["refresh"]["epochs"],
                 "learning_rate": cfg["refresh_learning_rate"],

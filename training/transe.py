@@ -59,7 +59,8 @@ from pipeline.stage import StageError, checked_section, previous_inputs, torch_t
 from runtime.config import section_problem
 from runtime.contract import StoreError, read_table
 from runtime.encoder import resolve_device
-from training.warm_start import cold, match_by_key, refresh_epochs, warm
+from training.warm_start import (cold, match_by_key, reference_loss, refresh_epochs, stop_loss,
+                                 warm)
 
 STAGE = "transe"
 
@@ -154,6 +155,7 @@ class TrainResult:
     relation_changes: list[float] = field(default_factory=list)  # per epoch (sparse trainer)
     metrics: dict = field(default_factory=dict)
     hyperparameters: dict = field(default_factory=dict)
+    eval_loss: dict = field(default_factory=dict)  # sparse: before (with a stop bound), after
 
 
 def trainer_for(cfg: Mapping, device) -> str:
@@ -172,9 +174,11 @@ def transe_device(cfg: Mapping):
 
 
 def train_transe(mapped: np.ndarray, num_entities: int, num_relations: int, cfg: Mapping,
-                 log=lambda msg: print(msg, file=sys.stderr), start=None) -> TrainResult:
+                 log=lambda msg: print(msg, file=sys.stderr), start=None,
+                 stop: float | None = None) -> TrainResult:
     """Train TransE on id triples (our ids = PyKEEN ids) and return relation embeddings by id;
-    ``start``: a warm start's rows (``warm_start_rows``; the sparse trainer only)."""
+    ``start``: a warm start's rows (``warm_start_rows``; the sparse trainer only), ``stop``:
+    no epoch while their eval loss is at most this (``training.warm_start.stop_loss``)."""
     if len(mapped) == 0:
         raise TransEError("transe: the triples table is empty")
     seed = int(cfg["seed"])
@@ -184,7 +188,8 @@ def train_transe(mapped: np.ndarray, num_entities: int, num_relations: int, cfg:
         raise TransEError("transe: a warm start needs transe.trainer=sparse")
     with torch_threads(cfg.get("threads")):
         if sparse:
-            return _train_sparse(mapped, num_entities, num_relations, cfg, device, log, start)
+            return _train_sparse(mapped, num_entities, num_relations, cfg, device, log, start,
+                                 stop)
         return _train_pykeen(mapped, num_entities, num_relations, cfg, seed, device, log)
 
 
@@ -219,7 +224,8 @@ def warm_start_rows(inputs: Mapping[str, str], cfg: Mapping, num_entities: int,
     return start, warm(refresh_epochs(cfg), entities=entities, relations=relations)
 
 
-def _train_sparse(mapped, num_entities, num_relations, cfg, device, log, start) -> TrainResult:
+def _train_sparse(mapped, num_entities, num_relations, cfg, device, log, start, stop
+                  ) -> TrainResult:
     """The CPU-scale trainer (training/transe_sparse.py) wrapped in the stage's result."""
     import torch
 
@@ -228,7 +234,7 @@ def _train_sparse(mapped, num_entities, num_relations, cfg, device, log, start) 
     if cfg["evaluate"]:
         raise TransEError("transe.evaluate needs transe.trainer=pykeen (its rank-based evaluator)")
     started = time.perf_counter()
-    run = train_sparse(mapped, num_entities, num_relations, cfg, device, log, start)
+    run = train_sparse(mapped, num_entities, num_relations, cfg, device, log, start, stop)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - started
@@ -241,6 +247,7 @@ def _train_sparse(mapped, num_entities, num_relations, cfg, device, log, start) 
         unseen_relations=[int(i) for i in unseen], triples=len(mapped),
         epochs=len(run.losses), triples_seen=run.triples_seen, converged=run.converged,
         relation_changes=run.changes,
+        eval_loss={"before": run.eval_before, "after": run.eval_after},
         hyperparameters={
             "model": "TransE", "trainer": "sparse", "training_loop": "sLCWA",
             "negative_sampler": "basic (head or tail)", "loss": "MarginRankingLoss",
@@ -408,7 +415,7 @@ def _timing(result: TrainResult) -> dict:
 
 
 def _write_run_dir(run_dir: Path, cfg: Mapping, result: TrainResult, names: list[str],
-                   refresh: dict) -> None:
+                   refresh: dict, reference: float | None) -> None:
     """The self-describing run directory: config + versions, losses, timing, model, ids."""
     import torch
 
@@ -423,8 +430,8 @@ def _write_run_dir(run_dir: Path, cfg: Mapping, result: TrainResult, names: list
     })
     _write_json(run_dir / "losses.json", {
         "loss": result.hyperparameters["loss"], "per": "epoch", "losses": result.losses,
-        **({"relation_change": result.relation_changes, "converged": result.converged}
-           if sparse else {})})
+        **({"relation_change": result.relation_changes, "converged": result.converged,
+            "eval": {**result.eval_loss, "reference": reference}} if sparse else {})})
     _write_json(run_dir / "timing.json", _timing(result))
     if result.metrics:
         _write_json(run_dir / "results.json", result.metrics)
@@ -449,10 +456,19 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     mapped, names, num_entities = load_graph(inputs["triples"], inputs["relations"])
     start, refresh = warm_start_rows(inputs, cfg, num_entities, len(names))
     epochs = {"epochs": refresh["epochs"]} if start is not None else {}
-    result = train_transe(mapped, num_entities, len(names), {**cfg, **epochs}, start=start)
+    reference = (reference_loss(previous_inputs(inputs, "transe_run")["transe_run"], "eval")
+                 if start is not None else None)
+    stop = stop_loss(cfg, reference)
+    result = train_transe(mapped, num_entities, len(names), {**cfg, **epochs}, start=start,
+                          stop=stop)
+    if stop is not None and not result.epochs:
+        refresh.update(epochs=0, stopped={"eval_loss": round(result.eval_loss["before"], 6),
+                                          "at_most": round(stop, 6)})
+    else:
+        reference = result.eval_loss.get("after")  # trained: the next refresh's reference
     emb_path = out / "relation_embeddings.npy"
     np.save(emb_path, result.embeddings)
-    _write_run_dir(run_dir, cfg, result, names, refresh)
+    _write_run_dir(run_dir, cfg, result, names, refresh, reference)
     timing = _timing(result)
     report = {
         "refresh": refresh,

@@ -51,6 +51,8 @@ class SparseRun:
     changes: list[float] = field(default_factory=list)  # mean 1 - cos vs the epoch before
     converged: bool = False
     triples_seen: int = 0
+    eval_before: float | None = None  # ``eval_loss`` of the start (with a stop bound only)
+    eval_after: float | None = None  # ``eval_loss`` of the result
 
 
 class RelationStrata:
@@ -196,6 +198,26 @@ class _Loop:
         return float(loss.detach())
 
 
+def eval_loss(entity: torch.Tensor, relation: torch.Tensor, mapped: np.ndarray, cfg) -> float:
+    """The margin ranking loss of these vectors over every triple, against negatives drawn
+    once from ``transe.seed`` (fixed, unlike an epoch's): comparable between a build's final
+    vectors and a refresh's carried-over ones, at the cost of one forward pass, no update."""
+    gen = torch.Generator().manual_seed(int(cfg["seed"]))
+    triples = torch.as_tensor(mapped, dtype=torch.long)
+    negatives, margin, norm = int(cfg["negatives"]), float(cfg["margin"]), int(cfg["scoring_norm"])
+    total, step = 0.0, int(cfg["batch_size"])
+    with torch.no_grad():
+        for i in range(0, len(triples), step):
+            batch = triples[i:i + step]
+            neg = corrupt(batch, negatives, len(entity), gen).to(entity.device)
+            batch = batch.to(entity.device)
+            pos = score(entity[batch[:, 0]], relation[batch[:, 1]], entity[batch[:, 2]], norm)
+            bad = score(entity[neg[:, 0]], relation[neg[:, 1]], entity[neg[:, 2]], norm)
+            total += float(functional.relu(margin - pos[:, None] + bad.view(len(batch), -1))
+                           .mean(dim=1).sum())
+    return total / max(len(triples), 1)
+
+
 class LossPlateau:
     """Whether the epoch loss has stayed within ``tolerance`` (relative) of its best for
     ``patience`` epochs; patience 0 never says so."""
@@ -213,17 +235,34 @@ class LossPlateau:
 
 
 def train_sparse(mapped: np.ndarray, num_entities: int, num_relations: int, cfg,
-                 device: torch.device, log, start: Start | None = None) -> SparseRun:
+                 device: torch.device, log, start: Start | None = None,
+                 stop: float | None = None) -> SparseRun:
     """Epochs of shuffled (optionally per-relation capped) batches until the relations settle
-    or the loss stops falling; ``start``: rows to begin from (a refresh's warm start)."""
+    or the loss stops falling; ``start``: rows to begin from (a refresh's warm start);
+    ``stop``: no epoch at all while the start's ``eval_loss`` is at most this."""
     loop = _Loop(num_entities, num_relations, cfg, device, start)
+    run = SparseRun(entity=loop.ent.weight, relation=loop.rel.weight)
+    if stop is not None:
+        run.eval_before = eval_loss(loop.ent.weight, loop.rel.weight, mapped, cfg)
+        if run.eval_before <= stop:
+            log(f"transe: no epoch: eval loss {run.eval_before:.4f} <= {stop:.4f}")
+            run.eval_after = run.eval_before
+            return run
+    _epochs(loop, run, mapped, num_relations, cfg, log)
+    run.entity, run.relation = loop.ent.weight, loop.rel.weight
+    run.eval_after = eval_loss(run.entity, run.relation, mapped, cfg)
+    return run
+
+
+def _epochs(loop: _Loop, run: SparseRun, mapped: np.ndarray, num_relations: int, cfg,
+            log) -> None:
+    """The epochs of ``train_sparse``: losses, changes and convergence go into ``run``."""
     triples = torch.as_tensor(mapped, dtype=torch.long)
     strata = RelationStrata(mapped[:, 1], cfg["relation_sample"])
-    seen = torch.as_tensor(np.bincount(mapped[:, 1], minlength=num_relations) > 0).to(device)
+    seen = torch.as_tensor(np.bincount(mapped[:, 1], minlength=num_relations) > 0).to(loop.device)
     batch_size, tol = int(cfg["batch_size"]), float(cfg["tolerance"])
     steps, min_steps = 0, int(cfg["min_steps"])
     plateau = LossPlateau(float(cfg["loss_tolerance"]), int(cfg["loss_patience"]))
-    run = SparseRun(entity=loop.ent.weight, relation=loop.rel.weight)
     prev = loop.rel.weight.clone()
     for epoch in range(1, int(cfg["epochs"]) + 1):
         order = strata.epoch(loop.gen)
@@ -243,5 +282,3 @@ def train_sparse(mapped: np.ndarray, num_entities: int, num_relations: int, cfg,
                 + ("relations settled" if settled else "loss flat"))
             run.converged = True
             break
-    run.entity, run.relation = loop.ent.weight, loop.rel.weight
-    return run

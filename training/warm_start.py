@@ -7,10 +7,16 @@ new key shifts every id after it); parameters are therefore carried over **by ke
 keys and relation names. A key the previous build had keeps its row; a new key gets the usual
 initialisation; a removed key's row is dropped. Whether a stage started warm or cold, and why,
 goes into its report (``refresh``) and run directory.
+
+Both stages keep the carried-over parameters without training while their loss on the new
+graph (a fixed evaluation, ``losses.json``) stays within ``<stage>.refresh_loss_margin`` of the
+last trained build's (``reference_loss``, ``stop_loss``).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,3 +68,24 @@ def warm(epochs: int, **matches: KeyMatch) -> dict:
     """The report entry of a warm start: epochs run and, per table, keys kept/new/dropped."""
     return {"start": "warm", "why": "refresh: previous parameters carried over by key",
             "epochs": epochs, **{name: m.counts() for name, m in matches.items()}}
+
+
+def reference_loss(run_dir: Path, key: str) -> float | None:
+    """The evaluation loss ``losses.json[key]`` of the last build that trained (its
+    ``reference``; a run before that entry: its ``after``), or None where the run recorded
+    neither. A refresh that trains no epoch passes the reference on, so a chain of such
+    refreshes is always held to the last trained model's loss, never to a bound raised by a
+    margin per refresh."""
+    losses = json.loads((run_dir / "losses.json").read_text(encoding="utf-8"))
+    found = losses.get(key) or {}
+    value = found.get("reference", found.get("after"))
+    return None if value is None else float(value)
+
+
+def stop_loss(cfg: Mapping, reference: float | None) -> float | None:
+    """The evaluation loss under which warm parameters are kept without training: the
+    reference (``reference_loss``) plus ``refresh_loss_margin`` (None: margin unset, or no
+    reference)."""
+    if cfg["refresh_loss_margin"] is None or reference is None:
+        return None
+    return reference + float(cfg["refresh_loss_margin"])
