@@ -737,6 +737,7 @@ class Runtime:
             "votes": [{"chain": hops(v.chain), "weight": round(v.weight, 6),
                        "derivable": v.derivable} for v in pred.votes[:5]],
             "named_relations": sorted(name(r) for r in pred.named),
+            "unexplained": list(pred.unexplained),
             "derivable": bool(d is not None and d.derivable),
             "derived": [self.names[e] for e in d.endpoints[:10]] if d is not None else [],
             "derived_count": len(d.endpoints) if d is not None else 0,
