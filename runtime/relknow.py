@@ -1362,7 +1362,7 @@ class RelationKnowledge:
     def assess(self, masked: str, topics: Sequence[int], facts: Facts, *,
                q_vec: np.ndarray | None,
                embed: Callable[[list[str]], np.ndarray] | None = None,
-               domains: HopDomains | None = None) -> Assessment:
+               domains: HopDomains | None = None, explain: bool = True) -> Assessment:
         """Predict the chain of a masked question and check its derived context.
 
         Labelled knowledge: the kNN vote when the question is embedded (and the knowledge was
@@ -1370,7 +1370,9 @@ class RelationKnowledge:
         there is no encoder; ``domains`` (the entities' types per hop) lets unfamiliar wording
         check the asked type (:meth:`typed`). Zero-shot knowledge: spans matched to relation
         names by the encoder (``embed``); the relations they match are the ones the question
-        names.
+        names. ``explain``: find the content words the chain leaves unexplained (what the
+        precision gate reads, :meth:`unexplained`; the span embeddings cost a query ~15 ms on
+        PQ, so the runtime asks only under the precision policy).
         """
         if facts.n_relations != self.n_relations:
             raise RelknowError(f"facts index {facts.n_relations} relations; the relation "
@@ -1381,7 +1383,8 @@ class RelationKnowledge:
                                f"knowledge was fitted with {width} (another encoder?)")
         if self.labelled:
             prediction = self._predict_labelled(masked, topics, facts, q_vec, embed, domains)
-            prediction.unexplained = self.unexplained(masked, prediction.chain, embed)
+            if explain:
+                prediction.unexplained = self.unexplained(masked, prediction.chain, embed)
         elif embed is None or not self.relation_vectors.shape[1]:
             prediction = Prediction("none", None, 0.0, 0.0, [], frozenset(), None,
                                     "no labelled questions and no encoder")

@@ -463,6 +463,10 @@ def test_the_precision_gate_refuses_a_chain_that_leaves_a_content_word_unexplain
     assert gates("what is the job of edda quist 's wife")[0][0]
     (ok, reason), routed = gates("what is the grandjob of edda quist 's wife")
     assert (ok, reason, routed) == (False, "words no hop of the chain explains: grandjob", True)
+    unasked = know.assess(mask_topic("what is the grandjob of edda quist 's wife", ["edda quist"]),
+                          [4], facts, q_vec=np.array([1.0, 0.0], np.float32), embed=embed,
+                          explain=False)  # what the runtime does under route and lokg
+    assert unasked.prediction.unexplained == ()
 
 
 def _graded(rows):
