@@ -1509,8 +1509,8 @@ class RelationKnowledge:
         """The content words of a question the chain's relations do not explain: a word the
         lexicon says names relations, none of which the chain walks ("the *ethnicity* of X's
         kid's father" followed (children, nationality)), and — with an encoder — a word no
-        span holding it describes a walked relation at θ_zs within
-        :data:`ANSWER_TYPE_MARGIN` of that span's best relation ("the *grandgender* of X's
+        span holding it describes a walked relation: one within :data:`ANSWER_TYPE_MARGIN`
+        of the span's best relation, which passes θ_zs ("the *grandgender* of X's
         parents" followed (parents, parents): nothing in it reads as parents). Knowledge
         learned from 2-hop questions votes 2-hop chains for 3-hop ones unanimously, and a
         gate fitted on 2-hop dev cannot see the hop left out; this can (docs/BENCHMARKS.md,
