@@ -707,7 +707,8 @@ class Runtime:
         masked_vec, batch_vec = self._embed(masked if by_vector else None,
                                             req.question if with_plain else None)
         assessment = know.assess(masked, topics, facts, q_vec=masked_vec,
-                                 embed=self._span_embedder(), domains=self._hop_domains())
+                                 embed=self._span_embedder(), domains=self._hop_domains(),
+                                 explain=req.policy == "precision")
         gate = know.precision_gate if req.policy == "precision" else know.route_gate
         passed, reason = (False, "") if req.policy == "lokg" else gate.check(
             assessment.prediction, assessment.derivation, assessment.consistency)
@@ -737,6 +738,7 @@ class Runtime:
             "votes": [{"chain": hops(v.chain), "weight": round(v.weight, 6),
                        "derivable": v.derivable} for v in pred.votes[:5]],
             "named_relations": sorted(name(r) for r in pred.named),
+            "unexplained": list(pred.unexplained),  # looked for under precision only
             "derivable": bool(d is not None and d.derivable),
             "derived": [self.names[e] for e in d.endpoints[:10]] if d is not None else [],
             "derived_count": len(d.endpoints) if d is not None else 0,

@@ -75,7 +75,8 @@ The pieces:
   hop; longer second paths are not learned).
 * **Gates.** One :class:`Gate` rule — the chain instantiates with at most m answers, share ≥ τ,
   support ≥ σ, a consistent context and, optionally, every chain relation named by the
-  lexicon. The precision gate is m = 1 on familiar wording; its (τ, σ) and the routing gate's
+  lexicon. The precision gate is m = 1 on familiar wording whose every content word the chain
+  explains (:meth:`RelationKnowledge.unexplained`); its (τ, σ) and the routing gate's
   (m, τ, σ, lexicon) are picked on dev by the fixed procedure of ``training/relation_knowledge.py``
   (without dev questions the precision gate is m = 0: it passes nothing).
 """
@@ -785,6 +786,9 @@ class Prediction:
     nearest: float = 0.0
     #: the kNN vote's nearest training question is under :data:`UNFAMILIAR_COSINE`
     unfamiliar: bool = False
+    #: the question's content words the chain does not explain
+    #: (:meth:`RelationKnowledge.unexplained`): a hop it may be missing
+    unexplained: tuple[str, ...] = ()
 
     @property
     def relations(self) -> frozenset[int]:
@@ -879,6 +883,10 @@ class Gate:
     #: thresholds were fitted on dev questions in the training wording, and say nothing of
     #: a vote on phrases none of them used
     familiar: bool = False
+    #: only chains that explain every content word of the question
+    #: (:attr:`Prediction.unexplained` empty): dev questions have as many hops as their
+    #: training questions, and say nothing of a question the votes follow a hop short
+    explained: bool = False
 
     def check(self, prediction: Prediction, derivation: Derivation | None,
               consistency: Consistency | None) -> tuple[bool, str]:
@@ -899,6 +907,9 @@ class Gate:
             return False, "the question does not name every chain relation (lexicon)"
         if self.familiar and prediction.unfamiliar:
             return False, "wording no training question is near (thresholds fitted on familiar)"
+        if self.explained and prediction.unexplained:
+            return False, ("words no hop of the chain explains: "
+                           + ", ".join(prediction.unexplained))
         return True, (f"chain derivable with {n} answer(s), vote share {prediction.share:.2f}"
                       + (", named by the lexicon" if self.lexicon else ""))
 
@@ -907,9 +918,10 @@ class Gate:
 
 
 def precision_gate(thresholds: Mapping) -> Gate:
-    """The precision gate of some thresholds: one answer, familiar wording only (``familiar``,
-    also for knowledge fitted before that rule)."""
-    return Gate(**{"max_answers": 1, "familiar": True, **thresholds})
+    """The precision gate of some thresholds: one answer, familiar wording, every content word
+    explained by the chain (``familiar``, ``explained``; also for knowledge fitted before
+    those rules)."""
+    return Gate(**{"max_answers": 1, "familiar": True, "explained": True, **thresholds})
 
 
 @dataclass
@@ -1350,7 +1362,7 @@ class RelationKnowledge:
     def assess(self, masked: str, topics: Sequence[int], facts: Facts, *,
                q_vec: np.ndarray | None,
                embed: Callable[[list[str]], np.ndarray] | None = None,
-               domains: HopDomains | None = None) -> Assessment:
+               domains: HopDomains | None = None, explain: bool = True) -> Assessment:
         """Predict the chain of a masked question and check its derived context.
 
         Labelled knowledge: the kNN vote when the question is embedded (and the knowledge was
@@ -1358,7 +1370,9 @@ class RelationKnowledge:
         there is no encoder; ``domains`` (the entities' types per hop) lets unfamiliar wording
         check the asked type (:meth:`typed`). Zero-shot knowledge: spans matched to relation
         names by the encoder (``embed``); the relations they match are the ones the question
-        names.
+        names. ``explain``: find the content words the chain leaves unexplained (what the
+        precision gate reads, :meth:`unexplained`; the span embeddings cost a query ~15 ms on
+        PQ, so the runtime asks only under the precision policy).
         """
         if facts.n_relations != self.n_relations:
             raise RelknowError(f"facts index {facts.n_relations} relations; the relation "
@@ -1369,6 +1383,8 @@ class RelationKnowledge:
                                f"knowledge was fitted with {width} (another encoder?)")
         if self.labelled:
             prediction = self._predict_labelled(masked, topics, facts, q_vec, embed, domains)
+            if explain:
+                prediction.unexplained = self.unexplained(masked, prediction.chain, embed)
         elif embed is None or not self.relation_vectors.shape[1]:
             prediction = Prediction("none", None, 0.0, 0.0, [], frozenset(), None,
                                     "no labelled questions and no encoder")
@@ -1487,6 +1503,41 @@ class RelationKnowledge:
         (parents, children, gender), which a graph holding X's mother walks."""
         return 1 < len(hops) < len(voted) and \
             all(self.names([w]) for w in question_words(masked))
+
+    def unexplained(self, masked: str, chain: tuple[int, ...] | None,
+                    embed: Callable[[list[str]], np.ndarray] | None) -> tuple[str, ...]:
+        """The content words of a question the chain's relations do not explain: a word the
+        lexicon says names relations, none of which the chain walks ("the *ethnicity* of X's
+        kid's father" followed (children, nationality)), and — with an encoder — a word no
+        span holding it describes a walked relation: one within :data:`ANSWER_TYPE_MARGIN`
+        of the span's best relation, which passes θ_zs ("the *grandgender* of X's
+        parents" followed (parents, parents): nothing in it reads as parents). Knowledge
+        learned from 2-hop questions votes 2-hop chains for 3-hop ones unanimously, and a
+        gate fitted on 2-hop dev cannot see the hop left out; this can (docs/BENCHMARKS.md,
+        issue 22, "the precision gate and the hop left out")."""
+        if chain is None:
+            return ()
+        walked = frozenset(hop_relation(h, self.n_relations) for h in chain)
+        out = [w for w in question_words(masked) if self.names([w]) and
+               not self.names([w]) & walked]
+        if embed is not None and self.relation_vectors.shape[1]:
+            out += [w for w in self._undescribed(masked, walked, embed) if w not in out]
+        return tuple(out)
+
+    def _undescribed(self, masked: str, walked: frozenset[int],
+                     embed: Callable[[list[str]], np.ndarray]) -> list[str]:
+        """The content words no span holding them describes a walked relation (see
+        :meth:`unexplained`), in question order."""
+        words, spans = masked.split(), question_spans(masked)
+        if not spans:
+            return []
+        sims = self.span_similarities([t for _, _, t in spans], embed)
+        describes = [bool(self._near_best(row, ANSWER_TYPE_MARGIN) & walked) for row in sims]
+        covered = np.zeros(len(words), dtype=bool)
+        for (a, b, _), ok in zip(spans, describes):
+            covered[a:b] |= ok
+        return list(dict.fromkeys(w for i, w in enumerate(words) if not covered[i]
+                                  and w != PLACEHOLDER and w not in STOP_WORDS))
 
     @staticmethod
     def unfamiliar(prediction: Prediction | None,

@@ -429,6 +429,46 @@ def test_precision_gate_needs_exactly_one_answer_and_routing_gate_its_own_bounds
     assert "support 0.20" in route.check(p(two, support=0.2, named=named), two, None)[1]
 
 
+def test_the_precision_gate_refuses_a_chain_that_leaves_a_content_word_unexplained():
+    """Knowledge of 2-hop chains follows (spouse, profession) for 3-hop questions: "father"
+    names parents (lexicon), and "grandjob" reads as children (encoder, no lexicon entry) —
+    either word is a hop the chain leaves out, and the precision gate says which; a question
+    whose every content word a walked relation explains passes, and so does the routing
+    gate, which does not look (its precision is measured where it routes)."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    eye = np.eye(len(RELATIONS), dtype=np.float32)
+    know = knowledge_with_vectors([[1.0, 0.0]], [0], [["spouse", "profession"]], k=1)
+    know.relation_vectors = eye
+    know.lexicon = {"wife": {REL["spouse"]: 5.0}, "job": {REL["profession"]: 5.0},
+                    "father": {REL["parents"]: 5.0}}
+    know.prior = {REL[n]: 0.5 for n in ("spouse", "profession", "parents")}
+    axes = {"job": eye[REL["profession"]], "father": eye[REL["parents"]],
+            "wife": eye[REL["spouse"]],
+            "grandjob": 0.8 * eye[REL["children"]] + 0.6 * eye[REL["profession"]]}
+    embed = lambda texts: np.stack([axes.get(t, np.zeros(5, np.float32)) for t in texts])  # noqa: E731
+    chain = (REL["spouse"], REL["profession"])
+    assert know.unexplained("job someone wife", chain, None) == ()
+    assert know.unexplained("job someone wife father", chain, None) == ("father",)
+    assert know.unexplained("grandjob of someone wife", chain, embed) == ("grandjob",)
+    assert know.unexplained("grandjob of someone wife",
+                            (REL["spouse"], REL["children"], REL["profession"]), embed) == ()
+
+    def gates(question):
+        a = know.assess(mask_topic(question, ["edda quist"]), [4], facts,
+                        q_vec=np.array([1.0, 0.0], np.float32), embed=embed)
+        assert [RELATIONS[h] for h in a.prediction.chain] == ["spouse", "profession"]
+        return (know.precision_gate.check(a.prediction, a.derivation, a.consistency),
+                know.route_gate.check(a.prediction, a.derivation, a.consistency)[0])
+
+    assert gates("what is the job of edda quist 's wife")[0][0]
+    (ok, reason), routed = gates("what is the grandjob of edda quist 's wife")
+    assert (ok, reason, routed) == (False, "words no hop of the chain explains: grandjob", True)
+    unasked = know.assess(mask_topic("what is the grandjob of edda quist 's wife", ["edda quist"]),
+                          [4], facts, q_vec=np.array([1.0, 0.0], np.float32), embed=embed,
+                          explain=False)  # what the runtime does under route and lokg
+    assert unasked.prediction.unexplained == ()
+
+
 def _graded(rows):
     """(assessments, correct) of dev questions given as (share, support, right) on one derivable
     chain with one answer: what the threshold selection reads."""
@@ -577,10 +617,10 @@ def test_without_dev_questions_the_defaults_stand(tmp_path):
     th = report["thresholds"]
     # the precision gate passes nothing: no dev set measured its precision
     assert th["precision"] == {"max_answers": 0, "min_share": 0.6, "min_support": 0.0,
-                               "lexicon": False, "familiar": True}
+                               "lexicon": False, "familiar": True, "explained": True}
     # routing without calibration: a majority-voted chain with up to 100 answers
     assert th["route"] == {**th["precision"], "max_answers": fit.DEFAULT_ROUTE_MAX_ANSWERS,
-                           "familiar": False}
+                           "familiar": False, "explained": False}
 
 
 # ------------------------------------------------------------------------------ the policies
@@ -1266,8 +1306,10 @@ def test_a_vote_on_wording_no_training_question_is_near_is_marked_unfamiliar(q_v
     know = described_knowledge(np.eye(3), [0, 0, 1], [["spouse", "gender"],
                                                       ["children", "gender"]], k=3)
     vec = np.array(q_vec, np.float32) / np.linalg.norm(q_vec)
+    eye = np.eye(6, dtype=np.float32)  # each content word reads as a relation the chain walks
+    embed = axis_embed({"sex": eye[REL["gender"]], "wife": eye[REL["spouse"]]})
     p = know.assess(mask_topic("what is the sex of the wife of ann lee", ["ann lee"]), [0],
-                    facts, q_vec=vec, embed=axis_embed({})).prediction
+                    facts, q_vec=vec, embed=embed).prediction
     assert [RELATIONS[h] for h in p.chain] == ["spouse", "gender"]  # two neighbours: no lone vote
     assert p.unfamiliar is unfamiliar
     assert know.precision_gate.check(p, p.derivation, None)[0] is not unfamiliar

@@ -21,7 +21,9 @@ procedure:
 2. θ_zs (zero-shot cosine, only without labelled questions): the value of
    :data:`ZERO_SHOT_GRID` whose derived answers are right (H@1) on the most dev questions
    (ties: the larger θ);
-3. the precision gate (exactly one answer, familiar wording): over share τ ≥ ``min_share`` ×
+3. the precision gate (exactly one answer, familiar wording, every content word explained by
+   the chain — :meth:`RelationKnowledge.unexplained`, a fixed rule, not fitted: dev has the
+   training hop count and cannot show a hop left out): over share τ ≥ ``min_share`` ×
    support σ (:func:`precision_family`, σ up to 1: every neighbour votes for the chain), the
    gate passing the most dev questions among those whose derived answers reach H@1 ≥
    ``precision_target`` on the questions they pass (ties: higher precision, then the grid's
