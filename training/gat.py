@@ -101,8 +101,8 @@ from pipeline.stage import Laps, StageError, checked_section, previous_inputs, t
 from runtime.contract import read_table, write_table
 from runtime.encoder import resolve_device
 from runtime.taimr import uniform_edges, with_inverses
-from training.warm_start import (cold, match_by_key, reference_loss, refresh_epochs, stop_loss,
-                                 warm)
+from training.warm_start import (cold, match_by_key, next_reference, reference_loss,
+                                 refresh_epochs, stop_loss, warm)
 
 STAGE = "gat"
 SPLIT_NAMES = ("dev", "test", "valid", "validation")  # never trained on
@@ -886,12 +886,9 @@ def _train_and_write(cfg: Mapping, inputs: Mapping[str, str], graph: Graph, gold
                 "stop_loss": stop_loss(cfg, reference)} if state is not None else {}
     result = train(graph, x, rel_vec, gold, {**cfg, **warm_cfg}, state=state)
     lap("train")
-    if warm_cfg.get("stop_loss") is not None and not result.link:
-        report["refresh"].update(epochs=0, stopped={
-            "eval_link_loss": round(result.eval_link_before, 6),
-            "at_most": round(warm_cfg["stop_loss"], 6)})
-    else:
-        reference = result.eval_link_after  # this model trained: the next refresh's reference
+    reference = next_reference(report["refresh"], warm_cfg.get("stop_loss"), bool(result.link),
+                               "eval_link_loss", result.eval_link_before,
+                               result.eval_link_after, reference)
 
     write_table("edges", pa.table({"s": graph.src, "r": graph.rel, "o": graph.dst,
                                    "inverse": graph.inverse, "attention": result.attention}),

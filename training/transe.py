@@ -59,8 +59,8 @@ from pipeline.stage import StageError, checked_section, previous_inputs, torch_t
 from runtime.config import section_problem
 from runtime.contract import StoreError, read_table
 from runtime.encoder import resolve_device
-from training.warm_start import (cold, match_by_key, reference_loss, refresh_epochs, stop_loss,
-                                 warm)
+from training.warm_start import (cold, match_by_key, next_reference, reference_loss,
+                                 refresh_epochs, stop_loss, warm)
 
 STAGE = "transe"
 
@@ -461,11 +461,9 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     stop = stop_loss(cfg, reference)
     result = train_transe(mapped, num_entities, len(names), {**cfg, **epochs}, start=start,
                           stop=stop)
-    if stop is not None and not result.epochs:
-        refresh.update(epochs=0, stopped={"eval_loss": round(result.eval_loss["before"], 6),
-                                          "at_most": round(stop, 6)})
-    else:
-        reference = result.eval_loss.get("after")  # trained: the next refresh's reference
+    reference = next_reference(refresh, stop, bool(result.epochs), "eval_loss",
+                               result.eval_loss.get("before"), result.eval_loss.get("after"),
+                               reference)
     emb_path = out / "relation_embeddings.npy"
     np.save(emb_path, result.embeddings)
     _write_run_dir(run_dir, cfg, result, names, refresh, reference)

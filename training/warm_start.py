@@ -89,3 +89,15 @@ def stop_loss(cfg: Mapping, reference: float | None) -> float | None:
     if cfg["refresh_loss_margin"] is None or reference is None:
         return None
     return reference + float(cfg["refresh_loss_margin"])
+
+
+def next_reference(refresh: dict, stop: float | None, trained: bool, loss: str,
+                   before: float | None, after: float | None,
+                   reference: float | None) -> float | None:
+    """The reference a run records in ``losses.json``: where ``stop`` kept the carried-over
+    parameters (no epoch), the refresh report says so (``stopped``: the ``loss`` before and
+    the bound) and the previous reference passes on; a run that trained is the next one's."""
+    if stop is not None and not trained:
+        refresh.update(epochs=0, stopped={loss: round(before, 6), "at_most": round(stop, 6)})
+        return reference
+    return after
