@@ -1508,7 +1508,8 @@ class RelationKnowledge:
                     embed: Callable[[list[str]], np.ndarray] | None) -> tuple[str, ...]:
         """The content words of a question the chain's relations do not explain: a word the
         lexicon says names relations, none of which the chain walks ("the *ethnicity* of X's
-        kid's father" followed (children, nationality)), and — with an encoder — a word no
+        kid's father" followed (children, nationality)) and — with an encoder — that does
+        not describe a walked one alone (:meth:`_describes_walked`), and a word no
         span holding it describes a walked relation: one within :data:`ANSWER_TYPE_MARGIN`
         of the span's best relation, which passes θ_zs ("the *grandgender* of X's
         parents" followed (parents, parents): nothing in it reads as parents). Knowledge
@@ -1518,11 +1519,22 @@ class RelationKnowledge:
         if chain is None:
             return ()
         walked = frozenset(hop_relation(h, self.n_relations) for h in chain)
+        encoded = embed is not None and self.relation_vectors.shape[1] > 0
         out = [w for w in question_words(masked) if self.names([w]) and
-               not self.names([w]) & walked]
-        if embed is not None and self.relation_vectors.shape[1]:
+               not self.names([w]) & walked and
+               not (encoded and self._describes_walked(w, walked, embed))]
+        if encoded:
             out += [w for w in self._undescribed(masked, walked, embed) if w not in out]
         return tuple(out)
+
+    def _describes_walked(self, word: str, walked: frozenset[int],
+                          embed: Callable[[list[str]], np.ndarray]) -> bool:
+        """Whether the word alone describes a walked relation (within
+        :data:`ANSWER_TYPE_MARGIN` of its best, which passes θ_zs): the training questions'
+        word for a sibling relation ("nationality" named actor_nationality, 1.0; a person's
+        chain walks person_nationality, 0.89), which the lexicon alone calls unexplained."""
+        return bool(self._near_best(self.span_similarities([word], embed)[0],
+                                    ANSWER_TYPE_MARGIN) & walked)
 
     def _undescribed(self, masked: str, walked: frozenset[int],
                      embed: Callable[[list[str]], np.ndarray]) -> list[str]:

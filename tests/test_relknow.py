@@ -469,6 +469,25 @@ def test_the_precision_gate_refuses_a_chain_that_leaves_a_content_word_unexplain
     assert unasked.prediction.unexplained == ()
 
 
+def test_a_lexicon_word_that_alone_describes_a_walked_relation_is_explained():
+    """Sibling relations: the training questions' "mate" named parents, the chain walks spouse,
+    which the encoder reads the word as within the margin of its best (0.87 against 1.0) —
+    explained; "father" reads as parents only and stays unexplained; without an encoder the
+    lexicon alone decides."""
+    eye = np.eye(len(RELATIONS), dtype=np.float32)
+    know = knowledge_with_vectors([[1.0, 0.0]], [0], [["spouse", "profession"]], k=1)
+    know.relation_vectors = eye
+    know.lexicon = {"mate": {REL["parents"]: 5.0}, "father": {REL["parents"]: 5.0}}
+    know.prior = {REL["parents"]: 0.5}
+    axes = {"father": eye[REL["parents"]],
+            "mate": 0.5 * eye[REL["parents"]] + 0.87 * eye[REL["spouse"]]}
+    embed = lambda texts: np.stack([axes.get(t, np.zeros(5, np.float32)) for t in texts])  # noqa: E731
+    chain = (REL["spouse"], REL["profession"])
+    assert know.unexplained("mate of someone", chain, embed) == ()
+    assert know.unexplained("mate of someone", chain, None) == ("mate",)
+    assert know.unexplained("father of someone", chain, embed) == ("father",)
+
+
 def _graded(rows):
     """(assessments, correct) of dev questions given as (share, support, right) on one derivable
     chain with one answer: what the threshold selection reads."""
