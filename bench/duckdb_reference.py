@@ -99,12 +99,23 @@ def _module(tree: Path, name: str):
     return module
 
 
+#: The helper modules a stage's baseline takes from its own tree as well: a stage's speed is
+#: mostly in them (ingest's parser, relation_stats' driver passes).
+BASELINE_HELPERS = {"ingest": ("formats",), "relation_stats": ("relation_stats_driver",)}
+
+
 def load_baseline(tree: Path, stage: str):
-    """``tree``'s module of ``stage``; its imports resolve to this tree's modules, but for
-    ingest's ``formats`` (the parser), which is ``tree``'s own."""
+    """``tree``'s module of ``stage``; every name it bound to one of ``BASELINE_HELPERS`` (the
+    helper module itself, or a name imported from it) is rebound to ``tree``'s own helper;
+    its other imports resolve to this tree's modules."""
     module = _module(tree, stage)
-    if stage == "ingest":
-        module.fm = _module(tree, "formats")
+    for helper in BASELINE_HELPERS.get(stage, ()):
+        ours, theirs = importlib.import_module(f"spark_jobs.{helper}"), _module(tree, helper)
+        for name, value in list(vars(module).items()):
+            if value is ours:
+                setattr(module, name, theirs)
+            elif getattr(ours, name, None) is value and hasattr(theirs, name):
+                setattr(module, name, getattr(theirs, name))
     return module
 
 

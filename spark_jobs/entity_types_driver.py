@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from runtime.contract import INCOMING_TYPE_PREFIX, TABLE_SCHEMAS, read_table, to_numpy
+from spark_jobs.relation_stats_driver import key_counts
 
 _LISTS = pa.list_(pa.string())
 #: The contract's entities with ``types`` not null, as Spark writes it (a coalesce ending in
@@ -75,13 +76,15 @@ def _grouped(ids: np.ndarray, labels: np.ndarray, strings: list[str]):
     """(distinct ids in order, the sorted distinct strings of each as a ListArray) from pairs
     (id, label), a label indexing ``strings``; labels < 0 give the id an empty list."""
     ordered = sorted(strings)
-    rank = _ranks(strings, ordered)
-    pairs = np.unique(np.stack([ids, rank[labels]]), axis=1)
-    keys, starts = np.unique(pairs[0], return_index=True)
-    kept = pairs[1] >= 0
+    rank = _ranks(strings, ordered) + 1  # 0: no string
+    ids = ids.astype(np.int64)
+    width = len(ordered) + 1
+    pairs, _ = key_counts(ids * width + rank[labels], (int(ids.max(initial=-1)) + 1) * width)
+    keys, starts = np.unique(pairs // width, return_index=True)
+    kept = pairs % width > 0
     sizes = np.add.reduceat(kept.astype(np.int64), starts) if len(starts) else starts
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
-    values = pa.array([ordered[i] for i in pairs[1][kept]], pa.string())
+    values = pa.array(ordered, pa.string()).take(pa.array(pairs[kept] % width - 1))
     return keys, pa.ListArray.from_arrays(pa.array(offsets), values)
 
 
@@ -113,10 +116,12 @@ def _most_frequent(ends: np.ndarray, r_index: np.ndarray, rel_names: list[str], 
     """Each entity's most frequent relation name on this end (ties → the smallest name),
     prefixed, as a one-element list."""
     name_rank = _ranks(rel_names, sorted(rel_names))
-    pairs, counts = np.unique(np.stack([ends, r_index]), axis=1, return_counts=True)
-    order = np.lexsort((name_rank[pairs[1]], -counts, pairs[0]))
-    keys, first = np.unique(pairs[0][order], return_index=True)
-    best = pairs[1][order][first]
-    values = pa.array([prefix + rel_names[i] for i in best], pa.string())
+    n_rel, ends = max(len(rel_names), 1), ends.astype(np.int64)
+    pairs, counts = key_counts(ends * n_rel + r_index, (int(ends.max(initial=-1)) + 1) * n_rel)
+    end, relation = pairs // n_rel, pairs % n_rel
+    order = np.lexsort((name_rank[relation], -counts, end))
+    keys, first = np.unique(end[order], return_index=True)
+    best = relation[order][first]
+    values = pc.binary_join_element_wise(prefix, pa.array(rel_names, pa.string()).take(best), "")
     offsets = pa.array(np.arange(len(keys) + 1, dtype=np.int32))
     return keys, pa.ListArray.from_arrays(offsets, values)

@@ -4,6 +4,7 @@ table names the path each step took. No Spark, no DuckDB: the config and the tab
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +13,7 @@ from bench.duckdb_reference import step_paths, table
 from bench.relation_stats_scale import SPARK_PATHS, bench_config
 from runtime.config import load_config
 
+REPO = Path(__file__).resolve().parents[1]
 ARGS = SimpleNamespace(driver_memory="1g", extra=[])
 
 
@@ -49,3 +51,18 @@ def test_the_table_names_the_path_each_step_took():
     assert "| ingest (spark) | 2.0 (1.0–3.0) |" in lines[2]
     assert "| relation_stats (driver) |" in lines[3]
     assert "entity_types (driver;" in lines[4]
+
+
+@pytest.mark.parametrize("stage, helper, name", [("relation_stats", "relation_stats_driver",
+                                                  "triple_passes"), ("ingest", "formats", "fm")])
+def test_a_baseline_runs_its_own_helpers(tmp_path, stage, helper, name):
+    """--baseline measures the older tree's code, the helpers a stage spends its time in too."""
+    from bench.duckdb_reference import load_baseline
+
+    (tmp_path / "spark_jobs").mkdir()
+    for module in (stage, helper):
+        text = (REPO / "spark_jobs" / f"{module}.py").read_text()
+        (tmp_path / "spark_jobs" / f"{module}.py").write_text(text + "\nBASELINE_MARK = 1\n")
+    bound = getattr(load_baseline(tmp_path, stage), name)
+    marked = bound if name == "fm" else __import__(bound.__module__, fromlist=["x"])
+    assert marked.BASELINE_MARK == 1

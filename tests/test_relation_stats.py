@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from runtime.contract import check_schema, read_table, table_files, write_table
+from spark_jobs.relation_stats_driver import key_counts
 from spark_jobs.relation_stats import (
     UNTYPED,
     TypeIndex,
@@ -127,6 +128,31 @@ def test_type_rules_and_spread_distribution():
         np.array([0]), np.array([1])) == {("P", "Q"): 1.0}
     # an entity id unknown to the entities table counts as untyped
     assert idx.distribution(np.array([7]), np.array([1])) == {(UNTYPED, "Q"): 1.0}
+
+
+@pytest.mark.parametrize("rule", ["spread", "min"])
+def test_type_index_from_table_groups_lists_exactly(rule):
+    """Arrow's grouping by joined lists gives the constructor's sets: a separator or backslash
+    inside a name does not join two different lists; null lists and elements read as empty."""
+    types = [["P", "P2"], ["Q"], [], None, ["P2", "P"], ["a\x1fb"], ["a", "b"], ["a\\", "b"],
+             ["a", "\\b"], [None, "Q"], ["Q", ""]]
+    table = pa.table({"id": [9, 1, 2, 3, 4, 5, 6, 7, 8, 0, 10], "types": types}).slice(1)
+    arrow, python = TypeIndex.from_table(table, rule), TypeIndex(table["id"].to_numpy(),
+                                                                  table["types"].to_pylist(), rule)
+    assert arrow.sets == python.sets
+    assert np.array_equal(arrow.of, python.of)
+    assert [arrow.sets[arrow.of[e]] for e in (5, 6, 7, 8)] == (
+        [("a\x1fb",), ("a", "b"), ("a\\", "b"), ("\\b", "a")] if rule == "spread"
+        else [("a\x1fb",), ("a",), ("a\\",), ("\\b",)])
+
+
+@pytest.mark.parametrize("space_factor", [1, 100])
+def test_key_counts_dense_and_sorted_agree_with_unique(space_factor):
+    keys = np.random.default_rng(0).integers(0, 50, size=200) * space_factor
+    expected = np.unique(keys, return_counts=True)
+    got = key_counts(keys, 50 * space_factor)
+    assert all(np.array_equal(e, g) for e, g in zip(expected, got))
+    assert [len(a) for a in key_counts(np.array([], np.int64), 10)] == [0, 0]
 
 
 def test_transe_neighbours_are_nearest_by_cosine():

@@ -1,0 +1,102 @@
+"""entity_types and relation_stats on the driver, two checkouts on the same staged ingest
+(issue 17 item 2): what a change to their numpy passes buys, before against after in one run.
+
+    python bench/driver_passes.py --ingest STORE/staging/BUILD/ingest \\
+        --tree before=/path/to/old/checkout --tree after=. --rounds 2 --work W --json W/passes.json
+
+``--ingest`` is an ingest stage's output directory (triples, relations, entities,
+type_assertions). Per round and checkout (the order alternates: AB, BA, …), each stage runs in
+its own process with that checkout on ``PYTHONPATH`` — entity_types on the ingest's tables,
+then relation_stats on them and that entity_types' entities — measured as
+``build_scale.run_measured`` measures (wall, CPU seconds of the process tree, peak RSS). Every
+checkout's tables must equal the first checkout's (``refresh_scale.table_equality``), else the
+bench stops. Default config: the stages take their driver paths up to
+``*.driver_max_triples`` (10⁷) triples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.build_scale import run_measured  # noqa: E402
+from bench.refresh_scale import table_equality  # noqa: E402
+
+#: Runs one stage of the checkout on PYTHONPATH: stage name, inputs (JSON), output directory.
+RUNNER = ("import importlib, json, sys; from runtime.config import load_config; "
+          "importlib.import_module('spark_jobs.' + sys.argv[1]).run("
+          "load_config(None, []), json.loads(sys.argv[2]), sys.argv[3])")
+STAGES = ("entity_types", "relation_stats")
+
+
+def stage_inputs(ingest: Path, out: Path) -> dict[str, dict]:
+    """Each stage's inputs: the ingest's tables, relation_stats' entities typed by the run."""
+    tables = {p.stem: str(p) for p in ingest.glob("*.parquet")}
+    return {"entity_types": tables,
+            "relation_stats": {**tables, "entities": str(out / "entity_types" / "entities.parquet")}}
+
+
+def run_checkout(tree: Path, ingest: Path, out: Path) -> dict[str, dict]:
+    """Both stages of one checkout into ``out``; their measurements."""
+    inputs, measured = stage_inputs(ingest, out), {}
+    for stage in STAGES:
+        (out / stage).mkdir(parents=True)
+        argv = [sys.executable, "-c", RUNNER, stage, json.dumps(inputs[stage]), str(out / stage)]
+        measured[stage] = run_measured(argv, out / f"{stage}.log", code=tree)
+    return measured
+
+
+def outputs_equal(one: Path, other: Path) -> dict[str, bool]:
+    """Every table the first checkout wrote, compared as multisets of rows."""
+    import pyarrow.parquet as pq
+
+    found = {}
+    for path in sorted(one.rglob("*.parquet")):
+        if path.is_file():
+            name = str(path.relative_to(one))
+            found[name] = table_equality(pq.read_table(path), pq.read_table(other / name))["equal"]
+    return found
+
+
+def run(args) -> dict:
+    trees = dict(spec.split("=", 1) for spec in args.tree)
+    names, seconds, equality = list(trees), {}, {}
+    for i in range(args.rounds):
+        for name in names if i % 2 == 0 else names[::-1]:
+            out = args.work / f"round{i}-{name}"
+            for stage, m in run_checkout(Path(trees[name]).resolve(), args.ingest, out).items():
+                seconds.setdefault(f"{name} {stage}", []).append(m)
+            if name != names[0]:
+                equality[name] = outputs_equal(args.work / f"round{i}-{names[0]}", out)
+                if not all(equality[name].values()):
+                    raise SystemExit(f"{name}'s tables differ from {names[0]}'s: {equality[name]}")
+            print(f"round {i + 1}, {name}: "
+                  f"{ {k: v[-1]['wall_s'] for k, v in seconds.items() if k.startswith(name)} }",
+                  file=sys.stderr, flush=True)
+    return {"ingest": str(args.ingest), "trees": trees, "rounds": args.rounds,
+            "runs": seconds, "equality": equality, "median_wall_s": {
+                k: statistics.median(m["wall_s"] for m in v) for k, v in seconds.items()}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ingest", type=Path, required=True)
+    parser.add_argument("--tree", action="append", required=True, metavar="NAME=PATH")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    row = run(args)
+    print(json.dumps(row["median_wall_s"], indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(row, indent=1))
+
+
+if __name__ == "__main__":
+    main()
