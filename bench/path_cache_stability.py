@@ -13,7 +13,11 @@ Reported, over the after build's heads:
   removed, or one of its cached paths is gone or moved its score (Σ log α + λ·log μ(target))
   by more than the tolerance; else copy its previous paths": ``kept`` heads, and ``kept_differ``
   — kept heads whose previous path set is not the full search's on the same α (the error the
-  copy makes). ``inf`` keeps every head whose paths all still exist.
+  copy makes). ``inf`` keeps every head whose paths all still exist;
+* ``rewired_reach`` — heads within 0, 1, … ``max_hops`` − 1 hops (walked back) of a node whose
+  own out-edges were added or removed: what an exact partial path_cache searches anew even
+  where α and μ kept every other edge's weight. ``--reach-only`` gives only the counts (at 10⁶
+  triples the path sets are too large to compare in Python).
 """
 
 from __future__ import annotations
@@ -93,8 +97,18 @@ def translated(build, entities: np.ndarray, relations: np.ndarray) -> pa.Table:
         "nodes": pa.ListArray.from_arrays(nodes.offsets, entities[nodes.values.to_numpy()])})
 
 
+def rewired_reach(now_key: np.ndarray, then_key: np.ndarray, hops: int) -> list[int]:
+    """Heads (nodes with an out-edge in ``now_key``) within 0..``hops`` hops of a node whose
+    (s, r, inverse, o) out-edges differ between the two key tables."""
+    from spark_jobs.path_cache import touched_heads
+
+    heads = np.unique(now_key[:, 0])
+    return [int(np.isin(touched_heads(now_key, then_key, h), heads).sum())
+            for h in range(hops + 1)]
+
+
 def measure(store: Path, before_id: str, after_id: str, tolerances: list[float],
-            lambda_topo: float) -> dict:
+            lambda_topo: float, max_hops: int, reach_only: bool = False) -> dict:
     from pipeline.stage import changed_rows, id_translation
     from runtime.contract import Store
 
@@ -106,10 +120,15 @@ def measure(store: Path, before_id: str, after_id: str, tolerances: list[float],
     key = [np.column_stack([t[c].to_numpy().astype(np.int64) for c in EDGE_KEY])
            for t in (now, then)]
     rewired = set(changed_rows(*key)[:, 0].tolist())
+    heads = set(np.unique(key[0][:, 0]).tolist())
+    found = {"store": str(store), "before": before_id, "after": after_id, "heads": len(heads),
+             "rewired_heads": len(rewired & heads),
+             "rewired_reach": rewired_reach(*key, max_hops - 1)}
+    if reach_only:
+        return found
     previous = translated(before, entities, relations)
     delta = np.abs(rescored(previous, now) - previous["score"].to_numpy())
     full, kept_before = path_sets(after.read("path_cache")), path_sets(previous)
-    heads = set(np.unique(key[0][:, 0]).tolist())
     same = [h for h in heads if kept_before.get(h) == full.get(h)]
     rules = {}
     for tol in tolerances:
@@ -117,8 +136,7 @@ def measure(store: Path, before_id: str, after_id: str, tolerances: list[float],
         kept = [h for h in heads if h in kept_before and h not in rewired and h not in moved]
         rules[str(tol)] = {"kept": len(kept), "kept_differ": sum(
             kept_before[h] != full.get(h) for h in kept)}
-    return {"store": str(store), "before": before_id, "after": after_id, "heads": len(heads),
-            "rewired_heads": len(rewired & heads), "same_paths": len(same),
+    return {**found, "same_paths": len(same),
             "path_score_change_quantiles": dict(zip(
                 ("50%", "90%", "99%"), np.round(np.nanquantile(delta, [0.5, 0.9, 0.99]), 4)
                 .tolist())), "tolerance_rule": rules}
@@ -132,10 +150,13 @@ def main() -> None:
     ap.add_argument("--before", required=True, help="id of the earlier published build")
     ap.add_argument("--after", required=True, help="id of the refresh (path_cache in full)")
     ap.add_argument("--tolerances", default="0.01,0.1,0.5,inf")
+    ap.add_argument("--reach-only", action="store_true", help="only the rewired heads' reach")
     args = ap.parse_args()
     tolerances = [float(t) for t in args.tolerances.split(",")]
+    settings = DEFAULTS["path_cache"]
     print(json.dumps(measure(args.store, args.before, args.after, tolerances,
-                             float(DEFAULTS["path_cache"]["lambda_topo"])), indent=2))
+                             float(settings["lambda_topo"]), int(settings["max_hops"]),
+                             args.reach_only), indent=2))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,10 @@ per stage as ``build_scale.py --one-process`` measures them (wall, CPU of the pr
 2. the edited dump into ``W/store``: the **refresh** (``refresh.mode`` auto, from 1's cache);
 3. the edited dump into ``W/full-store`` with ``refresh.mode=full``: the **full** build.
 
+Each build's rows are written to ``W/builds.json`` when it ends; ``--resume`` keeps the builds
+recorded there, with their stores, and runs the rest (a 10⁶ run stopped after the refresh
+finishes with the full build alone).
+
 Per stage: full and refresh wall and CPU seconds, refresh / full, and how the refresh made
 the stage (reused, partial, full: the build report). The whole build: the sums' ratio
 (target ≤ 20 %). Equality of 2 and 3: every table of ``pipeline.refresh.DETERMINISTIC_TABLES``
@@ -72,23 +76,29 @@ def edited_dump(original: Path, work: Path, fraction: float, seed: int) -> tuple
     return edited, json.loads(record.read_text())
 
 
-def run_builds(original: Path, edited: Path, work: Path, overrides: list[str]) -> dict:
-    """The three measured builds (module docstring), on fresh stores: build → stage rows."""
-    for store in ("store", "full-store"):
-        shutil.rmtree(work / store, ignore_errors=True)
-    logs = work / "logs"
-    logs.mkdir(exist_ok=True)
+def run_builds(original: Path, edited: Path, work: Path, overrides: list[str],
+               resume: bool = False) -> dict:
+    """The three measured builds (module docstring), on fresh stores: build → stage rows.
+    Each build's rows go to ``W/builds.json`` as it ends, so a run stopped later keeps them;
+    ``resume`` keeps the builds recorded there (and their stores) and runs only the rest."""
+    record = work / "builds.json"
+    rows = json.loads(record.read_text()) if resume and record.is_file() else {}
     plan = {"original": (original, "store", overrides),
             "refresh": (edited, "store", overrides),
             "full": (edited, "full-store", [*overrides, "refresh.mode=full"])}
-    rows = {}
-    for name in BUILDS:
+    for name in ("original", "full"):
+        if name not in rows:
+            shutil.rmtree(work / plan[name][1], ignore_errors=True)
+    logs = work / "logs"
+    logs.mkdir(exist_ok=True)
+    for name in (b for b in BUILDS if b not in rows):
         dump, store, settings = plan[name]
         print(f"{name}: {dump} → {work / store}, load {os.getloadavg()}", flush=True)
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
         rows[name] = build_one_process(dump, work / store, settings, logs / f"{name}.log")
         print(f"  {started} → {time.strftime('%H:%M:%S', time.gmtime())} UTC, "
               f"{sum(r['wall_s'] for r in rows[name]):.1f} s", flush=True)
+        record.write_text(json.dumps(rows, indent=2))
     return rows
 
 
@@ -306,6 +316,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--markdown", type=Path)
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the builds W/builds.json records (and their stores)")
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     original = (args.dump.resolve() if args.dump
@@ -314,7 +326,7 @@ def main(argv: list[str] | None = None) -> None:
     started = {"commit": _commit(), "utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
                "uptime": _uptime()}
     print(f"edit: {edit}; {started}", flush=True)
-    builds = run_builds(original, edited, args.work, args.overrides)
+    builds = run_builds(original, edited, args.work, args.overrides, args.resume)
     eq = equality(args.work, edited, args.eval, args.seed)
     stages = stage_comparison(builds["full"], builds["refresh"], eq["refresh"]["stages"])
     result = {"dump": str(original), "edit": edit, "overrides": args.overrides,

@@ -48,3 +48,12 @@ def test_path_sets_group_by_head():
     edges = stab.path_edges(rows)
     assert edges["s"].to_pylist() == [0, 0, 1, 3] and edges["hop"].to_pylist() == [0, 0, 1, 0]
     assert np.array_equal(edges["row"].to_numpy(), [0, 1, 1, 2])
+
+
+def test_rewired_reach_walks_back_from_the_nodes_whose_out_edges_changed():
+    # 0 → 1 → 2 → 3 (and 4 → 3): only 2's out-edge to 3 changed relation
+    then = np.array([[0, 0, 0, 1], [1, 0, 0, 2], [2, 0, 0, 3], [4, 0, 0, 3]])
+    now = then.copy()
+    now[2, 1] = 7
+    assert stab.rewired_reach(now, then, 2) == [1, 2, 3]  # {2}, +1, +0
+    assert stab.rewired_reach(then, then, 2) == [0, 0, 0]

@@ -92,3 +92,30 @@ def test_ingest_steps_list_the_full_builds_steps_then_the_refreshs_own():
     assert lines[3:] == ["| parse | 2.0 | 1.5 |", "| ids | 1.0 | 0.0 |",
                          "| change_set | 0.0 | 0.2 |"]
     assert rs.ingest_step_lines({}) == []
+
+
+def test_each_build_is_recorded_as_it_ends_and_resume_runs_only_the_rest(tmp_path, monkeypatch):
+    ran, calls = [], []
+
+    def fake_build(dump, store, settings, log):
+        ran.append((store.name, settings))
+        calls.append(store.name)
+        store.mkdir(exist_ok=True)
+        if len(ran) == 2 and not resumed:
+            raise KeyboardInterrupt  # stopped in the middle of the refresh
+        return [step("gat", float(len(calls)), 1.0)]
+
+    monkeypatch.setattr(rs, "build_one_process", fake_build)
+    resumed = False
+    with pytest.raises(KeyboardInterrupt):
+        rs.run_builds(tmp_path / "dump", tmp_path / "edited", tmp_path, ["gat.epochs=2"])
+    assert list(rs.json.loads((tmp_path / "builds.json").read_text())) == ["original"]
+    resumed, ran[:] = True, []
+    rows = rs.run_builds(tmp_path / "dump", tmp_path / "edited", tmp_path, ["gat.epochs=2"],
+                         resume=True)
+    assert ran == [("store", ["gat.epochs=2"]),
+                   ("full-store", ["gat.epochs=2", "refresh.mode=full"])]
+    assert (tmp_path / "store").is_dir()  # the original build's store was kept
+    assert list(rows) == ["original", "refresh", "full"] and [
+        r[0]["wall_s"] for r in rows.values()] == [1.0, 3.0, 4.0]
+    assert rs.json.loads((tmp_path / "builds.json").read_text()) == rows
