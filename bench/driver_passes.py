@@ -72,13 +72,14 @@ def run(args) -> dict:
             out = args.work / f"round{i}-{name}"
             for stage, m in run_checkout(Path(trees[name]).resolve(), args.ingest, out).items():
                 seconds.setdefault(f"{name} {stage}", []).append(m)
-            if name != names[0]:
-                equality[name] = outputs_equal(args.work / f"round{i}-{names[0]}", out)
-                if not all(equality[name].values()):
-                    raise SystemExit(f"{name}'s tables differ from {names[0]}'s: {equality[name]}")
             print(f"round {i + 1}, {name}: "
                   f"{ {k: v[-1]['wall_s'] for k, v in seconds.items() if k.startswith(name)} }",
                   file=sys.stderr, flush=True)
+        for name in names[1:]:  # once every checkout of the round has written its tables
+            equality[f"round {i + 1}: {name}"] = same = outputs_equal(
+                args.work / f"round{i}-{names[0]}", args.work / f"round{i}-{name}")
+            if not same or not all(same.values()):
+                raise SystemExit(f"{name}'s tables differ from {names[0]}'s (or none): {same}")
     return {"ingest": str(args.ingest), "trees": trees, "rounds": args.rounds,
             "runs": seconds, "equality": equality, "median_wall_s": {
                 k: statistics.median(m["wall_s"] for m in v) for k, v in seconds.items()}}
