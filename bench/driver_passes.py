@@ -6,8 +6,9 @@
 
 ``--ingest`` is an ingest stage's output directory (triples, relations, entities,
 type_assertions). Per round and checkout (the order alternates: AB, BA, …), each stage runs in
-its own process with that checkout on ``PYTHONPATH`` — entity_types on the ingest's tables,
-then relation_stats on them and that entity_types' entities — measured as
+its own process (``stage_paths.RUN``, default config) with that checkout on ``PYTHONPATH`` —
+entity_types on the ingest's tables, then relation_stats on them and that entity_types'
+entities — measured as
 ``build_scale.run_measured`` measures (wall, CPU seconds of the process tree, peak RSS). Every
 checkout's tables must equal the first checkout's (``refresh_scale.table_equality``), else the
 bench stops. Default config: the stages take their driver paths up to
@@ -27,11 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.build_scale import run_measured  # noqa: E402
 from bench.refresh_scale import table_equality  # noqa: E402
+from bench.stage_paths import RUN  # noqa: E402
 
-#: Runs one stage of the checkout on PYTHONPATH: stage name, inputs (JSON), output directory.
-RUNNER = ("import importlib, json, sys; from runtime.config import load_config; "
-          "importlib.import_module('spark_jobs.' + sys.argv[1]).run("
-          "load_config(None, []), json.loads(sys.argv[2]), sys.argv[3])")
 STAGES = ("entity_types", "relation_stats")
 
 
@@ -47,7 +45,7 @@ def run_checkout(tree: Path, ingest: Path, out: Path) -> dict[str, dict]:
     inputs, measured = stage_inputs(ingest, out), {}
     for stage in STAGES:
         (out / stage).mkdir(parents=True)
-        argv = [sys.executable, "-c", RUNNER, stage, json.dumps(inputs[stage]), str(out / stage)]
+        argv = [sys.executable, "-c", RUN, "{}", json.dumps(inputs[stage]), str(out / stage), stage]
         measured[stage] = run_measured(argv, out / f"{stage}.log", code=tree)
     return measured
 

@@ -89,7 +89,7 @@ class TypeIndex:
                                 np.int64)
         self.sets: list[tuple[str, ...]] = list(number)  # insertion order: the numbers
         self.of = np.zeros(int(ids.max()) + 1 if len(ids) else 0, dtype=np.int64)
-        self.of[ids] = set_of_group[group] if len(ids) else 0
+        self.of[ids] = set_of_group[group]
 
     def set_ids(self, entities: np.ndarray) -> np.ndarray:
         out = np.zeros(len(entities), dtype=np.int64)  # unknown entity → (∅,)
