@@ -100,8 +100,9 @@ def _module(tree: Path, name: str):
 
 
 #: The helper modules a stage's baseline takes from its own tree as well: a stage's speed is
-#: mostly in them (ingest's parser, relation_stats' driver passes).
-BASELINE_HELPERS = {"ingest": ("formats",), "relation_stats": ("relation_stats_driver",)}
+#: mostly in them (ingest's parsers, Spark's and the driver's; relation_stats' driver passes).
+BASELINE_HELPERS = {"ingest": ("formats", "ingest_nt", "ingest_lines"),
+                    "relation_stats": ("relation_stats_driver",)}
 
 
 def load_baseline(tree: Path, stage: str):
