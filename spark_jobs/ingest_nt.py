@@ -79,14 +79,15 @@ def file_blocks(path: Path, block_bytes: int | None = None) -> Iterator[pa.Large
     block_bytes = block_bytes or BLOCK_BYTES
     try:
         with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as file:
-            carry = b""
+            carry, blocks = b"", 0
             while data := file.read(block_bytes):
                 data = carry + data
                 cut = data.rfind(b"\n") + 1
                 carry = data[cut:]
                 if cut:
+                    blocks += 1
                     yield _lines(data[:cut])
-            if carry:
+            if carry or not blocks:  # an empty file is one empty block
                 yield _lines(carry)
     except (OSError, EOFError, zlib.error) as exc:
         raise UnreadableLines(f"{path.name}: {exc}") from None

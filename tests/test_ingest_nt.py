@@ -105,7 +105,7 @@ def test_lines_split_as_spark_reads_them(tmp_path, block_bytes):
         assert [line for block in blocks for line in block.to_pylist()] == data.splitlines(), data
 
 
-def test_blocks_parse_as_one(dump, monkeypatch):
+def test_blocks_parse_as_one(dump, monkeypatch, tmp_path):
     """Lines parsed in small blocks give the rows (in (file, line) order: within a block the
     common shape comes first), malformed lines (numbered within their file) and counts of a
     parse in one block."""
@@ -118,6 +118,8 @@ def test_blocks_parse_as_one(dump, monkeypatch):
     assert blocks.malformed.equals(whole.malformed)
     assert blocks.counts == whole.counts and blocks.lines == whole.lines
     assert whole.malformed.num_rows > 10 and len(list(nt.file_blocks(plan.files[0]))) > 10
+    (tmp_path / "empty.nt").write_bytes(b"")
+    assert nt.ParsedDump(fm.resolve(tmp_path / "empty.nt"), languages).lines == 0
 
 
 def test_invalid_utf8_lines_are_found_among_many(tmp_path):
