@@ -19,7 +19,7 @@ quarantine has work). Rounds alternate Spark then DuckDB so that both see the sa
   with the Spark paths forced, ``--set relation_stats.driver_max_triples=10000000`` measures
   relation_stats' driver path (numpy, no Spark: ``spark_jobs/relation_stats_driver.py``)
   against DuckDB instead, and
-  ``--set ingest.driver_max_dump_mb=512`` ingest's (an N-Triples dump parsed with
+  ``--set ingest.driver_max_nt_mb=4096`` ingest's (an N-Triples dump parsed with
   pyarrow.compute: ``spark_jobs/ingest_nt.py``); the row's ``ingest_path`` says which ran,
   ``ingest_driver_peak_mib`` the Python process's peak RSS during each round's ingest.
 * **DuckDB** (``threads`` = 2, the same cores): the same ingest in SQL — the N-Triples rules of
@@ -100,8 +100,9 @@ def _module(tree: Path, name: str):
 
 
 #: The helper modules a stage's baseline takes from its own tree as well: a stage's speed is
-#: mostly in them (ingest's parser, relation_stats' driver passes).
-BASELINE_HELPERS = {"ingest": ("formats",), "relation_stats": ("relation_stats_driver",)}
+#: mostly in them (ingest's parsers, Spark's and the driver's; relation_stats' driver passes).
+BASELINE_HELPERS = {"ingest": ("formats", "ingest_nt", "ingest_lines"),
+                    "relation_stats": ("relation_stats_driver",)}
 
 
 def load_baseline(tree: Path, stage: str):

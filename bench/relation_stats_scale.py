@@ -104,9 +104,9 @@ def start_spark(config: dict):
 #: What these benches measure is the stages' Spark paths: the passes over the triples of
 #: relation_stats and entity_types, and ingest's parse, in Spark at every size (``--set`` them
 #: back to measure the driver paths: relation_stats.driver_max_triples=10000000,
-#: ingest.driver_max_dump_mb=512)
+#: ingest.driver_max_nt_mb=4096)
 SPARK_PATHS = ("relation_stats.driver_max_triples=0", "entity_types.driver_max_triples=0",
-               "ingest.driver_max_dump_mb=0")
+               "ingest.driver_max_dump_mb=0", "ingest.driver_max_nt_mb=0")
 
 
 #: ``spark``: the stages' Spark paths forced (``SPARK_PATHS``); ``product``: the default config's

@@ -15,7 +15,7 @@
   what a refresh's ingest takes its unchanged lines' parse from (``spark_jobs.ingest_lines``)
 
 Three paths make the same tables (the report's ``refresh`` says which ran, and why not the
-driver): an N-Triples dump up to ``ingest.driver_max_dump_mb`` is parsed whole on the driver,
+driver): an N-Triples dump up to ``ingest.driver_max_nt_mb`` is parsed on the driver,
 vectorised (``spark_jobs.ingest_nt``), in every build; a line-format dump's refresh that changed
 few lines derives them on the driver from its line store; everything else runs in Spark.
 
@@ -502,14 +502,17 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
 def _parsed_lines(plan: fm.Plan, inputs: dict, cfg: dict
                   ) -> tuple[il.ParsedLines | nt.ParsedDump | None, str | None]:
     """Every line of the dump parsed on the driver (None: it is above
-    ``ingest.driver_max_dump_mb`` or no driver rules read the plan), and why the tables are
-    made by Spark (None: on the driver). N-Triples: parsed whole, vectorised
-    (``spark_jobs.ingest_nt``); the line formats: from the previous build's line store where it
-    has the line, on the driver in a refresh whose changed lines are few."""
+    ``ingest.driver_max_dump_mb`` (line formats) or ``ingest.driver_max_nt_mb`` (N-Triples), or
+    no driver rules read the plan), and why the tables are made by Spark (None: on the driver).
+    N-Triples: parsed block by block, vectorised (``spark_jobs.ingest_nt``); the line formats:
+    from the previous build's line store where it has the line, on the driver in a refresh
+    whose changed lines are few."""
     size_mb = sum(path.stat().st_size for path in plan.files) / 2**20
-    if size_mb > float(cfg["driver_max_dump_mb"]):
-        return None, f"{size_mb:.0f} MB of dump, above ingest.driver_max_dump_mb"
-    if il.unsupported(plan) is None:
+    line_formats = il.unsupported(plan) is None
+    limit = "driver_max_dump_mb" if line_formats else "driver_max_nt_mb"
+    if size_mb > float(cfg[limit]):
+        return None, f"{size_mb:.0f} MB of dump, above ingest.{limit}"
+    if line_formats:
         return _stored_lines(plan, inputs)
     cannot = nt.unsupported(plan, cfg)
     if cannot is not None:

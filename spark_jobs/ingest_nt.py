@@ -1,8 +1,10 @@
-"""An N-Triples dump parsed on the driver, every line at once (issue 17 item 2): no Spark.
+"""An N-Triples dump parsed on the driver, a block of lines at a time (issue 17 item 2): no
+Spark.
 
-Each file is read as one Arrow array of lines (split as Spark's text reader splits them: ``\\n``,
-``\\r\\n`` or ``\\r``; gzip read through) and classified with ``pyarrow.compute`` — the regexes
-of ``spark_jobs.formats`` (``parse_nt``) in RE2, string slices and masks; there is no Python
+Each file is read in blocks of whole lines (``BLOCK_BYTES``: the parse's memory does not grow with
+the dump), each block one Arrow array of lines (split as Spark's text reader splits them:
+``\\n``, ``\\r\\n`` or ``\\r``; gzip read through) and classified with ``pyarrow.compute`` — the
+regexes of ``spark_jobs.formats`` (``parse_nt``) in RE2, string slices and masks; there is no Python
 loop per line. The result is the rows ``spark_jobs.ingest_lines`` derives ingest's tables from
 (one per fact line, in (file, line) order) plus the malformed lines and the counts by kind
 and reason, so that a full build's tables are those of the Spark ingest, row for row.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +49,8 @@ KINDS = (fm.SKIP, fm.MALFORMED, fm.TYPE, fm.EDGE, fm.NAME, fm.ALIAS, fm.DESCRIPT
          fm.FILTERED, fm.ATTRIBUTE)
 _CODE = {kind: code for code, kind in enumerate(KINDS)}
 _READABLE = ("", ".nt", ".gz")
+#: Bytes of a file parsed at once (``file_blocks``).
+BLOCK_BYTES = 128 << 20
 
 
 class Unsupported(LokgError):
@@ -67,13 +72,29 @@ def unsupported(plan: fm.Plan, cfg: dict) -> str | None:
     return None
 
 
-def file_lines(path: Path) -> pa.LargeBinaryArray:
-    """The lines of a file without their ends, as one array (no Python object per line)."""
+def file_blocks(path: Path, block_bytes: int | None = None) -> Iterator[pa.LargeBinaryArray]:
+    """The lines of a file without their ends, in blocks of whole lines of about
+    ``block_bytes`` (a block ends after a ``\\n``, so a ``\\r\\n`` is never split); gzip read
+    through (None: ``BLOCK_BYTES``). A file without ``\\n`` (``\\r`` ends only) is one block."""
+    block_bytes = block_bytes or BLOCK_BYTES
     try:
-        data = path.read_bytes()
-        data = gzip.decompress(data) if path.suffix == ".gz" else data
+        with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as file:
+            carry, blocks = b"", 0
+            while data := file.read(block_bytes):
+                data = carry + data
+                cut = data.rfind(b"\n") + 1
+                carry = data[cut:]
+                if cut:
+                    blocks += 1
+                    yield _lines(data[:cut])
+            if carry or not blocks:  # an empty file is one empty block
+                yield _lines(carry)
     except (OSError, EOFError, zlib.error) as exc:
         raise UnreadableLines(f"{path.name}: {exc}") from None
+
+
+def _lines(data: bytes) -> pa.LargeBinaryArray:
+    """``data``'s lines without their ends, as one array (no Python object per line)."""
     raw = np.frombuffer(data, np.uint8)
     cut = np.flatnonzero((raw == 10) | (raw == 13))  # every \r and \n ends a line or is dropped
     crlf = np.zeros(len(cut), bool)  # a \r directly before a \n: the \n ends the line
@@ -237,9 +258,20 @@ def _statements(text: pa.Array, invalid: np.ndarray) -> dict:
     return {"terms": columns, "lines": order, "skip": skip, "ctl": ctl, "full": full}
 
 
-def _parse_file(index: int, path: Path, languages: list[str]) -> dict:
-    """One file's fact rows, malformed rows and kind codes of all its lines."""
-    text, invalid = decode(file_lines(path))
+def _parse_file(index: int, path: Path, languages: list[str]) -> list[dict]:
+    """One file's parsed blocks (``_parse_block``), line numbers running on across them."""
+    parts, before = [], 0
+    for lines in file_blocks(path):
+        parts.append(_parse_block(index, before, lines, languages))
+        before += len(lines)
+    return parts
+
+
+def _parse_block(index: int, before: int, lines: pa.LargeBinaryArray, languages: list[str]
+                 ) -> dict:
+    """A block's fact rows, malformed rows and kind codes of all its lines (``before``: the
+    file's lines in earlier blocks)."""
+    text, invalid = decode(lines)
     found = _statements(text, invalid)
     st, pt, ot = found["terms"]
     empty = _mask(pc.or_(pc.or_(pc.equal(st, "<>"), pc.equal(pt, "<>")), pc.equal(ot, "<>")))
@@ -252,15 +284,16 @@ def _parse_file(index: int, path: Path, languages: list[str]) -> dict:
     codes[found["skip"]] = _CODE[fm.SKIP]
     codes[lines] = kinds
     facts = pa.table({"file_idx": pa.array(np.full(len(lines), index, np.int32)),
-                      "line": pa.array(lines + 1, pa.int64()), "graph": np.ones(len(lines), bool),
+                      "line": pa.array(before + lines + 1, pa.int64()),
+                      "graph": np.ones(len(lines), bool),
                       "kind": pa.array(KINDS).take(pa.array(kinds)), "s": s, "p": p,
                       "o": _unescaped(o, lit, kinds)})
     return {"facts": facts, "codes": codes, "malformed": _malformed(
-        index, text, codes, invalid, found["ctl"], found["full"])}
+        index, before, text, codes, invalid, found["ctl"], found["full"])}
 
 
-def _malformed(index: int, text: pa.Array, codes: np.ndarray, invalid: np.ndarray,
-               ctl: np.ndarray, full: np.ndarray) -> pa.Table:
+def _malformed(index: int, before: int, text: pa.Array, codes: np.ndarray,
+               invalid: np.ndarray, ctl: np.ndarray, full: np.ndarray) -> pa.Table:
     """The malformed lines with their reasons, in the order of ``formats._nt_diagnosis``."""
     bad = np.flatnonzero(codes == _CODE[fm.MALFORMED])
     reasons = np.full(len(bad), None, object)
@@ -270,7 +303,7 @@ def _malformed(index: int, text: pa.Array, codes: np.ndarray, invalid: np.ndarra
     reasons[rest] = _diagnoses(text.take(pa.array(bad[rest])))
     reasons[invalid[bad]] = fm.R_INVALID_UTF8
     return pa.table({"file_idx": pa.array(np.full(len(bad), index, np.int32)),
-                     "line": pa.array(bad + 1, pa.int64()),
+                     "line": pa.array(before + bad + 1, pa.int64()),
                      "kind": pa.array([fm.MALFORMED] * len(bad), pa.string()),
                      "reason": pa.array(reasons.tolist(), pa.string()),
                      "text": text.take(pa.array(bad)).cast(pa.string())})
@@ -284,14 +317,15 @@ class ParsedDump:
     store = None  # no line store: an N-Triples dump is parsed whole in every build
 
     def __init__(self, plan: fm.Plan, languages: list[str]):
-        parts = [_parse_file(i, path, languages) for i, path in enumerate(plan.files)]
+        parts = [part for i, path in enumerate(plan.files)
+                 for part in _parse_file(i, path, languages)]
         self.rows = pa.concat_tables([part["facts"] for part in parts])
         self.malformed = pa.concat_tables([part["malformed"] for part in parts])
         codes = np.concatenate([part["codes"] for part in parts])
         self.counts = {(KINDS[code], None, fm.ESC_NONE): int(n)
                        for code, n in enumerate(np.bincount(codes, minlength=len(KINDS)))
                        if n and KINDS[code] != fm.MALFORMED}
-        for reason, n in zip(*(self.malformed.group_by("reason").aggregate(
-                [("line", "count")])[c].to_pylist() for c in ("reason", "line_count"))):
+        by_reason = self.malformed.group_by("reason").aggregate([("line", "count")])
+        for reason, n in zip(by_reason["reason"].to_pylist(), by_reason["line_count"].to_pylist()):
             self.counts[(fm.MALFORMED, reason, fm.ESC_NONE)] = n
         self.lines = self.parsed = len(codes)

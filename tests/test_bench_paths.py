@@ -53,16 +53,16 @@ def test_the_table_names_the_path_each_step_took():
     assert "entity_types (driver;" in lines[4]
 
 
-@pytest.mark.parametrize("stage, helper, name", [("relation_stats", "relation_stats_driver",
-                                                  "triple_passes"), ("ingest", "formats", "fm")])
-def test_a_baseline_runs_its_own_helpers(tmp_path, stage, helper, name):
+@pytest.mark.parametrize("stage, name", [("relation_stats", "triple_passes"),
+                                         ("ingest", "fm"), ("ingest", "nt"), ("ingest", "il")])
+def test_a_baseline_runs_its_own_helpers(tmp_path, stage, name):
     """--baseline measures the older tree's code, the helpers a stage spends its time in too."""
-    from bench.duckdb_reference import load_baseline
+    from bench.duckdb_reference import BASELINE_HELPERS, load_baseline
 
     (tmp_path / "spark_jobs").mkdir()
-    for module in (stage, helper):
+    for module in (stage, *BASELINE_HELPERS[stage]):
         text = (REPO / "spark_jobs" / f"{module}.py").read_text()
         (tmp_path / "spark_jobs" / f"{module}.py").write_text(text + "\nBASELINE_MARK = 1\n")
     bound = getattr(load_baseline(tmp_path, stage), name)
-    marked = bound if name == "fm" else __import__(bound.__module__, fromlist=["x"])
+    marked = bound if name in ("fm", "nt", "il") else __import__(bound.__module__, fromlist=["x"])
     assert marked.BASELINE_MARK == 1

@@ -67,7 +67,7 @@ def dump(tmp_path_factory) -> Path:
 def test_the_driver_tables_equal_the_spark_ingest(spark, dump, tmp_path, monkeypatch):
     from spark_jobs import ingest as stage
 
-    by_spark = ingest(dump, tmp_path / "spark", driver_max_dump_mb=0)
+    by_spark = ingest(dump, tmp_path / "spark", driver_max_nt_mb=0)
 
     def no_session(*_):
         raise AssertionError("the driver ingest asked for a Spark session")
@@ -93,12 +93,33 @@ def test_the_driver_tables_equal_the_spark_ingest(spark, dump, tmp_path, monkeyp
     assert "dump_lines" not in driver["outputs"]
 
 
-def test_lines_split_as_spark_reads_them(tmp_path):
-    """``\\n``, ``\\r\\n`` and ``\\r`` end lines, a last line may lack one, blank lines stay."""
-    for data in (b"", b"a", b"a\n", b"a\r\nb\rc\n\nd", b"\n\n\r\r\n", b"x\r", b"\r\n"):
+@pytest.mark.parametrize("block_bytes", [1, 2, 3, 1 << 20])
+def test_lines_split_as_spark_reads_them(tmp_path, block_bytes):
+    """``\\n``, ``\\r\\n`` and ``\\r`` end lines, a last line may lack one, blank lines stay —
+    and blocks cut anywhere (inside a ``\\r\\n`` too) give the same lines."""
+    for data in (b"", b"a", b"a\n", b"a\r\nb\rc\n\nd", b"\n\n\r\r\n", b"x\r", b"\r\n",
+                 b"ab\r\ncd\r\n\r\nef"):
         path = tmp_path / "f.nt"
         path.write_bytes(data)
-        assert nt.file_lines(path).to_pylist() == data.splitlines(), data
+        blocks = list(nt.file_blocks(path, block_bytes))
+        assert [line for block in blocks for line in block.to_pylist()] == data.splitlines(), data
+
+
+def test_blocks_parse_as_one(dump, monkeypatch, tmp_path):
+    """Lines parsed in small blocks give the rows (in (file, line) order: within a block the
+    common shape comes first), malformed lines (numbered within their file) and counts of a
+    parse in one block."""
+    plan, languages = fm.resolve(dump), ["en", ""]
+    whole = nt.ParsedDump(plan, languages)
+    monkeypatch.setattr(nt, "BLOCK_BYTES", 4096)
+    blocks = nt.ParsedDump(plan, languages)
+    in_order = [("file_idx", "ascending"), ("line", "ascending")]
+    assert blocks.rows.sort_by(in_order).equals(whole.rows.sort_by(in_order))
+    assert blocks.malformed.equals(whole.malformed)
+    assert blocks.counts == whole.counts and blocks.lines == whole.lines
+    assert whole.malformed.num_rows > 10 and len(list(nt.file_blocks(plan.files[0]))) > 10
+    (tmp_path / "empty.nt").write_bytes(b"")
+    assert nt.ParsedDump(fm.resolve(tmp_path / "empty.nt"), languages).lines == 0
 
 
 def test_invalid_utf8_lines_are_found_among_many(tmp_path):
@@ -141,8 +162,9 @@ def test_settings_and_plans_the_driver_does_not_read(tmp_path):
         None, "ingest.literals_as_edges is read by the Spark ingest only")
     lines, why = _parsed_lines(fm.resolve(path, "nt", tmp_path / "names.tsv"), {}, cfg)
     assert lines is None and why.startswith("parsers entities, nt:")
-    lines, why = _parsed_lines(fm.resolve(path), {}, {**cfg, "driver_max_dump_mb": 0})
-    assert lines is None and why.endswith("above ingest.driver_max_dump_mb")
+    lines, why = _parsed_lines(fm.resolve(path), {}, {**cfg, "driver_max_nt_mb": 0})
+    assert lines is None and why.endswith("above ingest.driver_max_nt_mb")
+    assert _parsed_lines(fm.resolve(path), {}, {**cfg, "driver_max_dump_mb": 0})[1] is None
 
 
 def test_the_malformed_ceiling_is_kept_on_the_driver(tmp_path, monkeypatch):
