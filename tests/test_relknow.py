@@ -261,7 +261,8 @@ def knowledge_with_vectors(vectors, chains_of, chains, *, k=3,
                                                   ("place of birth", "place_of_birth")]),
     ("the father of the father of alba quist", [("father", "father"), ("father", "father")]),
     ("the death place of alba quist", [("death place", "place_of_death")]),
-    ("the place of alba quist 's death", [("place", "place_of_birth"), ("death", "cause_of_death")]),
+    ("the place of alba quist 's death", [("place", "place_of_birth"),
+                                          ("death", "cause_of_death")]),
 ])
 def test_the_words_of_one_relation_name_are_one_hop(question, hops):
     """Words naming relations, with only stop words between, that are all words of the name
