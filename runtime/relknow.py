@@ -983,6 +983,8 @@ class RelationKnowledge:
         self.canonical = canonical_hops([(rel(a), rel(b)) for a, b in
                                          spec.get("inverse_pairs", ())], self.n_relations)
         self.relation_order = [rel(n) for n in spec["relation_names"]]
+        self.name_words = {rel(n): frozenset(relation_text(n).split())
+                           for n in spec["relation_names"]}
         self._described: tuple[list[str], np.ndarray] | None = None  # described_by, on first use
         if len(self.relation_order) != len(self.relation_vectors):
             raise RelknowError(f"{where}: {len(self.relation_vectors)} relation vectors for "
@@ -1049,26 +1051,64 @@ class RelationKnowledge:
                        if lift >= self.lift_threshold), key=lambda x: (-x[0], -x[1], x[2]))
 
     def lexicon_hops(self, masked: str) -> list[tuple[float, int, int, int]]:
-        """(P(r | w), start, end, r) of every word naming a relation (lift ≥ θ_lift): the most
-        probable relation given the word, ties by lift (lift alone favours rare relations).
-        Words are assigned surest first, and a word whose most probable relations tie takes
-        one no other word has taken ("son" names children and gender equally when every
-        son-question asks a gender; "gender" names gender: son → children)."""
+        """(P(r | w), start, end, r) of every word or name phrase (:meth:`_name_phrases`)
+        naming a relation (lift ≥ θ_lift): the most probable relation given the word, ties by
+        lift (lift alone favours rare relations). Words are assigned surest first, and a word
+        whose most probable relations tie takes one no other word has taken ("son" names
+        children and gender equally when every son-question asks a gender; "gender" names
+        gender: son → children)."""
         words = masked.split()
         options = {}
         for i, w in enumerate(words):
             named = self._word_relations(w)
             if named and w not in STOP_WORDS:
                 options[i] = named
+        spans = self._name_phrases(words, options)
         taken: set[int] = set()
         out = []
-        for i in sorted(options, key=lambda i: (-options[i][0][0], -options[i][0][1], i)):
-            best = options[i][0][0]
-            tied = [o for o in options[i] if o[0] == best]
+        for i, j in sorted(spans, key=lambda s: (-spans[s][0][0], -spans[s][0][1], s)):
+            best = spans[i, j][0][0]
+            tied = [o for o in spans[i, j] if o[0] == best]
             conf, _, r = next((o for o in tied if o[2] not in taken), tied[0])
             taken.add(r)
-            out.append((conf, i, i + 1, r))
+            out.append((conf, i, j, r))
         return out
+
+    def _name_phrases(self, words: Sequence[str], options: Mapping[int, list]
+                      ) -> dict[tuple[int, int], list[tuple[float, float, int]]]:
+        """The naming words (``options``: position → :meth:`_word_relations`) by span: a run
+        of distinct ones with only stop words between, all words of the name of a relation
+        each names, is one span naming those relations ("place of death", "death place":
+        place_of_death once, not place_of_birth and place_of_death as two hops); others are
+        one word each. A repeated word is a repeated hop ("the father of the father")."""
+        spans: dict[tuple[int, int], list[tuple[float, float, int]]] = {}
+        run: list[int] = []
+        for i in [*sorted(options), None]:
+            common = None if i is None or not run else self._phrase_relations(
+                [words[k] for k in (*run, i)], [options[k] for k in (*run, i)])
+            between = () if i is None or not run else words[run[-1] + 1:i]
+            if common and all(w in STOP_WORDS for w in between):
+                run.append(i)
+                continue
+            if run:
+                kept = self._phrase_relations([words[k] for k in run], [options[k] for k in run])
+                spans[run[0], run[-1] + 1] = kept if len(run) > 1 else options[run[0]]
+            run = [] if i is None else [i]
+        return spans
+
+    def _phrase_relations(self, words: Sequence[str], named: Sequence[list]
+                          ) -> list[tuple[float, float, int]]:
+        """The relations every one of ``words`` (distinct) names and has in its name, each
+        with its best (P(r | w), lift) over the words, most probable first ([]: none)."""
+        if len(set(words)) < len(words):
+            return []
+        best: dict[int, tuple[float, float]] | None = None
+        for word, options in zip(words, named):
+            mine = {r: (p, lift) for p, lift, r in options if word in self.name_words.get(r, ())}
+            best = mine if best is None else {r: max(best[r], mine[r])
+                                              for r in best.keys() & mine.keys()}
+        return sorted(((p, lift, r) for r, (p, lift) in best.items()),
+                      key=lambda x: (-x[0], -x[1], x[2]))
 
     def span_similarities(self, texts: Sequence[str], embed: Callable[[list[str]], np.ndarray]
                           ) -> np.ndarray:

@@ -238,17 +238,48 @@ def test_a_deleted_fact_makes_the_derivability_check_fail():
 
 # ------------------------------------------------------------------------------ voting
 
-def knowledge_with_vectors(vectors, chains_of, chains, *, k=3) -> RelationKnowledge:
+def knowledge_with_vectors(vectors, chains_of, chains, *, k=3,
+                           relations=RELATIONS) -> RelationKnowledge:
     spec = {"format_version": 1, "settings": {"k": k, "min_share": 0.6, "max_frontier": 100},
             "thresholds": {"lift": 2.0, "zero_shot_cosine": 0.5,
                            "precision": {"max_answers": 1, "min_share": 0.6},
                            "route": {"max_answers": 2, "min_share": 0.6}},
-            "chains": chains, "relation_names": RELATIONS, "lexicon": {}, "functional": [],
+            "chains": chains, "relation_names": relations, "lexicon": {}, "functional": [],
             "exclusive": []}
     arrays = {"question_vectors": np.asarray(vectors, np.float32),
               "question_chain": np.asarray(chains_of, np.int32),
-              "relation_vectors": np.zeros((len(RELATIONS), 0), np.float32)}
-    return RelationKnowledge(spec, arrays, REL)
+              "relation_vectors": np.zeros((len(relations), 0), np.float32)}
+    return RelationKnowledge(spec, arrays, {n: i for i, n in enumerate(relations)})
+
+
+@pytest.mark.parametrize("question, hops", [
+    ("the place of death of alba quist 's son", [("place of death", "place_of_death"),
+                                                 ("son", "children")]),
+    ("alba quist 's son 's place of birth", [("son", "children"), ("place of birth",
+                                                                  "place_of_birth")]),
+    ("the cause of death of the place of birth", [("cause of death", "cause_of_death"),
+                                                  ("place of birth", "place_of_birth")]),
+    ("the father of the father of alba quist", [("father", "father"), ("father", "father")]),
+    ("the death place of alba quist", [("death place", "place_of_death")]),
+    ("the place of alba quist 's death", [("place", "place_of_birth"),
+                                          ("death", "cause_of_death")]),
+])
+def test_the_words_of_one_relation_name_are_one_hop(question, hops):
+    """Words naming relations, with only stop words between, that are all words of the name
+    of one relation they each name are one hop of it: "place of death" names place_of_death
+    once, not place_of_birth ("place") and place_of_death ("death") as two hops — in any
+    order ("death place"). A repeated word is a repeated hop, and the topic parts words."""
+    names = ["place_of_birth", "place_of_death", "cause_of_death", "children", "father"]
+    know = knowledge_with_vectors(np.zeros((0, 2)), [], [], relations=names)
+    ids = {n: i for i, n in enumerate(names)}
+    know.lexicon = {"place": {ids["place_of_birth"]: 5.0, ids["place_of_death"]: 4.0},
+                    "death": {ids["cause_of_death"]: 5.0, ids["place_of_death"]: 4.0},
+                    "birth": {ids["place_of_birth"]: 5.0}, "cause": {ids["cause_of_death"]: 5.0},
+                    "son": {ids["children"]: 5.0}, "father": {ids["father"]: 5.0}}
+    know.prior = {i: 0.2 for i in ids.values()}
+    masked = mask_topic(question, ["alba quist"]).split()
+    found = sorted(know.lexicon_hops(" ".join(masked)), key=lambda h: h[1])
+    assert [(" ".join(masked[i:j]), names[r]) for _, i, j, r in found] == hops
 
 
 def test_a_question_naming_more_hops_than_its_voted_chain_gets_the_composed_chain():
