@@ -1083,17 +1083,17 @@ class RelationKnowledge:
         one word each. A repeated word is a repeated hop ("the father of the father")."""
         spans: dict[tuple[int, int], list[tuple[float, float, int]]] = {}
         run: list[int] = []
+        shared: list[tuple[float, float, int]] = []  # the run's relations, once it is a phrase
         for i in [*sorted(options), None]:
-            common = None if i is None or not run else self._phrase_relations(
-                [words[k] for k in (*run, i)], [options[k] for k in (*run, i)])
-            between = () if i is None or not run else words[run[-1] + 1:i]
-            if common and all(w in STOP_WORDS for w in between):
-                run.append(i)
-                continue
+            if run and i is not None and all(w in STOP_WORDS for w in words[run[-1] + 1:i]):
+                joined = self._phrase_relations([words[k] for k in (*run, i)],
+                                                [options[k] for k in (*run, i)])
+                if joined:
+                    run, shared = [*run, i], joined
+                    continue
             if run:
-                kept = self._phrase_relations([words[k] for k in run], [options[k] for k in run])
-                spans[run[0], run[-1] + 1] = kept if len(run) > 1 else options[run[0]]
-            run = [] if i is None else [i]
+                spans[run[0], run[-1] + 1] = shared if len(run) > 1 else options[run[0]]
+            run, shared = ([] if i is None else [i]), []
         return spans
 
     def _phrase_relations(self, words: Sequence[str], named: Sequence[list]
