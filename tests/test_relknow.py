@@ -460,6 +460,20 @@ def test_precision_gate_needs_exactly_one_answer_and_routing_gate_its_own_bounds
     assert "support 0.20" in route.check(p(two, support=0.2, named=named), two, None)[1]
 
 
+def encoded_knowledge(lexicon: dict[str, str], axes: dict[str, dict[str, float]]):
+    """(knowledge voting (spouse, profession) with one relation vector per axis and a lexicon
+    naming one relation per word, an encoder reading each word of ``axes`` as that mix of
+    relation axes and any other text as nothing)."""
+    eye = np.eye(len(RELATIONS), dtype=np.float32)
+    know = knowledge_with_vectors([[1.0, 0.0]], [0], [["spouse", "profession"]], k=1)
+    know.relation_vectors = eye
+    know.lexicon = {w: {REL[r]: 5.0} for w, r in lexicon.items()}
+    know.prior = {REL[r]: 0.5 for r in lexicon.values()}
+    vectors = {w: sum(x * eye[REL[r]] for r, x in mix.items()) for w, mix in axes.items()}
+    return know, lambda texts: np.stack([vectors.get(t, np.zeros(len(RELATIONS), np.float32))
+                                         for t in texts])
+
+
 def test_the_precision_gate_refuses_a_chain_that_leaves_a_content_word_unexplained():
     """Knowledge of 2-hop chains follows (spouse, profession) for 3-hop questions: "father"
     names parents (lexicon), and "grandjob" reads as children (encoder, no lexicon entry) —
@@ -467,16 +481,10 @@ def test_the_precision_gate_refuses_a_chain_that_leaves_a_content_word_unexplain
     whose every content word a walked relation explains passes, and so does the routing
     gate, which does not look (its precision is measured where it routes)."""
     facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
-    eye = np.eye(len(RELATIONS), dtype=np.float32)
-    know = knowledge_with_vectors([[1.0, 0.0]], [0], [["spouse", "profession"]], k=1)
-    know.relation_vectors = eye
-    know.lexicon = {"wife": {REL["spouse"]: 5.0}, "job": {REL["profession"]: 5.0},
-                    "father": {REL["parents"]: 5.0}}
-    know.prior = {REL[n]: 0.5 for n in ("spouse", "profession", "parents")}
-    axes = {"job": eye[REL["profession"]], "father": eye[REL["parents"]],
-            "wife": eye[REL["spouse"]],
-            "grandjob": 0.8 * eye[REL["children"]] + 0.6 * eye[REL["profession"]]}
-    embed = lambda texts: np.stack([axes.get(t, np.zeros(5, np.float32)) for t in texts])  # noqa: E731
+    know, embed = encoded_knowledge(
+        {"wife": "spouse", "job": "profession", "father": "parents"},
+        {"job": {"profession": 1.0}, "father": {"parents": 1.0}, "wife": {"spouse": 1.0},
+         "grandjob": {"children": 0.8, "profession": 0.6}})
     chain = (REL["spouse"], REL["profession"])
     assert know.unexplained("job someone wife", chain, None) == ()
     assert know.unexplained("job someone wife father", chain, None) == ("father",)
@@ -505,14 +513,9 @@ def test_a_lexicon_word_that_alone_describes_a_walked_relation_is_explained():
     which the encoder reads the word as within the margin of its best (0.87 against 1.0) —
     explained; "father" reads as parents only and stays unexplained; without an encoder the
     lexicon alone decides."""
-    eye = np.eye(len(RELATIONS), dtype=np.float32)
-    know = knowledge_with_vectors([[1.0, 0.0]], [0], [["spouse", "profession"]], k=1)
-    know.relation_vectors = eye
-    know.lexicon = {"mate": {REL["parents"]: 5.0}, "father": {REL["parents"]: 5.0}}
-    know.prior = {REL["parents"]: 0.5}
-    axes = {"father": eye[REL["parents"]],
-            "mate": 0.5 * eye[REL["parents"]] + 0.87 * eye[REL["spouse"]]}
-    embed = lambda texts: np.stack([axes.get(t, np.zeros(5, np.float32)) for t in texts])  # noqa: E731
+    know, embed = encoded_knowledge({"mate": "parents", "father": "parents"},
+                                    {"father": {"parents": 1.0},
+                                     "mate": {"parents": 0.5, "spouse": 0.87}})
     chain = (REL["spouse"], REL["profession"])
     assert know.unexplained("mate of someone", chain, embed) == ()
     assert know.unexplained("mate of someone", chain, None) == ("mate",)
