@@ -233,6 +233,10 @@ DEFAULTS: dict = {
         "max_full_batch_edges": 1000000,  # directed edges (inverses included); sampled subgraphs above
         "batch_triples": 65536,  # positive triples per sampled-subgraph step; edges per export chunk
         "fanout": 10,  # sampled-subgraph mode: out-edges sampled per node and hop (GraphSAGE-style)
+        # sampled-subgraph mode: optimiser steps an epoch, each on the next batch_triples of a
+        # shuffled pass over the triples (1: an epoch is one step, as in full batch; the model's
+        # parameters, and so the steps it needs, do not grow with the graph); null = a whole pass
+        "sampled_steps": 1,
         "seed": 0,
         "device": "auto",  # auto | cpu | cuda[:N]; auto = CUDA when torch sees one
         "threads": 1,  # torch CPU threads; null = torch default
@@ -557,7 +561,8 @@ SCHEMA: dict = {
         "layers": COUNT, "heads": COUNT, "hidden": COUNT,
         "dropout": number(0, 1, high_open=True), "epochs": COUNT, "learning_rate": RATE,
         "weight_decay": WEIGHT, "negatives": COUNT, "path_weight": WEIGHT, "questions": FILE,
-        "uniform": BOOL, "max_full_batch_edges": COUNT, "batch_triples": COUNT, "fanout": COUNT, "seed": SEED,
+        "uniform": BOOL, "max_full_batch_edges": COUNT, "batch_triples": COUNT, "fanout": COUNT,
+        "sampled_steps": integer(1, nullable=True), "seed": SEED,
         "device": DEVICE, "threads": THREADS, "refresh_epochs": integer(0),
         "refresh_learning_rate": RATE, "refresh_loss_margin": number(0, nullable=True),
     },

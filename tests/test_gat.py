@@ -378,6 +378,23 @@ def test_sampled_training_is_deterministic_for_a_seed():
     assert runs[0].link != runs[2].link
 
 
+@pytest.mark.parametrize("sampled_steps", [None, 1, 3, 1000])
+def test_sampled_steps_bound_an_epoch_and_a_pass_trains_each_triple_once(sampled_steps):
+    graph = random_graph()
+    cfg = config(max_full_batch_edges=10, batch_triples=50, sampled_steps=sampled_steps)["gat"]
+    x = torch.zeros((graph.num_nodes, NODE_DIM))
+    epochs = gat._Epochs(gat.build_model(NODE_DIM, REL_DIM, 3, cfg), graph, x,
+                         torch.zeros((3, REL_DIM)), np.zeros(0, np.int64), cfg, torch.device("cpu"))
+    batches = []
+    epochs._subgraph_step = lambda batch, gold: (batches.append(batch.numpy()), (0.0, 0.0))[1]
+    forward = np.flatnonzero(~graph.inverse)
+    pass_steps = -(-len(forward) // 50)
+    for _ in range(pass_steps):  # enough epochs for a whole pass, whatever the epoch's steps
+        assert epochs._sampled_epoch()[2] == min(sampled_steps or pass_steps, pass_steps)
+    first_pass = np.concatenate(batches[:pass_steps])
+    np.testing.assert_array_equal(np.sort(first_pass), forward)
+
+
 def test_path_term_raises_gold_path_attention(tmp_path, synth_kg):
     inputs, questions, _ = synth_kg
     with_path, _ = run_stage(tmp_path / "a", inputs, epochs=8, learning_rate=0.03,

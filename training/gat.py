@@ -55,7 +55,13 @@ gold edges always join their seeds' sample. Layer l runs only on the targets tha
 still reads (nodes within layers−1−l hops, GATConv's bipartite form), so the last layer is the
 seeds' and their sampled edges'. The seeds' z and the gold edges' α are then estimates over the
 sampled out-edges (hubs make exact neighbourhoods the whole graph: docs/BENCHMARKS.md), and a
-step costs O(seeds · fanout^layers) at most, whatever the graph's size.
+step costs O(seeds · fanout^layers) at most, whatever the graph's size. An epoch is
+``sampled_steps`` such steps (default 1, as a full-batch epoch is one step), on the next
+batches of a shuffled pass over the triples that spans epochs. The model's parameters do not
+grow with the graph (the node features are inputs, not trained), so neither do the optimiser
+steps it needs: training costs epochs × a bounded step, and only the export grows with the
+graph (null = a whole pass an epoch: ceil(triples / batch_triples) steps, which grows as
+triples² while a step's subgraph is a fixed share of the graph).
 
 Export. Layer-wise inference in eval mode over chunks of source nodes holding ≤
 ``batch_triples`` edges (GATConv's bipartite form: the chunk's nodes as targets, their
@@ -625,6 +631,10 @@ class _Epochs:
         self.full = graph.num_edges <= int(cfg["max_full_batch_edges"])
         self.sampler = None if self.full else NeighbourSampler(graph, int(cfg["fanout"]),
                                                                self.gen)
+        pass_steps = math.ceil(len(self.forward) / self.chunk)
+        self.epoch_steps = (pass_steps if cfg["sampled_steps"] is None
+                            else min(int(cfg["sampled_steps"]), pass_steps))
+        self.batches = self._passes()
         self.on_device = {  # full batch: the whole graph moved to the device once
             "x": x.to(device), "index": self.reversed_index.to(device),
             "types": self.types.to(device), "gold": self.gold.to(device),
@@ -667,20 +677,27 @@ class _Epochs:
         return (*self._step(link, path), 1)
 
     def _sampled_epoch(self) -> tuple[float, float, int]:
+        self.sampler.shuffle()
+        link_sum = path_sum = 0.0
+        for _ in range(self.epoch_steps):
+            link, path = self._subgraph_step(*next(self.batches))
+            link_sum, path_sum = link_sum + link, path_sum + path
+        return link_sum, path_sum, self.epoch_steps
+
+    def _passes(self):
+        """(triples, gold-path edges) of each sampled step, endlessly: shuffled passes over the
+        triples, each with its share of a shuffled pass over the gold edges. A pass may span
+        epochs, so every triple is trained on once before any twice."""
         import torch
 
-        self.sampler.shuffle()
-        perm = self.forward[torch.randperm(len(self.forward), generator=self.gen)]
-        steps = math.ceil(len(perm) / self.chunk)
+        steps = math.ceil(len(self.forward) / self.chunk)
         gold_per_step = math.ceil(len(self.gold) / steps) if len(self.gold) else 0
-        gold_perm = self.gold[torch.randperm(len(self.gold), generator=self.gen)]
-        link_sum = path_sum = 0.0
-        for step in range(steps):
-            link, path = self._subgraph_step(
-                perm[step * self.chunk:(step + 1) * self.chunk],
-                gold_perm[step * gold_per_step:(step + 1) * gold_per_step])
-            link_sum, path_sum = link_sum + link, path_sum + path
-        return link_sum, path_sum, steps
+        while True:
+            perm = self.forward[torch.randperm(len(self.forward), generator=self.gen)]
+            gold_perm = self.gold[torch.randperm(len(self.gold), generator=self.gen)]
+            for step in range(steps):
+                yield (perm[step * self.chunk:(step + 1) * self.chunk],
+                       gold_perm[step * gold_per_step:(step + 1) * gold_per_step])
 
     def _subgraph_step(self, batch, gold) -> tuple[float, float]:
         """One step on the sampled subgraph around a batch's heads, tails, negatives and the
