@@ -24,6 +24,13 @@ stage's peak includes what earlier stages left resident, the JVM's heap above al
     python bench/build_scale.py --sizes 1e5,1e6 --one-process --work W --json W/runs.jsonl \
         --markdown W/table.md --estimate 1e7
 
+``--resume`` (a process per stage, with ``--json``): each stage's row is appended to the JSON as
+it finishes, the build of size N has the id ``scale-N``, and the steps already there for a size
+(same settings) are kept rather than run again — so a build longer than a session (10⁷ triples:
+hours) continues where it stopped, its stages staged under ``W/store-N``:
+
+    python bench/build_scale.py --sizes 1e5,1e6,1e7 --work W --json W/runs.jsonl --resume
+
 Growth exponent: the least-squares slope of log(seconds) on log(triples) over the sizes, for
 wall and for CPU seconds each (1 = linear; the issue's target is ≤ 1.1). ``--estimate N``
 extrapolates each stage's wall and CPU seconds along their exponents (at least 1: a smaller
@@ -54,6 +61,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -131,19 +139,24 @@ def dump_for(work: Path, n_triples: int, seed: int, questions: int) -> Path:
 
 
 def build_measured(dump: Path, store: Path, build_id: str, overrides: list[str],
-                   logs: Path) -> list[dict]:
-    """Every stage, then publish, each as its own process: one row per step."""
+                   logs: Path, done: Mapping[str, dict], record) -> list[dict]:
+    """Every stage, then publish, each as its own process: one row per step, each passed to
+    ``record`` as it finishes. Steps in ``done`` (their rows) are not run again."""
     from pipeline.registry import STAGE_NAMES
 
     common = ["--store", str(store), "--build-id", build_id, "--dump", str(dump)]
     common += [arg for kv in overrides for arg in ("--set", kv)]
     rows = []
     for name in (*STAGE_NAMES, "publish"):
+        if name in done:
+            rows.append(done[name])
+            continue
         argv = (["lokg", "publish", *common] if name == "publish"
                 else ["lokg", "build", "--stage", name, *common])
         row = {"stage": name, **run_measured(argv, logs / f"{name}.log")}
         row["stage_s"] = stage_seconds(logs / f"{name}.log")
         rows.append(row)
+        record(row)
         print(f"  {name}: {row['wall_s']:.1f} s wall, {row['peak_mib']:.0f} MiB", flush=True)
     return rows
 
@@ -359,6 +372,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--estimate", type=float, help="extrapolate to this many triples")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--markdown", type=Path)
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the steps of each size already in --json (build id scale-N) and "
+                         "run the rest")
     ap.add_argument("--from-json", type=Path, metavar="RUNS",
                     help="no build: the tables and --estimate from a saved --json of --sizes")
     args = ap.parse_args(argv)
@@ -372,15 +388,27 @@ def main(argv: list[str] | None = None) -> None:
     if args.dump:
         build_dump(args)
         return
+    if args.resume and (args.one_process or not args.json):
+        ap.error("--resume needs --json and a process per stage (no --one-process)")
     runs: dict[int, list[dict]] = {}
     for n in sorted(int(float(s)) for s in args.sizes.split(",")):
         print(f"{n:,} triples: load {os.getloadavg()}", flush=True)
         dump = dump_for(args.work, n, args.seed, args.questions)
+        run = {"triples": n, "one_process": args.one_process, "overrides": args.overrides,
+               "build_id": f"scale-{n}" if args.resume else f"scale-{n}-{os.getpid()}"}
+        done = finished_steps(args.json, run) if args.resume else {}
         runs[n] = measured_build(args, dump, args.work / f"store-{n}", args.work / f"logs-{n}",
-                                 f"scale-{n}-{os.getpid()}")
-        run = {"triples": n, "one_process": args.one_process, "overrides": args.overrides}
-        write_results([{**run, **row} for row in runs[n]], "", args.json, None)
+                                 run["build_id"], done,
+                                 lambda row: write_results([{**run, **row}], "", args.json, None))
     write_results([], markdown(runs, growth(runs, estimate), estimate), None, args.markdown)
+
+
+def finished_steps(path: Path, run: dict) -> dict[str, dict]:
+    """The rows a ``--resume`` run keeps: the steps of this size, settings and build id already
+    in the ``--json`` file."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return {row["stage"]: row for row in rows
+            if all(row.get(key) == value for key, value in run.items())}
 
 
 def runs_from_json(path: Path) -> dict[int, list[dict]]:
@@ -395,23 +423,27 @@ def runs_from_json(path: Path) -> dict[int, list[dict]]:
 
 
 def measured_build(args: argparse.Namespace, dump: Path, store: Path, logs: Path,
-                   build_id: str) -> list[dict]:
-    """One measured build of ``dump``: in one process (``--one-process``) or a process per
-    stage; one row per step."""
+                   build_id: str, done: Mapping[str, dict], record) -> list[dict]:
+    """One measured build of ``dump``: in one process (``--one-process``: every row passed to
+    ``record`` at the end) or a process per stage (each as it finishes); one row per step."""
     logs.mkdir(parents=True, exist_ok=True)
-    if args.one_process:
-        return build_one_process(dump.resolve(), store, args.overrides, logs / "build.log")
-    return build_measured(dump.resolve(), store, build_id, args.overrides, logs)
+    if not args.one_process:
+        return build_measured(dump.resolve(), store, build_id, args.overrides, logs, done,
+                              record)
+    rows = build_one_process(dump.resolve(), store, args.overrides, logs / "build.log")
+    for row in rows:
+        record(row)
+    return rows
 
 
 def build_dump(args: argparse.Namespace) -> None:
     """``--dump``: one measured build of a given dump, its table and JSON lines."""
     print(f"{args.dump}: load {os.getloadavg()}", flush=True)
-    rows = measured_build(args, args.dump, args.work / "store", args.work / "logs",
-                          f"dump-{os.getpid()}")
     run = {"dump": str(args.dump), "one_process": args.one_process, "overrides": args.overrides}
-    write_results([{**run, **row} for row in rows], dump_markdown(rows), args.json,
-                  args.markdown)
+    rows = measured_build(args, args.dump, args.work / "store", args.work / "logs",
+                          f"dump-{os.getpid()}", {},
+                          lambda row: write_results([{**run, **row}], "", args.json, None))
+    write_results([], dump_markdown(rows), None, args.markdown)
 
 
 def write_results(rows: list[dict], table: str, json_path: Path | None,

@@ -142,3 +142,25 @@ def test_dump_markdown_totals_wall_and_cpu_and_shares():
     assert "| ingest | 30.0 | 28.0 | 40.0 | 900 | 75.0 % | 1.00 → 2.00 |" in table
     assert "| publish | 10.0 | — | 5.0 | 100 | 25.0 % |" in table
     assert "| **total** | **40.0** | | **45.0** | 900 (max) |" in table
+
+
+def test_resume_keeps_the_finished_steps_of_the_same_run_and_runs_the_rest(tmp_path,
+                                                                          monkeypatch):
+    """A 10⁷ build outlasts a session: its finished stages (rows in --json) are not run again."""
+    from pipeline.registry import STAGE_NAMES
+
+    run = {"triples": 10, "one_process": False, "overrides": [], "build_id": "scale-10"}
+    saved = tmp_path / "runs.jsonl"
+    kept = {**run, "stage": STAGE_NAMES[0], "wall_s": 7.0, "cpu_s": 1.0, "peak_mib": 5.0}
+    other = {**run, "overrides": ["gat.epochs=2"], "stage": STAGE_NAMES[1], "wall_s": 1.0}
+    saved.write_text(json.dumps(kept) + "\n" + json.dumps(other) + "\n")
+    done = bs.finished_steps(saved, run)
+    assert list(done) == [STAGE_NAMES[0]]  # another setting's row is not this run's
+    ran, recorded = [], []
+    monkeypatch.setattr(bs, "run_measured", lambda argv, log: log.write_text("") or ran.append(
+        argv[:3]) or {"wall_s": 1.0, "cpu_s": 1.0, "peak_mib": 1.0, "load": [0.0, 0.0]})
+    rows = bs.build_measured(tmp_path / "dump", tmp_path / "store", "scale-10", [], tmp_path,
+                             done, recorded.append)
+    assert [r["stage"] for r in rows] == [*STAGE_NAMES, "publish"] and rows[0] == kept
+    assert len(ran) == len(STAGE_NAMES) and ran[0] == ["lokg", "build", "--stage"]
+    assert [r["stage"] for r in recorded] == [*STAGE_NAMES[1:], "publish"]
