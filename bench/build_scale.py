@@ -398,8 +398,7 @@ def main(argv: list[str] | None = None) -> None:
                "build_id": f"scale-{n}" if args.resume else f"scale-{n}-{os.getpid()}"}
         done = finished_steps(args.json, run) if args.resume else {}
         runs[n] = measured_build(args, dump, args.work / f"store-{n}", args.work / f"logs-{n}",
-                                 run["build_id"], done,
-                                 lambda row: write_results([{**run, **row}], "", args.json, None))
+                                 run["build_id"], done, json_recorder(run, args.json))
     write_results([], markdown(runs, growth(runs, estimate), estimate), None, args.markdown)
 
 
@@ -441,9 +440,13 @@ def build_dump(args: argparse.Namespace) -> None:
     print(f"{args.dump}: load {os.getloadavg()}", flush=True)
     run = {"dump": str(args.dump), "one_process": args.one_process, "overrides": args.overrides}
     rows = measured_build(args, args.dump, args.work / "store", args.work / "logs",
-                          f"dump-{os.getpid()}", {},
-                          lambda row: write_results([{**run, **row}], "", args.json, None))
+                          f"dump-{os.getpid()}", {}, json_recorder(run, args.json))
     write_results([], dump_markdown(rows), None, args.markdown)
+
+
+def json_recorder(run: dict, json_path: Path | None):
+    """Appends a finished step's row, tagged with its ``run``, to the JSON-lines file."""
+    return lambda row: write_results([{**run, **row}], "", json_path, None)
 
 
 def write_results(rows: list[dict], table: str, json_path: Path | None,

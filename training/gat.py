@@ -631,9 +631,9 @@ class _Epochs:
         self.full = graph.num_edges <= int(cfg["max_full_batch_edges"])
         self.sampler = None if self.full else NeighbourSampler(graph, int(cfg["fanout"]),
                                                                self.gen)
-        pass_steps = math.ceil(len(self.forward) / self.chunk)
-        self.epoch_steps = (pass_steps if cfg["sampled_steps"] is None
-                            else min(int(cfg["sampled_steps"]), pass_steps))
+        self.pass_steps = math.ceil(len(self.forward) / self.chunk)
+        self.epoch_steps = (self.pass_steps if cfg["sampled_steps"] is None
+                            else min(int(cfg["sampled_steps"]), self.pass_steps))
         self.batches = self._passes()
         self.on_device = {  # full batch: the whole graph moved to the device once
             "x": x.to(device), "index": self.reversed_index.to(device),
@@ -690,12 +690,11 @@ class _Epochs:
         epochs, so every triple is trained on once before any twice."""
         import torch
 
-        steps = math.ceil(len(self.forward) / self.chunk)
-        gold_per_step = math.ceil(len(self.gold) / steps) if len(self.gold) else 0
+        gold_per_step = math.ceil(len(self.gold) / self.pass_steps) if len(self.gold) else 0
         while True:
             perm = self.forward[torch.randperm(len(self.forward), generator=self.gen)]
             gold_perm = self.gold[torch.randperm(len(self.gold), generator=self.gen)]
-            for step in range(steps):
+            for step in range(self.pass_steps):
                 yield (perm[step * self.chunk:(step + 1) * self.chunk],
                        gold_perm[step * gold_per_step:(step + 1) * gold_per_step])
 
