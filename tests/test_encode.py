@@ -223,6 +223,23 @@ def test_hnsw_index_above_flat_max(built):
     np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-4)
 
 
+def test_the_index_is_built_on_the_cores_the_workers_held(tmp_path, monkeypatch):
+    """``workers`` × ``threads`` FAISS threads build the index (one core idled through a 46-min
+    HNSW build at 10⁷), and FAISS's process-wide setting is restored afterwards."""
+    seen = []
+    real_build = encode.build_index
+    monkeypatch.setattr(encode, "build_index", lambda vectors, cfg: (
+        seen.append(faiss.omp_get_max_threads()) or real_build(vectors, cfg)))
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        result, _ = build(tmp_path, workers=2, threads=1, flat_max=5, hnsw_m=8)
+        assert faiss.omp_get_max_threads() == 1
+    finally:
+        faiss.omp_set_num_threads(before)
+    assert seen == [2] and result["report"]["index"] == "hnsw_ip"
+
+
 def test_entity_text_rules():
     assert encode.readable_type("people.person") == "person"
     assert encode.readable_type("/film/film_series") == "film series"

@@ -29,10 +29,11 @@ the export; ``torch`` is sentence-transformers everywhere). Each distinct text i
 shortest first — by token count on the ONNX path, characters on torch — in batches of
 ``batch_size`` (torch) or ``onnx_batch_size`` (a batch pads to its longest text; int8
 activations are scaled per batch, so smaller ONNX batches stay closer to float32), with
-``threads`` onnxruntime/torch/FAISS CPU threads (one by default: the hosts are shared). The
+``threads`` onnxruntime/torch CPU threads (one by default: the hosts are shared). The
 ONNX batches can be shared out among ``workers`` processes (1 by default; 2 for a host whose two
 cores are free: a second intra-op thread gains little on these tiny GEMMs, docs/BENCHMARKS.md
-"Entity encoding: token batches and workers"), with the vectors of one process. The int8
+"Entity encoding: token batches and workers"), with the vectors of one process. The index is
+then built on ``workers`` × ``threads`` FAISS threads, the cores the encode held. The int8
 vectors are at cosine >= 0.98 of the float32 ones (docs/BENCHMARKS.md, "Entity encoding at
 scale").
 
@@ -208,22 +209,30 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
 def _encode_and_index(cfg: Mapping, texts: list[str], out: Path, lap: Laps, reusable,
                       inputs: Mapping[str, str]):
-    """Encode and index with ``threads`` torch and FAISS threads (FAISS's setting is
-    process-global, so it is restored after)."""
+    """Encode with ``threads`` torch threads in each of ``workers`` processes, then build the
+    index on ``index_threads`` FAISS threads (FAISS's setting is process-global, so it is
+    restored after)."""
     import faiss
 
     faiss_threads_before = faiss.omp_get_max_threads()
-    if cfg.get("threads"):
-        faiss.omp_set_num_threads(int(cfg["threads"]))
     try:
         with torch_threads(cfg.get("threads")):
             encoder, vectors, exported = encode_entities(cfg, texts, out, lap, reusable,
                                                          inputs.get(PREVIOUS + "encoder"))
-            index, kind = build_index(vectors, cfg)
-            lap("index")
+        if index_threads(cfg):
+            faiss.omp_set_num_threads(index_threads(cfg))
+        index, kind = build_index(vectors, cfg)
+        lap("index")
     finally:
         faiss.omp_set_num_threads(faiss_threads_before)
     return encoder, vectors, exported, index, kind
+
+
+def index_threads(cfg: Mapping) -> int | None:
+    """The index is built after the encode, on the cores its workers held: ``workers`` ×
+    ``threads`` (null ``threads``: FAISS's default). On one thread an HNSW build of 1.7 M
+    entities took 46 min while the second core idled (docs/BENCHMARKS.md, the 10⁷ build)."""
+    return int(cfg["threads"]) * int(cfg["workers"]) if cfg.get("threads") else None
 
 
 def _encoder_spec(encoder, cfg: Mapping, kind: str, rows: int, exported: dict) -> dict:
