@@ -1497,8 +1497,8 @@ class RelationKnowledge:
         """The kNN vote; the lexicon's chain when no voted chain instantiates, or when the
         question's words name more hops than the voted chain has and the lexicon's chain walks
         them all (questions that combine relations in a way no training question did: a
-        3-hop question over 2-hop training chains). A word that also names a voted relation
-        is no extra hop ("place" of "place of birth" names place_of_death too). Voted chains
+        3-hop question over 2-hop training chains). A word that a voted relation
+        accounts for (:meth:`meanings`: "place" names place_of_death too) is no extra hop. Voted chains
         too long for the question are shortened (:meth:`shortened`): when none instantiates
         (the sub-chain wins over a lexicon composition with fewer hops), and when the one that
         does walks no relation some naming word names ("the job of X's wife" voted (spouse,
@@ -1515,7 +1515,8 @@ class RelationKnowledge:
         voted = None if prediction is None else prediction.chain
         if voted is not None:  # a word that also names a voted relation is explained by it
             words, walked = masked.split(), prediction.relations
-            hops = [h for h in hops if h[3] in walked or not self.names([words[h[1]]]) & walked]
+            hops = [h for h in hops
+                    if h[3] in walked or not self.meanings(words[h[1]], h[3]) & walked]
             if len(hops) <= len(voted):
                 unexplained = any(h[3] not in walked for h in hops)
                 shorter = self.shortened(prediction, masked, facts, topics) \
@@ -1533,6 +1534,17 @@ class RelationKnowledge:
             composed.nearest = prediction.nearest
             return composed
         return prediction
+
+    def meanings(self, word: str, relation: int) -> frozenset[int]:
+        """The relations that account for a naming word whose own (most probable) relation is
+        ``relation``: that one, and those the word names (lift ≥ θ_lift) that have the word in
+        their name ("place" and place_of_death) or that it names as strongly ("work": spouse
+        as profession). Not a weak second meaning: "profession" names spouse at lift 1.27 on
+        PathQuestion, and "X's wife's profession" is no (spouse, spouse, spouse)."""
+        lifts = self.lexicon.get(word, {})
+        own = lifts.get(relation, 0.0)
+        return frozenset({relation, *(r for r, lift in lifts.items() if lift >= self.lift_threshold
+                                      and (lift >= own or word in self.name_words.get(r, ())))})
 
     def unnamed_hop(self, masked: str, hops: Sequence[tuple[float, int, int, int]],
                     voted: tuple[int, ...]) -> bool:
@@ -1719,21 +1731,22 @@ class RelationKnowledge:
     def shortened(self, prediction: Prediction, masked: str, facts: Facts,
                   topics: Sequence[int]) -> Prediction | None:
         """The voted chains with hops left out (see :meth:`_predict_labelled` for when): each
-        sub-chain (hop order kept) that walks a relation of every word naming one (lexicon)
-        votes with the weight of every voted chain it is drawn from, and the longest that
+        sub-chain (hop order kept) that walks one of the :meth:`meanings` of every naming word
+        (:meth:`lexicon_hops`) votes with the weight of every voted chain it is drawn from, and the longest that
         instantiates is followed, best-voted first; its support is :func:`held_support`
         (0 with two hops left out). Knowledge learned from 3-hop questions asked "the religion
         of X's mother" votes (children, parents, religion), (parents, children, religion), …
         — none of which the graph walks from X — and every one of them holds (parents,
         religion)."""
-        words = [self.names([w]) for w in question_words(masked)]
+        words = masked.split()
+        needed = [self.meanings(words[i], r) for _, i, _, r in self.lexicon_hops(masked)]
         longest = max((len(v.chain) for v in prediction.votes), default=0)
         for size in range(longest - 1, 0, -1):
             weights: dict[tuple[int, ...], float] = {}
             for vote in prediction.votes:
                 for sub in dict.fromkeys(itertools.combinations(vote.chain, size)):
                     walked = {hop_relation(h, self.n_relations) for h in sub}
-                    if len(vote.chain) > size and all(n & walked for n in words if n):
+                    if len(vote.chain) > size and all(n & walked for n in needed):
                         weights[sub] = weights.get(sub, 0.0) + vote.weight
             shorter = self._revoted(prediction, weights, facts, topics, "knn_shortened")
             if shorter is not None:

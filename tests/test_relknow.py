@@ -378,6 +378,21 @@ def test_a_voted_chain_that_leaves_a_naming_word_unexplained_is_shortened():
         ("knn", ["spouse", "spouse", "spouse"])
 
 
+@pytest.mark.parametrize("spouse_lift, expected", [
+    (2.5, ("knn_shortened", ["spouse", "profession"])),  # a weak second meaning: a hop
+    (5.0, ("knn", ["spouse", "spouse", "spouse"])),  # as strong as its own: explained
+])
+def test_a_word_naming_a_walked_relation_weakly_is_still_a_hop(spouse_lift, expected):
+    """"profession" names spouse too (lift above θ_lift, PathQuestion's 1.27), and (spouse,
+    spouse, spouse) walks spouse: only where "profession" names spouse as strongly as
+    profession is it no hop of its own; otherwise the vote leaves it unexplained and is
+    shortened to the sub-chain walking both words' relations."""
+    know = shortening_knowledge({"wife": "spouse", "profession": "profession"})
+    know.lexicon["profession"][REL["spouse"]] = spouse_lift
+    know.question_vectors[2] = [1.0, 0.0]  # (spouse, spouse, spouse): the nearest
+    assert shortened_chain(know, "what is alba quist 's wife 's profession ?", (2, 0)) == expected
+
+
 def test_a_voted_chain_with_a_hop_no_word_names_is_shortened_when_every_word_names_one():
     """Knowledge of 3-hop chains asked "the gender of X's son": (children, parents, gender)
     instantiates from 0 (0's children's parents' genders) and walks what "son" and "gender"
