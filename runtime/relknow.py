@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import threading
 import json
 import re
@@ -1538,13 +1539,15 @@ class RelationKnowledge:
     def meanings(self, word: str, relation: int) -> frozenset[int]:
         """The relations that account for a naming word whose own (most probable) relation is
         ``relation``: that one, and those the word names (lift ≥ θ_lift) that have the word in
-        their name ("place" and place_of_death) or that it names as strongly ("work": spouse
-        as profession). Not a weak second meaning: "profession" names spouse at lift 1.27 on
-        PathQuestion, and "X's wife's profession" is no (spouse, spouse, spouse)."""
+        their name ("place" and place_of_death) or whose association with it is at least half
+        its own's, in pointwise mutual information (log lift): "place" names origin (4.72) as
+        place_of_birth (4.74), and "work" spouse as profession. Not a weak second meaning:
+        "profession" names spouse at lift 1.27 and profession at 22.3 on PathQuestion, and
+        "X's wife's profession" is no (spouse, spouse, spouse)."""
         lifts = self.lexicon.get(word, {})
-        own = lifts.get(relation, 0.0)
+        half = math.sqrt(max(lifts.get(relation, 0.0), 0.0))  # log(lift) ≥ log(own) / 2
         return frozenset({relation, *(r for r, lift in lifts.items() if lift >= self.lift_threshold
-                                      and (lift >= own or word in self.name_words.get(r, ())))})
+                                      and (lift >= half or word in self.name_words.get(r, ())))})
 
     def unnamed_hop(self, masked: str, hops: Sequence[tuple[float, int, int, int]],
                     voted: tuple[int, ...]) -> bool:

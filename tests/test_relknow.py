@@ -380,14 +380,16 @@ def test_a_voted_chain_that_leaves_a_naming_word_unexplained_is_shortened():
 
 @pytest.mark.parametrize("spouse_lift, expected", [
     (2.5, ("knn_shortened", ["spouse", "profession"])),  # a weak second meaning: a hop
-    (5.0, ("knn", ["spouse", "spouse", "spouse"])),  # as strong as its own: explained
+    (5.0, ("knn", ["spouse", "spouse", "spouse"])),  # half its own's PMI or more: explained
 ])
 def test_a_word_naming_a_walked_relation_weakly_is_still_a_hop(spouse_lift, expected):
-    """"profession" names spouse too (lift above θ_lift, PathQuestion's 1.27), and (spouse,
-    spouse, spouse) walks spouse: only where "profession" names spouse as strongly as
-    profession is it no hop of its own; otherwise the vote leaves it unexplained and is
-    shortened to the sub-chain walking both words' relations."""
+    """"profession" names profession at lift 22 and spouse too (above θ_lift, as on
+    PathQuestion), and (spouse, spouse, spouse) walks spouse: where "profession" names spouse
+    with at least half the log lift it names profession with (√22 ≈ 4.7), it is no hop of its
+    own; below, the vote leaves it unexplained and is shortened to the sub-chain walking both
+    words' relations."""
     know = shortening_knowledge({"wife": "spouse", "profession": "profession"})
+    know.lexicon["profession"][REL["profession"]] = 22.0
     know.lexicon["profession"][REL["spouse"]] = spouse_lift
     know.question_vectors[2] = [1.0, 0.0]  # (spouse, spouse, spouse): the nearest
     assert shortened_chain(know, "what is alba quist 's wife 's profession ?", (2, 0)) == expected
