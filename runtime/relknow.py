@@ -1498,8 +1498,8 @@ class RelationKnowledge:
         """The kNN vote; the lexicon's chain when no voted chain instantiates, or when the
         question's words name more hops than the voted chain has and the lexicon's chain walks
         them all (questions that combine relations in a way no training question did: a
-        3-hop question over 2-hop training chains). A word that a voted relation
-        accounts for (:meth:`meanings`: "place" names place_of_death too) is no extra hop. Voted chains
+        3-hop question over 2-hop training chains). A word that a voted relation accounts for
+        (:meth:`meanings`: "place" names place_of_death too) is no extra hop. Voted chains
         too long for the question are shortened (:meth:`shortened`): when none instantiates
         (the sub-chain wins over a lexicon composition with fewer hops), and when the one that
         does walks no relation some naming word names ("the job of X's wife" voted (spouse,
@@ -1514,7 +1514,7 @@ class RelationKnowledge:
             prediction = self.predict_knn(q_vec, facts, topics, named)
         hops = self.lexicon_hops(masked)
         voted = None if prediction is None else prediction.chain
-        if voted is not None:  # a word that also names a voted relation is explained by it
+        if voted is not None:  # a word a voted relation accounts for is no hop of its own
             words, walked = masked.split(), prediction.relations
             hops = [h for h in hops
                     if h[3] in walked or not self.meanings(words[h[1]], h[3]) & walked]
@@ -1735,9 +1735,9 @@ class RelationKnowledge:
                   topics: Sequence[int]) -> Prediction | None:
         """The voted chains with hops left out (see :meth:`_predict_labelled` for when): each
         sub-chain (hop order kept) that walks one of the :meth:`meanings` of every naming word
-        (:meth:`lexicon_hops`) votes with the weight of every voted chain it is drawn from, and the longest that
-        instantiates is followed, best-voted first; its support is :func:`held_support`
-        (0 with two hops left out). Knowledge learned from 3-hop questions asked "the religion
+        (:meth:`lexicon_hops`) votes with the weight of every voted chain it is drawn from, and
+        the longest that instantiates is followed, best-voted first; its support is
+        :func:`held_support` (0 with two hops left out). Knowledge learned from 3-hop questions asked "the religion
         of X's mother" votes (children, parents, religion), (parents, children, religion), …
         — none of which the graph walks from X — and every one of them holds (parents,
         religion)."""
