@@ -213,7 +213,9 @@ DEFAULTS: dict = {
         "hnsw_ef_construction": 200,  # HNSW build beam (recall of the graph)
         "hnsw_ef_search": 128,  # HNSW query beam, stored in the index file
         "device": "auto",  # auto | cpu | cuda[:N]; auto = CUDA when torch sees one
-        "threads": 1,  # torch/onnxruntime threads per worker; the index: workers x threads; null = library default
+        # torch/onnxruntime threads per worker; the index is built on workers x threads FAISS
+        # threads; null = library default
+        "threads": 1,
         # the question encoder exported for the query service (models/query_encoder.onnx,
         # onnxruntime; BERT models only): int8 (weights per channel, ~2x faster) | fp32 | off
         "query_onnx": "int8",

@@ -1545,7 +1545,7 @@ class RelationKnowledge:
         "profession" names spouse at lift 1.27 and profession at 22.3 on PathQuestion, and
         "X's wife's profession" is no (spouse, spouse, spouse)."""
         lifts = self.lexicon.get(word, {})
-        half = math.sqrt(max(lifts.get(relation, 0.0), 0.0))  # log(lift) ≥ log(own) / 2
+        half = math.sqrt(lifts.get(relation, 0.0))  # log(lift) ≥ log(own) / 2
         return frozenset({relation, *(r for r, lift in lifts.items() if lift >= self.lift_threshold
                                       and (lift >= half or word in self.name_words.get(r, ())))})
 
@@ -1737,10 +1737,10 @@ class RelationKnowledge:
         sub-chain (hop order kept) that walks one of the :meth:`meanings` of every naming word
         (:meth:`lexicon_hops`) votes with the weight of every voted chain it is drawn from, and
         the longest that instantiates is followed, best-voted first; its support is
-        :func:`held_support` (0 with two hops left out). Knowledge learned from 3-hop questions asked "the religion
-        of X's mother" votes (children, parents, religion), (parents, children, religion), …
-        — none of which the graph walks from X — and every one of them holds (parents,
-        religion)."""
+        :func:`held_support` (0 with two hops left out). Knowledge learned from 3-hop questions
+        asked "the religion of X's mother" votes (children, parents, religion), (parents,
+        children, religion), … — none of which the graph walks from X — and every one of them
+        holds (parents, religion)."""
         words = masked.split()
         needed = [self.meanings(words[i], r) for _, i, _, r in self.lexicon_hops(masked)]
         longest = max((len(v.chain) for v in prediction.votes), default=0)

@@ -219,8 +219,8 @@ def _encode_and_index(cfg: Mapping, texts: list[str], out: Path, lap: Laps, reus
         with torch_threads(cfg.get("threads")):
             encoder, vectors, exported = encode_entities(cfg, texts, out, lap, reusable,
                                                          inputs.get(PREVIOUS + "encoder"))
-        if index_threads(cfg):
-            faiss.omp_set_num_threads(index_threads(cfg))
+        if threads := index_threads(cfg):
+            faiss.omp_set_num_threads(threads)
         index, kind = build_index(vectors, cfg)
         lap("index")
     finally:
