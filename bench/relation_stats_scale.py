@@ -105,8 +105,16 @@ def start_spark(config: dict):
 #: relation_stats and entity_types, and ingest's parse, in Spark at every size (``--set`` them
 #: back to measure the driver paths: relation_stats.driver_max_triples=10000000,
 #: ingest.driver_max_nt_mb=4096)
-SPARK_PATHS = ("relation_stats.driver_max_triples=0", "entity_types.driver_max_triples=0",
-               "ingest.driver_max_dump_mb=0", "ingest.driver_max_nt_mb=0")
+def spark_paths() -> tuple[str, ...]:
+    """Settings that put every stage on its Spark path: each ``driver_max_*`` threshold of the
+    default config at 0 (the value every one of them reads as "always Spark")."""
+    from runtime.config import DEFAULTS
+
+    return tuple(f"{section}.{key}=0" for section, options in DEFAULTS.items()
+                 if isinstance(options, dict) for key in options if key.startswith("driver_max_"))
+
+
+SPARK_PATHS = spark_paths()
 
 
 #: ``spark``: the stages' Spark paths forced (``SPARK_PATHS``); ``product``: the default config's

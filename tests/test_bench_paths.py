@@ -66,3 +66,11 @@ def test_a_baseline_runs_its_own_helpers(tmp_path, stage, name):
     bound = getattr(load_baseline(tmp_path, stage), name)
     marked = bound if name in ("fm", "nt", "il") else __import__(bound.__module__, fromlist=["x"])
     assert marked.BASELINE_MARK == 1
+
+
+def test_spark_paths_cover_every_spark_stage():
+    """Each Spark stage has a driver path below a threshold; forcing Spark names them all."""
+    from pipeline.registry import STAGES
+
+    forced = {setting.split(".")[0] for setting in SPARK_PATHS}
+    assert forced == {s.name for s in STAGES if s.kind == "spark"}

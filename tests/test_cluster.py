@@ -2,8 +2,9 @@
 
 The cluster (one master, two workers) is started from the project venv's pyspark on free ports
 in a temporary directory and stopped by process group at the end. The comparison test runs every
-Spark stage of a small synthetic build with ``spark-submit`` twice — ``--master local[2]`` and
-``--master spark://127.0.0.1:PORT`` — and requires equal row sets for every Parquet output.
+Spark stage of a small synthetic build on its Spark path with ``spark-submit`` twice —
+``--master local[2]`` and ``--master spark://127.0.0.1:PORT`` — and requires the same rows in
+every Parquet output. ``bench/cluster_equality.py`` (whose helpers these are) does it at scale.
 """
 
 from __future__ import annotations
@@ -11,35 +12,22 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.request
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
-from pipeline.driver import stage_script
+from bench.cluster_equality import (SPARK_SUBMIT, cluster_cmd, cluster_env, parquet_outputs,
+                                    submit, table_check)
+from bench.relation_stats_scale import SPARK_PATHS
 from pipeline.registry import STAGES
 from tests.test_dags import FAST  # small models, few partitions
 
 REPO = Path(__file__).resolve().parents[1]
-CLUSTER = REPO / "infra" / "cluster.sh"
-SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
 
 pytestmark = pytest.mark.spark
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cluster_cmd(env: dict, action: str, timeout: int = 240) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(CLUSTER), action], env=env, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +35,7 @@ def cluster(tmp_path_factory):
     """A running cluster: (master URL, its env); stopped afterwards, every daemon checked dead."""
     if not SPARK_SUBMIT.exists():
         pytest.skip("spark-submit not found in the project venv")
-    env = {**os.environ, "LOKG_CLUSTER_DIR": str(tmp_path_factory.mktemp("cluster")),
-           "LOKG_MASTER_PORT": str(free_port()), "LOKG_MASTER_UI_PORT": str(free_port())}
+    env = cluster_env(tmp_path_factory.mktemp("cluster"))
     started = cluster_cmd(env, "start")
     try:
         assert started.returncode == 0, started.stdout + started.stderr
@@ -85,37 +72,9 @@ def test_start_twice_keeps_the_running_daemons(cluster):
     assert sorted(p.read_text() for p in Path(env["LOKG_CLUSTER_DIR"], "pids").glob("*.pid")) == pids
 
 
-def submit(stage: str, master: str, store: Path, build_id: str, dump: Path, env: dict) -> dict:
-    """``spark-submit`` one stage against ``master``, the way lokg_build's tasks do."""
-    proc = subprocess.run(
-        [str(SPARK_SUBMIT), "--master", master,
-         "--properties-file", str(REPO / "infra" / "spark" / "spark-defaults.conf"),
-         str(stage_script(stage)), "--store", str(store), "--build-id", build_id,
-         "--dump", str(dump), "--set", "ingest.format=synth",
-         *[arg for kv in FAST for arg in ("--set", kv)]],
-        cwd=store.parent, env=env, capture_output=True, text=True, timeout=1800)
-    assert proc.returncode == 0, f"{stage} on {master}:\n{proc.stderr[-4000:]}"
-    return json.loads((store / "staging" / build_id / stage / "_stage.json").read_text())
-
-
-def row_set(path: Path) -> list[str]:
-    """A Parquet table (file or Spark dataset directory) as its sorted rows, JSON-encoded."""
-    rows = pq.read_table(path).to_pylist()
-    return sorted(json.dumps(r, sort_keys=True, default=str) for r in rows)
-
-
-def parquet_outputs(record: dict) -> dict[str, Path]:
-    out = {}
-    for name, path in record["outputs"].items():
-        p = Path(path)
-        if p.suffix == ".parquet" or (p.is_dir() and any(p.glob("*.parquet"))):
-            out[name] = p
-    return out
-
-
 @pytest.mark.slow
 def test_spark_stages_on_the_cluster_equal_local(cluster, tmp_path):
-    """Every Spark stage gives the same tables on spark:// as on local[2].
+    """Every Spark stage, on its Spark path, gives the same tables on spark:// as on local[2].
 
     The non-Spark stages run once (local build) and their staging directory is shared with the
     cluster build, so every difference would come from Spark.
@@ -125,25 +84,25 @@ def test_spark_stages_on_the_cluster_equal_local(cluster, tmp_path):
     master, _ = cluster
     dump, store = tmp_path / "dump", tmp_path / "store"
     generate(dump, n_triples=2000, seed=5, n_questions=10)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "SPARK_LOCAL_IP": "127.0.0.1"}
+    args = ["--dump", str(dump), *[a for kv in ("ingest.format=synth", *FAST, *SPARK_PATHS)
+                                   for a in ("--set", kv)]]
     compared = []
     for stage, module in ((s.name, s.module) for s in STAGES):
         if module.startswith("spark_jobs."):
-            local = submit(stage, "local[2]", store, "local", dump, env)
-            remote = submit(stage, master, store, "cluster", dump, env)
-            assert set(parquet_outputs(local)) == set(parquet_outputs(remote)), stage
-            for name, path in parquet_outputs(local).items():
-                other = parquet_outputs(remote)[name]
+            local = submit(stage, "local[2]", store, "local", args)
+            remote = submit(stage, master, store, "cluster", args)
+            assert remote["report"].get("path", "spark") == "spark", stage
+            tables = parquet_outputs(local["outputs"])
+            assert set(tables) == set(parquet_outputs(remote["outputs"])), stage
+            for name, path in tables.items():
+                other = parquet_outputs(remote["outputs"])[name]
                 assert other != path
-                assert row_set(path) == row_set(other), f"{stage}: {name} differs"
+                assert table_check(other, path)["equal"], f"{stage}: {name} differs"
                 compared.append(f"{stage}.{name}")
         else:
             proc = subprocess.run(
-                [sys.executable, "-m", module, "--store", str(store), "--build-id", "local",
-                 "--dump", str(dump), "--set", "ingest.format=synth",
-                 *[arg for kv in FAST for arg in ("--set", kv)]],
-                cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+                [sys.executable, "-m", module, "--store", str(store), "--build-id", "local", *args],
+                cwd=REPO, capture_output=True, text=True, timeout=1800)
             assert proc.returncode == 0, f"{stage}:\n{proc.stderr[-4000:]}"
             shutil.copytree(store / "staging" / "local" / stage, store / "staging" / "cluster" / stage)
     spark_stages = [s.name for s in STAGES if s.kind == "spark"]
