@@ -174,15 +174,25 @@ def rerun(store: Path, cache: Path, base_id: str, master: str, build_id: str, st
     return rows
 
 
+def stage_path(stage: str, report: dict) -> str | None:
+    """Where the stage's report says it ran (driver | spark): ingest's parse; relation_stats'
+    passes over the triples, then its pair signals; the other stages' ``path``."""
+    if stage == "ingest":
+        return report.get("refresh", {}).get("ingest")
+    if stage == "relation_stats":
+        return f"{report.get('passes')}, pairs {report.get('path')}"
+    return report.get("path")
+
+
 def compared(stage: str, record: dict, reference: dict, cache: Path, base_id: str) -> dict:
     fresh, cached = record.get("fingerprint", {}), reference.get("fingerprint", {})
     references = {a: at(cache, p, base_id) for a, p in reference["outputs"].items()}
     return {
-        "stage": stage, "path": record["report"].get("path"),
-        "reference_path": reference["report"].get("path"),
+        "stage": stage, "path": stage_path(stage, record["report"]),
+        "reference_path": stage_path(stage, reference["report"]),
         "seconds": record["seconds"], "reference_seconds": reference.get("seconds"),
         "same_config": fresh.get("config") == cached.get("config"),
-        "same_inputs": fresh.get("inputs") == cached.get("inputs"),
+        "same_input_bytes": fresh.get("inputs") == cached.get("inputs"),
         "tables": {name: table_check(path, references[name])
                    for name, path in parquet_outputs(record["outputs"]).items()},
     }

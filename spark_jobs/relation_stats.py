@@ -664,11 +664,19 @@ def type_pair_dict(entries: Iterable[Mapping] | None) -> dict[tuple[str, str], f
     return {(d["head_type"], d["tail_type"]): float(d["p"]) for d in (entries or ())}
 
 
+#: The contract's relation_pairs with the columns Spark's plan makes non-null (the shared
+#: count, NMI, the sources) non-null: the same schema whichever path wrote it, so a refresh's
+#: row-digest cut-off (pipeline.refresh.same_rows) can match either
+SPARK_PAIRS = pa.schema([f.with_nullable(f.name not in ("shared_entities", "nmi", "source"))
+                         for f in TABLE_SCHEMAS["relation_pairs"]])
+
+
 def _write_pairs(pairs, path: Path) -> pa.ChunkedArray:
     """Write ``relation_pairs`` (one file from the driver path's Arrow table, Spark's part files
     from a DataFrame), sorted by (r_i, r_j); returns its ``source`` column."""
     if isinstance(pairs, pa.Table):
-        write_table("relation_pairs", pairs, path / "part-00000.parquet")
+        path.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pairs.select(SPARK_PAIRS.names).cast(SPARK_PAIRS), path / "part-00000.parquet")
         return pairs.column("source")
     pairs.orderBy("r_i", "r_j").write.mode("overwrite").parquet(str(path))
     files = table_files(path)

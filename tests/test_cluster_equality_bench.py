@@ -81,7 +81,18 @@ def test_a_rerun_row_compares_every_table_with_the_cached_one(tmp_path):
                           "model": str(tmp_path / "run" / "model.json")}}
     row = compared("node_gain", record, reference, cache, BASE) | {"master": "spark://x:1"}
     assert (row["path"], row["reference_path"]) == ("spark", "driver")
-    assert (row["same_config"], row["same_inputs"]) == (False, True)
+    assert (row["same_config"], row["same_input_bytes"]) == (False, True)
     assert list(row["tables"]) == ["node_gain"] and row["tables"]["node_gain"]["equal"]
     assert "| node_gain | spark://x:1 | spark (driver) | node_gain | 2 | yes | 9.5 (3.0) |" \
         in markdown([row])
+
+
+@pytest.mark.parametrize("stage, report, path", [
+    ("ingest", {"refresh": {"ingest": "spark"}}, "spark"),
+    ("relation_stats", {"passes": "driver", "path": "spark"}, "driver, pairs spark"),
+    ("path_cache", {"path": "spark"}, "spark"),
+])
+def test_the_row_names_where_each_stage_ran(stage, report, path):
+    from bench.cluster_equality import stage_path
+
+    assert stage_path(stage, report) == path
