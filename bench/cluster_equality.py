@@ -11,7 +11,7 @@ stage that is not rerun from the cache into a scratch store ``W/store`` (hard li
 rewritten to point there), and reruns the Spark stages in order with ``spark-submit`` against
 each master, as ``lokg_build``'s tasks run them — each rerun stage reading the outputs of the
 stages rerun before it. Every Parquet output is compared with the cached one by row digest
-(``pipeline.refresh.same_rows``: same schema, same multiset of rows, any order and any split
+(``pipeline.refresh.row_digest``: same schema, same multiset of rows, any order and any split
 into files). The exit code is non-zero when a table differs.
 
 ``--paths product`` leaves the default thresholds to choose each stage's path, as a build of
@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline.driver import STAGE_RECORD, stage_script  # noqa: E402
-from pipeline.refresh import link_tree, same_rows, staged_location  # noqa: E402
+from pipeline.refresh import link_tree, parquet_parts, row_digest, staged_location  # noqa: E402
 from pipeline.registry import STAGES  # noqa: E402
 
 CLUSTER = REPO / "infra" / "cluster.sh"
@@ -115,17 +115,24 @@ def parquet_outputs(outputs: dict[str, str]) -> dict[str, Path]:
 
 
 def table_check(path: Path, reference: Path) -> dict:
-    """Rows of both tables and whether they are the same rows; if not, the first reason found."""
-    import pyarrow.dataset as ds
+    """Rows of both tables and whether they are the same table: the same schema (nullability
+    included) and the same multiset of rows (``row_digest``, any order, any split into files).
+    If not, the first difference: rows, column types, row digest, or nullability alone."""
+    import pyarrow.parquet as pq
 
-    tables = [ds.dataset(str(p), format="parquet") for p in (path, reference)]
-    rows = [t.count_rows() for t in tables]
-    equal = same_rows(path, reference)
-    reason = None
-    if not equal:
-        reason = ("rows" if rows[0] != rows[1] else
-                  "schema" if not tables[0].schema.equals(tables[1].schema) else "row digest")
-    return {"rows": rows[0], "reference_rows": rows[1], "equal": equal, "differs_in": reason}
+    parts = [parquet_parts(Path(p)) for p in (path, reference)]
+    rows = [sum(pq.ParquetFile(f).metadata.num_rows for f in files) for files in parts]
+    schemas = [pq.read_schema(files[0]) for files in parts]
+    types = [[(f.name, f.type) for f in schema] for schema in schemas]
+    same_digest = rows[0] == rows[1] and types[0] == types[1] and \
+        row_digest(parts[0]) == row_digest(parts[1])
+    same_schema = schemas[0].equals(schemas[1], check_metadata=False)
+    reason = next((why for why, differs in (("rows", rows[0] != rows[1]),
+                                             ("column types", types[0] != types[1]),
+                                             ("row digest", not same_digest),
+                                             ("nullability", not same_schema)) if differs), None)
+    return {"rows": rows[0], "reference_rows": rows[1], "equal": reason is None,
+            "differs_in": reason}
 
 
 # ============================================================================================

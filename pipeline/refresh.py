@@ -122,7 +122,7 @@ def same_rows(path: str | os.PathLike, other: str | os.PathLike) -> bool:
     is not such a table (a model, a directory of tables) is never the same: no cut-off."""
     import pyarrow.parquet as pq
 
-    parts = [_parquet_parts(Path(p)) for p in (path, other)]
+    parts = [parquet_parts(Path(p)) for p in (path, other)]
     if not all(parts) or len({sum(pq.ParquetFile(f).metadata.num_rows for f in files)
                               for files in parts}) > 1:
         return False
@@ -132,7 +132,7 @@ def same_rows(path: str | os.PathLike, other: str | os.PathLike) -> bool:
     return row_digest(parts[0]) == row_digest(parts[1])
 
 
-def _parquet_parts(path: Path) -> list[str]:
+def parquet_parts(path: Path) -> list[str]:
     """The Parquet files of a table written as one file or as a directory of part files;
     [] for anything else."""
     if path.is_file():

@@ -15,9 +15,9 @@ from pipeline.driver import STAGE_RECORD
 BASE = "scale-100"
 
 
-def write(path, rows: dict) -> None:
+def write(path, rows) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table(rows), path)
+    pq.write_table(rows if isinstance(rows, pa.Table) else pa.table(rows), path)
 
 
 def cached_stage(cache, stage: str, outputs: dict[str, str], seconds: float = 3.0) -> dict:
@@ -61,7 +61,10 @@ def test_same_rows_in_another_order_and_split_are_identical(tmp_path):
 @pytest.mark.parametrize("rows, reason", [
     ({"id": [1, 2], "w": [0.5, 0.25]}, "rows"),
     ({"id": [1, 2, 3], "w": [0.5, 0.25, 1.0 + 2 ** -52]}, "row digest"),  # one ulp
-    ({"id": [1, 2, 3], "w": [1, 2, 3]}, "schema"),
+    ({"id": [1, 2, 3], "w": [1, 2, 3]}, "column types"),
+    (pa.table({"id": [1, 2, 3], "w": [0.5, 0.25, 1.0]},
+              pa.schema([pa.field("id", pa.int64(), nullable=False), ("w", pa.float64())])),
+     "nullability"),
 ])
 def test_a_different_table_says_how(tmp_path, rows, reason):
     write(tmp_path / "ref.parquet", {"id": [1, 2, 3], "w": [0.5, 0.25, 1.0]})
