@@ -183,12 +183,13 @@ def rerun(store: Path, cache: Path, base_id: str, master: str, build_id: str, st
 
 def stage_path(stage: str, report: dict) -> str | None:
     """Where the stage's report says it ran (driver | spark): ingest's parse; relation_stats'
-    passes over the triples, then its pair signals; the other stages' ``path``."""
+    passes over the triples, then its pair signals; scos_merge's rewrite of the triples; the
+    other stages' ``path``."""
     if stage == "ingest":
         return report.get("refresh", {}).get("ingest")
     if stage == "relation_stats":
         return f"{report.get('passes')}, pairs {report.get('path')}"
-    return report.get("path")
+    return report.get("rewrite" if stage == "scos_merge" else "path")
 
 
 def compared(stage: str, record: dict, reference: dict, cache: Path, base_id: str) -> dict:

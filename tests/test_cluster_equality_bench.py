@@ -93,6 +93,7 @@ def test_a_rerun_row_compares_every_table_with_the_cached_one(tmp_path):
 @pytest.mark.parametrize("stage, report, path", [
     ("ingest", {"refresh": {"ingest": "spark"}}, "spark"),
     ("relation_stats", {"passes": "driver", "path": "spark"}, "driver, pairs spark"),
+    ("scos_merge", {"rewrite": "driver"}, "driver"),
     ("path_cache", {"path": "spark"}, "spark"),
 ])
 def test_the_row_names_where_each_stage_ran(stage, report, path):
