@@ -31,7 +31,8 @@ How (issue 17 item 2): the triples are distinct by contract (ingest de-duplicate
 the stage de-duplicates nothing. One Spark query makes the passes that grow with the triples —
 one exchange of the head and tail rows by entity (``_roles``), then, per entity, one generate
 of its (relation, counts) rows and of its non-hub relation pairs and one aggregation of both
-(``_entity_counts``: per-relation counts and H(r), shared entities per pair), beside the
+(``_entity_counts``: per-relation counts, shared entities per pair; ``_tail_histogram``: the
+tail counts H(r) is summed from exactly on the driver), beside the
 triples counted per (head type set, tail type set) with the entity types broadcast — collected
 together (``_collect_together``). Up to ``driver_max_relations``
 relations, what is left is |R|-sized and done on the driver: P_r spread from those counts
@@ -85,6 +86,7 @@ from spark_jobs.relation_stats_driver import (
     TypeIndex,
     canonical_types,
     spread_counts,
+    tail_entropies,
     triple_passes,
 )
 
@@ -266,8 +268,7 @@ def _entity_counts(sets, cap: int):
     """One generate over each entity's relations and one aggregation give both per-relation
     facts and entity pairs, so that one plan (one exchange of the role rows) serves both:
 
-    * b = −1: relation a's triples, heads, tails, entities and H(r) in nats
-      (H = ln n − Σ_o c_o ln c_o / n, c_o the triples with tail o, n = Σ c_o);
+    * b = −1: relation a's triples, heads, tails and entities;
     * b ≥ 0: relations a < b and, as ``entities``, the entities touching ≤ ``cap`` relations
       that they share (pairs made within each entity's row: no self-join, no sort)."""
     from pyspark.sql import functions as F
@@ -282,20 +283,28 @@ def _entity_counts(sets, cap: int):
     rows = sets.select(F.explode(F.when(F.size("rs") <= cap, F.concat(own, pairs))
                                  .otherwise(own)).alias("x")).select("x.*")
     c = F.col("c")
-    counts = rows.groupBy("a", "b").agg(
+    return rows.groupBy("a", "b").agg(
         F.sum(c).alias("triples"), F.sum("h").alias("heads"),
-        F.count(F.when(c > 0, 1)).alias("tails"), F.count(F.lit(1)).alias("entities"),
-        F.sum(F.when(c > 0, c * F.log(c)).otherwise(0.0)).alias("clc"))
-    entropy = F.greatest(F.lit(0.0), F.log("triples") - F.col("clc") / F.col("triples"))
-    return counts.select("a", "b", "triples", "heads", "tails", "entities",
-                         F.when(F.col("b") < 0, F.round(entropy, DIGITS)).alias("entropy"))
+        F.count(F.when(c > 0, 1)).alias("tails"), F.count(F.lit(1)).alias("entities"))
 
 
-def _split_counts(counts: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """``_entity_counts`` collected → (r, triples, heads, tails, entities, entropy) and
-    (r_i, r_j, shared_nonhub)."""
+def _tail_histogram(sets):
+    """(r, c, k): k entities are the tail of c triples of relation r — what H(r) is computed
+    from on the driver (``tail_entropies``: an exact sum, the same on every path and master)."""
+    from pyspark.sql import functions as F
+
+    tails = sets.select(F.explode("rs").alias("x")).select("x.r", "x.c").filter(F.col("c") > 0)
+    return tails.groupBy("r", "c").agg(F.count(F.lit(1)).alias("k"))
+
+
+def _split_counts(counts: pa.Table, tails: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """``_entity_counts`` and ``_tail_histogram`` collected → (r, triples, heads, tails,
+    entities, entropy) and (r_i, r_j, shared_nonhub)."""
     own = pc.equal(counts.column("b"), -1)
-    facts = counts.filter(own).select(["a", "triples", "heads", "tails", "entities", "entropy"])
+    facts = counts.filter(own).select(["a", "triples", "heads", "tails", "entities"])
+    entropy = tail_entropies(*(tails.column(name).to_numpy() for name in "rck"))
+    facts = facts.append_column("entropy", pa.array(
+        [entropy[r] for r in facts.column("a").to_pylist()], pa.float64()))
     pairs = counts.filter(pc.invert(own)).select(["a", "b", "entities"])
     return (facts.rename_columns(["r", *facts.column_names[1:]]),
             pairs.rename_columns(["r_i", "r_j", "shared_nonhub"]))
@@ -340,13 +349,13 @@ def _collect_together(parts: Mapping) -> dict[str, pa.Table]:
             for name, frame in parts.items()}
 
 
-def _first_query(counts, hubs, combos, hubs_possible: bool, on_driver: bool) -> dict:
+def _first_query(counts, tails, hubs, combos, hubs_possible: bool, on_driver: bool) -> dict:
     """What the stage's first query collects: the per-relation and entity-pair counts, the
-    number of hub entities (only when there can be any: an entity touches at most |R|
+    relations' tail histograms, the number of hub entities (only when there can be any: an entity touches at most |R|
     relations, so none when |R| ≤ the cap) and, for the driver path, the type-set counts."""
     from pyspark.sql import functions as F
 
-    parts = {"counts": counts}
+    parts = {"counts": counts, "tails": tails}
     if hubs_possible:
         parts["hubs"] = hubs.agg(F.count(F.lit(1)).alias("n"))
     if on_driver:
@@ -410,8 +419,9 @@ def _spark_passes(spark, cfg: Mapping, paths: tuple[str, str], n_rel: int, on_dr
         cached.append(counts)
     # the Spark path keeps its entity pairs (up to |R|²/2) in Spark: only the facts come back
     wanted = counts if on_driver else counts.filter(F.col("b") < 0)
-    collected = _collect_together(_first_query(wanted, hubs, combos, n_rel > cap_e, on_driver))
-    basic, entity_pairs = _split_counts(collected["counts"])
+    collected = _collect_together(_first_query(wanted, _tail_histogram(sets), hubs, combos,
+                                               n_rel > cap_e, on_driver))
+    basic, entity_pairs = _split_counts(collected["counts"], collected["tails"])
     n_hubs = collected["hubs"]["n"][0].as_py() if n_rel > cap_e else 0
 
     def hub_shared(pairs: Iterable[tuple[int, int]]) -> list[tuple[int, int, int]]:

@@ -19,6 +19,7 @@ both paths equal row for row.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -31,8 +32,8 @@ import scipy.sparse as sp
 from runtime.contract import read_table, to_numpy
 
 UNTYPED = "∅"
-#: Decimals kept of the tail entropy and of P_r: Spark sums doubles in partition order, so the
-#: last bits would otherwise differ between runs on different masters or partitionings.
+#: Decimals kept of the tail entropy and of P_r (P_r is one division of integer counts; H(r) is
+#: summed exactly, :func:`tail_entropies`), so that every path and master writes the same value.
 DIGITS = 12
 
 
@@ -181,6 +182,22 @@ def triple_passes(entities_path: str, triples_path: str, rule: str, cap: int,
                   lambda pairs: _hub_shared(hub_pairs, pairs))
 
 
+def tail_entropies(r: np.ndarray, c: np.ndarray, k: np.ndarray,
+                   digits: int | None = DIGITS) -> dict[int, float]:
+    """H(r) in nats of each relation from its histogram of tail counts (``k`` entities are the
+    tail of ``c`` triples of relation ``r``): ln n − Σ k·c·ln c / n, n = Σ k·c. The sum is
+    exactly rounded (``math.fsum``), so H(r) does not depend on the order the rows come in —
+    Spark's partitions on any master, numpy's on the driver; at 5.8·10⁶ triples plain sums
+    differed in the 12th decimal. Rounded to ``digits`` (None: not rounded)."""
+    terms: dict[int, list[float]] = {}
+    n: dict[int, int] = {}
+    for ri, ci, ki in zip(r.tolist(), c.tolist(), k.tolist()):
+        terms.setdefault(ri, []).append(ki * ci * math.log(ci))
+        n[ri] = n.get(ri, 0) + ki * ci
+    exact = {ri: max(0.0, math.log(n[ri]) - math.fsum(terms[ri]) / n[ri]) for ri in n}
+    return exact if digits is None else {ri: round(h, digits) for ri, h in exact.items()}
+
+
 def _facts(r: np.ndarray, keys: tuple, n_nodes: int, n_rel: int) -> pa.Table:
     """(r, triples, heads, tails, entities, entropy) of every relation with a triple."""
     head_keys, tail_keys, tail_counts, member = keys
@@ -188,10 +205,12 @@ def _facts(r: np.ndarray, keys: tuple, n_nodes: int, n_rel: int) -> pa.Table:
     heads = np.bincount(head_keys // n_nodes, minlength=n_rel)
     tail_r = tail_keys // n_nodes
     tails = np.bincount(tail_r, minlength=n_rel)
-    clc = np.bincount(tail_r, weights=tail_counts * np.log(tail_counts), minlength=n_rel)
     entities = np.bincount(member // n_nodes, minlength=n_rel)
     present = np.flatnonzero(n)
-    entropy = [round(max(0.0, float(np.log(n[i]) - clc[i] / n[i])), DIGITS) for i in present]
+    width = int(tail_counts.max(initial=0)) + 1
+    histogram, k = np.unique(tail_r * width + tail_counts, return_counts=True)
+    by_relation = tail_entropies(histogram // width, histogram % width, k)
+    entropy = [by_relation[int(i)] for i in present]
     return pa.table({"r": present.astype(np.int64), "triples": n[present].astype(np.int64),
                      "heads": heads[present].astype(np.int64),
                      "tails": tails[present].astype(np.int64),
