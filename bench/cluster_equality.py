@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO))
 from pipeline.driver import STAGE_RECORD, stage_script  # noqa: E402
 from pipeline.refresh import link_tree, parquet_parts, row_digest, staged_location  # noqa: E402
 from pipeline.registry import STAGES  # noqa: E402
+from bench.relation_stats_scale import PATHS, SPARK_PATHS  # noqa: E402
 
 CLUSTER = REPO / "infra" / "cluster.sh"
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
@@ -164,8 +165,10 @@ def stage_from_cache(cache: Path, base_id: str, stage: str, staging: Path) -> No
 
 
 def rerun(store: Path, cache: Path, base_id: str, master: str, build_id: str, stages: list[str],
-          args: list[str], conf: tuple[str, ...]) -> list[dict]:
-    """Rerun ``stages`` on ``master`` over the cache's other stages; one row per rerun stage."""
+          args: list[str], conf: tuple[str, ...], first: str | None = None) -> list[dict]:
+    """Rerun ``stages`` on ``master`` over the cache's other stages; one row per rerun stage,
+    its tables compared with the cached build's and, given ``first`` (the first rerun's build
+    id), with that rerun's."""
     staging = store / "staging" / build_id
     last = max(i for i, s in enumerate(STAGES) if s.name in stages)
     rows = []
@@ -175,8 +178,13 @@ def rerun(store: Path, cache: Path, base_id: str, master: str, build_id: str, st
             continue
         started = time.time()
         record = submit(spec.name, master, store, build_id, args, conf)
-        rows.append(compared(spec.name, record, cached_record(cache, spec.name), cache, base_id)
-                    | {"master": master, "wall_s": round(time.time() - started, 1)})
+        row = compared(spec.name, record, cached_record(cache, spec.name), cache, base_id)
+        if first is not None:
+            earlier = json.loads((store / "staging" / first / spec.name / STAGE_RECORD).read_text())
+            theirs = parquet_outputs(earlier["outputs"])
+            row["first"] = {name: table_check(path, theirs[name])
+                            for name, path in parquet_outputs(record["outputs"]).items()}
+        rows.append(row | {"master": master, "wall_s": round(time.time() - started, 1)})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -211,15 +219,31 @@ def compared(stage: str, record: dict, reference: dict, cache: Path, base_id: st
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| stage | master | path (reference's) | table | rows | identical | stage s (reference's) |",
-             "|---|---|---|---|--:|---|--:|"]
+    """One line per table: rows, and whether it is the cached build's (and the first
+    rerun's, from the second rerun on)."""
+    def same(check: dict | None) -> str:
+        return "" if check is None else "yes" if check["equal"] else f"**no** ({check['differs_in']})"
+
+    lines = ["| stage | master (paths) | path (build's) | table | rows | = build | = first rerun "
+             "| stage s (build's) |", "|---|---|---|---|--:|---|---|--:|"]
     for row in rows:
         for name, t in row["tables"].items():
-            same = "yes" if t["equal"] else f"**no** ({t['differs_in']})"
-            lines.append(f"| {row['stage']} | {row['master']} | {row['path']} "
-                         f"({row['reference_path']}) | {name} | {t['rows']:,} | {same} | "
+            lines.append(f"| {row['stage']} | {row['master']} ({row['paths']}) | {row['path']} "
+                         f"({row['reference_path']}) | {name} | {t['rows']:,} | {same(t)} | "
+                         f"{same(row.get('first', {}).get(name))} | "
                          f"{row['seconds']:.1f} ({row['reference_seconds']:.1f}) |")
     return "\n".join(lines)
+
+
+def masters(spec: str, paths: str) -> list[tuple[str, str]]:
+    """``--masters``: (master, paths) of each rerun — ``MASTER[=product|spark]``."""
+    out = []
+    for item in spec.split(","):
+        master, _, own = item.partition("=")
+        if (own or paths) not in PATHS:
+            raise SystemExit(f"--masters: {item!r}: paths must be one of {PATHS}")
+        out.append((master, own or paths))
+    return out
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -229,9 +253,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dump", type=Path, required=True, help="the dump the build read")
     p.add_argument("--work", type=Path, required=True, help="scratch directory (cluster, store)")
     p.add_argument("--masters", default="cluster",
-                   help="comma-separated: 'cluster' (started here) and/or Spark master URLs")
+                   help="comma-separated reruns, MASTER[=product|spark]: 'cluster' (started "
+                        "here) or a Spark master URL, with its own paths (default --paths)")
     p.add_argument("--stages", default=",".join(SPARK_STAGES), help="Spark stages to rerun")
-    p.add_argument("--paths", choices=("product", "spark"), default="product")
+    p.add_argument("--paths", choices=PATHS, default="product")
+    p.add_argument("--against", choices=("build", "first"), default="build",
+                   help="what the exit code judges: the cached build's tables, or the first "
+                        "rerun's (a build made by older code)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--worker-memory", default="6g", help="each of the two workers")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
@@ -241,7 +269,6 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    from bench.relation_stats_scale import SPARK_PATHS
     from runtime.contract import Store
 
     args = parse_args(argv)
@@ -253,22 +280,23 @@ def main(argv=None) -> int:
     if base_id is None:
         raise SystemExit(f"{args.store}: no build in its refresh cache (lokg build keeps one)")
     cache = Store(args.store).refresh_dir(base_id)
-    forced = SPARK_PATHS if args.paths == "spark" else ()
-    stage_args = ["--dump", str(args.dump), *[a for kv in ("refresh.mode=full", *forced,
-                                                          *args.overrides) for a in ("--set", kv)]]
-    store = args.work / "store"
-    rows = []
+    store, reruns, rows = args.work / "store", masters(args.masters, args.paths), []
     with running_cluster(cluster_env(args.work / "cluster", args.worker_memory)) as cluster:
-        for i, master in enumerate(args.masters.split(",")):
+        for i, (master, paths) in enumerate(reruns):
+            forced = SPARK_PATHS if paths == "spark" else ()
+            stage_args = ["--dump", str(args.dump), *[a for kv in (
+                "refresh.mode=full", *forced, *args.overrides) for a in ("--set", kv)]]
             url = cluster if master == "cluster" else master
-            rows += rerun(store, cache, base_id, url, f"rerun-{i}", stages, stage_args,
-                          tuple(args.conf))
+            rows += [row | {"paths": paths} for row in rerun(
+                store, cache, base_id, url, f"rerun-{i}", stages, stage_args, tuple(args.conf),
+                first=None if i == 0 else "rerun-0")]
     if args.json:
         with args.json.open("a") as out:
             for row in rows:
-                out.write(json.dumps({**row, "paths": args.paths, "build": base_id}) + "\n")
+                out.write(json.dumps({**row, "build": base_id}) + "\n")
     print(markdown(rows))
-    return 0 if all(t["equal"] for row in rows for t in row["tables"].values()) else 1
+    judged = [row["tables"] if args.against == "build" else row.get("first", {}) for row in rows]
+    return 0 if all(t["equal"] for tables in judged for t in tables.values()) else 1
 
 
 if __name__ == "__main__":

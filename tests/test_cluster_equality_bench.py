@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bench.cluster_equality import compared, markdown, stage_from_cache, table_check
+from bench.cluster_equality import compared, markdown, masters, stage_from_cache, table_check
 from pipeline.driver import STAGE_RECORD
 
 BASE = "scale-100"
@@ -82,12 +82,23 @@ def test_a_rerun_row_compares_every_table_with_the_cached_one(tmp_path):
               "fingerprint": {"config": "c2", "inputs": {"triples": "h1"}},
               "outputs": {"node_gain": str(tmp_path / "run" / "node_gain.parquet"),
                           "model": str(tmp_path / "run" / "model.json")}}
-    row = compared("node_gain", record, reference, cache, BASE) | {"master": "spark://x:1"}
+    row = compared("node_gain", record, reference, cache, BASE) | {"master": "spark://x:1",
+                                                                    "paths": "spark"}
     assert (row["path"], row["reference_path"]) == ("spark", "driver")
     assert (row["same_config"], row["same_input_bytes"]) == (False, True)
     assert list(row["tables"]) == ["node_gain"] and row["tables"]["node_gain"]["equal"]
-    assert "| node_gain | spark://x:1 | spark (driver) | node_gain | 2 | yes | 9.5 (3.0) |" \
-        in markdown([row])
+    assert "| node_gain | spark://x:1 (spark) | spark (driver) | node_gain | 2 | yes |  | " \
+        "9.5 (3.0) |" in markdown([row])
+    row["first"] = {"node_gain": {**row["tables"]["node_gain"], "equal": False,
+                                  "differs_in": "row digest"}}
+    assert "| 2 | yes | **no** (row digest) | 9.5 (3.0) |" in markdown([row])
+
+
+def test_each_rerun_names_its_master_and_paths():
+    assert masters("local[2]=product,cluster", "spark") == [("local[2]", "product"),
+                                                            ("cluster", "spark")]
+    with pytest.raises(SystemExit, match="paths must be one of"):
+        masters("cluster=driver", "spark")
 
 
 @pytest.mark.parametrize("stage, report, path", [
