@@ -768,8 +768,8 @@ class Prediction:
     """The chain followed for a question: the best-voted chain that instantiates from the topic
     entities, its share of the instantiating votes, and the votes it won against."""
 
-    #: knn | knn_shortened | knn_resized | knn_bridged | knn_per_hop | knn_typed | lexicon |
-    #: zero_shot | none
+    #: knn | knn_shortened | knn_resized | knn_bridged | knn_per_hop | knn_typed | knn_appended |
+    #: lexicon | zero_shot | none
     source: str
     chain: tuple[int, ...] | None
     share: float  # weight of the chain / weight of every instantiating chain
@@ -1453,6 +1453,7 @@ class RelationKnowledge:
         whose are (:meth:`typed`); either is marked :attr:`Prediction.unfamiliar` (the
         precision gate does not pass it)."""
         prediction = self._voted_chain(masked, topics, facts, q_vec, embed)
+        prediction = self.appended(prediction, masked, embed, facts, topics) or prediction
         if q_vec is None or not self.unfamiliar(prediction, embed):
             return prediction
         if prediction.source == "knn" and prediction.support * self.k < LONE_VOTE:
@@ -1462,6 +1463,32 @@ class RelationKnowledge:
                 or prediction
         prediction.unfamiliar = True
         return prediction
+
+    def appended(self, prediction: Prediction, masked: str,
+                 embed: Callable[[list[str]], np.ndarray] | None, facts: Facts,
+                 topics: Sequence[int]) -> Prediction | None:
+        """A chain shorter than the votes (shortened or composed) whose question asks one hop
+        further in words no training question used ("what does X's husband *do for a
+        living*" followed (spouse), the votes being 3-hop): the span of words the chain leaves
+        unexplained (:meth:`unexplained`; stop words between them) that best describes a
+        relation at θ_zs, walked forward as one more hop when that chain instantiates. None
+        without an encoder, when no span describes an unwalked relation, or when the longer
+        chain has no facts. Support: :func:`held_support`."""
+        if prediction.chain is None or embed is None or not self.relation_vectors.shape[1] \
+                or len(prediction.chain) >= voted_length(prediction.votes):
+            return None
+        left = set(self.unexplained(masked, prediction.chain, embed))
+        words = masked.split()
+        spans = [t for a, b, t in question_spans(masked)
+                 if all(w in left or w in STOP_WORDS for w in words[a:b])]
+        if not spans:
+            return None
+        sims = self.span_similarities(spans, embed).max(axis=0)
+        relation = self.relation_order[int(np.argmax(sims))]
+        if sims.max() < self.zero_shot_cosine or relation in prediction.relations:
+            return None
+        return self._revoted(prediction, {prediction.chain + (relation,): 1.0}, facts, topics,
+                             "knn_appended")
 
     def typed(self, prediction: Prediction, masked: str,
               embed: Callable[[list[str]], np.ndarray], facts: Facts, topics: Sequence[int],
