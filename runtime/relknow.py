@@ -1467,26 +1467,33 @@ class RelationKnowledge:
     def appended(self, prediction: Prediction, masked: str,
                  embed: Callable[[list[str]], np.ndarray] | None, facts: Facts,
                  topics: Sequence[int]) -> Prediction | None:
-        """A chain shorter than the votes (shortened or composed) whose question asks one hop
-        further in words no training question used ("what does X's husband *do for a
-        living*" followed (spouse), the votes being 3-hop): the span of words the chain leaves
-        unexplained (:meth:`unexplained`; stop words between them) that best describes a
-        relation at θ_zs, walked forward as one more hop when that chain instantiates. None
-        without an encoder, when no span describes an unwalked relation, or when the longer
-        chain has no facts. Support: :func:`held_support`."""
+        """A chain shorter than every training question's whose question asks one hop
+        further in words no training question used ("what does X's husband do for a
+        *living*" followed (spouse) by knowledge of 3-hop questions): the longest span of
+        words the chain leaves unexplained — none names a walked relation in the lexicon, nor
+        describes one best alone — whose best relation passes θ_zs, walked forward as one
+        more hop when that chain instantiates ("man or woman": gender, where "woman" alone
+        is nearest spouse). None without an encoder, when no such span describes an unwalked
+        relation, or when the longer chain has no facts. Support: :func:`held_support`."""
         if prediction.chain is None or embed is None or not self.relation_vectors.shape[1] \
-                or len(prediction.chain) >= voted_length(prediction.votes):
+                or len(prediction.chain) >= min(map(len, self.chains), default=0):
             return None
-        left = set(self.unexplained(masked, prediction.chain, embed))
-        words = masked.split()
-        spans = [t for a, b, t in question_spans(masked)
+        walked, words = prediction.relations, masked.split()
+        content = question_words(masked)
+        best_alone = self.span_similarities(content, embed).argmax(axis=1)
+        left = {w for w, b in zip(content, best_alone) if not self.names([w]) & walked
+                and self.relation_order[int(b)] not in walked}
+        spans = [(b - a, t) for a, b, t in question_spans(masked)
                  if all(w in left or w in STOP_WORDS for w in words[a:b])]
         if not spans:
             return None
-        sims = self.span_similarities(spans, embed).max(axis=0)
-        relation = self.relation_order[int(np.argmax(sims))]
-        if sims.max() < self.zero_shot_cosine or relation in prediction.relations:
+        sims = self.span_similarities([t for _, t in spans], embed)
+        fits = [(size, float(row.max()), self.relation_order[int(row.argmax())])
+                for (size, _), row in zip(spans, sims) if row.max() >= self.zero_shot_cosine]
+        fits = [f for f in fits if f[2] not in walked]
+        if not fits:
             return None
+        relation = max(fits)[2]
         return self._revoted(prediction, {prediction.chain + (relation,): 1.0}, facts, topics,
                              "knn_appended")
 
