@@ -768,8 +768,8 @@ class Prediction:
     """The chain followed for a question: the best-voted chain that instantiates from the topic
     entities, its share of the instantiating votes, and the votes it won against."""
 
-    #: knn | knn_shortened | knn_resized | knn_bridged | knn_per_hop | knn_typed | lexicon |
-    #: zero_shot | none
+    #: knn | knn_shortened | knn_resized | knn_bridged | knn_per_hop | knn_typed | knn_appended |
+    #: lexicon | zero_shot | none
     source: str
     chain: tuple[int, ...] | None
     share: float  # weight of the chain / weight of every instantiating chain
@@ -1453,6 +1453,7 @@ class RelationKnowledge:
         whose are (:meth:`typed`); either is marked :attr:`Prediction.unfamiliar` (the
         precision gate does not pass it)."""
         prediction = self._voted_chain(masked, topics, facts, q_vec, embed)
+        prediction = self.appended(prediction, masked, embed, facts, topics) or prediction
         if q_vec is None or not self.unfamiliar(prediction, embed):
             return prediction
         if prediction.source == "knn" and prediction.support * self.k < LONE_VOTE:
@@ -1462,6 +1463,39 @@ class RelationKnowledge:
                 or prediction
         prediction.unfamiliar = True
         return prediction
+
+    def appended(self, prediction: Prediction, masked: str,
+                 embed: Callable[[list[str]], np.ndarray] | None, facts: Facts,
+                 topics: Sequence[int]) -> Prediction | None:
+        """A chain shorter than every training question's whose question asks one hop
+        further in words no training question used ("what does X's husband do for a
+        *living*" followed (spouse) by knowledge of 3-hop questions): the longest span of
+        words the chain leaves unexplained — none names a walked relation in the lexicon, nor
+        describes one best alone — whose best relation passes θ_zs, walked forward as one
+        more hop when that chain instantiates ("man or woman": gender, where "woman" alone
+        is nearest spouse). None without an encoder, when no such span describes an unwalked
+        relation, or when the longer chain has no facts. Support: :func:`held_support`."""
+        if prediction.chain is None or embed is None or not self.relation_vectors.shape[1] \
+                or len(prediction.chain) >= min(map(len, self.chains), default=0):
+            return None
+        walked, words = prediction.relations, masked.split()
+        content = question_words(masked)
+        best_alone = self.span_similarities(content, embed).argmax(axis=1)
+        left = {w for w, b in zip(content, best_alone) if not self.names([w]) & walked
+                and self.relation_order[int(b)] not in walked}
+        spans = [(b - a, t) for a, b, t in question_spans(masked)
+                 if all(w in left or w in STOP_WORDS for w in words[a:b])]
+        if not spans:
+            return None
+        sims = self.span_similarities([t for _, t in spans], embed)
+        fits = [(size, float(row.max()), self.relation_order[int(row.argmax())])
+                for (size, _), row in zip(spans, sims) if row.max() >= self.zero_shot_cosine]
+        fits = [f for f in fits if f[2] not in walked]
+        if not fits:
+            return None
+        relation = max(fits)[2]
+        return self._revoted(prediction, {prediction.chain + (relation,): 1.0}, facts, topics,
+                             "knn_appended")
 
     def typed(self, prediction: Prediction, masked: str,
               embed: Callable[[list[str]], np.ndarray], facts: Facts, topics: Sequence[int],

@@ -1450,3 +1450,41 @@ def test_unfamiliar_wording_follows_a_vote_reaching_the_type_its_head_words_ask_
                     domains=domains).prediction
     assert (p.source, [RELATIONS[h] for h in p.chain]) == chain
     assert p.unfamiliar == (q_vec[0] < 0.8)
+
+
+@pytest.mark.parametrize("topic, chain, words, embed_given, appended", [
+    (52, ["parents"], "living", True, ["parents", "profession"]),  # one hop further
+    (52, ["parents"], "man or a woman", True, ["parents", "gender"]),  # the longest span
+    (52, ["parents"], "living", False, None),  # no encoder
+    (52, ["parents", "gender"], "living", True, None),  # as long as the training chains
+    (52, ["parents"], "mother", True, None),  # the word describes the walked relation
+    (4, ["spouse"], "begetter", True, None),  # the wife has no parents: nothing instantiates
+])
+def test_a_chain_shorter_than_training_walks_one_hop_more_for_words_it_leaves_unexplained(
+        topic, chain, words, embed_given, appended):
+    """"what does the mother of X do for a *living*", followed (parents) where every training
+    question's chain has two hops: "living" describes profession, which the chain does not
+    walk, and (parents, profession) instantiates from X, so it is followed; "a man or a
+    woman" reads as gender, its longest span's relation, not as "woman" alone. Nothing is
+    appended without an encoder, to a chain as long as the training chains, for a word that
+    describes a walked relation, or when the longer chain has no facts."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    know = described_knowledge(np.eye(3), [0, 0, 1], [["parents", "gender"],
+                                                      ["parents", "profession"]], k=3)
+    eye = np.eye(6, dtype=np.float32)
+    embed = axis_embed({"living": eye[REL["profession"]], "mother": eye[REL["parents"]],
+                        "begetter": eye[REL["parents"]], "man": eye[REL["children"]],
+                        "woman": eye[REL["spouse"]], "man woman": eye[REL["gender"]]}
+                       ) if embed_given else None
+    votes = [relknow.Vote((REL["parents"], REL["gender"]), 2.0, True),
+             relknow.Vote((REL["parents"], REL["profession"]), 1.0, True)]
+    followed = Prediction("knn_shortened", tuple(REL[r] for r in chain), 1.0, 0.5, votes,
+                          frozenset())
+    masked = mask_topic(f"what does the mother of {ENTITY_NAMES[topic]} do for a {words} ?",
+                        [ENTITY_NAMES[topic]])
+    p = know.appended(followed, masked, embed, facts, [topic])
+    assert (None if p is None else [RELATIONS[h] for h in p.chain]) == appended
+    if p is not None:
+        assert p.source == "knn_appended" and p.derivation.derivable
+        held = {"profession": 1 / 3, "gender": 2 / 3}[appended[-1]]  # the votes holding it
+        assert p.support == pytest.approx(held)
