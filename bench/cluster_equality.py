@@ -1,8 +1,8 @@
 """The Spark stages on the loopback standalone cluster give the tables a local build gave.
 
     python bench/cluster_equality.py --store S --dump D --work W                  # product paths
-    python bench/cluster_equality.py --store S --dump D --work W --paths spark \\
-        --masters cluster,local[2]                                                # Spark forced
+    python bench/cluster_equality.py --store S --dump D --work W \\
+        --masters local[2]=product,cluster=spark --against first   # Spark forced vs the driver
 
 The reference is a finished build: the one a store's refresh cache keeps (``lokg build`` keeps
 its last build's stage directories there, records included). The bench starts the cluster of
@@ -12,13 +12,15 @@ rewritten to point there), and reruns the Spark stages in order with ``spark-sub
 each master, as ``lokg_build``'s tasks run them — each rerun stage reading the outputs of the
 stages rerun before it. Every Parquet output is compared with the cached one by row digest
 (``pipeline.refresh.row_digest``: same schema, same multiset of rows, any order and any split
-into files). The exit code is non-zero when a table differs.
+into files). The exit code is non-zero when a table differs from its reference (``--against``).
 
-``--paths product`` leaves the default thresholds to choose each stage's path, as a build of
-that size does (at 10⁷ triples only ingest and path_cache use Spark); ``--paths spark`` forces
-every Spark path (``relation_stats_scale.SPARK_PATHS``), the cached reference having taken
-whichever path its build took. Pass the build's own ``--set`` overrides where they touch a
-Spark stage; each row says whether the rerun's config fingerprint is the cached one.
+``product`` paths leave the default thresholds to choose each stage's path, as a build of
+that size does (at 10⁷ triples only path_cache uses Spark); ``spark`` forces every Spark path
+(``relation_stats_scale.SPARK_PATHS``). Each rerun (``--masters``) has its own, ``--paths``
+by default. From the second rerun on, the tables are also compared with the first rerun's:
+``--against first`` makes that the verdict, for a build made by older code. Pass the build's
+own ``--set`` overrides where they touch a Spark stage; each row says whether the rerun's
+config fingerprint is the cached one.
 """
 
 from __future__ import annotations
