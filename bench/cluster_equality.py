@@ -39,7 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline.driver import STAGE_RECORD, stage_script  # noqa: E402
-from pipeline.refresh import link_tree, parquet_parts, row_digest, staged_location  # noqa: E402
+from pipeline.refresh import (link_tree, parquet_parts, staged_location,  # noqa: E402
+                             table_difference)
 from pipeline.registry import STAGES  # noqa: E402
 from bench.relation_stats_scale import PATHS, SPARK_PATHS  # noqa: E402
 
@@ -108,32 +109,20 @@ def submit(stage: str, master: str, store: Path, build_id: str, args: list[str],
 
 
 def parquet_outputs(outputs: dict[str, str]) -> dict[str, Path]:
-    """The outputs that are Parquet tables: a ``.parquet`` file or a directory of them."""
-    tables = {}
-    for name, path in outputs.items():
-        p = Path(path)
-        if p.suffix == ".parquet" or (p.is_dir() and any(p.glob("*.parquet"))):
-            tables[name] = p
-    return tables
+    """The outputs that are Parquet tables (``pipeline.refresh.parquet_parts``): a
+    ``.parquet`` file or a directory of them."""
+    return {name: Path(path) for name, path in outputs.items() if parquet_parts(Path(path))}
 
 
 def table_check(path: Path, reference: Path) -> dict:
     """Rows of both tables and whether they are the same table: the same schema (nullability
-    included) and the same multiset of rows (``row_digest``, any order, any split into files).
-    If not, the first difference: rows, column types, row digest, or nullability alone."""
+    included) and the same multiset of rows (``row_digest``, any order, any split into files);
+    if not, the first difference (``pipeline.refresh.table_difference``)."""
     import pyarrow.parquet as pq
 
-    parts = [parquet_parts(Path(p)) for p in (path, reference)]
-    rows = [sum(pq.ParquetFile(f).metadata.num_rows for f in files) for files in parts]
-    schemas = [pq.read_schema(files[0]) for files in parts]
-    types = [[(f.name, f.type) for f in schema] for schema in schemas]
-    same_digest = rows[0] == rows[1] and types[0] == types[1] and \
-        row_digest(parts[0]) == row_digest(parts[1])
-    same_schema = schemas[0].equals(schemas[1], check_metadata=False)
-    reason = next((why for why, differs in (("rows", rows[0] != rows[1]),
-                                             ("column types", types[0] != types[1]),
-                                             ("row digest", not same_digest),
-                                             ("nullability", not same_schema)) if differs), None)
+    rows = [sum(pq.ParquetFile(f).metadata.num_rows for f in parquet_parts(Path(p)))
+            for p in (path, reference)]
+    reason = table_difference(path, reference)
     return {"rows": rows[0], "reference_rows": rows[1], "equal": reason is None,
             "differs_in": reason}
 

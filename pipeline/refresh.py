@@ -120,16 +120,27 @@ def same_rows(path: str | os.PathLike, other: str | os.PathLike) -> bool:
     with the same schema, in any order and however split into files: equal row counts (file
     metadata), schemas and ``row_digest``s — one pass over each table, no sort. Anything that
     is not such a table (a model, a directory of tables) is never the same: no cut-off."""
+    return table_difference(path, other) is None
+
+
+def table_difference(path: str | os.PathLike, other: str | os.PathLike) -> str | None:
+    """The first way two Parquet tables differ, None when they do not (:func:`same_rows`):
+    "not a table" (either, :func:`parquet_parts`), "rows" (counts), "column types", "row
+    digest", or "nullability" alone — the digest is compared first, so that a table written
+    with other nullable fields but the same rows says so (bench/cluster_equality.py)."""
     import pyarrow.parquet as pq
 
     parts = [parquet_parts(Path(p)) for p in (path, other)]
-    if not all(parts) or len({sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-                              for files in parts}) > 1:
-        return False
+    if not all(parts):
+        return "not a table"
+    if len({sum(pq.ParquetFile(f).metadata.num_rows for f in files) for files in parts}) > 1:
+        return "rows"
     schemas = [pq.ParquetDataset(files).schema for files in parts]
-    if not schemas[0].equals(schemas[1], check_metadata=False):
-        return False
-    return row_digest(parts[0]) == row_digest(parts[1])
+    if [(f.name, f.type) for f in schemas[0]] != [(f.name, f.type) for f in schemas[1]]:
+        return "column types"
+    if row_digest(parts[0]) != row_digest(parts[1]):
+        return "row digest"
+    return None if schemas[0].equals(schemas[1], check_metadata=False) else "nullability"
 
 
 def parquet_parts(path: Path) -> list[str]:

@@ -1478,19 +1478,16 @@ class RelationKnowledge:
         if prediction.chain is None or embed is None or not self.relation_vectors.shape[1] \
                 or len(prediction.chain) >= min(map(len, self.chains), default=0):
             return None
-        walked, words = prediction.relations, masked.split()
-        content = question_words(masked)
-        best_alone = self.span_similarities(content, embed).argmax(axis=1)
-        left = {w for w, b in zip(content, best_alone) if not self.names([w]) & walked
-                and self.relation_order[int(b)] not in walked}
-        spans = [(b - a, t) for a, b, t in question_spans(masked)
-                 if all(w in left or w in STOP_WORDS for w in words[a:b])]
+        walked, words, spans = prediction.relations, masked.split(), question_spans(masked)
         if not spans:
             return None
-        sims = self.span_similarities([t for _, t in spans], embed)
-        fits = [(size, float(row.max()), self.relation_order[int(row.argmax())])
-                for (size, _), row in zip(spans, sims) if row.max() >= self.zero_shot_cosine]
-        fits = [f for f in fits if f[2] not in walked]
+        sims = self.span_similarities([t for _, _, t in spans], embed)
+        best = [self.relation_order[int(i)] for i in sims.argmax(axis=1)]
+        left = {t for (a, b, t), r in zip(spans, best)  # single words: the question's words
+                if b - a == 1 and r not in walked and not self.names([t]) & walked}
+        fits = [(b - a, float(row.max()), r) for (a, b, _), row, r in zip(spans, sims, best)
+                if all(w in left or w in STOP_WORDS for w in words[a:b])
+                and row.max() >= self.zero_shot_cosine and r not in walked]
         if not fits:
             return None
         relation = max(fits)[2]

@@ -351,8 +351,9 @@ def _collect_together(parts: Mapping) -> dict[str, pa.Table]:
 
 def _first_query(counts, tails, hubs, combos, hubs_possible: bool, on_driver: bool) -> dict:
     """What the stage's first query collects: the per-relation and entity-pair counts, the
-    relations' tail histograms, the number of hub entities (only when there can be any: an entity touches at most |R|
-    relations, so none when |R| ≤ the cap) and, for the driver path, the type-set counts."""
+    relations' tail histograms, the number of hub entities (only when there can be any: an
+    entity touches at most |R| relations, so none when |R| ≤ the cap) and, for the driver
+    path, the type-set counts."""
     from pyspark.sql import functions as F
 
     parts = {"counts": counts, "tails": tails}
