@@ -708,7 +708,8 @@ class Runtime:
                                             req.question if with_plain else None)
         assessment = know.assess(masked, topics, facts, q_vec=masked_vec,
                                  embed=self._span_embedder(), domains=self._hop_domains(),
-                                 explain=req.policy == "precision")
+                                 explain=req.policy == "precision",
+                                 hops=relknow.hop_range(req.question, forms))
         gate = know.precision_gate if req.policy == "precision" else know.route_gate
         passed, reason = (False, "") if req.policy == "lokg" else gate.check(
             assessment.prediction, assessment.derivation, assessment.consistency)

@@ -89,6 +89,7 @@ import math
 import threading
 import json
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -135,6 +136,30 @@ LONE_VOTE = 1.5
 PER_HOP_HOPS = 6
 #: Names of one segment sharing leading words with this many others lose those words.
 SHARED_PREFIX_NAMES = 3
+#: Words that join the hops of a chain question ("X *'s* son *'s* wife", "follow A, *then*
+#: B", "the C *belonging to* the B") or close its asked head ("which C *does* … *have*"); each
+#: run of content words between them names at least one hop (:func:`hop_range`).
+HOP_JOINS = frozenset("'s then belonging to is are was do does did has have had".split())
+#: Words after which "of" joins two hops ("the capital *of the* country"); before any other
+#: word it may join two (nationality of dad) or sit inside one (place of birth).
+HOP_JOIN_AFTER_OF = frozenset({"the", "a", "an"})
+#: Words that frame a question rather than name a relation ("starting from X, *follow* …:
+#: what do *you reach*", "*tell me* …").
+FRAME_WORDS = frozenset("starting start follow reach reached you me give tell list find "
+                        "show".split())
+#: Readings of a :func:`hop_range` (fewest, most), tightest first: the hops a question names
+#: are its fewest (its bare "of"s sit inside phrases: "place of birth"), its most ("the
+#: nationality of dad of X"), or any between.
+HOP_READINGS: dict[str, Callable[[tuple[int, int]], tuple[int, int]]] = {
+    "fewest": lambda r: (r[0], r[0]), "most": lambda r: (r[1], r[1]), "range": lambda r: r}
+#: Share of a store's training questions whose chain length a reading must allow for the
+#: runtime to bound chains by it (:meth:`RelationKnowledge.ranged`): a graph whose questions
+#: fold hops into one word ("grandmother") or a verb ("where does X's son work") gets none.
+HOP_RANGE_TRUST = 0.99
+_HOP_TOKENS = re.compile(r"['\u2019]s\b|\w+|[^\w\s]")
+_HOP_WORD = re.compile(r"\w")
+#: Stands in for the topic among :func:`hop_tokens` (no token of a text looks like it).
+PLACEHOLDER_TOKEN = "\x00topic"
 _SEGMENT_SPLIT = re.compile(r"[./]+|__+")
 _CAMEL_SPLIT = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 #: Relations this close to the best match of the asked-for word also name the answer's kind.
@@ -246,6 +271,74 @@ def head_spans(masked: str) -> list[str]:
             break
         run.append(word)
     return [" ".join(run[:n]) for n in range(1, min(len(run), MAX_SPAN_WORDS) + 1)]
+
+
+def hop_tokens(text: str) -> list[str]:
+    """Casefolded words, possessive "'s" and punctuation marks as tokens."""
+    text = unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'")
+    return _HOP_TOKENS.findall(text)
+
+
+def hop_range(question: str, forms: Iterable[str]) -> tuple[int, int]:
+    """The fewest and most hops the question's wording can name: the topic (any of
+    ``forms``), punctuation and :data:`HOP_JOINS` cut it into runs; a run with content words
+    (not stop or :data:`FRAME_WORDS`) names one hop, or as many as its parts split at an "of"
+    that is not followed by an article ("place of birth" one or two, "the capital of the
+    country" two). (0, 0): no content words. A bound, not a parse: which relations the runs
+    name is the vote's business; whether a store's questions keep to it is measured when
+    its knowledge is fitted (:data:`HOP_RANGE_TRUST`)."""
+    tokens = hop_tokens(question)
+    for form in sorted({tuple(hop_tokens(f)) for f in forms if f and f.strip()},
+                       key=lambda f: (-len(f), f)):
+        tokens = _replaced(tokens, form, PLACEHOLDER_TOKEN)
+    low = high = 0
+    for run in _runs(tokens):
+        parts = [p for p in _of_parts(run) if any(_content(w) for w in p)]
+        low, high = low + bool(parts), high + len(parts)
+    return low, high
+
+
+
+def _replaced(tokens: list[str], form: tuple[str, ...], by: str) -> list[str]:
+    out, i, n = [], 0, len(form)
+    while i < len(tokens):
+        if n and tuple(tokens[i:i + n]) == form:
+            out.append(by)
+            i += n
+        else:
+            out.append(tokens[i])
+            i += 1
+    return out
+
+
+def _runs(tokens: Sequence[str]) -> list[list[str]]:
+    """Tokens between joins, the topic and punctuation ("of" before an article joins too)."""
+    runs, run = [], []
+    for i, word in enumerate(tokens):
+        after = tokens[i + 1] if i + 1 < len(tokens) else PLACEHOLDER_TOKEN
+        joins = word in HOP_JOINS or word == PLACEHOLDER_TOKEN or not _HOP_WORD.match(word) \
+            or (word == "of" and (after in HOP_JOIN_AFTER_OF or after == PLACEHOLDER_TOKEN))
+        if joins:
+            runs.append(run)
+            run = []
+        else:
+            run.append(word)
+    return [r for r in runs + [run] if r]
+
+
+def _of_parts(run: Sequence[str]) -> list[list[str]]:
+    parts: list[list[str]] = [[]]
+    for word in run:
+        if word == "of":
+            parts.append([])
+        else:
+            parts[-1].append(word)
+    return parts
+
+
+def _content(word: str) -> bool:
+    return word not in STOP_WORDS and word not in FRAME_WORDS
+
 
 
 # ============================================================================================
@@ -832,6 +925,22 @@ def hop_weights(votes: Sequence[Vote]) -> dict[int, float]:
     return out
 
 
+def composed_chains(votes: Sequence[Vote], sizes: Iterable[int]) -> dict[tuple[int, ...], float]:
+    """Chains of each size drawn from the :data:`PER_HOP_HOPS` heaviest voted hops in every
+    order, repeats allowed (a grandchild is children, children), each weighing the product of
+    its hops' :func:`hop_weights`."""
+    weights = hop_weights(votes)
+    hops = sorted(weights, key=lambda h: -weights[h])[:PER_HOP_HOPS]
+    return {c: float(np.prod([weights[h] for h in c]))
+            for size in sizes for c in itertools.product(hops, repeat=size)}
+
+
+def nested(a: Sequence[int], b: Sequence[int]) -> bool:
+    """Whether one chain is the other with hops left out, the order kept."""
+    short, long = sorted((tuple(a), tuple(b)), key=len)
+    return short in itertools.combinations(long, len(short))
+
+
 def voted_length(votes: Sequence[Vote]) -> int:
     """The number of hops most of the vote weight walks (ties: the fewer hops)."""
     by_length: dict[int, float] = {}
@@ -987,6 +1096,12 @@ class RelationKnowledge:
         self.name_words = {rel(n): frozenset(relation_text(n).split())
                            for n in spec["relation_names"]}
         self._described: tuple[list[str], np.ndarray] | None = None  # described_by, on first use
+        #: How the store's training questions name their hops: the tightest of HOP_READINGS
+        #: that allows their chain lengths (None: none does, the knowledge was fitted before
+        #: it was measured, or without labelled questions).
+        agreement = spec.get("hop_range_agreement") or {}
+        self.hop_reading = next((r for r in HOP_READINGS
+                                 if agreement.get(r, 0.0) >= HOP_RANGE_TRUST), None)
         if len(self.relation_order) != len(self.relation_vectors):
             raise RelknowError(f"{where}: {len(self.relation_vectors)} relation vectors for "
                                f"{len(self.relation_order)} relation names")
@@ -1403,13 +1518,16 @@ class RelationKnowledge:
     def assess(self, masked: str, topics: Sequence[int], facts: Facts, *,
                q_vec: np.ndarray | None,
                embed: Callable[[list[str]], np.ndarray] | None = None,
-               domains: HopDomains | None = None, explain: bool = True) -> Assessment:
+               domains: HopDomains | None = None, explain: bool = True,
+               hops: tuple[int, int] | None = None) -> Assessment:
         """Predict the chain of a masked question and check its derived context.
 
         Labelled knowledge: the kNN vote when the question is embedded (and the knowledge was
         fitted with an encoder), and the lexicon's words when no voted chain instantiates or
         there is no encoder; ``domains`` (the entities' types per hop) lets unfamiliar wording
-        check the asked type (:meth:`typed`). Zero-shot knowledge: spans matched to relation
+        check the asked type (:meth:`typed`), and ``hops`` (the question's :func:`hop_range`)
+        bounds the chain's length where the store's questions keep to it (:meth:`ranged`).
+        Zero-shot knowledge: spans matched to relation
         names by the encoder (``embed``); the relations they match are the ones the question
         names. ``explain``: find the content words the chain leaves unexplained (what the
         precision gate reads, :meth:`unexplained`; the span embeddings cost a query ~15 ms on
@@ -1424,6 +1542,7 @@ class RelationKnowledge:
                                f"knowledge was fitted with {width} (another encoder?)")
         if self.labelled:
             prediction = self._predict_labelled(masked, topics, facts, q_vec, embed, domains)
+            prediction = self.ranged(prediction, hops, facts, topics) or prediction
             if explain:
                 prediction.unexplained = self.unexplained(masked, prediction.chain, embed)
         elif embed is None or not self.relation_vectors.shape[1]:
@@ -1493,6 +1612,31 @@ class RelationKnowledge:
         relation = max(fits)[2]
         return self._revoted(prediction, {prediction.chain + (relation,): 1.0}, facts, topics,
                              "knn_appended")
+
+    def ranged(self, prediction: Prediction, hops: tuple[int, int] | None, facts: Facts,
+               topics: Sequence[int]) -> Prediction | None:
+        """A chain whose length the question's wording rules out (``hops``, its
+        :func:`hop_range` read as the store's training questions name their hops,
+        :attr:`hop_reading`: "follow passport issuer, then ruling town, then land it lies in"
+        names three, the vote followed two; none of them did): the best instantiating vote
+        of an allowed length, else the votes' hops composed (:func:`composed_chains`) at each
+        allowed length up to the longest training chain. None when the chain fits, the store
+        has no trusted reading, or nothing allowed instantiates. Support:
+        :func:`held_support`."""
+        if hops is None or not hops[0] or self.hop_reading is None:
+            return None
+        low, high = HOP_READINGS[self.hop_reading](hops)
+        high = min(high, max(map(len, self.chains)))
+        if prediction.chain is not None and low <= len(prediction.chain) <= high:
+            return None
+        votes = {v.chain: v.weight for v in prediction.votes if low <= len(v.chain) <= high}
+        composed = composed_chains(prediction.votes, range(low, high + 1))
+        for candidates in (votes, composed):
+            out = self._revoted(prediction, candidates, facts, topics, "knn_ranged")
+            if out is not None:
+                out.unfamiliar = prediction.unfamiliar
+                return out
+        return None
 
     def typed(self, prediction: Prediction, masked: str,
               embed: Callable[[list[str]], np.ndarray], facts: Facts, topics: Sequence[int],
@@ -1674,9 +1818,8 @@ class RelationKnowledge:
         size = self.described_size(masked, embed, facts, topics)
         if size in (0, len(voted)):
             return None
-        weights = {v.chain: v.weight for v in prediction.votes if len(v.chain) == size and (
-            voted in itertools.combinations(v.chain, len(voted))
-            or v.chain in itertools.combinations(voted, size))}
+        weights = {v.chain: v.weight for v in prediction.votes
+                   if len(v.chain) == size and nested(v.chain, voted)}
         return self._revoted(prediction, weights, facts, topics, "knn_resized")
 
     def per_hop(self, prediction: Prediction, masked: str,
@@ -1692,13 +1835,10 @@ class RelationKnowledge:
         :data:`PER_HOP_HOPS` heaviest hops in every order, repeats allowed (a grandchild is
         children, children), weigh the product of their hops'; the best that instantiates is
         followed. Support: :func:`held_support`."""
-        weights = hop_weights(prediction.votes)
-        if not weights:
+        if not prediction.votes:
             return None
         size = self.described_size(masked, embed, facts, topics) or voted_length(prediction.votes)
-        hops = sorted(weights, key=lambda h: -weights[h])[:PER_HOP_HOPS]
-        chains = {c: float(np.prod([weights[h] for h in c]))
-                  for c in itertools.product(hops, repeat=size)}
+        chains = composed_chains(prediction.votes, [size])
         return self._revoted(prediction, chains, facts, topics, "knn_per_hop")
 
     def bridged(self, prediction: Prediction, masked: str,

@@ -1488,3 +1488,76 @@ def test_a_chain_shorter_than_training_walks_one_hop_more_for_words_it_leaves_un
         assert p.source == "knn_appended" and p.derivation.derivable
         held = {"profession": 1 / 3, "gender": 2 / 3}[appended[-1]]  # the votes holding it
         assert p.support == pytest.approx(held)
+
+
+# ------------------------------------------------------------------------------ hop ranges
+
+@pytest.mark.parametrize("question, topic, hops", [
+    ("which sovereign state does the native town of the person behind the camera of "
+     "River: Burning have ?", "River: Burning", (3, 3)),  # the asked head, 'of the', the topic
+    ("starting from Nevuville , follow sovereign state , then seat of government , then land "
+     "it lies in : what do you reach ?", "Nevuville", (3, 4)),  # a bare 'of' may join or not
+    ("what is the nationality of yixin_prince_gong 's son's wife ?", "yixin_prince_gong",
+     (3, 3)),  # possessives, the topic spelled as its key
+    ("name the person who established it belonging to the backer of The \"Broken\" River ?",
+     "The \"Broken\" River", (2, 2)),  # stop words inside a run, punctuation in the topic
+    ("Where does Ana Lee\u2019s son work?", "Ana Lee", (1, 1)),  # a verb folds a hop in
+    ("what is Ana Lee ?", "Ana Lee", (0, 0)),  # no content word
+])
+def test_hop_range_counts_the_runs_of_content_words_between_joins(question, topic, hops):
+    """The topic, punctuation, possessives, "then", "belonging to", the asked head's verb and
+    an "of" before an article cut a question into runs; each run with a content word names one
+    hop, or one per part split at a bare "of"; frame words ("follow", "reach") name none."""
+    assert relknow.hop_range(question, [topic]) == hops
+
+
+@pytest.mark.parametrize("agreement, reading", [
+    ({"fewest": 1.0, "most": 0.8, "range": 1.0}, "fewest"),  # the tightest trusted reading
+    ({"fewest": 0.6, "most": 0.995, "range": 1.0}, "most"),
+    ({"fewest": 0.6, "most": 0.8, "range": 0.99}, "range"),
+    ({"fewest": 0.6, "most": 0.8, "range": 0.97}, None),  # PQ-3H's: hops folded into words
+    (None, None),  # fitted before it was measured
+])
+def test_a_store_bounds_chains_by_the_tightest_reading_its_training_questions_keep_to(
+        agreement, reading):
+    know = knowledge_with_vectors([[1.0, 0.0]], [0], [["parents"]], k=1)
+    spec = {**know.spec, "hop_range_agreement": agreement}
+    arrays = {"question_vectors": know.question_vectors, "question_chain": know.question_chain,
+              "relation_vectors": know.relation_vectors}
+    assert RelationKnowledge(spec, arrays, REL).hop_reading == reading
+
+
+def test_the_fit_measures_each_reading_on_the_training_questions():
+    labelled = fit.Labelled(["q"] * 4, [[0]] * 4, [("a",), ("a", "b"), ("a", "b"), ("a",)],
+                            [()] * 4, 0, [(1, 1), (2, 3), (1, 2), (1, 2)])
+    assert labelled.hop_range_agreement() == {"fewest": 0.75, "most": 0.5, "range": 1.0}
+    assert fit.Labelled([], [], [], [], 0).hop_range_agreement() is None
+
+
+@pytest.mark.parametrize("reading, hops, chain, expected", [
+    ("fewest", (1, 2), ["parents", "gender"], ("knn_ranged", ["parents"])),  # a shorter vote
+    ("most", (1, 2), ["parents", "gender"], None),  # the chain has as many hops as allowed
+    (None, (1, 2), ["parents", "gender"], None),  # no trusted reading
+    ("fewest", None, ["parents", "gender"], None),  # no range given
+    ("range", (3, 3), ["parents"], None),  # longer than every training chain: nothing allowed
+    ("range", (2, 2), ["parents"], ("knn_ranged", ["parents", "gender"])),  # the best vote
+    ("fewest", (2, 4), None, ("knn_ranged", ["parents", "gender"])),  # no chain followed
+])
+def test_a_chain_the_question_wording_rules_out_gives_way_to_an_allowed_one(
+        reading, hops, chain, expected):
+    """"follow son, then mother" names two hops where the vote followed one: on a store whose
+    training questions keep to their hop ranges, the best instantiating vote of an allowed
+    length is followed, never longer than the longest training chain; a chain that fits, an
+    untrusted reading or a question without a range keeps the chain."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    know = knowledge_with_vectors(np.eye(2), [0, 1], [["parents", "gender"], ["parents"]])
+    know.hop_reading = reading
+    votes = [relknow.Vote((REL["parents"], REL["gender"]), 2.0, True),
+             relknow.Vote((REL["parents"],), 1.0, True),
+             relknow.Vote((REL["spouse"], REL["children"]), 3.0, False)]
+    followed = Prediction("knn", None if chain is None else tuple(REL[r] for r in chain), 1.0,
+                          0.5, votes, frozenset())
+    p = know.ranged(followed, hops, facts, [52])
+    assert (None if p is None else (p.source, [RELATIONS[h] for h in p.chain])) == expected
+    if p is not None:
+        assert p.derivation.derivable

@@ -56,7 +56,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +66,7 @@ from runtime.contract import read_table
 from runtime.relknow import (
     ARTEFACT,
     FORMAT_VERSION,
+    HOP_READINGS,
     INVERSE_PREFIX,
     MODEL_FILE,
     VECTORS_FILE,
@@ -75,6 +76,7 @@ from runtime.relknow import (
     learn_exclusive,
     learn_functional,
     learn_inverses,
+    hop_range,
     mask_topic,
     precision_gate,
     question_words,
@@ -131,13 +133,24 @@ def settings(config: Mapping) -> dict:
 
 @dataclass
 class Labelled:
-    """Questions resolved against the store: masked text, topic ids, chain, gold answers."""
+    """Questions resolved against the store: masked text, topic ids, chain, gold answers, and
+    the hops the wording can name (runtime.relknow.hop_range)."""
 
     masked: list[str]
     topics: list[list[int]]
     chains: list[tuple[str, ...]]  # canonical relation names
     answers: list[tuple[str, ...]]
     skipped: int
+    hop_ranges: list[tuple[int, int]] = field(default_factory=list)
+
+    def hop_range_agreement(self) -> dict[str, float] | None:
+        """Per reading of the hop ranges (runtime.relknow.HOP_READINGS), the share of the
+        questions whose chain length it allows (None: no questions)."""
+        if not self.chains:
+            return None
+        lengths = [len(c) for c in self.chains]
+        return {reading: round(float(np.mean([bounds[0] <= n <= bounds[1] for n, bounds in zip(
+            lengths, map(read, self.hop_ranges))])), 6) for reading, read in HOP_READINGS.items()}
 
 
 def read_questions(path: str | Path):
@@ -189,7 +202,9 @@ class Store:
             if not chain or not topics or None in topics or None in chain:
                 out.skipped += 1
                 continue
-            out.masked.append(mask_topic(q.question, [f for t in topics for f in self.forms(t)]))
+            forms = [f for t in topics for f in self.forms(t)]
+            out.masked.append(mask_topic(q.question, forms))
+            out.hop_ranges.append(hop_range(q.question, forms))
             out.topics.append(topics)
             out.chains.append(chain)
             out.answers.append(tuple(q.answers))
@@ -298,7 +313,7 @@ def relation_prior(chains: Sequence[tuple[str, ...]]) -> dict[str, float]:
 
 
 def _spec(cfg: Mapping, chains, lexicon, kg: Mapping, relation_names, thresholds,
-          report, prior) -> dict:
+          report, prior, hop_range_agreement: float | None) -> dict:
     """The artefact's JSON; ``kg``: the functional, exclusive and inverse relations."""
     return {
         "format_version": FORMAT_VERSION,
@@ -312,6 +327,7 @@ def _spec(cfg: Mapping, chains, lexicon, kg: Mapping, relation_names, thresholds
         "functional": kg["functional"],
         "exclusive": [list(x) for x in kg["exclusive"]],
         "inverse_pairs": kg["inverse_pairs"],
+        "hop_range_agreement": hop_range_agreement,
         "fit": report,
     }
 
@@ -372,6 +388,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         lap("load_encoder")
         relation_names = [store.relation_names[i] for i in sorted(store.relation_names)]
         chains, question_chain, lexicon, prior = _chain_votes(train, cfg)
+        agreement = train.hop_range_agreement() if train else None
         arrays = {
             "question_vectors": encoder.queries(train.masked if train else []),
             "question_chain": question_chain,
@@ -381,7 +398,8 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         lap("embed_questions")
 
         def knowledge(th: Mapping) -> RelationKnowledge:
-            spec = _spec(cfg, chains, lexicon, kg, relation_names, dict(th), {}, prior)
+            spec = _spec(cfg, chains, lexicon, kg, relation_names, dict(th), {}, prior,
+                         agreement)
             return RelationKnowledge(spec, arrays, store.relation_ids, STAGE)
 
         report = {**_fit_report(cfg, train, dev, encoder, len(chains), len(lexicon)),
@@ -399,12 +417,14 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     target = Path(out_dir) / ARTEFACT
     target.mkdir(parents=True, exist_ok=True)
     report["step_seconds"] = lap.seconds
-    spec = _spec(cfg, chains, lexicon, kg, relation_names, thresholds, report, prior)
+    spec = _spec(cfg, chains, lexicon, kg, relation_names, thresholds, report, prior,
+                 agreement)
     (target / MODEL_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True))
     np.savez(target / VECTORS_FILE, **arrays)
     lap("write")
     summary = {k: v for k, v in report.items() if k != "relations_checked"}
     summary["thresholds"] = thresholds
+    summary["hop_range_agreement"] = agreement
     summary["step_seconds"] = lap.seconds
     return {"outputs": {ARTEFACT: str(target)}, "report": summary}
 
@@ -502,9 +522,10 @@ class _DevRun:
         from evaluation.metrics import score
 
         embed = self.embed if self.encoder.model is not None else None
-        out = [kn.assess(masked, topics, self.facts, embed=embed,
+        dev = self.dev
+        out = [kn.assess(masked, topics, self.facts, embed=embed, hops=dev.hop_ranges[i],
                          q_vec=self.dev_vectors[i] if self.dev_vectors is not None else None)
-               for i, (masked, topics) in enumerate(zip(self.dev.masked, self.dev.topics))]
+               for i, (masked, topics) in enumerate(zip(dev.masked, dev.topics))]
         correct = [bool(a.derivation and a.derivation.derivable and score(
             [self.store.names[e] for e in a.derivation.endpoints], gold).h1)
             for a, gold in zip(out, self.dev.answers)]
