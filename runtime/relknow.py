@@ -54,6 +54,13 @@ The pieces:
   (:data:`LONE_VOTE`), or none, gives way to a chain composed hop by hop from every vote
   (:meth:`RelationKnowledge.per_hop`), and the precision gate does not pass such wording
   (:attr:`Gate.familiar`).
+* **Hops the wording names** (:func:`hop_range`): joins ("'s", "then", "belonging to", "of the",
+  the asked head's verb), punctuation and the topic cut a question into runs of words; each
+  run with a content word names a hop, or one per part split at a bare "of". The fit measures
+  how the store's training questions keep to that (``hop_range_agreement``: their fewest,
+  their most, or any between); where a reading holds for :data:`HOP_RANGE_TRUST` of them, a
+  chain of a length it rules out gives way to an allowed vote or composed chain
+  (:meth:`RelationKnowledge.ranged`).
 * **Inverse hops.** A chain hop walks a relation forward (subject → object) or backwards
   (object → subject, written ``~name``: "which films did X direct" is ``~directed_by``);
   chains learned from gold paths keep their directions, and the span predictors try
