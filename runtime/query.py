@@ -709,7 +709,7 @@ class Runtime:
         assessment = know.assess(masked, topics, facts, q_vec=masked_vec,
                                  embed=self._span_embedder(), domains=self._hop_domains(),
                                  explain=req.policy == "precision",
-                                 hops=relknow.hop_range(req.question, forms))
+                                 runs=relknow.hop_runs(req.question, forms))
         gate = know.precision_gate if req.policy == "precision" else know.route_gate
         passed, reason = (False, "") if req.policy == "lokg" else gate.check(
             assessment.prediction, assessment.derivation, assessment.consistency)

@@ -54,7 +54,7 @@ The pieces:
   (:data:`LONE_VOTE`), or none, gives way to a chain composed hop by hop from every vote
   (:meth:`RelationKnowledge.per_hop`), and the precision gate does not pass such wording
   (:attr:`Gate.familiar`).
-* **Hops the wording names** (:func:`hop_range`): joins ("'s", "then", "belonging to", "of the",
+* **Hops the wording names** (:func:`hop_runs`): joins ("'s", "then", "belonging to", "of the",
   the asked head's verb), punctuation and the topic cut a question into runs of words; each
   run with a content word names a hop, or one per part split at a bare "of". The fit measures
   how the store's training questions keep to that (``hop_range_agreement``: their fewest,
@@ -141,11 +141,14 @@ UNFAMILIAR_COSINE = 0.8
 LONE_VOTE = 1.5
 #: The most voted hops :meth:`RelationKnowledge.per_hop` composes chains from.
 PER_HOP_HOPS = 6
+#: Chains kept per hop when unfamiliar wording is decoded run by run
+#: (:meth:`RelationKnowledge.decoded`).
+DECODE_BEAM = 16
 #: Names of one segment sharing leading words with this many others lose those words.
 SHARED_PREFIX_NAMES = 3
 #: Words that join the hops of a chain question ("X *'s* son *'s* wife", "follow A, *then*
 #: B", "the C *belonging to* the B") or close its asked head ("which C *does* … *have*"); each
-#: run of content words between them names at least one hop (:func:`hop_range`).
+#: run of content words between them names at least one hop (:func:`hop_runs`).
 HOP_JOINS = frozenset("'s then belonging to is are was do does did has have had".split())
 #: Words after which "of" joins two hops ("the capital *of the* country"); before any other
 #: word it may join two (nationality of dad) or sit inside one (place of birth).
@@ -154,7 +157,7 @@ HOP_JOIN_AFTER_OF = frozenset({"the", "a", "an"})
 #: what do *you reach*", "*tell me* …").
 FRAME_WORDS = frozenset("starting start follow reach reached you me give tell list find "
                         "show".split())
-#: Readings of a :func:`hop_range` (fewest, most), tightest first: the hops a question names
+#: Readings of a :attr:`HopRuns.range` (fewest, most), tightest first: the hops a question names
 #: are its fewest (its bare "of"s sit inside phrases: "place of birth"), its most ("the
 #: nationality of dad of X"), or any between.
 HOP_READINGS: dict[str, Callable[[tuple[int, int]], tuple[int, int]]] = {
@@ -286,24 +289,48 @@ def hop_tokens(text: str) -> list[str]:
     return _HOP_TOKENS.findall(text)
 
 
-def hop_range(question: str, forms: Iterable[str]) -> tuple[int, int]:
-    """The fewest and most hops the question's wording can name: the topic (any of
-    ``forms``), punctuation and :data:`HOP_JOINS` cut it into runs; a run with content words
-    (not stop or :data:`FRAME_WORDS`) names one hop, or as many as its parts split at an "of"
-    that is not followed by an article ("place of birth" one or two, "the capital of the
-    country" two). (0, 0): no content words. A bound, not a parse: which relations the runs
-    name is the vote's business; whether a store's questions keep to it is measured when
-    its knowledge is fitted (:data:`HOP_RANGE_TRUST`)."""
+@dataclass(frozen=True)
+class HopRuns:
+    """The runs of words a question names its hops in (:func:`hop_runs`), ordered from the
+    topic outward; each run is its parts split at a bare "of" ("place of birth": "place",
+    "birth"), each part its content words."""
+
+    runs: tuple[tuple[str, ...], ...]
+
+    @property
+    def range(self) -> tuple[int, int]:
+        """The fewest and most hops the wording can name: a run each, or a part each."""
+        return len(self.runs), sum(map(len, self.runs))
+
+    def hops(self, reading: str) -> list[str] | None:
+        """One text per hop, from the topic outward, under a reading that fixes their number
+        (fewest: a run's parts together; most: each part); None under any other."""
+        if reading == "fewest":
+            return [" ".join(run) for run in self.runs]
+        if reading == "most":
+            return [part for run in self.runs for part in run]
+        return None
+
+
+def hop_runs(question: str, forms: Iterable[str]) -> HopRuns:
+    """The topic (any of ``forms``), punctuation and :data:`HOP_JOINS` cut the question into
+    runs; those with content words (not stop or :data:`FRAME_WORDS`) name its hops. Runs after
+    the topic walk outward in reading order ("X's son's wife", "from X, follow A, then B"),
+    runs before it from the nearest ("the capital of the country of X"). A reading, not a
+    parse: whether a store's questions keep to it is measured when its knowledge is fitted
+    (:data:`HOP_RANGE_TRUST`)."""
     tokens = hop_tokens(question)
     for form in sorted({tuple(hop_tokens(f)) for f in forms if f and f.strip()},
                        key=lambda f: (-len(f), f)):
         tokens = _replaced(tokens, form, PLACEHOLDER_TOKEN)
-    low = high = 0
-    for run in _runs(tokens):
-        parts = [p for p in _of_parts(run) if any(_content(w) for w in p)]
-        low, high = low + bool(parts), high + len(parts)
-    return low, high
-
+    before: list[tuple[str, ...]] = []
+    after: list[tuple[str, ...]] = []
+    for run, past_topic in _runs(tokens):
+        parts = tuple(" ".join(w for w in p if _content(w)) for p in _of_parts(run))
+        parts = tuple(p for p in parts if p)
+        if parts:
+            (after if past_topic else before).append(parts)
+    return HopRuns(tuple(after + before[::-1]))
 
 
 def _replaced(tokens: list[str], form: tuple[str, ...], by: str) -> list[str]:
@@ -318,19 +345,20 @@ def _replaced(tokens: list[str], form: tuple[str, ...], by: str) -> list[str]:
     return out
 
 
-def _runs(tokens: Sequence[str]) -> list[list[str]]:
-    """Tokens between joins, the topic and punctuation ("of" before an article joins too)."""
-    runs, run = [], []
+def _runs(tokens: Sequence[str]) -> list[tuple[list[str], bool]]:
+    """Tokens between joins, the topic and punctuation ("of" before an article or the topic
+    joins too), each with whether the topic came before it."""
+    runs, run, past_topic = [], [], False
     for i, word in enumerate(tokens):
         after = tokens[i + 1] if i + 1 < len(tokens) else PLACEHOLDER_TOKEN
         joins = word in HOP_JOINS or word == PLACEHOLDER_TOKEN or not _HOP_WORD.match(word) \
             or (word == "of" and (after in HOP_JOIN_AFTER_OF or after == PLACEHOLDER_TOKEN))
         if joins:
-            runs.append(run)
-            run = []
+            runs.append((run, past_topic))
+            run, past_topic = [], past_topic or word == PLACEHOLDER_TOKEN
         else:
             run.append(word)
-    return [r for r in runs + [run] if r]
+    return [(r, past) for r, past in runs + [(run, past_topic)] if r]
 
 
 def _of_parts(run: Sequence[str]) -> list[list[str]]:
@@ -345,7 +373,6 @@ def _of_parts(run: Sequence[str]) -> list[list[str]]:
 
 def _content(word: str) -> bool:
     return word not in STOP_WORDS and word not in FRAME_WORDS
-
 
 
 # ============================================================================================
@@ -1526,13 +1553,13 @@ class RelationKnowledge:
                q_vec: np.ndarray | None,
                embed: Callable[[list[str]], np.ndarray] | None = None,
                domains: HopDomains | None = None, explain: bool = True,
-               hops: tuple[int, int] | None = None) -> Assessment:
+               runs: HopRuns | None = None) -> Assessment:
         """Predict the chain of a masked question and check its derived context.
 
         Labelled knowledge: the kNN vote when the question is embedded (and the knowledge was
         fitted with an encoder), and the lexicon's words when no voted chain instantiates or
         there is no encoder; ``domains`` (the entities' types per hop) lets unfamiliar wording
-        check the asked type (:meth:`typed`), and ``hops`` (the question's :func:`hop_range`)
+        check the asked type (:meth:`typed`), and ``runs`` (the question's :func:`hop_runs`)
         bounds the chain's length where the store's questions keep to it (:meth:`ranged`).
         Zero-shot knowledge: spans matched to relation
         names by the encoder (``embed``); the relations they match are the ones the question
@@ -1548,8 +1575,9 @@ class RelationKnowledge:
             raise RelknowError(f"the question vector has {len(q_vec)} dimensions; the relation "
                                f"knowledge was fitted with {width} (another encoder?)")
         if self.labelled:
-            prediction = self._predict_labelled(masked, topics, facts, q_vec, embed, domains)
-            prediction = self.ranged(prediction, hops, facts, topics) or prediction
+            prediction = self._predict_labelled(masked, topics, facts, q_vec, embed, domains,
+                                                runs)
+            prediction = self.ranged(prediction, runs, facts, topics) or prediction
             if explain:
                 prediction.unexplained = self.unexplained(masked, prediction.chain, embed)
         elif embed is None or not self.relation_vectors.shape[1]:
@@ -1571,7 +1599,8 @@ class RelationKnowledge:
     def _predict_labelled(self, masked: str, topics: Sequence[int], facts: Facts,
                           q_vec: np.ndarray | None,
                           embed: Callable[[list[str]], np.ndarray] | None = None,
-                          domains: HopDomains | None = None) -> Prediction:
+                          domains: HopDomains | None = None,
+                          runs: HopRuns | None = None) -> Prediction:
         """The chain of :meth:`_voted_chain`; on unfamiliar wording, where that is the kNN
         vote's own chain held by one neighbour (:data:`LONE_VOTE`) or no chain at all, the
         chain composed hop by hop from every vote (:meth:`per_hop`) when one instantiates,
@@ -1582,6 +1611,10 @@ class RelationKnowledge:
         prediction = self.appended(prediction, masked, embed, facts, topics) or prediction
         if q_vec is None or not self.unfamiliar(prediction, embed):
             return prediction
+        decoded = self.decoded(prediction, runs, embed, facts, topics)
+        if decoded is not None:
+            decoded.unfamiliar = True
+            return decoded
         if prediction.source == "knn" and prediction.support * self.k < LONE_VOTE:
             prediction = self.per_hop(prediction, masked, embed, facts, topics) or prediction
         if domains is not None:
@@ -1620,19 +1653,52 @@ class RelationKnowledge:
         return self._revoted(prediction, {prediction.chain + (relation,): 1.0}, facts, topics,
                              "knn_appended")
 
-    def ranged(self, prediction: Prediction, hops: tuple[int, int] | None, facts: Facts,
+    def decoded(self, prediction: Prediction, runs: HopRuns | None,
+                embed: Callable[[list[str]], np.ndarray], facts: Facts,
+                topics: Sequence[int]) -> Prediction | None:
+        """Unfamiliar wording on a store whose questions name one hop per run (or per part:
+        :attr:`hop_reading` fewest or most): the chain that walks, from the topic outward, the
+        relation each run's words describe (:meth:`span_similarities`), among the hops of the
+        training chains and where the graph has facts — a beam of :data:`DECODE_BEAM` chains
+        scored by their hops' summed similarity. The votes know the training wording's
+        combinations; the runs say which relation each hop names in words no vote saw ("the
+        native town of the helmer of X"). None when the reading fixes no count, or nothing
+        instantiates. Support: :func:`held_support`."""
+        texts = runs.hops(self.hop_reading) if runs is not None and self.hop_reading else None
+        if not texts or not self.relation_vectors.shape[1]:
+            return None
+        sims = self.span_similarities(texts, embed)
+        column = {r: i for i, r in enumerate(self.relation_order)}
+        hops = sorted({h for chain in self.chains for h in chain})
+        beam = [((), 0.0, np.unique(np.asarray(topics, dtype=np.int64)))]
+        for row in sims:
+            grown = []
+            for chain, score, frontier in beam:
+                for hop in hops:
+                    reached = facts.step(frontier, hop)[1]
+                    if len(reached):
+                        fit = float(row[column[hop_relation(hop, self.n_relations)]])
+                        grown.append((chain + (hop,), score + fit, np.unique(reached)))
+            beam = sorted(grown, key=lambda b: -b[1])[:DECODE_BEAM]
+        for chain, _, _ in beam:
+            out = self._revoted(prediction, {chain: 1.0}, facts, topics, "runs_decoded")
+            if out is not None:
+                return out
+        return None
+
+    def ranged(self, prediction: Prediction, runs: HopRuns | None, facts: Facts,
                topics: Sequence[int]) -> Prediction | None:
-        """A chain whose length the question's wording rules out (``hops``, its
-        :func:`hop_range` read as the store's training questions name their hops,
+        """A chain whose length the question's wording rules out (``runs``, its
+        :attr:`HopRuns.range` read as the store's training questions name their hops,
         :attr:`hop_reading`: "follow passport issuer, then ruling town, then land it lies in"
         names three, the vote followed two; none of them did): the best instantiating vote
         of an allowed length, else the votes' hops composed (:func:`composed_chains`) at each
         allowed length up to the longest training chain. None when the chain fits, the store
         has no trusted reading, or nothing allowed instantiates. Support:
         :func:`held_support`."""
-        if hops is None or not hops[0] or self.hop_reading is None:
+        if runs is None or not runs.runs or self.hop_reading is None:
             return None
-        low, high = HOP_READINGS[self.hop_reading](hops)
+        low, high = HOP_READINGS[self.hop_reading](runs.range)
         high = min(high, max(map(len, self.chains)))
         if prediction.chain is not None and low <= len(prediction.chain) <= high:
             return None

@@ -1504,11 +1504,27 @@ def test_a_chain_shorter_than_training_walks_one_hop_more_for_words_it_leaves_un
     ("Where does Ana Lee\u2019s son work?", "Ana Lee", (1, 1)),  # a verb folds a hop in
     ("what is Ana Lee ?", "Ana Lee", (0, 0)),  # no content word
 ])
-def test_hop_range_counts_the_runs_of_content_words_between_joins(question, topic, hops):
+def test_hop_runs_are_the_runs_of_content_words_between_joins(question, topic, hops):
     """The topic, punctuation, possessives, "then", "belonging to", the asked head's verb and
     an "of" before an article cut a question into runs; each run with a content word names one
     hop, or one per part split at a bare "of"; frame words ("follow", "reach") name none."""
-    assert relknow.hop_range(question, [topic]) == hops
+    assert relknow.hop_runs(question, [topic]).range == hops
+
+
+@pytest.mark.parametrize("question, fewest, most", [
+    ("what is the capital of ana lee 's child 's country of citizenship ?",
+     ["child", "country citizenship", "capital"], ["child", "country", "citizenship", "capital"]),
+    ("name the land it lies in belonging to the seat of government belonging to the passport "
+     "issuer of ana lee ?", ["passport issuer", "seat government", "land lies"],
+     ["passport issuer", "seat", "government", "land lies"]),
+    ("starting from ana lee , follow helmer , then native town : what do you reach ?",
+     ["helmer", "native town"], ["helmer", "native town"]),
+])
+def test_hop_runs_walk_outward_from_the_topic(question, fewest, most):
+    """Runs after the topic in reading order, then those before it from the nearest: the
+    order the chain walks; each reading gives one text per hop."""
+    runs = relknow.hop_runs(question, ["Ana Lee"])
+    assert (runs.hops("fewest"), runs.hops("most"), runs.hops("range")) == (fewest, most, None)
 
 
 @pytest.mark.parametrize("agreement, reading", [
@@ -1528,8 +1544,9 @@ def test_a_store_bounds_chains_by_the_tightest_reading_its_training_questions_ke
 
 
 def test_the_fit_measures_each_reading_on_the_training_questions():
+    runs = [(("x",),), (("x",), ("y", "z")), (("x", "y"),), (("x", "y"),)]  # ranges 1, 2–3, 1–2
     labelled = fit.Labelled(["q"] * 4, [[0]] * 4, [("a",), ("a", "b"), ("a", "b"), ("a",)],
-                            [()] * 4, 0, [(1, 1), (2, 3), (1, 2), (1, 2)])
+                            [()] * 4, 0, [relknow.HopRuns(r) for r in runs])
     assert labelled.hop_range_agreement() == {"fewest": 0.75, "most": 0.5, "range": 1.0}
     assert fit.Labelled([], [], [], [], 0).hop_range_agreement() is None
 
@@ -1557,7 +1574,9 @@ def test_a_chain_the_question_wording_rules_out_gives_way_to_an_allowed_one(
              relknow.Vote((REL["spouse"], REL["children"]), 3.0, False)]
     followed = Prediction("knn", None if chain is None else tuple(REL[r] for r in chain), 1.0,
                           0.5, votes, frozenset())
-    p = know.ranged(followed, hops, facts, [52])
+    runs = None if hops is None else relknow.HopRuns(tuple(
+        ("w",) * (hops[1] - hops[0] + 1 if i == 0 else 1) for i in range(hops[0])))
+    p = know.ranged(followed, runs, facts, [52])
     assert (None if p is None else (p.source, [RELATIONS[h] for h in p.chain])) == expected
     if p is not None:
         assert p.derivation.derivable

@@ -67,6 +67,7 @@ from runtime.relknow import (
     ARTEFACT,
     FORMAT_VERSION,
     HOP_READINGS,
+    HopRuns,
     INVERSE_PREFIX,
     MODEL_FILE,
     VECTORS_FILE,
@@ -76,7 +77,7 @@ from runtime.relknow import (
     learn_exclusive,
     learn_functional,
     learn_inverses,
-    hop_range,
+    hop_runs,
     mask_topic,
     precision_gate,
     question_words,
@@ -134,23 +135,26 @@ def settings(config: Mapping) -> dict:
 @dataclass
 class Labelled:
     """Questions resolved against the store: masked text, topic ids, chain, gold answers, and
-    the hops the wording can name (runtime.relknow.hop_range)."""
+    the runs of words the wording names its hops in (runtime.relknow.hop_runs)."""
 
     masked: list[str]
     topics: list[list[int]]
     chains: list[tuple[str, ...]]  # canonical relation names
     answers: list[tuple[str, ...]]
     skipped: int
-    hop_ranges: list[tuple[int, int]] = field(default_factory=list)
+    hop_runs: list[HopRuns] = field(default_factory=list)
 
     def hop_range_agreement(self) -> dict[str, float] | None:
         """Per reading of the hop ranges (runtime.relknow.HOP_READINGS), the share of the
         questions whose chain length it allows (None: no questions)."""
         if not self.chains:
             return None
-        lengths = [len(c) for c in self.chains]
-        return {reading: round(float(np.mean([bounds[0] <= n <= bounds[1] for n, bounds in zip(
-            lengths, map(read, self.hop_ranges))])), 6) for reading, read in HOP_READINGS.items()}
+        out = {}
+        for reading, read in HOP_READINGS.items():
+            bounds = [read(runs.range) for runs in self.hop_runs]
+            allowed = [low <= len(c) <= high for c, (low, high) in zip(self.chains, bounds)]
+            out[reading] = round(sum(allowed) / len(allowed), 6)
+        return out
 
 
 def read_questions(path: str | Path):
@@ -204,7 +208,7 @@ class Store:
                 continue
             forms = [f for t in topics for f in self.forms(t)]
             out.masked.append(mask_topic(q.question, forms))
-            out.hop_ranges.append(hop_range(q.question, forms))
+            out.hop_runs.append(hop_runs(q.question, forms))
             out.topics.append(topics)
             out.chains.append(chain)
             out.answers.append(tuple(q.answers))
@@ -523,7 +527,7 @@ class _DevRun:
 
         embed = self.embed if self.encoder.model is not None else None
         dev = self.dev
-        out = [kn.assess(masked, topics, self.facts, embed=embed, hops=dev.hop_ranges[i],
+        out = [kn.assess(masked, topics, self.facts, embed=embed, runs=dev.hop_runs[i],
                          q_vec=self.dev_vectors[i] if self.dev_vectors is not None else None)
                for i, (masked, topics) in enumerate(zip(dev.masked, dev.topics))]
         correct = [bool(a.derivation and a.derivation.derivable and score(
