@@ -60,7 +60,9 @@ The pieces:
   how the store's training questions keep to that (``hop_range_agreement``: their fewest,
   their most, or any between); where a reading holds for :data:`HOP_RANGE_TRUST` of them, a
   chain of a length it rules out gives way to an allowed vote or composed chain
-  (:meth:`RelationKnowledge.ranged`).
+  (:meth:`RelationKnowledge.ranged`). Where the reading fixes the count (one hop per run, or
+  per part), unfamiliar wording is decoded run by run from the topic outward, each hop the
+  relation its run describes, where the graph walks (:meth:`RelationKnowledge.decoded`).
 * **Inverse hops.** A chain hop walks a relation forward (subject → object) or backwards
   (object → subject, written ``~name``: "which films did X direct" is ``~directed_by``);
   chains learned from gold paths keep their directions, and the span predictors try
@@ -896,7 +898,7 @@ class Prediction:
     entities, its share of the instantiating votes, and the votes it won against."""
 
     #: knn | knn_shortened | knn_resized | knn_bridged | knn_per_hop | knn_typed | knn_appended |
-    #: lexicon | zero_shot | none
+    #: knn_ranged | runs_decoded | lexicon | zero_shot | none
     source: str
     chain: tuple[int, ...] | None
     share: float  # weight of the chain / weight of every instantiating chain

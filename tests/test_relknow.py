@@ -1580,3 +1580,50 @@ def test_a_chain_the_question_wording_rules_out_gives_way_to_an_allowed_one(
     assert (None if p is None else (p.source, [RELATIONS[h] for h in p.chain])) == expected
     if p is not None:
         assert p.derivation.derivable
+
+
+@pytest.mark.parametrize("reading, topic, words, expected", [
+    ("fewest", 52, ("begetter", "occupation"), ["parents", "profession"]),  # run by run
+    ("most", 52, ("begetter", "occupation"), ["parents", "profession"]),
+    ("fewest", 52, ("partner", "occupation"), ["parents", "profession"]),  # spouse: no training hop
+    ("fewest", 4, ("begetter", "occupation"), None),  # no parents in the graph: nothing walks
+    ("range", 52, ("begetter", "occupation"), None),  # the reading fixes no count
+    (None, 52, ("begetter", "occupation"), None),  # no trusted reading
+])
+def test_unfamiliar_wording_is_decoded_run_by_run_along_what_the_graph_walks(
+        reading, topic, words, expected):
+    """"starting from X, follow begetter, then occupation": each run's words describe one
+    relation; the chain walks them from the topic in that order, among the training chains'
+    hops (never spouse, which no training chain walks) and only where the graph has facts."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    know = described_knowledge(np.eye(3), [0, 0, 1], [["parents", "gender"],
+                                                      ["parents", "profession"]], k=3)
+    know.hop_reading = reading
+    eye = np.eye(6, dtype=np.float32)
+    embed = axis_embed({"begetter": eye[REL["parents"]], "occupation": eye[REL["profession"]],
+                        "partner": eye[REL["spouse"]]})
+    runs = relknow.HopRuns(tuple((w,) for w in words))
+    votes = [relknow.Vote((REL["parents"], REL["gender"]), 2.0, True)]
+    p = know.decoded(Prediction("knn", None, 0.0, 0.0, votes, frozenset()), runs, embed, facts,
+                     [topic])
+    assert (None if p is None else [RELATIONS[h] for h in p.chain]) == expected
+    if p is not None:
+        assert p.source == "runs_decoded" and p.share == 1.0 and p.derivation.derivable
+        assert p.support == 0.0  # no vote holds it
+
+
+@pytest.mark.parametrize("q_vec, source", [((0.6, 0.55, 0.5), "runs_decoded"),
+                                           ((0.9, 0.3, 0.3), "knn")])
+def test_assess_decodes_only_wording_no_training_question_is_near(q_vec, source):
+    """The neighbours' vote stands where a training question is near the wording."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    know = described_knowledge(np.eye(3), [0, 0, 1], [["parents", "gender"],
+                                                      ["parents", "profession"]], k=3)
+    know.hop_reading = "fewest"
+    eye = np.eye(6, dtype=np.float32)
+    embed = axis_embed({"begetter": eye[REL["parents"]], "occupation": eye[REL["profession"]]})
+    question = "starting from cora varga , follow begetter , then occupation"
+    vec = np.array(q_vec, np.float32) / np.linalg.norm(q_vec)
+    p = know.assess(mask_topic(question, ["cora varga"]), [52], facts, q_vec=vec, embed=embed,
+                    runs=relknow.hop_runs(question, ["cora varga"])).prediction
+    assert p.source == source and p.unfamiliar == (source == "runs_decoded")
