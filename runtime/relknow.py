@@ -1677,10 +1677,10 @@ class RelationKnowledge:
             grown = []
             for chain, score, frontier in beam:
                 for hop in hops:
-                    reached = facts.step(frontier, hop)[1]
-                    if len(reached):
+                    reached = np.unique(facts.step(frontier, hop)[1])
+                    if 0 < len(reached) <= self.max_frontier:  # else no derivation follows it
                         fit = float(row[column[hop_relation(hop, self.n_relations)]])
-                        grown.append((chain + (hop,), score + fit, np.unique(reached)))
+                        grown.append((chain + (hop,), score + fit, reached))
             beam = sorted(grown, key=lambda b: -b[1])[:DECODE_BEAM]
         for chain, _, _ in beam:
             out = self._revoted(prediction, {chain: 1.0}, facts, topics, "runs_decoded")
