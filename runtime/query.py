@@ -747,6 +747,7 @@ class Runtime:
             "flagged": bool(cons is not None and not cons.ok),
             "gate": {"name": policy, **gate.to_dict(), "passed": passed},
             "masked_question": assessment.masked,
+            "hop_runs": [list(run) for run in assessment.runs.runs] if assessment.runs else None,
             "stopped": self._stopped(pred.stops, hops),
         }
 

@@ -1078,6 +1078,7 @@ class Assessment:
     prediction: Prediction
     derivation: Derivation | None
     consistency: Consistency | None
+    runs: HopRuns | None = None  # the runs of words the question names its hops in
 
 
 # ============================================================================================
@@ -1596,7 +1597,7 @@ class RelationKnowledge:
         consistency = None
         if prediction.derivation is not None:
             consistency = self.checker.check(prediction.derivation.facts, facts)
-        return Assessment(masked, prediction, prediction.derivation, consistency)
+        return Assessment(masked, prediction, prediction.derivation, consistency, runs)
 
     def _predict_labelled(self, masked: str, topics: Sequence[int], facts: Facts,
                           q_vec: np.ndarray | None,

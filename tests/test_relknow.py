@@ -872,6 +872,7 @@ def test_the_question_is_embedded_once_masked_and_plain_in_one_batch(planted):
     assert encoder.batches == [[masked, q], [masked, q], [q]]
     assert fed.encoding["semantic"] and plain.encoding["semantic"]
     assert derived.answers == ["pilot"] and fed.answers == ["pilot"]
+    assert derived.route["hop_runs"] == [["wife"], ["job"]]  # from the topic outward
 
 
 def test_query_command_takes_the_policy_and_prints_the_route(planted):
