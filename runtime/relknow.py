@@ -298,6 +298,8 @@ class HopRuns:
     "birth"), each part its content words."""
 
     runs: tuple[tuple[str, ...], ...]
+    #: the topic was found in the question (else the walking order is a guess)
+    anchored: bool = True
 
     @property
     def range(self) -> tuple[int, int]:
@@ -332,7 +334,7 @@ def hop_runs(question: str, forms: Iterable[str]) -> HopRuns:
         parts = tuple(p for p in parts if p)
         if parts:
             (after if past_topic else before).append(parts)
-    return HopRuns(tuple(after + before[::-1]))
+    return HopRuns(tuple(after + before[::-1]), PLACEHOLDER_TOKEN in tokens)
 
 
 def _replaced(tokens: list[str], form: tuple[str, ...], by: str) -> list[str]:
@@ -1666,9 +1668,10 @@ class RelationKnowledge:
         scored by their hops' summed similarity. The votes know the training wording's
         combinations; the runs say which relation each hop names in words no vote saw ("the
         native town of the helmer of X"). None when the reading fixes no count, or nothing
-        instantiates. Support: :func:`held_support`."""
+        instantiates, or the topic is not found in the question (the order is unknown).
+        Support: :func:`held_support`."""
         texts = runs.hops(self.hop_reading) if runs is not None and self.hop_reading else None
-        if not texts or not self.relation_vectors.shape[1]:
+        if not texts or not runs.anchored or not self.relation_vectors.shape[1]:
             return None
         sims = self.span_similarities(texts, embed)
         column = {r: i for i, r in enumerate(self.relation_order)}

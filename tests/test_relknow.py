@@ -1526,6 +1526,7 @@ def test_hop_runs_walk_outward_from_the_topic(question, fewest, most):
     order the chain walks; each reading gives one text per hop."""
     runs = relknow.hop_runs(question, ["Ana Lee"])
     assert (runs.hops("fewest"), runs.hops("most"), runs.hops("range")) == (fewest, most, None)
+    assert runs.anchored and not relknow.hop_runs(question, ["Bo Kim"]).anchored
 
 
 @pytest.mark.parametrize("agreement, reading", [
@@ -1585,6 +1586,7 @@ def test_a_chain_the_question_wording_rules_out_gives_way_to_an_allowed_one(
 
 @pytest.mark.parametrize("reading, topic, words, expected", [
     ("fewest", 52, ("begetter", "occupation"), ["parents", "profession"]),  # run by run
+    ("unanchored", 52, ("begetter", "occupation"), None),  # no topic in the question: no order
     ("most", 52, ("begetter", "occupation"), ["parents", "profession"]),
     ("fewest", 52, ("partner", "occupation"), ["parents", "profession"]),  # spouse: no training hop
     ("fewest", 4, ("begetter", "occupation"), None),  # no parents in the graph: nothing walks
@@ -1599,11 +1601,11 @@ def test_unfamiliar_wording_is_decoded_run_by_run_along_what_the_graph_walks(
     facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
     know = described_knowledge(np.eye(3), [0, 0, 1], [["parents", "gender"],
                                                       ["parents", "profession"]], k=3)
-    know.hop_reading = reading
+    know.hop_reading = "fewest" if reading == "unanchored" else reading
     eye = np.eye(6, dtype=np.float32)
     embed = axis_embed({"begetter": eye[REL["parents"]], "occupation": eye[REL["profession"]],
                         "partner": eye[REL["spouse"]]})
-    runs = relknow.HopRuns(tuple((w,) for w in words))
+    runs = relknow.HopRuns(tuple((w,) for w in words), anchored=reading != "unanchored")
     votes = [relknow.Vote((REL["parents"], REL["gender"]), 2.0, True)]
     p = know.decoded(Prediction("knn", None, 0.0, 0.0, votes, frozenset()), runs, embed, facts,
                      [topic])
