@@ -1606,12 +1606,13 @@ class RelationKnowledge:
                           embed: Callable[[list[str]], np.ndarray] | None = None,
                           domains: HopDomains | None = None,
                           runs: HopRuns | None = None) -> Prediction:
-        """The chain of :meth:`_voted_chain`; on unfamiliar wording, where that is the kNN
-        vote's own chain held by one neighbour (:data:`LONE_VOTE`) or no chain at all, the
-        chain composed hop by hop from every vote (:meth:`per_hop`) when one instantiates,
-        and then, where its answers are not of the type the question asks for, the best vote
-        whose are (:meth:`typed`); either is marked :attr:`Prediction.unfamiliar` (the
-        precision gate does not pass it)."""
+        """The chain of :meth:`_voted_chain`; on unfamiliar wording the chain decoded run by
+        run where the store's reading fixes the hop count (:meth:`decoded`), else, where that
+        is the kNN vote's own chain held by one neighbour (:data:`LONE_VOTE`) or no chain at
+        all, the chain composed hop by hop from every vote (:meth:`per_hop`) when one
+        instantiates, and then, where its answers are not of the type the question asks for,
+        the best vote whose are (:meth:`typed`); each is marked :attr:`Prediction.unfamiliar`
+        (the precision gate does not pass it)."""
         prediction = self._voted_chain(masked, topics, facts, q_vec, embed)
         prediction = self.appended(prediction, masked, embed, facts, topics) or prediction
         if q_vec is None or not self.unfamiliar(prediction, embed):
@@ -1697,7 +1698,7 @@ class RelationKnowledge:
         """A chain whose length the question's wording rules out (``runs``, its
         :attr:`HopRuns.range` read as the store's training questions name their hops,
         :attr:`hop_reading`: "follow passport issuer, then ruling town, then land it lies in"
-        names three, the vote followed two; none of them did): the best instantiating vote
+        names three where the vote followed two): the best instantiating vote
         of an allowed length, else the votes' hops composed (:func:`composed_chains`) at each
         allowed length up to the longest training chain. None when the chain fits, the store
         has no trusted reading, or nothing allowed instantiates. Support:

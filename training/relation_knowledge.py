@@ -44,6 +44,11 @@ only dev can back, and unfitted it passed answers at 0.88–0.95 on the zero-sho
 the report says so. The report also gives the dev chain accuracy and both gates' dev coverage and
 precision.
 
+Not fitted but measured on the training questions: how their wording names their hops
+(``hop_range_agreement``, the share whose chain length each reading of
+``runtime.relknow.hop_runs`` allows); the runtime bounds chains by a reading only where it
+holds for ``relknow.HOP_RANGE_TRUST`` of them.
+
 Gold relation names go through ``relation_map`` to canonical ones; questions naming an unknown
 entity key or relation are counted and skipped. Scale: the KG statistics run on the driver in
 numpy (~40 bytes per triple); the question embeddings are ~1.5 kB per training question.
