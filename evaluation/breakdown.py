@@ -20,6 +20,9 @@ summary the counts of :func:`summarise_breakdown`; baselines have neither (no ro
 * ``derived_hit`` — a derived endpoint is a gold answer (``route.derived``: the first 10);
   ``derived_right`` — the first one is (the H@1 the derived answer scores); false when nothing
   was derived, ``null`` without a route;
+* ``predictor`` — what predicted the chain (``route.predictor``, one of
+  ``runtime.relknow.PREDICTORS``: the kNN vote, a rule revising it, the lexicon, the zero-shot
+  matcher), ``null`` without a route;
 * ``gate_passed`` — the policy's gate passed (``route.gate.passed``), ``null`` without a route
   and under policy ``lokg`` (which consults no gate);
 * ``path`` — what answered: ``derived`` | ``llm`` | ``retrieval`` (the top retrieval answer) |
@@ -40,7 +43,8 @@ summary the counts of :func:`summarise_breakdown`; baselines have neither (no ro
 and how many of them were lost (H@1 = 0, recomputed from ``predicted`` and ``gold``). The rows
 from ``linked_wrong`` to ``derivation_right`` partition the questions by ``first_miss``, the
 ``path_*`` rows by ``path``: each block's questions sum to ``n`` and its losses to ``lost``.
-The ``chain_*`` rows split *chain wrong* by ``chain_miss``.
+The ``chain_*`` rows split *chain wrong* by ``chain_miss``, the ``predictor_*`` rows the
+questions with a route by ``predictor`` (what a rule gained or lost: its questions' losses).
 ``gate_passed`` counts every question the gate passed: its share of ``n`` is the gate's
 coverage, one minus its share lost the gate's precision (a passed question is answered by its
 derivation) — under ``--policy precision`` the precision gate's, under ``route`` the routing
@@ -55,7 +59,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from evaluation.datasets import Question
 from evaluation.metrics import score
-from runtime.relknow import INVERSE_PREFIX, split_hop
+from runtime.relknow import INVERSE_PREFIX, PREDICTORS, split_hop
 
 PATHS = ("derived", "llm", "retrieval", "abstain", "none")
 #: The partition by ``first_miss``, in pipeline order: (summary key, Markdown label, value).
@@ -92,6 +96,8 @@ ROWS: tuple[tuple[str, str, Callable[[dict], bool]], ...] = (
     ("gate_rejected_right", "gate rejected a right derivation",
      lambda b: b["gate_passed"] is False and b["derived_right"] is True),
     *((f"path_{p}", f"answered: {p}", lambda b, p=p: b["path"] == p) for p in PATHS),
+    *((f"predictor_{p}", f"chain by: {p}", lambda b, p=p: b.get("predictor") == p)
+      for p in PREDICTORS),
 )
 
 
@@ -130,6 +136,7 @@ def question_breakdown(question: Question, gold_chain: list[str] | None, linked:
         "linked": topics <= {link.get("key") for link in linked} if topics else None,
         "gold_chain": gold_chain,
         "chain": None if know is None else know.get("chain"),
+        "predictor": None if know is None else know.get("predictor"),
         "chain_right": None if gold_chain is None or know is None
         else know.get("chain") == gold_chain,
         "derived_hit": None if derived is None else derived.hit == 1.0,

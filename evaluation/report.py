@@ -53,6 +53,9 @@ def breakdown_table(summary: dict) -> str:
     lines = ["| step | " + " | ".join(f"`{m}`" for m in methods) + " |",
              "|---|" + "--:|" * len(methods)]
     for key, label, _ in ROWS:
+        if key.startswith("predictor_") and not any(b.get(key, {}).get("questions")
+                                                    for b in methods.values()):
+            continue  # a predictor no question used
         cells = [f"{b[key]['questions']} ({b[key]['lost']})" for b in methods.values()]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -61,7 +64,9 @@ def breakdown_table(summary: dict) -> str:
 BREAKDOWN_NOTE = (
     "Cells: questions (of which lost, H@1 = 0). The rows from *linked wrong* to *derivation "
     "right* split the questions by the first step that went wrong, the *answered* rows by the "
-    "path that answered: each block sums to all questions, and its losses to all losses.")
+    "path that answered: each block sums to all questions, and its losses to all losses. The "
+    "*chain by* rows split the questions the relation knowledge saw by what predicted their "
+    "chain (the kNN vote, a rule revising it, the lexicon, the zero-shot matcher).")
 
 
 def render_markdown(summary: dict, run: dict) -> str:

@@ -176,6 +176,10 @@ _SEGMENT_SPLIT = re.compile(r"[./]+|__+")
 _CAMEL_SPLIT = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 #: Relations this close to the best match of the asked-for word also name the answer's kind.
 ANSWER_TYPE_MARGIN = 0.15
+#: What can predict a question's chain (:attr:`Prediction.source`): the kNN vote and the rules
+#: that revise it, the lexicon, the zero-shot matcher, or nothing.
+PREDICTORS = ("knn", "knn_shortened", "knn_resized", "knn_bridged", "knn_per_hop", "knn_typed",
+              "knn_appended", "knn_ranged", "runs_decoded", "lexicon", "zero_shot", "none")
 #: Marks a chain hop walked from object to subject (``~film.film.directed_by``).
 INVERSE_PREFIX = "~"
 #: Words that make a question ask for what shares something with its topic ("films that
@@ -899,9 +903,7 @@ class Prediction:
     """The chain followed for a question: the best-voted chain that instantiates from the topic
     entities, its share of the instantiating votes, and the votes it won against."""
 
-    #: knn | knn_shortened | knn_resized | knn_bridged | knn_per_hop | knn_typed | knn_appended |
-    #: knn_ranged | runs_decoded | lexicon | zero_shot | none
-    source: str
+    source: str  # one of PREDICTORS
     chain: tuple[int, ...] | None
     share: float  # weight of the chain / weight of every instantiating chain
     support: float  # weight of the chain / weight of every vote

@@ -21,11 +21,13 @@ from evaluation.breakdown import (
     summarise_breakdown,
 )
 from evaluation.context import EvalContext, MethodError, entity_modes
+from evaluation.report import breakdown_table
 from evaluation.datasets import Question
 from evaluation.methods import run_names
 from evaluation.runner import PREDICTIONS
 from runtime.contract import TABLE_SCHEMAS, Store, write_table
 from runtime.query import Runtime
+from runtime.relknow import PREDICTORS
 from tests.test_relknow import family_triples, fitted_store
 
 Q = Question("q-1", "what is the job of edda quist 's wife ?", ("pilot",), ("e4",),
@@ -33,10 +35,10 @@ Q = Question("q-1", "what is the job of edda quist 's wife ?", ("pilot",), ("e4"
 LINKED = [{"id": 4, "key": "e4", "name": "edda quist"}]
 
 
-def route(chain, derived, passed=True, gate="route"):
+def route(chain, derived, passed=True, gate="route", predictor="knn"):
     """An Answer.route as the runtime leaves it (the fields the breakdown reads)."""
     return {"source": "derived" if passed else "retrieval", "chain": chain, "derived": derived,
-            "gate": {"name": gate, "passed": passed}}
+            "gate": {"name": gate, "passed": passed}, "predictor": predictor}
 
 
 def test_map_hop_maps_the_relation_and_keeps_the_inverse_mark():
@@ -142,6 +144,24 @@ def test_summary_rows_partition_the_questions_and_the_losses():
         assert sum(s[k]["questions"] for k in block) == 5
         assert sum(s[k]["lost"] for k in block) == 3
     assert summarise_breakdown([*records, {"predicted": [], "gold": ["x"]}]) is None
+
+
+def test_predictor_rows_split_the_routed_questions_by_what_predicted_their_chain():
+    """What a rule gained or lost shows as its row: the questions its chain answered and how
+    many of them were lost; the table leaves out predictors no question used."""
+    chain = ["spouse", "profession"]
+    records = [
+        record(["pilot"], chain, route(chain, ["pilot"]), "derived"),
+        record(["baker"], chain, route(["parents", "profession"], ["baker"]), "derived"),
+        record(["weaver"], chain, route(chain, ["weaver"], predictor="runs_decoded"), "derived"),
+        record(["baker"], chain, None, "retrieval"),  # no relation knowledge consulted
+    ]
+    s = summarise_breakdown(records)
+    assert s["predictor_knn"] == {"questions": 2, "lost": 1}
+    assert s["predictor_runs_decoded"] == {"questions": 1, "lost": 1}
+    assert sum(s[f"predictor_{p}"]["questions"] for p in PREDICTORS) == 3  # those with a route
+    table = breakdown_table({"lokg": {"breakdown": s}})
+    assert "| chain by: runs_decoded | 1 (1) |" in table and "chain by: lexicon" not in table
 
 
 def test_entity_modes_and_row_names():
