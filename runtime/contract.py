@@ -286,9 +286,11 @@ def check_schema(table: str, schema: pa.Schema, where: Path) -> None:
             )
 
 
-def write_table(table: str, data: pa.Table, path: Path) -> None:
-    """Write a contract table from Arrow (driver-side writers; Spark writers use spark_jobs)."""
-    data = data.select(TABLE_SCHEMAS[table].names).cast(TABLE_SCHEMAS[table])
+def write_table(table: str, data: pa.Table, path: Path, schema: pa.Schema | None = None) -> None:
+    """Write a contract table from Arrow (driver-side writers; Spark writers use spark_jobs);
+    ``schema``: the contract's with other nullability, where a Spark path writes that."""
+    schema = schema or TABLE_SCHEMAS[table]
+    data = data.select(schema.names).cast(schema)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(data, path)
 

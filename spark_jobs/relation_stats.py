@@ -686,8 +686,7 @@ def _write_pairs(pairs, path: Path) -> pa.ChunkedArray:
     """Write ``relation_pairs`` (one file from the driver path's Arrow table, Spark's part files
     from a DataFrame), sorted by (r_i, r_j); returns its ``source`` column."""
     if isinstance(pairs, pa.Table):
-        path.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pairs.select(SPARK_PAIRS.names).cast(SPARK_PAIRS), path / "part-00000.parquet")
+        write_table("relation_pairs", pairs, path / "part-00000.parquet", SPARK_PAIRS)
         return pairs.column("source")
     pairs.orderBy("r_i", "r_j").write.mode("overwrite").parquet(str(path))
     files = table_files(path)

@@ -322,7 +322,7 @@ def relation_prior(chains: Sequence[tuple[str, ...]]) -> dict[str, float]:
 
 
 def _spec(cfg: Mapping, chains, lexicon, kg: Mapping, relation_names, thresholds,
-          report, prior, hop_range_agreement: float | None) -> dict:
+          report, prior, hop_range_agreement: dict[str, float] | None) -> dict:
     """The artefact's JSON; ``kg``: the functional, exclusive and inverse relations."""
     return {
         "format_version": FORMAT_VERSION,
@@ -537,7 +537,7 @@ class _DevRun:
                for i, (masked, topics) in enumerate(zip(dev.masked, dev.topics))]
         correct = [bool(a.derivation and a.derivation.derivable and score(
             [self.store.names[e] for e in a.derivation.endpoints], gold).h1)
-            for a, gold in zip(out, self.dev.answers)]
+            for a, gold in zip(out, dev.answers)]
         return out, correct
 
 
