@@ -54,6 +54,10 @@ DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_CACHE_GB = 20.0
 #: A cache directory left by a killed download is removed after this long.
 STALE_DOWNLOAD_S = 3600.0
+#: How long a publisher waits for a tombstone on its own upload to go: a retention run that
+#: sees the publisher's pin withdraws it within a few requests (see :meth:`_check_uploaded`).
+TOMBSTONE_SETTLE_S = 10.0
+_TOMBSTONE_POLL_S = 0.2
 _CHUNK = 1 << 20
 
 
@@ -369,15 +373,29 @@ class RemoteStore:
         hook("manifest")
 
     def _check_uploaded(self, build: Build) -> None:
-        """Every file of ``build`` is there with its size and no retention run is deleting it
-        (one listing): what a retention run that started before this publisher pinned it
-        could have removed."""
+        """Every file of ``build`` and its manifest are there with their sizes and no
+        retention run is deleting it: what a run that started before this publisher pinned
+        it could have removed.
+
+        A tombstone over a complete upload is ambiguous: a run that read the pins after this
+        publisher wrote its pin (another publisher's, racing this one) withdraws it, one that
+        read them before goes on to delete, manifest first. So wait up to
+        :data:`TOMBSTONE_SETTLE_S` for the tombstone to go while the manifest stays."""
         rel = f"{BUILDS_DIR}/{build.build_id}"
-        sizes = {self.bucket.name(i, rel): i.size for i in self.bucket.listing(rel, True)}
-        bad = sorted(n for n, e in build.manifest["files"].items() if sizes.get(n) != e["bytes"])
-        if bad or DOOMED_FILE in sizes:
-            raise StoreError(f"{self.root / rel}: publish refused, retention deleted "
-                             f"{', '.join(bad[:5]) or 'it'} during the upload; publish again")
+        deadline = time.monotonic() + TOMBSTONE_SETTLE_S
+        while True:
+            sizes = {self.bucket.name(i, rel): i.size for i in self.bucket.listing(rel, True)}
+            bad = sorted(n for n, e in build.manifest["files"].items()
+                         if sizes.get(n) != e["bytes"])
+            if MANIFEST_FILE not in sizes:
+                bad.append(MANIFEST_FILE)
+            if DOOMED_FILE not in sizes and not bad:
+                return
+            if bad or time.monotonic() > deadline:
+                raise StoreError(f"{self.root / rel}: publish refused, retention deleted "
+                                 f"{', '.join(bad[:5]) or 'it'} during the upload; publish "
+                                 "again")
+            time.sleep(_TOMBSTONE_POLL_S)
 
     def rollback(self, build_id: str) -> Build:
         """Point CURRENT at an older published build after hashing every object of it; the

@@ -10,6 +10,7 @@ import os
 import secrets
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -236,6 +237,44 @@ def test_a_build_losing_objects_during_its_upload_is_not_made_current(url, tmp_p
 
     with pytest.raises(StoreError, match="entities.parquet"):
         _push(tmp_path, url, "b2", hook=retention_elsewhere)
+    assert RemoteStore(url).current_id() == "b1"
+
+
+def _tombstone_during_upload(client, url: str, build_id: str, withdraw_after_s: float | None):
+    """A publish hook: a retention run elsewhere tombstones the build once it is uploaded,
+    and withdraws the tombstone after ``withdraw_after_s`` (None: it goes on deleting).
+    Returns the hook and the withdrawal's timer (to join before the server stops)."""
+    key = _key(url, f"builds/{build_id}/.doomed")
+    withdraw = threading.Timer(withdraw_after_s or 0, client.delete_object,
+                               kwargs={"Bucket": BUCKET, "Key": key})
+
+    def hook(step: str) -> None:
+        if step == "manifest":
+            client.put_object(Bucket=BUCKET, Key=key, Body=b"")
+            if withdraw_after_s is not None:
+                withdraw.start()
+    return hook, withdraw
+
+
+def test_a_tombstone_withdrawn_during_the_upload_does_not_refuse_the_publish(url, tmp_path,
+                                                                            client):
+    """A racing publisher's retention sees this publisher's pin and withdraws its tombstone:
+    the publish goes on (CI once refused it here, naming retention instead of CURRENT)."""
+    _push(tmp_path, url, "b1")
+    hook, withdraw = _tombstone_during_upload(client, url, "b2", 0.5)
+    try:
+        _push(tmp_path, url, "b2", hook=hook)
+    finally:
+        withdraw.join()
+    assert RemoteStore(url).build(verify=True).build_id == "b2"
+
+
+def test_a_tombstone_that_stays_refuses_the_publish(url, tmp_path, client, monkeypatch):
+    monkeypatch.setattr(object_store, "TOMBSTONE_SETTLE_S", 0.5)
+    _push(tmp_path, url, "b1")
+    hook, _ = _tombstone_during_upload(client, url, "b2", None)
+    with pytest.raises(StoreError, match="retention deleted it"):
+        _push(tmp_path, url, "b2", hook=hook)
     assert RemoteStore(url).current_id() == "b1"
 
 
