@@ -28,9 +28,10 @@ a second run with ``--policy precision``, the share of questions the precision g
 H@1 of those (its precision). Resumable, cached per
 directory under ``--work``: a dump directory is named by its options and generated once (its
 manifest.json is written last), a store is built only when it has no published build, and
-``run_eval`` resumes a run directory by question id (a dump, store or run made by older code is
-reused as it is: remove its directory to redo it). The Markdown goes to stdout (and
-``--markdown``), the rows to ``--json`` (default WORK/results.json).
+``run_eval`` resumes a run directory by question id (a dump, store or run made by older code
+is reused as it is: remove its directory to redo it). ``--set`` adds build overrides to every
+store (an encoder to compare, say), so each setting needs its own ``--work``. The Markdown goes
+to stdout (and ``--markdown``), the rows to ``--json`` (default WORK/results.json).
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def evaluate(args, *, dataset: str, store: Path, out: Path, methods: str = "lokg
 
     options = dict(dataset=dataset, split=split, store=str(store), methods=methods, llm="none",
                    policy="route", entities=entities, out=str(out), build=True,
-                   kb=str(kb) if kb else None, overrides=list(overrides), limit=args.limit)
+                   kb=str(kb) if kb else None, overrides=[*overrides, *args.set],
+                   limit=args.limit)
     runs = [(options, methods.split(","), out)]
     if "lokg" in methods.split(","):
         gated = out.with_name(f"{out.name}-precision")
@@ -267,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entities", default="gold,link",
                         help="topic entities of every step's runs: given (gold) and/or linked")
     parser.add_argument("--steps", default="synthetic,pathquestion,zero-shot")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="build config override for every store (repeatable), e.g. "
+                             "entity_encode.model=DIR to compare encoders; stores are reused, "
+                             "so give each setting its own --work")
     parser.add_argument("--limit", type=int, help="only the first N questions of each run")
     parser.add_argument("--json", help="rows as JSON (default WORK/results.json)")
     parser.add_argument("--markdown", help="also write the Markdown here")

@@ -3,6 +3,9 @@ route's."""
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 import pytest
 
 from bench.generalisation import figures, markdown
@@ -43,3 +46,24 @@ def test_figures_say_what_linking_loses():
     assert f["linked_more"] == "0.250 (1)"  # linked right, with a second entity: lost
     assert "linked_wrong" not in figures([{k: v for k, v in r.items() if k != "breakdown"}
                                           for r in routed])  # baselines have no breakdown
+
+
+def test_set_adds_build_overrides_to_every_store(tmp_path, monkeypatch):
+    """``--set entity_encode.model=DIR`` reaches both runs' builds after the step's own."""
+    import evaluation.cli
+
+    from bench import generalisation
+
+    seen = []
+
+    def run_eval(**options):
+        seen.append(options["overrides"])
+        out = Path(options["out"]) / options["methods"]
+        out.mkdir(parents=True)
+        (out / "predictions.jsonl").write_text("")
+
+    monkeypatch.setattr(evaluation.cli, "run_eval", run_eval)
+    args = argparse.Namespace(set=["entity_encode.model=/m"], limit=None, no_progress=True)
+    generalisation.evaluate(args, dataset="synth:q.jsonl", store=tmp_path / "store",
+                            out=tmp_path / "run", overrides=["gat.questions=t.jsonl"])
+    assert seen == [["gat.questions=t.jsonl", "entity_encode.model=/m"]] * 2
