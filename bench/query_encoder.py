@@ -7,7 +7,7 @@ the model ``training/onnx_export.py`` exports: ``--onnx`` int8 and fp32), ``nump
 (runtime/numpy_bert.py) and ``torch`` (sentence-transformers) — each in a fresh subprocess (the
 onnx and numpy ones with torch, transformers and sentence-transformers blocked from import), on the same questions: PathQuestion
 test questions (``--questions``: a PathQuestion directory or test.txt; else generated strings)
-and their topic-masked form (``relknow.mask_topic``), as ``Runtime`` embeds them. Per call:
+and their topic-masked form (``question_text.mask_topic``), as ``Runtime`` embeds them. Per call:
 ``encode_queries([plain])`` and ``encode_queries([masked, plain])`` (one batch), p50 / p99 over
 all questions after ``--warmup`` untimed ones. Memory: resident set (VmRSS) of the fresh process
 after loading the encoder and one encode, and its peak (VmHWM) after the run. Deviation: max
@@ -48,7 +48,7 @@ sys.meta_path.insert(0, Block())
 def load_questions(source: str | None, limit: int) -> list[tuple[str, str]]:
     """(plain, masked) pairs: PathQuestion test questions (topic = the path's first entity)
     spread over the file(s), else generated PathQuestion-like strings."""
-    from runtime.relknow import mask_topic
+    from runtime.question_text import mask_topic
 
     files = []
     if source:

@@ -21,7 +21,7 @@ question file:
   resize counts and the zero-shot matcher follows);
 * the asked kind from the question's head words (issue 22 item 3's "expected answer type"
   signal): ``head_kind`` — the first run of content
-  words (``relknow.head_spans``: what precedes the first "of" or the topic; "*sovereign
+  words (``question_text.head_spans``: what precedes the first "of" or the topic; "*sovereign
   state* native town of …") has a prefix whose best relation passes θ_zs, the kind being the
   relations within ``relknow.ANSWER_TYPE_MARGIN`` of it (``RelationKnowledge.head_kind``); of
   those, ``head_kind_gold_last`` — the gold chain's last relation is of the
@@ -45,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime import relknow  # noqa: E402
+from runtime import question_text, relknow  # noqa: E402
 
 
 def vote_pick(votes, fit: dict[int, float], n_relations: int):
@@ -66,7 +66,7 @@ def vote_pick(votes, fit: dict[int, float], n_relations: int):
 
 def span_relations(know: relknow.RelationKnowledge, masked: str, embed) -> tuple[set, set]:
     """(relations some span matches best, relations the chosen spans at θ_zs name)."""
-    spans = relknow.question_spans(masked)
+    spans = question_text.question_spans(masked)
     if not spans:
         return set(), set()
     sims = know.span_similarities([t for _, _, t in spans], embed)

@@ -13,7 +13,7 @@ fitted on better than the cosine: this measures exactly that, leave one phrase o
 training questions alone (no test or held-out wording is read).
 
 Pairs: each training question (masked as the stage masks it) gives, for every relation of its
-gold chain, the span (``relknow.question_spans``) the cosine rates highest for it; spans
+gold chain, the span (``question_text.question_spans``) the cosine rates highest for it; spans
 overlapping none of those are negatives (filler). Spans aligned to more than one relation are
 left out. For each distinct positive span, with it held out:
 
@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from runtime.query import Runtime
     from runtime.question_encoder import CachedEmbeddings
-    from runtime.relknow import question_spans, split_hop
+    from runtime.question_text import question_spans
+    from runtime.relknow import split_hop
     from training.relation_knowledge import Store, read_questions
 
     rt = Runtime.open(args.store)

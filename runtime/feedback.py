@@ -218,7 +218,8 @@ def feedback_entities(build, triples) -> frozenset[int]:
 def missing_fact(entity: Mapping, hop: str) -> dict:
     """One sub-question (e, r, ?) — or (?, r, e) for a hop walked backwards (``~r``) — with
     its words, the form a passage retriever searches for."""
-    from runtime.relknow import relation_text, split_hop
+    from runtime.question_text import relation_text
+    from runtime.relknow import split_hop
 
     relation, backwards = split_hop(hop)
     words = relation_text(relation)

@@ -69,6 +69,7 @@ from runtime.path_cache import PathCache, PathRow, path_rows, path_triples
 from runtime.provenance import Provenance
 from runtime.query_stats import QUERY_STATS_FILE, query_stats, read_query_stats
 from runtime.question_encoder import CachedEmbeddings, query_encoder
+from runtime.question_text import hop_runs, mask_topic
 from runtime.relknow import Triple
 from runtime.tokens import count_tokens
 
@@ -697,7 +698,7 @@ class Runtime:
                                 final=req.policy == "precision"), None
         know, facts = self.relknow
         forms = [f for h in heads for f in self._surface_forms(h)]
-        masked = relknow.mask_topic(req.question, forms)
+        masked = mask_topic(req.question, forms)
         # the plain form rides along when the masked one is embedded (a derived answer
         # retrieves beside its chain unless query.derived_context is "chain"); alone it waits
         # for retrieval, which the compact context never runs
@@ -709,7 +710,7 @@ class Runtime:
         assessment = know.assess(masked, topics, facts, q_vec=masked_vec,
                                  embed=self._span_embedder(), domains=self._hop_domains(),
                                  explain=req.policy == "precision",
-                                 runs=relknow.hop_runs(req.question, forms))
+                                 runs=hop_runs(req.question, forms))
         gate = know.precision_gate if req.policy == "precision" else know.route_gate
         passed, reason = (False, "") if req.policy == "lokg" else gate.check(
             assessment.prediction, assessment.derivation, assessment.consistency)

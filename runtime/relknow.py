@@ -17,9 +17,10 @@ Artefact ``models/relknow/`` (written by the ``relation_knowledge`` stage):
 
 The pieces:
 
-* **Masking.** The topic entity's mention is replaced by :data:`PLACEHOLDER` and filler words
-  are dropped before a question is embedded or counted, so neighbours are found by *how* a
-  question asks, not by whom it asks about ("gender of someone father" is one template across
+* **Masking** (runtime/question_text.py, which reads questions and relation names as words
+  for every piece here). The topic entity's mention is replaced by a placeholder and filler
+  words are dropped before a question is embedded or counted, so neighbours are found by *how*
+  a question asks, not by whom it asks about ("gender of someone father" is one template across
   thousands of people).
 * **Lexicon.** lift(w, r) = P(r on the path | w in the question) / P(r on the path) over the
   training questions, for words in at least ``min_support`` questions; a question *names* r when
@@ -54,7 +55,7 @@ The pieces:
   (:data:`LONE_VOTE`), or none, gives way to a chain composed hop by hop from every vote
   (:meth:`RelationKnowledge.per_hop`), and the precision gate does not pass such wording
   (:attr:`Gate.familiar`).
-* **Hops the wording names** (:func:`hop_runs`): joins ("'s", "then", "belonging to", "of the",
+* **Hops the wording names** (``question_text.hop_runs``): joins ("'s", "then", "belonging to", "of the",
   the asked head's verb), punctuation and the topic cut a question into runs of words; each
   run with a content word names a hop, or one per part split at a bare "of". The fit measures
   how the store's training questions keep to that (``hop_range_agreement``: their fewest,
@@ -69,8 +70,8 @@ The pieces:
   backward hops when no chain with fewer of them instantiates. A sharing word ("films that
   share the director of X") makes the round trip r, ~r a candidate.
 * **Relation names as words** whatever the naming scheme (``/a/b/c``, ``a.b.c``,
-  ``__a__b__c``, camel case, plain words; :func:`relation_texts`): what the zero-shot matcher
-  embeds.
+  ``__a__b__c``, camel case, plain words; ``question_text.relation_texts``): what the
+  zero-shot matcher embeds.
 * **Derivation.** The chain is followed from the topic entities over the store's triples
   (relational composition, either direction); the facts on walks that reach an endpoint form
   the compact context, the endpoints — ranked by how many walks reach them — the derived
@@ -97,9 +98,6 @@ import itertools
 import math
 import threading
 import json
-import re
-import unicodedata
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -107,18 +105,14 @@ from pathlib import Path
 import numpy as np
 
 from runtime.errors import LokgError
-from runtime.linker import STOP_WORDS, normalise
+from runtime.linker import STOP_WORDS
+from runtime.question_text import (HOP_READINGS, PLACEHOLDER, HopRuns, head_spans,
+                                   question_spans, question_words, relation_text)
 
 ARTEFACT = "relknow"  # artefact name; published as models/relknow/
 MODEL_FILE = "relknow.json"
 VECTORS_FILE = "vectors.npz"
 FORMAT_VERSION = 1
-#: Stands in for the topic mention (a plain word the sentence encoder reads naturally).
-PLACEHOLDER = "someone"
-#: Stop words a masked question keeps ("of" orders the hops: "the sex of the father of X").
-KEPT_STOP_WORDS = frozenset({"of"})
-#: Longest question span (words) the zero-shot matcher compares with relation names.
-MAX_SPAN_WORDS = 4
 #: Most hops a zero-shot chain may have (orders tried: at most 3! = 6).
 MAX_ZERO_SHOT_HOPS = 3
 #: Cosines this close to a span's best relation are a tie (names that embed alike).
@@ -146,34 +140,10 @@ PER_HOP_HOPS = 6
 #: Chains kept per hop when unfamiliar wording is decoded run by run
 #: (:meth:`RelationKnowledge.decoded`).
 DECODE_BEAM = 16
-#: Names of one segment sharing leading words with this many others lose those words.
-SHARED_PREFIX_NAMES = 3
-#: Words that join the hops of a chain question ("X *'s* son *'s* wife", "follow A, *then*
-#: B", "the C *belonging to* the B") or close its asked head ("which C *does* … *have*"); each
-#: run of content words between them names at least one hop (:func:`hop_runs`).
-HOP_JOINS = frozenset("'s then belonging to is are was do does did has have had".split())
-#: Words after which "of" joins two hops ("the capital *of the* country"); before any other
-#: word it may join two (nationality of dad) or sit inside one (place of birth).
-HOP_JOIN_AFTER_OF = frozenset({"the", "a", "an"})
-#: Words that frame a question rather than name a relation ("starting from X, *follow* …:
-#: what do *you reach*", "*tell me* …").
-FRAME_WORDS = frozenset("starting start follow reach reached you me give tell list find "
-                        "show".split())
-#: Readings of a :attr:`HopRuns.range` (fewest, most), tightest first: the hops a question names
-#: are its fewest (its bare "of"s sit inside phrases: "place of birth"), its most ("the
-#: nationality of dad of X"), or any between.
-HOP_READINGS: dict[str, Callable[[tuple[int, int]], tuple[int, int]]] = {
-    "fewest": lambda r: (r[0], r[0]), "most": lambda r: (r[1], r[1]), "range": lambda r: r}
 #: Share of a store's training questions whose chain length a reading must allow for the
 #: runtime to bound chains by it (:meth:`RelationKnowledge.ranged`): a graph whose questions
 #: fold hops into one word ("grandmother") or a verb ("where does X's son work") gets none.
 HOP_RANGE_TRUST = 0.99
-_HOP_TOKENS = re.compile(r"['\u2019]s\b|\w+|[^\w\s]")
-_HOP_WORD = re.compile(r"\w")
-#: Stands in for the topic among :func:`hop_tokens` (no token of a text looks like it).
-PLACEHOLDER_TOKEN = "\x00topic"
-_SEGMENT_SPLIT = re.compile(r"[./]+|__+")
-_CAMEL_SPLIT = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 #: Relations this close to the best match of the asked-for word also name the answer's kind.
 ANSWER_TYPE_MARGIN = 0.15
 #: What can predict a question's chain (:attr:`Prediction.source`): the kNN vote and the rules
@@ -192,186 +162,6 @@ Triple = tuple[int, int, int]
 
 class RelknowError(LokgError, ValueError):
     """A relation-knowledge artefact or argument is unusable; the message names it."""
-
-
-# ============================================================================================
-# text
-
-
-def relation_segments(name: str) -> list[list[str]]:
-    """A relation name as lower-case words per segment, whatever its naming scheme:
-    ``/film/film/directed_by``, ``film.film.directed_by``, ``__film__film__directed_by``
-    (segments), ``filmFilmDirectedBy`` or ``directed_by`` (one segment)."""
-    segments = [seg for seg in _SEGMENT_SPLIT.split(name) if seg.strip("_- ")]
-    out = []
-    for seg in segments or [name]:
-        words = _CAMEL_SPLIT.sub(" ", seg).replace("_", " ").replace("-", " ").lower().split()
-        out.append(words or [seg])
-    return out
-
-
-def relation_text(name: str) -> str:
-    """The words of a relation name: its last segment (``…/place_of_birth`` → "place of
-    birth"), camel case split."""
-    return " ".join(relation_segments(name)[-1])
-
-
-def relation_texts(names: Sequence[str]) -> list[str]:
-    """:func:`relation_text` of every relation of a store, and for names of one segment the
-    leading words shared by at least :data:`SHARED_PREFIX_NAMES` names dropped (domain words
-    that a scheme without separators keeps: ``filmFilmDirectedBy`` → "directed by",
-    ``has_genre`` → "genre")."""
-    segments = [relation_segments(n) for n in names]
-    single = [seg[0] if len(seg) == 1 else None for seg in segments]
-    prefixes = Counter(tuple(w[:i]) for w in single if w for i in range(1, len(w)))
-    out = []
-    for seg, w in zip(segments, single):
-        cut = max((i for i in range(1, len(w)) if prefixes[tuple(w[:i])] >= SHARED_PREFIX_NAMES),
-                  default=0) if w else 0
-        out.append(" ".join(seg[-1][cut:]))
-    return out
-
-
-def mask_topic(question: str, forms: Iterable[str]) -> str:
-    """The normalised question with every mention of a topic form replaced by the placeholder,
-    and its stop words but :data:`KEPT_STOP_WORDS` dropped.
-
-    Forms (names, keys, aliases of the topic entities) are tried longest first; a form that does
-    not occur leaves the question as it is (a given entity the question never spells out).
-    Filler words ("what is the name of the") differ between paraphrases of one question and
-    weigh heavily in a nearly order-blind sentence embedding; "of" stays because it marks the
-    order of the hops (PQ-3H dev: chain accuracy 0.81 → 0.84 with them dropped).
-    """
-    words = replace_forms(normalise(question).split(),
-                          (tuple(normalise(f).split()) for f in forms if f), PLACEHOLDER)
-    return " ".join(w for w in words if w in KEPT_STOP_WORDS or w not in STOP_WORDS)
-
-
-def replace_forms(words: list[str], forms: Iterable[tuple[str, ...]], by: str) -> list[str]:
-    """``words`` with every occurrence of a form (a word sequence; empty ones ignored)
-    replaced by ``by``, the longest forms first."""
-    for form in sorted({f for f in forms if f}, key=lambda f: (-len(f), f)):
-        out, i, n = [], 0, len(form)
-        while i < len(words):
-            if tuple(words[i:i + n]) == form:
-                out.append(by)
-                i += n
-            else:
-                out.append(words[i])
-                i += 1
-        words = out
-    return words
-
-
-def question_words(masked: str) -> list[str]:
-    """Distinct words of a masked question (the placeholder and stop words excluded), in order."""
-    return list(dict.fromkeys(w for w in masked.split()
-                              if w != PLACEHOLDER and w not in STOP_WORDS))
-
-
-def question_spans(masked: str, max_words: int = MAX_SPAN_WORDS) -> list[tuple[int, int, str]]:
-    """(start, end, text) of every span without the placeholder that is not only stop words."""
-    words = masked.split()
-    out = []
-    for n in range(1, max_words + 1):
-        for i in range(len(words) - n + 1):
-            span = words[i:i + n]
-            if PLACEHOLDER in span or all(w in STOP_WORDS for w in span):
-                continue
-            out.append((i, i + n, " ".join(span)))
-    return out
-
-
-def head_spans(masked: str) -> list[str]:
-    """The prefixes (up to :data:`MAX_SPAN_WORDS`) of the masked question's first run of
-    content words, cut at the first stop word ("of" is kept in masked text) or the topic:
-    what a question asks for when it opens with it ("which *sovereign state* does …")."""
-    run = []
-    for word in masked.split():
-        if word == PLACEHOLDER or word in STOP_WORDS:
-            break
-        run.append(word)
-    return [" ".join(run[:n]) for n in range(1, min(len(run), MAX_SPAN_WORDS) + 1)]
-
-
-def hop_tokens(text: str) -> list[str]:
-    """Casefolded words, possessive "'s" and punctuation marks as tokens."""
-    text = unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'")
-    return _HOP_TOKENS.findall(text)
-
-
-@dataclass(frozen=True)
-class HopRuns:
-    """The runs of words a question names its hops in (:func:`hop_runs`), ordered from the
-    topic outward; each run is its parts split at a bare "of" ("place of birth": "place",
-    "birth"), each part its content words."""
-
-    runs: tuple[tuple[str, ...], ...]
-    #: the topic was found in the question (else the walking order is a guess)
-    anchored: bool = True
-
-    @property
-    def range(self) -> tuple[int, int]:
-        """The fewest and most hops the wording can name: a run each, or a part each."""
-        return len(self.runs), sum(map(len, self.runs))
-
-    def hops(self, reading: str) -> list[str] | None:
-        """One text per hop, from the topic outward, under a reading that fixes their number
-        (fewest: a run's parts together; most: each part); None under any other."""
-        if reading == "fewest":
-            return [" ".join(run) for run in self.runs]
-        if reading == "most":
-            return [part for run in self.runs for part in run]
-        return None
-
-
-def hop_runs(question: str, forms: Iterable[str]) -> HopRuns:
-    """The topic (any of ``forms``), punctuation and :data:`HOP_JOINS` cut the question into
-    runs; those with content words (not stop or :data:`FRAME_WORDS`) name its hops. Runs after
-    the topic walk outward in reading order ("X's son's wife", "from X, follow A, then B"),
-    runs before it from the nearest ("the capital of the country of X"). A reading, not a
-    parse: whether a store's questions keep to it is measured when its knowledge is fitted
-    (:data:`HOP_RANGE_TRUST`)."""
-    tokens = replace_forms(hop_tokens(question), (tuple(hop_tokens(f)) for f in forms if f),
-                           PLACEHOLDER_TOKEN)
-    before: list[tuple[str, ...]] = []
-    after: list[tuple[str, ...]] = []
-    for run, past_topic in _runs(tokens):
-        parts = tuple(" ".join(w for w in p if _content(w)) for p in _of_parts(run))
-        parts = tuple(p for p in parts if p)
-        if parts:
-            (after if past_topic else before).append(parts)
-    return HopRuns(tuple(after + before[::-1]), PLACEHOLDER_TOKEN in tokens)
-
-
-def _runs(tokens: Sequence[str]) -> list[tuple[list[str], bool]]:
-    """Tokens between joins, the topic and punctuation ("of" before an article or the topic
-    joins too), each with whether the topic came before it."""
-    runs, run, past_topic = [], [], False
-    for i, word in enumerate(tokens):
-        after = tokens[i + 1] if i + 1 < len(tokens) else PLACEHOLDER_TOKEN
-        joins = word in HOP_JOINS or word == PLACEHOLDER_TOKEN or not _HOP_WORD.match(word) \
-            or (word == "of" and (after in HOP_JOIN_AFTER_OF or after == PLACEHOLDER_TOKEN))
-        if joins:
-            runs.append((run, past_topic))
-            run, past_topic = [], past_topic or word == PLACEHOLDER_TOKEN
-        else:
-            run.append(word)
-    return [(r, past) for r, past in runs + [(run, past_topic)] if r]
-
-
-def _of_parts(run: Sequence[str]) -> list[list[str]]:
-    parts: list[list[str]] = [[]]
-    for word in run:
-        if word == "of":
-            parts.append([])
-        else:
-            parts[-1].append(word)
-    return parts
-
-
-def _content(word: str) -> bool:
-    return word not in STOP_WORDS and word not in FRAME_WORDS
 
 
 # ============================================================================================

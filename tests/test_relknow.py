@@ -20,10 +20,10 @@ from pipeline.stage import StageError
 from runtime import relknow
 from runtime.query import QueryError, Runtime
 from runtime.tokens import count_tokens
-from runtime.relknow import (INVERSE_PREFIX, PLACEHOLDER, Checker, Facts, Gate, Prediction,
+from runtime.question_text import HopRuns, hop_runs, mask_topic
+from runtime.relknow import (INVERSE_PREFIX, Checker, Facts, Gate, Prediction,
                              RelationKnowledge, Vote, derive, hop_id, hop_name, inverse_hop,
-                             learn_exclusive, learn_functional, mask_topic, relation_texts,
-                             shared_span, split_hop)
+                             learn_exclusive, learn_functional, shared_span, split_hop)
 from tests.test_cli import BLOCK_HEAVY
 from tests.test_query import ChoosingLLM, FakeLLM
 from training import relation_knowledge as fit
@@ -154,12 +154,6 @@ def rt(planted):
 
 
 # ------------------------------------------------------------------------------ text, lexicon
-
-def test_mask_topic_replaces_the_mention_and_drops_filler_words():
-    assert mask_topic("What is the gender of Alba_Quist's father?", ["alba quist"]) == \
-        f"gender of {PLACEHOLDER} father"
-    assert mask_topic("who is bob", ["alba quist"]) == "bob"
-
 
 def test_lift_is_the_ratio_of_the_conditional_to_the_prior_with_min_support():
     masked = ["gender someone father", "job someone father", "gender someone son",
@@ -1066,20 +1060,6 @@ def test_zero_shot_keeps_chains_reaching_the_kind_the_first_word_asks_for():
     assert chain(frozenset({REL["gender"]})) == ["children", "gender"]  # objects of gender
 
 
-@pytest.mark.parametrize("names, texts", [
-    (["/film/film/directed_by", "film.film.starring", "__film__film__country"],
-     ["directed by", "starring", "country"]),
-    (["filmFilmDirectedBy", "filmFilmStarring", "filmFilmCountry", "peoplePersonSpouse"],
-     ["directed by", "starring", "country", "people person spouse"]),
-    (["has_genre", "has_tags", "has_imdb_votes", "directed_by", "in_language"],
-     ["genre", "tags", "imdb votes", "directed by", "in language"]),
-    (["people.person.place_of_birth", "spouse", "HTTPServerName"],
-     ["place of birth", "spouse", "http server name"]),
-])
-def test_relation_names_become_words_whatever_the_naming_scheme(names, texts):
-    assert relation_texts(names) == texts
-
-
 def test_zero_shot_ties_go_to_the_relation_the_topic_has_facts_of():
     """Two relation names that embed alike (here: the same vector up to float noise) are a
     tie; the one with facts from the topic entity is matched, whichever is higher by noise."""
@@ -1407,15 +1387,6 @@ def test_a_chain_is_derived_only_from_the_linked_entity_the_question_spells_exac
         assert a.answers == [job] and a.route["topics"] == [topic]
 
 
-def test_head_spans_are_the_prefixes_of_the_first_run_of_content_words():
-    assert relknow.head_spans("sovereign state native town of person behind camera of "
-                              "someone ?") == ["sovereign", "sovereign state",
-                                               "sovereign state native",
-                                               "sovereign state native town"]
-    assert relknow.head_spans("someone gender what ?") == []  # the topic comes first
-    assert relknow.head_spans("country of capital of someone") == ["country"]
-
-
 def family_types(e: int) -> list[str]:
     """The family graph's entity types: people, then two genders, then professions."""
     return ["person"] if e < N_PEOPLE else ["gender"] if e < N_PEOPLE + 2 else ["profession"]
@@ -1493,42 +1464,6 @@ def test_a_chain_shorter_than_training_walks_one_hop_more_for_words_it_leaves_un
 
 # ------------------------------------------------------------------------------ hop ranges
 
-@pytest.mark.parametrize("question, topic, hops", [
-    ("which sovereign state does the native town of the person behind the camera of "
-     "River: Burning have ?", "River: Burning", (3, 3)),  # the asked head, 'of the', the topic
-    ("starting from Nevuville , follow sovereign state , then seat of government , then land "
-     "it lies in : what do you reach ?", "Nevuville", (3, 4)),  # a bare 'of' may join or not
-    ("what is the nationality of yixin_prince_gong 's son's wife ?", "yixin_prince_gong",
-     (3, 3)),  # possessives, the topic spelled as its key
-    ("name the person who established it belonging to the backer of The \"Broken\" River ?",
-     "The \"Broken\" River", (2, 2)),  # stop words inside a run, punctuation in the topic
-    ("Where does Ana Lee\u2019s son work?", "Ana Lee", (1, 1)),  # a verb folds a hop in
-    ("what is Ana Lee ?", "Ana Lee", (0, 0)),  # no content word
-])
-def test_hop_runs_are_the_runs_of_content_words_between_joins(question, topic, hops):
-    """The topic, punctuation, possessives, "then", "belonging to", the asked head's verb and
-    an "of" before an article cut a question into runs; each run with a content word names one
-    hop, or one per part split at a bare "of"; frame words ("follow", "reach") name none."""
-    assert relknow.hop_runs(question, [topic]).range == hops
-
-
-@pytest.mark.parametrize("question, fewest, most", [
-    ("what is the capital of ana lee 's child 's country of citizenship ?",
-     ["child", "country citizenship", "capital"], ["child", "country", "citizenship", "capital"]),
-    ("name the land it lies in belonging to the seat of government belonging to the passport "
-     "issuer of ana lee ?", ["passport issuer", "seat government", "land lies"],
-     ["passport issuer", "seat", "government", "land lies"]),
-    ("starting from ana lee , follow helmer , then native town : what do you reach ?",
-     ["helmer", "native town"], ["helmer", "native town"]),
-])
-def test_hop_runs_walk_outward_from_the_topic(question, fewest, most):
-    """Runs after the topic in reading order, then those before it from the nearest: the
-    order the chain walks; each reading gives one text per hop."""
-    runs = relknow.hop_runs(question, ["Ana Lee"])
-    assert (runs.hops("fewest"), runs.hops("most"), runs.hops("range")) == (fewest, most, None)
-    assert runs.anchored and not relknow.hop_runs(question, ["Bo Kim"]).anchored
-
-
 @pytest.mark.parametrize("agreement, reading", [
     ({"fewest": 1.0, "most": 0.8, "range": 1.0}, "fewest"),  # the tightest trusted reading
     ({"fewest": 0.6, "most": 0.995, "range": 1.0}, "most"),
@@ -1548,7 +1483,7 @@ def test_a_store_bounds_chains_by_the_tightest_reading_its_training_questions_ke
 def test_the_fit_measures_each_reading_on_the_training_questions():
     runs = [(("x",),), (("x",), ("y", "z")), (("x", "y"),), (("x", "y"),)]  # ranges 1, 2–3, 1–2
     labelled = fit.Labelled(["q"] * 4, [[0]] * 4, [("a",), ("a", "b"), ("a", "b"), ("a",)],
-                            [()] * 4, 0, [relknow.HopRuns(r) for r in runs])
+                            [()] * 4, 0, [HopRuns(r) for r in runs])
     assert labelled.hop_range_agreement() == {"fewest": 0.75, "most": 0.5, "range": 1.0}
     assert fit.Labelled([], [], [], [], 0).hop_range_agreement() is None
 
@@ -1576,7 +1511,7 @@ def test_a_chain_the_question_wording_rules_out_gives_way_to_an_allowed_one(
              relknow.Vote((REL["spouse"], REL["children"]), 3.0, False)]
     followed = Prediction("knn", None if chain is None else tuple(REL[r] for r in chain), 1.0,
                           0.5, votes, frozenset())
-    runs = None if hops is None else relknow.HopRuns(tuple(
+    runs = None if hops is None else HopRuns(tuple(
         ("w",) * (hops[1] - hops[0] + 1 if i == 0 else 1) for i in range(hops[0])))
     p = know.ranged(followed, runs, facts, [52])
     assert (None if p is None else (p.source, [RELATIONS[h] for h in p.chain])) == expected
@@ -1605,7 +1540,7 @@ def test_unfamiliar_wording_is_decoded_run_by_run_along_what_the_graph_walks(
     eye = np.eye(6, dtype=np.float32)
     embed = axis_embed({"begetter": eye[REL["parents"]], "occupation": eye[REL["profession"]],
                         "partner": eye[REL["spouse"]]})
-    runs = relknow.HopRuns(tuple((w,) for w in words), anchored=reading != "unanchored")
+    runs = HopRuns(tuple((w,) for w in words), anchored=reading != "unanchored")
     votes = [relknow.Vote((REL["parents"], REL["gender"]), 2.0, True)]
     p = know.decoded(Prediction("knn", None, 0.0, 0.0, votes, frozenset()), runs, embed, facts,
                      [topic])
@@ -1628,5 +1563,5 @@ def test_assess_decodes_only_wording_no_training_question_is_near(q_vec, source)
     question = "starting from cora varga , follow begetter , then occupation"
     vec = np.array(q_vec, np.float32) / np.linalg.norm(q_vec)
     p = know.assess(mask_topic(question, ["cora varga"]), [52], facts, q_vec=vec, embed=embed,
-                    runs=relknow.hop_runs(question, ["cora varga"])).prediction
+                    runs=hop_runs(question, ["cora varga"])).prediction
     assert p.source == source and p.unfamiliar == (source == "runs_decoded")

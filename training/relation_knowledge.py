@@ -46,7 +46,7 @@ precision.
 
 Not fitted but measured on the training questions: how their wording names their hops
 (``hop_range_agreement``, the share whose chain length each reading of
-``runtime.relknow.hop_runs`` allows); the runtime bounds chains by a reading only where it
+``runtime.question_text.hop_runs`` allows); the runtime bounds chains by a reading only where it
 holds for ``relknow.HOP_RANGE_TRUST`` of them.
 
 Gold relation names go through ``relation_map`` to canonical ones; questions naming an unknown
@@ -68,11 +68,11 @@ import numpy as np
 
 from pipeline.stage import Laps, StageError, checked_section, torch_threads
 from runtime.contract import read_table
+from runtime.question_text import (HOP_READINGS, HopRuns, hop_runs, mask_topic,
+                                   question_words, relation_texts)
 from runtime.relknow import (
     ARTEFACT,
     FORMAT_VERSION,
-    HOP_READINGS,
-    HopRuns,
     INVERSE_PREFIX,
     MODEL_FILE,
     VECTORS_FILE,
@@ -82,12 +82,8 @@ from runtime.relknow import (
     learn_exclusive,
     learn_functional,
     learn_inverses,
-    hop_runs,
-    mask_topic,
     precision_gate,
-    question_words,
     hop_id,
-    relation_texts,
     split_hop,
 )
 
@@ -140,7 +136,7 @@ def settings(config: Mapping) -> dict:
 @dataclass
 class Labelled:
     """Questions resolved against the store: masked text, topic ids, chain, gold answers, and
-    the runs of words the wording names its hops in (runtime.relknow.hop_runs)."""
+    the runs of words the wording names its hops in (runtime.question_text.hop_runs)."""
 
     masked: list[str]
     topics: list[list[int]]
@@ -150,7 +146,7 @@ class Labelled:
     hop_runs: list[HopRuns] = field(default_factory=list)
 
     def hop_range_agreement(self) -> dict[str, float] | None:
-        """Per reading of the hop ranges (runtime.relknow.HOP_READINGS), the share of the
+        """Per reading of the hop ranges (runtime.question_text.HOP_READINGS), the share of the
         questions whose chain length it allows (None: no questions)."""
         if not self.chains:
             return None
