@@ -317,23 +317,42 @@ def relation_prior(chains: Sequence[tuple[str, ...]]) -> dict[str, float]:
     return {r: round(c / len(chains), 9) for r, c in sorted(counts.items())}
 
 
-def _spec(cfg: Mapping, chains, lexicon, kg: Mapping, relation_names, thresholds,
-          report, prior, hop_range_agreement: dict[str, float] | None) -> dict:
-    """The artefact's JSON; ``kg``: the functional, exclusive and inverse relations."""
+@dataclass(frozen=True)
+class Learned:
+    """What the graph and the training questions teach, before any threshold is picked."""
+
+    relation_names: list[str]
+    chains: list[tuple[int, ...]]  # most frequent first
+    question_chain: np.ndarray  # each training question's index into chains
+    lexicon: dict
+    prior: dict
+    hop_range_agreement: dict[str, float] | None
+    kg: dict  # the functional, exclusive and inverse relations
+
+    @classmethod
+    def of(cls, cfg: Mapping, store: Store, train: Labelled | None, kg: dict) -> Learned:
+        chains, question_chain, lexicon, prior = _chain_votes(train, cfg)
+        return cls([store.relation_names[i] for i in sorted(store.relation_names)], chains,
+                   question_chain, lexicon, prior,
+                   train.hop_range_agreement() if train else None, kg)
+
+
+def _spec(cfg: Mapping, learned: Learned, thresholds: Mapping, report: Mapping) -> dict:
+    """The artefact's JSON."""
     return {
         "format_version": FORMAT_VERSION,
         "settings": {k: cfg[k] for k in ("k", "min_share", "min_support", "max_frontier",
                                          "precision_target", "route_min_precision")},
-        "thresholds": thresholds,
-        "chains": [list(c) for c in chains],
-        "relation_names": relation_names,
-        "lexicon": lexicon,
-        "relation_prior": prior,
-        "functional": kg["functional"],
-        "exclusive": [list(x) for x in kg["exclusive"]],
-        "inverse_pairs": kg["inverse_pairs"],
-        "hop_range_agreement": hop_range_agreement,
-        "fit": report,
+        "thresholds": dict(thresholds),
+        "chains": [list(c) for c in learned.chains],
+        "relation_names": learned.relation_names,
+        "lexicon": learned.lexicon,
+        "relation_prior": learned.prior,
+        "functional": learned.kg["functional"],
+        "exclusive": [list(x) for x in learned.kg["exclusive"]],
+        "inverse_pairs": learned.kg["inverse_pairs"],
+        "hop_range_agreement": learned.hop_range_agreement,
+        "fit": dict(report),
     }
 
 
@@ -387,28 +406,21 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     lap("kg_checks")
     train, dev = _labelled(cfg, store)
     lap("read_questions")
-
+    learned = Learned.of(cfg, store, train, kg)
     encoder = Encoder(inputs, cfg)
     try:
         lap("load_encoder")
-        relation_names = [store.relation_names[i] for i in sorted(store.relation_names)]
-        chains, question_chain, lexicon, prior = _chain_votes(train, cfg)
-        agreement = train.hop_range_agreement() if train else None
-        arrays = {
-            "question_vectors": encoder.queries(train.masked if train else []),
-            "question_chain": question_chain,
-            "relation_vectors": encoder.passages(relation_texts(relation_names)),
-        }
+        arrays = {"question_vectors": encoder.queries(train.masked if train else []),
+                  "question_chain": learned.question_chain,
+                  "relation_vectors": encoder.passages(relation_texts(learned.relation_names))}
         dev_vectors = encoder.queries(dev.masked) if dev is not None and train else None
         lap("embed_questions")
 
         def knowledge(th: Mapping) -> RelationKnowledge:
-            spec = _spec(cfg, chains, lexicon, kg, relation_names, dict(th), {}, prior,
-                         agreement)
-            return RelationKnowledge(spec, arrays, store.relation_ids, STAGE)
+            return RelationKnowledge(_spec(cfg, learned, th, {}), arrays, store.relation_ids,
+                                     STAGE)
 
-        report = {**_fit_report(cfg, train, dev, encoder, len(chains), len(lexicon)),
-                  **kg_report}
+        report = {**_fit_report(cfg, train, dev, encoder, learned), **kg_report}
         thresholds = _default_thresholds(cfg)
         if dev is not None and dev.masked:
             thresholds, report["selection"] = select_thresholds(
@@ -418,19 +430,20 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         lap("select_thresholds")
     finally:
         encoder.close()
+    return _write(Path(out_dir) / ARTEFACT, _spec(cfg, learned, thresholds, report), arrays, lap)
 
-    target = Path(out_dir) / ARTEFACT
+
+def _write(target: Path, spec: dict, arrays: Mapping[str, np.ndarray], lap: Laps) -> dict:
+    """The artefact's two files, and the stage's outputs and report (the fit report without
+    its per-relation checks, the thresholds and the step times)."""
     target.mkdir(parents=True, exist_ok=True)
-    report["step_seconds"] = lap.seconds
-    spec = _spec(cfg, chains, lexicon, kg, relation_names, thresholds, report, prior,
-                 agreement)
+    spec["fit"]["step_seconds"] = lap.seconds
     (target / MODEL_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True))
     np.savez(target / VECTORS_FILE, **arrays)
     lap("write")
-    summary = {k: v for k, v in report.items() if k != "relations_checked"}
-    summary["thresholds"] = thresholds
-    summary["hop_range_agreement"] = agreement
-    summary["step_seconds"] = lap.seconds
+    summary = {k: v for k, v in spec["fit"].items() if k != "relations_checked"}
+    summary.update(thresholds=spec["thresholds"],
+                   hop_range_agreement=spec["hop_range_agreement"], step_seconds=lap.seconds)
     return {"outputs": {ARTEFACT: str(target)}, "report": summary}
 
 
@@ -490,14 +503,14 @@ def _default_thresholds(cfg: Mapping) -> dict:
 
 
 def _fit_report(cfg: Mapping, train: Labelled | None, dev: Labelled | None, encoder: Encoder,
-                chains: int, lexicon_words: int) -> dict:
+                learned: Learned) -> dict:
     return {
         "questions": _counts(cfg["questions"], train),
         "dev_questions": _counts(cfg["dev_questions"], dev),
         "encoder": None if encoder.model is None else encoder.model.spec["model"],
         "predictor": ("knn" if train and encoder.model else "lexicon" if train
                       else "zero_shot" if encoder.model else "none"),
-        "chains": chains, "lexicon_words": lexicon_words,
+        "chains": len(learned.chains), "lexicon_words": len(learned.lexicon),
     }
 
 
