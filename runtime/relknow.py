@@ -905,13 +905,6 @@ class RelationKnowledge:
         self.question_vectors = np.asarray(arrays["question_vectors"], dtype=np.float32)
         self.question_chain = np.asarray(arrays["question_chain"], dtype=np.int64)
         self.relation_vectors = np.asarray(arrays["relation_vectors"], dtype=np.float32)
-        if len(self.question_vectors) != len(self.question_chain):
-            raise RelknowError(f"{where}: {len(self.question_vectors)} question vectors but "
-                               f"{len(self.question_chain)} chain labels")
-        if len(self.question_chain) and (self.question_chain.min() < 0
-                                         or self.question_chain.max() >= len(self.chains)):
-            raise RelknowError(f"{where}: question_chain indexes outside the "
-                               f"{len(self.chains)} chains")
         self.canonical = canonical_hops([(rel(a), rel(b)) for a, b in
                                          spec.get("inverse_pairs", ())], self.n_relations)
         self.relation_order = [rel(n) for n in spec["relation_names"]]
@@ -924,6 +917,18 @@ class RelationKnowledge:
         agreement = spec.get("hop_range_agreement") or {}
         self.hop_reading = next((r for r in HOP_READINGS
                                  if agreement.get(r, 0.0) >= HOP_RANGE_TRUST), None)
+        self._check_arrays(where)
+
+    def _check_arrays(self, where: str) -> None:
+        """The vectors match what they label: a question per chain label, labels within the
+        chains, a vector per relation name."""
+        if len(self.question_vectors) != len(self.question_chain):
+            raise RelknowError(f"{where}: {len(self.question_vectors)} question vectors but "
+                               f"{len(self.question_chain)} chain labels")
+        if len(self.question_chain) and (self.question_chain.min() < 0
+                                         or self.question_chain.max() >= len(self.chains)):
+            raise RelknowError(f"{where}: question_chain indexes outside the "
+                               f"{len(self.chains)} chains")
         if len(self.relation_order) != len(self.relation_vectors):
             raise RelknowError(f"{where}: {len(self.relation_vectors)} relation vectors for "
                                f"{len(self.relation_order)} relation names")

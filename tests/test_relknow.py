@@ -994,6 +994,21 @@ def zero_shot_knowledge(relation_vectors: np.ndarray, names: list[str] = RELATIO
                              {n: i for i, n in enumerate(names)})
 
 
+@pytest.mark.parametrize("arrays, message", [
+    ({"question_vectors": np.zeros((2, 5), np.float32)}, "2 question vectors but 0 chain"),
+    ({"question_vectors": np.zeros((1, 5), np.float32),
+      "question_chain": np.array([3], np.int32)}, "indexes outside the 0 chains"),
+    ({"relation_vectors": np.eye(4, dtype=np.float32)}, "4 relation vectors for 5 relation"),
+])
+def test_vectors_that_do_not_match_their_labels_are_refused_naming_the_artefact(arrays, message):
+    good = zero_shot_knowledge(np.eye(len(RELATIONS), dtype=np.float32))
+    mine = {"question_vectors": good.question_vectors, "question_chain": good.question_chain,
+            "relation_vectors": good.relation_vectors, **arrays}
+    with pytest.raises(relknow.RelknowError, match=f"models/relknow: .*{message}"):
+        RelationKnowledge(good.spec, mine, {n: i for i, n in enumerate(RELATIONS)},
+                          "models/relknow")
+
+
 def test_zero_shot_orders_the_named_relations_by_what_instantiates():
     """Spans matched to relation names (here through hand-made vectors: one axis a relation);
     the two named relations are tried in both orders and only one instantiates."""
