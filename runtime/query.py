@@ -168,6 +168,20 @@ class _Retrieval:
     semantic: bool  # a question vector was at hand (Answer.encoding.semantic)
 
 
+def _why_no_call(reader, listed: list[Candidate],
+                 supported: frozenset[int] | None) -> str | None:
+    """Why the reader is not called (None: it is): no model, a forced choice with the top
+    candidate alone, or none of the others reached by the predicted chain."""
+    if not reader.calls_model:
+        return "no LLM"
+    if len(listed) == 1:
+        return "no other candidate within query.choice_margin of the top one, no call"
+    if supported is not None and not any(c.id in supported for c in listed[1:]):
+        return ("no other near-tied candidate is reached by the predicted relation chain "
+                "(query.choice_check), no call")
+    return None
+
+
 @dataclass(frozen=True)
 class _Reading:
     """Step 4's result: the answers, how they were obtained, and the prompt they came from."""
@@ -1052,15 +1066,10 @@ class Runtime:
         top = candidates[:1]
         answers, ids = [c.name for c in top], [c.id for c in top]
         supported = self._supported(plan) if listed else None
-        if not reader.calls_model or len(listed) == 1 or (
-                supported is not None and not any(c.id in supported for c in listed[1:])):
-            why = ("no LLM" if not reader.calls_model else
-                   "no other candidate within query.choice_margin of the top one, no call"
-                   if len(listed) == 1 else
-                   "no other near-tied candidate is reached by the predicted relation chain "
-                   "(query.choice_check), no call")
-            return _Reading(answers, ids, "ok", f"answered from retrieval ({why})", None, 0, 0,
-                            prompt)
+        why_no_call = _why_no_call(reader, listed, supported)
+        if why_no_call:
+            return _Reading(answers, ids, "ok", f"answered from retrieval ({why_no_call})", None,
+                            0, 0, prompt)
         options = {"choices": list(choices)} if choices and getattr(
             reader, "constrains_choices", False) else {}
         try:
