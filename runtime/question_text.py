@@ -1,8 +1,9 @@
 """How a question's words and a relation's name are read, before any encoder sees them.
 
-Why a module of its own: relation knowledge (runtime/relknow.py) and its fit
-(training/relation_knowledge.py) read questions the same way, and so do the baselines and the
-feedback log; this is that one reading, text in and words out (no numpy, no encoder).
+Why a module of its own: relation knowledge (runtime/relknow.py), its fit
+(training/relation_knowledge.py), the query path and the feedback log's sub-questions read
+questions and relation names the same way; this is that one reading, text in and words out (no
+numpy, no encoder).
 
 * **Masking** (:func:`mask_topic`): the topic's mention becomes :data:`PLACEHOLDER` and filler
   words go, so questions are compared by how they ask, not by whom they ask about.
@@ -189,7 +190,7 @@ def hop_runs(question: str, forms: Iterable[str]) -> HopRuns:
     the topic walk outward in reading order ("X's son's wife", "from X, follow A, then B"),
     runs before it from the nearest ("the capital of the country of X"). A reading, not a
     parse: whether a store's questions keep to it is measured when its knowledge is fitted
-    (:data:`HOP_RANGE_TRUST`)."""
+    (``relknow.HOP_RANGE_TRUST``)."""
     tokens = replace_forms(hop_tokens(question), (tuple(hop_tokens(f)) for f in forms if f),
                            PLACEHOLDER_TOKEN)
     before: list[tuple[str, ...]] = []

@@ -55,12 +55,12 @@ The pieces:
   (:data:`LONE_VOTE`), or none, gives way to a chain composed hop by hop from every vote
   (:meth:`RelationKnowledge.per_hop`), and the precision gate does not pass such wording
   (:attr:`Gate.familiar`).
-* **Hops the wording names** (``question_text.hop_runs``): joins ("'s", "then", "belonging to", "of the",
-  the asked head's verb), punctuation and the topic cut a question into runs of words; each
-  run with a content word names a hop, or one per part split at a bare "of". The fit measures
-  how the store's training questions keep to that (``hop_range_agreement``: their fewest,
-  their most, or any between); where a reading holds for :data:`HOP_RANGE_TRUST` of them, a
-  chain of a length it rules out gives way to an allowed vote or composed chain
+* **Hops the wording names** (``question_text.hop_runs``): joins ("'s", "then", "belonging
+  to", "of the", the asked head's verb), punctuation and the topic cut a question into runs of
+  words; each run with a content word names a hop, or one per part split at a bare "of". The
+  fit measures how the store's training questions keep to that (``hop_range_agreement``: their
+  fewest, their most, or any between); where a reading holds for :data:`HOP_RANGE_TRUST` of
+  them, a chain of a length it rules out gives way to an allowed vote or composed chain
   (:meth:`RelationKnowledge.ranged`). Where the reading fixes the count (one hop per run, or
   per part), unfamiliar wording is decoded run by run from the topic outward, each hop the
   relation its run describes, where the graph walks (:meth:`RelationKnowledge.decoded`).
@@ -908,6 +908,8 @@ class RelationKnowledge:
         self.canonical = canonical_hops([(rel(a), rel(b)) for a, b in
                                          spec.get("inverse_pairs", ())], self.n_relations)
         self.relation_order = [rel(n) for n in spec["relation_names"]]
+        #: each relation's column in relation_vectors and in span_similarities' rows
+        self.relation_column = {r: i for i, r in enumerate(self.relation_order)}
         self.name_words = {rel(n): frozenset(relation_text(n).split())
                            for n in spec["relation_names"]}
         self._described: tuple[list[str], np.ndarray] | None = None  # described_by, on first use
@@ -1075,7 +1077,7 @@ class RelationKnowledge:
         """(words, their relation's column in relation order) of the lexicon's content words,
         each for its most probable relations (:meth:`_word_relations`, all that tie)."""
         if self._described is None:
-            column = {r: i for i, r in enumerate(self.relation_order)}
+            column = self.relation_column
             pairs = [(w, column[r]) for w in sorted(self.lexicon) if w not in STOP_WORDS
                      for p, _, r in self._word_relations(w)
                      if p == self._word_relations(w)[0][0] and r in column]
@@ -1463,7 +1465,7 @@ class RelationKnowledge:
         if not texts or not runs.anchored or not self.relation_vectors.shape[1]:
             return None
         sims = self.span_similarities(texts, embed)
-        column = {r: i for i, r in enumerate(self.relation_order)}
+        column = self.relation_column
         hops = sorted({h for chain in self.chains for h in chain})
         beam = [((), 0.0, np.unique(np.asarray(topics, dtype=np.int64)))]
         for row in sims:

@@ -322,7 +322,7 @@ class Learned:
     """What the graph and the training questions teach, before any threshold is picked."""
 
     relation_names: list[str]
-    chains: list[tuple[int, ...]]  # most frequent first
+    chains: list[tuple[str, ...]]  # canonical relation names, most frequent first
     question_chain: np.ndarray  # each training question's index into chains
     lexicon: dict
     prior: dict
