@@ -130,7 +130,7 @@ def run_measured(argv: list[str], log: Path, code: Path = ROOT) -> dict:
 
 def dump_for(work: Path, n_triples: int, seed: int, questions: int) -> Path:
     """The dump of ``n_triples`` (generated once, reused when its manifest is there)."""
-    from pipeline.synth import generate
+    from lokg.pipeline.synth import generate
 
     dump = work / f"dump-{n_triples}"
     if not (dump / "manifest.json").exists():
@@ -142,7 +142,7 @@ def build_measured(dump: Path, store: Path, build_id: str, overrides: list[str],
                    logs: Path, done: Mapping[str, dict], record) -> list[dict]:
     """Every stage, then publish, each as its own process: one row per step, each passed to
     ``record`` as it finishes. Steps in ``done`` (their rows) are not run again."""
-    from pipeline.registry import STAGE_NAMES
+    from lokg.pipeline.registry import STAGE_NAMES
 
     common = ["--store", str(store), "--build-id", build_id, "--dump", str(dump)]
     common += [arg for kv in overrides for arg in ("--set", kv)]

@@ -38,10 +38,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.driver import STAGE_RECORD, stage_script  # noqa: E402
-from pipeline.refresh import (link_tree, parquet_parts, staged_location,  # noqa: E402
+from lokg.pipeline.driver import STAGE_RECORD, stage_script  # noqa: E402
+from lokg.pipeline.refresh import (link_tree, parquet_parts, staged_location,  # noqa: E402
                              table_difference)
-from pipeline.registry import STAGES  # noqa: E402
+from lokg.pipeline.registry import STAGES  # noqa: E402
 from bench.relation_stats_scale import PATHS, SPARK_PATHS  # noqa: E402
 
 CLUSTER = REPO / "infra" / "cluster.sh"
@@ -260,7 +260,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    from runtime.contract import Store
+    from lokg.runtime.contract import Store
 
     args = parse_args(argv)
     stages = args.stages.split(",")

@@ -15,8 +15,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from runtime.contract import Store  # noqa: E402
-from text.triple_context import head_check  # noqa: E402
+from lokg.runtime.contract import Store  # noqa: E402
+from lokg.text.triple_context import head_check  # noqa: E402
 
 
 def provenance(store: str, shown: int) -> dict:

@@ -71,7 +71,7 @@ def duck_round(dump: Path, spark_outputs: dict, config: dict, work: Path) -> tup
     """One DuckDB ingest + relation_stats on ``dump``; returns (step seconds, its tables)."""
     import duckdb
 
-    from runtime.config import section
+    from lokg.runtime.config import section
 
     con = duckdb.connect(str(work / "ref.duckdb"))
     con.execute("SET threads = 2")
@@ -111,7 +111,7 @@ def load_baseline(tree: Path, stage: str):
     its other imports resolve to this tree's modules."""
     module = _module(tree, stage)
     for helper in BASELINE_HELPERS.get(stage, ()):
-        ours, theirs = importlib.import_module(f"spark_jobs.{helper}"), _module(tree, helper)
+        ours, theirs = importlib.import_module(f"lokg.spark_jobs.{helper}"), _module(tree, helper)
         for name, value in list(vars(module).items()):
             if value is ours:
                 setattr(module, name, theirs)

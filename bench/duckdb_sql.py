@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from spark_jobs import formats as fm
-from spark_jobs.formats import re2
-from spark_jobs.relation_stats import DIGITS, UNTYPED
+from lokg.spark_jobs import formats as fm
+from lokg.spark_jobs.formats import re2
+from lokg.spark_jobs.relation_stats import DIGITS, UNTYPED
 
 
 def q(text: str) -> str:

@@ -48,13 +48,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.stage import torch_threads  # noqa: E402
-from runtime.config import DEFAULTS  # noqa: E402
-from runtime.contract import read_table  # noqa: E402
-from runtime.encoder import SentenceEncoder, encode_by_length, spec_model_dir  # noqa: E402
-from runtime.question_encoder import batch_encoder  # noqa: E402
-from training import entity_encode  # noqa: E402
-from training.onnx_export import export  # noqa: E402
+from lokg.pipeline.stage import torch_threads  # noqa: E402
+from lokg.runtime.config import DEFAULTS  # noqa: E402
+from lokg.runtime.contract import read_table  # noqa: E402
+from lokg.runtime.encoder import SentenceEncoder, encode_by_length, spec_model_dir  # noqa: E402
+from lokg.runtime.question_encoder import batch_encoder  # noqa: E402
+from lokg.training import entity_encode  # noqa: E402
+from lokg.training.onnx_export import export  # noqa: E402
 
 SPEC = {"model": "minilm", "query_prefix": "", "passage_prefix": ""}
 REFERENCE_BATCH = 128  # texts per call of the stage before entity_encode.encoder

@@ -52,7 +52,7 @@ def timed_build(vectors: np.ndarray, cfg: dict, threads: int):
     """The stage's HNSW build on ``threads`` FAISS threads: (index, wall s, CPU s)."""
     import faiss
 
-    from training.entity_encode import build_index
+    from lokg.training.entity_encode import build_index
 
     faiss.omp_set_num_threads(threads)
     wall, cpu = time.perf_counter(), time.process_time()
@@ -64,7 +64,7 @@ def timed_build(vectors: np.ndarray, cfg: dict, threads: int):
 def main(argv: list[str] | None = None) -> None:
     import faiss
 
-    from runtime.config import DEFAULTS
+    from lokg.runtime.config import DEFAULTS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vectors", type=Path, required=True, help="a build's entity_vectors.npy")

@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from evaluation.text_datasets import READING_SETS  # noqa: E402
+from lokg.evaluation.text_datasets import READING_SETS  # noqa: E402
 
 SHARED_DATA = Path(os.environ.get("LOKG_SHARED_DATA", REPO.parent / "shared" / "data"))
 METHODS = "lokg,lokg-tcr,chunk-rag"
@@ -79,11 +79,11 @@ def build_command(corpus: Path, store: Path) -> str:
 
 def run_budgets(args: argparse.Namespace, reading_set, store: Path, command: str) -> dict:
     """budget → method → summary, one reading run per budget (module docstring)."""
-    from evaluation.context import CountingLLM, EvalContext
-    from evaluation.methods import METHODS as REGISTRY, make_methods, method_names
-    from evaluation.runner import check_run_file, evaluate, merge_summary, write_summary
-    from runtime.llm import make_llm
-    from runtime.query import Runtime
+    from lokg.evaluation.context import CountingLLM, EvalContext
+    from lokg.evaluation.methods import METHODS as REGISTRY, make_methods, method_names
+    from lokg.evaluation.runner import check_run_file, evaluate, merge_summary, write_summary
+    from lokg.runtime.llm import make_llm
+    from lokg.runtime.query import Runtime
 
     names = method_names(args.methods)
     data = reading_set.dataset
@@ -120,9 +120,9 @@ def table(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from evaluation.text_datasets import load_reading_set, write_corpus
-    from runtime.contract import Store
-    from runtime.errors import LokgError
+    from lokg.evaluation.text_datasets import load_reading_set, write_corpus
+    from lokg.runtime.contract import Store
+    from lokg.runtime.errors import LokgError
 
     args = parse_args(argv)
     command = shlex.join(["python", "bench/eval_documents.py", *(argv or sys.argv[1:])])

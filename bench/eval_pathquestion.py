@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.config import DEFAULT_BUDGET  # noqa: E402
+from lokg.runtime.config import DEFAULT_BUDGET  # noqa: E402
 
 DATASETS = ("pq-2h", "pq-3h")
 READERS = ("none", "local")
@@ -55,7 +55,7 @@ def diagnostics(run_dir: Path, method: str, ids: set[str]) -> dict:
     """Mean knowledge tokens injected (T_after; what the prompt carries, spent or not), the
     share of questions whose knowledge names a gold answer (an upper bound for any reader), and
     H@1 over just these questions (to set a reader run on a subset beside the full ones)."""
-    from evaluation.metrics import normalise_answer, score
+    from lokg.evaluation.metrics import normalise_answer, score
 
     lines = (run_dir / method / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
     records = [r for r in map(json.loads, lines) if r["id"] in ids]
@@ -142,9 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
 
-    from evaluation.cli import command_line, run_eval
-    from evaluation.datasets import load_dataset
-    from evaluation.report import breakdown_table
+    from lokg.evaluation.cli import command_line, run_eval
+    from lokg.evaluation.datasets import load_dataset
+    from lokg.evaluation.report import breakdown_table
 
     work = Path(args.work)
     command = shlex.join(["python", "bench/eval_pathquestion.py", *(

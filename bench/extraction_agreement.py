@@ -111,7 +111,7 @@ str ::= "\"" [^"\\\n]{1,60} "\""'''
               '{"triples": [["Marie Curie", "born in", "Warsaw"]]}')
 
     def __init__(self):
-        from runtime.llm.local import _load, default_model_path
+        from lokg.runtime.llm.local import _load, default_model_path
         self.llama = _load(default_model_path(), 4096, 1)
 
     def extract(self, text: str) -> dict:
@@ -130,8 +130,8 @@ str ::= "\"" [^"\\\n]{1,60} "\""'''
 
 def make_backend(name: str):
     if name == "offline":
-        from runtime.config import DEFAULTS
-        from text.offline_extractor import OfflineExtractor
+        from lokg.runtime.config import DEFAULTS
+        from lokg.text.offline_extractor import OfflineExtractor
         return OfflineExtractor(DEFAULTS["triple_extract"])
     if name == "regex":
         return RegexExtractor()

@@ -25,8 +25,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.load import read_questions, store_questions  # noqa: E402
-from runtime import feedback  # noqa: E402
-from runtime.query import Runtime  # noqa: E402
+from lokg.runtime import feedback  # noqa: E402
+from lokg.runtime.query import Runtime  # noqa: E402
 
 
 def _timed(fn, *args) -> float:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime import feedback  # noqa: E402
-from runtime.query import Runtime  # noqa: E402
+from lokg.runtime import feedback  # noqa: E402
+from lokg.runtime.query import Runtime  # noqa: E402
 
 
 def logged(store: str, questions: list[str], log: Path, **settings) -> tuple[list[dict], float]:

@@ -137,7 +137,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ---- the sparsified subset --------------------------------------------------------------------
 def folded(triple) -> tuple[str, str, str] | None:
     """A triple's keys as triple_extract folds them; None when the stage would drop it."""
-    from text.triple_extract import as_triple, entity_key, relation_key
+    from lokg.text.triple_extract import as_triple, entity_key, relation_key
 
     if as_triple(triple) is None:
         return None
@@ -158,7 +158,7 @@ def withhold(docs: list[dict], share: float, seed: int) -> tuple[list[dict], lis
 def prepare(args: argparse.Namespace) -> dict:
     """Write the subset (questions, corpus dump, full and sparse OpenIE, the withheld triples)
     under WORK once; return their paths and the withheld triples."""
-    from evaluation.text_datasets import load_reading_file, write_corpus
+    from lokg.evaluation.text_datasets import load_reading_file, write_corpus
 
     work = args.work
     files = {"questions": work / "questions.json", "dump": work / "dump",
@@ -182,7 +182,7 @@ def prepare(args: argparse.Namespace) -> dict:
 
 
 def _doc_id(doc: dict) -> str:
-    from text.chunking import content_id
+    from lokg.text.chunking import content_id
 
     return content_id(doc.get("title", ""), doc.get("text", ""))
 
@@ -212,7 +212,7 @@ def check_settings(args: argparse.Namespace) -> None:
 
 
 def build_config(setup: dict, arm: str) -> dict:
-    from runtime.config import load_config
+    from lokg.runtime.config import load_config
 
     return load_config(None, ["ingest.format=docs", "triple_extract.backend=precomputed",
                               f"triple_extract.precomputed_file={setup['sparse']}",
@@ -223,8 +223,8 @@ def build_config(setup: dict, arm: str) -> dict:
 # ---- one round --------------------------------------------------------------------------------
 def run_round(arm_dir: Path, number: int, config: dict, setup: dict, progress: bool) -> dict:
     """Round ``number`` of one arm: (re)build, answer, measure; read back when finished."""
-    from pipeline.driver import build
-    from runtime.contract import Store
+    from lokg.pipeline.driver import build
+    from lokg.runtime.contract import Store
 
     here = arm_dir / f"round-{number}"
     done = here / "result.json"
@@ -261,12 +261,12 @@ def answer_all(store: Path, questions, out: Path, progress: bool, reader: str = 
     ``settings``, query settings over them), scored as a reading run (evaluation.runner; the
     runtime logs its own feedback) — or, ``online`` (source, config), through the tcr-qf loop
     around that ask (evaluation/tcr_qf.py)."""
-    from evaluation.context import CountingLLM
-    from evaluation.methods import _prediction
-    from evaluation.runner import evaluate
-    from evaluation.tcr_qf import Enricher, online_prediction
-    from runtime.llm import make_llm
-    from runtime.query import Runtime
+    from lokg.evaluation.context import CountingLLM
+    from lokg.evaluation.methods import _prediction
+    from lokg.evaluation.runner import evaluate
+    from lokg.evaluation.tcr_qf import Enricher, online_prediction
+    from lokg.runtime.llm import make_llm
+    from lokg.runtime.query import Runtime
 
     rt = Runtime.open(store, build_id=build_id, **(settings or {}))
     llm = CountingLLM(make_llm(reader))
@@ -291,8 +291,8 @@ def run_online(work: Path, arm: str, setup: dict, progress: bool) -> dict:
     """An online arm on the no-feedback arm's round-0 build (built here when missing): every
     question through the loop; the withheld triples the build and the union of the questions'
     overlays hold; how many answers a question took and why its loop stopped."""
-    from evaluation.tcr_qf import STOPS
-    from runtime.contract import Store
+    from lokg.evaluation.tcr_qf import STOPS
+    from lokg.runtime.contract import Store
 
     done = work / arm / "result.json"
     if done.is_file():
@@ -321,7 +321,7 @@ def run_online(work: Path, arm: str, setup: dict, progress: bool) -> dict:
 def measure(build, setup: dict, overlay: set[tuple[str, str, str]] = frozenset()) -> dict:
     """The build's size, its feedback_enrich/ingest report, and the withheld triples it (and
     the ``overlay`` triples, by keys) holds."""
-    from text.feedback_enrich import Published
+    from lokg.text.feedback_enrich import Published
 
     tables, stages = build.manifest["tables"], build.manifest["report"]["stages"]
     enrich, ingest = stages["feedback_enrich"], stages["ingest"]
@@ -352,7 +352,7 @@ def measure(build, setup: dict, overlay: set[tuple[str, str, str]] = frozenset()
 
 def round_log(store: Path, build_id: str) -> dict:
     """The feedback records this round's answers wrote, by kind."""
-    from runtime.feedback import KINDS, log_dir, read_log
+    from lokg.runtime.feedback import KINDS, log_dir, read_log
 
     records = [r for r in read_log(log_dir(store)).records if r["build_id"] == build_id]
     return {kind: sum(r["kind"] == kind for r in records) for kind in KINDS} | \
@@ -413,7 +413,7 @@ ONLINE_HEADER = ("| arm | answers/q | sub-q tried/q | stopped (nothing missing /
 
 
 def online_table(online: dict[str, dict]) -> str:
-    from evaluation.tcr_qf import STOPS
+    from lokg.evaluation.tcr_qf import STOPS
 
     rows = ["", ONLINE_HEADER, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for arm, r in online.items():

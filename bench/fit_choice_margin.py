@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.config import DEFAULT_BUDGET  # noqa: E402
+from lokg.runtime.config import DEFAULT_BUDGET  # noqa: E402
 
 GRID = "0,0.05,0.1,0.2,0.3,0.5,0.75,1.0"
 
@@ -55,7 +55,7 @@ class MemoLLM:
         self.calls = 0
 
     def complete(self, prompt: str, *, max_tokens: int, system: str = "", **options):
-        from runtime.llm import Completion
+        from lokg.runtime.llm import Completion
 
         key = hashlib.sha256(json.dumps([system, prompt, list(options.get("choices", ())),
                                          max_tokens]).encode("utf-8")).hexdigest()
@@ -74,10 +74,10 @@ def h1_run(store: str, questions, llm, *, budget: int, margin: float, check: str
     """H@1 and calls/q of the ``lokg`` method at one margin and check, as ``lokg eval`` scores
     them, and each question's H@1; with ``against`` (each question's H@1 with reader none) also
     how many answers the reader made better and worse."""
-    from evaluation.context import CountingLLM, EvalContext
-    from evaluation.methods import make_methods
-    from evaluation.metrics import score
-    from runtime.query import Runtime
+    from lokg.evaluation.context import CountingLLM, EvalContext
+    from lokg.evaluation.methods import make_methods
+    from lokg.evaluation.metrics import score
+    from lokg.runtime.query import Runtime
 
     rt = Runtime.open(store, reader="choice", choice_margin=margin, choice_check=check)
     method = make_methods(["lokg"], EvalContext(rt, CountingLLM(llm), budget))["lokg"]
@@ -102,8 +102,8 @@ def fitted(curve: list[dict], floor: float) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from evaluation.datasets import load_dataset
-    from runtime.llm import make_llm
+    from lokg.evaluation.datasets import load_dataset
+    from lokg.runtime.llm import make_llm
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", required=True, help="a PathQuestion directory (dev.txt)")

@@ -33,10 +33,10 @@ DATA = REPO.parent / "shared" / "data" / "pathquestion"
 
 def staged_inputs(dump: Path, workdir: Path) -> dict[str, str]:
     """Artefacts of ingest … scos_merge for ``dump`` (built once, then reused) + entity vectors."""
-    from pipeline import driver as pipeline
-    from runtime.config import load_config
-    from runtime.contract import Store, new_build_id
-    from training import entity_encode as encode
+    from lokg.pipeline import driver as pipeline
+    from lokg.runtime.config import load_config
+    from lokg.runtime.contract import Store, new_build_id
+    from lokg.training import entity_encode as encode
 
     store = Store(workdir / "store")
     staging = workdir / "store" / "staging"
@@ -61,7 +61,7 @@ def staged_inputs(dump: Path, workdir: Path) -> dict[str, str]:
 
 
 def gold_for(path: Path, inputs: dict, graph) -> tuple:
-    from training import gat
+    from lokg.training import gat
 
     raw = gat.parse_questions(path)
     paths, unknown = gat.resolve_paths(raw, inputs["entities"], inputs["relation_map"])
@@ -71,9 +71,9 @@ def gold_for(path: Path, inputs: dict, graph) -> tuple:
 
 
 def run_dataset(name: str, data: Path, workdir: Path, epochs: int, device: str) -> dict:
-    from runtime.config import DEFAULTS
-    from runtime.contract import read_table
-    from training import gat
+    from lokg.runtime.config import DEFAULTS
+    from lokg.runtime.contract import read_table
+    from lokg.training import gat
 
     inputs = staged_inputs(data / name, workdir / name)
     triples = gat.read_triples(inputs["triples"])

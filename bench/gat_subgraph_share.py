@@ -34,7 +34,7 @@ def step_shares(graph, batch_triples: int, layers: int, fanout: int, gen) -> dic
     import torch
     from torch_geometric.utils import k_hop_subgraph
 
-    from training.gat import NeighbourSampler
+    from lokg.training.gat import NeighbourSampler
 
     src, dst = torch.from_numpy(graph.src), torch.from_numpy(graph.dst)
     forward = torch.from_numpy(np.flatnonzero(~graph.inverse))
@@ -59,8 +59,8 @@ def step_shares(graph, batch_triples: int, layers: int, fanout: int, gen) -> dic
 def main(argv: list[str] | None = None) -> None:
     import torch
 
-    from runtime.contract import read_table
-    from training.gat import Graph, read_triples
+    from lokg.runtime.contract import read_table
+    from lokg.training.gat import Graph, read_triples
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", type=Path, required=True, help="a published build directory")

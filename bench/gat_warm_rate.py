@@ -21,10 +21,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, not the venv's
 
 from bench.warm_refresh import attention_agreement, record  # noqa: E402
-from pipeline import driver  # noqa: E402
-from runtime.config import load_config  # noqa: E402
-from runtime.contract import Store  # noqa: E402
-from training import gat  # noqa: E402
+from lokg.pipeline import driver  # noqa: E402
+from lokg.runtime.config import load_config  # noqa: E402
+from lokg.runtime.contract import Store  # noqa: E402
+from lokg.training import gat  # noqa: E402
 
 
 def main() -> None:

@@ -46,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.synth import NAMINGS, generate, labelled_overrides  # noqa: E402
+from lokg.pipeline.synth import NAMINGS, generate, labelled_overrides  # noqa: E402
 
 PQ_DATASETS = ("pq-2h", "pq-3h")
 PRECISION = "lokg@precision"  # evaluate's key for method lokg under policy precision
@@ -70,7 +70,7 @@ def evaluate(args, *, dataset: str, store: Path, out: Path, methods: str = "lokg
     """One ``lokg eval --policy route --llm none`` run (building ``store`` if missing), and for
     method lokg one with ``--policy precision`` beside it (``OUT-precision``); the
     per-question records of each method, the second run's under :data:`PRECISION`."""
-    from evaluation.cli import command_line, run_eval
+    from lokg.evaluation.cli import command_line, run_eval
 
     options = dict(dataset=dataset, split=split, store=str(store), methods=methods, llm="none",
                    policy="route", entities=entities, out=str(out), build=True,

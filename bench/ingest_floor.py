@@ -61,7 +61,7 @@ def timed(fn, repetitions: int):
 
 
 def measure(dump: Path, edited: Path, repetitions: int) -> dict:
-    from pipeline.stage import changed_rows
+    from lokg.pipeline.stage import changed_rows
 
     names = [p.name for p in dump_files(edited)]
     previous = {n: line_hashes(dump / n)[0] for n in names}

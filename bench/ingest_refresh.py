@@ -34,10 +34,10 @@ RUNS = {"full": (False, []), "refresh": (True, []),
 
 def child(run: str, dump: Path, previous: Path, out: Path) -> None:
     """One ingest in this process; its report as ``out/report.json``."""
-    from pipeline.stage import PREVIOUS
-    from runtime.config import load_config
-    from spark_jobs import ingest
-    from spark_jobs.ingest_lines import TABLES
+    from lokg.pipeline.stage import PREVIOUS
+    from lokg.runtime.config import load_config
+    from lokg.spark_jobs import ingest
+    from lokg.spark_jobs.ingest_lines import TABLES
 
     with_previous, overrides = RUNS[run]
     inputs = {"dump": str(dump)}
@@ -50,9 +50,9 @@ def child(run: str, dump: Path, previous: Path, out: Path) -> None:
 
 def equal_tables(one: Path, other: Path) -> tuple[dict[str, bool], dict[str, bool]]:
     """Whether two ingests' tables, and their change sets' parts, hold the same rows."""
-    from pipeline.refresh import same_rows
-    from spark_jobs.ingest import CHANGE_SET_PARTS
-    from spark_jobs.ingest_lines import TABLES
+    from lokg.pipeline.refresh import same_rows
+    from lokg.spark_jobs.ingest import CHANGE_SET_PARTS
+    from lokg.spark_jobs.ingest_lines import TABLES
 
     tables = {t: same_rows(one / f"{t}.parquet", other / f"{t}.parquet") for t in TABLES}
     return tables, {part: same_rows(one / "change_set" / part, other / "change_set" / part)

@@ -3,7 +3,7 @@
     python bench/load.py --store S --requests 10000 --concurrency 32 --publish-at 0.5
     python bench/load.py --url http://127.0.0.1:8000 --store S --requests 2000 --concurrency 8
 
-Without ``--url`` it starts ``python -m runtime.server --store S`` on a free loopback port
+Without ``--url`` it starts ``python -m lokg.runtime.server --store S`` on a free loopback port
 (``--workers N``), waits for ``/readyz`` and stops it afterwards. C threads each hold one
 keep-alive ``http.client`` connection and POST ``/v1/ask`` (``llm`` none by default) until N
 requests are done; a warm-up runs first, untimed. Questions come from ``--questions`` (JSONL with
@@ -49,11 +49,11 @@ from urllib.parse import urlsplit
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from runtime.config import DEFAULT_BUDGET  # noqa: E402
+from lokg.runtime.config import DEFAULT_BUDGET  # noqa: E402
 
 from bench.s3_server import loopback_s3  # noqa: E402
-from runtime.contract import Store, StoreError, new_build_id  # noqa: E402
-from runtime.object_store import RemoteStore  # noqa: E402
+from lokg.runtime.contract import Store, StoreError, new_build_id  # noqa: E402
+from lokg.runtime.object_store import RemoteStore  # noqa: E402
 
 _MANIFEST_KEYS = ("schema_version", "build_id", "created_at", "tables", "files")
 
@@ -347,7 +347,7 @@ def _measure(args, questions: list[str], served: str, publish: Callable[[], str]
     if url is None:
         url = f"http://127.0.0.1:{_free_port()}"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.server", "--store", served, "--port",
+            [sys.executable, "-m", "lokg.runtime.server", "--store", served, "--port",
              url.rsplit(":", 1)[1], "--workers", str(args.workers), "--poll-interval",
              str(args.poll_interval), "--log-level", "warning",
              *([f"--{'' if args.feedback == 'on' else 'no-'}feedback"] if args.feedback else [])],

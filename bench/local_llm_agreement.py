@@ -20,8 +20,8 @@ for i in range(40):
     cases.append(dict(system="Reply with exactly one of: " + "; ".join(choices),
                       prompt=f"Knowledge:\n{know}\nQuestion: Where was {h} {r.split()[0]}?", choices=choices, gold=t))
 os.environ["LOKG_LOCAL_ENGINE"] = "llama_cpp" if kind == "lcp" else "xllamacpp"
-from runtime.llm import local
-from runtime.llm.local import LocalLlama
+from lokg.runtime.llm import local
+from lokg.runtime.llm.local import LocalLlama
 if kind == "xll":
     local._XLlamaCpp.flash_attn = None  # llama.cpp's automatic choice
 m = LocalLlama(threads=1)

@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.ittc import BETA, LAMBDA_BOOST, solve_greedy, solve_mckp  # noqa: E402
+from lokg.runtime.ittc import BETA, LAMBDA_BOOST, solve_greedy, solve_mckp  # noqa: E402
 
 
 def instance(rng: np.random.Generator, n: int, worst: bool) -> tuple[np.ndarray, np.ndarray]:

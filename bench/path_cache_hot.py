@@ -76,7 +76,7 @@ def tree_cpu_s() -> float:
 
 
 def run_stage(inputs: dict, out: Path, **path_cache) -> dict:
-    from spark_jobs import path_cache as stage
+    from lokg.spark_jobs import path_cache as stage
 
     cpu = tree_cpu_s()
     report = stage.run({"spark": SPARK, "path_cache": path_cache}, inputs, str(out))["report"]
@@ -98,8 +98,8 @@ def lookups(cache_dir: Path, buckets: int, graph, heads: list[int]) -> dict:
     """What Runtime.paths does for each head: served by the cache, else computed cold. Every
     bucket is read first (a long-running service holds them: ``query.cached_buckets`` = 256),
     then hits and cold searches are timed apart."""
-    from runtime.path_cache import PathCache
-    from runtime.taimr import top_paths
+    from lokg.runtime.path_cache import PathCache
+    from lokg.runtime.taimr import top_paths
 
     cache = PathCache(cache_dir, buckets)
     hit = [cache.get(h) is not None for h in heads]  # also loads the buckets
@@ -121,8 +121,8 @@ def lookups(cache_dir: Path, buckets: int, graph, heads: list[int]) -> dict:
 
 def selector_shares(inputs: dict, shares: list[float], log: Path, asked: list[int]) -> list[dict]:
     """Share of ``asked`` lookups each selector's hot set serves, at each share."""
-    from spark_jobs import path_cache as stage
-    from spark_jobs.session import get_spark
+    from lokg.spark_jobs import path_cache as stage
+    from lokg.spark_jobs.session import get_spark
 
     spark = get_spark({"spark": SPARK}, "bench-path_cache_hot")
     rows = []
@@ -155,10 +155,10 @@ def main(argv: list[str] | None = None) -> None:
 
     import numpy as np
 
-    from pipeline.synth import generate
-    from runtime.contract import read_table
-    from runtime.taimr import EdgeGraph
-    from spark_jobs.session import get_spark
+    from lokg.pipeline.synth import generate
+    from lokg.runtime.contract import read_table
+    from lokg.runtime.taimr import EdgeGraph
+    from lokg.spark_jobs.session import get_spark
 
     result: dict = {"triples": args.triples, "seed": args.seed, "shares": shares}
     with tempfile.TemporaryDirectory(prefix="path-cache-hot-") as tmp:

@@ -48,9 +48,9 @@ def structural_edges(build, names: pa.Array, entities: np.ndarray | None) -> np.
 def measure(store: Path, before_id: str, after_id: str, hops: int) -> dict:
     import pyarrow.compute as pc
 
-    from pipeline.stage import PARTIAL_MAX_SHARE, changed_rows, id_translation
-    from runtime.contract import Store
-    from spark_jobs.path_cache import _weighted_edges, touched_heads
+    from lokg.pipeline.stage import PARTIAL_MAX_SHARE, changed_rows, id_translation
+    from lokg.runtime.contract import Store
+    from lokg.spark_jobs.path_cache import _weighted_edges, touched_heads
 
     before, after = Store(store).build(before_id), Store(store).build(after_id)
     entities = id_translation(*(b.read("entities", columns=["id", "key"])
@@ -76,7 +76,7 @@ def measure(store: Path, before_id: str, after_id: str, hops: int) -> dict:
 
 
 def main() -> None:
-    from runtime.config import DEFAULTS
+    from lokg.runtime.config import DEFAULTS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", type=Path, required=True)

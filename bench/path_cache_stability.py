@@ -100,7 +100,7 @@ def translated(build, entities: np.ndarray, relations: np.ndarray) -> pa.Table:
 def rewired_reach(now_key: np.ndarray, then_key: np.ndarray, hops: int) -> list[int]:
     """Heads (nodes with an out-edge in ``now_key``) within 0..``hops`` hops of a node whose
     (s, r, inverse, o) out-edges differ between the two key tables."""
-    from spark_jobs.path_cache import touched_heads
+    from lokg.spark_jobs.path_cache import touched_heads
 
     heads = np.unique(now_key[:, 0])
     return [int(np.isin(touched_heads(now_key, then_key, h), heads).sum())
@@ -109,8 +109,8 @@ def rewired_reach(now_key: np.ndarray, then_key: np.ndarray, hops: int) -> list[
 
 def measure(store: Path, before_id: str, after_id: str, tolerances: list[float],
             lambda_topo: float, max_hops: int, reach_only: bool = False) -> dict:
-    from pipeline.stage import changed_rows, id_translation
-    from runtime.contract import Store
+    from lokg.pipeline.stage import changed_rows, id_translation
+    from lokg.runtime.contract import Store
 
     before, after = Store(store).build(before_id), Store(store).build(after_id)
     entities, relations = (id_translation(*(b.read(t, columns=["id", k]) for b in (after, before)))
@@ -143,7 +143,7 @@ def measure(store: Path, before_id: str, after_id: str, tolerances: list[float],
 
 
 def main() -> None:
-    from runtime.config import DEFAULTS
+    from lokg.runtime.config import DEFAULTS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", type=Path, required=True)

@@ -32,8 +32,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from runtime.encoder import spec_model_dir  # noqa: E402
-from training.onnx_export import export  # noqa: E402
+from lokg.runtime.encoder import spec_model_dir  # noqa: E402
+from lokg.training.onnx_export import export  # noqa: E402
 
 BLOCK_TORCH = """
 import importlib.abc, sys
@@ -48,7 +48,7 @@ sys.meta_path.insert(0, Block())
 def load_questions(source: str | None, limit: int) -> list[tuple[str, str]]:
     """(plain, masked) pairs: PathQuestion test questions (topic = the path's first entity)
     spread over the file(s), else generated PathQuestion-like strings."""
-    from runtime.question_text import mask_topic
+    from lokg.runtime.question_text import mask_topic
 
     files = []
     if source:
@@ -90,7 +90,7 @@ def worker(backend: str, spec: dict, pairs: list[tuple[str, str]], warmup: int,
         import torch
 
         torch.set_num_threads(1)
-    from runtime.question_encoder import query_encoder
+    from lokg.runtime.question_encoder import query_encoder
 
     started = time.perf_counter()
     enc = query_encoder(spec, backend, exported=exported)

@@ -43,14 +43,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime import ittc  # noqa: E402
-from runtime.config import DEFAULT_BUDGET  # noqa: E402
+from lokg.runtime import ittc  # noqa: E402
+from lokg.runtime.config import DEFAULT_BUDGET  # noqa: E402
 try:
-    from runtime.contract import to_numpy  # noqa: E402
+    from lokg.runtime.contract import to_numpy  # noqa: E402
 except ImportError:  # an older checkout (before/after runs copy this script into one)
     def to_numpy(column):
         return column.to_numpy()
-from runtime.query import Runtime  # noqa: E402
+from lokg.runtime.query import Runtime  # noqa: E402
 
 
 def rss_mib() -> float:

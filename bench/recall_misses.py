@@ -50,8 +50,8 @@ class _NoRelationTerm:
 
 def misses(work: Path, arm: str, number: int) -> list[dict]:
     """One row per question of the round without the gold in its context."""
-    from runtime.query import Runtime
-    from text.triple_extract import entity_key
+    from lokg.runtime.query import Runtime
+    from lokg.text.triple_extract import entity_key
 
     build_id = json.loads((work / arm / f"round-{number}" / "build.json").read_text())["build_id"]
     rt = Runtime.open(work / arm / "store", build_id=build_id, feedback=False,

@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.dump_edit import FB15K237_SPLITS  # noqa: E402
-from runtime.query import Runtime  # noqa: E402
+from lokg.pipeline.dump_edit import FB15K237_SPLITS  # noqa: E402
+from lokg.runtime.query import Runtime  # noqa: E402
 
 
 def dump_facts(dump: Path) -> dict[tuple[str, str], set[str]]:

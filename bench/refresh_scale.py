@@ -67,7 +67,7 @@ FLOAT_DIGITS = 9
 
 def edited_dump(original: Path, work: Path, fraction: float, seed: int) -> tuple[Path, dict]:
     """``W/edited`` (made once; ``W/edit.json`` says what changed)."""
-    from pipeline.dump_edit import edit_dump
+    from lokg.pipeline.dump_edit import edit_dump
 
     edited, record = work / "edited", work / "edit.json"
     if not record.is_file():
@@ -146,7 +146,7 @@ def deterministic_part(table, name: str):
     ``LEARNED_COLUMNS`` name for it."""
     import pyarrow.compute as pc
 
-    from pipeline.refresh import LEARNED_COLUMNS, LEARNED_ROWS
+    from lokg.pipeline.refresh import LEARNED_COLUMNS, LEARNED_ROWS
 
     if name in LEARNED_ROWS and LEARNED_ROWS[name][0] in table.column_names:
         column, value = LEARNED_ROWS[name]
@@ -194,7 +194,7 @@ def h1_reader_none(stores: dict[str, Path], dump: Path, n: int, seed: int,
     still compared on the same questions."""
     questions = dump / "test.jsonl"
     if questions.is_file():
-        from evaluation.cli import run_eval
+        from lokg.evaluation.cli import run_eval
 
         found = {}
         for name, store in stores.items():
@@ -217,8 +217,8 @@ def h1_reader_none(stores: dict[str, Path], dump: Path, n: int, seed: int,
 
 def equality(work: Path, edited: Path, n_eval: int, seed: int) -> dict:
     """The refreshed store against the full one (module docstring), and whether it passes."""
-    from pipeline.refresh import DETERMINISTIC_TABLES
-    from runtime.contract import Store
+    from lokg.pipeline.refresh import DETERMINISTIC_TABLES
+    from lokg.runtime.contract import Store
 
     store = Store(work / "store")
     refreshed, full = store.build(), Store(work / "full-store").build()

@@ -94,7 +94,7 @@ def measured(peaks: Peaks, step):
 
 def start_spark(config: dict):
     """Start the session the stages will find active; returns (spark, seconds)."""
-    from spark_jobs.session import get_spark
+    from lokg.spark_jobs.session import get_spark
 
     started = time.perf_counter()
     spark = get_spark(config, "lokg-relation-stats-bench")
@@ -108,7 +108,7 @@ def start_spark(config: dict):
 def spark_paths() -> tuple[str, ...]:
     """Settings that put every stage on its Spark path: each ``driver_max_*`` threshold of the
     default config at 0 (the value every one of them reads as "always Spark")."""
-    from runtime.config import DEFAULTS
+    from lokg.runtime.config import DEFAULTS
 
     return tuple(f"{section}.{key}=0" for section, options in DEFAULTS.items()
                  if isinstance(options, dict) for key in options if key.startswith("driver_max_"))
@@ -123,7 +123,7 @@ PATHS = ("spark", "product")
 
 
 def bench_config(args, paths: str = "spark") -> dict:
-    from runtime.config import load_config
+    from lokg.runtime.config import load_config
 
     if paths not in PATHS:
         raise ValueError(f"paths must be one of {PATHS}, got {paths!r}")
@@ -148,7 +148,7 @@ def _zipf_weights(n: int) -> np.ndarray:
 def make_vocabulary(out: Path, n_relations: int, n_triples: int, n_entities: int, n_types: int,
                     seed: int, hub_cap: int) -> dict:
     """Write entities/relations/triples contract tables (see the module doc); return counts."""
-    from runtime.contract import TABLE_SCHEMAS, write_table
+    from lokg.runtime.contract import TABLE_SCHEMAS, write_table
 
     rng = np.random.default_rng(seed)
     sizes = 1 + rng.multinomial(n_triples - n_relations, _zipf_weights(n_relations))
@@ -205,8 +205,8 @@ def entity_self_join_rows(s: np.ndarray, r: np.ndarray, o: np.ndarray, n_relatio
 
 
 def run_vocab(args) -> dict:
-    from runtime.config import section
-    from spark_jobs import relation_stats
+    from lokg.runtime.config import section
+    from lokg.spark_jobs import relation_stats
 
     config = bench_config(args)
     hub_cap = int(section(config, "relation_stats")["max_relations_per_entity"])
@@ -268,9 +268,9 @@ def spark_stages(config: dict, dump: Path, root: Path, peaks: Peaks) -> tuple[di
     """ingest and entity_types through ``run_stage``, then relation_stats on their staged
     outputs, in a store under ``root``; returns (per-stage timings, reports, artefact paths).
     Shared with bench/duckdb_reference.py, which compares its outputs with a DuckDB reference."""
-    from pipeline import driver as pipeline
-    from runtime.contract import Store, new_build_id
-    from spark_jobs import relation_stats
+    from lokg.pipeline import driver as pipeline
+    from lokg.runtime.contract import Store, new_build_id
+    from lokg.spark_jobs import relation_stats
 
     store, build_id = Store(root), new_build_id()
     stages, reports = {}, {}
@@ -292,7 +292,7 @@ def spark_stages(config: dict, dump: Path, root: Path, peaks: Peaks) -> tuple[di
 def synth_dump(args, tmp: str, malformed_rate: float = 0.0) -> tuple[Path, float | None]:
     """``args.dump``, or a ``pipeline.synth`` dump of ``args.triples`` generated under ``tmp``;
     with the generation's seconds (None when reused)."""
-    from pipeline.synth import generate
+    from lokg.pipeline.synth import generate
 
     if args.dump is not None:
         return args.dump, None

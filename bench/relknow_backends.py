@@ -37,9 +37,9 @@ def main(argv: list[str] | None = None) -> int:
                              "order hangs on what the span cache embedded together")
     args = parser.parse_args(argv)
 
-    from evaluation.datasets import load_dataset
-    from evaluation.metrics import score
-    from runtime.query import Runtime
+    from lokg.evaluation.datasets import load_dataset
+    from lokg.evaluation.metrics import score
+    from lokg.runtime.query import Runtime
 
     questions = load_dataset(args.dataset, args.split).questions[:args.limit]
     if args.reverse:

@@ -45,7 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime import question_text, relknow  # noqa: E402
+from lokg.runtime import question_text, relknow  # noqa: E402
 
 
 def vote_pick(votes, fit: dict[int, float], n_relations: int):
@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a question file (JSONL or PathQuestion split), repeatable")
     args = parser.parse_args(argv)
 
-    from runtime.query import Runtime
-    from training.relation_knowledge import Store, read_questions
+    from lokg.runtime.query import Runtime
+    from lokg.training.relation_knowledge import Store, read_questions
 
     rt = Runtime.open(args.store)
     know, facts = rt.relknow

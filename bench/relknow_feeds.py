@@ -33,9 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from evaluation.datasets import load_dataset
-    from evaluation.metrics import score
-    from runtime.query import Runtime
+    from lokg.evaluation.datasets import load_dataset
+    from lokg.evaluation.metrics import score
+    from lokg.runtime.query import Runtime
 
     rt = Runtime.open(args.store)
     if rt.relknow is None:

@@ -115,11 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spans", help="comma-separated spans: print their best relations")
     args = parser.parse_args(argv)
 
-    from runtime.query import Runtime
-    from runtime.question_encoder import CachedEmbeddings
-    from runtime.question_text import question_spans
-    from runtime.relknow import split_hop
-    from training.relation_knowledge import Store, read_questions
+    from lokg.runtime.query import Runtime
+    from lokg.runtime.question_encoder import CachedEmbeddings
+    from lokg.runtime.question_text import question_spans
+    from lokg.runtime.relknow import split_hop
+    from lokg.training.relation_knowledge import Store, read_questions
 
     rt = Runtime.open(args.store)
     know, embed = rt.relknow[0], CachedEmbeddings(rt.encoder())

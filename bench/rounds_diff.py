@@ -72,7 +72,7 @@ def diff(run: list[dict[str, dict]], against: list[dict[str, dict]]) -> str:
 def reanswer(work: Path, arm: str, number: int, out: Path) -> dict:
     """Round ``number``'s build answered again by this process's runtime, feedback off."""
     from bench.feedback_rounds import answer_all
-    from evaluation.text_datasets import load_reading_file
+    from lokg.evaluation.text_datasets import load_reading_file
 
     here = work / arm / f"round-{number}"
     build_id = json.loads((here / "build.json").read_text(encoding="utf-8"))["build_id"]

@@ -34,15 +34,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.config import DEFAULT_BUDGET  # noqa: E402
+from lokg.runtime.config import DEFAULT_BUDGET  # noqa: E402
 
 
 def ensure_store(store: str, data: Path, build: bool) -> None:
     """The store ``lokg eval --build`` would build: GAT's path term and the relation knowledge
     fitted on ``train.txt``, thresholds on ``dev.txt``."""
-    from evaluation.cli import ensure_store as build_store
-    from evaluation.datasets import load_dataset
-    from evaluation.runner import EvalError
+    from lokg.evaluation.cli import ensure_store as build_store
+    from lokg.evaluation.datasets import load_dataset
+    from lokg.evaluation.runner import EvalError
 
     try:
         build_store(store, load_dataset(f"pathquestion:{data}", "test"), build=build, kb=None,
@@ -52,13 +52,13 @@ def ensure_store(store: str, data: Path, build: bool) -> None:
 
 
 def wilson(hits: int, n: int) -> list[float]:
-    from training.relation_knowledge import wilson as interval
+    from lokg.training.relation_knowledge import wilson as interval
 
     return [round(x, 4) for x in interval(hits, n)]
 
 
 def gold_in_knowledge(answer, gold) -> bool:
-    from evaluation.metrics import normalise_answer
+    from lokg.evaluation.metrics import normalise_answer
 
     wanted = {normalise_answer(g) for g in gold}
     return bool(wanted & {normalise_answer(t[k]) for t in answer.triples for k in ("s", "o")})
@@ -67,7 +67,7 @@ def gold_in_knowledge(answer, gold) -> bool:
 def run(rt, questions, *, policy: str, llm, budget: int, relation_weight: float = 0.0,
         chain_boost: bool = False) -> dict:
     """Every question through ``rt.ask``; the evaluation metrics plus the route's counts."""
-    from evaluation.metrics import Outcome, score, summarise
+    from lokg.evaluation.metrics import Outcome, score, summarise
 
     outcomes, derived, derived_hits, answered, answered_hits, in_knowledge = [], 0, 0, 0, 0, 0
     for q in questions:
@@ -118,9 +118,9 @@ def main(argv=None) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from evaluation.datasets import load_pathquestion
-    from runtime.llm import make_llm
-    from runtime.query import Runtime
+    from lokg.evaluation.datasets import load_pathquestion
+    from lokg.runtime.llm import make_llm
+    from lokg.runtime.query import Runtime
 
     ensure_store(args.store, args.dataset, args.build)
     rt = Runtime.open(args.store)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluation.runner import PREDICTIONS, read_predictions  # noqa: E402
+from lokg.evaluation.runner import PREDICTIONS, read_predictions  # noqa: E402
 
 
 def compare(before: dict[str, dict], after: dict[str, dict], metric: str) -> dict:

@@ -41,10 +41,10 @@ def merged_pairs(relation_map) -> set[frozenset]:
 
 
 def run_size(n_triples: int, seed: int, workdir: Path, overrides: list[str]) -> dict:
-    from pipeline import driver as pipeline
-    from runtime.config import load_config
-    from runtime.contract import Store, new_build_id, read_table
-    from pipeline.synth import generate
+    from lokg.pipeline import driver as pipeline
+    from lokg.runtime.config import load_config
+    from lokg.runtime.contract import Store, new_build_id, read_table
+    from lokg.pipeline.synth import generate
 
     dump = workdir / f"synth-{n_triples}"
     generate(dump, n_triples=n_triples, seed=seed, n_questions=0)

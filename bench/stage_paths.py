@@ -44,7 +44,7 @@ STAGES = {
 DRIVER_ALWAYS = 10**12
 RUN = ("import json, sys\nfrom importlib import import_module\n"
        "config, inputs, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]\n"
-       "report = import_module('spark_jobs.' + sys.argv[4]).run(config, inputs, out)['report']\n"
+       "report = import_module('lokg.spark_jobs.' + sys.argv[4]).run(config, inputs, out)['report']\n"
        "print(json.dumps(report, default=str))\n")
 
 
@@ -66,7 +66,7 @@ def path_settings(stage: str) -> dict[str, dict]:
 
 def measure(stage: str, cache: Path, work: Path) -> dict:
     """Both paths of one stage, Spark first; their costs and whether their outputs agree."""
-    from runtime.contract import read_table
+    from lokg.runtime.contract import read_table
 
     wanted, outputs, _ = STAGES[stage]
     inputs = staged_inputs(cache, wanted)

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from query_latency import fact_question, sampled_facts  # noqa: E402
 
-from runtime.query import Runtime  # noqa: E402
+from lokg.runtime.query import Runtime  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def run_one(n_triples: int, seed: int, gzip: bool, n_questions: int, tmp: str | None) -> dict:
     """Generate one KG and measure it (runs in its own process)."""
-    from pipeline.synth import generate
+    from lokg.pipeline.synth import generate
 
     with tempfile.TemporaryDirectory(dir=tmp, prefix="lokg-synth-bench-") as out:
         started = time.perf_counter()

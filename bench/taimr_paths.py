@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def build_graph(dump: Path, fmt: str, workdir: Path) -> tuple[dict, dict]:
     """ingest → node_gain → uniform edges; returns (stage inputs, facts about the graph)."""
-    from pipeline import driver as pipeline
-    from runtime.config import load_config
-    from runtime.contract import Store, new_build_id, read_table, write_table
-    from runtime.taimr import uniform_edges
-    from spark_jobs import node_gain
+    from lokg.pipeline import driver as pipeline
+    from lokg.runtime.config import load_config
+    from lokg.runtime.contract import Store, new_build_id, read_table, write_table
+    from lokg.runtime.taimr import uniform_edges
+    from lokg.spark_jobs import node_gain
 
     config = load_config(None, [f"ingest.format={fmt}", "ingest.max_malformed_share=0"])
     started = time.perf_counter()
@@ -53,7 +53,7 @@ def build_graph(dump: Path, fmt: str, workdir: Path) -> tuple[dict, dict]:
 def measure(inputs: dict, n_heads: int, seed: int, search: dict) -> dict:
     import numpy as np
 
-    from runtime.taimr import EdgeGraph, top_paths
+    from lokg.runtime.taimr import EdgeGraph, top_paths
 
     started = time.perf_counter()
     graph = EdgeGraph.from_paths(inputs["edges"], inputs["node_gain"])
@@ -85,7 +85,7 @@ def measure(inputs: dict, n_heads: int, seed: int, search: dict) -> dict:
 
 
 def run_stage(inputs: dict, workdir: Path, search: dict) -> dict:
-    from spark_jobs import path_cache
+    from lokg.spark_jobs import path_cache
 
     result = path_cache.run({"path_cache": search}, inputs, str(workdir / "path_cache"))
     report = result["report"]
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.fb15k237:
             dump, fmt, label = args.fb15k237, "fb15k237", "FB15k-237"
         else:
-            from pipeline.synth import generate
+            from lokg.pipeline.synth import generate
 
             dump, fmt, label = workdir / "dump", "synth", f"synthetic {args.triples:,}"
             generate(dump, n_triples=args.triples, seed=args.seed, n_questions=0)

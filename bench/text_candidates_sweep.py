@@ -17,9 +17,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from evaluation.metrics import contains_answer  # noqa: E402
-from evaluation.text_datasets import READING_SETS, load_reading_set  # noqa: E402
-from runtime.query import Runtime  # noqa: E402
+from lokg.evaluation.metrics import contains_answer  # noqa: E402
+from lokg.evaluation.text_datasets import READING_SETS, load_reading_set  # noqa: E402
+from lokg.runtime.query import Runtime  # noqa: E402
 
 SHARED_DATA = Path(os.environ.get("LOKG_SHARED_DATA", REPO.parent / "shared" / "data"))
 

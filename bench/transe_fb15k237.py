@@ -35,7 +35,7 @@ def merges(merge_log: str | Path) -> list[tuple]:
 
 def published_merges(store_root: Path) -> dict:
     """A published build's merge list, labelled by its store (``--compare``)."""
-    from runtime.contract import Store
+    from lokg.runtime.contract import Store
 
     build = Store(store_root).build()
     return {"trainer": str(store_root), "build": build.build_id,
@@ -58,8 +58,8 @@ def print_merges(runs: list[dict]) -> None:
 
 def run_trainer(store, build_id, dump: str, trainer: str, overrides: list[str]) -> dict:
     """transe → relation_stats → scos_merge with one trainer; times, report and merges."""
-    from pipeline import driver
-    from runtime.config import load_config
+    from lokg.pipeline import driver
+    from lokg.runtime.config import load_config
 
     config = load_config(None, [f"transe.trainer={trainer}", *overrides])
     records = {name: driver.run_stage(store, build_id, name, config, dump) for name in TRAINED}
@@ -91,9 +91,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if not (args.dump and args.workdir):
         parser.error("--dump and --workdir are required (or --compare)")
-    from pipeline import driver
-    from runtime.config import load_config
-    from runtime.contract import Store, new_build_id
+    from lokg.pipeline import driver
+    from lokg.runtime.config import load_config
+    from lokg.runtime.contract import Store, new_build_id
 
     store, build_id = Store(args.workdir / "store"), args.build_id or new_build_id()
     done = driver.stage_records(store, build_id)

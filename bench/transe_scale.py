@@ -34,10 +34,10 @@ def ingest_outputs(n_triples: int, workdir: Path) -> dict:
     pointer = workdir / f"ingest-{n_triples}.json"
     if pointer.exists():
         return json.loads(pointer.read_text())
-    from pipeline import driver
-    from pipeline.synth import generate
-    from runtime.config import load_config
-    from runtime.contract import Store, new_build_id
+    from lokg.pipeline import driver
+    from lokg.pipeline.synth import generate
+    from lokg.runtime.config import load_config
+    from lokg.runtime.contract import Store, new_build_id
 
     dump = workdir / f"synth-{n_triples}"
     generate(dump, n_triples=n_triples, seed=0, n_questions=0)
@@ -72,7 +72,7 @@ def family_cosines(out: Path, inputs: dict) -> tuple[float, float]:
 
 def child(settings: dict, inputs: dict, out: Path) -> dict:
     """Run the transe stage once in this process; its figures plus this process's peak RSS."""
-    from training import transe
+    from lokg.training import transe
 
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

@@ -34,7 +34,7 @@ class Geometry:
         self.k, self.pairs, self.cos, self.strong = k, None, None, None
 
     def update(self, emb: np.ndarray) -> dict:
-        from training.transe import nearest_relations
+        from lokg.training.transe import nearest_relations
 
         pairs = {(min(i, j), max(i, j)) for i, j, _ in nearest_relations(emb, self.k)}
         unit = emb[np.linalg.norm(emb, axis=1) > 0]
@@ -58,9 +58,9 @@ def train(ingest: Path, epochs: int, halve_patience: int, log) -> list[dict]:
     """Epoch rows of the signals; the loop is the stage's (same batches, same updates)."""
     import torch
 
-    from runtime.config import load_config
-    from training import transe_sparse as ts
-    from training.transe import load_graph, transe_config
+    from lokg.runtime.config import load_config
+    from lokg.training import transe_sparse as ts
+    from lokg.training.transe import load_graph, transe_config
 
     torch.set_num_threads(1)
     config = load_config(None, [])

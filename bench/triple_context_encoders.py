@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.config import load_config  # noqa: E402
-from runtime.contract import Store  # noqa: E402
+from lokg.runtime.config import load_config  # noqa: E402
+from lokg.runtime.contract import Store  # noqa: E402
 
 TABLES = ("entities", "relations", "triples", "documents", "chunks", "sentences")
 
@@ -43,8 +43,8 @@ def stage_inputs(build) -> dict[str, str]:
 
 def run_encoder(name: str, inputs: dict, build, triples: np.ndarray, cfg: dict) -> dict:
     """Restoration and chunk vectors with one encoder: outputs and seconds per step."""
-    from pipeline.stage import torch_threads
-    from text import triple_context as tc
+    from lokg.pipeline.stage import torch_threads
+    from lokg.text import triple_context as tc
 
     with torch_threads(cfg.get("threads")):
         started = time.perf_counter()

@@ -34,9 +34,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, not the venv's
 
-from pipeline import driver as pipeline  # noqa: E402
-from runtime.config import load_config  # noqa: E402
-from runtime.contract import Store, read_table  # noqa: E402
+from lokg.pipeline import driver as pipeline  # noqa: E402
+from lokg.runtime.config import load_config  # noqa: E402
+from lokg.runtime.contract import Store, read_table  # noqa: E402
 
 LEARNED = ("transe", "gat")
 
@@ -72,7 +72,7 @@ def dumps(args, work: Path) -> tuple[Path, dict]:
     """(the first dump, the edit) with the edited dump written to ``work/d2``."""
     if not args.synth:
         return Path(args.dump), edited_dump(Path(args.dump), work / "d2", args.share, args.seed)
-    from pipeline.synth import generate
+    from lokg.pipeline.synth import generate
     from tests.helpers import edit_synth_dump
 
     first = work / "d1"

@@ -12,6 +12,7 @@ environment variable for production (docs/OPERATIONS.md).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -77,14 +78,25 @@ DEFAULT_ARGS = {
     "execution_timeout": timedelta(hours=float(os.environ.get("LOKG_TASK_TIMEOUT_H", "12"))),
 }
 
-if str(ROOT) not in sys.path:  # the checkout's pipeline/registry.py: no imports of its own
-    sys.path.insert(0, str(ROOT))
-from pipeline.registry import STAGES  # noqa: E402,F401  (the DAGs' one stage table)
+
+
+def _stage_table():
+    """The checkout's pipeline/registry.py, loaded from its file: it imports nothing, and the
+    Airflow venv has no lokg installed."""
+    spec = importlib.util.spec_from_file_location("lokg_stage_table",
+                                                  ROOT / "pipeline" / "registry.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its NamedTuple resolves its module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+STAGES = _stage_table().STAGES  # the DAGs' one stage table
 
 
 def module_file(module: str) -> str:
     """The stage's file in the checkout, the application handed to spark-submit."""
-    return str(ROOT.joinpath(*module.split(".")).with_suffix(".py"))
+    return str(ROOT.joinpath(*module.split(".")[1:]).with_suffix(".py"))  # lokg.<folder>.<stage>
 
 
 def run_logged(cmd: list[str]) -> None:

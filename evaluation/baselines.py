@@ -61,12 +61,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evaluation.datasets import Question
-from evaluation.metrics import normalise_answer
-from evaluation.context import EvalContext, MethodError
-from evaluation.runner import Method, Prediction
-from runtime.contract import StoreError
-from runtime.tokens import count_joined, count_tokens
+from lokg.evaluation.datasets import Question
+from lokg.evaluation.metrics import normalise_answer
+from lokg.evaluation.context import EvalContext, MethodError
+from lokg.evaluation.runner import Method, Prediction
+from lokg.runtime.contract import StoreError
+from lokg.runtime.tokens import count_joined, count_tokens
 
 KAPING_POOL = 200
 KAPING_TOP_K = 20
@@ -114,7 +114,7 @@ def one_hop(rt, entity: int) -> list[Triple]:
 
 
 def _knowledge(rt, triples: Sequence[Triple], focus: set[int]):
-    from runtime.ittc import KnowledgeTriple
+    from lokg.runtime.ittc import KnowledgeTriple
 
     return [KnowledgeTriple(subject=rt.names[s], relation=rt.relation_names.get(r, str(r)),
                             object=rt.names[o], rank=rank,
@@ -135,10 +135,10 @@ class _Reading:
 
 def _read(ctx: EvalContext, knowledge: str, question: str, system: str | None = None) -> _Reading:
     """One call to the reader with the runtime's prompt (or another system message)."""
-    from runtime.answers import ANSWER_MAX_TOKENS, INSTRUCTIONS, build_prompt, parse_answers, \
+    from lokg.runtime.answers import ANSWER_MAX_TOKENS, INSTRUCTIONS, build_prompt, parse_answers, \
         prompt_tokens
-    from runtime.llm import LLMError
-    from runtime.tokens import count_tokens
+    from lokg.runtime.llm import LLMError
+    from lokg.runtime.tokens import count_tokens
 
     prompt = build_prompt(knowledge, question, instructions=system or INSTRUCTIONS)
     sent = prompt_tokens(prompt)
@@ -215,7 +215,7 @@ def _reader_or(ctx: EvalContext, knowledge: str, question: str, fallback: list[s
 
 def kaping(ctx: EvalContext) -> Method:
     """KAPING under the context's reader and budget (module docstring)."""
-    from runtime.ittc import encode_uniform
+    from lokg.runtime.ittc import encode_uniform
 
     rt = ctx.runtime
     enc = _encoder(ctx, "kaping")
@@ -379,7 +379,7 @@ class _ToG:
         return list(dict.fromkeys(chosen))[:TOG_WIDTH] if chosen else ranked[:TOG_WIDTH]
 
     def reason(self, search: _Search, question: str) -> None:
-        from runtime.ittc import encode_uniform
+        from lokg.runtime.ittc import encode_uniform
 
         encoding = encode_uniform(_knowledge(self.rt, search.support(), set(search.topics)),
                                   self.ctx.budget, level="compact")

@@ -57,9 +57,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from evaluation.datasets import Question
-from evaluation.metrics import score
-from runtime.relknow import INVERSE_PREFIX, PREDICTORS, split_hop
+from lokg.evaluation.datasets import Question
+from lokg.evaluation.metrics import score
+from lokg.runtime.relknow import INVERSE_PREFIX, PREDICTORS, split_hop
 
 PATHS = ("derived", "llm", "retrieval", "abstain", "none")
 #: The partition by ``first_miss``, in pipeline order: (summary key, Markdown label, value).

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import click
 
-from evaluation.datasets import DatasetError, load_dataset
-from evaluation.context import ENTITY_MODES, MethodError, entity_modes
-from evaluation.methods import METHODS, method_names, run_names
-from evaluation.report import breakdown_table, markdown_table
-from evaluation.runner import EvalError
-from runtime.config import DEFAULT_BUDGET, MAX_BUDGET, POLICIES, READER_MODES, ConfigError
-from runtime.llm import available_backends
+from lokg.evaluation.datasets import DatasetError, load_dataset
+from lokg.evaluation.context import ENTITY_MODES, MethodError, entity_modes
+from lokg.evaluation.methods import METHODS, method_names, run_names
+from lokg.evaluation.report import breakdown_table, markdown_table
+from lokg.evaluation.runner import EvalError
+from lokg.runtime.config import DEFAULT_BUDGET, MAX_BUDGET, POLICIES, READER_MODES, ConfigError
+from lokg.runtime.llm import available_backends
 
 PLOT_FILE = "accuracy_vs_tokens.png"
 LOSS_PLOT_FILE = "loss_by_step.png"
@@ -49,7 +49,7 @@ def ensure_store(store_root: str, dataset, *, build: bool, kb: str | None, overr
     thresholds (``relation_knowledge.dev_questions``); the split being evaluated is never given
     to a build.
     """
-    from runtime.contract import Store
+    from lokg.runtime.contract import Store
 
     if Store(store_root).current_id() is not None:
         return
@@ -59,8 +59,8 @@ def ensure_store(store_root: str, dataset, *, build: bool, kb: str | None, overr
                         "--build" + (f" (from {dump})" if dump else " --kb DUMP"))
     if dump is None:
         raise EvalError(f"--build: dataset {dataset.kind} has no KB; pass --kb DUMP")
-    from pipeline import driver as pipeline
-    from runtime.config import load_config
+    from lokg.pipeline import driver as pipeline
+    from lokg.runtime.config import load_config
 
     settings = [f"ingest.format={dataset.kb_format or 'auto'}" if not kb else "ingest.format=auto"]
     if dataset.train_file is not None and dataset.train_file != dataset.source:
@@ -79,7 +79,7 @@ def _open_stores(store: str, store_no_scos: str | None, names: Sequence[str], da
                  log: Callable[[str], None]):
     """The store's runtime (built first when asked) and, for methods that compare against one,
     the no-SCOS store's (``<store>-no-scos`` with ``--build``)."""
-    from runtime.query import Runtime
+    from lokg.runtime.query import Runtime
 
     ensure_store(store, data, build=build, kb=kb, overrides=overrides, scos=True, log=log)
     query_settings = {"reader": reader} if reader else {}
@@ -99,8 +99,8 @@ def _open_stores(store: str, store_no_scos: str | None, names: Sequence[str], da
 def _write_reports(out_dir: Path, summary: dict, run: dict, data, reading: str,
                    policy: str) -> None:
     """summary.json, summary.md and the two plots."""
-    from evaluation.report import plot_accuracy_vs_tokens, plot_loss_by_step, render_markdown
-    from evaluation.runner import write_summary
+    from lokg.evaluation.report import plot_accuracy_vs_tokens, plot_loss_by_step, render_markdown
+    from lokg.evaluation.runner import write_summary
 
     write_summary(out_dir, summary)
     (out_dir / MARKDOWN_FILE).write_text(render_markdown(summary, run))
@@ -125,10 +125,10 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
     ``threads`` caps torch's CPU threads (the question encoder): on a shared 2-core host one
     thread embeds a question in ~40 ms and torch's default two in ~600 ms.
     """
-    from evaluation.context import CountingLLM, EvalContext
-    from evaluation.methods import make_methods
-    from evaluation.runner import check_run_file, evaluate, merge_summary
-    from runtime.llm import make_llm
+    from lokg.evaluation.context import CountingLLM, EvalContext
+    from lokg.evaluation.methods import make_methods
+    from lokg.evaluation.runner import check_run_file, evaluate, merge_summary
+    from lokg.runtime.llm import make_llm
 
     command = command_line(dataset=dataset, split=split, store=store,
                            store_no_scos=store_no_scos, methods=methods, llm=llm,
@@ -203,10 +203,10 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
               help="torch CPU threads for the question encoder (0: torch's default).")
 def eval_command(**options) -> None:
     """Evaluate methods on a dataset split: JSONL per question, summary.json/.md and plots."""
-    from runtime.contract import StoreError
-    from runtime.llm import LLMError
-    from pipeline.stage import BuildError
-    from runtime.query import QueryError
+    from lokg.runtime.contract import StoreError
+    from lokg.runtime.llm import LLMError
+    from lokg.pipeline.stage import BuildError
+    from lokg.runtime.query import QueryError
 
     try:
         summary = run_eval(**options, log=lambda m: click.echo(m, err=True))

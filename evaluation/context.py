@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from evaluation.breakdown import map_hop
-from evaluation.datasets import Question
-from runtime.config import DEFAULT_BUDGET, POLICIES
-from runtime.errors import LokgError
+from lokg.evaluation.breakdown import map_hop
+from lokg.evaluation.datasets import Question
+from lokg.runtime.config import DEFAULT_BUDGET, POLICIES
+from lokg.runtime.errors import LokgError
 
 ENTITY_MODES = ("gold", "link")
 
@@ -38,7 +38,7 @@ def relation_map(rt) -> dict[str, str]:
     built by the pipeline) keeps every name."""
     if "relation_map" not in rt.build.manifest.get("tables", {}):
         return {}
-    from training.relation_knowledge import Store
+    from lokg.training.relation_knowledge import Store
 
     tables = ("entities", "relations", "relation_map")
     return Store({t: str(rt.build.table_path(t)) for t in tables}).canonical
@@ -61,7 +61,7 @@ class CountingLLM:
         self.errors: list[str] = []
 
     def complete(self, prompt: str, *, max_tokens: int, system: str = "", **options):
-        from runtime.llm import LLMError
+        from lokg.runtime.llm import LLMError
 
         if self.calls_model:
             self.calls += 1

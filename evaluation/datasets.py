@@ -42,7 +42,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime.errors import LokgError
+from lokg.runtime.errors import LokgError
 
 PATHQUESTION_SPLITS = ("train", "dev", "test")
 METAQA_SPLITS = ("train", "dev", "test")  # qa_<split>.txt

@@ -54,11 +54,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from evaluation.datasets import Question
-from evaluation.runner import Method, Prediction
-from evaluation import baselines, tcr_qf
-from evaluation.breakdown import answer_path, question_breakdown
-from evaluation.context import CountingLLM, EvalContext, MethodError
+from lokg.evaluation.datasets import Question
+from lokg.evaluation.runner import Method, Prediction
+from lokg.evaluation import baselines, tcr_qf
+from lokg.evaluation.breakdown import answer_path, question_breakdown
+from lokg.evaluation.context import CountingLLM, EvalContext, MethodError
 
 def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = False,
           relation_knowledge: bool = True, source_sentences: bool | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evaluation.breakdown import MISS_ROWS, ROWS
+from lokg.evaluation.breakdown import MISS_ROWS, ROWS
 
 #: Markdown columns: (header, summary key, format).
 COLUMNS = (

@@ -44,10 +44,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evaluation.breakdown import summarise_breakdown
-from evaluation.datasets import Question
-from evaluation.metrics import Outcome, read_scores, score, summarise
-from runtime.errors import LokgError
+from lokg.evaluation.breakdown import summarise_breakdown
+from lokg.evaluation.datasets import Question
+from lokg.evaluation.metrics import Outcome, read_scores, score, summarise
+from lokg.runtime.errors import LokgError
 
 RUN_FILE = "run.json"
 PREDICTIONS = "predictions.jsonl"

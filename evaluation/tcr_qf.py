@@ -31,15 +31,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from evaluation.context import CountingLLM, MethodError
-from evaluation.runner import Prediction
-from pipeline.stage import StageError, checked_section
-from runtime.config import section
-from runtime.feedback import missing_record
-from runtime.overlay import ExtraTriple
-from runtime.question_encoder import CachedEmbeddings
-from text import feedback_enrich as fe
-from text.chunking import content_id
+from lokg.evaluation.context import CountingLLM, MethodError
+from lokg.evaluation.runner import Prediction
+from lokg.pipeline.stage import StageError, checked_section
+from lokg.runtime.config import section
+from lokg.runtime.feedback import missing_record
+from lokg.runtime.overlay import ExtraTriple
+from lokg.runtime.question_encoder import CachedEmbeddings
+from lokg.text import feedback_enrich as fe
+from lokg.text.chunking import content_id
 
 SOURCES = ("passages", "answer")
 #: Why a loop stopped: nothing missing, I_max answers, no sub-question not tried already, no

@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from evaluation.datasets import Dataset, DatasetError, Question, _sha256
-from text.chunking import content_id
+from lokg.evaluation.datasets import Dataset, DatasetError, Question, _sha256
+from lokg.text.chunking import content_id
 
 SHAPES = ("musique", "hotpotqa")
 #: The reading sets of ../shared/data by name: (shape, file relative to the data root).

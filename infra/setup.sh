@@ -97,7 +97,7 @@ else
   log ".venv up to date"
 fi
 # The project itself, editable; redone only when pyproject.toml changes.
-want=$(stamp_of pyproject.toml)
+want=$(stamp_of pyproject.toml setup.py)
 if [ "$(cat .venv/.lokg-project-stamp 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install "${PIP_FLAGS[@]}" --no-deps --no-build-isolation -e . 2> >(grep -v '^WARNING: Location' >&2)
   echo "$want" > .venv/.lokg-project-stamp

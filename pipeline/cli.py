@@ -3,7 +3,7 @@
 and ``eval``.
 
 This is the ``lokg`` entry point; a query host with only ``runtime`` installed still has
-``python -m runtime.cli``. Heavy modules (pyspark, torch) load only inside the commands needing
+``python -m lokg.runtime.cli``. Heavy modules (pyspark, torch) load only inside the commands needing
 them.
 """
 
@@ -16,14 +16,14 @@ from pathlib import Path
 
 import click
 
-from evaluation.cli import eval_command
-from pipeline.synth import (ENTITY_NAMES, MAX_INVERSE_TRIPLES, NAMINGS, OPTION_DEFAULTS, generate,
+from lokg.evaluation.cli import eval_command
+from lokg.pipeline.synth import (ENTITY_NAMES, MAX_INVERSE_TRIPLES, NAMINGS, OPTION_DEFAULTS, generate,
                             labelled_overrides, linked_text_overrides)
-from pipeline.synth_wording import STYLES, WORDINGS
-from runtime.cli import STORE_OPTION, cli, render_answer, render_summary
-from runtime.config import FORMATS, load_config
-from runtime.contract import Store
-from runtime.errors import LokgError
+from lokg.pipeline.synth_wording import STYLES, WORDINGS
+from lokg.runtime.cli import STORE_OPTION, cli, render_answer, render_summary
+from lokg.runtime.config import FORMATS, load_config
+from lokg.runtime.contract import Store
+from lokg.runtime.errors import LokgError
 
 
 @click.command()
@@ -110,7 +110,7 @@ def build(dump: str, fmt: str, store_root: str, until: str | None, stage: str | 
     staging directory); `lokg publish` then publishes the staged build. This is how the
     Airflow DAG drives a build task by task.
     """
-    from pipeline import driver as pipeline
+    from lokg.pipeline import driver as pipeline
 
     config = _load_config(config_file, (f"ingest.format={fmt}", *overrides,
                                         *(["refresh.mode=full"] if full else [])))
@@ -139,7 +139,7 @@ def build(dump: str, fmt: str, store_root: str, until: str | None, stage: str | 
 def publish(store_root: str, build_id: str, dump: str | None, config_file: str | None,
             overrides: tuple[str, ...]) -> None:
     """Validate a build staged stage by stage (`lokg build --stage`) and publish it atomically."""
-    from pipeline import driver as pipeline
+    from lokg.pipeline import driver as pipeline
 
     config = _load_config(config_file, overrides)
     try:
@@ -180,8 +180,8 @@ def config_command(config_file: str | None, overrides: tuple[str, ...]) -> None:
               help="Reader for the demo question (local = the embedded SmolLM2).")
 def demo(workdir: str | None, n_triples: int, seed: int, llm_name: str) -> None:
     """The embedded default end to end: synthetic KG → build → publish → one question answered."""
-    from pipeline import driver as pipeline
-    from runtime.query import Runtime
+    from lokg.pipeline import driver as pipeline
+    from lokg.runtime.query import Runtime
 
     root = Path(workdir or tempfile.mkdtemp(prefix="lokg-demo-"))
     dump = root / "dump"

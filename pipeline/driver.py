@@ -31,15 +31,15 @@ from types import ModuleType
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.refresh import (UNHASHABLE, content_hash, fingerprint, link_tree, same_rows,
+from lokg.pipeline.refresh import (UNHASHABLE, content_hash, fingerprint, link_tree, same_rows,
                               same_settings, staged_location)
-from pipeline.registry import STAGE_NAMES, Stage, producers, stage
-from pipeline.stage import PREVIOUS, BuildError, StageError
-from runtime.config import section
-from runtime.contract import (REQUIRED_TABLES, Build, Store, StoreError, new_build_id,
+from lokg.pipeline.registry import STAGE_NAMES, Stage, producers, stage
+from lokg.pipeline.stage import PREVIOUS, BuildError, StageError
+from lokg.runtime.config import section
+from lokg.runtime.contract import (REQUIRED_TABLES, Build, Store, StoreError, new_build_id,
                               read_table, sha256_file)
-from runtime.linker import LINKER_FORMS_FILE, folded_forms, surface_forms
-from runtime.query_stats import QUERY_STATS_FILE, query_stats
+from lokg.runtime.linker import LINKER_FORMS_FILE, folded_forms, surface_forms
+from lokg.runtime.query_stats import QUERY_STATS_FILE, query_stats
 
 #: Artefacts published as contract tables (a later stage's artefact of the same name wins:
 #: scos_merge's rewritten ``triples``/``relations`` replace ingest's).
@@ -490,7 +490,7 @@ def stage_main(name: str, argv: list[str] | None = None) -> None:
     """Command line of one stage, used by ``spark-submit spark_jobs/<stage>.py`` and DAG tasks."""
     import argparse
 
-    from runtime.config import ConfigError, load_config
+    from lokg.runtime.config import ConfigError, load_config
 
     parser = argparse.ArgumentParser(prog=f"lokg-stage-{name}", description=f"Run stage '{name}'.")
     parser.add_argument("--store", required=True, help="store root")

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
-from runtime.config import section
-from runtime.contract import STAGING_DIR, sha256_file
+from lokg.runtime.config import section
+from lokg.runtime.contract import STAGING_DIR, sha256_file
 
 FINGERPRINT_VERSION = 1
 #: Packages whose code a stage's outputs depend on: any change there refreshes in full.

@@ -39,7 +39,7 @@ class Stage(NamedTuple):
 
     @property
     def module(self) -> str:
-        return f"{self.package}.{self.name}"
+        return f"lokg.{self.package}.{self.name}"
 
     @property
     def kind(self) -> str:

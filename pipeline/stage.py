@@ -13,8 +13,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from runtime.config import DEFAULTS, section
-from runtime.errors import LokgError
+from lokg.runtime.config import DEFAULTS, section
+from lokg.runtime.errors import LokgError
 
 
 #: Prefix of the inputs a partial stage of a refresh gets from the previous build's cached
@@ -146,9 +146,9 @@ def stage_batch_encoder(stage: str, spec: Mapping, cfg: Mapping, exported: Path 
     """A stage's batch encoder per its ``encoder``, ``device`` and ``threads`` settings
     (``runtime.question_encoder.batch_encoder``): errors become StageError naming the stage,
     and an ``onnx`` that cannot run names the setting."""
-    from runtime.encoder import EncoderError
-    from runtime.numpy_bert import UnsupportedModelError
-    from runtime.question_encoder import batch_encoder
+    from lokg.runtime.encoder import EncoderError
+    from lokg.runtime.numpy_bert import UnsupportedModelError
+    from lokg.runtime.question_encoder import batch_encoder
 
     try:
         return batch_encoder(spec, str(cfg["encoder"]), str(cfg["device"]), exported,

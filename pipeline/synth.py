@@ -106,9 +106,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.synth_wording import METAQA, STYLES, WORDINGS, render, variant_counts
-from runtime.errors import LokgError
-from runtime.relknow import INVERSE_PREFIX
+from lokg.pipeline.synth_wording import METAQA, STYLES, WORDINGS, render, variant_counts
+from lokg.runtime.errors import LokgError
+from lokg.runtime.relknow import INVERSE_PREFIX
 
 NS = "http://rdf.freebase.com/ns/"
 XSD = "http://www.w3.org/2001/XMLSchema#"

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
-from runtime.tokens import count_tokens
+from lokg.runtime.tokens import count_tokens
 
 INSTRUCTIONS = (
     "Answer the question using the knowledge (one fact per line, fields separated by |). "

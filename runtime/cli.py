@@ -6,11 +6,11 @@ import sys
 
 import click
 
-from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS
-from runtime.contract import MANIFEST_FILE, Build, Store, StoreError, is_url
-from runtime.object_store import RemoteStore, open_store
-from runtime.environment import apply_defaults
-from runtime.feedback import KINDS as FEEDBACK_KINDS
+from lokg.runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS
+from lokg.runtime.contract import MANIFEST_FILE, Build, Store, StoreError, is_url
+from lokg.runtime.object_store import RemoteStore, open_store
+from lokg.runtime.environment import apply_defaults
+from lokg.runtime.feedback import KINDS as FEEDBACK_KINDS
 
 STORE_OPTION = click.option(
     "--store", "store_root", envvar="LOKG_STORE", default="lokg_store", show_default=True,
@@ -321,7 +321,7 @@ def query(question: str, store_root: str, budget: int, llm_name: str, entities: 
           retrieval: str, encoding: str, policy: str | None, relation_weight: float | None,
           chain_boost: bool | None, source_sentences: bool, as_json: bool) -> None:
     """Answer QUESTION from the published store with at most one LLM call."""
-    from runtime.query import QueryError, Runtime
+    from lokg.runtime.query import QueryError, Runtime
 
     given = [int(e) if e.lstrip("-").isdigit() else e for e in entities] or None
     try:
@@ -394,7 +394,7 @@ def _citation_lines(citations: list[dict]) -> list[str]:
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def serve(args: tuple[str, ...]) -> None:
     """Serve the store over HTTP (FastAPI; `lokg serve --help` for options)."""
-    from runtime.server import serve_command
+    from lokg.runtime.server import serve_command
 
     serve_command.main(list(args), prog_name="lokg serve")
 
@@ -412,7 +412,7 @@ FEEDBACK_DIR_OPTION = click.option(
 
 def _read_feedback(store_root: str, log_directory: str | None):
     """The log of ``store_root`` (or ``log_directory``), skipped lines reported on stderr."""
-    from runtime import feedback, object_store
+    from lokg.runtime import feedback, object_store
 
     if log_directory is None:
         base = object_store.cache_root(store_root) if is_url(store_root) else store_root
@@ -455,7 +455,7 @@ def feedback_stats(store_root: str, log_directory: str | None) -> None:
     """Counts of the log as JSON: records by kind, missing facts, top relations, builds."""
     import json
 
-    from runtime import feedback
+    from lokg.runtime import feedback
 
     click.echo(json.dumps(feedback.stats(_read_feedback(store_root, log_directory)), indent=2))
 

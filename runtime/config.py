@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import yaml
 
-from runtime.errors import LokgError
+from lokg.runtime.errors import LokgError
 
 #: Dump formats ``ingest.format`` accepts (``auto`` detects one from the files); the DAGs keep
 #: a copy (dags/lokg_common.py, which cannot import runtime), checked by tests/test_dags.py.

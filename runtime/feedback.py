@@ -129,7 +129,7 @@ def missing_record(answer, bridges: int | None = None,
 
 
 def _missing(answer, bridges: int | None) -> dict | None:
-    from runtime.linker import name_mentions, unlinked_names
+    from lokg.runtime.linker import name_mentions, unlinked_names
 
     route = answer.route or {}
     spans = [str(link.get("span", "")) for link in answer.linked  # a vector link's: the
@@ -154,7 +154,7 @@ def _missing(answer, bridges: int | None) -> dict | None:
 
 def _bridges(bridges: int | None) -> int:
     if bridges is None:
-        from runtime.config import section
+        from lokg.runtime.config import section
 
         bridges = section({}, "query")["feedback_bridges"]
     return int(bridges)
@@ -166,7 +166,7 @@ def bridge_facts(answer, limit: int, named: Iterable[str] = ()) -> list[dict]:
     the entity: "what does the graph lack about the bridge", retrieved by its name. Without
     them a refresh only ever asks about the topic — the first hop — and the answer a delta
     moved onto a bridge entity is never followed."""
-    from runtime.linker import folded
+    from lokg.runtime.linker import folded
 
     topic = {folded(str(n)) for n in (*(link["name"] for link in answer.linked), *named)}
     out: dict[str, dict] = {}
@@ -191,7 +191,7 @@ def feedback_entities(build, triples) -> frozenset[int]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from runtime.contract import to_numpy
+    from lokg.runtime.contract import to_numpy
 
     columns = ["s", "r", "o", "chunk_id", "sentence_id"]
     lineage = build.read("feedback_lineage", columns=columns)
@@ -218,8 +218,8 @@ def feedback_entities(build, triples) -> frozenset[int]:
 def missing_fact(entity: Mapping, hop: str) -> dict:
     """One sub-question (e, r, ?) — or (?, r, e) for a hop walked backwards (``~r``) — with
     its words, the form a passage retriever searches for."""
-    from runtime.question_text import relation_text
-    from runtime.relknow import split_hop
+    from lokg.runtime.question_text import relation_text
+    from lokg.runtime.relknow import split_hop
 
     relation, backwards = split_hop(hop)
     words = relation_text(relation)
@@ -278,7 +278,7 @@ class FeedbackLog:
         try:
             record = missing_record(answer, self.bridges, self.passages)
             if record is not None and self.identify is not None:
-                from runtime.feedback_llm import identified
+                from lokg.runtime.feedback_llm import identified
 
                 record = identified(record, answer, self.identify)
         except Exception as exc:  # noqa: BLE001 - as append: the query goes on

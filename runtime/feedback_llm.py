@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from runtime.llm.base import LLMError
+from lokg.runtime.llm.base import LLMError
 
 #: Context lines shown to the LLM at most (the answer's knowledge, best first).
 MAX_CONTEXT_LINES = 40

@@ -53,8 +53,8 @@ from itertools import permutations
 
 import numpy as np
 
-from runtime.errors import LokgError
-from runtime.tokens import count_joined, count_tokens
+from lokg.runtime.errors import LokgError
+from lokg.runtime.tokens import count_joined, count_tokens
 
 COMPONENTS = ("s", "r", "o")
 #: The six component orders, in the fixed enumeration used as the last tie-break.

@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from runtime.encoder import EncoderError, PrefixedEncoder, spec_model_dir
+from lokg.runtime.encoder import EncoderError, PrefixedEncoder, spec_model_dir
 
 WEIGHTS = "model.safetensors"
 TORCH_WEIGHTS = "pytorch_model.bin"

@@ -40,8 +40,8 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-from runtime import pins
-from runtime.contract import (BUILDS_DIR, CURRENT_FILE, DOOMED_FILE, MANIFEST_FILE,
+from lokg.runtime import pins
+from lokg.runtime.contract import (BUILDS_DIR, CURRENT_FILE, DOOMED_FILE, MANIFEST_FILE,
                               PARTIAL_PREFIX, Build, Store, StoreError, _write_atomic,
                               check_build_id, check_keep, check_required_tables, is_url,
                               parse_manifest, verify_build)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime.numpy_bert import NumpyBertEncoder, NumpyEncoderError
+from lokg.runtime.numpy_bert import NumpyBertEncoder, NumpyEncoderError
 
 #: The exported model beside encoder.json in a build's ``models/``.
 QUERY_MODEL = "query_encoder.onnx"

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runtime import relknow
-from runtime.contract import to_numpy
-from runtime.linker import common_nouns
+from lokg.runtime import relknow
+from lokg.runtime.contract import to_numpy
+from lokg.runtime.linker import common_nouns
 
 
 @dataclass(frozen=True)

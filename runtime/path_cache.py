@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from runtime import taimr
-from runtime.contract import StoreError, read_parquet, to_numpy
+from lokg.runtime import taimr
+from lokg.runtime.contract import StoreError, read_parquet, to_numpy
 
 #: One path: (S_topo, relations, inverses, nodes) hop by hop, the head excluded from nodes.
 PathRow = tuple[float, Sequence[int], Sequence[bool], Sequence[int]]

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from runtime.contract import Build
+from lokg.runtime.contract import Build
 
 Triple = tuple[int, int, int]
 #: Sources cited a triple at most: one triple extracted from many passages cites the first few.

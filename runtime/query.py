@@ -52,26 +52,26 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from runtime import feedback, ittc, object_store, overlay, pins, relknow, taimr
-from runtime.answer import Answer
-from runtime.answers import (ANSWER_MAX_TOKENS, Prompt, build_prompt, choice_lines,
+from lokg.runtime import feedback, ittc, object_store, overlay, pins, relknow, taimr
+from lokg.runtime.answer import Answer
+from lokg.runtime.answers import (ANSWER_MAX_TOKENS, Prompt, build_prompt, choice_lines,
                              parse_answers, prompt_overhead)
-from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS, section
-from runtime.contract import (INCOMING_TYPE_PREFIX, Build, Store, StoreError, is_url,
+from lokg.runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS, section
+from lokg.runtime.contract import (INCOMING_TYPE_PREFIX, Build, Store, StoreError, is_url,
                               read_parquet, to_numpy)
-from runtime.environment import limit_blas_threads
-from runtime.encoder import EncoderError
-from runtime.errors import LokgError
-from runtime.linker import (FALLBACK, LINKER_FORMS_FILE, Link, Linker, common_nouns, normalise,
+from lokg.runtime.environment import limit_blas_threads
+from lokg.runtime.encoder import EncoderError
+from lokg.runtime.errors import LokgError
+from lokg.runtime.linker import (FALLBACK, LINKER_FORMS_FILE, Link, Linker, common_nouns, normalise,
                             spelled_topics, surface_forms, vector_fallback)
-from runtime.llm import LLM, LLMError, make_llm
-from runtime.path_cache import PathCache, PathRow, path_rows, path_triples
-from runtime.provenance import Provenance
-from runtime.query_stats import QUERY_STATS_FILE, query_stats, read_query_stats
-from runtime.question_encoder import CachedEmbeddings, query_encoder
-from runtime.question_text import hop_runs, mask_topic
-from runtime.relknow import Triple
-from runtime.tokens import count_tokens
+from lokg.runtime.llm import LLM, LLMError, make_llm
+from lokg.runtime.path_cache import PathCache, PathRow, path_rows, path_triples
+from lokg.runtime.provenance import Provenance
+from lokg.runtime.query_stats import QUERY_STATS_FILE, query_stats, read_query_stats
+from lokg.runtime.question_encoder import CachedEmbeddings, query_encoder
+from lokg.runtime.question_text import hop_runs, mask_topic
+from lokg.runtime.relknow import Triple
+from lokg.runtime.tokens import count_tokens
 
 #: Hard limits on a request; beyond them ask() refuses with a QueryError.
 MAX_QUESTION_CHARS = 4096
@@ -487,7 +487,7 @@ class Runtime:
                 self._encoder_error = "the store has no encoder"
             else:
                 try:
-                    from runtime.onnx_bert import exported_model
+                    from lokg.runtime.onnx_bert import exported_model
 
                     self._encoder = query_encoder(
                         self.encoder_spec, self.settings["encoder_backend"],

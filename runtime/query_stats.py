@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from runtime import ittc
-from runtime.contract import StoreError, to_numpy
+from lokg.runtime import ittc
+from lokg.runtime.contract import StoreError, to_numpy
 
 #: Where a build keeps them, relative to the build directory.
 QUERY_STATS_FILE = "reports/query_stats.json"

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime import numpy_bert, onnx_bert
-from runtime.config import BATCH_ENCODERS, QUERY_BACKENDS
-from runtime.encoder import (EncoderError, PrefixedEncoder, SentenceEncoder, resolve_device,
+from lokg.runtime import numpy_bert, onnx_bert
+from lokg.runtime.config import BATCH_ENCODERS, QUERY_BACKENDS
+from lokg.runtime.encoder import (EncoderError, PrefixedEncoder, SentenceEncoder, resolve_device,
                              spec_model_dir)
-from runtime.environment import limit_blas_threads
+from lokg.runtime.environment import limit_blas_threads
 
 
 

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from runtime.linker import STOP_WORDS, normalise
+from lokg.runtime.linker import STOP_WORDS, normalise
 
 #: Stands in for the topic mention (a plain word the sentence encoder reads naturally).
 PLACEHOLDER = "someone"

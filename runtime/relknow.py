@@ -104,9 +104,9 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime.errors import LokgError
-from runtime.linker import STOP_WORDS
-from runtime.question_text import (HOP_READINGS, PLACEHOLDER, HopRuns, head_spans,
+from lokg.runtime.errors import LokgError
+from lokg.runtime.linker import STOP_WORDS
+from lokg.runtime.question_text import (HOP_READINGS, PLACEHOLDER, HopRuns, head_spans,
                                    question_spans, question_words, relation_text)
 
 ARTEFACT = "relknow"  # artefact name; published as models/relknow/

@@ -71,13 +71,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from runtime import __version__
-from runtime.answer import Answer
-from runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS
-from runtime.contract import StoreError, is_url
-from runtime.object_store import open_store
-from runtime.llm import LLM, LLMError, available_backends, make_llm
-from runtime.query import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS, QueryError, Runtime
+from lokg.runtime import __version__
+from lokg.runtime.answer import Answer
+from lokg.runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS
+from lokg.runtime.contract import StoreError, is_url
+from lokg.runtime.object_store import open_store
+from lokg.runtime.llm import LLM, LLMError, available_backends, make_llm
+from lokg.runtime.query import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS, QueryError, Runtime
 
 log = logging.getLogger("lokg.server")
 
@@ -734,8 +734,8 @@ def serve_command(store_root: str, host: str, port: int, workers: int, poll_inte
         uvicorn.run(create_app(settings), **options)
     else:
         os.environ[SETTINGS_ENV] = settings.to_env()
-        uvicorn.run("runtime.server:app_from_env", factory=True, workers=workers, **options)
+        uvicorn.run("lokg.runtime.server:app_from_env", factory=True, workers=workers, **options)
 
 
 if __name__ == "__main__":
-    serve_command(prog_name="python -m runtime.server")
+    serve_command(prog_name="python -m lokg.runtime.server")

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from runtime.contract import TABLE_SCHEMAS, Build, read_table, to_numpy
+from lokg.runtime.contract import TABLE_SCHEMAS, Build, read_table, to_numpy
 
 
 # ============================================================================================

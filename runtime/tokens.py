@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import tiktoken
-from runtime.errors import LokgError
+from lokg.runtime.errors import LokgError
 
 ENCODING_NAME = "cl100k_base"
 BPE_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"

@@ -33,11 +33,11 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.stage import stage_input
-from runtime.config import section
-from runtime.contract import INCOMING_TYPE_PREFIX, TABLE_SCHEMAS, read_table
-from spark_jobs import entity_types_driver
-from spark_jobs.session import get_spark
+from lokg.pipeline.stage import stage_input
+from lokg.runtime.config import section
+from lokg.runtime.contract import INCOMING_TYPE_PREFIX, TABLE_SCHEMAS, read_table
+from lokg.spark_jobs import entity_types_driver
+from lokg.spark_jobs.session import get_spark
 
 RULES = ("explicit", "domain", "frequent_relation")
 SOURCES = ("explicit", "domain", "frequent_relation", "incoming_relation")
@@ -200,6 +200,6 @@ def _write_typed(typed, small: bool, out_path: Path) -> dict:
 
 
 if __name__ == "__main__":
-    from pipeline.driver import stage_main
+    from lokg.pipeline.driver import stage_main
 
     stage_main("entity_types")

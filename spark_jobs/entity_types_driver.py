@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from runtime.contract import INCOMING_TYPE_PREFIX, TABLE_SCHEMAS, read_table, to_numpy
-from spark_jobs.relation_stats_driver import key_counts
+from lokg.runtime.contract import INCOMING_TYPE_PREFIX, TABLE_SCHEMAS, read_table, to_numpy
+from lokg.spark_jobs.relation_stats_driver import key_counts
 
 _LISTS = pa.list_(pa.string())
 #: The contract's entities with ``types`` not null, as Spark writes it (a coalesce ending in

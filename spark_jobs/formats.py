@@ -36,8 +36,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
-from runtime.config import FORMATS
-from runtime.errors import LokgError
+from lokg.runtime.config import FORMATS
+from lokg.runtime.errors import LokgError
 
 FREEBASE_NS = "http://rdf.freebase.com/ns/"
 RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"

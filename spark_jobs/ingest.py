@@ -67,14 +67,14 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from pipeline.stage import PARTIAL_MAX_SHARE, Laps, StageError, previous_inputs
-from runtime.config import section
-from runtime.contract import TABLE_SCHEMAS, read_table, write_table
-from spark_jobs import formats as fm
-from spark_jobs import ingest_lines as il
-from spark_jobs import ingest_nt as nt
-from spark_jobs.session import get_spark
-from text.corpus import build_format
+from lokg.pipeline.stage import PARTIAL_MAX_SHARE, Laps, StageError, previous_inputs
+from lokg.runtime.config import section
+from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
+from lokg.spark_jobs import formats as fm
+from lokg.spark_jobs import ingest_lines as il
+from lokg.spark_jobs import ingest_nt as nt
+from lokg.spark_jobs.session import get_spark
+from lokg.text.corpus import build_format
 
 OUTPUTS = ("entities", "relations", "triples", "quarantine", "type_assertions", "change_set",
            "dump_lines")
@@ -803,6 +803,6 @@ def _write_type_assertions(parsed: DataFrame, ent_ids: DataFrame, counted: _Line
 
 
 if __name__ == "__main__":
-    from pipeline.driver import stage_main
+    from lokg.pipeline.driver import stage_main
 
     stage_main("ingest")

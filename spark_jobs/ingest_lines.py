@@ -29,8 +29,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.stage import StageError
-from spark_jobs import formats as fm
+from lokg.pipeline.stage import StageError
+from lokg.spark_jobs import formats as fm
 
 #: The line store's columns (``dump_lines``): a parsed row per distinct (parser, hash).
 STORE_SCHEMA = pa.schema([("parser", pa.string()), ("hash", pa.int64()), ("kind", pa.string()),

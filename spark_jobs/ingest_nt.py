@@ -27,9 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runtime.errors import LokgError
-from spark_jobs import formats as fm
-from spark_jobs.ingest_lines import UnreadableLines
+from lokg.runtime.errors import LokgError
+from lokg.spark_jobs import formats as fm
+from lokg.spark_jobs.ingest_lines import UnreadableLines
 
 _FULL = fm.named_groups(fm.re2(fm._FULL), ("st", "pt", "ot"))
 #: The common shape of a statement: single spaces, IRIs, a literal without escapes, and no

@@ -51,10 +51,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, checked_section,
+from lokg.pipeline.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, checked_section,
                             id_translation, previous_inputs, stage_input)
-from runtime.contract import check_schema, read_table, table_files, to_numpy
-from spark_jobs.node_gain_driver import gain_table, mu_numpy
+from lokg.runtime.contract import check_schema, read_table, table_files, to_numpy
+from lokg.spark_jobs.node_gain_driver import gain_table, mu_numpy
 
 SINGLE_FILE_ENTITIES = 1_000_000  # up to this many entities: one sorted output file
 
@@ -263,7 +263,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
 
 def _spark(config: Mapping):
-    from spark_jobs.session import get_spark
+    from lokg.spark_jobs.session import get_spark
 
     return get_spark(dict(config), "lokg-node_gain")
 
@@ -298,6 +298,6 @@ def _report(stats: dict, bounds: dict, n_relations: int, refresh: dict, seconds:
 
 
 if __name__ == "__main__":
-    from pipeline.driver import stage_main
+    from lokg.pipeline.driver import stage_main
 
     stage_main("node_gain")

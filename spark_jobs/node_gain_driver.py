@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from runtime.contract import TABLE_SCHEMAS
+from lokg.runtime.contract import TABLE_SCHEMAS
 
 LN2_HI, LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10
 LP = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01,

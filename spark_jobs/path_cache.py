@@ -86,12 +86,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, id_translation,
+from lokg.pipeline.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, id_translation,
                             keeps_order, previous_inputs, stage_input)
-from runtime.config import HEAD_SELECTORS, SCHEMA, path_cache_problem, section, value_problem
-from runtime.contract import TABLE_SCHEMAS, check_schema, read_table, table_files, write_table
-from spark_jobs import path_cache_driver
-from spark_jobs.path_cache_driver import (BUCKET_FILE, bucket_path, hot_keys, hot_size, sorted_rows,
+from lokg.runtime.config import HEAD_SELECTORS, SCHEMA, path_cache_problem, section, value_problem
+from lokg.runtime.contract import TABLE_SCHEMAS, check_schema, read_table, table_files, write_table
+from lokg.spark_jobs import path_cache_driver
+from lokg.spark_jobs.path_cache_driver import (BUCKET_FILE, bucket_path, hot_keys, hot_size, sorted_rows,
                                           unknown_keys)
 
 SEARCH_KEYS = ("max_hops", "k_top", "beam_width")
@@ -130,7 +130,7 @@ def _file_key(*paths: Path) -> tuple:
 
 
 def _graph(edges_path: Path, gain_path: Path):
-    from runtime.taimr import EdgeGraph
+    from lokg.runtime.taimr import EdgeGraph
 
     key = _file_key(edges_path, gain_path)
     if _GRAPH.get("key") != key:
@@ -143,7 +143,7 @@ def _searcher(edges_path: Path, gain_path: Path, search: dict, buckets: int):
     """The mapInArrow function: heads in, their path_cache rows (plus ``bucket``) out."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from runtime.taimr import top_paths_table
+        from lokg.runtime.taimr import top_paths_table
 
         heads = [b.column(0).to_numpy() for b in batches]
         if not heads:
@@ -411,7 +411,7 @@ def _on_spark(config: Mapping, cfg: Mapping, paths: tuple, previous: dict | None
     """Heads chosen in Spark SQL and searched in its Python workers; returns as ``_on_driver``."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.session import get_spark
+    from lokg.spark_jobs.session import get_spark
 
     spark = get_spark(dict(config), "lokg-path_cache")
     lap("session")
@@ -494,6 +494,6 @@ def _written(cache_dir: Path, buckets: int, n_heads: int) -> dict:
 
 
 if __name__ == "__main__":
-    from pipeline.driver import stage_main
+    from lokg.pipeline.driver import stage_main
 
     stage_main("path_cache")

@@ -26,9 +26,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.stage import StageError
-from runtime.config import HEAD_SELECTORS
-from runtime.contract import read_table, to_numpy, write_table
+from lokg.pipeline.stage import StageError
+from lokg.runtime.config import HEAD_SELECTORS
+from lokg.runtime.contract import read_table, to_numpy, write_table
 
 BUCKET_FILE = "bucket-{:05d}.parquet"
 
@@ -183,7 +183,7 @@ def search_buckets(heads: np.ndarray, paths: tuple[Path, Path], search: Mapping,
     """Search each head's paths in this process and write bucket ``b`` (the heads with
     ``head % buckets == b``) in the Spark path's row order; a bucket with no head is left
     for the caller (``spark_jobs.path_cache._complete_buckets``)."""
-    from runtime.taimr import EdgeGraph, top_paths_table
+    from lokg.runtime.taimr import EdgeGraph, top_paths_table
     graph = EdgeGraph.from_paths(*paths)
     cache_dir.mkdir(parents=True, exist_ok=True)
     heads = np.sort(np.asarray(heads, np.int64))

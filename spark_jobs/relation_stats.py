@@ -69,9 +69,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.stage import Laps, StageError
-from runtime.config import TYPE_RULES, section
-from runtime.contract import (
+from lokg.pipeline.stage import Laps, StageError
+from lokg.runtime.config import TYPE_RULES, section
+from lokg.runtime.contract import (
     TABLE_SCHEMAS,
     StoreError,
     check_schema,
@@ -79,7 +79,7 @@ from runtime.contract import (
     table_files,
     write_table,
 )
-from spark_jobs.relation_stats_driver import (
+from lokg.spark_jobs.relation_stats_driver import (
     DIGITS,
     UNTYPED,
     Passes,
@@ -207,7 +207,7 @@ def transe_neighbour_pairs(emb: np.ndarray, relation_ids: np.ndarray, k: int
     One kNN implementation serves TransE and SCOS: ``training.transe.nearest_relations``
     (blockwise, never the |R|² matrix; zero vectors get no neighbours).
     """
-    from training.transe import nearest_relations
+    from lokg.training.transe import nearest_relations
 
     ids = np.asarray(relation_ids, dtype=np.int64)
     if len(ids) and ids.max() >= emb.shape[0]:
@@ -698,7 +698,7 @@ def _write_pairs(pairs, path: Path) -> pa.ChunkedArray:
 
 def _session(config: Mapping):
     """The Spark session, imported and started only when a path needs it."""
-    from spark_jobs.session import get_spark
+    from lokg.spark_jobs.session import get_spark
 
     return get_spark(dict(config), "lokg-relation_stats")
 
@@ -729,6 +729,6 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from pipeline.driver import stage_main
+    from lokg.pipeline.driver import stage_main
 
     stage_main("relation_stats")

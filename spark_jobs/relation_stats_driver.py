@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import scipy.sparse as sp
 
-from runtime.contract import read_table, to_numpy
+from lokg.runtime.contract import read_table, to_numpy
 
 UNTYPED = "∅"
 #: Decimals kept of the tail entropy and of P_r (P_r is one division of integer counts; H(r) is

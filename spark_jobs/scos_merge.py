@@ -63,17 +63,17 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from pipeline.stage import Laps, StageError, checked_section, previous_inputs
-from runtime.config import MISSING_EMBEDDINGS
-from runtime.contract import (TABLE_SCHEMAS, StoreError, read_table, table_files, to_numpy,
+from lokg.pipeline.stage import Laps, StageError, checked_section, previous_inputs
+from lokg.runtime.config import MISSING_EMBEDDINGS
+from lokg.runtime.contract import (TABLE_SCHEMAS, StoreError, read_table, table_files, to_numpy,
                               write_table)
-from spark_jobs.relation_stats import (
+from lokg.spark_jobs.relation_stats import (
     TypeIndex,
     nmi_signal,
     tail_entropy,
     type_pair_dict,
 )
-from spark_jobs.relation_stats import (
+from lokg.spark_jobs.relation_stats import (
     settings as stats_settings,
 )
 
@@ -671,7 +671,7 @@ def _rewrite_in_spark(config: Mapping, inputs: Mapping, rmap: pa.Table, path: Pa
     """Spark: triples ⋈ φ on r, project (s, φ(r), o), distinct."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.session import get_spark
+    from lokg.spark_jobs.session import get_spark
 
     spark = get_spark(dict(config), "lokg-scos_merge")
     phi = spark.createDataFrame(
@@ -687,6 +687,6 @@ def _rewrite_in_spark(config: Mapping, inputs: Mapping, rmap: pa.Table, path: Pa
 
 
 if __name__ == "__main__":
-    from pipeline.driver import stage_main
+    from lokg.pipeline.driver import stage_main
 
     stage_main("scos_merge")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from runtime.environment import apply_defaults
+from lokg.runtime.environment import apply_defaults
 
 #: Holds log4j2.properties (errors only); a user's own SPARK_CONF_DIR wins.
 CONF_DIR = Path(__file__).with_name("conf")

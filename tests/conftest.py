@@ -23,7 +23,7 @@ SHARED_DATA = Path(os.environ.get("LOKG_SHARED_DATA", REPO.parent / "shared" / "
 def spark():
     """A local[2] Spark session shared by every Spark test (start-up costs ~8 s)."""
     pytest.importorskip("pyspark")
-    from spark_jobs.session import get_spark
+    from lokg.spark_jobs.session import get_spark
 
     session = get_spark({"spark": {"master": "local[2]", "shuffle_partitions": 4,
                                    "driver_memory": "2g"}}, app_name="lokg-tests")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.answers import (
+from lokg.runtime.answers import (
     INSTRUCTIONS,
     Prompt,
     build_prompt,
@@ -15,8 +15,8 @@ from runtime.answers import (
     prompt_overhead,
     prompt_tokens,
 )
-from runtime.ittc import KnowledgeTriple, render
-from runtime.tokens import count_tokens
+from lokg.runtime.ittc import KnowledgeTriple, render
+from lokg.runtime.tokens import count_tokens
 
 
 CASES = [

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.registry import STAGES
-from runtime.config import DEFAULTS
-from runtime.errors import LokgError
+from lokg.pipeline.registry import STAGES
+from lokg.runtime.config import DEFAULTS
+from lokg.runtime.errors import LokgError
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("runtime", "pipeline", "spark_jobs", "training", "text", "evaluation")
@@ -26,7 +26,7 @@ def project_modules() -> dict[str, Path]:
     for package in PACKAGES:
         for path in sorted((REPO / package).rglob("*.py")):
             parts = path.relative_to(REPO).with_suffix("").parts
-            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+            out[".".join(("lokg", *(parts[:-1] if parts[-1] == "__init__" else parts)))] = path
     return out
 
 
@@ -89,18 +89,18 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_runtime_imports_nothing_of_the_offline_side():
     offline = ("pipeline", "spark_jobs", "training", "text", "evaluation")
-    bad = {m: sorted(i for i in deps if i.split(".")[0] in offline)
-           for m, deps in import_graph().items() if m.split(".")[0] == "runtime"}
+    bad = {m: sorted(i for i in deps if i.split(".")[1] in offline)
+           for m, deps in import_graph().items() if m.split(".")[1] == "runtime"}
     assert {m: d for m, d in bad.items() if d} == {}
 
 
-BLOCKED = ("pipeline", "evaluation", "training", "spark_jobs", "text", "pyspark", "torch",
-           "airflow", "sentence_transformers", "transformers")
+BLOCKED = ("lokg.pipeline", "lokg.evaluation", "lokg.training", "lokg.spark_jobs", "lokg.text",
+           "pyspark", "torch", "airflow", "sentence_transformers", "transformers")
 IMPORT_ALL = f"""
 import importlib, sys
 class Block:
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {BLOCKED!r}:
+        if name.split(".")[0] in {BLOCKED!r} or ".".join(name.split(".")[:2]) in {BLOCKED!r}:
             raise ImportError("blocked: " + name)
 sys.meta_path.insert(0, Block())
 for name in sys.argv[1:]:
@@ -110,7 +110,7 @@ print("OK")
 
 
 def test_every_runtime_module_imports_with_the_offline_side_blocked():
-    names = [m for m in project_modules() if m.split(".")[0] == "runtime"]
+    names = [m for m in project_modules() if m.split(".")[1] == "runtime"]
     proc = subprocess.run([sys.executable, "-c", IMPORT_ALL, *names], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
@@ -144,7 +144,7 @@ def test_every_project_error_has_the_one_root():
 
 def test_ask_reads_as_one_chain_of_short_steps():
     """``Runtime.ask`` is the chain check → link → plan → retrieve → encode → read → answer."""
-    from runtime.query import Runtime
+    from lokg.runtime.query import Runtime
 
     lines = inspect.getsource(Runtime.ask).splitlines()
     assert len(lines) <= 40, f"Runtime.ask is {len(lines)} lines"

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import cli
-from runtime.contract import read_table
+from lokg.pipeline.cli import cli
+from lokg.runtime.contract import read_table
 from tests.conftest import REPO
 from tests.helpers import assert_clean_error
 from tests.test_query import make_store

@@ -11,7 +11,7 @@ import pytest
 
 from bench.duckdb_reference import step_paths, table
 from bench.relation_stats_scale import SPARK_PATHS, bench_config
-from runtime.config import load_config
+from lokg.runtime.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 ARGS = SimpleNamespace(driver_memory="1g", extra=[])
@@ -70,7 +70,7 @@ def test_a_baseline_runs_its_own_helpers(tmp_path, stage, name):
 
 def test_spark_paths_cover_every_spark_stage():
     """Each Spark stage has a driver path below a threshold; forcing Spark names them all."""
-    from pipeline.registry import STAGES
+    from lokg.pipeline.registry import STAGES
 
     forced = {setting.split(".")[0] for setting in SPARK_PATHS}
     assert forced == {s.name for s in STAGES if s.kind == "spark"}

@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipeline import driver as pipeline
-from pipeline.cli import cli
-from runtime.config import load_config
-from runtime.contract import Store
+from lokg.pipeline import driver as pipeline
+from lokg.pipeline.cli import cli
+from lokg.runtime.config import load_config
+from lokg.runtime.contract import Store
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
 def synth_dump(tmp_path_factory) -> Path:
-    from pipeline.synth import generate
+    from lokg.pipeline.synth import generate
 
     out = tmp_path_factory.mktemp("synth")
     generate(out, n_triples=20_000, seed=7, malformed_rate=0.01, gzip=True, n_questions=50)
@@ -128,7 +128,7 @@ def test_scos_report_names_the_planted_synonym_merges(synth_dump, built):
 
 
 def test_summary_lists_every_stage_with_its_time(built):
-    from runtime.cli import render_summary
+    from lokg.runtime.cli import render_summary
 
     text = render_summary(built)
     for stage in pipeline.STAGE_NAMES:
@@ -152,7 +152,7 @@ def test_the_demo_store_answers_with_the_embedded_local_model(synth_dump, built)
     knowledge may derive a chain, and route would then read its compact context; and
     choice_check none: with the check a forced choice whose near-ties the derivation does not
     reach makes no call)."""
-    from runtime.query import Runtime
+    from lokg.runtime.query import Runtime
 
     first = json.loads((synth_dump / "questions.jsonl").read_text().splitlines()[0])
     rt = Runtime.open(built.root, build_id=built.build_id, choice_check="none")

@@ -147,7 +147,7 @@ def test_dump_markdown_totals_wall_and_cpu_and_shares():
 def test_resume_keeps_the_finished_steps_of_the_same_run_and_runs_the_rest(tmp_path,
                                                                           monkeypatch):
     """A 10⁷ build outlasts a session: its finished stages (rows in --json) are not run again."""
-    from pipeline.registry import STAGE_NAMES
+    from lokg.pipeline.registry import STAGE_NAMES
 
     run = {"triples": 10, "one_process": False, "overrides": [], "build_id": "scale-10"}
     saved = tmp_path / "runs.jsonl"

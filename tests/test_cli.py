@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import cli
-from runtime.contract import Store, read_table
-from runtime.tokens import BPE_CACHE_KEY
+from lokg.pipeline.cli import cli
+from lokg.runtime.contract import Store, read_table
+from lokg.runtime.tokens import BPE_CACHE_KEY
 from tests.conftest import REPO
 from tests.helpers import assert_clean_error
 from tests.test_contract import _publish
@@ -72,7 +72,7 @@ def test_bad_config_override_is_reported(tmp_path):
 
 @pytest.mark.parametrize("command", ["build", "publish", "config"])
 def test_an_invalid_config_value_is_one_line_before_any_stage(tmp_path, command, monkeypatch):
-    from pipeline import driver
+    from lokg.pipeline import driver
 
     monkeypatch.setattr(driver, "run_stage", lambda *a, **k: pytest.fail("a stage started"))
     monkeypatch.setattr(driver, "publish_build", lambda *a, **k: pytest.fail("publish started"))
@@ -96,7 +96,7 @@ def test_config_prints_the_resolved_config(tmp_path):
 
 
 def test_stage_main_refuses_a_bad_config_with_a_usage_error(capsys):
-    from pipeline.driver import stage_main
+    from lokg.pipeline.driver import stage_main
 
     with pytest.raises(SystemExit) as exit_:
         stage_main("ingest", ["--store", "s", "--build-id", "b", "--set", "publish.keep=-1"])
@@ -118,9 +118,9 @@ sys.meta_path.insert(0, Block())
 
 def test_runtime_imports_without_heavy_packages():
     code = BLOCK_HEAVY + (
-        "import importlib, pkgutil, runtime\n"
+        "import importlib, pkgutil, lokg.runtime as runtime\n"
         "for m in pkgutil.iter_modules(runtime.__path__):\n"
-        "    importlib.import_module('runtime.' + m.name)\n"
+        "    importlib.import_module('lokg.runtime.' + m.name)\n"
         "print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -22,7 +22,7 @@ import pytest
 from bench.cluster_equality import (SPARK_SUBMIT, cluster_cmd, cluster_env, parquet_outputs,
                                     submit, table_check)
 from bench.relation_stats_scale import SPARK_PATHS
-from pipeline.registry import STAGES
+from lokg.pipeline.registry import STAGES
 from tests.test_dags import FAST  # small models, few partitions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,7 +79,7 @@ def test_spark_stages_on_the_cluster_equal_local(cluster, tmp_path):
     The non-Spark stages run once (local build) and their staging directory is shared with the
     cluster build, so every difference would come from Spark.
     """
-    from pipeline.synth import generate
+    from lokg.pipeline.synth import generate
 
     master, _ = cluster
     dump, store = tmp_path / "dump", tmp_path / "store"
@@ -88,7 +88,7 @@ def test_spark_stages_on_the_cluster_equal_local(cluster, tmp_path):
                                    for a in ("--set", kv)]]
     compared = []
     for stage, module in ((s.name, s.module) for s in STAGES):
-        if module.startswith("spark_jobs."):
+        if module.startswith("lokg.spark_jobs."):
             local = submit(stage, "local[2]", store, "local", args)
             remote = submit(stage, master, store, "cluster", args)
             assert remote["report"].get("path", "spark") == "spark", stage

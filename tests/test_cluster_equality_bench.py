@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.cluster_equality import compared, markdown, masters, stage_from_cache, table_check
-from pipeline.driver import STAGE_RECORD
+from lokg.pipeline.driver import STAGE_RECORD
 
 BASE = "scale-100"
 

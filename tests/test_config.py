@@ -12,7 +12,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.config import DEFAULTS, RENAMED_SECTIONS, SCHEMA, ConfigError, check_config, load_config
+from lokg.runtime.config import DEFAULTS, RENAMED_SECTIONS, SCHEMA, ConfigError, check_config, load_config
 
 
 def test_defaults_are_copied_not_shared():

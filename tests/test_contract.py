@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from runtime import contract
-from runtime.contract import Store, StoreError
+from lokg.runtime import contract
+from lokg.runtime.contract import Store, StoreError
 
 
 def _stage_tables(tmp: Path, n_entities: int = 3) -> dict[str, Path]:

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.registry import STAGE_NAMES, STAGES
-from runtime.config import DEFAULT_BUDGET, FORMATS
+from lokg.pipeline.registry import STAGE_NAMES, STAGES
+from lokg.runtime.config import DEFAULT_BUDGET, FORMATS
 
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW_VENV = REPO / ".venv-airflow" / "bin"
@@ -157,17 +157,17 @@ def test_build_dag_has_one_task_per_stage_in_pipeline_order(integrity):
     assert [t["id"] for t in dag["tasks"]] == order
     for before, after in zip(order, order[1:]):
         assert before in tasks[after]["upstream"], f"{after} does not wait for {before}"
-    for stage, module in ((s.name, s.module) for s in STAGES):
-        t = tasks[stage]
-        if module.startswith("spark_jobs."):
+    for s in STAGES:
+        t = tasks[s.name]
+        if s.package == "spark_jobs":
             assert t["type"] == "SparkSubmitOperator"
-            assert Path(t["application"]) == REPO / (module.replace(".", "/") + ".py")
+            assert Path(t["application"]) == REPO / "spark_jobs" / f"{s.name}.py"
             assert Path(t["spark_binary"]) == REPO / ".venv" / "bin" / "spark-submit"
             assert (t["queue"], t["pool"]) == ("default", "default_pool")
-        elif module.startswith("training."):
-            assert (t["queue"], t["pool"]) == ("gpu", "gpu"), stage
+        elif s.package == "training":
+            assert (t["queue"], t["pool"]) == ("gpu", "gpu"), s.name
         else:  # the document stages need no GPU
-            assert (t["queue"], t["pool"]) == ("default", "default_pool"), stage
+            assert (t["queue"], t["pool"]) == ("default", "default_pool"), s.name
 
 
 def test_evaluate_dag_is_scheduled_on_the_store_asset(integrity):
@@ -193,9 +193,9 @@ def test_stage_table_is_the_registry_imported_without_the_project(tmp_path):
     """The DAGs import pipeline/registry.py itself; it must import nothing (no numpy, no
     runtime) so that the Airflow venv, which has neither, parses the DAGs."""
     code = ("import sys; sys.path.insert(0, 'dags'); import lokg_common as lc; "
-            "import pipeline.registry as r; assert lc.STAGES is r.STAGES; "
+            "import lokg_stage_table as r; assert lc.STAGES is r.STAGES; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('runtime', 'numpy', 'spark_jobs', 'training', 'evaluation')))")
+            "('lokg', 'numpy')))")
     proc = subprocess.run([str(AIRFLOW_VENV / "python"), "-c", code], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -271,7 +271,7 @@ def ci_run(tmp_path_factory):
     finished task is re-run with ``airflow tasks test``, then ``airflow dags test`` for the same
     date publishes with the stages marked success: the staged build is published as it stands.
     """
-    from pipeline.synth import generate
+    from lokg.pipeline.synth import generate
 
     root = tmp_path_factory.mktemp("dagci")
     generate(root / "dump", n_triples=300, seed=SEED, n_questions=5)
@@ -327,7 +327,7 @@ def ci_refresh(ci_run):
     """The next lokg_build run after the CI run, on its dump edited as a new version would be
     (edges removed and added, a new entity): a refresh from the CI run's build. It runs on a
     copy of that store, whose CURRENT the tests above check."""
-    from pipeline.dump_edit import edit_synth_dump
+    from lokg.pipeline.dump_edit import edit_synth_dump
 
     root, store = ci_run["root"], ci_run["root"] / "refresh-store"
     shutil.copytree(ci_run["store"], store)
@@ -423,7 +423,7 @@ def built(tmp_path_factory):
     staging directory and publishes — with lokg_evaluate unpaused, so that this publish queues
     an Asset-triggered run of it.
     """
-    from pipeline.synth import generate
+    from lokg.pipeline.synth import generate
 
     root = tmp_path_factory.mktemp("dagtest")
     dump, store = root / "dump", root / "store"
@@ -628,9 +628,9 @@ def test_refresh_with_feedback_publishes_a_build_answering_an_unanswerable_quest
     in its linked documents); the question's sub-question goes into the store's feedback log
     (with a malformed segment beside it); run 2, the next scheduled refresh, publishes a build
     that answers the question, the new edge's lineage naming the feedback record."""
-    from pipeline.synth import generate, labelled_overrides
-    from runtime.contract import Store
-    from runtime.feedback import log_dir, read_log
+    from lokg.pipeline.synth import generate, labelled_overrides
+    from lokg.runtime.contract import Store
+    from lokg.runtime.feedback import log_dir, read_log
     from tests.test_feedback_enrich import FAST as REFRESH
     from tests.test_feedback_enrich import answers, withheld_question
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.stage import StageError
-from runtime.config import DEFAULTS, load_config
-from runtime.tokens import count_tokens
-from text import chunking, documents, triple_extract
-from text.corpus import Reader, build_format
-from text.extractors import BACKENDS, ChunkExtractionError
+from lokg.pipeline.stage import StageError
+from lokg.runtime.config import DEFAULTS, load_config
+from lokg.runtime.tokens import count_tokens
+from lokg.text import chunking, documents, triple_extract
+from lokg.text.corpus import Reader, build_format
+from lokg.text.extractors import BACKENDS, ChunkExtractionError
 
 CURIE = ("Marie Curie was born in Warsaw in 1867. She won the Nobel Prize in Physics in 1903. "
          "Dr. Curie later moved to Paris.")
@@ -301,7 +301,7 @@ def _ingested(tmp_path: Path, extracted: Path) -> dict:
     with 'is capital of' merged into 'capital of', as SCOS would)."""
     import pyarrow as pa
 
-    from runtime.contract import write_table
+    from lokg.runtime.contract import write_table
 
     records = [json.loads(x) for x in (extracted / "entities.jsonl").read_text().splitlines()]
     keys = sorted(r["key"] for r in records)
@@ -331,7 +331,7 @@ def _write_tables(tmp_path: Path, tables: dict[str, dict]) -> dict[str, str]:
     """The contract tables given as columns, written as a stage input would be."""
     import pyarrow as pa
 
-    from runtime.contract import TABLE_SCHEMAS, write_table
+    from lokg.runtime.contract import TABLE_SCHEMAS, write_table
 
     out = {}
     for name, columns in tables.items():
@@ -343,7 +343,7 @@ def _write_tables(tmp_path: Path, tables: dict[str, dict]) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def encoder_spec(tmp_path_factory) -> str:
-    from runtime.encoder import SentenceEncoder
+    from lokg.runtime.encoder import SentenceEncoder
 
     path = tmp_path_factory.mktemp("enc") / "encoder.json"
     path.write_text(json.dumps(SentenceEncoder.from_spec({"model": "minilm"}).spec))
@@ -351,7 +351,7 @@ def encoder_spec(tmp_path_factory) -> str:
 
 
 def test_triple_context_golden(tmp_path, encoder_spec):
-    from text import triple_context
+    from lokg.text import triple_context
 
     inputs, _ = staged(tmp_path, [{"title": "Marie Curie", "text": CURIE},
                                   {"title": "Warsaw", "text": WARSAW}])
@@ -425,8 +425,8 @@ def kb_inputs(tmp_path: Path, encoder_spec: str) -> dict:
 @pytest.fixture(scope="module")
 def int8_export(tmp_path_factory, encoder_spec) -> str:
     """The store encoder's int8 ONNX export, as entity_encode writes it."""
-    from runtime.encoder import spec_model_dir
-    from training.onnx_export import export
+    from lokg.runtime.encoder import spec_model_dir
+    from lokg.training.onnx_export import export
 
     path = tmp_path_factory.mktemp("onnx") / "query_encoder.onnx"
     export(spec_model_dir(json.loads(Path(encoder_spec).read_text())), path, "int8")
@@ -439,7 +439,7 @@ def test_a_kb_dumps_triples_restore_the_articles_titled_with_their_entities(
     """No extraction: a triple's sources are the documents titled with its head's or tail's
     name or alias (case folded); an untitled entity's triple restores nothing, and an article
     about no entity is nobody's source — the same sentences with the int8 export."""
-    from text import triple_context
+    from lokg.text import triple_context
 
     inputs = {**kb_inputs(tmp_path, encoder_spec), "query_encoder": int8_export}
     out = tmp_path / "tc"
@@ -455,7 +455,7 @@ def test_a_kb_dumps_triples_restore_the_articles_titled_with_their_entities(
 
 
 def test_the_onnx_encoder_without_an_export_is_refused_saying_why(tmp_path, encoder_spec):
-    from text import triple_context
+    from lokg.text import triple_context
 
     out = tmp_path / "tc"
     out.mkdir()

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from pipeline import driver
-from runtime.config import load_config
-from runtime.contract import Store
-from runtime.query import Runtime
+from lokg.pipeline import driver
+from lokg.runtime.config import load_config
+from lokg.runtime.contract import Store
+from lokg.runtime.query import Runtime
 
 pytestmark = pytest.mark.spark
 

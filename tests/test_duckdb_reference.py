@@ -9,7 +9,7 @@ import pytest
 duckdb = pytest.importorskip("duckdb")
 
 from bench import duckdb_sql  # noqa: E402
-from spark_jobs import formats as fm  # noqa: E402
+from lokg.spark_jobs import formats as fm  # noqa: E402
 from tests.test_ingest import NT_LINES, fb  # noqa: E402
 
 LINES = ["\ufeff" + NT_LINES[1], *NT_LINES[1:],

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.dump_edit import FB15K237_SPLITS, edit_dump, edit_fb15k237_dump, synth_edge_count
+from lokg.pipeline.dump_edit import FB15K237_SPLITS, edit_dump, edit_fb15k237_dump, synth_edge_count
 
 
 def edge_lines(dump: Path) -> set[str]:
@@ -19,7 +19,7 @@ def edge_lines(dump: Path) -> set[str]:
 
 @pytest.fixture(scope="module")
 def synth(tmp_path_factory):
-    from pipeline.synth import generate
+    from lokg.pipeline.synth import generate
 
     root = tmp_path_factory.mktemp("dump-edit")
     generate(root / "d1", n_triples=300, seed=3, n_questions=0)

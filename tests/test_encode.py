@@ -19,14 +19,14 @@ pytest.importorskip("torch")
 pytest.importorskip("sentence_transformers")
 faiss = pytest.importorskip("faiss")
 
-from runtime.config import DEFAULTS  # noqa: E402
-from runtime.contract import read_table, write_table  # noqa: E402
-from runtime.encoder import (EncoderError, SentenceEncoder, encode_by_length,  # noqa: E402
+from lokg.runtime.config import DEFAULTS  # noqa: E402
+from lokg.runtime.contract import read_table, write_table  # noqa: E402
+from lokg.runtime.encoder import (EncoderError, SentenceEncoder, encode_by_length,  # noqa: E402
                             resolve_model)
-from runtime.onnx_bert import exported_model  # noqa: E402
-from runtime.question_encoder import query_encoder  # noqa: E402
-from pipeline.stage import StageError  # noqa: E402
-from training import entity_encode as encode  # noqa: E402
+from lokg.runtime.onnx_bert import exported_model  # noqa: E402
+from lokg.runtime.question_encoder import query_encoder  # noqa: E402
+from lokg.pipeline.stage import StageError  # noqa: E402
+from lokg.training import entity_encode as encode  # noqa: E402
 
 # (key, name, types, description); ids are assigned in a shuffled order below
 ENTITIES = [
@@ -200,7 +200,7 @@ def test_the_onnx_encoder_without_the_export_is_refused_saying_why(tmp_path):
 
 def test_auto_keeps_torch_on_cuda(monkeypatch):
     """``auto`` takes the ONNX export on a CPU only: where torch sees CUDA it encodes there."""
-    from runtime import question_encoder
+    from lokg.runtime import question_encoder
 
     loaded = []
     monkeypatch.setattr(question_encoder, "resolve_device", lambda device: "cuda")

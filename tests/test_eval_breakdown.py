@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from evaluation.breakdown import (
+from lokg.evaluation.breakdown import (
     CHAIN_MISSES,
     MISS_ROWS,
     PATHS,
@@ -20,14 +20,14 @@ from evaluation.breakdown import (
     question_breakdown,
     summarise_breakdown,
 )
-from evaluation.context import EvalContext, MethodError, entity_modes
-from evaluation.report import breakdown_table
-from evaluation.datasets import Question
-from evaluation.methods import run_names
-from evaluation.runner import PREDICTIONS
-from runtime.contract import TABLE_SCHEMAS, Store, write_table
-from runtime.query import Runtime
-from runtime.relknow import PREDICTORS
+from lokg.evaluation.context import EvalContext, MethodError, entity_modes
+from lokg.evaluation.report import breakdown_table
+from lokg.evaluation.datasets import Question
+from lokg.evaluation.methods import run_names
+from lokg.evaluation.runner import PREDICTIONS
+from lokg.runtime.contract import TABLE_SCHEMAS, Store, write_table
+from lokg.runtime.query import Runtime
+from lokg.runtime.relknow import PREDICTORS
 from tests.test_relknow import family_triples, fitted_store
 
 Q = Question("q-1", "what is the job of edda quist 's wife ?", ("pilot",), ("e4",),
@@ -201,7 +201,7 @@ def test_gold_chain_goes_through_the_stores_relation_map(tmp_path):
 
 
 def test_eval_with_both_entity_modes_on_a_store_with_relation_knowledge(family_store, tmp_path):
-    from evaluation.cli import LOSS_PLOT_FILE, run_eval
+    from lokg.evaluation.cli import LOSS_PLOT_FILE, run_eval
 
     store, _ = family_store
     dev = (Path(store).parent / "dev.jsonl").read_text().splitlines()

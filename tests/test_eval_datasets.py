@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from evaluation.datasets import (
+from lokg.evaluation.datasets import (
     DatasetError,
     load_dataset,
     parse_pathquestion_answer,
     parse_pathquestion_path,
 )
-from pipeline.synth import generate
+from lokg.pipeline.synth import generate
 
 PQ_TEST = (
     "what gender is ann_smith 's father ?\tmale(male/)\t"

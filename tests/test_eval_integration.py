@@ -9,14 +9,14 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
-from evaluation.cli import PLOT_FILE, eval_command, run_eval
-from evaluation.metrics import SUMMARY_KEYS, without_latency
-from evaluation.runner import PREDICTIONS
-from runtime import llm as llm_module
-from runtime import taimr
-from runtime.config import load_config
-from runtime.contract import TABLE_SCHEMAS, Store, write_table
-from runtime.llm import Completion, LLMError
+from lokg.evaluation.cli import PLOT_FILE, eval_command, run_eval
+from lokg.evaluation.metrics import SUMMARY_KEYS, without_latency
+from lokg.evaluation.runner import PREDICTIONS
+from lokg.runtime import llm as llm_module
+from lokg.runtime import taimr
+from lokg.runtime.config import load_config
+from lokg.runtime.contract import TABLE_SCHEMAS, Store, write_table
+from lokg.runtime.llm import Completion, LLMError
 
 KB = """\
 ann_smith\tparents\tbob_smith
@@ -58,7 +58,7 @@ def publish_toy_stores(kb_dir, root, build_ids: tuple[str, ...]):
     """The KB as published builds (keys sorted, names with spaces, uniform attention, μ = 1)
     plus the real entity_encode stage's vectors and encoder — no Spark needed. One store root
     per build id, all holding the same build."""
-    from training import entity_encode as encode
+    from lokg.training import entity_encode as encode
 
     rows = [line.split("\t") for line in (kb_dir / "kb.txt").read_text().splitlines()]
     keys = sorted({x for s, _, o in rows for x in (s, o)})
@@ -269,14 +269,14 @@ def test_build_and_breakdown_of_a_metaqa_directory(tmp_path):
     ("parents", "parents"),
 ])
 def test_relation_text(name, words):
-    from evaluation.baselines import relation_text
+    from lokg.evaluation.baselines import relation_text
 
     assert relation_text(name) == words
 
 
 def test_one_hop_lists_both_directions_in_graph_order(toy):
-    from evaluation.baselines import one_hop
-    from runtime.query import Runtime
+    from lokg.evaluation.baselines import one_hop
+    from lokg.runtime.query import Runtime
 
     rt = Runtime.open(toy[1])
     bob = rt.keys.index("bob_smith")

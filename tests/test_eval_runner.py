@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from evaluation.datasets import Question
-from evaluation.context import CountingLLM, MethodError
-from evaluation.methods import method_names
-from evaluation.metrics import SUMMARY_KEYS, without_latency
-from evaluation.report import markdown_table, plot_accuracy_vs_tokens, render_markdown
-from evaluation.runner import (
+from lokg.evaluation.datasets import Question
+from lokg.evaluation.context import CountingLLM, MethodError
+from lokg.evaluation.methods import method_names
+from lokg.evaluation.metrics import SUMMARY_KEYS, without_latency
+from lokg.evaluation.report import markdown_table, plot_accuracy_vs_tokens, render_markdown
+from lokg.evaluation.runner import (
     PREDICTIONS,
     EvalError,
     Prediction,
@@ -20,7 +20,7 @@ from evaluation.runner import (
     merge_summary,
     read_predictions,
 )
-from runtime.llm import Completion, LLMError
+from lokg.runtime.llm import Completion, LLMError
 
 QUESTIONS = tuple(
     Question(f"q-{i:02d}", f"question number {i} ?", (f"answer_{i}", f"other_{i}"), (f"e{i}",),

@@ -11,21 +11,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from evaluation import baselines
-from evaluation.context import CountingLLM, EvalContext, MethodError
-from evaluation.datasets import DatasetError, Question
-from evaluation.methods import METHODS, make_methods, method_names
-from evaluation.metrics import READING_KEYS, SUMMARY_KEYS, contains_answer, read_scores, \
+from lokg.evaluation import baselines
+from lokg.evaluation.context import CountingLLM, EvalContext, MethodError
+from lokg.evaluation.datasets import DatasetError, Question
+from lokg.evaluation.methods import METHODS, make_methods, method_names
+from lokg.evaluation.metrics import READING_KEYS, SUMMARY_KEYS, contains_answer, read_scores, \
     squad_normalise
-from evaluation.runner import PREDICTIONS, Prediction, evaluate
-from evaluation.text_datasets import READING_SETS, load_reading_file, load_reading_set, \
+from lokg.evaluation.runner import PREDICTIONS, Prediction, evaluate
+from lokg.evaluation.text_datasets import READING_SETS, load_reading_file, load_reading_set, \
     write_corpus
-from runtime.answer import Answer
-from runtime.contract import Build
-from runtime.llm import Completion
-from runtime.llm.none import NoLLM
-from runtime.tokens import count_tokens
-from text.chunking import content_id
+from lokg.runtime.answer import Answer
+from lokg.runtime.contract import Build
+from lokg.runtime.llm import Completion
+from lokg.runtime.llm.none import NoLLM
+from lokg.runtime.tokens import count_tokens
+from lokg.text.chunking import content_id
 
 P1 = {"idx": 0, "title": "Journal of Psychotherapy Integration",
       "paragraph_text": "It is published by the American Psychological Association.",
@@ -409,9 +409,9 @@ def test_eval_documents_asks_each_budget_with_that_budget(tmp_path, monkeypatch)
     methods copy their context per entity mode, so a budget set on the first context after
     the methods were made reached none of them)."""
     from bench import eval_documents
-    from evaluation.datasets import Dataset
-    from evaluation.text_datasets import ReadingSet
-    from runtime.query import Runtime
+    from lokg.evaluation.datasets import Dataset
+    from lokg.evaluation.text_datasets import ReadingSet
+    from lokg.runtime.query import Runtime
 
     rt = DoubleRuntime()
     monkeypatch.setattr(Runtime, "open", classmethod(lambda cls, store: rt))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime import feedback
+from lokg.runtime import feedback
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,7 @@ def test_a_forked_child_writes_its_own_segment(tmp_path):
 
 KILLED_WRITER = """
 import sys
-from runtime import feedback
+from lokg.runtime import feedback
 log = feedback.FeedbackLog(sys.argv[1])
 big = ["m" * 200] * 250  # ~50 KB records: a kill often lands inside a write
 i = 0
@@ -207,7 +207,7 @@ def _log(store: Path) -> list[dict]:
 
 
 def test_a_chain_that_stops_logs_the_missing_fact_and_the_route_says_where(gap_store):
-    from runtime.query import Runtime
+    from lokg.runtime.query import Runtime
 
     rt = Runtime.open(gap_store)
     a = rt.ask("what is the job of edda quist 's wife ?", policy="route")
@@ -226,7 +226,7 @@ def test_a_chain_that_stops_logs_the_missing_fact_and_the_route_says_where(gap_s
 
 
 def test_no_link_logs_the_mentions_and_the_question_only_when_kept(gap_store, tmp_path):
-    from runtime.query import Runtime
+    from lokg.runtime.query import Runtime
 
     rt = Runtime.open(gap_store, feedback_dir=str(tmp_path), feedback_questions=True)
     assert rt.ask("Who founded Zebulon Works in 1901?").status == "no_entity"
@@ -236,7 +236,7 @@ def test_no_link_logs_the_mentions_and_the_question_only_when_kept(gap_store, tm
 
 
 def test_feedback_off_writes_nothing_and_a_broken_log_never_fails_a_query(gap_store, tmp_path):
-    from runtime.query import Runtime
+    from lokg.runtime.query import Runtime
 
     off = Runtime.open(gap_store, feedback=False, feedback_dir=str(tmp_path / "off"))
     assert off.feedback is None and off.ask("Who founded Zebulon Works?").status == "no_entity"
@@ -252,7 +252,7 @@ def test_feedback_list_and_stats_read_the_log_and_report_what_they_skip(tmp_path
 
     from click.testing import CliRunner
 
-    from runtime.cli import cli
+    from lokg.runtime.cli import cli
 
     directory = feedback.log_dir(tmp_path)
     log = feedback.FeedbackLog(directory)
@@ -276,7 +276,7 @@ def test_feedback_list_and_stats_read_the_log_and_report_what_they_skip(tmp_path
 
 
 def test_a_hop_is_missing_only_for_entities_of_the_types_it_starts_from():
-    from runtime.relknow import Facts, HopDomains, inverse_hop
+    from lokg.runtime.relknow import Facts, HopDomains, inverse_hop
 
     # people 0-2 have a profession (relation 0: person -> job 3); 4 is a person without one;
     # 5 is a college: a profession is no gap there; 6 has no types (nothing to tell: a gap)
@@ -292,7 +292,7 @@ def test_a_hop_is_missing_only_for_entities_of_the_types_it_starts_from():
 # ------------------------------------------------------------------ bridge entities
 
 def _answer(answers, candidates, linked=("Decade",), **route):
-    from runtime.answer import Answer
+    from lokg.runtime.answer import Answer
 
     return replace(Answer.empty("ok", "", {}, budget=10, question="Who is the sibling of the "
                                 "performer of Decade?", llm={}, build_id="b1", retrieval="taimr",
@@ -349,7 +349,7 @@ def test_a_malformed_bridge_list_is_not_a_record():
 
 
 def test_the_runtime_logs_the_entities_its_answer_reached(gap_store, tmp_path):
-    from runtime.query import Runtime
+    from lokg.runtime.query import Runtime
 
     rt = Runtime.open(gap_store, feedback_dir=str(tmp_path), feedback_bridges=2)
     a = rt.ask("what is the job of edda quist 's wife ?", policy="route")
@@ -365,7 +365,7 @@ def test_feedback_entities_are_the_ends_only_feedback_triples_have():
     feedback's; a delta triple some passage of the dump states too is not feedback's alone."""
     import pyarrow as pa
 
-    from runtime.feedback import feedback_entities
+    from lokg.runtime.feedback import feedback_entities
 
     lineage = {"s": [1, 3], "r": [0, 0], "o": [2, 4], "chunk_id": ["c9", "c9"],
                "sentence_id": ["s9", "s9"]}
@@ -390,7 +390,7 @@ def test_feedback_entities_are_the_ends_only_feedback_triples_have():
 def test_a_record_lists_the_names_the_question_wrote_that_nothing_linked():
     """The Aschenbrodel question linked only "country" and "composer"; the Durant question's
     link of "state" does not cover "Golden State"; a vector link covers no name."""
-    from runtime.answer import Answer
+    from lokg.runtime.answer import Answer
 
     def answer(question, *links):
         return replace(Answer.empty("ok", "", {}, budget=10, question=question, llm={},
@@ -421,7 +421,7 @@ def test_the_logged_passages_reuse_the_vector_the_query_embedded_for_its_questio
 
     import numpy as np
 
-    from runtime.query import Runtime
+    from lokg.runtime.query import Runtime
 
     encoded = []
 

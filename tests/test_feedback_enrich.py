@@ -13,9 +13,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from runtime.config import load_config
-from runtime.feedback import FeedbackLog, log_dir, read_log
-from text import feedback_enrich as fe
+from lokg.runtime.config import load_config
+from lokg.runtime.feedback import FeedbackLog, log_dir, read_log
+from lokg.text import feedback_enrich as fe
 
 
 def _log(store: Path, *records: dict) -> None:
@@ -324,7 +324,7 @@ def test_a_name_asked_about_takes_the_triples_of_its_qualified_forms():
 def test_a_delta_alias_reaches_the_next_builds_entity(spark, tmp_path):
     """persist → consolidated → ingest: the alias joins the entity's own, and it needs no
     triple of its own (but ingest reads a delta only with one)."""
-    from spark_jobs import ingest as stage
+    from lokg.spark_jobs import ingest as stage
 
     delta = fe.Delta(rows=[{"s_key": "b", "relation": "near", "o_key": "c", "s_name": "B",
                             "o_name": "C", "phrase": "near", "chunk_id": "c1",
@@ -367,7 +367,7 @@ def _openie(path: Path, title: str, triple: list[str]) -> Path:
 
 
 def test_enrichment_reads_its_own_openie_file_when_set_else_the_builds(tmp_path):
-    from text.chunking import content_id
+    from lokg.text.chunking import content_id
 
     sparse = _openie(tmp_path / "sparse.json", "Febaville", ["Febaville", "in", "Nowhere"])
     full = _openie(tmp_path / "full.json", "Febaville", ["Febaville", "country", "Febaland"])
@@ -389,7 +389,7 @@ FAST = ["ingest.format=synth", "transe.epochs=2", "gat.epochs=2", "path_cache.be
 
 
 def refresh_config(dump: Path) -> dict:
-    from pipeline.synth import labelled_overrides
+    from lokg.pipeline.synth import labelled_overrides
 
     return load_config(None, [*FAST, *labelled_overrides(dump)])
 
@@ -401,7 +401,7 @@ def withheld_question(dump: Path) -> tuple[dict, dict]:
 
 
 def answers(store: Path, question: str, **settings) -> list[str]:
-    from runtime.query import Runtime
+    from lokg.runtime.query import Runtime
 
     runtime = Runtime.open(store, **settings)
     try:
@@ -412,9 +412,9 @@ def answers(store: Path, question: str, **settings) -> list[str]:
 
 @pytest.fixture(scope="module")
 def loop(tmp_path_factory):
-    from pipeline.driver import build, run_stage
-    from pipeline.synth import generate
-    from runtime.contract import Store
+    from lokg.pipeline.driver import build, run_stage
+    from lokg.pipeline.synth import generate
+    from lokg.runtime.contract import Store
 
     root = tmp_path_factory.mktemp("feedback-loop")
     dump, store = root / "dump", root / "store"
@@ -452,7 +452,7 @@ def test_refresh_answers_the_question_the_first_build_could_not(loop):
 
 @pytest.mark.slow
 def test_delta_triple_carries_its_feedback_lineage_and_sentence(loop):
-    from runtime.cli import render_summary
+    from lokg.runtime.cli import render_summary
 
     build, edge = loop["second"], loop["edge"]
     (row,) = build.read("feedback_lineage").to_pylist()
@@ -480,9 +480,9 @@ def test_a_gold_off_every_linked_path_is_reached_after_one_refresh(tmp_path):
     question's gold lies on no path from its topic: asking about the names it reached brings
     back at most the first hop a round. The record names the passages nearest the question;
     one enrich + rebuild adds both hops from them, and the answer's context holds the gold."""
-    from pipeline.driver import build
-    from pipeline.synth import generate
-    from runtime.query import Runtime
+    from lokg.pipeline.driver import build
+    from lokg.pipeline.synth import generate
+    from lokg.runtime.query import Runtime
 
     dump, store = tmp_path / "dump", tmp_path / "store"
     generate(dump, n_triples=300, seed=3, n_questions=40, withhold=1)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime import feedback, feedback_llm
-from runtime.llm import base
-from runtime.llm.base import Completion, LLMError
+from lokg.runtime import feedback, feedback_llm
+from lokg.runtime.llm import base
+from lokg.runtime.llm.base import Completion, LLMError
 from tests.test_feedback import _answer, gap_store  # noqa: F401 - the module's fixture
 
 
@@ -88,7 +88,7 @@ def test_a_failed_call_falls_back_too():
 
 def test_only_a_configured_runtime_calls_the_llm_and_logs_its_sub_questions(gap_store, tmp_path,
                                                                            monkeypatch):
-    from runtime.query import Runtime
+    from lokg.runtime.query import Runtime
 
     double = Double('{"missing": [{"entity": "fabio quist", "question": "What is the job of '
                     'fabio quist?"}]}')

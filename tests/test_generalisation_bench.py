@@ -50,7 +50,7 @@ def test_figures_say_what_linking_loses():
 
 def test_set_adds_build_overrides_to_every_store(tmp_path, monkeypatch):
     """``--set entity_encode.model=DIR`` reaches both runs' builds after the step's own."""
-    import evaluation.cli
+    import lokg.evaluation.cli
 
     from bench import generalisation
 

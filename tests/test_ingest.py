@@ -13,8 +13,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from runtime.config import DEFAULTS
-from runtime.contract import TABLE_SCHEMAS, read_table
+from lokg.runtime.config import DEFAULTS
+from lokg.runtime.contract import TABLE_SCHEMAS, read_table
 
 FB = "http://rdf.freebase.com/ns/"
 RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
@@ -33,7 +33,7 @@ def fb(local: str) -> str:
 
 
 def ingest(dump, out: Path, **ingest_cfg) -> dict:
-    from spark_jobs import ingest as stage
+    from lokg.spark_jobs import ingest as stage
 
     config = {"ingest": {**DEFAULTS["ingest"], **ingest_cfg}}
     return stage.run(config, {"dump": str(dump)}, str(out))
@@ -298,7 +298,7 @@ def test_nt_directory_with_gzip_quarantine_per_file(spark, tmp_path):
 
 @pytest.mark.spark
 def test_synth_directory_matches_manifest(spark, tmp_path):
-    synth = pytest.importorskip("pipeline.synth")
+    synth = pytest.importorskip("lokg.pipeline.synth")
     dump = tmp_path / "synth"
     manifest = synth.generate(dump, n_triples=400, seed=3, malformed_rate=0.02, gzip=True,
                               n_questions=5)
@@ -551,7 +551,7 @@ def test_line_numbers_exact_across_splits_and_ids_deterministic(spark, big_tsv, 
 
 @pytest.mark.spark
 def test_ceiling_fails_after_writing_quarantine(spark, tmp_path):
-    from spark_jobs.ingest import IngestError
+    from lokg.spark_jobs.ingest import IngestError
 
     dump = tmp_path / "bad.tsv"
     dump.write_text("a\tr\tb\nnot a triple\nb\tr\tc\n")
@@ -573,7 +573,7 @@ def test_ceiling_fails_after_writing_quarantine(spark, tmp_path):
 
 
 def test_detect_format(tmp_path):
-    from spark_jobs.formats import FormatError, detect_format, resolve
+    from lokg.spark_jobs.formats import FormatError, detect_format, resolve
 
     def make(name: str, files: list[str]) -> Path:
         root = tmp_path / name
@@ -609,7 +609,7 @@ def test_detect_format(tmp_path):
 
 
 def test_unescape_nt():
-    from spark_jobs.formats import unescape_nt
+    from lokg.spark_jobs.formats import unescape_nt
 
     assert unescape_nt(r'a\"b\\c\u00e9\U0001F600\n\t') == 'a"b\\c\u00e9\U0001F600\n\t'
     assert unescape_nt(r"\\U0001F600") == "\\U0001F600"  # an escaped backslash, then text
@@ -684,7 +684,7 @@ def spark_submit(stage: str, store: Path, build_id: str, dump: Path, *extra: str
     import subprocess
     import sys
 
-    from pipeline.driver import stage_script
+    from lokg.pipeline.driver import stage_script
 
     submit = Path(sys.executable).parent / "spark-submit"
     if not submit.exists():

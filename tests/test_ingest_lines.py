@@ -10,11 +10,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.stage import PREVIOUS
-from runtime.config import DEFAULTS
-from spark_jobs import formats as fm
-from spark_jobs import ingest_lines as il
-from spark_jobs.ingest import CHANGE_SET_PARTS
+from lokg.pipeline.stage import PREVIOUS
+from lokg.runtime.config import DEFAULTS
+from lokg.spark_jobs import formats as fm
+from lokg.spark_jobs import ingest_lines as il
+from lokg.spark_jobs.ingest import CHANGE_SET_PARTS
 
 #: Lines every parser must classify as Spark does: fields, spaces, tabs, comments, a type
 #: assertion, a byte-order mark, bytes that are not UTF-8 (and one such comment), a '|'.
@@ -35,7 +35,7 @@ def write_lines(path: Path, lines: list[bytes], newline: bytes = b"\n") -> Path:
 @pytest.mark.spark
 @pytest.mark.parametrize("parser", fm.LINE_PARSERS)
 def test_python_line_rules_equal_the_spark_parse(spark, tmp_path, parser):
-    from spark_jobs.ingest import _number_lines
+    from lokg.spark_jobs.ingest import _number_lines
 
     files = (write_lines(tmp_path / "lf.txt", TRICKY),
              write_lines(tmp_path / "crlf.txt", TRICKY[::-1], b"\r\n"),
@@ -59,7 +59,7 @@ def _used(row: tuple) -> tuple:
 
 def ingest(dump: Path, out: Path, previous: Path | None = None, **cfg) -> dict:
     """One ingest of ``dump`` into ``out``; ``previous``: a refresh of that earlier run."""
-    from spark_jobs import ingest as stage
+    from lokg.spark_jobs import ingest as stage
 
     inputs = {"dump": str(dump)}
     if previous is not None:
@@ -157,7 +157,7 @@ def test_a_refresh_on_the_driver_equals_a_full_spark_ingest(base_build, tmp_path
 @pytest.mark.spark
 def test_a_refresh_over_the_malformed_ceiling_fails_on_the_driver_after_its_quarantine(
         base_build, tmp_path):
-    from spark_jobs.ingest import IngestError
+    from lokg.spark_jobs.ingest import IngestError
 
     _, first = base_build
     bad = [f"broken line {i}" for i in range(5)]  # 7 of 24 lines malformed: above 0.2
@@ -170,7 +170,7 @@ def test_a_refresh_over_the_malformed_ceiling_fails_on_the_driver_after_its_quar
 
 
 def test_the_driver_path_says_why_not(tmp_path):
-    from spark_jobs.ingest import _parsed_lines
+    from lokg.spark_jobs.ingest import _parsed_lines
 
     nt = write_lines(tmp_path / "kg.nt", [b"<a> <b> <c> ."])
     tsv = write_lines(tmp_path / "kb.tsv", [b"a\tr\tb"])
@@ -183,7 +183,7 @@ def test_the_driver_path_says_why_not(tmp_path):
 
 
 def test_a_truncated_gzip_leaves_the_file_to_the_spark_ingest_and_its_error(tmp_path):
-    from spark_jobs.ingest import _parsed_lines
+    from lokg.spark_jobs.ingest import _parsed_lines
 
     whole = gzip.compress(b"a\tr\tb\n" * 1000)
     (tmp_path / "kb.tsv.gz").write_bytes(whole[:len(whole) // 2])

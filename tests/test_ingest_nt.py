@@ -11,10 +11,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from runtime.config import DEFAULTS
-from spark_jobs import formats as fm
-from spark_jobs import ingest_lines as il
-from spark_jobs import ingest_nt as nt
+from lokg.runtime.config import DEFAULTS
+from lokg.spark_jobs import formats as fm
+from lokg.spark_jobs import ingest_lines as il
+from lokg.spark_jobs import ingest_nt as nt
 from tests.test_ingest import NT_LINES, fb
 
 #: Lines beyond the golden file: a byte-order mark, bytes that are not UTF-8 (in a statement
@@ -31,7 +31,7 @@ EXTRA = [b"\xef\xbb\xbf" + NT_LINES[16].encode(), fb("m.0x").encode() + b" " +
 
 
 def ingest(dump: Path, out: Path, **cfg) -> dict:
-    from spark_jobs import ingest as stage
+    from lokg.spark_jobs import ingest as stage
 
     config = {"ingest": {**DEFAULTS["ingest"], "format": "nt", "max_malformed_share": 0.2,
                          **cfg}}
@@ -51,7 +51,7 @@ def schema(result: dict, table: str):
 def dump(tmp_path_factory) -> Path:
     """Generator data (malformed lines, names in languages, types) as plain N-Triples, the
     golden lines gzipped, and odd lines with CRLF ends, in one N-Triples directory."""
-    from pipeline.synth import generate
+    from lokg.pipeline.synth import generate
 
     root = tmp_path_factory.mktemp("nt_driver")
     generate(root / "gen", n_triples=3000, seed=4, n_questions=0, malformed_rate=0.01)
@@ -65,7 +65,7 @@ def dump(tmp_path_factory) -> Path:
 
 @pytest.mark.spark
 def test_the_driver_tables_equal_the_spark_ingest(spark, dump, tmp_path, monkeypatch):
-    from spark_jobs import ingest as stage
+    from lokg.spark_jobs import ingest as stage
 
     by_spark = ingest(dump, tmp_path / "spark", driver_max_nt_mb=0)
 
@@ -143,7 +143,7 @@ def pa_lines(lines: list[bytes]):
     (f"{fb('m.01')} {fb('a.b')} {fb('m.02')} .\u2028", "U+2028"),
 ])
 def test_what_the_driver_would_parse_otherwise_is_left_to_spark(tmp_path, line, why):
-    from spark_jobs.ingest import _parsed_lines
+    from lokg.spark_jobs.ingest import _parsed_lines
 
     path = tmp_path / "kg.nt"
     path.write_text(f"{NT_LINES[12]}\n{line}\n", encoding="utf-8")
@@ -152,7 +152,7 @@ def test_what_the_driver_would_parse_otherwise_is_left_to_spark(tmp_path, line, 
 
 
 def test_settings_and_plans_the_driver_does_not_read(tmp_path):
-    from spark_jobs.ingest import _parsed_lines
+    from lokg.spark_jobs.ingest import _parsed_lines
 
     path = tmp_path / "kg.nt"
     path.write_text(NT_LINES[12] + "\n", encoding="utf-8")
@@ -170,7 +170,7 @@ def test_settings_and_plans_the_driver_does_not_read(tmp_path):
 def test_the_malformed_ceiling_is_kept_on_the_driver(tmp_path, monkeypatch):
     """More malformed lines than the ceiling fail the stage after the quarantine is written,
     in (file, line) order — with no Spark session."""
-    from spark_jobs import ingest as stage
+    from lokg.spark_jobs import ingest as stage
 
     monkeypatch.setattr(stage, "get_spark", lambda *_: pytest.fail("a Spark session"))
     path = tmp_path / "kg.nt"

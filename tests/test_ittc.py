@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime import ittc
-from runtime.ittc import (
+from lokg.runtime import ittc
+from lokg.runtime.ittc import (
     BETA,
     ENTROPY_FLOOR,
     GRANULARITIES,
@@ -30,7 +30,7 @@ from runtime.ittc import (
     solve_mckp,
     triple_values,
 )
-from runtime.tokens import count_tokens, get_encoding
+from lokg.runtime.tokens import count_tokens, get_encoding
 
 
 

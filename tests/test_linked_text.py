@@ -9,9 +9,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from runtime.cli import cli
-from runtime.config import load_config
-from runtime.query import Runtime
+from lokg.runtime.cli import cli
+from lokg.runtime.config import load_config
+from lokg.runtime.query import Runtime
 
 pytestmark = pytest.mark.spark
 
@@ -22,8 +22,8 @@ FAST = ["ingest.format=synth", "transe.epochs=2", "gat.epochs=2", "path_cache.be
 
 @pytest.fixture(scope="module")
 def linked(tmp_path_factory, spark):
-    from pipeline.driver import build
-    from pipeline.synth import generate, labelled_overrides
+    from lokg.pipeline.driver import build
+    from lokg.pipeline.synth import generate, labelled_overrides
 
     root = tmp_path_factory.mktemp("linked-text")
     dump = root / "dump"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.linker import Link, Linker, common_nouns, spelled_topics, surface_forms
+from lokg.runtime.linker import Link, Linker, common_nouns, spelled_topics, surface_forms
 
 FORMS = [(0, "country"), (1, "Bubye River"), (2, "Publix"), (3, "state"), (4, "1990"),
          (5, "rock")]
@@ -76,7 +76,7 @@ def test_the_runtime_tries_the_vector_fallback_before_a_feedback_common_noun():
 
     import numpy as np
 
-    from runtime.query import Runtime
+    from lokg.runtime.query import Runtime
 
     def runtime(linker, nearest):
         return SimpleNamespace(
@@ -139,7 +139,7 @@ def test_a_top_candidates_qualified_forms_bring_their_triples_into_the_candidate
     New Brunswick, Canada" — a split bridge, whose other name's triples hold the next hop."""
     from types import SimpleNamespace
 
-    from runtime.query import Runtime
+    from lokg.runtime.query import Runtime
 
     names = ["Meehan Bonnar", "Fredericton, New Brunswick", "Fredericton, New Brunswick, Canada",
              "Diocese of Fredericton", "Boston Bruins", "cathedral of Boston Bruins"]

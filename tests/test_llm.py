@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from runtime.llm import (
+from lokg.runtime.llm import (
     BACKENDS,
     LLM,
     Completion,
@@ -22,9 +22,9 @@ from runtime.llm import (
     make_llm,
     register_backend,
 )
-from runtime.llm.none import NoLLM
-from runtime.llm.openai import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, OpenAICompatible
-from runtime.tokens import count_tokens
+from lokg.runtime.llm.none import NoLLM
+from lokg.runtime.llm.openai import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, OpenAICompatible
+from lokg.runtime.tokens import count_tokens
 from tests.helpers import ok_body
 
 SLACK = 0.5  # seconds of scheduling slack on a loaded 2-core machine
@@ -367,7 +367,7 @@ def test_factory_names_and_errors(server):
 
 
 def test_register_backend(monkeypatch):
-    monkeypatch.setattr("runtime.llm.base.BACKENDS", dict(BACKENDS))
+    monkeypatch.setattr("lokg.runtime.llm.base.BACKENDS", dict(BACKENDS))
 
     class Echo(NoLLM):
         pass
@@ -382,7 +382,7 @@ def test_register_backend(monkeypatch):
 
 
 def test_local_model_threads_come_from_the_environment(monkeypatch):
-    from runtime.llm import local as local_llm
+    from lokg.runtime.llm import local as local_llm
 
     monkeypatch.setenv(local_llm.ENV_THREADS, "1")
     assert local_llm.default_threads() == 1
@@ -394,7 +394,7 @@ def test_local_model_threads_come_from_the_environment(monkeypatch):
 
 
 def _local_engine_or_skip() -> str:
-    from runtime.llm import local as local_llm
+    from lokg.runtime.llm import local as local_llm
 
     try:
         return local_llm.engine_name()
@@ -403,7 +403,7 @@ def _local_engine_or_skip() -> str:
 
 
 def test_the_local_engine_comes_from_the_environment(monkeypatch):
-    from runtime.llm import local as local_llm
+    from lokg.runtime.llm import local as local_llm
 
     monkeypatch.setenv(local_llm.ENV_ENGINE, "vllm")
     with pytest.raises(LLMConfigError, match="LOKG_LOCAL_ENGINE='vllm'"):
@@ -413,7 +413,7 @@ def test_the_local_engine_comes_from_the_environment(monkeypatch):
 
 
 def test_the_choice_grammar_escapes_and_refuses_no_choice():
-    from runtime.llm.local import _choice_grammar
+    from lokg.runtime.llm.local import _choice_grammar
 
     assert _choice_grammar(['a"b', "c\\d", "a\"b", ""]) == 'root ::= "a\\"b" | "c\\\\d"'
     with pytest.raises(LLMError, match="no non-empty choice"):
@@ -423,7 +423,7 @@ def test_the_choice_grammar_escapes_and_refuses_no_choice():
 def test_the_local_model_stops_at_its_timeout():
     """The deadline is checked on every streamed token, through either binding's stream."""
     _local_engine_or_skip()
-    from runtime.llm.local import LocalLlama
+    from lokg.runtime.llm.local import LocalLlama
 
     with pytest.raises(LLMError, match="timeout") as err:
         LocalLlama(threads=1, timeout=1e-6).complete("Count to fifty.", max_tokens=64)
@@ -434,7 +434,7 @@ def test_the_local_models_grammar_allows_only_the_choices():
     """The real SmolLM2 through llama.cpp, a forced choice among awkward names (quotes,
     backslashes, non-ASCII): whatever it prefers, it writes exactly one of them."""
     _local_engine_or_skip()
-    from runtime.llm.local import LocalLlama
+    from lokg.runtime.llm.local import LocalLlama
 
     choices = ['Paris', 'Saint-Étienne', 'The "Big" Apple', 'C:\\Temp', 'Rome']
     reply = LocalLlama(threads=1).complete(
@@ -448,8 +448,8 @@ def test_the_local_model_writes_the_feedback_json_shape_under_its_grammar():
     """runtime/feedback_llm.py's GBNF grammar through the real SmolLM2: the reply parses as
     the sub-question list whatever the model makes of the question (it cannot write prose)."""
     _local_engine_or_skip()
-    from runtime.feedback_llm import GRAMMAR, SYSTEM, parse
-    from runtime.llm.local import LocalLlama
+    from lokg.runtime.feedback_llm import GRAMMAR, SYSTEM, parse
+    from lokg.runtime.llm.local import LocalLlama
 
     local = LocalLlama(threads=1)
     with pytest.raises(LLMError, match="not both"):

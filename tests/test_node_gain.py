@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from runtime.contract import TABLE_SCHEMAS, read_table, write_table
-from pipeline.stage import StageError
-from runtime.taimr import EdgeGraph, uniform_edges
+from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
+from lokg.pipeline.stage import StageError
+from lokg.runtime.taimr import EdgeGraph, uniform_edges
 
 CONFIG = {"spark": {"master": "local[2]", "shuffle_partitions": 4}}
 
@@ -46,7 +46,7 @@ def path(request) -> str:
 
 
 def run_stage(tmp: Path, inputs: dict, path: str) -> tuple[pa.Table, dict]:
-    from spark_jobs import node_gain
+    from lokg.spark_jobs import node_gain
 
     limit = PATHS[path]
     config = {**CONFIG, "node_gain": {} if limit is None else {"driver_max_triples": limit}}
@@ -142,7 +142,7 @@ def test_a_refresh_recomputes_the_changed_endpoints_and_equals_a_full_run(spark,
 
 def previous_of(old: Path, old_inputs: dict) -> dict:
     """The ``previous:`` inputs of a refresh after a run of ``old_inputs`` under ``old``."""
-    from pipeline.stage import PREVIOUS
+    from lokg.pipeline.stage import PREVIOUS
 
     previous = {PREVIOUS + n: old_inputs[n] for n in ("entities", "relations", "triples")}
     return {**previous, PREVIOUS + "node_gain": str(old / "out" / "node_gain.parquet")}
@@ -222,7 +222,7 @@ def strict_log1p_arguments() -> np.ndarray:
 
 
 def test_strict_log1p_is_fdlibms_log1p_within_an_ulp_of_numpys():
-    from spark_jobs.node_gain_driver import strict_log1p
+    from lokg.spark_jobs.node_gain_driver import strict_log1p
 
     x = strict_log1p_arguments()
     ours, theirs = strict_log1p(x), np.log1p(x.astype(np.float64))
@@ -237,7 +237,7 @@ def test_strict_log1p_equals_sparks_log1p_bit_for_bit(spark, tmp_path):
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
-    from spark_jobs.node_gain_driver import strict_log1p
+    from lokg.spark_jobs.node_gain_driver import strict_log1p
 
     x = strict_log1p_arguments()
     pq.write_table(pa.table({"x": x}), tmp_path / "x.parquet")
@@ -253,7 +253,7 @@ def test_strict_log1p_equals_sparks_log1p_bit_for_bit(spark, tmp_path):
 def test_the_driver_path_equals_the_spark_path_and_starts_no_spark(spark, tmp_path, monkeypatch):
     """A random graph, full and refreshed: both paths write the same rows, bits and schema,
     and the driver path asks for no Spark session (one asked for fails the test)."""
-    from spark_jobs import session
+    from lokg.spark_jobs import session
 
     rng = np.random.default_rng(3)
     before = random_triples(rng, 400, 7, 3000)

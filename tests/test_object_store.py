@@ -20,11 +20,11 @@ from click.testing import CliRunner
 
 from bench.load import run_load
 from bench.s3_server import free_port, loopback_s3
-from runtime.cli import cli
-from runtime.contract import Store, StoreError
-from runtime import object_store
-from runtime.object_store import RemoteStore
-from runtime.query import Runtime
+from lokg.runtime.cli import cli
+from lokg.runtime.contract import Store, StoreError
+from lokg.runtime import object_store
+from lokg.runtime.object_store import RemoteStore
+from lokg.runtime.query import Runtime
 from tests.helpers import assert_clean_error
 from tests.test_contract import _publish
 from tests.test_query import make_store
@@ -92,7 +92,7 @@ def test_publish_open_verify_and_reuse_the_cache(url, tmp_path, monkeypatch):
         cached = rt.build.path
     assert cached.is_relative_to(tmp_path / "cache") and (cached / "manifest.json").is_file()
     downloads = []
-    monkeypatch.setattr("runtime.object_store.Bucket.download",
+    monkeypatch.setattr("lokg.runtime.object_store.Bucket.download",
                         lambda *a: downloads.append(a))
     with Runtime.open(url) as rt:  # intact copy reused: nothing downloaded
         assert rt.build.path == cached
@@ -303,7 +303,7 @@ def test_a_process_exiting_with_a_runtime_open_releases_its_pin(url, tmp_path):
 
 def test_building_or_publishing_into_a_url_is_refused_with_the_way_to_push(tmp_path,
                                                                           monkeypatch):
-    from pipeline.cli import cli as lokg
+    from lokg.pipeline.cli import cli as lokg
 
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(lokg, ["publish", "--store", "s3://b/p", "--build-id", "b1"])

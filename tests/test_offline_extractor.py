@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from pipeline.stage import StageError
-from runtime.config import DEFAULTS, ConfigError, check_config
-from text.extractors import ChunkExtractionError, make_extractor
+from lokg.pipeline.stage import StageError
+from lokg.runtime.config import DEFAULTS, ConfigError, check_config
+from lokg.text.extractors import ChunkExtractionError, make_extractor
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime import onnx_bert
-from runtime.encoder import resolve_model
-from runtime.numpy_bert import NumpyBertEncoder, NumpyEncoderError, UnsupportedModelError
-from runtime.onnx_bert import OnnxBertEncoder, exported_model
-from runtime.question_encoder import query_encoder
-from training.onnx_export import export
+from lokg.runtime import onnx_bert
+from lokg.runtime.encoder import resolve_model
+from lokg.runtime.numpy_bert import NumpyBertEncoder, NumpyEncoderError, UnsupportedModelError
+from lokg.runtime.onnx_bert import OnnxBertEncoder, exported_model
+from lokg.runtime.question_encoder import query_encoder
+from lokg.training.onnx_export import export
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from pipeline.stage import StageError
-from runtime.config import DEFAULTS
-from runtime.llm.openai import ENV_API_KEY
+from lokg.pipeline.stage import StageError
+from lokg.runtime.config import DEFAULTS
+from lokg.runtime.llm.openai import ENV_API_KEY
 from tests.helpers import ok_body
-from text.extractors import ChunkExtractionError, make_extractor
-from text.openai_extractor import (
+from lokg.text.extractors import ChunkExtractionError, make_extractor
+from lokg.text.openai_extractor import (
     SYSTEM_PROMPT,
     MalformedReply,
     OpenAIExtractor,

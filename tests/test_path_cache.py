@@ -12,9 +12,9 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
-from runtime.contract import TABLE_SCHEMAS, read_table, write_table
-from pipeline.stage import StageError
-from runtime.taimr import EdgeGraph, paths_table, top_paths, uniform_edges
+from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
+from lokg.pipeline.stage import StageError
+from lokg.runtime.taimr import EdgeGraph, paths_table, top_paths, uniform_edges
 from tests.test_node_gain import CONFIG, write_inputs
 
 SEARCH = {"max_hops": 3, "k_top": 4, "beam_width": 8, "lambda_topo": 1.0}
@@ -28,8 +28,8 @@ def config(**path_cache) -> dict:
 def graph_inputs(spark, tmp_path_factory):
     """A synthetic dump (with questions.jsonl) → entities/relations/triples → node_gain (the
     real stage) and uniform-attention edges: the inputs path_cache gets in a build."""
-    from pipeline.synth import generate
-    from spark_jobs import node_gain
+    from lokg.pipeline.synth import generate
+    from lokg.spark_jobs import node_gain
 
     root = tmp_path_factory.mktemp("path_cache")
     dump = root / "dump"
@@ -54,7 +54,7 @@ def graph_inputs(spark, tmp_path_factory):
 
 
 def run_stage(inputs: dict, out: Path, **path_cache) -> dict:
-    from spark_jobs import path_cache as stage
+    from lokg.spark_jobs import path_cache as stage
 
     return stage.run(config(**path_cache), inputs, str(out))
 
@@ -160,7 +160,7 @@ def test_bad_settings_and_inputs_are_refused(graph_inputs, tmp_path):
 def _changed_graph(old: dict, root: Path, drop: int, moved_edge: int) -> dict:
     """``old``'s inputs with ``drop`` quiet triples removed (node_gain rerun, uniform α) and
     the α of edge ``moved_edge`` multiplied by 50: a retrained α on one edge only."""
-    from spark_jobs import node_gain
+    from lokg.spark_jobs import node_gain
 
     triples = read_table(Path(old["triples"]), "triples")
     s, o = triples["s"].to_numpy(), triples["o"].to_numpy()
@@ -200,8 +200,8 @@ def test_a_refresh_searches_the_heads_near_a_change_and_equals_a_full_run(graph_
     node are searched anew, the others copied, and every bucket equals a full run's row for
     row. Some head two hops from every changed node gets other paths here (checked with
     top_paths directly), so a touched set walked one hop back instead of two fails."""
-    from pipeline.stage import PREVIOUS
-    from spark_jobs import path_cache as stage
+    from lokg.pipeline.stage import PREVIOUS
+    from lokg.spark_jobs import path_cache as stage
 
     monkeypatch.setattr(stage, "PARTIAL_MAX_SHARE", 1.0)  # partial however many are touched
     old = graph_inputs["inputs"]
@@ -230,7 +230,7 @@ def test_a_refresh_searches_the_heads_near_a_change_and_equals_a_full_run(graph_
 
 
 def test_a_refresh_of_unchanged_edges_copies_every_head(graph_inputs, built, tmp_path):
-    from pipeline.stage import PREVIOUS
+    from lokg.pipeline.stage import PREVIOUS
 
     inputs = graph_inputs["inputs"]
     previous = {PREVIOUS + n: inputs[n] for n in ("edges", "node_gain", "entities")}
@@ -244,7 +244,7 @@ def test_a_refresh_of_unchanged_edges_copies_every_head(graph_inputs, built, tmp
 def _without_entity(old: dict, root: Path, gone: int) -> dict:
     """``old``'s inputs with entity ``gone`` and its triples removed, renumbered as ingest
     numbers (rank in key order: every id above it one lower), node_gain rerun, uniform α."""
-    from spark_jobs import node_gain
+    from lokg.spark_jobs import node_gain
 
     entities = read_table(Path(old["entities"]), "entities")
     kept = entities.filter(pc.not_equal(entities["id"], gone))
@@ -267,8 +267,8 @@ def test_a_refresh_that_shifts_the_ids_moves_the_copied_rows_and_equals_a_full_r
         graph_inputs, built, tmp_path, monkeypatch):
     """An entity with a low id removed: every id above it shifts down, so each copied row's
     head, nodes and bucket move — copied as they were, the buckets differ from a full run's."""
-    from pipeline.stage import PREVIOUS
-    from spark_jobs import path_cache as stage
+    from lokg.pipeline.stage import PREVIOUS
+    from lokg.spark_jobs import path_cache as stage
 
     monkeypatch.setattr(stage, "PARTIAL_MAX_SHARE", 1.0)  # partial however many are touched
     old = graph_inputs["inputs"]
@@ -302,9 +302,9 @@ def test_the_spark_path_writes_the_driver_paths_buckets(graph_inputs, built, tmp
     workers; at the default, in this process, asking for no Spark session (one asked for fails
     the test). Both write the same bucket files row for row and the same report — a full run
     and a partial refresh of a changed graph."""
-    from pipeline.stage import PREVIOUS
-    from spark_jobs import path_cache as stage
-    from spark_jobs import session
+    from lokg.pipeline.stage import PREVIOUS
+    from lokg.spark_jobs import path_cache as stage
+    from lokg.spark_jobs import session
 
     monkeypatch.setattr(stage, "PARTIAL_MAX_SHARE", 1.0)
     old = graph_inputs["inputs"]

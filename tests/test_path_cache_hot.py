@@ -12,9 +12,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.stage import StageError
-from runtime.contract import TABLE_SCHEMAS, Store, read_table
-from runtime.taimr import EdgeGraph
+from lokg.pipeline.stage import StageError
+from lokg.runtime.contract import TABLE_SCHEMAS, Store, read_table
+from lokg.runtime.taimr import EdgeGraph
 from tests.test_path_cache import config, expected_bucket, graph_inputs, run_stage  # noqa: F401
 
 BUCKETS = 4
@@ -23,9 +23,9 @@ BUCKETS = 4
 def select(inputs: dict, **path_cache) -> tuple[list[int], dict, int]:
     """The stage's head selection alone: (heads in id order, report facts, all heads) — the
     Spark path's and the driver's (``path_cache_driver``), which must agree, errors included."""
-    from spark_jobs import path_cache as stage
-    from spark_jobs import path_cache_driver
-    from spark_jobs.session import get_spark
+    from lokg.spark_jobs import path_cache as stage
+    from lokg.spark_jobs import path_cache_driver
+    from lokg.spark_jobs.session import get_spark
 
     cfg = stage.settings(config(**path_cache))
     paths = (Path(inputs["edges"]), Path(inputs["node_gain"]), Path(inputs["entities"]))
@@ -170,7 +170,7 @@ def test_bad_hot_set_settings_are_refused_naming_key_and_value(graph_inputs, tmp
 
 def publish(inputs: dict, result: dict, root: Path):
     """A store of the graph and this path_cache; its Runtime."""
-    from runtime.query import Runtime
+    from lokg.runtime.query import Runtime
 
     tables = {n: Path(inputs[n])
               for n in ("entities", "relations", "triples", "edges", "node_gain")}

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from bench import path_cache_stability as stab
-from runtime.contract import TABLE_SCHEMAS
+from lokg.runtime.contract import TABLE_SCHEMAS
 
 
 def cache_rows(paths: list[tuple[int, list[int], list[bool], list[int]]]) -> pa.Table:

@@ -16,12 +16,12 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from pipeline import driver as pipeline
-from pipeline.registry import Stage
-from runtime import contract
-from pipeline.cli import cli
-from runtime.config import load_config
-from runtime.contract import Store, StoreError
+from lokg.pipeline import driver as pipeline
+from lokg.pipeline.registry import Stage
+from lokg.runtime import contract
+from lokg.pipeline.cli import cli
+from lokg.runtime.config import load_config
+from lokg.runtime.contract import Store, StoreError
 from tests.test_contract import _stage_tables
 
 

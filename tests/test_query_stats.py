@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from runtime import ittc
-from runtime.contract import Build, StoreError
-from runtime.query import Runtime
-from runtime.query_stats import QUERY_STATS_FILE, query_stats
+from lokg.runtime import ittc
+from lokg.runtime.contract import Build, StoreError
+from lokg.runtime.query import Runtime
+from lokg.runtime.query_stats import QUERY_STATS_FILE, query_stats
 from tests.test_query import RELATIONS, TRIPLES, make_store
 
 QUESTION = "Who directed the sequel of The Long Road?"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.question_text import (PLACEHOLDER, head_spans, hop_runs, mask_topic,
+from lokg.runtime.question_text import (PLACEHOLDER, head_spans, hop_runs, mask_topic,
                                    relation_texts)
 
 

@@ -13,12 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet  # noqa: F401 (pa.parquet)
 import pytest
 
-from pipeline import driver as pipeline
-from pipeline.refresh import content_hash
-from pipeline.stage import PREVIOUS
-from runtime import contract
-from runtime.config import load_config
-from runtime.contract import Store
+from lokg.pipeline import driver as pipeline
+from lokg.pipeline.refresh import content_hash
+from lokg.pipeline.stage import PREVIOUS
+from lokg.runtime import contract
+from lokg.runtime.config import load_config
+from lokg.runtime.contract import Store
 
 
 class Killed(BaseException):
@@ -217,7 +217,7 @@ def test_a_rerun_writing_other_rows_keeps_its_own_hash_and_its_readers_rerun(tmp
 
 
 def test_same_rows_ignores_row_order_and_files_but_not_content(tmp_path):
-    from pipeline.refresh import same_rows
+    from lokg.pipeline.refresh import same_rows
 
     table = pa.table({"id": [0, 1, 2], "aliases": [["x"], [], ["y", "z"]]})
     contract.write_table("entity_ids", pa.table({"row": [0], "id": [0]}), tmp_path / "o.parquet")
@@ -236,7 +236,7 @@ def test_same_rows_ignores_row_order_and_files_but_not_content(tmp_path):
 
 
 def test_row_digest_is_order_free_but_sees_every_cell_and_where_it_is(tmp_path, monkeypatch):
-    from pipeline.refresh import row_digest, same_rows
+    from lokg.pipeline.refresh import row_digest, same_rows
 
     table = pa.table({"id": [0, 1, 2, 2], "name": ["a", None, "c", "c"],
                       "score": [0.5, 1.5, float("nan"), float("nan")],
@@ -317,7 +317,7 @@ def test_publish_retry_after_a_crash_before_caching_moves_the_staging(tmp_path, 
 def test_store_show_says_how_each_stage_was_made(tmp_path, stages):
     from click.testing import CliRunner
 
-    from pipeline.cli import cli
+    from lokg.pipeline.cli import cli
 
     store, dump = Store(tmp_path / "store"), write_dump(tmp_path / "dump", ["a", "b"])
     build(store, "b1", dump)
@@ -338,7 +338,7 @@ def test_store_show_says_how_each_stage_was_made(tmp_path, stages):
 def test_store_show_prints_what_a_refresh_changed(tmp_path, stages):
     from click.testing import CliRunner
 
-    from pipeline.cli import cli
+    from lokg.pipeline.cli import cli
 
     store = Store(tmp_path / "store")
     build(store, "b1", write_dump(tmp_path / "d1", ["a", "b", "c"]))
@@ -354,7 +354,7 @@ def test_store_show_prints_what_a_refresh_changed(tmp_path, stages):
 def test_lokg_build_refreshes_unless_full(tmp_path, monkeypatch, flags, mode):
     from click.testing import CliRunner
 
-    from pipeline.cli import cli
+    from lokg.pipeline.cli import cli
 
     seen = {}
 

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from pipeline import driver as pipeline
-from pipeline.cli import cli
-from pipeline.refresh import DETERMINISTIC_TABLES
-from runtime.config import load_config
-from runtime.contract import Store
-from pipeline.dump_edit import edit_synth_dump
+from lokg.pipeline import driver as pipeline
+from lokg.pipeline.cli import cli
+from lokg.pipeline.refresh import DETERMINISTIC_TABLES
+from lokg.runtime.config import load_config
+from lokg.runtime.contract import Store
+from lokg.pipeline.dump_edit import edit_synth_dump
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -33,7 +33,7 @@ def spark_requests(monkeypatch) -> list[str]:
     given): ``get_spark`` wrapped in ``spark_jobs.session`` and wherever it was imported."""
     import sys
 
-    from spark_jobs import session
+    from lokg.spark_jobs import session
 
     asked: list[str] = []
     real = session.get_spark
@@ -68,7 +68,7 @@ def rows(built, table: str) -> list:
 
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory):
-    from pipeline.synth import generate
+    from lokg.pipeline.synth import generate
 
     root = tmp_path_factory.mktemp("refresh-build")
     generate(root / "d1", n_triples=400, seed=3, n_questions=0)
@@ -192,7 +192,7 @@ def test_a_small_refresh_asks_no_stage_for_a_spark_session(tmp_path, monkeypatch
     """A TSV dump (ingest's line store reads it) refreshed after a small edit: ingest,
     entity_types, relation_stats, scos_merge, node_gain and path_cache run on the driver:
     no stage asks for a Spark session."""
-    from pipeline.synth import generate
+    from lokg.pipeline.synth import generate
 
     generate(tmp_path / "synth", n_triples=400, seed=3, n_questions=0)
     lines = (tmp_path / "synth" / "kg.tsv").read_text(encoding="utf-8").splitlines()

@@ -18,10 +18,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pipeline.stage import PREVIOUS  # noqa: E402
-from runtime.contract import TABLE_SCHEMAS, read_table, write_table  # noqa: E402
-from training import gat, transe  # noqa: E402
-from training.warm_start import match_by_key  # noqa: E402
+from lokg.pipeline.stage import PREVIOUS  # noqa: E402
+from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table  # noqa: E402
+from lokg.training import gat, transe  # noqa: E402
+from lokg.training.warm_start import match_by_key  # noqa: E402
 
 #: two relations that share their pairs and one more: enough graph for a few epochs
 RELATIONS = ["film.director", "film.directed_by", "film.genre"]
@@ -149,7 +149,7 @@ GAT = {"gat": {"layers": 1, "heads": 2, "hidden": 4}}
 
 
 def test_gat_warm_state_carries_relation_rows_by_name(tmp_path):
-    from runtime.config import section
+    from lokg.runtime.config import section
 
     cfg = section(GAT, "gat")
     saved = gat.build_model(6, 3, 3, cfg).state_dict()
@@ -176,7 +176,7 @@ def test_gat_warm_state_carries_relation_rows_by_name(tmp_path):
 
 
 def test_refresh_epochs_are_checked_config():
-    from runtime.config import ConfigError, check_config
+    from lokg.runtime.config import ConfigError, check_config
 
     for section_name in ("transe", "gat"):
         check_config({section_name: {"refresh_epochs": 0}})
@@ -196,8 +196,8 @@ GOLD_ATTENTION_TOLERANCE = 0.10
 
 def staged(store: Path, build_id: str, stage: str) -> dict:
     """A stage's record in a build stopped before publishing (``--until``)."""
-    from pipeline.driver import STAGE_RECORD
-    from runtime.contract import Store
+    from lokg.pipeline.driver import STAGE_RECORD
+    from lokg.runtime.contract import Store
 
     return json.loads((Store(store).staging_dir(build_id) / stage / STAGE_RECORD).read_text())
 
@@ -205,7 +205,7 @@ def staged(store: Path, build_id: str, stage: str) -> dict:
 def merge_groups(store: Path, build_id: str) -> list[list[str]]:
     """The relations SCOS merged, as sorted groups of names (a published build's, or a
     stopped one's)."""
-    from runtime.contract import Store
+    from lokg.runtime.contract import Store
 
     if build_id in Store(store).build_ids():
         rows = Store(store).build(build_id).read("relation_map")
@@ -222,10 +222,10 @@ def warm_and_full(tmp_path_factory, spark):
     """20k synthetic triples (planted synonyms, training questions) built and published; the
     dump with 1 % of its triples changed (100 removed, 100 added) refreshed into the same
     store and built in full into another, both up to gat."""
-    from pipeline import driver as pipeline
-    from pipeline.synth import generate
-    from runtime.config import load_config
-    from pipeline.dump_edit import edit_synth_dump
+    from lokg.pipeline import driver as pipeline
+    from lokg.pipeline.synth import generate
+    from lokg.runtime.config import load_config
+    from lokg.pipeline.dump_edit import edit_synth_dump
 
     root = tmp_path_factory.mktemp("warm-quality")
     generate(root / "d1", n_triples=20_000, seed=7, n_questions=200)
@@ -292,7 +292,7 @@ def test_transe_refresh_keeps_the_previous_vectors_while_their_loss_holds(tmp_pa
 
 
 def test_transe_refresh_loss_margin_is_checked_config():
-    from runtime.config import ConfigError, check_config
+    from lokg.runtime.config import ConfigError, check_config
 
     check_config({"transe": {"refresh_loss_margin": None}})
     with pytest.raises(ConfigError, match="transe.refresh_loss_margin"):

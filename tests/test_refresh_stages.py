@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.stage import PREVIOUS
-from runtime.config import load_config
-from runtime.contract import read_table
-from pipeline.dump_edit import edit_synth_dump
+from lokg.pipeline.stage import PREVIOUS
+from lokg.runtime.config import load_config
+from lokg.runtime.contract import read_table
+from lokg.pipeline.dump_edit import edit_synth_dump
 
 pytestmark = pytest.mark.spark
 
@@ -21,7 +21,7 @@ CORE = ("entities", "relations", "triples")
 
 
 def ingest(dump: Path, out: Path, previous: Path | None = None, *overrides: str) -> dict:
-    from spark_jobs import ingest as stage
+    from lokg.spark_jobs import ingest as stage
 
     inputs = {"dump": str(dump)}
     if previous is not None:
@@ -48,7 +48,7 @@ def part(out: Path, name: str) -> list[tuple]:
 
 @pytest.fixture(scope="module")
 def versions(tmp_path_factory, spark):
-    from pipeline.synth import generate
+    from lokg.pipeline.synth import generate
 
     root = tmp_path_factory.mktemp("refresh-ingest")
     generate(root / "d1", n_triples=400, seed=3, n_questions=0)
@@ -83,7 +83,7 @@ def test_the_change_set_is_the_difference_of_the_two_graphs(versions):
 
 
 def test_the_spark_change_set_of_a_large_graph_equals_the_drivers(versions):
-    from spark_jobs.ingest import CHANGE_SET_PARTS
+    from lokg.spark_jobs.ingest import CHANGE_SET_PARTS
 
     root, _, reports = versions  # the refresh above: entities within driver_max_entities
     spark = ingest(root / "d2", root / "refresh-spark", root / "first",
@@ -109,7 +109,7 @@ def test_a_full_ingest_reports_no_change_set_and_writes_empty_parts(versions):
 def test_a_reused_ingest_reports_and_writes_an_empty_change_set(versions, tmp_path):
     import shutil
 
-    from spark_jobs.ingest import CHANGE_SET_PARTS, on_reuse
+    from lokg.spark_jobs.ingest import CHANGE_SET_PARTS, on_reuse
 
     root, _, reports = versions
     linked = tmp_path / "change_set"  # the previous refresh's change set, as a reuse links it
@@ -140,8 +140,8 @@ def renumbered(entities, keep=None, extra=()):
 
 
 def encode(entities, out: Path, previous: Path | None = None, overrides=ENCODE) -> dict:
-    from runtime.contract import write_table
-    from training import entity_encode
+    from lokg.runtime.contract import write_table
+    from lokg.training import entity_encode
 
     write_table("entities", entities, out / "input" / "entities.parquet")
     inputs = {"entities": str(out / "input" / "entities.parquet")}

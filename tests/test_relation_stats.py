@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from runtime.contract import check_schema, read_table, table_files, write_table
-from spark_jobs.relation_stats_driver import key_counts
-from spark_jobs.relation_stats import (
+from lokg.runtime.contract import check_schema, read_table, table_files, write_table
+from lokg.spark_jobs.relation_stats_driver import key_counts
+from lokg.spark_jobs.relation_stats import (
     UNTYPED,
     TypeIndex,
     canonical_types,
@@ -170,7 +170,7 @@ def test_transe_neighbours_are_nearest_by_cosine():
 
 @pytest.mark.spark
 def test_stats_and_pair_signals_by_hand(spark, tmp_path):
-    from spark_jobs import relation_stats
+    from lokg.spark_jobs import relation_stats
 
     types = {0: ["P"], 1: ["P"], 2: ["P"], 3: ["P2", "P"], 10: ["Q"], 11: ["Q"], 12: [], 13: ["R"]}
     names = ["a", "b", "c", "d", "e"]
@@ -240,7 +240,7 @@ def _brute_force_sharing(triples, types) -> set[tuple[int, int]]:
 
 @pytest.mark.spark
 def test_candidates_hubs_and_transe(spark, tmp_path):
-    from spark_jobs import relation_stats
+    from lokg.spark_jobs import relation_stats
 
     names = [f"r{i}" for i in range(8)]
     emb = np.eye(8, dtype=np.float32)
@@ -302,7 +302,7 @@ PATHS = {"driver": {}, "driver_pairs": {"driver_max_triples": 0},
 
 def _run_paths(inputs: dict, out: Path, monkeypatch, **settings) -> dict:
     """The stage on each of ``PATHS``; the all-driver run fails if it asks for a Spark session."""
-    from spark_jobs import relation_stats, session
+    from lokg.spark_jobs import relation_stats, session
 
     results = {}
     for name, limits in PATHS.items():
@@ -358,9 +358,9 @@ def test_the_driver_passes_equal_spark_on_generator_data(spark, tmp_path, monkey
     all-driver path writes the same tables as the other two exactly, hub entities included
     (a cap of 4 relations makes some): the same schemas, nullability included, and the same
     row digests (the P_r and H(r) are rounded the same way from the same integer counts)."""
-    from pipeline.refresh import same_rows
-    from pipeline.synth import generate
-    from spark_jobs import entity_types, ingest
+    from lokg.pipeline.refresh import same_rows
+    from lokg.pipeline.synth import generate
+    from lokg.spark_jobs import entity_types, ingest
 
     generate(tmp_path / "dump", n_triples=3000, seed=4, n_questions=0)
     staged = ingest.run({"ingest": {"format": "synth"}}, {"dump": str(tmp_path / "dump")},
@@ -382,8 +382,8 @@ def test_tail_entropy_is_the_same_in_any_row_order():
     """H(r) from a tail histogram is summed exactly: rows in another order (another Spark
     partitioning, the driver's numpy order) give the same bits, where a plain float sum of the
     same terms does not; and it is H of the tails the histogram counts."""
-    from spark_jobs.relation_stats import tail_entropy
-    from spark_jobs.relation_stats_driver import tail_entropies
+    from lokg.spark_jobs.relation_stats import tail_entropy
+    from lokg.spark_jobs.relation_stats_driver import tail_entropies
 
     rng = np.random.default_rng(3)
     c = np.unique(rng.integers(1, 3000, 400))

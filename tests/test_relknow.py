@@ -15,18 +15,18 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from runtime.contract import TABLE_SCHEMAS, Store, write_table
-from pipeline.stage import StageError
-from runtime import relknow
-from runtime.query import QueryError, Runtime
-from runtime.tokens import count_tokens
-from runtime.question_text import HopRuns, hop_runs, mask_topic
-from runtime.relknow import (INVERSE_PREFIX, Checker, Facts, Gate, Prediction,
+from lokg.runtime.contract import TABLE_SCHEMAS, Store, write_table
+from lokg.pipeline.stage import StageError
+from lokg.runtime import relknow
+from lokg.runtime.query import QueryError, Runtime
+from lokg.runtime.tokens import count_tokens
+from lokg.runtime.question_text import HopRuns, hop_runs, mask_topic
+from lokg.runtime.relknow import (INVERSE_PREFIX, Checker, Facts, Gate, Prediction,
                              RelationKnowledge, Vote, derive, hop_id, hop_name, inverse_hop,
                              learn_exclusive, learn_functional, shared_span, split_hop)
 from tests.test_cli import BLOCK_HEAVY
 from tests.test_query import ChoosingLLM, FakeLLM
-from training import relation_knowledge as fit
+from lokg.training import relation_knowledge as fit
 
 FIRST = ["alba", "bruno", "cora", "dario", "edda", "fabio", "greta", "hugo", "ines", "jonas"]
 LAST = ["quist", "rourke", "sandor", "tamm", "ulloa", "varga"]
@@ -872,7 +872,7 @@ def test_the_question_is_embedded_once_masked_and_plain_in_one_batch(planted):
 def test_query_command_takes_the_policy_and_prints_the_route(planted):
     from click.testing import CliRunner
 
-    from pipeline.cli import cli
+    from lokg.pipeline.cli import cli
 
     q = "what is the job of edda quist 's wife ?"
     result = CliRunner().invoke(cli, ["query", q, "--store", str(planted[0]), "--policy",
@@ -901,8 +901,8 @@ def test_the_default_policy_is_route_with_relation_knowledge_and_lokg_without(rt
 
 
 def test_eval_policy_reaches_the_lokg_methods_only(planted, tmp_path):
-    from evaluation.cli import run_eval
-    from evaluation.runner import PREDICTIONS
+    from lokg.evaluation.cli import run_eval
+    from lokg.evaluation.runner import PREDICTIONS
 
     store, _ = planted
     dev = store.parent / "dev.jsonl"
@@ -935,7 +935,7 @@ def test_precision_and_route_without_relation_knowledge_fall_back_cleanly(tmp_pa
 
 def test_policies_answer_without_torch(planted):
     code = BLOCK_HEAVY + f"""
-from runtime.query import Runtime
+from lokg.runtime.query import Runtime
 a = Runtime.open({str(planted[0])!r}).ask("what is the job of edda quist 's wife ?",
                                           policy="precision")
 assert a.answers == ["pilot"] and a.route["predictor"] == "lexicon", a.route

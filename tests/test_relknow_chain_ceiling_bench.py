@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench.relknow_chain_ceiling import kind_counts, vote_pick
-from runtime.relknow import Vote
+from lokg.runtime.relknow import Vote
 
 
 def test_votes_pick_by_weight_or_by_span_fit_and_only_among_instantiating_chains():

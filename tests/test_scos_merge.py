@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from runtime.contract import read_table, write_table
-from spark_jobs.relation_stats import TypeIndex
-from spark_jobs.scos_merge import (
+from lokg.runtime.contract import read_table, write_table
+from lokg.spark_jobs.relation_stats import TypeIndex
+from lokg.spark_jobs.scos_merge import (
     Merger,
     canonical_mapping,
     canonical_member,
@@ -154,7 +154,7 @@ STAGE_TRIPLES = [(0, 0, 10), (1, 0, 10), (2, 0, 11), (0, 1, 10), (1, 1, 10), (3,
 
 
 def test_disabled_is_identity(tmp_path):
-    from spark_jobs import scos_merge
+    from lokg.spark_jobs import scos_merge
 
     inputs = write_toy(tmp_path, STAGE_TYPES, STAGE_NAMES, STAGE_TRIPLES)
     result = scos_merge.run({"scos_merge": {"enabled": False}}, inputs, str(tmp_path / "out"))
@@ -171,7 +171,7 @@ def test_disabled_is_identity(tmp_path):
 
 @pytest.mark.spark
 def test_stage_end_to_end(spark, tmp_path):
-    from spark_jobs import relation_stats, scos_merge
+    from lokg.spark_jobs import relation_stats, scos_merge
 
     emb = np.array([[1, 0], [1, 0], [0, 1]], dtype=np.float32)
     inputs = write_toy(tmp_path, STAGE_TYPES, STAGE_NAMES, STAGE_TRIPLES, emb)
@@ -241,7 +241,7 @@ def hand_stats(tmp_path: Path, emb: np.ndarray, nmi: float = 1.0) -> dict:
 
 def test_stage_without_admissible_pair_passes_tables_through(tmp_path):
     """Hand-written stats/pairs tables; θ above every similarity: φ = identity, no Spark."""
-    from spark_jobs import scos_merge
+    from lokg.spark_jobs import scos_merge
 
     inputs = hand_stats(tmp_path, np.array([[1, 0], [1, 0], [0, 1]], dtype=np.float32))
     # θ so high that nothing merges: identity, inputs passed through, no Spark started
@@ -265,7 +265,7 @@ def refresh_inputs(tmp_path: Path, warm_degrees: float, nmi: float = 1.0) -> dic
     the film pair) and a previous build: its relation_map numbers the relations the other way
     round (matched by name) and its vectors put film.directed_by 58° from film.director
     (cos .53: merged); this build's warm vectors put it ``warm_degrees`` away."""
-    from pipeline.stage import PREVIOUS
+    from lokg.pipeline.stage import PREVIOUS
 
     inputs = hand_stats(tmp_path, np.array([angle(0), angle(warm_degrees), angle(90)],
                                            np.float32), nmi)
@@ -284,8 +284,8 @@ def refresh_inputs(tmp_path: Path, warm_degrees: float, nmi: float = 1.0) -> dic
 
 @pytest.mark.spark
 def test_a_small_edit_keeps_the_merges_a_changed_family_re_merges(spark, tmp_path):
-    from pipeline.stage import PREVIOUS
-    from spark_jobs import scos_merge
+    from lokg.pipeline.stage import PREVIOUS
+    from lokg.spark_jobs import scos_merge
 
     def merges(inputs: dict, name: str, **settings) -> dict:
         """The vector rule alone: no decision margin (the warm vectors' sim .74 is within it)."""
@@ -348,9 +348,9 @@ def test_the_driver_rewrite_equals_the_spark_rewrite_row_for_row(spark, tmp_path
     driver path asks for no Spark session (one asked for fails the test)."""
     import pyarrow.parquet as pq
 
-    from pipeline.refresh import same_rows
-    from pipeline.synth import generate
-    from spark_jobs import entity_types, ingest, relation_stats, scos_merge, session
+    from lokg.pipeline.refresh import same_rows
+    from lokg.pipeline.synth import generate
+    from lokg.spark_jobs import entity_types, ingest, relation_stats, scos_merge, session
 
     generate(tmp_path / "dump", n_triples=3000, seed=4, n_questions=0)
     staged = ingest.run({"ingest": {"format": "synth"}}, {"dump": str(tmp_path / "dump")},
@@ -387,8 +387,8 @@ def test_a_refresh_keeps_a_merge_that_dipped_within_the_margin(tmp_path):
     film pair's sim at .739, under θ = .75 but within the margin (.05) — kept, and reported;
     NMI .8 (sim .679) splits it; a full build of the same tables does not merge at .739.
     The rewrite runs on the driver (no Spark session in this test)."""
-    from pipeline.stage import PREVIOUS
-    from spark_jobs import scos_merge
+    from lokg.pipeline.stage import PREVIOUS
+    from lokg.spark_jobs import scos_merge
 
     def refresh(name: str, nmi: float, previous: bool = True) -> dict:
         inputs = refresh_inputs(tmp_path / name, warm_degrees=58, nmi=nmi)

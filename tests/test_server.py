@@ -23,10 +23,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.load import Connection, churning, republish, run_load
-from runtime.contract import Store
-from runtime.config import ENCODINGS, MAX_BUDGET, POLICIES
-from runtime.query import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS, Runtime
-from runtime.server import MAX_BATCH, ServeSettings, create_app, serve_command
+from lokg.runtime.contract import Store
+from lokg.runtime.config import ENCODINGS, MAX_BUDGET, POLICIES
+from lokg.runtime.query import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS, Runtime
+from lokg.runtime.server import MAX_BATCH, ServeSettings, create_app, serve_command
 from tests.test_query import make_store
 
 QUESTION = "Who directed the sequel of The Long Road?"
@@ -552,7 +552,7 @@ def test_serve_command_with_two_workers(toy_store):
     from bench.load import _free_port, wait_ready
 
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "runtime.server", "--store", str(toy_store),
+    proc = subprocess.Popen([sys.executable, "-m", "lokg.runtime.server", "--store", str(toy_store),
                              "--port", str(port), "--workers", "2", "--log-level", "warning"],
                             cwd=Path(__file__).resolve().parents[1])
     try:

@@ -11,7 +11,7 @@ import pytest
 pytestmark = pytest.mark.spark
 
 START = """
-from spark_jobs.session import get_spark
+from lokg.spark_jobs.session import get_spark
 spark = get_spark({"spark": {"master": "local[1]", "driver_memory": "1g"}}, "quiet-test")
 print(spark.range(3).count())
 spark.stop()

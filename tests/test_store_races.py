@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime import pins
-from runtime.contract import DOOMED_FILE, Store, StoreError
-from runtime.query import Runtime
+from lokg.runtime import pins
+from lokg.runtime.contract import DOOMED_FILE, Store, StoreError
+from lokg.runtime.query import Runtime
 from tests.test_contract import _publish, _stage_tables
 from tests.test_query import make_store
 
@@ -170,7 +170,7 @@ def test_a_held_lock_times_out_naming_its_holder(tmp_path):
 def test_store_gc_keep_runs_retention_around_a_pinned_build(tmp_path):
     from click.testing import CliRunner
 
-    from runtime.cli import cli
+    from lokg.runtime.cli import cli
 
     store = Store(tmp_path / "store")
     for b in ("b1", "b2", "b3"):

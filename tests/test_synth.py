@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import cli
-from pipeline.synth import FAMILIES, MOVIE_FAMILIES, NS, SynthError, generate
-from pipeline.synth_wording import HELDOUT_PHRASES, renderings
-from runtime.errors import LokgError
+from lokg.pipeline.cli import cli
+from lokg.pipeline.synth import FAMILIES, MOVIE_FAMILIES, NS, SynthError, generate
+from lokg.pipeline.synth_wording import HELDOUT_PHRASES, renderings
+from lokg.runtime.errors import LokgError
 
 # A strict N-Triples line grammar (absolute, non-empty IRIs; literals with escapes, @lang, ^^type)
 _IRI = r'<[^<>"{}|^`\\\x00-\x20]+>'
@@ -206,7 +206,7 @@ def test_cli_prints_counts(tmp_path):
 
 
 def test_question_splits_partition_the_questions_and_the_first_is_test(tmp_path):
-    from pipeline.synth import labelled_overrides
+    from lokg.pipeline.synth import labelled_overrides
 
     generate(tmp_path, n_triples=2000, seed=3, n_questions=40)
     every = [json.loads(line) for line in (tmp_path / "questions.jsonl").read_text().splitlines()]

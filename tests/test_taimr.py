@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from runtime.contract import Store, TABLE_SCHEMAS, write_table
-from runtime.taimr import EdgeGraph, paths_table, score_path, top_paths, uniform_edges
+from lokg.runtime.contract import Store, TABLE_SCHEMAS, write_table
+from lokg.runtime.taimr import EdgeGraph, paths_table, score_path, top_paths, uniform_edges
 
 
 def triples_table(triples) -> pa.Table:

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from runtime.contract import TABLE_SCHEMAS, read_table
-from runtime.taimr import EdgeGraph, paths_table, top_paths, top_paths_table, uniform_edges
+from lokg.runtime.contract import TABLE_SCHEMAS, read_table
+from lokg.runtime.taimr import EdgeGraph, paths_table, top_paths, top_paths_table, uniform_edges
 
 GOLDEN = Path(__file__).parent / "data" / "top_paths_golden.parquet"
 #: (uniform attention, search settings) of each golden case.
@@ -78,7 +78,7 @@ def test_one_head_at_a_time_equals_the_golden_search(case):
 def test_head_order_and_batches_do_not_change_a_heads_rows(monkeypatch, batch):
     """Rows come in the order the heads are given, a head listed twice twice, whatever the
     batch size."""
-    import runtime.taimr as taimr
+    import lokg.runtime.taimr as taimr
 
     monkeypatch.setattr(taimr, "HEADS_PER_BATCH", batch)
     graph = EdgeGraph.from_tables(*golden_graph(False))

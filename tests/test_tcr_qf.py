@@ -16,12 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from evaluation.context import MethodError
-from evaluation.tcr_qf import Enricher, answer_passage
-from runtime.config import load_config
-from runtime.contract import TABLE_SCHEMAS, write_table
-from runtime.query import Runtime
-from text.chunking import content_id
+from lokg.evaluation.context import MethodError
+from lokg.evaluation.tcr_qf import Enricher, answer_passage
+from lokg.runtime.config import load_config
+from lokg.runtime.contract import TABLE_SCHEMAS, write_table
+from lokg.runtime.query import Runtime
+from lokg.text.chunking import content_id
 
 QUESTION = "what is the job of edda quist 's wife ?"
 EDDA, FABIO, PILOT = 4, 5, 63  # fabio quist is edda quist's wife; his profession: pilot
@@ -215,9 +215,9 @@ def test_new_entities_and_relations_join_the_overlay_and_nothing_new_to_ask_stop
 
 
 def test_the_methods_are_registered_and_refuse_a_store_without_its_encoder(stores):
-    from evaluation.context import CountingLLM, EvalContext
-    from evaluation.methods import METHODS
-    from runtime.llm import make_llm
+    from lokg.evaluation.context import CountingLLM, EvalContext
+    from lokg.evaluation.methods import METHODS
+    from lokg.runtime.llm import make_llm
 
     rt = Runtime.open(stores["job"][0], feedback=False)
     ctx = EvalContext(runtime=rt, llm=CountingLLM(make_llm("none")))

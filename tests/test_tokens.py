@@ -10,8 +10,8 @@ import tiktoken.load
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime import tokens
-from runtime.tokens import (
+from lokg.runtime import tokens
+from lokg.runtime.tokens import (
     BPE_CACHE_KEY,
     TokenizerUnavailable,
     bpe_path,

@@ -19,12 +19,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("pykeen")
 
-from runtime.config import DEFAULTS  # noqa: E402
-from runtime.contract import write_table  # noqa: E402
-from pipeline.stage import torch_threads  # noqa: E402
-from runtime.encoder import resolve_device  # noqa: E402
-from training import transe  # noqa: E402
-from training.transe import TransEError, nearest_relations  # noqa: E402
+from lokg.runtime.config import DEFAULTS  # noqa: E402
+from lokg.runtime.contract import write_table  # noqa: E402
+from lokg.pipeline.stage import torch_threads  # noqa: E402
+from lokg.runtime.encoder import resolve_device  # noqa: E402
+from lokg.training import transe  # noqa: E402
+from lokg.training.transe import TransEError, nearest_relations  # noqa: E402
 
 DEVICES = [
     "cpu",

@@ -17,11 +17,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from runtime.config import DEFAULTS  # noqa: E402
-from runtime.contract import write_table  # noqa: E402
-from training import transe  # noqa: E402
-from training.transe import TransEError  # noqa: E402
-from training.transe_sparse import LossPlateau, RelationStrata, RowAdam, train_sparse  # noqa: E402
+from lokg.runtime.config import DEFAULTS  # noqa: E402
+from lokg.runtime.contract import write_table  # noqa: E402
+from lokg.training import transe  # noqa: E402
+from lokg.training.transe import TransEError  # noqa: E402
+from lokg.training.transe_sparse import LossPlateau, RelationStrata, RowAdam, train_sparse  # noqa: E402
 
 COPY_A, COPY_B, INVERSE, OTHER = 0, 1, 2, 3
 

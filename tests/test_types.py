@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from runtime.contract import TABLE_SCHEMAS, read_table, write_table
+from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
 
 TA_SCHEMA = pa.schema([("id", pa.int64()), ("type", pa.string())])
 
@@ -51,7 +51,7 @@ PATHS = {"driver": None, "spark": 0}
 
 def run_types(inputs: dict, out: Path, path: str = "driver"
               ) -> tuple[dict[int, list[str]], dict, list[dict]]:
-    from spark_jobs import entity_types as stage
+    from lokg.spark_jobs import entity_types as stage
 
     settings = {} if PATHS[path] is None else {"driver_max_triples": PATHS[path]}
     result = stage.run({"entity_types": settings}, inputs, str(out))
@@ -138,9 +138,9 @@ def test_the_driver_path_equals_the_spark_path_row_for_row(spark, tmp_path, monk
     """Generator data ingested (its explicit types, or none: the domain rule with fallbacks);
     both paths' entities tables hold the same rows and schema, and the driver path asks for
     no Spark session (one asked for fails the test)."""
-    from pipeline.refresh import same_rows
-    from pipeline.synth import generate
-    from spark_jobs import entity_types, ingest
+    from lokg.pipeline.refresh import same_rows
+    from lokg.pipeline.synth import generate
+    from lokg.spark_jobs import entity_types, ingest
 
     generate(tmp_path / "dump", n_triples=3000, seed=4, n_questions=0)
     staged = ingest.run({"ingest": {"format": "synth"}}, {"dump": str(tmp_path / "dump")},
@@ -164,7 +164,7 @@ def test_the_driver_path_equals_the_spark_path_row_for_row(spark, tmp_path, monk
 
 
 def test_relation_domain():
-    from spark_jobs.entity_types import relation_domain
+    from lokg.spark_jobs.entity_types import relation_domain
 
     assert relation_domain("/people/person/place_of_birth") == "people.person"
     assert relation_domain("people.person.place_of_birth") == "people.person"
@@ -179,7 +179,7 @@ def test_relation_domain():
 @pytest.mark.spark
 def test_ingest_then_types_explicit_from_nt(spark, tmp_path):
     """The stages chain: ingest's outputs are the entity_types stage's inputs (rdf:type assertions)."""
-    from spark_jobs import ingest
+    from lokg.spark_jobs import ingest
 
     fb = "http://rdf.freebase.com/ns/"
     dump = tmp_path / "kg.nt"
@@ -205,9 +205,9 @@ def test_ingest_then_types_explicit_from_nt(spark, tmp_path):
 @pytest.mark.spark
 def test_spark_submit_types(spark, tmp_path):
     """spark_jobs/entity_types.py (stage entity_types) runs under spark-submit."""
-    from runtime.config import load_config
-    from runtime.contract import Store
-    from pipeline.driver import run_stage
+    from lokg.runtime.config import load_config
+    from lokg.runtime.contract import Store
+    from lokg.pipeline.driver import run_stage
     from tests.test_ingest import spark_submit
 
     dump = tmp_path / "edges.tsv"

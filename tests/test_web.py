@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from runtime.server import WEB_FILES
+from lokg.runtime.server import WEB_FILES
 from tests.test_query import make_store
 from tests.test_server import QUESTION, serving
 

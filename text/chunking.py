@@ -13,7 +13,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 
-from runtime.tokens import count_tokens, get_encoding
+from lokg.runtime.tokens import count_tokens, get_encoding
 
 Span = tuple[int, int]
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from runtime.contract import TABLE_SCHEMAS, write_table
+from lokg.runtime.contract import TABLE_SCHEMAS, write_table
 
 DOCUMENT_SUFFIXES = (".json", ".jsonl", ".txt", ".md")
 CORPUS_FILES = ("corpus.json", "corpus.jsonl")

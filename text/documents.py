@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pipeline.stage import Laps, StageError, checked_section, stage_input
-from runtime.config import section
-from runtime.contract import TABLE_SCHEMAS, write_table
-from runtime.tokens import count_tokens
-from text.chunking import chunk_document, content_id
-from text.corpus import Document, Reader, build_format, write_quarantine
+from lokg.pipeline.stage import Laps, StageError, checked_section, stage_input
+from lokg.runtime.config import section
+from lokg.runtime.contract import TABLE_SCHEMAS, write_table
+from lokg.runtime.tokens import count_tokens
+from lokg.text.chunking import chunk_document, content_id
+from lokg.text.corpus import Document, Reader, build_format, write_quarantine
 
 STAGE = "documents"
 TABLES = ("documents", "chunks", "sentences")
@@ -116,6 +116,6 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from pipeline.driver import stage_main
+    from lokg.pipeline.driver import stage_main
 
     stage_main("documents")

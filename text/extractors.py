@@ -19,12 +19,12 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from pipeline.stage import StageError
+from lokg.pipeline.stage import StageError
 
 #: Backend name -> "module:factory"; the factory takes the stage's config section.
 BACKENDS: dict[str, str] = {
-    "offline": "text.offline_extractor:OfflineExtractor",
-    "openai": "text.openai_extractor:OpenAIExtractor",
+    "offline": "lokg.text.offline_extractor:OfflineExtractor",
+    "openai": "lokg.text.openai_extractor:OpenAIExtractor",
 }
 
 

@@ -49,15 +49,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.stage import Laps, StageError, checked_section, stage_input, torch_threads
-from runtime.config import section
-from runtime.contract import Build, Store
-from runtime.encoder import EncoderError, SentenceEncoder
-from runtime.feedback import BRIDGE, log_dir, now, read_log
-from runtime.linker import common_nouns, normalise
-from text.chunking import content_id
-from text.triple_context import readable_relation
-from text.triple_extract import (ChunkCache, as_triple, best_sentence, cache_root, entity_key,
+from lokg.pipeline.stage import Laps, StageError, checked_section, stage_input, torch_threads
+from lokg.runtime.config import section
+from lokg.runtime.contract import Build, Store
+from lokg.runtime.encoder import EncoderError, SentenceEncoder
+from lokg.runtime.feedback import BRIDGE, log_dir, now, read_log
+from lokg.runtime.linker import common_nouns, normalise
+from lokg.text.chunking import content_id
+from lokg.text.triple_context import readable_relation
+from lokg.text.triple_extract import (ChunkCache, as_triple, best_sentence, cache_root, entity_key,
                                  openie_passages, precomputed_file, relation_key, surface)
 
 STAGE = "feedback_enrich"
@@ -375,7 +375,7 @@ class Extraction:
         if backend == "precomputed":
             self.by_doc = _openie_by_document(precomputed_file(extract_cfg, dump))
         else:
-            from text.extractors import make_extractor
+            from lokg.text.extractors import make_extractor
 
             self.extractor = make_extractor(extract_cfg)
             self.cache = ChunkCache(cache_root(extract_cfg, out), self.extractor.fingerprint)
@@ -386,7 +386,7 @@ class Extraction:
             if self.backend == "precomputed":
                 found = self.by_doc.get(chunk["doc_id"], [])
             else:
-                from text.triple_extract import extract_one
+                from lokg.text.triple_extract import extract_one
 
                 result, cached, reason = extract_one(self.extractor, self.cache, chunk)
                 self.failed += bool(reason)
@@ -764,6 +764,6 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from pipeline.driver import stage_main
+    from lokg.pipeline.driver import stage_main
 
     stage_main(STAGE)

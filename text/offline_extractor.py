@@ -19,8 +19,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping
 
-from pipeline.stage import StageError
-from text.extractors import ChunkExtractionError
+from lokg.pipeline.stage import StageError
+from lokg.text.extractors import ChunkExtractionError
 
 #: Bump whenever a rule below changes what :meth:`OfflineExtractor.extract` returns.
 RULES_VERSION = 1

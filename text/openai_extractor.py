@@ -20,11 +20,11 @@ import os
 import re
 from collections.abc import Callable, Mapping
 
-from pipeline.stage import StageError
-from runtime.errors import LokgError
-from runtime.llm.base import Completion, LLMConfigError, LLMError
-from runtime.llm.openai import MAX_RETRIES, OpenAICompatible
-from text.extractors import ChunkExtractionError
+from lokg.pipeline.stage import StageError
+from lokg.runtime.errors import LokgError
+from lokg.runtime.llm.base import Completion, LLMConfigError, LLMError
+from lokg.runtime.llm.openai import MAX_RETRIES, OpenAICompatible
+from lokg.text.extractors import ChunkExtractionError
 
 log = logging.getLogger("lokg.triple_extract")
 

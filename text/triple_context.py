@@ -27,13 +27,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from pipeline.stage import (Laps, checked_section, stage_batch_encoder, stage_input,
+from lokg.pipeline.stage import (Laps, checked_section, stage_batch_encoder, stage_input,
                             torch_threads)
-from runtime.contract import TABLE_SCHEMAS, read_table, write_table
-from runtime.encoder import PrefixedEncoder, encode_by_length
-from runtime.linker import folded
-from text.chunking import content_id, split_sentences
-from text.triple_extract import SOURCE_COLUMNS
+from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
+from lokg.runtime.encoder import PrefixedEncoder, encode_by_length
+from lokg.runtime.linker import folded
+from lokg.text.chunking import content_id, split_sentences
+from lokg.text.triple_extract import SOURCE_COLUMNS
 
 STAGE = "triple_context"
 
@@ -302,6 +302,6 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from pipeline.driver import stage_main
+    from lokg.pipeline.driver import stage_main
 
     stage_main("triple_context")

@@ -30,12 +30,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.stage import Laps, StageError, checked_section, stage_input
-from runtime.config import section
-from runtime.contract import read_table
-from text.chunking import content_id
-from text.corpus import SNIPPET, Rejected, build_format, write_quarantine
-from text.extractors import ChunkExtractionError, make_extractor
+from lokg.pipeline.stage import Laps, StageError, checked_section, stage_input
+from lokg.runtime.config import section
+from lokg.runtime.contract import read_table
+from lokg.text.chunking import content_id
+from lokg.text.corpus import SNIPPET, Rejected, build_format, write_quarantine
+from lokg.text.extractors import ChunkExtractionError, make_extractor
 
 STAGE = "triple_extract"
 SOURCE_COLUMNS = ("s_key", "relation", "o_key", "chunk_id", "sentence_id")
@@ -358,6 +358,6 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from pipeline.driver import stage_main
+    from lokg.pipeline.driver import stage_main
 
     stage_main("triple_extract")

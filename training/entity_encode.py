@@ -59,12 +59,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from pipeline.stage import (PREVIOUS, Laps, StageError, checked_section, previous_inputs,
+from lokg.pipeline.stage import (PREVIOUS, Laps, StageError, checked_section, previous_inputs,
                             stage_batch_encoder, torch_threads)
-from runtime.config import BATCH_ENCODERS, TEXT_RULES
-from runtime.contract import read_table, write_table
-from runtime.encoder import EncoderError, PrefixedEncoder, encode_by_length, spec_model_dir
-from runtime.onnx_bert import QUERY_MODEL
+from lokg.runtime.config import BATCH_ENCODERS, TEXT_RULES
+from lokg.runtime.contract import read_table, write_table
+from lokg.runtime.encoder import EncoderError, PrefixedEncoder, encode_by_length, spec_model_dir
+from lokg.runtime.onnx_bert import QUERY_MODEL
 
 STAGE = "entity_encode"
 DESCRIPTION_WORDS = 32
@@ -328,7 +328,7 @@ def in_workers(encoder: PrefixedEncoder, workers: int):
 
 def _encode_part(load: tuple, texts: list[str], batch: int) -> np.ndarray:
     """A worker process's share: its own session of the export, one forward per batch."""
-    from runtime.onnx_bert import OnnxBertEncoder
+    from lokg.runtime.onnx_bert import OnnxBertEncoder
 
     model_dir, spec, model_path, threads = load
     return OnnxBertEncoder(model_dir, spec, model_path, threads=threads).encode_passages(
@@ -351,8 +351,8 @@ def _export_query_encoder(model_dir: Path, out: Path, quantization: str) -> dict
     encoder.json entry, or why there is none (off, or a model the export does not cover)."""
     if quantization == "off":
         return {"skipped": "entity_encode.query_onnx is off"}
-    from runtime.numpy_bert import unsupported_reason
-    from training.onnx_export import export
+    from lokg.runtime.numpy_bert import unsupported_reason
+    from lokg.training.onnx_export import export
 
     reason = unsupported_reason(model_dir) or _missing_onnx_packages()
     if reason is not None:
@@ -373,6 +373,6 @@ def _missing_onnx_packages() -> str | None:
 
 
 if __name__ == "__main__":
-    from pipeline.driver import stage_main
+    from lokg.pipeline.driver import stage_main
 
     stage_main(STAGE)

@@ -103,11 +103,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.stage import Laps, StageError, checked_section, previous_inputs, torch_threads
-from runtime.contract import read_table, write_table
-from runtime.encoder import resolve_device
-from runtime.taimr import uniform_edges, with_inverses
-from training.warm_start import (cold, match_by_key, next_reference, reference_loss,
+from lokg.pipeline.stage import Laps, StageError, checked_section, previous_inputs, torch_threads
+from lokg.runtime.contract import read_table, write_table
+from lokg.runtime.encoder import resolve_device
+from lokg.runtime.taimr import uniform_edges, with_inverses
+from lokg.training.warm_start import (cold, match_by_key, next_reference, reference_loss,
                                  refresh_epochs, stop_loss, warm)
 
 STAGE = "gat"
@@ -943,6 +943,6 @@ def _trained_report(result: TrainResult, gold: np.ndarray, with_gold: bool) -> d
 
 
 if __name__ == "__main__":
-    from pipeline.driver import stage_main
+    from lokg.pipeline.driver import stage_main
 
     stage_main(STAGE)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime import numpy_bert
+from lokg.runtime import numpy_bert
 
 QUANTIZATIONS = ("int8", "fp32")
 OPSET = 18  # ReduceL2's axes as an input, LayerNormalization (17+)

@@ -66,11 +66,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.stage import Laps, StageError, checked_section, torch_threads
-from runtime.contract import read_table
-from runtime.question_text import (HOP_READINGS, HopRuns, hop_runs, mask_topic,
+from lokg.pipeline.stage import Laps, StageError, checked_section, torch_threads
+from lokg.runtime.contract import read_table
+from lokg.runtime.question_text import (HOP_READINGS, HopRuns, hop_runs, mask_topic,
                                    question_words, relation_texts)
-from runtime.relknow import (
+from lokg.runtime.relknow import (
     ARTEFACT,
     FORMAT_VERSION,
     INVERSE_PREFIX,
@@ -160,7 +160,7 @@ class Labelled:
 
 def read_questions(path: str | Path):
     """Questions of a PathQuestion split file or a JSONL file (evaluation.datasets' readers)."""
-    from evaluation.datasets import DatasetError, load_jsonl, load_pathquestion
+    from lokg.evaluation.datasets import DatasetError, load_jsonl, load_pathquestion
 
     path = Path(path)
     try:
@@ -366,7 +366,7 @@ class Encoder:
         self._threads = ExitStack()  # the stage's torch threads, restored by close()
         if "encoder" not in inputs:
             return
-        from runtime.encoder import EncoderError, SentenceEncoder
+        from lokg.runtime.encoder import EncoderError, SentenceEncoder
 
         self._threads.enter_context(torch_threads(cfg["threads"]))
         path = Path(inputs["encoder"])
@@ -537,7 +537,7 @@ class _DevRun:
 
     def assess(self, kn: RelationKnowledge) -> tuple[list, list[bool]]:
         """(assessments, whether each derivation's endpoints hit the gold at 1)."""
-        from evaluation.metrics import score
+        from lokg.evaluation.metrics import score
 
         embed = self.embed if self.encoder.model is not None else None
         dev = self.dev
@@ -593,6 +593,6 @@ def _zero_shot_cosine(knowledge: Callable[[Mapping], RelationKnowledge], thresho
 
 
 if __name__ == "__main__":
-    from pipeline.driver import stage_main
+    from lokg.pipeline.driver import stage_main
 
     stage_main(STAGE)

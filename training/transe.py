@@ -55,11 +55,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.stage import StageError, checked_section, previous_inputs, torch_threads
-from runtime.config import section_problem
-from runtime.contract import StoreError, read_table
-from runtime.encoder import resolve_device
-from training.warm_start import (cold, match_by_key, next_reference, reference_loss,
+from lokg.pipeline.stage import StageError, checked_section, previous_inputs, torch_threads
+from lokg.runtime.config import section_problem
+from lokg.runtime.contract import StoreError, read_table
+from lokg.runtime.encoder import resolve_device
+from lokg.training.warm_start import (cold, match_by_key, next_reference, reference_loss,
                                  refresh_epochs, stop_loss, warm)
 
 STAGE = "transe"
@@ -229,7 +229,7 @@ def _train_sparse(mapped, num_entities, num_relations, cfg, device, log, start, 
     """The CPU-scale trainer (training/transe_sparse.py) wrapped in the stage's result."""
     import torch
 
-    from training.transe_sparse import train_sparse
+    from lokg.training.transe_sparse import train_sparse
 
     if cfg["evaluate"]:
         raise TransEError("transe.evaluate needs transe.trainer=pykeen (its rank-based evaluator)")
@@ -486,6 +486,6 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    from pipeline.driver import stage_main
+    from lokg.pipeline.driver import stage_main
 
     stage_main("transe")

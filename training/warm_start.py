@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from pipeline.stage import id_translation
-from runtime.contract import read_table
+from lokg.pipeline.stage import id_translation
+from lokg.runtime.contract import read_table
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ lokg synth --triples "$TRIPLES" --seed 0 --out "$WORK/dump" --questions 500 --ar
 echo "[3/5] airflow dags test lokg_build (output in $WORK/dags_test.log, task logs in $AIRFLOW_HOME/logs)"
 conf=$(python - "$WORK" ${LOKG_DEMO_SET:-} <<'PY'
 import json, sys
-from pipeline.synth import labelled_overrides, linked_text_overrides
+from lokg.pipeline.synth import labelled_overrides, linked_text_overrides
 work, overrides = sys.argv[1], sys.argv[2:]
 print(json.dumps({"dump": f"{work}/dump", "format": "synth", "store": f"{work}/store",
                   "overrides": [*labelled_overrides(f"{work}/dump"),

@@ -1,7 +1,7 @@
 """LLM backends of the one call per question: the interface and registry (``base``) and one
 module per backend (``none``, ``openai``, ``local``), imported when first asked for."""
 
-from runtime.llm.base import (
+from lokg.runtime.llm.base import (
     BACKENDS,
     LLM,
     Completion,

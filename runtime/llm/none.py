@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runtime.llm.base import Completion, check_max_tokens
+from lokg.runtime.llm.base import Completion, check_max_tokens
 
 
 @dataclass

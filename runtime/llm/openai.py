@@ -55,9 +55,9 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from runtime import __version__
-from runtime.llm.base import Completion, LLMConfigError, LLMError, check_max_tokens
-from runtime.tokens import count_tokens
+from lokg.runtime import __version__
+from lokg.runtime.llm.base import Completion, LLMConfigError, LLMError, check_max_tokens
+from lokg.runtime.tokens import count_tokens
 
 log = logging.getLogger("lokg.llm")
 
