@@ -769,7 +769,7 @@ def test_feeds_off_leave_lokg_untouched_and_the_relation_term_reranks(rt):
         rt.ask(q, relation_weight=-1.0)
 
 
-# A forced choice checked against the derivation (query.choice_check, issue 20): margin 20 lists
+# A forced choice checked against the derivation (query.choice_check): margin 20 lists
 # the top five candidates, the derived endpoints among them and others the chain does not reach.
 WIDE = {"choice_margin": 20.0}
 

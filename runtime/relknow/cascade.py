@@ -7,8 +7,8 @@ import functools
 
 from lokg.runtime.relknow.composition import predict_spans
 from lokg.runtime.relknow.predictor import LabelledPredictor, Predictor, Question
-from lokg.runtime.relknow.spans import ZERO_SHOT_SWAP, answer_type, span_substitutes, \
-    weakest_hop, zero_shot_hops
+from lokg.runtime.relknow.spans import (ZERO_SHOT_SWAP, answer_type, span_substitutes,
+                                        weakest_hop, zero_shot_hops)
 from lokg.runtime.relknow.vote_rules import (Appended, Bridged, KnnVote, PerHop, Ranged,
                                              Resized, RunsDecoded, Shortened, Typed)
 from lokg.runtime.relknow.votes import Prediction, held_support

@@ -25,37 +25,19 @@ def predict_spans(know: Learned, hops: Sequence[tuple[float, int, int, int]],
                   asked_kind: frozenset[int] = frozenset(),
                   substitutes: Callable[[float], list[tuple[int, ...]]] | None = None
                   ) -> Prediction:
-    """Chains from relations named by question spans (best score first, no overlap, at
-    most :data:`MAX_ZERO_SHOT_HOPS`): every order and walking direction of them is a vote
-    of weight 1, so the share is the fraction of instantiating chains that is the followed
-    one; chains that reach the same endpoints vote together. Vote order breaks ties: the
-    question-order reversal first (English puts the last hop first, "the gender of X 's
-    father"). Backward hops are tried only when no chain with fewer of them instantiates
-    (a graph whose questions walk forward keeps its forward chains), and — for the
-    zero-shot matcher, whose spans include type nouns — fewer of the named relations only
-    when no chain of them all does ("which films star X": "films" names the type of the
-    answer, not a hop; a lexicon learned from labelled questions names hops). Out and
-    straight back along one relation is a chain only for a question with a sharing word
-    ("films that share the director of X"), which tries that round trip first (two words
-    naming one relation, "cause of death", are no round trip). With ``answer_type``
-    (relations the asked-for word names, ``spans.answer_type``) each chain also goes one hop
-    further along one of them, and only chains whose endpoints are mostly objects of one
-    of them count ("which films star X" asks for films, not co-stars), else subjects ("who
-    works as a pilot"), else none: "which country produced X" is no question about X's
-    studio. When nothing instantiates, the walk of the chain tried first says where it
-    stopped (:attr:`Prediction.stops`), and ``substitutes`` (the spans' relations with one
-    swapped for another within a cosine margin, ``spans.span_substitutes``) within
-    :data:`ZERO_SHOT_NEAR` are tried in turn, the first that instantiates voting. When the
-    chains that instantiate walk a hop backwards, the first substitute within
-    :data:`ZERO_SHOT_SWAP` whose chains are as long and walk fewer backwards votes instead
-    ("who is the director of X", a film: "director" may embed a hair nearer the relation film
-    than directed_by, and ~film walks to X's actors); when they reach no entity of
-    ``asked_kind`` (the relations the asked-for word names best, within
-    :data:`ZERO_SHOT_SWAP`) and end in a hop no span names (added for the kind), the
-    first substitute within :data:`ZERO_SHOT_NEAR` whose chains do votes with those
-    ("which country produced X": X's studio's city, reached along location, is no
-    country; X's country is). When still nothing instantiates and the one chosen span is
-    the first word (:func:`kind_only`), the topic's hops reaching ``asked_kind`` vote."""
+    """Chains from relations named by question spans (:func:`named_in_order`), every order
+    and walking direction of them a vote of weight 1, tried level by level
+    (:func:`candidate_levels`: all the named relations before fewer of them — fewer only for
+    the zero-shot matcher, whose spans include type nouns —, fewer backward hops first, round
+    trips only for a question with a sharing word); chains that reach the same endpoints vote
+    together. With ``answer_type`` (the relations the asked-for word names) a chain may go
+    one hop further along one of them, and only chains whose endpoints are of that kind
+    count ("which films star X" asks for films, not co-stars). ``substitutes`` (the spans'
+    relations with one swapped for a near other) are tried when nothing instantiates, when
+    the chains walk a hop backwards, or when they miss ``asked_kind`` (:func:`substituted`);
+    a question whose one span is its first word asks the topic's hops reaching
+    ``asked_kind``. When nothing instantiates, the walk of the chain tried first says where
+    it stopped (:attr:`Prediction.stops`)."""
     in_order = named_in_order(hops, len(masked.split()))
     if not in_order:
         return Prediction(source, None, 0.0, 0.0, [], named, None, "no span names a relation")

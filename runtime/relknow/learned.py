@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 
@@ -32,7 +33,7 @@ class Learned:
         rel = functools.partial(relation_id, relation_ids, where)
         self.spec = dict(spec)
         self.n_relations = max(relation_ids.values(), default=-1) + 1
-        self._settings(spec["settings"], spec["thresholds"])
+        self._settings(spec)
         self.chains = [tuple(hop_id(n, rel, self.n_relations) for n in chain)
                        for chain in spec["chains"]]
         self.lexicon = {w: {rel(n): float(x) for n, x in entries.items()}
@@ -55,18 +56,20 @@ class Learned:
         check_arrays(self.question_vectors, self.question_chain, len(self.chains),
                      self.relation_vectors, len(self.relation_order), where)
 
-    def _settings(self, settings: Mapping, thresholds: Mapping) -> None:
+    def _settings(self, spec: Mapping) -> None:
         """The stage's settings and the thresholds and gates picked on dev."""
+        settings = spec["settings"]
         self.k = int(settings["k"])
         self.min_share = float(settings["min_share"])
         self.max_frontier = int(settings["max_frontier"])
+        thresholds = spec["thresholds"]
         self.lift_threshold = float(thresholds["lift"])
         self.zero_shot_cosine = float(thresholds["zero_shot_cosine"])
         self.precision_gate = precision_gate(thresholds["precision"])
         self.route_gate = Gate(**thresholds["route"])
 
     @classmethod
-    def load(cls, directory: str | Path, relation_ids: Mapping[str, int]) -> Learned:
+    def load(cls, directory: str | Path, relation_ids: Mapping[str, int]) -> Self:
         spec, arrays, where = read_artefact(directory)
         try:
             return cls(spec, arrays, relation_ids, where)

@@ -86,10 +86,10 @@ def meanings(know: Learned, word: str, relation: int) -> frozenset[int]:
     """The relations that account for a naming word whose own (most probable) relation is
     ``relation``: that one, and those the word names (lift ≥ θ_lift) that have the word in
     their name ("place" and place_of_death) or whose association with it is at least half
-    its own's, in pointwise mutual information (log lift): "place" names origin (4.72) as
-    place_of_birth (4.74), and "work" spouse as profession. Not a weak second meaning:
-    "profession" may name spouse at a lift of 1.27 and profession at 22.3, and "X's wife's
-    profession" is no (spouse, spouse, spouse)."""
+    its own's, in pointwise mutual information (log lift): "place" may name origin about as
+    strongly as place_of_birth, and "work" spouse as profession. Not a weak second meaning:
+    "profession" may name spouse weakly and profession strongly, and "X's wife's profession"
+    is no (spouse, spouse, spouse)."""
     lifts = know.lexicon.get(word, {})
     half = math.sqrt(lifts.get(relation, 0.0))  # log(lift) ≥ log(own) / 2
     return frozenset({relation, *(r for r, lift in lifts.items() if lift >= know.lift_threshold
@@ -134,8 +134,8 @@ def describes_walked(know: Learned, word: str, walked: frozenset[int],
                      embed: Embed) -> bool:
     """Whether the word alone describes a walked relation (within
     :data:`ANSWER_TYPE_MARGIN` of its best, which passes θ_zs): the training questions'
-    word for a sibling relation ("nationality" named actor_nationality, 1.0; a person's
-    chain walks person_nationality, 0.89), which the lexicon alone calls unexplained."""
+    word for a sibling relation ("nationality" named actor_nationality; a person's chain
+    walks person_nationality, near it), which the lexicon alone calls unexplained."""
     return bool(near_best(know, span_similarities(know, [word], embed)[0],
                           ANSWER_TYPE_MARGIN) & walked)
 

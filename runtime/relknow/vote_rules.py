@@ -14,8 +14,8 @@ from lokg.runtime.question_text import HOP_READINGS, question_spans
 from lokg.runtime.relknow.facts import hop_relation
 from lokg.runtime.relknow.lexicon import lexicon_hops, meanings, unnamed_hop
 from lokg.runtime.relknow.predictor import LabelledPredictor, Question, unfamiliar_wording
-from lokg.runtime.relknow.spans import described_fit, described_size, head_kind, \
-    span_similarities
+from lokg.runtime.relknow.spans import (described_fit, described_size, head_kind,
+                                        span_similarities)
 from lokg.runtime.relknow.votes import (Prediction, composed_chains, held_support, nested,
                                         revote, voted_length)
 
