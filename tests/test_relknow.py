@@ -1586,3 +1586,19 @@ def test_assess_decodes_only_wording_no_training_question_is_near(q_vec, source)
     p = know.assess(mask_topic(question, ["cora varga"]), [52], facts, q_vec=vec, embed=embed,
                     runs=hop_runs(question, ["cora varga"])).prediction
     assert p.source == source and p.unfamiliar == (source == "runs_decoded")
+
+
+def test_the_predictors_are_named_once_in_the_order_of_the_cascade():
+    """relknow.PREDICTORS (what Prediction.source says, the breakdown's "chain by" rows) are
+    the cascade's names, each once: the kNN vote first, nothing predicted last."""
+    names = tuple(p.name for p in relknow.CASCADE)
+    assert relknow.PREDICTORS == names and len(set(names)) == len(names)
+    assert names[0] == "knn" and names[-1] == "none"
+    assert all(isinstance(p, relknow.Predictor) for p in relknow.CASCADE)
+
+
+def test_knowledge_without_labelled_questions_asked_without_an_encoder_predicts_nothing():
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    know = zero_shot_knowledge(np.eye(len(RELATIONS), dtype=np.float32))
+    p = know.assess("job of someone", [4], facts, q_vec=None).prediction
+    assert (p.source, p.chain, p.reason) == ("none", None, "no labelled questions and no encoder")
