@@ -49,7 +49,7 @@ class RelationKnowledge(Learned):
         self._check_inputs(facts, q_vec)
         question = Question(self, masked, topics, facts, q_vec, embed, domains, runs)
         prediction = predict(question)
-        if self.labelled:
+        if self.labelled:  # every revision keeps the vote's nearest cosine (revote)
             prediction.unfamiliar = question.unfamiliar_wording(prediction)
             if explain:
                 prediction.unexplained = unexplained(self, masked, prediction.chain, embed)
