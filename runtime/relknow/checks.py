@@ -1,6 +1,14 @@
-"""Checks and gates: whether a derived context is consistent with what the graph holds
-(functional relations, exclusive relation pairs, both learned from the KG), and the rule that
-lets a derived answer stand without the reader."""
+"""Checks and gates. A derived context is inconsistent when a *functional* relation (≤ 1 object
+per subject, learned from the KG) has two values for one subject, or two facts join one entity
+pair with *exclusive* relations (they rarely share a pair in the KG: a parents b and a children
+b); with the store's facts, every fact joining two entities of the context counts.
+
+A :class:`Gate` lets a derived answer stand without the reader: the chain instantiates with at
+most m answers, share ≥ τ, support ≥ σ, a consistent context and, optionally, every chain
+relation named by the lexicon. The precision gate is m = 1 on familiar wording whose every
+content word the chain explains; its (τ, σ) and the routing gate's are picked on dev by
+``training/relation_knowledge.py`` (without dev questions the precision gate passes
+nothing)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""The store's facts as relation knowledge walks them: hops (a relation walked either way), their
-names as chains write them, and the triples indexed by (subject, hop) for derivation and checks."""
+"""The store's facts as relation knowledge walks them. A chain hop walks a relation forward
+(subject → object) or backwards (object → subject, written ``~name``: "which films did X
+direct" is ``~directed_by``); hops are numbered r (forward) and r + |R| (backwards). The
+triples are indexed by (subject, hop) for derivation and checks, and the KG's inverse relation
+pairs are learned here."""
 
 from __future__ import annotations
 

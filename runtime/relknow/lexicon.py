@@ -1,6 +1,7 @@
-"""The lexicon: the words that name relations in the training questions (lift of a relation given
-a word), which relations a question's words name, and which of its words a chain leaves
-unexplained."""
+"""The lexicon: lift(w, r) = P(r on the path | w in the question) / P(r on the path) over the
+training questions (words in enough of them); a question *names* r when one of its words has
+lift ≥ θ_lift (picked on dev). Which relations a question's words name, and which of its
+words a chain leaves unexplained."""
 
 from __future__ import annotations
 
