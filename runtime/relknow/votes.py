@@ -49,7 +49,7 @@ class Prediction:
     #: the kNN vote's nearest training question is under ``UNFAMILIAR_COSINE``
     unfamiliar: bool = False
     #: the question's content words the chain does not explain
-    #: (``RelationKnowledge.unexplained``): a hop it may be missing
+    #: (``lexicon.unexplained``): a hop it may be missing
     unexplained: tuple[str, ...] = ()
 
     @property
