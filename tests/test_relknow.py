@@ -21,9 +21,14 @@ from lokg.runtime import relknow
 from lokg.runtime.query import QueryError, Runtime
 from lokg.runtime.tokens import count_tokens
 from lokg.runtime.question_text import HopRuns, hop_runs, mask_topic
-from lokg.runtime.relknow import (INVERSE_PREFIX, Checker, Facts, Gate, Prediction,
-                             RelationKnowledge, Vote, derive, hop_id, hop_name, inverse_hop,
-                             learn_exclusive, learn_functional, shared_span, split_hop)
+from lokg.runtime.relknow import (INVERSE_PREFIX, Checker, Facts, Gate, Prediction, Question,
+                                  RelationKnowledge, Vote, derive, hop_id, hop_name, inverse_hop,
+                                  learn_exclusive, learn_functional, split_hop)
+from lokg.runtime.relknow.composition import candidate_levels, predict_spans
+from lokg.runtime.relknow.facts import _sort_pairs
+from lokg.runtime.relknow.lexicon import lexicon_hops, unexplained
+from lokg.runtime.relknow.spans import answer_type, shared_span, zero_shot_hops
+from lokg.runtime.relknow.vote_rules import Appended, Ranged, RunsDecoded
 from tests.test_cli import BLOCK_HEAVY
 from tests.test_query import ChoosingLLM, FakeLLM
 from lokg.training import relation_knowledge as fit
@@ -272,7 +277,7 @@ def test_the_words_of_one_relation_name_are_one_hop(question, hops):
                     "son": {ids["children"]: 5.0}, "father": {ids["father"]: 5.0}}
     know.prior = {i: 0.2 for i in ids.values()}
     masked = mask_topic(question, ["alba quist"]).split()
-    found = sorted(know.lexicon_hops(" ".join(masked)), key=lambda h: h[1])
+    found = sorted(lexicon_hops(know, " ".join(masked)), key=lambda h: h[1])
     assert [(" ".join(masked[i:j]), names[r]) for _, i, j, r in found] == hops
 
 
@@ -497,11 +502,11 @@ def test_the_precision_gate_refuses_a_chain_that_leaves_a_content_word_unexplain
         {"job": {"profession": 1.0}, "father": {"parents": 1.0}, "wife": {"spouse": 1.0},
          "grandjob": {"children": 0.8, "profession": 0.6}})
     chain = (REL["spouse"], REL["profession"])
-    assert know.unexplained("job someone wife", chain, None) == ()
-    assert know.unexplained("job someone wife father", chain, None) == ("father",)
-    assert know.unexplained("grandjob of someone wife", chain, embed) == ("grandjob",)
-    assert know.unexplained("grandjob of someone wife",
-                            (REL["spouse"], REL["children"], REL["profession"]), embed) == ()
+    assert unexplained(know, "job someone wife", chain, None) == ()
+    assert unexplained(know, "job someone wife father", chain, None) == ("father",)
+    assert unexplained(know, "grandjob of someone wife", chain, embed) == ("grandjob",)
+    assert unexplained(know, "grandjob of someone wife",
+                       (REL["spouse"], REL["children"], REL["profession"]), embed) == ()
 
     def gates(question):
         a = know.assess(mask_topic(question, ["edda quist"]), [4], facts,
@@ -528,9 +533,9 @@ def test_a_lexicon_word_that_alone_describes_a_walked_relation_is_explained():
                                     {"father": {"parents": 1.0},
                                      "mate": {"parents": 0.5, "spouse": 0.87}})
     chain = (REL["spouse"], REL["profession"])
-    assert know.unexplained("mate of someone", chain, embed) == ()
-    assert know.unexplained("mate of someone", chain, None) == ("mate",)
-    assert know.unexplained("father of someone", chain, embed) == ("father",)
+    assert unexplained(know, "mate of someone", chain, embed) == ()
+    assert unexplained(know, "mate of someone", chain, None) == ("mate",)
+    assert unexplained(know, "father of someone", chain, embed) == ("father",)
 
 
 def _graded(rows):
@@ -764,7 +769,7 @@ def test_feeds_off_leave_lokg_untouched_and_the_relation_term_reranks(rt):
         rt.ask(q, relation_weight=-1.0)
 
 
-# A forced choice checked against the derivation (query.choice_check, issue 20): margin 20 lists
+# A forced choice checked against the derivation (query.choice_check): margin 20 lists
 # the top five candidates, the derived endpoints among them and others the chain does not reach.
 WIDE = {"choice_margin": 20.0}
 
@@ -1059,14 +1064,14 @@ def test_zero_shot_keeps_chains_reaching_the_kind_the_first_word_asks_for():
     know = zero_shot_knowledge(eye)
     axes = {"job": eye[REL["profession"]]}
     embed = lambda texts: np.stack([axes.get(t, np.zeros(5, np.float32)) for t in texts])  # noqa: E731
-    assert know.answer_type("job children people someone", embed) == {REL["profession"]}
-    assert know.answer_type("someone job", embed) == frozenset()
+    assert answer_type(know, "job children people someone", embed) == {REL["profession"]}
+    assert answer_type(know, "someone job", embed) == frozenset()
     hops = [(0.9, 1, 2, REL["children"]), (0.8, 2, 3, REL["gender"])]
     masked = "job children people someone"
 
     def chain(answer_type):
-        p = know.predict_spans(hops, masked, facts, [0], source="zero_shot",
-                               named=frozenset(), answer_type=answer_type)
+        p = predict_spans(know, hops, masked, facts, [0], source="zero_shot",
+                          named=frozenset(), answer_type=answer_type)
         return [RELATIONS[h] for h in p.chain]
 
     assert chain(frozenset()) == ["children", "gender"]  # reaches genders
@@ -1085,9 +1090,9 @@ def test_zero_shot_ties_go_to_the_relation_the_topic_has_facts_of():
     know = zero_shot_knowledge(vectors)
     embed = lambda texts: np.stack([vectors[REL["profession"]] if t == "job"  # noqa: E731
                                     else np.zeros(5, np.float32) for t in texts])
-    hops = know.zero_shot_hops("job of someone", embed, facts, [4])
+    hops = zero_shot_hops(know, "job of someone", embed, facts, [4])
     assert [h[3] for h in hops] == [REL["profession"]]
-    assert [h[3] for h in know.zero_shot_hops("job of someone", embed)] != [REL["profession"]]
+    assert [h[3] for h in zero_shot_hops(know, "job of someone", embed)] != [REL["profession"]]
 
 
 @pytest.mark.parametrize("profession_cosine, chain", [(0.9, ("~profession",)), (0.8, None)])
@@ -1225,11 +1230,11 @@ def test_round_trips_along_the_shared_relation_are_a_level_of_their_own():
     n = len(RELATIONS)
     know = zero_shot_knowledge(np.eye(n, dtype=np.float32))
     gender, job = REL["gender"], REL["profession"]
-    levels = [lvl for lvl in know._candidate_levels((gender, job), 0, n, 1) if lvl]
+    levels = [lvl for lvl in candidate_levels(know, (gender, job), 0, n, 1) if lvl]
     single = [lvl for lvl in levels if all(len(c) == 2 and c[1] == inverse_hop(c[0], n)
                                            for c in lvl)]
     assert [{c[0] % n for c in lvl} for lvl in single] == [{gender}, {job}]
-    unmarked = [lvl for lvl in know._candidate_levels((gender, job), -1, n, 1) if lvl]
+    unmarked = [lvl for lvl in candidate_levels(know, (gender, job), -1, n, 1) if lvl]
     assert any({c[0] % n for c in lvl} == {gender, job} for lvl in unmarked
                if all(len(c) == 2 for c in lvl))
 
@@ -1249,11 +1254,11 @@ def test_zero_shot_stage_with_the_real_encoder(tmp_path):
 def test_facts_sort_pairs_equals_lexsort_with_ties_and_past_int64():
     rng = np.random.default_rng(0)
     key, obj = rng.integers(0, 50, 2000), rng.integers(0, 7, 2000)  # many equal pairs
-    assert np.array_equal(relknow._sort_pairs(key, obj), np.lexsort((obj, key)))
+    assert np.array_equal(_sort_pairs(key, obj), np.lexsort((obj, key)))
     huge = np.array([2**62, 3, 2**62, 3])  # packing would overflow: lexsort itself
-    assert np.array_equal(relknow._sort_pairs(huge, np.array([1, 5, 0, 5])),
+    assert np.array_equal(_sort_pairs(huge, np.array([1, 5, 0, 5])),
                           np.lexsort((np.array([1, 5, 0, 5]), huge)))
-    assert len(relknow._sort_pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))) == 0
+    assert len(_sort_pairs(np.zeros(0, np.int64), np.zeros(0, np.int64))) == 0
 
 
 # ------------------------------------------------------------------------------ unseen wording
@@ -1469,7 +1474,7 @@ def test_a_chain_shorter_than_training_walks_one_hop_more_for_words_it_leaves_un
                           frozenset())
     masked = mask_topic(f"what does the mother of {ENTITY_NAMES[topic]} do for a {words} ?",
                         [ENTITY_NAMES[topic]])
-    p = know.appended(followed, masked, embed, facts, [topic])
+    p = Appended().predict(Question(know, masked, [topic], facts, embed=embed), followed)
     assert (None if p is None else [RELATIONS[h] for h in p.chain]) == appended
     if p is not None:
         assert p.source == "knn_appended" and p.derivation.derivable
@@ -1528,7 +1533,7 @@ def test_a_chain_the_question_wording_rules_out_gives_way_to_an_allowed_one(
                           0.5, votes, frozenset())
     runs = None if hops is None else HopRuns(tuple(
         ("w",) * (hops[1] - hops[0] + 1 if i == 0 else 1) for i in range(hops[0])))
-    p = know.ranged(followed, runs, facts, [52])
+    p = Ranged().predict(Question(know, "", [52], facts, runs=runs), followed)
     assert (None if p is None else (p.source, [RELATIONS[h] for h in p.chain])) == expected
     if p is not None:
         assert p.derivation.derivable
@@ -1557,8 +1562,9 @@ def test_unfamiliar_wording_is_decoded_run_by_run_along_what_the_graph_walks(
                         "partner": eye[REL["spouse"]]})
     runs = HopRuns(tuple((w,) for w in words), anchored=reading != "unanchored")
     votes = [relknow.Vote((REL["parents"], REL["gender"]), 2.0, True)]
-    p = know.decoded(Prediction("knn", None, 0.0, 0.0, votes, frozenset()), runs, embed, facts,
-                     [topic])
+    embedded = Question(know, "", [topic], facts, q_vec=np.zeros(3, np.float32), embed=embed,
+                        runs=runs)  # the vote's nearest question at cosine 0: unfamiliar
+    p = RunsDecoded().predict(embedded, Prediction("knn", None, 0.0, 0.0, votes, frozenset()))
     assert (None if p is None else [RELATIONS[h] for h in p.chain]) == expected
     if p is not None:
         assert p.source == "runs_decoded" and p.share == 1.0 and p.derivation.derivable
@@ -1580,3 +1586,19 @@ def test_assess_decodes_only_wording_no_training_question_is_near(q_vec, source)
     p = know.assess(mask_topic(question, ["cora varga"]), [52], facts, q_vec=vec, embed=embed,
                     runs=hop_runs(question, ["cora varga"])).prediction
     assert p.source == source and p.unfamiliar == (source == "runs_decoded")
+
+
+def test_the_predictors_are_named_once_in_the_order_of_the_cascade():
+    """relknow.PREDICTORS (what Prediction.source says, the breakdown's "chain by" rows) are
+    the cascade's names, each once: the kNN vote first, nothing predicted last."""
+    names = tuple(p.name for p in relknow.CASCADE)
+    assert relknow.PREDICTORS == names and len(set(names)) == len(names)
+    assert names[0] == "knn" and names[-1] == "none"
+    assert all(isinstance(p, relknow.Predictor) for p in relknow.CASCADE)
+
+
+def test_knowledge_without_labelled_questions_asked_without_an_encoder_predicts_nothing():
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    know = zero_shot_knowledge(np.eye(len(RELATIONS), dtype=np.float32))
+    p = know.assess("job of someone", [4], facts, q_vec=None).prediction
+    assert (p.source, p.chain, p.reason) == ("none", None, "no labelled questions and no encoder")
