@@ -109,7 +109,7 @@ def write_articles(world: World, out: Path, share: float) -> dict[str, str]:
             for lo in range(0, world.sizes[t], CHUNK):
                 hi = min(world.sizes[t], lo + CHUNK)
                 raw = "".join(jsonl_text(_articles(world, families, lo, hi, share, chosen_stream,
-                                               draw_stream))).encode()
+                                                   draw_stream))).encode()
                 fh.write(raw)
                 digest.update(raw)
     return {path.name: digest.hexdigest()}

@@ -95,7 +95,7 @@ class _HashingFile:
         self.file.close()
 
 def write_graph(world: World, names: dict[str, str], out: Path, n_triples: int,
-                 malformed_rate: float, gzip: bool) -> tuple[dict, dict, int, int, int]:
+                malformed_rate: float, gzip: bool) -> tuple[dict, dict, int, int, int]:
     """kg.nt(.gz) and kg.tsv, subject block by subject block: (sha256 by file, triples by
     relation, literal lines, type assertions, malformed lines)."""
     n_literal = sum(world.literal_count(t, lo, min(world.sizes[t], lo + 8 * CHUNK))

@@ -25,8 +25,8 @@ _LOC_SUFFIX = {"fr": "é", "de": "en", "es": "a", "it": "o"}
 _FILM_ARTICLE = {"fr": "Le ", "de": "Der ", "es": "El ", "it": "Il "}
 YEARS = {P: (1900, 2005), FI: (1920, 2023), AL: (1955, 2023), ORG: (1850, 2020)}
 LABEL = {P: "person", AC: "actor", FI: "film", AR: "band", AL: "album", ORG: "organization",
-          CI: "city", CO: "country", MG: "genre", GE: "gender", FG: "film genre",
-          LA: "language"}
+         CI: "city", CO: "country", MG: "genre", GE: "gender", FG: "film genre",
+         LA: "language"}
 
 _FIRST = ("James Mary John Patricia Robert Jennifer Michael Linda William Elizabeth David "
           "Barbara Richard Susan Joseph Jessica Thomas Sarah Charles Karen Daniel Nancy Matthew "
@@ -57,9 +57,9 @@ _MUSIC_NOUN = ("Dreams Hearts Lights Roads Waves Machines Ghosts Animals Bridges
                "Tigers Shadows Voices Colors Seasons Islands Rockets Sparks Feathers Tapes "
                "Kings").split()
 GENRES = ("rock|pop|jazz|blues|hip hop|electronic|classical|folk|country|reggae|punk rock|"
-           "heavy metal|soul|funk|disco|techno|house|ambient|indie rock|grunge|ska|gospel|opera|"
-           "bluegrass|trip hop|drum and bass|dubstep|synth-pop|new wave|post-rock|shoegaze|"
-           "bossa nova|salsa|flamenco|k-pop|afrobeat|zydeco|emo|trance|garage rock").split("|")
+          "heavy metal|soul|funk|disco|techno|house|ambient|indie rock|grunge|ska|gospel|opera|"
+          "bluegrass|trip hop|drum and bass|dubstep|synth-pop|new wave|post-rock|shoegaze|"
+          "bossa nova|salsa|flamenco|k-pop|afrobeat|zydeco|emo|trance|garage rock").split("|")
 GENDERS = ("male", "female")
 _FILM_GENRES = ("drama|comedy|thriller|documentary|western|science fiction|horror|animation|"
                 "romance|crime|mystery|fantasy|adventure|war|musical|family|biography|sport|"
@@ -189,9 +189,9 @@ def attr_value(kind: str, name: str, year: int | None, v1: float, v2: float, v3:
 
 
 DESCRIPTION_WORDS = {P: _OCCUPATIONS, FI: _FILM_KINDS, AC: _ACTOR_KINDS, AR: _BAND_KINDS,
-                      CI: _CITY_KINDS, CO: ("Sovereign state",), MG: ("Music genre",),
-                      GE: ("Gender identity",), AL: ("studio album",), ORG: ("",),
-                      FG: ("Film genre",), LA: ("Human language",)}
+                     CI: _CITY_KINDS, CO: ("Sovereign state",), MG: ("Music genre",),
+                     GE: ("Gender identity",), AL: ("studio album",), ORG: ("",),
+                     FG: ("Film genre",), LA: ("Human language",)}
 
 
 def description(type_name: str, name_index: int, u: float, year: int | None) -> str:

@@ -104,8 +104,9 @@ def _record(world: World, names: dict[str, str], style: str, wording: str,
 
 
 def draw_questions(world: World, n_questions: int, names: dict[str, str], *,
-               style: str = "pathquestion", hops: tuple[int, ...] = (2, 3), max_answers: int = 5,
-               test_wording: str = "train", extended: bool = False) -> list[dict]:
+                   style: str = "pathquestion", hops: tuple[int, ...] = (2, 3),
+                   max_answers: int = 5, test_wording: str = "train",
+                   extended: bool = False) -> list[dict]:
     """Questions on random chains and topics whose answers are every endpoint of the chain;
     test questions (:func:`split_of`) in the ``test_wording``, the others in ``train``."""
     rng = np.random.default_rng([world.seed, 0x51])

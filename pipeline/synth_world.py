@@ -126,7 +126,7 @@ class World:
             stride, phase, count = 2, fam.parity, (n - fam.parity + 1) // 2
         h = int(stream_id(self.seed, "pool", fam.base))
         return Pool(self.offset[fam.obj], count, stride, phase,
-                     coprime(count, (h >> 20) % count + count // 3), h % count)
+                    coprime(count, (h >> 20) % count + count // 3), h % count)
 
     def _capacity(self, f: int) -> int:
         """Most distinct objects one subject can have (its own id excluded on a same-type pool)."""

@@ -8,15 +8,16 @@ refresh and writes the run.
 Refresh (``previous:`` inputs: same code and settings, changed input data; pipeline/refresh.py).
 The model starts from the previous build's ``gat/model.pt``: the layers (not indexed by entity
 or relation) as they were, ``relation_diag`` rows carried over by canonical relation name (a new
-relation gets the usual ones; training/warm_start.py), and trains ``gat.refresh_epochs``
-epochs (at most ``gat.epochs``) at ``gat.refresh_learning_rate``: Adam's state starts afresh,
-and at the full rate its first steps undo much of the previous training. Before those epochs the
+relation gets the usual ones; training/warm_start.py), and trains ``gat.refresh_epochs`` epochs
+(at most ``gat.epochs``) at ``gat.refresh_learning_rate``: Adam's state starts afresh, and at
+the full rate its first steps undo much of the previous training. Before those epochs the
 previous parameters are scored on this build's graph (the fixed-negative eval link loss); when
 that is within ``gat.refresh_loss_margin`` of the loss of the last build that trained
-(``losses.json`` ``eval_link.reference``, ``reference_loss``), the epochs are skipped and α
-is that one forward pass — the previous model re-inferred on the new graph and inputs (the
-report's ``refresh``: ``epochs`` 0, ``stopped`` with both losses). Without those parameters, or when they do not fit (another
-encoder width), it trains from scratch; the report's ``refresh`` says warm or cold and why.
+(``losses.json`` ``eval_link.reference``, ``reference_loss``), the epochs are skipped and α is
+that one forward pass — the previous model re-inferred on the new graph and inputs (the report's
+``refresh``: ``epochs`` 0, ``stopped`` with both losses). Without those parameters, or when they
+do not fit (another encoder width), it trains from scratch; the report's ``refresh`` says warm
+or cold and why.
 
 Run directory ``gat/``: config.json (settings, seed, device, sizes, versions, objective),
 losses.json (per epoch: link, path; and ``eval_link``: the fixed-negative link loss before and

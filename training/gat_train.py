@@ -93,7 +93,7 @@ class _Epochs:
         s, r, o = (t[self.check].to(self.device) for t in (self.src, self.rel, self.dst))
         with torch.no_grad():
             return link_loss(self.model, z.to(self.device), s, r, o,
-                              self.check_neg.to(self.device)).item()
+                             self.check_neg.to(self.device)).item()
 
     def run(self) -> tuple[float, float | None]:
         """One epoch; its mean link loss and mean path loss (None without gold paths)."""
