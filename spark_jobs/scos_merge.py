@@ -68,14 +68,10 @@ from lokg.runtime.config import MISSING_EMBEDDINGS
 from lokg.runtime.contract import (TABLE_SCHEMAS, StoreError, read_table, table_files, to_numpy,
                               write_table)
 from lokg.spark_jobs.relation_stats import (
-    TypeIndex,
-    nmi_signal,
-    tail_entropy,
-    type_pair_dict,
-)
-from lokg.spark_jobs.relation_stats import (
     settings as stats_settings,
 )
+from lokg.spark_jobs.relation_stats_driver import TypeIndex
+from lokg.spark_jobs.relation_stats_math import nmi_signal, tail_entropy, type_pair_dict
 
 NORMALISER = "sum of H(r) over R0 (tail conditional entropy, nats)"
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from lokg.runtime.contract import read_table, write_table
-from lokg.spark_jobs.relation_stats import TypeIndex
+from lokg.spark_jobs.relation_stats_driver import TypeIndex
 from lokg.spark_jobs.scos_merge import (
     Merger,
     canonical_mapping,
