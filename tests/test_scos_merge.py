@@ -12,7 +12,7 @@ import pytest
 
 from lokg.runtime.contract import read_table, write_table
 from lokg.spark_jobs.relation_stats_driver import TypeIndex
-from lokg.spark_jobs.scos_merge import (
+from lokg.spark_jobs.scos_greedy import (
     Merger,
     canonical_mapping,
     canonical_member,
