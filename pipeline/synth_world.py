@@ -55,7 +55,6 @@ def _fixed_size(type_name: str, n_entities: int) -> int:
     return len(GENDERS)
 
 
-
 def _type_sizes(n_entities: int, type_table=TYPES) -> dict[str, int]:
     """Entities per type for a target total (the real total may exceed it by the minimums)."""
     fixed = {t: _fixed_size(t, n_entities) for t, share, _ in type_table if share is None}

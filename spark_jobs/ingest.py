@@ -69,6 +69,7 @@ from lokg.runtime.contract import TABLE_SCHEMAS
 from lokg.spark_jobs import formats as fm
 from lokg.spark_jobs import ingest_lines as il
 from lokg.spark_jobs import ingest_nt as nt
+from lokg.spark_jobs.formats_spark import parse_plan
 from lokg.spark_jobs.ingest_change_set import (CHANGE_SET_PARTS, change_set, driver_change_set,
                                                write_empty_change_set)
 from lokg.spark_jobs.ingest_checks import (TEXT_LIMIT, IngestError, LineCounts, number_lines,
@@ -264,7 +265,6 @@ def _write_arrow(rows: pa.Table, table: str, paths: dict[str, Path]) -> None:
     pq.write_table(rows.select(schema.names).cast(schema), paths[table] / "part-00000.parquet")
 
 
-
 def _spark_ingest(config: dict, inputs: dict, cfg: dict, dump, plan: fm.Plan,
                   delta: list[fm.Source], paths: dict[str, Path], lap: Laps) -> dict:
     """The tables by Spark, from a parse of every line (``spark_jobs.ingest_tables``); a dump
@@ -288,7 +288,7 @@ def _spark_tables(spark: SparkSession, cache: Cache, inputs: dict, cfg: dict, du
                   lap: Laps) -> dict:
     """``_spark_ingest``'s tables, step by step; the stats ``_report`` reads."""
     literals_as_edges = bool(cfg["literals_as_edges"])
-    parsed = cache(fm.parse_plan(spark, plan, _languages(cfg)))
+    parsed = cache(parse_plan(spark, plan, _languages(cfg)))
     numbered, counts = number_lines(spark, parsed, plan)
     counted = LineCounts(counts)
     lap("parse_and_count_lines")

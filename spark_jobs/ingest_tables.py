@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from lokg.runtime.contract import write_table
 from lokg.spark_jobs import formats as fm
+from lokg.spark_jobs.formats_spark import unescape_literals
 from lokg.spark_jobs.ingest_checks import TEXT_LIMIT, LineCounts, refuse
 
 _ATTRIBUTES = "array<struct<key:string,value:string>>"
@@ -47,7 +48,7 @@ def graph_edges(parsed: DataFrame, counted: LineCounts, literals_as_edges: bool
     edge_facts = counted.kinds.get(fm.EDGE, 0)
     if literals_as_edges:
         attrs = parsed.filter((F.col("kind") == fm.ATTRIBUTE) & graph)
-        attrs = fm.unescape_literals(attrs.select("s", "p", "o", "escaped"), counted.python)
+        attrs = unescape_literals(attrs.select("s", "p", "o", "escaped"), counted.python)
         edges = edges.unionByName(attrs.select("s", "p", literal_key(F.col("o")).alias("o")))
         edge_facts += counted.kinds.get(fm.ATTRIBUTE, 0)
     return edges, edge_facts
@@ -60,7 +61,7 @@ def literal_facts(numbered: DataFrame, literals_as_edges: bool, records: bool,
     ``records``: the plan has an entities file; ``python``: some literal has ``\\U`` escapes."""
     cols = ["file_idx", "line", "kind", "s", "p", "o"]
     lits = numbered.filter(F.col("kind").isin(*fm.LITERAL_KINDS)).select(*cols, "escaped")
-    facts = fm.unescape_literals(lits, python).select(*cols)
+    facts = unescape_literals(lits, python).select(*cols)
     rec = numbered.filter(F.col("kind") == fm.RECORD)
     from_records = [] if not records else [
         rec.select("file_idx", "line", F.lit(fm.NAME).alias("kind"), "s",
@@ -192,7 +193,7 @@ def write_type_assertions(parsed: DataFrame, ent_ids: DataFrame, counted: LineCo
     over the parse or the ids, and no observation (an empty write need not report one)."""
     any_type = bool(counted.kinds.get(fm.TYPE))
     asserted = (F.col("kind") == fm.TYPE) & F.col("graph") if any_type else F.lit(False)
-    assertions = fm.unescape_literals(
+    assertions = unescape_literals(
         parsed.filter(asserted).select("s", "o", "escaped"), counted.python,
     ).select("s", F.col("o").alias("type")).distinct()
     rows = assertions.join(_ids_side(small)(ent_ids.withColumnRenamed("key", "s")), "s") \

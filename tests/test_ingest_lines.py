@@ -35,6 +35,7 @@ def write_lines(path: Path, lines: list[bytes], newline: bytes = b"\n") -> Path:
 @pytest.mark.spark
 @pytest.mark.parametrize("parser", fm.LINE_PARSERS)
 def test_python_line_rules_equal_the_spark_parse(spark, tmp_path, parser):
+    from lokg.spark_jobs.formats_spark import parse_plan
     from lokg.spark_jobs.ingest_checks import number_lines
 
     files = (write_lines(tmp_path / "lf.txt", TRICKY),
@@ -43,7 +44,7 @@ def test_python_line_rules_equal_the_spark_parse(spark, tmp_path, parser):
     gz = tmp_path / "gz.txt.gz"
     gz.write_bytes(gzip.compress(b"\n".join(TRICKY) + b"\n"))
     plan = fm.Plan("test", [fm.Source(parser, (*files, gz), True)])
-    numbered, _ = number_lines(spark, fm.parse_plan(spark, plan, ["en"]), plan)
+    numbered, _ = number_lines(spark, parse_plan(spark, plan, ["en"]), plan)
     columns = ["file_idx", "line", "kind", "s", "p", "o", "reason", "text"]
     by_spark = sorted(tuple(r) for r in numbered.select(*columns).collect())
     ours = il.ParsedLines(plan, il.STORE_SCHEMA.empty_table()).rows.select(columns)

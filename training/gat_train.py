@@ -48,7 +48,6 @@ class TrainResult:
     device: str
 
 
-
 class _Epochs:
     """One training epoch at a time: full batch up to ``max_full_batch_edges``, beyond that over
     neighbour-sampled mini-batches (``NeighbourSampler``); and a fixed-negative link-loss check
