@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from lokg.spark_jobs import formats as fm
 from lokg.spark_jobs.formats import re2
-from lokg.spark_jobs.relation_stats import DIGITS, UNTYPED
+from lokg.spark_jobs.relation_stats_driver import DIGITS, UNTYPED
 
 
 def q(text: str) -> str:

@@ -321,7 +321,7 @@ def run_online(work: Path, arm: str, setup: dict, progress: bool) -> dict:
 def measure(build, setup: dict, overlay: set[tuple[str, str, str]] = frozenset()) -> dict:
     """The build's size, its feedback_enrich/ingest report, and the withheld triples it (and
     the ``overlay`` triples, by keys) holds."""
-    from lokg.text.feedback_enrich import Published
+    from lokg.text.feedback_published import Published
 
     tables, stages = build.manifest["tables"], build.manifest["report"]["stages"]
     enrich, ingest = stages["feedback_enrich"], stages["ingest"]

@@ -61,11 +61,11 @@ def staged_inputs(dump: Path, workdir: Path) -> dict[str, str]:
 
 
 def gold_for(path: Path, inputs: dict, graph) -> tuple:
-    from lokg.training import gat
+    from lokg.training import gat_gold
 
-    raw = gat.parse_questions(path)
-    paths, unknown = gat.resolve_paths(raw, inputs["entities"], inputs["relation_map"])
-    ids, missed = gat.gold_edges(paths, graph)
+    raw = gat_gold.parse_questions(path)
+    paths, unknown = gat_gold.resolve_paths(raw, inputs["entities"], inputs["relation_map"])
+    ids, missed = gat_gold.gold_edges(paths, graph)
     return ids, {"paths": len(raw.paths), "unknown": unknown, "no_walk": missed,
                  "gold_edges": len(ids)}
 
@@ -73,16 +73,17 @@ def gold_for(path: Path, inputs: dict, graph) -> tuple:
 def run_dataset(name: str, data: Path, workdir: Path, epochs: int, device: str) -> dict:
     from lokg.runtime.config import DEFAULTS
     from lokg.runtime.contract import read_table
-    from lokg.training import gat
+    from lokg.training import gat, gat_inputs
 
     inputs = staged_inputs(data / name, workdir / name)
-    triples = gat.read_triples(inputs["triples"])
+    triples = gat_inputs.read_triples(inputs["triples"])
     num_nodes = int(triples[:, [0, 2]].max()) + 1
     num_relations = read_table(Path(inputs["relations"]), "relations").num_rows
-    graph = gat.Graph.from_triples(triples, num_nodes)
-    x = gat.node_features(inputs["entity_vectors"], inputs["entity_ids"], num_nodes)[:num_nodes]
-    rel_vec = gat.relation_vectors(inputs["relation_embeddings"], inputs["relation_map"],
-                                   num_relations)
+    graph = gat_inputs.Graph.from_triples(triples, num_nodes)
+    x = gat_inputs.node_features(inputs["entity_vectors"], inputs["entity_ids"],
+                                 num_nodes)[:num_nodes]
+    rel_vec = gat_inputs.relation_vectors(inputs["relation_embeddings"], inputs["relation_map"],
+                                          num_relations)
     train_gold, train_stats = gold_for(data / name / "train.txt", inputs, graph)
     dev_gold, dev_stats = gold_for(data / name / "dev.txt", inputs, graph)
     uniform = 1.0 / graph.out_degree()[graph.src]

@@ -34,7 +34,7 @@ def step_shares(graph, batch_triples: int, layers: int, fanout: int, gen) -> dic
     import torch
     from torch_geometric.utils import k_hop_subgraph
 
-    from lokg.training.gat import NeighbourSampler
+    from lokg.training.gat_sampler import NeighbourSampler
 
     src, dst = torch.from_numpy(graph.src), torch.from_numpy(graph.dst)
     forward = torch.from_numpy(np.flatnonzero(~graph.inverse))
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     from lokg.runtime.contract import read_table
-    from lokg.training.gat import Graph, read_triples
+    from lokg.training.gat_inputs import Graph, read_triples
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", type=Path, required=True, help="a published build directory")

@@ -51,7 +51,7 @@ def child(run: str, dump: Path, previous: Path, out: Path) -> None:
 def equal_tables(one: Path, other: Path) -> tuple[dict[str, bool], dict[str, bool]]:
     """Whether two ingests' tables, and their change sets' parts, hold the same rows."""
     from lokg.pipeline.refresh import same_rows
-    from lokg.spark_jobs.ingest import CHANGE_SET_PARTS
+    from lokg.spark_jobs.ingest_change_set import CHANGE_SET_PARTS
     from lokg.spark_jobs.ingest_lines import TABLES
 
     tables = {t: same_rows(one / f"{t}.parquet", other / f"{t}.parquet") for t in TABLES}

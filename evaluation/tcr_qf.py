@@ -39,6 +39,7 @@ from lokg.runtime.feedback import missing_record
 from lokg.runtime.overlay import ExtraTriple
 from lokg.runtime.question_encoder import CachedEmbeddings
 from lokg.text import feedback_enrich as fe
+from lokg.text.feedback_answers import passage_candidates
 from lokg.text.chunking import content_id
 
 SOURCES = ("passages", "answer")
@@ -114,7 +115,7 @@ class Enricher:
         else:
             chunk = answer_passage(answer)
             cands = [c for sq in todo
-                     for c in fe.passage_candidates(sq, chunk, [], self.pub, self.extraction)]
+                     for c in passage_candidates(sq, chunk, [], self.pub, self.extraction)]
         kept = fe.with_relations(cands, self.pub, float(self.cfg["relation_min_cosine"]))
         delta = fe.deduplicated(kept, self.pub, float(self.cfg["dedupe_threshold"]))
         return len(todo), [ExtraTriple(r["s_key"], r["relation"], r["o_key"], r["s_name"],

@@ -13,7 +13,7 @@ import random
 import shutil
 from pathlib import Path
 
-from lokg.pipeline.synth import NS
+from lokg.pipeline.synth_schema import NS
 
 FREEBASE_NS = f"<{NS}"
 #: The triple files of an FB15k-237 dump (``/m/mid \t /relation/path \t /m/mid`` lines).

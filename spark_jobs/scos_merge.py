@@ -1,38 +1,23 @@
-"""Stage ``scos_merge`` (DESIGN §2.5): Semantic Compression of Ontology Schema.
+"""Stage ``scos_merge``: Semantic Compression of Ontology Schema.
 
 The greedy merge runs on the driver (plain Python + numpy); so does the triple rewrite up to
 ``scos_merge.driver_max_triples`` triples (numpy: no Spark session), above it in Spark.
 
-* Fused similarity of clusters C_i, C_j:
-  sim = w1·NMI + w2·Jaccard + w3·cos(e_i, e_j), weights ``scos_merge.weights`` (0.40, 0.30, 0.30);
-  NMI = 1 − JSD_bits of the type-pair distributions, Jaccard of the entity sets.
-* Adaptive threshold θ_ij = min(θ_base·(1 + ε·δ_ij), 1), δ_ij = |H_i − H_j| / max(H_i, H_j),
-  δ = 0 when both entropies are 0.
-* Greedy: a heap of admissible pairs (sim ≥ θ) keyed by −sim, ties by cluster ids. Pop the best;
-  an entry is stale — and skipped — when either cluster has died or changed version since the
-  entry was pushed (lazy invalidation). A merge keeps the lower cluster id, bumps its version,
-  kills the other; the merged cluster owns the union of the distinct (s, o) pairs, and its H,
-  type-pair distribution and entity set are recomputed from that union; its embedding is the
-  mean of the two. Its similarity to every cluster that was a candidate partner of either member
-  is recomputed, and admissible pairs are pushed. Stop when the heap is empty.
-* loss = (1 − sim)·min(H(C_i), H(C_j)); L_info = Σ loss / Σ_{r ∈ R0} H(r) (0 when that sum is 0);
-  ρ̂ = (1 − L_info) / (|R*| / |R0|), ρ̂ ≡ 1 when nothing merges.
 * Refresh (``previous:`` inputs, pipeline/refresh.py): a warm-started TransE moves relation
-  vectors by noise the data did not ask for (FB15k-237, 1 % edit: a triple-weighted mean cosine
-  distance of 0.17 from the previous build's; a cold retrain on the same edit: 0.88), enough to
-  flip a merge whose sim sits near θ. While that shift is at most
+  vectors by noise the data did not ask for (docs/BENCHMARKS.md measures it), enough to flip a
+  merge whose sim sits near θ. While that shift is at most
   ``scos_merge.refresh_max_vector_shift``, the cosine term uses the previous build's vectors
   (by relation name; every relation must have one), so the merges follow the data signals
-  only. Those move too: a 1 % edit of FB15k-237 moves the NMI, Jaccard and H of relations
-  with few triples across θ. So a refresh also decides with hysteresis: two clusters that one
+  only. Those move too: a small edit moves the NMI, Jaccard and H of relations with few
+  triples across θ. So a refresh also decides with hysteresis: two clusters that one
   merge group of the previous build held (relations by name) merge while sim ≥ θ −
   ``scos_merge.refresh_merge_margin``, and every pair of such a group is a candidate even when
   relation_stats no longer proposes it; any other pair still needs sim ≥ θ (so on the same
   signals the refresh differs from a decision without memory only by the previous merges the
   margin kept — the report lists them, ``refresh.kept_by_margin``). A pair fallen further
   splits; a full build has no previous merges.
-* Canonical name of a cluster: its member with the most triples, ties by name. Canonical ids are
-  dense, in order of each cluster's smallest original id (so the identity when nothing merges).
+The greedy merge itself is ``spark_jobs.scos_greedy``; the triple rewrite
+``spark_jobs.scos_rewrite``.
 
 Outputs: ``relation_map`` (every relation of R0), ``merge_log``, rewritten ``triples`` (φ
 applied to r, then distinct; from the driver one file in (s, r, o) order) and ``relations``
@@ -49,35 +34,29 @@ holds every triple three times over as int64 (~100 bytes per triple at its peak,
 
 from __future__ import annotations
 
-import heapq
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-import pyarrow.parquet as pq
 
 from lokg.pipeline.stage import Laps, StageError, checked_section, previous_inputs
 from lokg.runtime.config import MISSING_EMBEDDINGS
 from lokg.runtime.contract import (TABLE_SCHEMAS, StoreError, read_table, table_files, to_numpy,
-                              write_table)
-from lokg.spark_jobs.relation_stats import (
-    TypeIndex,
-    nmi_signal,
-    tail_entropy,
-    type_pair_dict,
-)
+                                   write_table)
 from lokg.spark_jobs.relation_stats import (
     settings as stats_settings,
 )
-
-NORMALISER = "sum of H(r) over R0 (tail conditional entropy, nats)"
+from lokg.spark_jobs.relation_stats_driver import TypeIndex
+from lokg.spark_jobs.relation_stats_math import type_pair_dict
+from lokg.spark_jobs.scos_greedy import (NORMALISER, Merger, MergeResult, add_candidates,
+                                         canonical_mapping, margin_outcome, summary)
+from lokg.spark_jobs.scos_rewrite import rewrite_in_spark, rewrite_on_driver, triple_count
 
 
 def settings(config: Mapping) -> dict:
@@ -87,254 +66,6 @@ def settings(config: Mapping) -> dict:
     if cfg["missing_embeddings"] not in MISSING_EMBEDDINGS:
         raise StageError(f"scos_merge.missing_embeddings={cfg['missing_embeddings']!r}: zero | renormalise")
     return cfg
-
-
-# ============================================================================================
-# the greedy merge (driver)
-
-
-def delta(h_i: float, h_j: float) -> float:
-    """Entropy gap δ_ij = |H_i − H_j| / max(H_i, H_j); 0 when both are 0."""
-    top = max(h_i, h_j)
-    return 0.0 if top <= 0 else abs(h_i - h_j) / top
-
-
-def theta(h_i: float, h_j: float, theta_base: float = 0.75, epsilon: float = 0.15) -> float:
-    return min(theta_base * (1.0 + epsilon * delta(h_i, h_j)), 1.0)
-
-
-def cosine(a: np.ndarray | None, b: np.ndarray | None) -> float:
-    if a is None or b is None:
-        return 0.0
-    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
-    if na == 0 or nb == 0:
-        return 0.0
-    return float(np.dot(a, b) / (na * nb))
-
-
-def canonical_member(members: Iterable[int], names: Mapping[int, str],
-                     triple_counts: Mapping[int, int]) -> int:
-    """The member with the most triples; ties by name, then by id."""
-    return min(members, key=lambda r: (-triple_counts.get(r, 0), names[r], r))
-
-
-@dataclass
-class Cluster:
-    members: list[int]
-    entropy: float
-    dist: dict
-    emb: np.ndarray | None
-    keys: np.ndarray | None = None  # sorted distinct s·M + o; loaded lazily
-    ents: np.ndarray | None = None  # sorted entity ids; computed lazily
-    version: int = 0
-    alive: bool = True
-    partners: set = field(default_factory=set)
-
-
-@dataclass
-class MergeResult:
-    clusters: dict[int, list[int]]  # surviving cluster id → member relation ids
-    log: list[dict]
-    total_loss: float
-    stale_skipped: int
-    pushed: int
-
-
-class Merger:
-    """Greedy SCOS over in-memory statistics.
-
-    ``keys_of(r)`` returns relation r's sorted distinct (s, o) keys (s·modulus + o); it is only
-    called for relations whose cluster takes part in a merge or neighbours a merged cluster.
-    ``modulus`` is an int or a callable returning one (resolved on first use), and ``types`` a
-    TypeIndex or a callable building one, so the stage loads triples and entity types only when
-    a merge actually happens.
-    ``stats`` gives each relation's initial (H, type-pair dict) — from the relation_stats table in
-    the stage, or recomputed with ``initial_stats`` in tests.
-    """
-
-    def __init__(self, names: Mapping[int, str], triple_counts: Mapping[int, int],
-                 stats: Mapping[int, tuple[float, dict]], keys_of, modulus,
-                 types: TypeIndex | None, emb: np.ndarray | None,
-                 weights=(0.40, 0.30, 0.30), theta_base: float = 0.75, epsilon: float = 0.15,
-                 previous_groups: Mapping[int, int] | None = None, margin: float = 0.0):
-        self.names, self.triple_counts = dict(names), dict(triple_counts)
-        self.previous_groups, self.margin = dict(previous_groups or {}), float(margin)
-        self.keys_of, self._modulus = keys_of, modulus
-        self._types = types
-        self.w = tuple(float(x) for x in weights)
-        self.theta_base, self.epsilon = float(theta_base), float(epsilon)
-        self.emb = emb
-        self.clusters: dict[int, Cluster] = {}
-        for r in names:
-            h, dist = stats.get(r, (0.0, {}))
-            vec = None if emb is None else np.asarray(emb[r], dtype=np.float64)
-            self.clusters[r] = Cluster([r], float(h), dict(dist), vec)
-        self.heap: list = []
-        self._seq = 0
-        self.pushed = 0
-
-    # -- cluster statistics ------------------------------------------------------------------
-    @property
-    def modulus(self) -> int:
-        """Key base M (keys are s·M + o); a callable is resolved on first use (lazy loading)."""
-        if callable(self._modulus):
-            self._modulus = self._modulus()
-        return int(self._modulus)
-
-    @property
-    def types(self) -> TypeIndex:
-        if self._types is None:
-            raise StoreError("scos_merge: entity types needed to recompute a merged cluster")
-        if callable(self._types) and not isinstance(self._types, TypeIndex):
-            self._types = self._types()
-        return self._types
-
-    def _keys(self, c: Cluster) -> np.ndarray:
-        if c.keys is None:
-            c.keys = np.asarray(self.keys_of(c.members[0]), dtype=np.int64)
-        return c.keys
-
-    def _ents(self, c: Cluster) -> np.ndarray:
-        if c.ents is None:
-            keys = self._keys(c)
-            c.ents = np.union1d(keys // self.modulus, keys % self.modulus)
-        return c.ents
-
-    def signals(self, a: int, b: int, nmi: float | None = None,
-                jaccard: float | None = None) -> dict:
-        ca, cb = self.clusters[a], self.clusters[b]
-        if nmi is None:
-            nmi = nmi_signal(ca.dist, cb.dist)
-        if jaccard is None:
-            ea, eb = self._ents(ca), self._ents(cb)
-            inter = len(np.intersect1d(ea, eb, assume_unique=True))
-            union = len(ea) + len(eb) - inter
-            jaccard = inter / union if union else 0.0
-        cos = cosine(ca.emb, cb.emb)
-        sim = self.w[0] * nmi + self.w[1] * jaccard + self.w[2] * cos
-        th = min(self.theta_base * (1.0 + self.epsilon * delta(ca.entropy, cb.entropy)), 1.0)
-        return {"sim": sim, "nmi": nmi, "jaccard": jaccard, "cos": cos, "theta": th}
-
-    def held_together(self, a: int, b: int) -> bool:
-        """Whether one merge group of the previous build held every member of clusters a, b."""
-        groups = {self.previous_groups.get(r)
-                  for r in self.clusters[a].members + self.clusters[b].members}
-        return len(groups) == 1 and None not in groups
-
-    def admits(self, a: int, b: int, sig: dict) -> bool:
-        """sim ≥ θ; for two clusters the previous build merged, sim ≥ θ − margin (a refresh's
-        hysteresis: a small edit's noise in the data signals does not undo a merge)."""
-        margin = self.margin if self.held_together(a, b) else 0.0
-        return sig["sim"] >= sig["theta"] - margin
-
-    def _push(self, a: int, b: int, sig: dict) -> None:
-        if a > b:
-            a, b = b, a
-        if self.admits(a, b, sig):
-            self._seq += 1
-            self.pushed += 1
-            heapq.heappush(self.heap, (-sig["sim"], a, b, self.clusters[a].version,
-                                       self.clusters[b].version, self._seq, sig))
-
-    def add_candidate(self, a: int, b: int, nmi: float | None = None,
-                      jaccard: float | None = None) -> None:
-        if a == b or a not in self.clusters or b not in self.clusters:
-            return
-        self.clusters[a].partners.add(b)
-        self.clusters[b].partners.add(a)
-        self._push(a, b, self.signals(a, b, nmi, jaccard))
-
-    def name(self, cid: int) -> str:
-        return self.names[canonical_member(self.clusters[cid].members, self.names, self.triple_counts)]
-
-    # -- the loop ----------------------------------------------------------------------------
-    def run(self) -> MergeResult:
-        log: list[dict] = []
-        total_loss = 0.0
-        stale = 0
-        while self.heap:
-            _, a, b, va, vb, _, sig = heapq.heappop(self.heap)
-            ca, cb = self.clusters[a], self.clusters[b]
-            if not (ca.alive and cb.alive and ca.version == va and cb.version == vb):
-                stale += 1
-                continue
-            loss = (1.0 - sig["sim"]) * min(ca.entropy, cb.entropy)
-            total_loss += loss
-            left, right = self.name(a), self.name(b)
-            self._merge(a, b)
-            log.append({"step": len(log) + 1, "left": left, "right": right, **sig, "loss": loss,
-                        "members": sorted(self.names[r] for r in ca.members)})
-            for d in sorted(ca.partners):
-                self._push(a, d, self.signals(a, d))
-        clusters = {cid: sorted(c.members) for cid, c in self.clusters.items() if c.alive}
-        return MergeResult(clusters, log, total_loss, stale, self.pushed)
-
-    def _merge(self, a: int, b: int) -> None:
-        ca, cb = self.clusters[a], self.clusters[b]
-        keys = np.union1d(self._keys(ca), self._keys(cb))
-        s, o = keys // self.modulus, keys % self.modulus
-        ca.members = ca.members + cb.members
-        ca.keys, ca.ents = keys, None
-        ca.entropy = tail_entropy(o)
-        ca.dist = self.types.distribution(s, o)
-        if ca.emb is not None and cb.emb is not None:
-            ca.emb = (ca.emb + cb.emb) / 2.0
-        ca.version += 1
-        cb.alive, cb.keys, cb.ents = False, None, None
-        partners = (ca.partners | cb.partners) - {a, b}
-        for d in cb.partners:
-            self.clusters[d].partners.discard(b)
-        for d in partners:
-            self.clusters[d].partners.add(a)
-        ca.partners, cb.partners = partners, set()
-
-
-def initial_stats(keys_by_r: Mapping[int, np.ndarray], modulus: int,
-                  types: TypeIndex) -> dict[int, tuple[float, dict]]:
-    """(H, type-pair distribution) of each relation from its keys (driver-side, for tests)."""
-    out = {}
-    for r, keys in keys_by_r.items():
-        keys = np.asarray(keys, dtype=np.int64)
-        s, o = keys // modulus, keys % modulus
-        out[r] = (tail_entropy(o), types.distribution(s, o))
-    return out
-
-
-def summary(r0: int, r_star: int, total_loss: float, normaliser: float) -> dict:
-    l_info = total_loss / normaliser if normaliser > 0 else 0.0
-    rho = 1.0 if r_star == r0 else (1.0 - l_info) / (r_star / r0)
-    return {"R0": r0, "R_star": r_star, "L_info": l_info, "rho_hat": rho,
-            "normaliser": {"definition": NORMALISER, "value": normaliser}}
-
-
-def canonical_mapping(relations: pa.Table, clusters: Mapping[int, list[int]],
-                      triple_counts: Mapping[int, int]) -> pa.Table:
-    """relation_map rows for every relation of R0; relations outside ``clusters`` map to themselves."""
-    ids = relations.column("id").to_pylist()
-    names = dict(zip(ids, relations.column("name").to_pylist()))
-    owner = {r: r for r in ids}
-    for members in clusters.values():
-        for r in members:
-            owner[r] = min(members)
-    groups: dict[int, list[int]] = {}
-    for r in ids:
-        groups.setdefault(owner[r], []).append(r)
-    canon_id, canon_name = {}, {}
-    for new_id, root in enumerate(sorted(groups)):
-        members = groups[root]
-        best = canonical_member(members, names, triple_counts)
-        for r in members:
-            canon_id[r], canon_name[r] = new_id, names[best]
-    return pa.table({
-        "id": ids,
-        "name": [names[r] for r in ids],
-        "canonical_id": [canon_id[r] for r in ids],
-        "canonical_name": [canon_name[r] for r in ids],
-    })
-
-
-# ============================================================================================
-# the stage
 
 
 def _read_pairs(path: str) -> pa.Table:
@@ -468,37 +199,6 @@ def previous_merges(cfg: Mapping, inputs: Mapping[str, str],
                   "previous_groups": sum(1 for n in sizes.values() if n > 1)}
 
 
-def add_candidates(merger: Merger, pairs: pa.Table, held: Mapping[int, int]) -> None:
-    """The heap's first entries: relation_stats' candidate pairs, and in a refresh every pair
-    of one previous merge group that relation_stats no longer proposes (its signals computed
-    here), so a previous merge is judged by its score, not by the candidate rules."""
-    r_i, r_j = pairs.column("r_i").to_pylist(), pairs.column("r_j").to_pylist()
-    for a, b, nmi, jac in zip(r_i, r_j, pairs.column("nmi").to_pylist(),
-                              pairs.column("jaccard").to_pylist()):
-        merger.add_candidate(a, b, nmi, jac)
-    proposed = {(min(a, b), max(a, b)) for a, b in zip(r_i, r_j)}
-    members = sorted(held)
-    for k, a in enumerate(members):
-        for b in members[k + 1:]:
-            if held[a] == held[b] and (a, b) not in proposed:
-                merger.add_candidate(a, b)
-
-
-def margin_outcome(result: MergeResult, rmap: pa.Table, held: Mapping[int, int]) -> dict:
-    """The merges only the margin admitted (sim < θ), and how many previous groups this build
-    merged exactly again (over the relations it still has)."""
-    kept = [[m["left"], m["right"], round(m["sim"], 4), round(m["theta"], 4)]
-            for m in result.log if m["sim"] < m["theta"]]
-    now = dict(zip(rmap.column("id").to_pylist(), rmap.column("canonical_id").to_pylist()))
-    before, after = {}, {}
-    for r, g in held.items():
-        before.setdefault(g, set()).add(r)
-    for r, c in now.items():
-        after.setdefault(c, set()).add(r)
-    same = sum(1 for g in before.values() if after[now[next(iter(g))]] == g)
-    return {"kept_by_margin": kept, "previous_groups_merged_again": same}
-
-
 class _LazyKeys:
     """The (s, o) keys of the relations in candidate pairs, read from the triples on the first
     merge only: most builds merge little, and reading every triple would dominate the stage."""
@@ -585,7 +285,19 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     report.update(weights=weights, theta_base=cfg["theta_base"], epsilon=cfg["epsilon"])
     report["refresh"].update(margin_report)
     lap("load_stats")
+    outputs = _merge(config, cfg, inputs, relations, (stats, pairs), (emb, weights), held, out,
+                     report, lap)
+    report["step_seconds"] = lap.seconds
+    return {"outputs": outputs, "report": report}
 
+
+def _merge(config: Mapping, cfg: Mapping, inputs: Mapping[str, str], relations: pa.Table,
+           stats_and_pairs: tuple[pa.Table, pa.Table],
+           vectors: tuple[np.ndarray | None, list[float]], held: Mapping[int, int], out: Path,
+           report: dict, lap: Laps) -> dict:
+    """The greedy merge from relation_stats' candidates, relation_map and merge_log written,
+    and the triples rewritten under φ (the input tables when nothing merged); the outputs."""
+    (stats, pairs), (emb, weights) = stats_and_pairs, vectors
     involved = np.unique(np.concatenate([to_numpy(pairs["r_i"]), to_numpy(pairs["r_j"]),
                                          np.array(sorted(held), np.int64)]).astype(np.int64))
     merger = _merger(config, cfg, inputs, stats, emb, weights,
@@ -603,14 +315,13 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         report["refresh"].update(margin_outcome(result, rmap, held))
     lap("write_map_and_log")
 
-    if len(set(rmap.column("canonical_id").to_pylist())) == r0:  # nothing merged: φ is the identity
+    if len(set(rmap.column("canonical_id").to_pylist())) == relations.num_rows:  # φ: identity
         outputs.update(triples=str(inputs["triples"]), relations=str(inputs["relations"]))
         report["triples_in"] = report["triples_out"] = None
     else:
         outputs.update(_rewrite(config, cfg, inputs, rmap, out, report))
         lap("rewrite_triples")
-    report["step_seconds"] = lap.seconds
-    return {"outputs": outputs, "report": report}
+    return outputs
 
 
 def _rewrite(config: Mapping, cfg: Mapping, inputs: Mapping, rmap: pa.Table, out: Path,
@@ -619,14 +330,14 @@ def _rewrite(config: Mapping, cfg: Mapping, inputs: Mapping, rmap: pa.Table, out
     ``scos_merge.driver_max_triples`` (no Spark session), else in Spark; and the canonical
     relations table."""
     path = out / "triples"
-    report["triples_in"] = _rows(Path(inputs["triples"]))
+    report["triples_in"] = triple_count(Path(inputs["triples"]))
     if report["triples_in"] <= int(cfg["driver_max_triples"]):
         report["rewrite"] = "driver"
         rewrite_on_driver(inputs, rmap, path)
     else:
         report["rewrite"] = "spark"
-        _rewrite_in_spark(config, inputs, rmap, path)
-    report["triples_out"] = _rows(path)
+        rewrite_in_spark(config, inputs, rmap, path)
+    report["triples_out"] = triple_count(path)
 
     first = {}
     for cid, cname in zip(rmap.column("canonical_id").to_pylist(),
@@ -636,54 +347,6 @@ def _rewrite(config: Mapping, cfg: Mapping, inputs: Mapping, rmap: pa.Table, out
     write_table("relations", pa.table({"id": ids, "name": [first[i] for i in ids]}),
                 out / "relations.parquet")
     return {"triples": str(path), "relations": str(out / "relations.parquet")}
-
-
-def _rows(path: Path) -> int:
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(path))
-
-
-def _unmapped_error(inputs: Mapping, unmapped: int) -> StoreError:
-    return StoreError(f"{inputs['triples']}: {unmapped} triples have a relation id missing "
-                      f"from {inputs['relations']}")
-
-
-def rewrite_on_driver(inputs: Mapping, rmap: pa.Table, path: Path) -> None:
-    """numpy: each triple's r looked up in φ (sorted ids), the distinct (s, φ(r), o) rows
-    written in (s, r, o) order as one file of the contract's schema — the rows and schema
-    of the Spark path."""
-    triples = read_table(Path(inputs["triples"]), columns=["s", "r", "o"])
-    ids, canon = to_numpy(rmap["id"]), to_numpy(rmap["canonical_id"])
-    order = np.argsort(ids)
-    ids, canon = ids[order], canon[order]
-    r = to_numpy(triples["r"])
-    at = np.minimum(np.searchsorted(ids, r), max(len(ids) - 1, 0))
-    mapped = ids[at] == r if len(ids) else np.zeros(len(r), bool)
-    if not mapped.all():
-        raise _unmapped_error(inputs, int((~mapped).sum()))
-    sro = np.unique(np.column_stack([to_numpy(triples["s"]), canon[at],
-                                     to_numpy(triples["o"])]).astype(np.int64), axis=0)
-    path.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table({"s": sro[:, 0], "r": sro[:, 1], "o": sro[:, 2]},
-                            schema=TABLE_SCHEMAS["triples"]), path / "part-00000.parquet")
-
-
-def _rewrite_in_spark(config: Mapping, inputs: Mapping, rmap: pa.Table, path: Path) -> None:
-    """Spark: triples ⋈ φ on r, project (s, φ(r), o), distinct."""
-    from pyspark.sql import functions as F
-
-    from lokg.spark_jobs.session import get_spark
-
-    spark = get_spark(dict(config), "lokg-scos_merge")
-    phi = spark.createDataFrame(
-        list(zip(rmap.column("id").to_pylist(), rmap.column("canonical_id").to_pylist())),
-        "id long, canonical_id long")
-    triples = spark.read.parquet(str(inputs["triples"])).select("s", "r", "o")
-    unmapped = triples.join(F.broadcast(phi), triples.r == phi.id, "left_anti").count()
-    if unmapped:
-        raise _unmapped_error(inputs, unmapped)
-    rewritten = (triples.join(F.broadcast(phi), triples.r == phi.id)
-                 .select("s", F.col("canonical_id").alias("r"), "o").distinct())
-    rewritten.write.mode("overwrite").parquet(str(path))
 
 
 if __name__ == "__main__":

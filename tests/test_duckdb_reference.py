@@ -10,6 +10,7 @@ duckdb = pytest.importorskip("duckdb")
 
 from bench import duckdb_sql  # noqa: E402
 from lokg.spark_jobs import formats as fm  # noqa: E402
+from lokg.spark_jobs import formats_spark as fs  # noqa: E402
 from tests.test_ingest import NT_LINES, fb  # noqa: E402
 
 LINES = ["\ufeff" + NT_LINES[1], *NT_LINES[1:],
@@ -17,7 +18,7 @@ LINES = ["\ufeff" + NT_LINES[1], *NT_LINES[1:],
 
 
 def spark_rows(spark, path) -> list[tuple]:
-    parsed = fm.parse_nt(fm.read_lines(spark, [path]), True, ["en"]).orderBy("mid")
+    parsed = fs.parse_nt(fs.read_lines(spark, [path]), True, ["en"]).orderBy("mid")
     rows = []
     for r in parsed.collect():
         literal = r["kind"] in fm.LITERAL_KINDS or r["kind"] in (fm.FILTERED, fm.TYPE)

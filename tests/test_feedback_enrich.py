@@ -1,4 +1,4 @@
-"""Stage ``feedback_enrich`` (DESIGN §9): sub-questions from the feedback log, closing what
+"""Stage ``feedback_enrich``: sub-questions from the feedback log, closing what
 earlier deltas answered, de-duplication by edit distance, stores without chunks, malformed log
 segments; and (slow) the whole loop through the driver: a synthetic question a build cannot
 answer, its feedback, and the refresh that answers it with the triple's lineage.
@@ -15,7 +15,12 @@ import pytest
 
 from lokg.runtime.config import load_config
 from lokg.runtime.feedback import FeedbackLog, log_dir, read_log
+from lokg.text import feedback_answers as fa
+from lokg.text import feedback_deltas as fd
 from lokg.text import feedback_enrich as fe
+from lokg.text import feedback_published as fp
+from lokg.text import feedback_questions as fq
+from lokg.text.triple_extract import entity_key
 
 
 def _log(store: Path, *records: dict) -> None:
@@ -34,24 +39,24 @@ def _missing(entity: str, relation: str, name: str = "Febaville") -> dict:
 def test_edit_distance_threshold_decides_duplicates():
     graph = ["febaville · country · febaland"]
     near = "febaville · country · febalands"  # one insertion in 31 characters: 0.032
-    assert fe.edit_distance(near, graph[0]) == pytest.approx(1 / 31)
-    assert fe.near_duplicate(near, graph, 0.1) == 0
-    assert fe.near_duplicate(near, graph, 0.02) is None
-    assert fe.near_duplicate("febaville · capital · lorvin", graph, 0.1) is None
+    assert fp.edit_distance(near, graph[0]) == pytest.approx(1 / 31)
+    assert fp.near_duplicate(near, graph, 0.1) == 0
+    assert fp.near_duplicate(near, graph, 0.02) is None
+    assert fp.near_duplicate("febaville · capital · lorvin", graph, 0.1) is None
 
 
 def test_near_duplicates_of_the_graph_are_dropped_and_of_each_other_merged():
     class Pub:
         @staticmethod
         def graph_texts(keys):
-            return {"oslo": [fe.triple_text("Oslo", "capital of", "Norway")]}
+            return {"oslo": [fp.triple_text("Oslo", "capital of", "Norway")]}
 
     def cand(feedback_id, head, relation, tail):
-        sq = fe.SubQuestion("", head, "", head, [feedback_id])
-        return fe.Candidate(sq, {"chunk_id": "c1"}, (head, relation, tail),
-                            (fe.entity_key(head), head), (fe.entity_key(tail), tail), relation)
+        sq = fq.SubQuestion("", head, "", head, [feedback_id])
+        return fa.Candidate(sq, {"chunk_id": "c1"}, (head, relation, tail),
+                            (entity_key(head), head), (entity_key(tail), tail), relation)
 
-    delta = fe.deduplicated([cand("a", "Oslo", "capital of", "Norway"),  # the graph's
+    delta = fa.deduplicated([cand("a", "Oslo", "capital of", "Norway"),  # the graph's
                              cand("b", "Oslo", "twinned with", "Gothenburg"),
                              cand("c", "Oslo", "twinned with", "Gothenburg."),  # near b's
                              cand("d", "Oslo", "twinned with", "Gothenburg"),  # b's again
@@ -59,7 +64,7 @@ def test_near_duplicates_of_the_graph_are_dropped_and_of_each_other_merged():
     assert [(r["s_name"], r["o_name"], r["feedback_ids"]) for r in delta.rows] == [
         ("Oslo", "Gothenburg", ["b", "c", "d"]), ("Bergen", "Gothenburg", ["e"])]
     assert delta.duplicates == 3 and sorted(delta.answered) == sorted(
-        fe.SubQuestion("", n, "", n).key for n in ("Oslo", "Bergen"))
+        fq.SubQuestion("", n, "", n).key for n in ("Oslo", "Bergen"))
 
 
 def test_sub_questions_merge_records_asking_the_same_fact():
@@ -69,7 +74,7 @@ def test_sub_questions_merge_records_asking_the_same_fact():
                {"id": "d", "build_id": "b0", "kind": "no_entity", "missing": [],
                 "mentions": ["Lorvin Bay"]},
                {"id": "e", **_missing("m.1", "location.city.country"), "mentions": ["Febastan"]}]
-    sqs = fe.sub_questions(records)
+    sqs = fq.sub_questions(records)
     assert [(sq.entity, sq.relation, sq.feedback_ids) for sq in sqs] == [
         ("m.1", "location.city.country", ["a", "b", "e"]),
         ("m.1", "~location.country.capital", ["c"]),
@@ -77,7 +82,7 @@ def test_sub_questions_merge_records_asking_the_same_fact():
     assert [sqs[2].name, sqs[3].name] == ["Lorvin Bay", "Febastan"]
 
 
-def _asked(sq: fe.SubQuestion, time: str, build_id: str) -> fe.SubQuestion:
+def _asked(sq: fq.SubQuestion, time: str, build_id: str) -> fq.SubQuestion:
     sq.asked.append((time, build_id))
     return sq
 
@@ -86,36 +91,36 @@ CFG = {"k": 3, "max_passages": 6, "max_sub_questions": 10}
 
 
 def test_answered_sub_questions_close_and_fruitless_ones_wait_for_new_passages(tmp_path):
-    answered, nothing = fe.SubQuestion("m.1", "A", "r", "", ["f1"]), \
-        fe.SubQuestion("m.2", "B", "r", "", ["f2"])
-    delta = fe.Delta(rows=[], answered={answered.key: ["f1"]})
-    fe.persist(tmp_path, "d1", delta, [answered, nothing], {"fingerprint": "fp1"}, 3)
-    state = fe.earlier(tmp_path, own_id="d2")
-    fresh = fe.SubQuestion("m.3", "C", "r", "", ["f3"])
+    answered, nothing = fq.SubQuestion("m.1", "A", "r", "", ["f1"]), \
+        fq.SubQuestion("m.2", "B", "r", "", ["f2"])
+    delta = fd.Delta(rows=[], answered={answered.key: ["f1"]})
+    fd.persist(tmp_path, "d1", delta, [answered, nothing], {"fingerprint": "fp1"}, 3)
+    state = fd.earlier(tmp_path, own_id="d2")
+    fresh = fq.SubQuestion("m.3", "C", "r", "", ["f3"])
     assert fe._open([answered, nothing, fresh], state, "fp1", CFG) == \
         ([fresh], {"closed_answered": 1, "closed_tried": 1, "reopened": 0})
     assert fe._open([answered, nothing, fresh], state, "fp2", CFG)[0] == [nothing, fresh]
     # a retried refresh (same delta id) does not close what its own first attempt answered
-    assert fe.earlier(tmp_path, own_id="d1") == {}
+    assert fd.earlier(tmp_path, own_id="d1") == {}
 
 
 def test_a_sub_question_asked_again_after_its_delta_reopens_at_the_next_passages(tmp_path):
     """The question still lacks something with the delta built in: the same k passages would
     give the same triples, so the next k are tried, down to max_passages — the old code closed
     it forever after one try."""
-    sq = _asked(fe.SubQuestion("m.1", "A", "r", "", ["f1"]), "2026-01-01T00:00:00.000Z", "b0")
-    fe.persist(tmp_path, "b0", fe.Delta(answered={sq.key: ["f1"]}), [sq],
+    sq = _asked(fq.SubQuestion("m.1", "A", "r", "", ["f1"]), "2026-01-01T00:00:00.000Z", "b0")
+    fd.persist(tmp_path, "b0", fd.Delta(answered={sq.key: ["f1"]}), [sq],
                {"fingerprint": "fp", "from_build": "b0"}, 3)
-    assert fe._open([sq], fe.earlier(tmp_path, None), "fp", CFG)[0] == []  # not asked again
+    assert fe._open([sq], fd.earlier(tmp_path, None), "fp", CFG)[0] == []  # not asked again
     same_build = _asked(sq, "2999-01-01T00:00:00.000Z", "b0")  # the old build, not the delta's
-    assert fe._open([same_build], fe.earlier(tmp_path, None), "fp", CFG)[0] == []
+    assert fe._open([same_build], fd.earlier(tmp_path, None), "fp", CFG)[0] == []
     later = _asked(sq, "2999-01-01T00:00:00.000Z", "b1")
-    todo, counts = fe._open([later], fe.earlier(tmp_path, None), "fp", CFG)
+    todo, counts = fe._open([later], fd.earlier(tmp_path, None), "fp", CFG)
     assert todo == [later] and later.skip == 3 and counts["reopened"] == 1
-    fe.persist(tmp_path, "b1", fe.Delta(), todo, {"fingerprint": "fp", "from_build": "b1"}, 3)
+    fd.persist(tmp_path, "b1", fd.Delta(), todo, {"fingerprint": "fp", "from_build": "b1"}, 3)
     assert json.loads((tmp_path / "b1.json").read_text())["depth"] == {sq.key: 6}
     deepest = _asked(sq, "2999-01-02T00:00:00.000Z", "b2")
-    assert fe._open([deepest], fe.earlier(tmp_path, None), "fp", CFG)[0] == []  # max_passages
+    assert fe._open([deepest], fd.earlier(tmp_path, None), "fp", CFG)[0] == []  # max_passages
 
 
 def test_reopened_sub_question_retrieves_the_passages_after_those_it_tried():
@@ -127,16 +132,16 @@ def test_reopened_sub_question_retrieves_the_passages_after_those_it_tried():
             def encode_queries(texts):
                 return np.array([[1.0, 0.0]] * len(texts))
 
-    assert fe.Published.nearest(Pub, ["a", "b"], 2, [0, 2]) == [[0, 1], [2, 3]]
+    assert fp.Published.nearest(Pub, ["a", "b"], 2, [0, 2]) == [[0, 1], [2, 3]]
 
 
 def test_bridges_and_kept_questions_become_their_own_sub_questions():
     record = {"id": "a", "time": "t", "build_id": "b0", "kind": "no_derivation", "missing": [],
               "mentions": ["Decade"], "bridges": [{"name": "Neil Young", "text": "Neil Young"}]}
-    sqs = fe.sub_questions([record])
+    sqs = fq.sub_questions([record])
     assert [(sq.entity, sq.name, sq.text) for sq in sqs] == [
         ("", "Decade", "Decade"), ("", "Neil Young", "Neil Young")]
-    kept = fe.sub_questions([{**record, "question": "Who is the sibling of the performer of Decade?"}])
+    kept = fq.sub_questions([{**record, "question": "Who is the sibling of the performer of Decade?"}])
     assert kept[0].text == "Who is the sibling of the performer of Decade?"
     assert kept[0].key != sqs[0].key  # retrieved by other words: not closed by the name's delta
     assert kept[1].key == sqs[1].key and sqs[0].asked == [("t", "b0")]
@@ -154,7 +159,7 @@ def test_a_gold_off_every_linked_path_is_joined_from_the_questions_passages():
     names = ["Meehan Bonnar", "Fredericton", "Diocese of Fredericton", "Anglican Church of Canada"]
 
     class Pub:
-        keys = [fe.entity_key(n) for n in names]
+        keys = [entity_key(n) for n in names]
         id_of = {k: i for i, k in enumerate(keys)}
         by_form = {k: k for k in keys}
         forms_of: dict = {}
@@ -162,7 +167,7 @@ def test_a_gold_off_every_linked_path_is_joined_from_the_questions_passages():
         sentences = {"c0": [("s0", "Meehan Bonnar was born in Fredericton.")],
                      "c1": [("s1", "The Diocese of Fredericton is a diocese of the Anglican "
                                    "Church of Canada.")]}
-        end = fe.Published.end
+        end = fp.Published.end
 
         @staticmethod
         def nearest(texts, k, skips):  # by name: only the birthplace's passage
@@ -177,28 +182,28 @@ def test_a_gold_off_every_linked_path_is_joined_from_the_questions_passages():
 
     record = {"id": "a", "time": "t", "build_id": "b0", "kind": "no_derivation", "missing": [],
               "mentions": ["Meehan Bonnar"], "unlinked": ["Diocese"], "passages": ["c1", "gone"]}
-    sqs = fe.sub_questions([record])
+    sqs = fq.sub_questions([record])
     asked = [(sq.name, sq.relation, sq.passages) for sq in sqs]
     assert asked == [("Meehan Bonnar", "", ()), ("Meehan Bonnar", "", ("c1", "gone")),
                      ("Diocese", "", ("c1", "gone")),
                      ("Meehan Bonnar", fe.BRIDGE, ("c1", "gone"))]
     assert len({sq.key for sq in sqs}) == 4  # each its own: closed by its own delta
-    by_name = fe.retrieved(sqs[:1], Pub(), Extraction, 3, range(1))
+    by_name = fa.retrieved(sqs[:1], Pub(), Extraction, 3, range(1))
     assert [c.triple for c in by_name] == [passage["d0"][0]]  # retrieval by the name: no gold
-    found = fe.retrieved(sqs[1:], Pub(), Extraction, 3, range(1))  # 'Diocese': another name
+    found = fa.retrieved(sqs[1:], Pub(), Extraction, 3, range(1))  # 'Diocese': another name
     assert [(c.s[1], c.triple[1], c.o[1]) for c in found] == [
         ("Diocese of Fredericton", "part of", "Anglican Church of Canada"),
         ("Diocese of Fredericton", "established in", "1845"),
         ("Meehan Bonnar", fe.BRIDGE, "Diocese of Fredericton")]  # the path to them
     assert [c.relation for c in found] == ["", "", fe.BRIDGE]  # the passage's: graph-nearest
-    row = fe._row(found[-1])  # the bridge cites the sentence that names the topic
+    row = fa._row(found[-1])  # the bridge cites the sentence that names the topic
     assert (row["chunk_id"], row["sentence_id"]) == ("c1", "s1")
     assert "Anglican Church of Canada" in row["sentence"]
     # a passage about the linked name itself needs no bridge, only its triples
-    own = fe.SubQuestion("", "Diocese of Fredericton", fe.BRIDGE, "x", passages=("c1",))
-    assert [c.relation for c in fe.retrieved([own], Pub(), Extraction, 3, range(1))] == ["", ""]
+    own = fq.SubQuestion("", "Diocese of Fredericton", fe.BRIDGE, "x", passages=("c1",))
+    assert [c.relation for c in fa.retrieved([own], Pub(), Extraction, 3, range(1))] == ["", ""]
     # nor one at a rank without a bridge (among the runtime's own seeds, or past the cap)
-    assert [c.relation for c in fe.retrieved(sqs[-1:], Pub(), Extraction, 3, range(1, 5))] \
+    assert [c.relation for c in fa.retrieved(sqs[-1:], Pub(), Extraction, 3, range(1, 5))] \
         == ["", ""]
 
 
@@ -209,7 +214,7 @@ def test_a_bridge_starts_at_the_most_specific_linked_name_and_only_past_the_seed
     triples but no bridge — every bridge is an edge of the name competing for its paths."""
     record = {"id": "a", "time": "t", "build_id": "b0", "kind": "no_derivation", "missing": [],
               "mentions": ["Diocese", "Meehan Bonnar"], "passages": ["c0", "c1", "c2", "c3"]}
-    bridge = [sq for sq in fe.sub_questions([record]) if sq.relation == fe.BRIDGE]
+    bridge = [sq for sq in fq.sub_questions([record]) if sq.relation == fe.BRIDGE]
     assert [(sq.name, sq.passages) for sq in bridge] == [("Meehan Bonnar", ("c0", "c1", "c2", "c3"))]
     topics = {"c0": "Alpha Town", "c1": "Beta Lake", "c2": "Gamma Hill", "c3": "Delta Bay"}
 
@@ -220,7 +225,7 @@ def test_a_bridge_starts_at_the_most_specific_linked_name_and_only_past_the_seed
 
         @staticmethod
         def end(_, name):
-            return fe.entity_key(name), name
+            return entity_key(name), name
 
     class Extraction:
         @staticmethod
@@ -229,7 +234,7 @@ def test_a_bridge_starts_at_the_most_specific_linked_name_and_only_past_the_seed
 
     config = {"query": {"passages": 1}}
     ranks = fe.bridge_ranks(config, {"bridge_passages": 2})
-    found = fe.retrieved(bridge, Pub(), Extraction, 3, ranks)
+    found = fa.retrieved(bridge, Pub(), Extraction, 3, ranks)
     assert len([c for c in found if c.relation != fe.BRIDGE]) == 4  # every passage's triples
     assert [c.triple for c in found if c.relation == fe.BRIDGE] == [
         ("Meehan Bonnar", fe.BRIDGE, "Beta Lake"), ("Meehan Bonnar", fe.BRIDGE, "Gamma Hill")]
@@ -240,10 +245,10 @@ def test_consolidated_delta_keeps_provenance_per_feedback_id(tmp_path):
            "s_name": "Febaville", "o_name": "Febaland", "phrase": "country", "chunk_id": "c1",
            "sentence_id": "s1", "sentence": "Febaville country Febaland.",
            "feedback_ids": ["f1", "f2"]}
-    sq = fe.SubQuestion("m.1", "Febaville", "location.city.country", "", ["f1", "f2"])
-    fe.persist(tmp_path / "deltas", "d1", fe.Delta([row], {sq.key: ["f1", "f2"]}), [sq],
+    sq = fq.SubQuestion("m.1", "Febaville", "location.city.country", "", ["f1", "f2"])
+    fd.persist(tmp_path / "deltas", "d1", fd.Delta([row], {sq.key: ["f1", "f2"]}), [sq],
                {"fingerprint": "x"}, 3)
-    report = fe.consolidated(tmp_path / "deltas", tmp_path / "out")
+    report = fd.consolidated(tmp_path / "deltas", tmp_path / "out")
     assert report == {"deltas": 1, "delta_triples": 1, "delta_aliases": 0}
     assert (tmp_path / "out" / "triples.tsv").read_text() == \
         "m.1\tlocation.city.country\tm.2\n"
@@ -253,10 +258,10 @@ def test_consolidated_delta_keeps_provenance_per_feedback_id(tmp_path):
 
 
 def _published(names: list[str], chunks: list[str]):
-    """A stand-in for :class:`fe.Published`: entity names, chunk texts, every chunk nearest."""
+    """A stand-in for :class:`fp.Published`: entity names, chunk texts, every chunk nearest."""
     class Pub:
-        keys = [fe.entity_key(n) for n in names]
-        named = fe.Names(names)
+        keys = [entity_key(n) for n in names]
+        named = fp.Names(names)
 
         @staticmethod
         def nearest(texts, k, skips):
@@ -278,17 +283,17 @@ def test_an_unlinked_name_becomes_an_alias_of_the_one_entity_it_means():
     records = [{**base, "id": "a", "unlinked": ["Aschenbrodel", "John", "Walk"]},
                {**base, "id": "b", "unlinked": ["Hayek", "TEUs", "Aschenbrodel"]},
                {**base, "id": "c", "unlinked": ["Leopold Godowsky", "Nowhere"]}]
-    sqs = fe.alias_questions(records)
+    sqs = fq.alias_questions(records)
     assert [(sq.name, sq.relation, sq.feedback_ids) for sq in sqs][:2] == [
-        ("Aschenbrodel", fe.ALIAS, ["a", "b"]), ("John", fe.ALIAS, ["a"])]
-    delta = fe.aliases(sqs, pub, 3)
+        ("Aschenbrodel", fq.ALIAS, ["a", "b"]), ("John", fq.ALIAS, ["a"])]
+    delta = fa.aliases(sqs, pub, 3)
     assert delta.aliases == {"aschenbrödel": {"name": "Aschenbrödel", "aliases": ["Aschenbrodel"]},
                              "friedrich hayek": {"name": "Friedrich Hayek", "aliases": ["Hayek"]}}
     assert sorted(delta.answered) == sorted(sq.key for sq in sqs if sq.name in
                                             ("Aschenbrodel", "Hayek"))
     # two Johns, a common noun, a name mostly of other words, one the graph has: nothing
-    assert fe.aliases(sqs, _published(names, ["Nothing about them."]), 3).aliases == {}
-    assert fe.sub_questions(records) == []  # the facts' and mentions' sub-questions: none
+    assert fa.aliases(sqs, _published(names, ["Nothing about them."]), 3).aliases == {}
+    assert fq.sub_questions(records) == []  # the facts' and mentions' sub-questions: none
 
 
 def test_a_name_asked_about_takes_the_triples_of_its_qualified_forms():
@@ -298,13 +303,13 @@ def test_a_name_asked_about_takes_the_triples_of_its_qualified_forms():
         by_form = {"maharashtra state": "maharashtra state", "maharashtra": "maharashtra"}
         id_of = {"maharashtra state": 0, "maharashtra": 1}
         names = ["Maharashtra state", "Maharashtra"]
-        forms = fe.Published.forms
-        end = fe.Published.end
+        forms = fp.Published.forms
+        end = fp.Published.end
         forms_of: dict = {}
 
     def ask(name, triple, entity="", relation=""):
-        sq = fe.SubQuestion(entity, name, relation, name)
-        cand = fe.oriented(fe.Candidate(sq, {}, triple), Pub())
+        sq = fq.SubQuestion(entity, name, relation, name)
+        cand = fa.oriented(fa.Candidate(sq, {}, triple), Pub())
         return None if cand is None else (cand.s, cand.o)
 
     chavan = ("Maharashtra", "chief minister", "Prithviraj Chavan")
@@ -326,13 +331,13 @@ def test_a_delta_alias_reaches_the_next_builds_entity(spark, tmp_path):
     triple of its own (but ingest reads a delta only with one)."""
     from lokg.spark_jobs import ingest as stage
 
-    delta = fe.Delta(rows=[{"s_key": "b", "relation": "near", "o_key": "c", "s_name": "B",
+    delta = fd.Delta(rows=[{"s_key": "b", "relation": "near", "o_key": "c", "s_name": "B",
                             "o_name": "C", "phrase": "near", "chunk_id": "c1",
                             "sentence_id": "s1", "sentence": "", "feedback_ids": ["f1"]}],
                      aliases={"a": {"name": "Aschenbrödel", "aliases": ["Aschenbrodel"]}})
-    sq = fe.SubQuestion("", "Aschenbrodel", fe.ALIAS, "Aschenbrodel", ["f1"])
-    fe.persist(tmp_path / "deltas", "d1", delta, [sq], {"fingerprint": "x"}, 3)
-    report = fe.consolidated(tmp_path / "deltas", tmp_path / "delta")
+    sq = fq.SubQuestion("", "Aschenbrodel", fq.ALIAS, "Aschenbrodel", ["f1"])
+    fd.persist(tmp_path / "deltas", "d1", delta, [sq], {"fingerprint": "x"}, 3)
+    report = fd.consolidated(tmp_path / "deltas", tmp_path / "delta")
     assert report["delta_aliases"] == 1
     dump = tmp_path / "kg.tsv"
     dump.write_text("a\tby\tb\n")

@@ -21,7 +21,7 @@ from lokg.pipeline import synth  # noqa: E402
 from lokg.runtime.config import DEFAULTS  # noqa: E402
 from lokg.runtime.contract import read_table, write_table  # noqa: E402
 from lokg.pipeline.stage import StageError  # noqa: E402
-from lokg.training import gat  # noqa: E402
+from lokg.training import gat, gat_gold, gat_inputs, gat_model, gat_sampler, gat_train  # noqa: E402
 
 DEVICES = [
     "cpu",
@@ -108,7 +108,7 @@ def assert_out_distributions(edges: pa.Table) -> None:
 def toy_model(seed: int = 0, **overrides):
     torch.manual_seed(seed)
     cfg = {**DEFAULTS["gat"], "hidden": 8, "heads": 2, **overrides}
-    return gat.build_model(NODE_DIM, REL_DIM, 3, cfg).eval()
+    return gat_model.build_model(NODE_DIM, REL_DIM, 3, cfg).eval()
 
 
 TOY_TRIPLES = np.array([[0, 0, 1], [0, 1, 2], [0, 2, 3], [1, 0, 2], [2, 1, 3], [3, 2, 4],
@@ -116,7 +116,7 @@ TOY_TRIPLES = np.array([[0, 0, 1], [0, 1, 2], [0, 2, 3], [1, 0, 2], [2, 1, 3], [
 
 
 def toy_tensors(seed: int = 0):
-    graph = gat.Graph.from_triples(TOY_TRIPLES, 5)
+    graph = gat_inputs.Graph.from_triples(TOY_TRIPLES, 5)
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(5, NODE_DIM, generator=gen)
     rel_vec = torch.randn(3, REL_DIM, generator=gen)
@@ -125,7 +125,7 @@ def toy_tensors(seed: int = 0):
 
 
 def toy_types(graph):
-    return gat.edge_types(torch.from_numpy(graph.rel), torch.from_numpy(graph.inverse), 3)
+    return gat_model.edge_types(torch.from_numpy(graph.rel), torch.from_numpy(graph.inverse), 3)
 
 
 def by_hand(conv, x, graph, alpha, concat: bool):
@@ -151,7 +151,7 @@ def test_relation_vectors_enter_attention_but_not_messages():
             outs = []
             for vectors in (rel_vec, other):
                 out, alpha = model.layer(layer, h, index, toy_types(graph),
-                                         gat.relation_table(vectors))
+                                         gat_model.relation_table(vectors))
                 pre = torch.nn.functional.elu if concat else (lambda t: t)
                 torch.testing.assert_close(out, pre(by_hand(conv, h, graph, alpha, concat)),
                                            atol=1e-5, rtol=1e-5)
@@ -164,7 +164,7 @@ def test_relation_vectors_enter_attention_but_not_messages():
 
 def test_inverse_edges_carry_the_negated_relation_vector():
     graph, _, rel_vec, _ = toy_tensors()
-    feats = gat.relation_table(rel_vec)[toy_types(graph)]
+    feats = gat_model.relation_table(rel_vec)[toy_types(graph)]
     for e in range(graph.num_edges):
         sign = -1.0 if graph.inverse[e] else 1.0
         torch.testing.assert_close(feats[e], sign * rel_vec[graph.rel[e]])
@@ -180,7 +180,7 @@ def test_layer_equals_pyg_gatconv_fed_every_edges_relation_vector(device):
     model = toy_model(layers=2).to(device).train()
     graph, x, rel_vec, index = toy_tensors()
     x, rel_vec, index = x.to(device), rel_vec.to(device), index.to(device)
-    types, table = toy_types(graph).to(device), gat.relation_table(rel_vec)
+    types, table = toy_types(graph).to(device), gat_model.relation_table(rel_vec)
     for layer, conv in enumerate(model.convs):
         library = GATConv(conv.in_channels, conv.out_channels, heads=conv.heads,
                           concat=conv.concat, add_self_loops=False, edge_dim=REL_DIM,
@@ -203,7 +203,7 @@ def test_forward_attention_is_a_distribution_over_out_edges(device):
     graph, x, rel_vec, index = toy_tensors()
     with torch.no_grad():
         z, alpha = model(x.to(device), index.to(device), toy_types(graph).to(device),
-                         gat.relation_table(rel_vec.to(device)))
+                         gat_model.relation_table(rel_vec.to(device)))
     assert z.shape == (5, model.out_dim) and alpha.shape == (graph.num_edges, 2)
     assert z.device.type == device
     sums = torch.zeros(5, 2, device=device).index_add_(0, torch.from_numpy(graph.src).to(device),
@@ -215,12 +215,12 @@ def test_chunked_inference_equals_the_full_forward():
     model = toy_model(layers=3)
     graph, x, rel_vec, index = toy_tensors()
     with torch.no_grad():
-        z, alpha = model(x, index, toy_types(graph), gat.relation_table(rel_vec))
+        z, alpha = model(x, index, toy_types(graph), gat_model.relation_table(rel_vec))
     for chunk in (1, 3, 1000):
-        z2, alpha2 = gat.infer(model, graph, x, rel_vec, torch.device("cpu"), chunk)
+        z2, alpha2 = gat_model.infer(model, graph, x, rel_vec, torch.device("cpu"), chunk)
         torch.testing.assert_close(z2, z, atol=1e-5, rtol=1e-5)
         np.testing.assert_allclose(alpha2, alpha.mean(1).numpy(), atol=1e-6)
-    assert gat.node_chunks(graph.indptr, 3)[0] == (0, 1)  # node 0 has 4 out-edges: alone
+    assert gat_model.node_chunks(graph.indptr, 3)[0] == (0, 1)  # node 0 has 4 out-edges: alone
 
 
 # --------------------------------------------------------------------------------------------
@@ -311,19 +311,19 @@ def test_sampled_subgraph_training(tmp_path, synth_kg):
     assert_out_distributions(read_table(Path(result["outputs"]["edges"]), "edges"))
 
 
-def random_graph(seed: int = 0, nodes: int = 60, triples: int = 400) -> gat.Graph:
+def random_graph(seed: int = 0, nodes: int = 60, triples: int = 400) -> gat_inputs.Graph:
     """Random triples with a hub (node 0 is the tail of a quarter of them)."""
     rng = np.random.default_rng(seed)
     tri = np.stack([rng.integers(0, nodes, triples), rng.integers(0, 3, triples),
                     rng.integers(0, nodes, triples)], 1)
     tri[: triples // 4, 2] = 0
-    return gat.Graph.from_triples(np.unique(tri, axis=0), nodes)
+    return gat_inputs.Graph.from_triples(np.unique(tri, axis=0), nodes)
 
 
 @pytest.mark.parametrize("fanout,hops", [(1, 1), (3, 2), (5, 3), (1000, 2)])
 def test_sampled_subgraph_holds_the_seeds_and_at_most_fanout_edges_per_node(fanout, hops):
     graph = random_graph()
-    sampler = gat.NeighbourSampler(graph, fanout, torch.Generator().manual_seed(1))
+    sampler = gat_sampler.NeighbourSampler(graph, fanout, torch.Generator().manual_seed(1))
     sampler.shuffle()
     seeds = torch.tensor([0, 7, 9, 30])
     must = torch.from_numpy(np.flatnonzero(graph.src == 7)[:fanout + 2])  # more than fanout
@@ -355,7 +355,7 @@ def test_sampled_subgraph_holds_the_seeds_and_at_most_fanout_edges_per_node(fano
 def test_sampling_is_uniform_over_a_hubs_out_edges():
     graph = random_graph()
     hub_edges = np.flatnonzero(graph.src == 0)
-    sampler = gat.NeighbourSampler(graph, 4, torch.Generator().manual_seed(0))
+    sampler = gat_sampler.NeighbourSampler(graph, 4, torch.Generator().manual_seed(0))
     counts = np.zeros(graph.num_edges)
     for _ in range(400):
         sampler.shuffle()
@@ -383,7 +383,7 @@ def test_sampled_steps_bound_an_epoch_and_a_pass_trains_each_triple_once(sampled
     graph = random_graph()
     cfg = config(max_full_batch_edges=10, batch_triples=50, sampled_steps=sampled_steps)["gat"]
     x = torch.zeros((graph.num_nodes, NODE_DIM))
-    epochs = gat._Epochs(gat.build_model(NODE_DIM, REL_DIM, 3, cfg), graph, x,
+    epochs = gat_train._Epochs(gat_model.build_model(NODE_DIM, REL_DIM, 3, cfg), graph, x,
                          torch.zeros((3, REL_DIM)), np.zeros(0, np.int64), cfg, torch.device("cpu"))
     batches = []
     epochs._subgraph_step = lambda batch, gold: (batches.append(batch.numpy()), (0.0, 0.0))[1]
@@ -441,18 +441,18 @@ def edge_id(graph, s, r, o, inverse=False) -> int:
 
 def test_gold_edges_from_pathquestion_and_jsonl(tmp_path):
     inputs = write_inputs(tmp_path / "in", PQ_TRIPLES, PQ_KEYS, PQ_RELATIONS)
-    graph = gat.Graph.from_triples(np.array(PQ_TRIPLES), 5)
+    graph = gat_inputs.Graph.from_triples(np.array(PQ_TRIPLES), 5)
     pq = tmp_path / "train.txt"
     pq.write_text(
         "who ? \tcat(cat/)\tann#parents#bob#gender#cat#<end>#cat\n"
         "who again ?\tcat(cat/)\tann#parents#bob#gender#cat#<end>#cat\n"  # paraphrase
         "who ?\tx(x/)\tann#parents#zed#gender#cat#<end>#cat\n"  # unknown entity
         "who ?\tann(ann/)\tbob#gender#ann#<end>#ann\n")  # no such edge
-    raw = gat.parse_questions(pq)
+    raw = gat_gold.parse_questions(pq)
     assert raw.lines == 4 and len(raw.paths) == 3
-    paths, unknown = gat.resolve_paths(raw, inputs["entities"], inputs["relation_map"])
+    paths, unknown = gat_gold.resolve_paths(raw, inputs["entities"], inputs["relation_map"])
     assert unknown == 1
-    ids, missed = gat.gold_edges(paths, graph)
+    ids, missed = gat_gold.gold_edges(paths, graph)
     assert missed == 1
     assert ids.tolist() == sorted([edge_id(graph, 0, 0, 1), edge_id(graph, 1, 1, 2)])
 
@@ -460,15 +460,15 @@ def test_gold_edges_from_pathquestion_and_jsonl(tmp_path):
     jl = tmp_path / "questions.jsonl"
     jl.write_text(json.dumps({"topic_entities": ["ann"], "path": PQ_RELATIONS,
                               "answer_keys": ["cat"]}) + "\n")
-    paths, _ = gat.resolve_paths(gat.parse_questions(jl), inputs["entities"],
+    paths, _ = gat_gold.resolve_paths(gat_gold.parse_questions(jl), inputs["entities"],
                                  inputs["relation_map"])
-    ids, _ = gat.gold_edges(paths, graph)
+    ids, _ = gat_gold.gold_edges(paths, graph)
     assert ids.tolist() == sorted([edge_id(graph, 0, 0, 1), edge_id(graph, 1, 1, 2),
                                    edge_id(graph, 0, 0, 4), edge_id(graph, 4, 1, 2)])
     jl.write_text(json.dumps({"topic_entities": ["ann"], "path": PQ_RELATIONS}) + "\n")
-    paths, _ = gat.resolve_paths(gat.parse_questions(jl), inputs["entities"],
+    paths, _ = gat_gold.resolve_paths(gat_gold.parse_questions(jl), inputs["entities"],
                                  inputs["relation_map"])
-    assert len(gat.gold_edges(paths, graph)[0]) == 5  # without answers: (1→3) too
+    assert len(gat_gold.gold_edges(paths, graph)[0]) == 5  # without answers: (1→3) too
 
 
 def test_questions_file_errors(tmp_path):
@@ -476,7 +476,7 @@ def test_questions_file_errors(tmp_path):
     bad = tmp_path / "train.txt"
     bad.write_text("ok ?\tcat(cat/)\tann#parents#bob#gender#cat#<end>#cat\nbroken line\n")
     with pytest.raises(StageError, match=r"train.txt:2"):
-        gat.parse_questions(bad)
+        gat_gold.parse_questions(bad)
     dev = tmp_path / "dev.txt"
     dev.write_text("ok ?\tcat(cat/)\tann#parents#bob#gender#cat#<end>#cat\n")
     with pytest.raises(StageError, match="dev split"):

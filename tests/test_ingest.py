@@ -551,7 +551,7 @@ def test_line_numbers_exact_across_splits_and_ids_deterministic(spark, big_tsv, 
 
 @pytest.mark.spark
 def test_ceiling_fails_after_writing_quarantine(spark, tmp_path):
-    from lokg.spark_jobs.ingest import IngestError
+    from lokg.spark_jobs.ingest_checks import IngestError
 
     dump = tmp_path / "bad.tsv"
     dump.write_text("a\tr\tb\nnot a triple\nb\tr\tc\n")

@@ -14,7 +14,7 @@ from lokg.pipeline.stage import PREVIOUS
 from lokg.runtime.config import DEFAULTS
 from lokg.spark_jobs import formats as fm
 from lokg.spark_jobs import ingest_lines as il
-from lokg.spark_jobs.ingest import CHANGE_SET_PARTS
+from lokg.spark_jobs.ingest_change_set import CHANGE_SET_PARTS
 
 #: Lines every parser must classify as Spark does: fields, spaces, tabs, comments, a type
 #: assertion, a byte-order mark, bytes that are not UTF-8 (and one such comment), a '|'.
@@ -35,7 +35,8 @@ def write_lines(path: Path, lines: list[bytes], newline: bytes = b"\n") -> Path:
 @pytest.mark.spark
 @pytest.mark.parametrize("parser", fm.LINE_PARSERS)
 def test_python_line_rules_equal_the_spark_parse(spark, tmp_path, parser):
-    from lokg.spark_jobs.ingest import _number_lines
+    from lokg.spark_jobs.formats_spark import parse_plan
+    from lokg.spark_jobs.ingest_checks import number_lines
 
     files = (write_lines(tmp_path / "lf.txt", TRICKY),
              write_lines(tmp_path / "crlf.txt", TRICKY[::-1], b"\r\n"),
@@ -43,7 +44,7 @@ def test_python_line_rules_equal_the_spark_parse(spark, tmp_path, parser):
     gz = tmp_path / "gz.txt.gz"
     gz.write_bytes(gzip.compress(b"\n".join(TRICKY) + b"\n"))
     plan = fm.Plan("test", [fm.Source(parser, (*files, gz), True)])
-    numbered, _ = _number_lines(spark, fm.parse_plan(spark, plan, ["en"]), plan)
+    numbered, _ = number_lines(spark, parse_plan(spark, plan, ["en"]), plan)
     columns = ["file_idx", "line", "kind", "s", "p", "o", "reason", "text"]
     by_spark = sorted(tuple(r) for r in numbered.select(*columns).collect())
     ours = il.ParsedLines(plan, il.STORE_SCHEMA.empty_table()).rows.select(columns)
@@ -157,7 +158,7 @@ def test_a_refresh_on_the_driver_equals_a_full_spark_ingest(base_build, tmp_path
 @pytest.mark.spark
 def test_a_refresh_over_the_malformed_ceiling_fails_on_the_driver_after_its_quarantine(
         base_build, tmp_path):
-    from lokg.spark_jobs.ingest import IngestError
+    from lokg.spark_jobs.ingest_checks import IngestError
 
     _, first = base_build
     bad = [f"broken line {i}" for i in range(5)]  # 7 of 24 lines malformed: above 0.2

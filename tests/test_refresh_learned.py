@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 
 from lokg.pipeline.stage import PREVIOUS  # noqa: E402
 from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table  # noqa: E402
-from lokg.training import gat, transe  # noqa: E402
+from lokg.training import gat, gat_model, transe  # noqa: E402
 from lokg.training.warm_start import match_by_key  # noqa: E402
 
 #: two relations that share their pairs and one more: enough graph for a few epochs
@@ -152,13 +152,13 @@ def test_gat_warm_state_carries_relation_rows_by_name(tmp_path):
     from lokg.runtime.config import section
 
     cfg = section(GAT, "gat")
-    saved = gat.build_model(6, 3, 3, cfg).state_dict()
+    saved = gat_model.build_model(6, 3, 3, cfg).state_dict()
     saved["relation_diag"] = torch.arange(6.0).view(3, 2)
     (tmp_path / "run").mkdir()
     torch.save(saved, tmp_path / "run" / "model.pt")
     old = graph_tables(tmp_path / "old", KEYS, RELATIONS)["relations"]
     new = graph_tables(tmp_path / "new", KEYS, ["film.director", "film.genre", "film.writer"])
-    fresh = gat.build_model(6, 3, 3, cfg).state_dict()
+    fresh = gat_model.build_model(6, 3, 3, cfg).state_dict()
     inputs = {**new, PREVIOUS + "relations": old, PREVIOUS + "gat_run": str(tmp_path / "run")}
     state, entry = gat.warm_start_state(inputs, {**cfg, "refresh_epochs": 4}, fresh)
     # old ids: directed_by 0, director 1, genre 2; new: director 0, genre 1, writer 2
@@ -168,7 +168,7 @@ def test_gat_warm_state_carries_relation_rows_by_name(tmp_path):
     assert entry["relations"] == {"kept": 2, "new": 1, "dropped": 1}
     capped = gat.warm_start_state(inputs, {**cfg, "refresh_epochs": 99, "epochs": 7}, fresh)
     assert capped[1]["epochs"] == 7  # never more than a full run
-    wider = gat.build_model(8, 3, 3, cfg).state_dict()  # another encoder's width
+    wider = gat_model.build_model(8, 3, 3, cfg).state_dict()  # another encoder's width
     state, entry = gat.warm_start_state(inputs, {**cfg, "refresh_epochs": 4}, wider)
     assert state is None and entry["start"] == "cold" and "do not fit" in entry["why"]
     state, entry = gat.warm_start_state(new, {**cfg, "refresh_epochs": 4}, fresh)

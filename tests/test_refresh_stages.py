@@ -83,7 +83,7 @@ def test_the_change_set_is_the_difference_of_the_two_graphs(versions):
 
 
 def test_the_spark_change_set_of_a_large_graph_equals_the_drivers(versions):
-    from lokg.spark_jobs.ingest import CHANGE_SET_PARTS
+    from lokg.spark_jobs.ingest_change_set import CHANGE_SET_PARTS
 
     root, _, reports = versions  # the refresh above: entities within driver_max_entities
     spark = ingest(root / "d2", root / "refresh-spark", root / "first",
@@ -109,7 +109,8 @@ def test_a_full_ingest_reports_no_change_set_and_writes_empty_parts(versions):
 def test_a_reused_ingest_reports_and_writes_an_empty_change_set(versions, tmp_path):
     import shutil
 
-    from lokg.spark_jobs.ingest import CHANGE_SET_PARTS, on_reuse
+    from lokg.spark_jobs.ingest import on_reuse
+    from lokg.spark_jobs.ingest_change_set import CHANGE_SET_PARTS
 
     root, _, reports = versions
     linked = tmp_path / "change_set"  # the previous refresh's change set, as a reuse links it

@@ -12,16 +12,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from lokg.runtime.contract import check_schema, read_table, table_files, write_table
-from lokg.spark_jobs.relation_stats_driver import key_counts
-from lokg.spark_jobs.relation_stats import (
-    UNTYPED,
-    TypeIndex,
-    canonical_types,
+from lokg.spark_jobs.relation_stats import transe_neighbour_pairs
+from lokg.spark_jobs.relation_stats_driver import UNTYPED, TypeIndex, canonical_types, key_counts
+from lokg.spark_jobs.relation_stats_math import (
     jsd_bits,
     nmi_signal,
     nmi_signals,
     tail_entropy,
-    transe_neighbour_pairs,
     type_pair_dict,
 )
 
@@ -382,7 +379,7 @@ def test_tail_entropy_is_the_same_in_any_row_order():
     """H(r) from a tail histogram is summed exactly: rows in another order (another Spark
     partitioning, the driver's numpy order) give the same bits, where a plain float sum of the
     same terms does not; and it is H of the tails the histogram counts."""
-    from lokg.spark_jobs.relation_stats import tail_entropy
+    from lokg.spark_jobs.relation_stats_math import tail_entropy
     from lokg.spark_jobs.relation_stats_driver import tail_entropies
 
     rng = np.random.default_rng(3)

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from lokg.runtime.contract import read_table, write_table
-from lokg.spark_jobs.relation_stats import TypeIndex
-from lokg.spark_jobs.scos_merge import (
+from lokg.spark_jobs.relation_stats_driver import TypeIndex
+from lokg.spark_jobs.scos_greedy import (
     Merger,
     canonical_mapping,
     canonical_member,

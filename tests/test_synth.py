@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from lokg.pipeline.cli import cli
-from lokg.pipeline.synth import FAMILIES, MOVIE_FAMILIES, NS, SynthError, generate
+from lokg.pipeline.synth import SynthError, generate
+from lokg.pipeline.synth_schema import FAMILIES, MOVIE_FAMILIES, NS
 from lokg.pipeline.synth_wording import HELDOUT_PHRASES, renderings
 from lokg.runtime.errors import LokgError
 

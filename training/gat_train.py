@@ -1,0 +1,217 @@
+"""Training the GAT: epochs full batch or over sampled subgraphs, and the losses before and
+after.
+
+and runs on a GraphSAGE-style sample around those seed nodes (``NeighbourSampler``, torch ops
+only: PyG's NeighborLoader needs pyg-lib, not installed): each node to expand keeps ≤ ``fanout``
+of its out-edges (the messages it aggregates), drawn uniformly, for ``layers`` hops; the step's
+gold edges always join their seeds' sample. Layer l runs only on the targets that a later layer
+still reads (nodes within layers−1−l hops, GATConv's bipartite form), so the last layer is the
+seeds' and their sampled edges'. The seeds' z and the gold edges' α are then estimates over the
+sampled out-edges (hubs make exact neighbourhoods the whole graph: docs/BENCHMARKS.md), and a
+step costs O(seeds · fanout^layers) at most, whatever the graph's size. An epoch is
+``sampled_steps`` such steps (default 1, as a full-batch epoch is one step), on the next
+batches of a shuffled pass over the triples that spans epochs. The model's parameters do not
+grow with the graph (the node features are inputs, not trained), so neither do the optimiser
+steps it needs: training costs epochs × a bounded step, and only the export grows with the
+graph (null = a whole pass an epoch: ceil(triples / batch_triples) steps, which grows as
+triples² while a step's subgraph is a fixed share of the graph).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from lokg.training.gat_inputs import Graph
+from lokg.training.gat_model import (build_model, edge_types, infer, link_loss, path_loss,
+                                     relation_table)
+from lokg.training.gat_sampler import NeighbourSampler, Subgraph
+
+EVAL_TRIPLES = 100_000  # triples in the fixed-negative link-loss check before/after training
+
+
+@dataclass
+class TrainResult:
+    model: object
+    attention: np.ndarray  # float64 [E], eval mode, after training
+    attention_before: np.ndarray  # the same for the untrained model
+    link: list[float]
+    path: list[float]
+    eval_link_before: float
+    eval_link_after: float
+    epoch_seconds: list[float]
+    mode: str  # full | sampled
+    device: str
+
+
+class _Epochs:
+    """One training epoch at a time: full batch up to ``max_full_batch_edges``, beyond that over
+    neighbour-sampled mini-batches (``NeighbourSampler``); and a fixed-negative link-loss check
+    so that the loss before and after training compare."""
+
+    def __init__(self, model, graph: Graph, x, rel_vec, gold: np.ndarray, cfg: Mapping, device):
+        import torch
+
+        self.model, self.x, self.device = model, x, device
+        self.gen = torch.Generator().manual_seed(int(cfg["seed"]))
+        self.opt = torch.optim.Adam(model.parameters(), lr=float(cfg["learning_rate"]),
+                                    weight_decay=float(cfg["weight_decay"]))
+        self.chunk, self.k = int(cfg["batch_triples"]), int(cfg["negatives"])
+        self.n = graph.num_nodes
+        self.path_weight = float(cfg["path_weight"]) if len(gold) else 0.0
+        self.src, self.dst = torch.from_numpy(graph.src), torch.from_numpy(graph.dst)
+        self.rel = torch.from_numpy(graph.rel)
+        self.types = edge_types(self.rel, torch.from_numpy(graph.inverse), len(rel_vec))
+        self.table = relation_table(rel_vec)
+        self.reversed_index = torch.stack([self.dst, self.src])
+        self.forward = torch.from_numpy(np.flatnonzero(~graph.inverse))
+        self.gold = torch.from_numpy(gold)
+        self.full = graph.num_edges <= int(cfg["max_full_batch_edges"])
+        self.sampler = None if self.full else NeighbourSampler(graph, int(cfg["fanout"]),
+                                                               self.gen)
+        self.pass_steps = math.ceil(len(self.forward) / self.chunk)
+        self.epoch_steps = (self.pass_steps if cfg["sampled_steps"] is None
+                            else min(int(cfg["sampled_steps"]), self.pass_steps))
+        self.batches = self._passes()
+        self.on_device = {  # full batch: the whole graph moved to the device once
+            "x": x.to(device), "index": self.reversed_index.to(device),
+            "types": self.types.to(device), "gold": self.gold.to(device),
+            "sro": [t[self.forward].to(device) for t in (self.src, self.rel, self.dst)],
+        } if self.full else None
+        self.check = self.forward[torch.randperm(len(self.forward), generator=self.gen)[
+            :EVAL_TRIPLES]]
+        self.check_neg = torch.randint(0, self.n, (len(self.check) * self.k,), generator=self.gen)
+
+    def eval_link(self, z) -> float:
+        import torch
+
+        s, r, o = (t[self.check].to(self.device) for t in (self.src, self.rel, self.dst))
+        with torch.no_grad():
+            return link_loss(self.model, z.to(self.device), s, r, o,
+                             self.check_neg.to(self.device)).item()
+
+    def run(self) -> tuple[float, float | None]:
+        """One epoch; its mean link loss and mean path loss (None without gold paths)."""
+        self.model.train()
+        link_sum, path_sum, steps = self._full_epoch() if self.full else self._sampled_epoch()
+        return link_sum / steps, (path_sum / steps if self.path_weight else None)
+
+    def _step(self, link, path) -> tuple[float, float]:
+        self.opt.zero_grad()
+        (link + self.path_weight * path).backward()
+        self.opt.step()
+        return link.item(), path.item()
+
+    def _full_epoch(self) -> tuple[float, float, int]:
+        import torch
+
+        device, on = self.device, self.on_device
+        z, alpha = self.model(on["x"], on["index"], on["types"], self.table)
+        s, r, o = on["sro"]
+        neg = torch.randint(0, self.n, (len(s) * self.k,), generator=self.gen).to(device)
+        link = link_loss(self.model, z, s, r, o, neg)
+        path = (path_loss(alpha, on["gold"]) if self.path_weight
+                else torch.zeros((), device=device))
+        return (*self._step(link, path), 1)
+
+    def _sampled_epoch(self) -> tuple[float, float, int]:
+        self.sampler.shuffle()
+        link_sum = path_sum = 0.0
+        for _ in range(self.epoch_steps):
+            link, path = self._subgraph_step(*next(self.batches))
+            link_sum, path_sum = link_sum + link, path_sum + path
+        return link_sum, path_sum, self.epoch_steps
+
+    def _passes(self):
+        """(triples, gold-path edges) of each sampled step, endlessly: shuffled passes over the
+        triples, each with its share of a shuffled pass over the gold edges. A pass may span
+        epochs, so every triple is trained on once before any twice."""
+        import torch
+
+        gold_per_step = math.ceil(len(self.gold) / self.pass_steps) if len(self.gold) else 0
+        while True:
+            perm = self.forward[torch.randperm(len(self.forward), generator=self.gen)]
+            gold_perm = self.gold[torch.randperm(len(self.gold), generator=self.gen)]
+            for step in range(self.pass_steps):
+                yield (perm[step * self.chunk:(step + 1) * self.chunk],
+                       gold_perm[step * gold_per_step:(step + 1) * gold_per_step])
+
+    def _subgraph_step(self, batch, gold) -> tuple[float, float]:
+        """One step on the sampled subgraph around a batch's heads, tails, negatives and the
+        heads of its share of gold-path edges (the seeds: local ids 0..len(seeds)-1, sorted)."""
+        import torch
+
+        device, src, dst = self.device, self.src, self.dst
+        neg = torch.randint(0, self.n, (len(batch) * self.k,), generator=self.gen)
+        seeds = torch.unique(torch.cat([src[batch], dst[batch], neg, src[gold]]))
+        sub = self.sampler.sample(seeds, len(self.model.convs), must=gold)
+        z, alpha = self._sampled_forward(sub)
+        heads, tails, negs = torch.searchsorted(  # seeds are sorted and local ids 0..
+            seeds, torch.cat([src[batch], dst[batch], neg])).to(device).split(
+            [len(batch), len(batch), len(neg)])
+        link = link_loss(self.model, z, heads, self.rel[batch].to(device), tails, negs)
+        first_hop = sub.edges[:sub.edges_within[0]]
+        path = (path_loss(alpha, torch.searchsorted(first_hop, gold).to(device))
+                if self.path_weight and len(gold) else torch.zeros((), device=device))
+        return self._step(link, path)
+
+    def _sampled_forward(self, sub: Subgraph):
+        """The seeds' z and the last layer's α over their sampled edges: layer l computes only
+        the nodes within layers−1−l hops (the ones a later layer reads)."""
+        layers = len(self.model.convs)
+        h = self.x[sub.nodes].to(self.device)
+        for layer in range(layers):
+            targets, edges = sub.within[layers - 1 - layer], sub.edges_within[layers - 1 - layer]
+            h, alpha = self.model.layer(layer, (h, h[:targets]),
+                                        sub.index[:, :edges].to(self.device),
+                                        self.types[sub.edges[:edges]].to(self.device), self.table)
+        return h, alpha
+
+
+def fit(graph, x_np, rel_np, gold, cfg, device, log, state=None) -> TrainResult:
+    """Train a fresh model (or one from ``state``) on ``device``; ``log`` gets each epoch's
+    losses. ``cfg["stop_loss"]`` (a refresh): no epoch when the starting parameters' eval link
+    loss is already at most that."""
+    import torch
+
+    torch.manual_seed(int(cfg["seed"]))
+    x = torch.from_numpy(x_np)
+    rel_vec = torch.from_numpy(rel_np).to(device)
+    model = build_model(x.shape[1], rel_vec.shape[1], rel_vec.shape[0], cfg)
+    if state is not None:
+        model.load_state_dict(state)
+    model = model.to(device)
+    epochs = _Epochs(model, graph, x, rel_vec, gold, cfg, device)
+    z0, attention_before = infer(model, graph, x, rel_vec, device, epochs.chunk)
+    eval_before = epochs.eval_link(z0)
+    del z0
+    stop = cfg.get("stop_loss")
+    n_epochs = 0 if stop is not None and eval_before <= stop else int(cfg["epochs"])
+
+    link_hist, path_hist, epoch_seconds = [], [], []
+    for epoch in range(n_epochs):
+        started = time.perf_counter()
+        link, path = epochs.run()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        epoch_seconds.append(round(time.perf_counter() - started, 4))
+        link_hist.append(link)
+        path_hist.append(path)
+        log(f"epoch {epoch + 1}: link {link:.4f}"
+            + (f" path {path:.4f}" if path is not None else "") + f" ({epoch_seconds[-1]:.2f}s)")
+
+    if n_epochs:
+        z, attention = infer(model, graph, x, rel_vec, device, epochs.chunk)
+        eval_after = epochs.eval_link(z)
+    else:  # the model did not change: its α and loss are the ones before
+        attention, eval_after = attention_before, eval_before
+    return TrainResult(model=model.cpu(), attention=attention, attention_before=attention_before,
+                       link=link_hist, path=path_hist, eval_link_before=eval_before,
+                       eval_link_after=eval_after, epoch_seconds=epoch_seconds,
+                       mode="full" if epochs.full else "sampled", device=str(device))
+
+
