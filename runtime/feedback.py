@@ -111,7 +111,7 @@ def decode(line: bytes) -> tuple[dict | None, str]:
 
 def missing_record(answer, bridges: int | None = None,
                    passages: Callable[[str], list[str]] | None = None) -> dict | None:
-    """What an :class:`~runtime.answer.Answer` says the graph lacks, as a record to log: the
+    """What an :class:`~runtime.answer_record.Answer` says the graph lacks, as a record to log: the
     facts where the predicted chain's walk stopped (e, r_k, ?) with the linked names, or —
     nothing linked, nothing derived — the question's topic mentions; None when nothing is
     missing. A record past linking also names up to ``bridges`` (setting

@@ -72,12 +72,13 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from lokg.runtime import __version__
-from lokg.runtime.answer import Answer
+from lokg.runtime.answer_record import Answer
 from lokg.runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS
 from lokg.runtime.contract import StoreError, is_url
 from lokg.runtime.object_store import open_store
 from lokg.runtime.llm import LLM, LLMError, available_backends, make_llm
-from lokg.runtime.query import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS, QueryError, Runtime
+from lokg.runtime.query import Runtime
+from lokg.runtime.request import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS, QueryError
 
 log = logging.getLogger("lokg.server")
 

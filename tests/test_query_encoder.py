@@ -223,11 +223,11 @@ def test_runtime_uses_the_numpy_encoder_unless_told(store, numpy_encoder, torch_
     question = "who directed the sequel of the long road ?"
     rt = Runtime.open(store)
     assert rt.encoder().backend == "numpy"
-    plain = rt._embed(None, question)[1]
+    plain = rt.embed(None, question)[1]
     np.testing.assert_allclose(plain, numpy_encoder.encode_queries([question])[0], atol=1e-6)
     rt_torch = Runtime.open(store, encoder_backend="torch")
     assert rt_torch.encoder().backend == "torch"
-    assert_same_vectors(rt_torch._embed(None, question)[1][None], plain[None])
+    assert_same_vectors(rt_torch.embed(None, question)[1][None], plain[None])
 
 
 def test_spans_are_embedded_in_float32_beside_an_onnx_question_encoder(store, numpy_encoder):
@@ -236,12 +236,12 @@ def test_spans_are_embedded_in_float32_beside_an_onnx_question_encoder(store, nu
     rt = Runtime.open(store)
     rt._encoder = onnx_like = CountingEncoder()
     onnx_like.backend = "onnx"
-    spans = rt._span_embedder()
+    spans = rt.span_embedder()
     np.testing.assert_allclose(spans(["the director of"]),
                                numpy_encoder.encode_queries(["the director of"]), atol=1e-6)
     assert spans.encoder.backend == "numpy" and onnx_like.batches == []
     torch_rt = Runtime.open(store, encoder_backend="torch")
-    assert torch_rt._span_embedder().encoder is torch_rt.encoder()
+    assert torch_rt.span_embedder().encoder is torch_rt.encoder()
 
 
 def test_runtime_embeds_with_torch_blocked(store, numpy_encoder, tmp_path):
