@@ -39,12 +39,13 @@ Why it is shaped this way:
 * **Security defaults**: bind 127.0.0.1; when ``LOKG_API_TOKEN`` is set, every route except
   ``/healthz``, ``/readyz`` and the page's static files needs ``Authorization: Bearer <token>``
   (compared in constant time, checked before the body is read; a browser cannot send the header
-  on a page load, and the page holds no data — it sends the token the user types with its asks); ``lokg serve`` refuses a non-loopback address
-  without a token unless given ``--allow-unauthenticated``. The Swagger/ReDoc pages are off
+  on a page load, and the page holds no data — it sends the token the user types with its
+  asks); ``lokg serve`` refuses a non-loopback address without a token unless given
+  ``--allow-unauthenticated``. The Swagger/ReDoc pages are off
   (they load scripts from a CDN); the schema is at ``/openapi.json``.
 * **Metrics by hand** in the Prometheus text format (runtime/serve_metrics.py; no client
-  library in the runtime). With ``--workers N`` each worker process is a separate service with its own runtime, watcher and
-  counters; a scrape reads the worker that accepted it.
+  library in the runtime). With ``--workers N`` each worker process is a separate service
+  with its own runtime, watcher and counters; a scrape reads the worker that accepted it.
 """
 from __future__ import annotations
 
