@@ -14,11 +14,13 @@ import threading
 import time
 from typing import NamedTuple
 
+from lokg.runtime.errors import LokgError
 from lokg.runtime.llm.base import LLMError
 
 
-class AttemptFailed(Exception):
-    """One attempt failed; ``error`` is what to raise if it is the last one."""
+class AttemptFailed(LokgError):
+    """One attempt failed; ``error`` is what to raise if it is the last one (it never leaves
+    the client)."""
 
     def __init__(self, error: LLMError, retry_after: float | None = None):
         super().__init__(str(error))
