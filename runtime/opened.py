@@ -11,7 +11,6 @@ runtime/reading.py; ``Runtime.ask`` (runtime/query.py) chains them.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import threading
@@ -26,14 +25,13 @@ from lokg.runtime import feedback, object_store, pins, relknow, taimr
 from lokg.runtime.config import section
 from lokg.runtime.contract import (INCOMING_TYPE_PREFIX, Build, Store, StoreError, is_url,
                                    read_parquet, to_numpy)
-from lokg.runtime.encoder import EncoderError
 from lokg.runtime.environment import limit_blas_threads
 from lokg.runtime.linker import LINKER_FORMS_FILE, Linker, common_nouns, surface_forms
 from lokg.runtime.llm import LLM, LLMError, make_llm
 from lokg.runtime.path_cache import PathCache, PathRow, path_rows
 from lokg.runtime.provenance import Provenance
 from lokg.runtime.query_stats import QUERY_STATS_FILE, query_stats, read_query_stats
-from lokg.runtime.question_encoder import CachedEmbeddings, query_encoder
+from lokg.runtime.question_encoder import CachedEmbeddings, float32_encoder, query_encoder
 from lokg.runtime.relknow import Triple
 from lokg.runtime.request import QueryError
 
@@ -332,15 +330,11 @@ class OpenedBuild:
     def span_embedder(self) -> CachedEmbeddings | None:
         """The encoder for question spans, through a cache: spans recur across questions. Spans
         are compared with relation names the build embedded in float32, so an int8 ONNX
-        question encoder gives way here to the float32 numpy one on the same weights
-        (docs/BENCHMARKS.md "int8 vectors independent of the batch"); where that cannot run,
-        the question encoder."""
+        question encoder gives way here to a float32 one on the same weights where one is
+        installed (docs/BENCHMARKS.md "int8 vectors independent of the batch")."""
         if self._spans is None and self.encoder() is not None:
-            encoder = self.encoder()
-            if getattr(encoder, "backend", None) == "onnx":
-                with contextlib.suppress(EncoderError):
-                    encoder = query_encoder(self.encoder_spec, "numpy")
-            self._spans = CachedEmbeddings(encoder)
+            self._spans = CachedEmbeddings(float32_encoder(
+                self.encoder_spec, self.encoder(), threads=self.settings["threads"]))
         return self._spans
 
     def embed(self, masked: str | None, plain: str | None
