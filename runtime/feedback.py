@@ -1,4 +1,4 @@
-"""The feedback log: what questions found missing, appended beside the builds (DESIGN §9).
+"""The feedback log: what questions found missing, appended beside the builds.
 
 Every process writes its own segment files (``<dir>/<ms>-<seq>-<host>-<pid>-<random>.log``), so
 writers never share a file and cannot interleave; the threads of one process share its segment

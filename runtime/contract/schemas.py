@@ -31,7 +31,7 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
             ("text", pa.string()),
         ]
     ),
-    # SCOS signals (spark_jobs/relation_stats.py, DESIGN §2.3). One row per relation of R0.
+    # SCOS signals (spark_jobs/relation_stats.py). One row per relation of R0.
     "relation_stats": pa.schema(
         [
             ("r", pa.int64()),
@@ -62,7 +62,7 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
             ("source", pa.string()),  # generators, comma-separated: entity,transe,type
         ]
     ),
-    # SCOS canonical mapping φ: R0 → R* (spark_jobs/scos_merge.py, DESIGN §2.5).
+    # SCOS canonical mapping φ: R0 → R* (spark_jobs/scos_merge.py).
     "relation_map": pa.schema(
         [
             ("id", pa.int64()),  # original relation id (R0)
@@ -86,7 +86,7 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
             ("members", pa.list_(pa.string())),  # members of the merged cluster, sorted
         ]
     ),
-    # TAIMR offline (DESIGN §2.6–§2.9).
+    # TAIMR offline (spark_jobs, training).
     # μ(v) = (1 + ln(deg_in + 1))·div, div = in_relations / |R*| on the graph with inverse edges.
     "node_gain": pa.schema(
         [
@@ -120,7 +120,7 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
             ("nodes", pa.list_(pa.int64())),  # entities reached, hop by hop (last = answer)
         ]
     ),
-    # Knowledge from documents (DESIGN §8); empty in builds from triple dumps. Ids are content
+    # Knowledge from documents; empty in builds from triple dumps. Ids are content
     # hashes (16 hex): doc_id of (title, text), chunk_id of (doc_id, start, text), sentence_id
     # of (doc_id, start, end); offsets are characters of the document's text, end exclusive.
     "documents": pa.schema([("doc_id", pa.string()), ("title", pa.string()),
@@ -136,7 +136,7 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
     # Provenance: a canonical triple -> a chunk and sentence it was extracted from (many a triple).
     "triple_sources": pa.schema([("s", pa.int64()), ("r", pa.int64()), ("o", pa.int64()),
                                  ("chunk_id", pa.string()), ("sentence_id", pa.string())]),
-    # Query-driven feedback (DESIGN §9): a canonical triple a feedback delta added -> the
+    # Query-driven feedback: a canonical triple a feedback delta added -> the
     # delta, the feedback record it answers and its passage (many rows a triple).
     "feedback_lineage": pa.schema([("s", pa.int64()), ("r", pa.int64()), ("o", pa.int64()),
                                    ("delta_id", pa.string()), ("feedback_id", pa.string()),
