@@ -97,8 +97,20 @@ class Reader:
         except LLMError as exc:
             return Reading(answers, ids, "fallback", READ_FAILED, f"{exc.kind}: {exc}", 1, 0,
                            prompt, choices)
-        completion = count_tokens(reply.text)
-        parsed = parse_answers(reply.text)
+        return self._replied(reply.text, reader.name, (prompt, choices), candidates, listed,
+                             supported)
+
+    def _replied(self, text: str, reader: str, asked: tuple[Prompt, tuple[str, ...]],
+                 candidates: list[Candidate], listed: list[Candidate],
+                 supported: frozenset[int] | None) -> Reading:
+        """The reading of a reply: its answers grounded, or (forced choice) the listed
+        candidate it names; the top candidate where it names none, or a pick the derivation
+        does not reach. ``asked``: the prompt and the candidates it listed."""
+        prompt, choices = asked
+        top = candidates[:1]
+        answers, ids = [c.name for c in top], [c.id for c in top]
+        completion = count_tokens(text)
+        parsed = parse_answers(text)
         picked = self._picked(parsed, listed) if choices else None
         if not parsed or (choices and picked is None):
             why = "the LLM reply held no answer" if not parsed else \
@@ -107,13 +119,13 @@ class Reader:
                            choices)
         if picked is not None and picked.id != top[0].id and supported is not None and \
                 picked.id not in supported:
-            return Reading(answers, ids, "ok", f"answered from retrieval ({reader.name} picked "
+            return Reading(answers, ids, "ok", f"answered from retrieval ({reader} picked "
                            f"{picked.name!r}, which the predicted relation chain does not "
                            "reach: query.choice_check)", None, 1, completion, prompt, choices,
                            vetoed=True)
         answers, ids = ([picked.name], [picked.id]) if choices else self._ground(parsed,
                                                                                 candidates)
-        return Reading(answers, ids, "ok", f"answered by {reader.name}", None, 1, completion,
+        return Reading(answers, ids, "ok", f"answered by {reader}", None, 1, completion,
                        prompt, choices)
 
     def _choices(self, candidates: list[Candidate]) -> list[Candidate]:
