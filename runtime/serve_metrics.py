@@ -100,16 +100,21 @@ class Metrics:
             family("lokg_build_reloads_total", "counter",
                    "Attempts to load a new CURRENT build, by result.",
                    [(_labels(result=r), n) for r, n in sorted(self.reloads.items())])
-        runtime = service.runtime
-        family("lokg_ready", "gauge", "1 when a verified build is loaded.",
-               [("", int(runtime is not None))])
-        family("lokg_build_info", "gauge", "The build being served (value 1).",
-               [(_labels(build_id=runtime.build_id), 1)] if runtime is not None else [])
-        family("lokg_build_failed", "gauge",
-               "Builds that failed to load since the served one was loaded (value 1).",
-               [(_labels(build_id=f["build_id"]), 1) for f in service.failures()
-                if f["build_id"] is not None])
-        family("lokg_build_stale", "gauge", "1 when CURRENT names a build other than the "
-               "one served (it failed to load, or is loading).",
-               [("", int(runtime is not None and service.current not in (None, runtime.build_id)))])
+        _build_families(service, family)
         return "\n".join(out) + "\n"
+
+
+def _build_families(service, family) -> None:
+    """The served build's gauges: ready, which build, which failed, whether CURRENT moved on."""
+    runtime = service.runtime
+    family("lokg_ready", "gauge", "1 when a verified build is loaded.",
+           [("", int(runtime is not None))])
+    family("lokg_build_info", "gauge", "The build being served (value 1).",
+           [(_labels(build_id=runtime.build_id), 1)] if runtime is not None else [])
+    family("lokg_build_failed", "gauge",
+           "Builds that failed to load since the served one was loaded (value 1).",
+           [(_labels(build_id=f["build_id"]), 1) for f in service.failures()
+            if f["build_id"] is not None])
+    family("lokg_build_stale", "gauge", "1 when CURRENT names a build other than the "
+           "one served (it failed to load, or is loading).",
+           [("", int(runtime is not None and service.current not in (None, runtime.build_id)))])
