@@ -3,7 +3,7 @@
 Both read the same graph the runtime reads (``Runtime.graph``: canonical triples with inverse
 edges, so a topic entity's 1-hop facts include the ones where it is the object), embed with the
 store's own sentence encoder (``Runtime.encoder()``; a store without one cannot run them), and
-ask the reader with the runtime's fixed prompt (``runtime.answers``). Knowledge is rendered as
+ask the reader with the runtime's fixed prompt (``runtime.prompt``). Knowledge is rendered as
 the triples' names (``s | r | o``, the compact ITTC line — both papers verbalise bare triples)
 in rank order and cut at the knowledge budget B (``ittc.encode_uniform``), so every baseline is
 under the same reader and budget as LOKG. Tokens are cl100k_base over the messages sent and the
@@ -135,7 +135,7 @@ class _Reading:
 
 def _read(ctx: EvalContext, knowledge: str, question: str, system: str | None = None) -> _Reading:
     """One call to the reader with the runtime's prompt (or another system message)."""
-    from lokg.runtime.answers import ANSWER_MAX_TOKENS, INSTRUCTIONS, build_prompt, parse_answers, \
+    from lokg.runtime.prompt import ANSWER_MAX_TOKENS, INSTRUCTIONS, build_prompt, parse_answers, \
         prompt_tokens
     from lokg.runtime.llm import LLMError
     from lokg.runtime.tokens import count_tokens

@@ -147,7 +147,7 @@ def stage_batch_encoder(stage: str, spec: Mapping, cfg: Mapping, exported: Path 
     (``runtime.question_encoder.batch_encoder``): errors become StageError naming the stage,
     and an ``onnx`` that cannot run names the setting."""
     from lokg.runtime.encoder import EncoderError
-    from lokg.runtime.numpy_bert import UnsupportedModelError
+    from lokg.runtime.bert_checkpoint import UnsupportedModelError
     from lokg.runtime.question_encoder import batch_encoder
 
     try:

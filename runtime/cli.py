@@ -402,7 +402,7 @@ def serve(args: tuple[str, ...]) -> None:
 # ---------------------------------------------------------------------------------------------
 @cli.group("feedback")
 def feedback_group() -> None:
-    """What questions found missing: the feedback log beside the builds (DESIGN §9)."""
+    """What questions found missing: the feedback log beside the builds."""
 
 
 FEEDBACK_DIR_OPTION = click.option(

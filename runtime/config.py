@@ -31,7 +31,7 @@ BATCH_ENCODERS = ("auto", "onnx", "torch")
 TYPE_RULES = ("spread", "min")  # relation_stats.type_rule (spark_jobs/relation_stats.py)
 MISSING_EMBEDDINGS = ("zero", "renormalise")  # scos_merge.missing_embeddings
 TEXT_RULES = ("name", "name_type_description")  # entity_encode.text (training/entity_encode.py)
-QUERY_BACKENDS = ("auto", "onnx", "numpy", "torch")
+QUERY_BACKENDS = ("auto", "onnx", "torch")
 QUERY_ONNX = ("int8", "fp32", "off")  # entity_encode.query_onnx (training/onnx_export.py)  # query.encoder_backend (runtime/question_encoder.py)
 #: path_cache.heads values that choose a hot set in the stage (spark_jobs/path_cache.py).
 HEAD_SELECTORS = ("degree", "mu", "query_log")

@@ -1,13 +1,12 @@
 """The sentence encoder shared by the offline ``entity_encode`` stage and the query runtime.
 
 Why one class in ``runtime``: questions must be embedded with exactly the model, prefixes and
-normalisation that built ``entity.faiss`` (DESIGN §2.7). ``training/entity_encode.py`` writes that
+normalisation that built ``entity.faiss``. ``training/entity_encode.py`` writes that
 description to ``models/encoder.json``; ``SentenceEncoder.from_spec`` rebuilds the same encoder
 from it at query time. torch, sentence-transformers and tqdm are imported inside methods only,
 so ``runtime`` still imports on a machine without them (the encoder is an optional extra).
-``runtime.question_encoder.query_encoder`` is what the runtime loads: for BERT models the
-torch-free numpy encoder of ``runtime/numpy_bert.py`` (same vectors, ~4x less memory), else
-``SentenceEncoder``.
+``runtime.question_encoder.query_encoder`` is what the runtime loads: the build's exported
+ONNX model without torch (``runtime/onnx_bert.py``), else ``SentenceEncoder``.
 
 Model specs:
 

@@ -43,10 +43,9 @@ def limit_blas_threads(threads: int) -> bool:
     without it nothing changes and the result is False.
 
     Every product a question makes is small (question spans against relation names, one
-    question against the entity vectors, the numpy encoder's ~20-row GEMMs). OpenBLAS's default
-    thread per core turns each into a hand-off that, on a loaded 2-core host, waits for a busy
-    core: a 60×384 by 384×225 product took 0.13 ms p50 but 32 ms p90 with the default and
-    0.17 ms p90 with one thread (docs/BENCHMARKS.md, "BLAS threads on the query path")."""
+    question against the entity vectors). OpenBLAS's default thread per core turns each into a
+    hand-off that, on a loaded 2-core host, waits for a busy core (docs/BENCHMARKS.md, "BLAS
+    threads on the query path")."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:

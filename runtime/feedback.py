@@ -1,4 +1,4 @@
-"""The feedback log: what questions found missing, appended beside the builds (DESIGN §9).
+"""The feedback log: what questions found missing, appended beside the builds.
 
 Every process writes its own segment files (``<dir>/<ms>-<seq>-<host>-<pid>-<random>.log``), so
 writers never share a file and cannot interleave; the threads of one process share its segment
@@ -111,7 +111,7 @@ def decode(line: bytes) -> tuple[dict | None, str]:
 
 def missing_record(answer, bridges: int | None = None,
                    passages: Callable[[str], list[str]] | None = None) -> dict | None:
-    """What an :class:`~runtime.answer.Answer` says the graph lacks, as a record to log: the
+    """What an :class:`~runtime.answer_record.Answer` says the graph lacks, as a record to log: the
     facts where the predicted chain's walk stopped (e, r_k, ?) with the linked names, or —
     nothing linked, nothing derived — the question's topic mentions; None when nothing is
     missing. A record past linking also names up to ``bridges`` (setting

@@ -1,4 +1,4 @@
-"""Identify missing with an LLM (DESIGN §9, issue 16 item 1): the prompt that compares the
+"""Identify missing with an LLM: the prompt that compares the
 question, the answer and the context it was given and lists the facts missing from the context as
 sub-questions, in JSON. It runs only where ``query.feedback_llm`` names a backend (default off:
 the default query path makes no call for feedback), after the answer, for an answer the

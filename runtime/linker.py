@@ -1,4 +1,4 @@
-"""Entity linking: which entities of the store does a question talk about (DESIGN §4 step 1).
+"""Entity linking: which entities of the store does a question talk about (step 1).
 
 Exact and normalised string match first. Every entity's name, aliases and source key are folded
 by :func:`normalise` (casefold, underscores and punctuation → spaces, whitespace collapsed, so

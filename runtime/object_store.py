@@ -1,6 +1,6 @@
 """Stores on object storage (``s3://bucket/prefix``, AWS or any S3-compatible endpoint).
 
-Same layout as a local store (runtime/contract.py), as objects. Builds are always assembled on
+Same layout as a local store (runtime/contract/), as objects. Builds are always assembled on
 a local disk; this module publishes a complete local build to the object store and brings the
 published one back into a verified local cache that the runtime memory-maps as before.
 
@@ -42,7 +42,7 @@ import pyarrow.fs as pafs
 
 from lokg.runtime import pins
 from lokg.runtime.contract import (BUILDS_DIR, CURRENT_FILE, DOOMED_FILE, MANIFEST_FILE,
-                              PARTIAL_PREFIX, Build, Store, StoreError, _write_atomic,
+                              PARTIAL_PREFIX, Build, Store, StoreError, write_atomic,
                               check_build_id, check_keep, check_required_tables, is_url,
                               parse_manifest, verify_build)
 
@@ -484,7 +484,7 @@ class RemoteStore:
         """A published build into ``local_dir`` as a local store whose CURRENT names it."""
         cache, pulled, held = self.sync(build_id, cache_dir=local_dir, cap_bytes=None)
         release(*held)
-        _write_atomic(cache.root / CURRENT_FILE, pulled + "\n")
+        write_atomic(cache.root / CURRENT_FILE, pulled + "\n")
         return pulled
 
     def _fetch(self, cache: Store, build: Build, verify: bool) -> None:
@@ -503,7 +503,7 @@ class RemoteStore:
                 (partial / name).parent.mkdir(parents=True, exist_ok=True)
                 self.bucket.download(f"{rel}/{name}", partial / name, entry["sha256"],
                                      entry["bytes"])
-            _write_atomic(partial / MANIFEST_FILE, json.dumps(build.manifest, indent=2,
+            write_atomic(partial / MANIFEST_FILE, json.dumps(build.manifest, indent=2,
                                                                sort_keys=True))
             verify_build(Build(cache.root, partial.name, build.manifest), checksums=False)
             os.rename(partial, build.path)

@@ -1,24 +1,32 @@
 """The query encoder a store exported at build time, run by onnxruntime (no torch).
 
-Why: embedding the question is most of a query's time. ``entity_encode`` writes the store's
-BERT model as ``models/query_encoder.onnx`` (``training/onnx_export.py``; int8 weights by
-default), and this encoder runs it with one intra-op thread and no spinning: about half the
-float32 forward's time on these cores, vectors at cosine ≥ 0.99 of the float32 ones
-(docs/BENCHMARKS.md "Question encoder: int8 ONNX"). Tokenizing, prefixes, truncation and the
-``SentenceEncoder`` interface are ``NumpyBertEncoder``'s; only the forward differs.
+Why: embedding the question is most of a query's time, and the query service should not need
+torch for it. ``entity_encode`` writes the store's BERT model as ``models/query_encoder.onnx``
+(``training/onnx_export.py``; int8 weights by default), and this encoder runs it with one
+intra-op thread and no spinning, its vectors within the cosine of the float32 ones that
+docs/BENCHMARKS.md "Question encoder: int8 ONNX" states. Tokenizing, prefixes and truncation
+are sentence-transformers' (runtime/bert_checkpoint.py reads them from the model directory);
+the ``SentenceEncoder`` interface is ``PrefixedEncoder``'s.
+
+onnxruntime and tokenizers are the ``query-encoder`` extra (``pip install 'lokg[query-encoder]'``);
+they are imported only when an encoder is made.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from lokg.runtime.numpy_bert import NumpyBertEncoder, NumpyEncoderError
+from lokg.runtime.bert_checkpoint import CheckpointError, layout
+from lokg.runtime.encoder import PrefixedEncoder
 
 #: The exported model beside encoder.json in a build's ``models/``.
 QUERY_MODEL = "query_encoder.onnx"
+#: What to install for it.
+EXTRA = "lokg[query-encoder]"
 
 
 def exported_model(spec: Mapping, models_dir: Path) -> Path | None:
@@ -37,8 +45,10 @@ def available() -> bool:
     return True
 
 
-class OnnxBertEncoder(NumpyBertEncoder):
-    """``NumpyBertEncoder`` whose forward is the exported ONNX model."""
+class OnnxBertEncoder(PrefixedEncoder):
+    """A BERT sentence-transformers model whose forward is the build's exported ONNX model: the
+    ``SentenceEncoder`` interface (``spec``, ``dim``, ``encode_queries``, ``encode_passages``)
+    without torch."""
 
     backend = "onnx"
 
@@ -47,10 +57,23 @@ class OnnxBertEncoder(NumpyBertEncoder):
         self._model_path = Path(model_path)
         self.threads = int(threads)
         self.per_text = bool(per_text)
-        super().__init__(model_dir, spec)
-        self.spec["onnx"] = dict(spec.get("onnx") or {})
+        spec = dict(spec or {})
+        found = layout(model_dir)
+        self._load_session()
+        self._lower = found["do_lower_case"]
+        self._tokenizer = _tokenizer(found["transformer"] / "tokenizer.json",
+                                     found["max_seq_length"])
+        dim = int(found["config"]["hidden_size"])
+        if spec.get("dim") is not None and int(spec["dim"]) != dim:
+            raise CheckpointError(f"{model_dir}: model gives {dim}-d vectors but the encoder "
+                                  f"spec records dim={spec['dim']} (a different model?)")
+        self.spec = {"model": str(spec.get("model") or model_dir), "path": str(model_dir),
+                     "dim": dim, "query_prefix": str(spec.get("query_prefix") or ""),
+                     "passage_prefix": str(spec.get("passage_prefix") or ""),
+                     "normalize": True, "max_seq_length": found["max_seq_length"],
+                     "device": "cpu", "onnx": dict(spec.get("onnx") or {})}
 
-    def _load_model(self, found: Mapping) -> None:
+    def _load_session(self) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -64,13 +87,48 @@ class OnnxBertEncoder(NumpyBertEncoder):
             self._session = ort.InferenceSession(str(self._model_path), options,
                                                  providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own Exception types
-            raise NumpyEncoderError(f"{self._model_path}: cannot load the exported question "
-                                    f"encoder ({exc})") from None
+            raise CheckpointError(f"{self._model_path}: cannot load the exported question "
+                                  f"encoder ({exc})") from None
 
     @property
     def model_path(self) -> Path:
         """The exported model this encoder runs (a worker process loads its own session)."""
         return self._model_path
+
+    def _encode(self, texts: Sequence[str], prefix: str, batch_size: int,
+                progress: bool = False) -> np.ndarray:
+        """Batches of texts with the same or close token counts (tokenized once, shortest
+        first, stable), so a padded forward spends little on padding; each batch is one
+        forward. ``progress``: a bar on stderr (batch encodings at build time; tqdm is
+        imported only then)."""
+        if isinstance(texts, str):
+            raise CheckpointError("encode_* takes a list of texts, got a single string")
+        encodings = self._tokenize([prefix + str(t) for t in texts])
+        out = np.empty((len(encodings), self.dim), dtype=np.float32)
+        order = np.argsort([len(e.ids) for e in encodings], kind="stable")
+        step = max(1, int(batch_size))
+        starts = range(0, len(encodings), step)
+        if progress:
+            from tqdm import tqdm
+
+            starts = tqdm(starts, file=sys.stderr, unit="batch", desc="encode")
+        for start in starts:
+            rows = order[start:start + step]
+            out[rows] = self._embed_encodings([encodings[i] for i in rows])
+        return out
+
+    def passage_lengths(self, texts: Sequence[str]) -> np.ndarray:
+        """Each passage's token count (prefix included, truncated as encoded): what a padded
+        batch costs, where characters mislead (a 15-character name is 3 to 9 word pieces)."""
+        encodings = self._tokenize([self.spec["passage_prefix"] + str(t) for t in texts])
+        return np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
+
+    def _tokenize(self, texts: list[str]) -> list:
+        return self._tokenizer.encode_batch([t.lower() for t in texts] if self._lower else texts)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """One forward of a batch of texts as given (no prefix): float32 [n, dim], unit norm."""
+        return self._embed_encodings(self._tokenizer.encode_batch(list(texts)))
 
     def _embed_encodings(self, encodings: list) -> np.ndarray:
         """float32 [n, dim], unit norm: one padded forward of the texts, or with ``per_text``
@@ -91,3 +149,17 @@ class OnnxBertEncoder(NumpyBertEncoder):
             mask[row, :len(e.ids)] = 1
         (vectors,) = self._session.run(None, {"input_ids": ids, "attention_mask": mask})
         return np.asarray(vectors, dtype=np.float32)
+
+
+def _tokenizer(path: Path, max_length: int):
+    """The model's tokenizer, truncating at ``max_length`` and never padding (a batch is padded
+    by :meth:`OnnxBertEncoder._forward`)."""
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises its own Exception types
+        raise CheckpointError(f"{path}: cannot load the tokenizer ({exc})") from None
+    tokenizer.enable_truncation(max_length=max_length)
+    tokenizer.no_padding()  # tokenizer.json may pad to a fixed length
+    return tokenizer

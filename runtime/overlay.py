@@ -1,4 +1,4 @@
-"""An overlay: a published build plus triples held in memory, answered as one graph (DESIGN §9).
+"""An overlay: a published build plus triples held in memory, answered as one graph.
 
 The online feedback policy ``tcr-qf`` (evaluation/tcr_qf.py) adds the triples it extracts for
 one question and answers again; the published store is never written. :func:`overlaid` returns

@@ -1,4 +1,4 @@
-"""Reading the published ``path_cache`` table (written by spark_jobs/path_cache.py, DESIGN §2.9).
+"""Reading the published ``path_cache`` table (written by spark_jobs/path_cache.py).
 
 The cache holds each hot head's top paths; a path is handed to the query runtime as one
 :data:`PathRow`, the same shape :func:`path_rows` gives a head the runtime computes itself

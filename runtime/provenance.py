@@ -1,4 +1,4 @@
-"""Where a store's triples came from (DESIGN §8): each triple's restored source sentence, which
+"""Where a store's triples came from: each triple's restored source sentence, which
 ITTC offers as its verbose granularity, and the citations of the triples an answer used.
 
 Read from the build's ``triple_context`` and ``triple_sources`` tables with ``documents`` and

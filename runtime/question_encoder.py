@@ -1,7 +1,6 @@
-"""The question encoder a query service loads: the store's exported ONNX model, else the
-numpy BERT (no torch) where it runs the store's model, else sentence-transformers. A module of
-its own because it chooses between ``runtime.encoder``, ``runtime.numpy_bert`` and
-``runtime.onnx_bert``, each building on the one before.
+"""The question encoder a query service loads: the store's exported ONNX model through
+onnxruntime (no torch), else sentence-transformers; and the batch encoder of a build stage. A
+module of its own because it chooses between ``runtime.onnx_bert`` and ``runtime.encoder``.
 """
 
 from __future__ import annotations
@@ -13,26 +12,23 @@ from pathlib import Path
 
 import numpy as np
 
-from lokg.runtime import numpy_bert, onnx_bert
+from lokg.runtime import onnx_bert
+from lokg.runtime.bert_checkpoint import UnsupportedModelError
 from lokg.runtime.config import BATCH_ENCODERS, QUERY_BACKENDS
-from lokg.runtime.encoder import (EncoderError, PrefixedEncoder, SentenceEncoder, resolve_device,
-                             spec_model_dir)
-from lokg.runtime.environment import limit_blas_threads
-
+from lokg.runtime.encoder import EncoderError, PrefixedEncoder, SentenceEncoder, resolve_device, \
+    spec_model_dir
 
 
 def query_encoder(spec: Mapping, backend: str = "auto", threads: int | None = None,
                   exported: Path | None = None):
     """The question encoder of a store: ``OnnxBertEncoder`` on the store's exported model
     (``exported``: its path, None when the build has none) when onnxruntime is installed, else
-    ``NumpyBertEncoder`` (no torch, ~4x less memory than torch) when it runs the spec's model,
-    else ``SentenceEncoder``.
+    ``SentenceEncoder`` (sentence-transformers, which needs torch).
 
-    ``backend``: ``auto`` (the first of those that can run), ``onnx`` or ``numpy`` (refuse
-    otherwise, saying why) or ``torch`` (sentence-transformers). A supported model with an
-    unreadable file raises; it does not fall back, because the next path would fail on the
-    same file. ``threads`` (None: left as they are) sets, for the whole process, the threads of
-    the numpy or torch path (the ONNX session has its own single thread)."""
+    ``backend``: ``auto`` (the first of those that can run; where neither can, an EncoderError
+    of one line saying what is missing and naming the extra to install), ``onnx`` (refuse
+    otherwise, saying why) or ``torch``. ``threads`` (None: left as they are) sets torch's
+    threads for the whole process (the ONNX session has its own single thread)."""
     if backend not in QUERY_BACKENDS:
         raise EncoderError(f"query encoder backend {backend!r}: expected one of "
                            f"{', '.join(QUERY_BACKENDS)}")
@@ -41,23 +37,34 @@ def query_encoder(spec: Mapping, backend: str = "auto", threads: int | None = No
         if reason is None:
             return onnx_bert.OnnxBertEncoder(spec_model_dir(spec), spec, exported, per_text=True)
         if backend == "onnx":
-            raise numpy_bert.UnsupportedModelError(reason)
-    if backend != "torch":
-        path = spec_model_dir(spec)
-        reason = numpy_bert.unsupported_reason(path)
-        if reason is None:
-            encoder = numpy_bert.NumpyBertEncoder(path, spec)
-            if threads:
-                limit_blas_threads(int(threads))
-            return encoder
-        if backend == "numpy":
-            raise numpy_bert.UnsupportedModelError(reason)
+            raise UnsupportedModelError(reason)
+        try:
+            return _torch_encoder(spec, threads)
+        except ImportError:
+            raise EncoderError(f"no question encoder can run: {reason}; sentence-transformers, "
+                               "the other way, is not installed either") from None
+    return _torch_encoder(spec, threads)
+
+
+def _torch_encoder(spec: Mapping, threads: int | None) -> SentenceEncoder:
     encoder = SentenceEncoder.from_spec(spec)
     if threads:  # torch's default (all cores) is ~15x slower per question on 2 shared cores
         import torch
 
         torch.set_num_threads(int(threads))
     return encoder
+
+
+def float32_encoder(spec: Mapping, encoder, threads: int | None = None):
+    """An encoder of float32 vectors on ``encoder``'s weights: ``encoder`` itself, unless it is
+    the exported ONNX model (int8 by default), then sentence-transformers where it is installed
+    (else ``encoder``). What embeds text compared with vectors the build made in float32."""
+    if getattr(encoder, "backend", None) != "onnx":
+        return encoder
+    try:
+        return _torch_encoder(spec, threads)
+    except (ImportError, EncoderError):
+        return encoder
 
 
 def batch_encoder(spec: Mapping, choice: str = "auto", device: str = "auto",
@@ -73,10 +80,10 @@ def batch_encoder(spec: Mapping, choice: str = "auto", device: str = "auto",
         try:
             reason = _onnx_unavailable(exported)
             if reason is not None:
-                raise numpy_bert.UnsupportedModelError(reason)
+                raise UnsupportedModelError(reason)
             return onnx_bert.OnnxBertEncoder(spec_model_dir(spec), spec, exported,
                                              threads=int(threads or 0))
-        except numpy_bert.UnsupportedModelError:
+        except UnsupportedModelError:
             if choice == "onnx":
                 raise
     return SentenceEncoder.from_spec(spec, device=str(device))
@@ -88,7 +95,7 @@ def _onnx_unavailable(exported: Path | None) -> str | None:
         return ("the build has no exported question encoder (models/"
                 f"{onnx_bert.QUERY_MODEL}; entity_encode.query_onnx off, or an older build)")
     if not onnx_bert.available():
-        return "onnxruntime is not installed (pip install onnxruntime: the query-encoder extra)"
+        return f"onnxruntime is not installed (pip install '{onnx_bert.EXTRA}')"
     return None
 
 

@@ -9,8 +9,8 @@ of ``'self'``).
 
 Why it is shaped this way:
 
-* **One reference, swapped.** A :class:`Service` per process holds the opened
-  :class:`~runtime.query.Runtime` in one attribute. A request reads it once and keeps that
+* **One reference, swapped.** A :class:`~runtime.serve_service.Service` per process holds the
+  opened :class:`~runtime.query.Runtime` in one attribute. A request reads it once and keeps that
   object, so a hot reload — a single assignment — never changes the build under a request that
   has started: in-flight requests finish on their build, later ones get the new one, and a batch
   answers every item from the same build.
@@ -39,57 +39,42 @@ Why it is shaped this way:
 * **Security defaults**: bind 127.0.0.1; when ``LOKG_API_TOKEN`` is set, every route except
   ``/healthz``, ``/readyz`` and the page's static files needs ``Authorization: Bearer <token>``
   (compared in constant time, checked before the body is read; a browser cannot send the header
-  on a page load, and the page holds no data — it sends the token the user types with its asks); ``lokg serve`` refuses a non-loopback address
-  without a token unless given ``--allow-unauthenticated``. The Swagger/ReDoc pages are off
+  on a page load, and the page holds no data — it sends the token the user types with its
+  asks); ``lokg serve`` refuses a non-loopback address without a token unless given
+  ``--allow-unauthenticated``. The Swagger/ReDoc pages are off
   (they load scripts from a CDN); the schema is at ``/openapi.json``.
-* **Metrics by hand** in the Prometheus text format (no client library in the runtime). With
-  ``--workers N`` each worker process is a separate service with its own runtime, watcher and
-  counters; a scrape reads the worker that accepted it.
+* **Metrics by hand** in the Prometheus text format (runtime/serve_metrics.py; no client
+  library in the runtime). With ``--workers N`` each worker process is a separate service
+  with its own runtime, watcher and counters; a scrape reads the worker that accepted it.
 """
-
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import datetime as _dt
 import hmac
 import ipaddress
 import json
 import logging
 import os
-import threading
 import time
-from collections import Counter
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from importlib import resources
-from dataclasses import dataclass, field
-from typing import Annotated, Literal
 
 import click
 from fastapi import FastAPI, HTTPException
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from lokg.runtime import __version__
-from lokg.runtime.answer import Answer
-from lokg.runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS
+from lokg.runtime.answer_record import Answer
 from lokg.runtime.contract import StoreError, is_url
+from lokg.runtime.llm import available_backends
 from lokg.runtime.object_store import open_store
-from lokg.runtime.llm import LLM, LLMError, available_backends, make_llm
-from lokg.runtime.query import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS, QueryError, Runtime
+from lokg.runtime.request import QueryError
+from lokg.runtime.serve_models import AskRequest, BatchRequest, BatchResponse
+from lokg.runtime.serve_service import SETTINGS_ENV, TOKEN_ENV, ServeSettings, Service
 
-log = logging.getLogger("lokg.server")
-
-TOKEN_ENV = "LOKG_API_TOKEN"
-#: How ``lokg serve --workers N`` hands its settings to the worker processes (never the token).
-SETTINGS_ENV = "LOKG_SERVE_SETTINGS"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
-MAX_BATCH = 64
-#: Fits a full batch of maximal questions even with every character \u-escaped (3 MiB).
-MAX_BODY_BYTES = 4 * 1024 * 1024
-MAX_KEY_CHARS = 1024
 #: Routes open without the token: orchestrators probe them unauthenticated; the page is static.
 OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/"})
 STATIC_PREFIX = "/static/"
@@ -101,355 +86,6 @@ WEB_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' da
                                           "object-src 'none'; base-uri 'none'; "
                                           "frame-ancestors 'none'; form-action 'self'",
                "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                   30.0, 60.0)
-#: Build load failures kept for /readyz (newest last).
-KEEP_FAILURES = 10
-
-
-class BuildLost(StoreError):
-    """The served build could not be read while answering; the client should retry."""
-
-
-# ------------------------------------------------------------------------------ requests
-
-EntityRef = StrictInt | Annotated[StrictStr, Field(min_length=1, max_length=MAX_KEY_CHARS)]
-
-
-class AskRequest(BaseModel):
-    """One question and the options of ``Runtime.ask``, with its limits."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    question: Annotated[StrictStr, Field(min_length=1, max_length=MAX_QUESTION_CHARS)]
-    entities: Annotated[list[EntityRef] | None, Field(max_length=MAX_GIVEN_ENTITIES)] = None
-    budget: Annotated[StrictInt, Field(ge=1, le=MAX_BUDGET)] = DEFAULT_BUDGET
-    llm: Annotated[StrictStr, Field(max_length=64)] = "none"
-    policy: Literal[POLICIES] | None = None  # route on a store with relation knowledge, else lokg
-    retrieval: Literal[RETRIEVALS] = "taimr"
-    encoding: Literal[ENCODINGS] = "ittc"
-    source_sentences: bool = True  # restored source sentences as ITTC's verbose granularity
-
-
-class BatchRequest(BaseModel):
-    """Several questions answered in order from one build."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    requests: Annotated[list[AskRequest], Field(min_length=1, max_length=MAX_BATCH)]
-
-
-class BatchItem(BaseModel):
-    """One batch result: the Answer, or why this item was refused (422)."""
-
-    ok: bool
-    answer: Answer | None = None
-    status: int | None = None
-    detail: str | None = None
-
-
-class BatchResponse(BaseModel):
-    build_id: str
-    results: list[BatchItem]
-
-
-# ------------------------------------------------------------------------------ settings
-
-@dataclass(frozen=True)
-class ServeSettings:
-    """Everything one service process needs; JSON-able so workers can receive it."""
-
-    store: str
-    poll_interval: float = 0.5
-    token: str | None = field(default=None, repr=False)
-    llm_backends: tuple[str, ...] = ("none", "local", "openai")
-    llm_base_url: str | None = None
-    llm_model: str | None = None
-    llm_timeout: float | None = None
-    llm_retries: int | None = None
-    llm_deadline: float | None = None
-    max_body_bytes: int = MAX_BODY_BYTES
-    #: the feedback log (query.feedback*, runtime/feedback.py): None keeps the build's setting
-    feedback: bool | None = None
-    feedback_dir: str | None = None
-
-    def __post_init__(self):
-        if not self.poll_interval > 0:
-            raise ValueError(f"poll_interval must be > 0 seconds; got {self.poll_interval!r}")
-        unknown = set(self.llm_backends) - set(available_backends())
-        if unknown:
-            raise ValueError(f"llm_backends: unknown {sorted(unknown)}; "
-                             f"known: {available_backends()}")
-
-    def llm_options(self, backend: str) -> dict:
-        """The make_llm options this server sets for ``backend`` (unset ones keep defaults)."""
-        chosen = {"openai": {"base_url": self.llm_base_url, "model": self.llm_model,
-                             "timeout": self.llm_timeout, "retries": self.llm_retries,
-                             "deadline": self.llm_deadline},
-                  "local": {"timeout": self.llm_timeout}}.get(backend, {})
-        return {k: v for k, v in chosen.items() if v is not None}
-
-    def runtime_settings(self) -> dict:
-        """The query settings this server overrides in every Runtime it opens."""
-        chosen = {"feedback": self.feedback, "feedback_dir": self.feedback_dir}
-        return {k: v for k, v in chosen.items() if v is not None}
-
-    def to_env(self) -> str:
-        return json.dumps({k: v for k, v in dataclasses.asdict(self).items() if k != "token"})
-
-    @classmethod
-    def from_env(cls) -> ServeSettings:
-        raw = os.environ.get(SETTINGS_ENV)
-        if not raw:
-            raise RuntimeError(f"{SETTINGS_ENV} is not set (set by `lokg serve --workers N`)")
-        data = json.loads(raw)
-        data["llm_backends"] = tuple(data["llm_backends"])
-        return cls(**data, token=os.environ.get(TOKEN_ENV) or None)
-
-
-# ------------------------------------------------------------------------------ metrics
-
-def _label(value) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _labels(**labels) -> str:
-    return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in labels.items()) + "}"
-
-
-class Metrics:
-    """Request and answer counters for ``/metrics``; a few increments under one lock each."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.requests: Counter = Counter()  # (route, method, status)
-        self.latency: dict[str, list] = {}  # route -> [per-bucket counts (+Inf last), sum]
-        self.in_flight = 0
-        self.answers: Counter = Counter()  # status
-        self.llm_calls: Counter = Counter()  # backend
-        self.fallbacks: Counter = Counter()  # backend
-        self.reloads: Counter = Counter()  # ok | failed
-
-    def started(self) -> None:
-        with self._lock:
-            self.in_flight += 1
-
-    def finished(self, route: str, method: str, status: int, seconds: float) -> None:
-        slot = bisect.bisect_left(LATENCY_BUCKETS, seconds)
-        with self._lock:
-            self.in_flight -= 1
-            self.requests[(route, method, status)] += 1
-            hist = self.latency.setdefault(route, [[0] * (len(LATENCY_BUCKETS) + 1), 0.0])
-            hist[0][slot] += 1
-            hist[1] += seconds
-
-    def answered(self, answer: Answer) -> None:
-        backend = answer.llm.get("backend", "?")
-        with self._lock:
-            self.answers[answer.status] += 1
-            if answer.llm_calls:
-                self.llm_calls[backend] += answer.llm_calls
-            if answer.fallback:
-                self.fallbacks[backend] += 1
-
-    def reloaded(self, ok: bool) -> None:
-        with self._lock:
-            self.reloads["ok" if ok else "failed"] += 1
-
-    def render(self, service: Service) -> str:
-        out: list[str] = []
-
-        def family(name: str, kind: str, text: str, samples) -> None:
-            out.append(f"# HELP {name} {text}")
-            out.append(f"# TYPE {name} {kind}")
-            out.extend(f"{name}{labels} {value}" for labels, value in samples)
-
-        with self._lock:
-            family("lokg_http_requests_total", "counter", "HTTP requests by route and status.",
-                   [(_labels(route=r, method=m, status=s), n)
-                    for (r, m, s), n in sorted(self.requests.items())])
-            samples = []
-            for route, (counts, total) in sorted(self.latency.items()):
-                running = 0
-                for bound, n in zip((*LATENCY_BUCKETS, "+Inf"), counts):
-                    running += n
-                    samples.append((_labels(route=route, le=bound), running))
-            family("lokg_http_request_duration_seconds", "histogram",
-                   "Time from request start to response end.", [])
-            out.extend(f"lokg_http_request_duration_seconds_bucket{labels} {value}"
-                       for labels, value in samples)
-            for route, (counts, total) in sorted(self.latency.items()):
-                out.append(f"lokg_http_request_duration_seconds_sum{_labels(route=route)} {total}")
-                out.append(f"lokg_http_request_duration_seconds_count{_labels(route=route)} "
-                           f"{sum(counts)}")
-            family("lokg_http_requests_in_flight", "gauge", "Requests being handled now.",
-                   [("", self.in_flight)])
-            family("lokg_answers_total", "counter", "Answers by status (ok, fallback, ...).",
-                   [(_labels(status=s), n) for s, n in sorted(self.answers.items())])
-            family("lokg_llm_calls_total", "counter", "LLM calls made, by backend.",
-                   [(_labels(backend=b), n) for b, n in sorted(self.llm_calls.items())])
-            family("lokg_llm_fallbacks_total", "counter",
-                   "Answers that fell back to retrieval because the LLM failed, by backend.",
-                   [(_labels(backend=b), n) for b, n in sorted(self.fallbacks.items())])
-            family("lokg_build_reloads_total", "counter",
-                   "Attempts to load a new CURRENT build, by result.",
-                   [(_labels(result=r), n) for r, n in sorted(self.reloads.items())])
-        runtime = service.runtime
-        family("lokg_ready", "gauge", "1 when a verified build is loaded.",
-               [("", int(runtime is not None))])
-        family("lokg_build_info", "gauge", "The build being served (value 1).",
-               [(_labels(build_id=runtime.build_id), 1)] if runtime is not None else [])
-        family("lokg_build_failed", "gauge",
-               "Builds that failed to load since the served one was loaded (value 1).",
-               [(_labels(build_id=f["build_id"]), 1) for f in service.failures()
-                if f["build_id"] is not None])
-        family("lokg_build_stale", "gauge", "1 when CURRENT names a build other than the "
-               "one served (it failed to load, or is loading).",
-               [("", int(runtime is not None and service.current not in (None, runtime.build_id)))])
-        return "\n".join(out) + "\n"
-
-
-# ------------------------------------------------------------------------------ the service
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-class Service:
-    """The served build (one reference), its watcher thread, the LLM readers and the metrics."""
-
-    def __init__(self, settings: ServeSettings):
-        self.settings = settings
-        self.store = open_store(settings.store)
-        self.runtime: Runtime | None = None
-        self.loaded_at: str | None = None
-        self.metrics = Metrics()
-        self.current: str | None = None  # the CURRENT value last acted on
-        self._failures: list[dict] = []
-        self._lock = threading.Lock()
-        self._llms: dict[str, LLM] = {}
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._reopen = False  # the served build lost a file: open CURRENT again even if same
-        self._thread: threading.Thread | None = None
-
-    # ---- builds
-
-    def poll(self) -> None:
-        """Load the build CURRENT names if it changed since the last poll (see module doc)."""
-        try:
-            current = self.store.current_id()
-        except (StoreError, OSError) as exc:
-            self._failed(None, f"cannot read CURRENT: {exc}")
-            return
-        reopen, self._reopen = self._reopen, False
-        if current is None or (current == self.current and not reopen):
-            return
-        self.current = current
-        if self.runtime is not None and current == self.runtime.build_id and not reopen:
-            return
-        log.info("CURRENT is %s; opening and verifying it", current)
-        try:
-            runtime = Runtime.open(self.settings.store, build_id=current, verify=True,
-                                   **self.settings.runtime_settings())
-        except Exception as exc:  # any failure to open a build keeps the one being served
-            log.error("build %s failed to load; still serving %s: %s", current,
-                      self.runtime.build_id if self.runtime else "nothing", exc)
-            self._failed(current, f"{type(exc).__name__}: {exc}")
-            self.metrics.reloaded(False)
-            return
-        self.runtime = runtime  # the swap: requests that already hold the old one keep it
-        self.loaded_at = _now()
-        with self._lock:  # failures are reported until a build loads after them
-            self._failures = []
-        self.metrics.reloaded(True)
-        log.info("serving build %s (opened in %.0f ms)", current, runtime.open_ms)
-
-    def _failed(self, build_id: str | None, error: str) -> None:
-        with self._lock:
-            if self._failures and self._failures[-1]["build_id"] == build_id \
-                    and self._failures[-1]["error"] == error:
-                return
-            self._failures.append({"build_id": build_id, "error": error, "at": _now()})
-            del self._failures[:-KEEP_FAILURES]
-
-    def failures(self) -> list[dict]:
-        with self._lock:
-            return [dict(f) for f in self._failures]
-
-    def _watch(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.poll()
-            except Exception:  # the watcher must outlive any surprise; it is logged
-                log.exception("store watcher failed; retrying")
-            self._wake.wait(self.settings.poll_interval)
-            self._wake.clear()
-
-    @contextmanager
-    def reading(self, runtime: Runtime):
-        """Turn a failure to read the build under a request (deleted or damaged files) into
-        :class:`BuildLost` — a 503 with Retry-After — and make the watcher poll now and open
-        CURRENT again, even when CURRENT still names the build being served."""
-        try:
-            yield
-        except (StoreError, OSError) as exc:
-            log.error("build %s failed while answering: %s", runtime.build_id, exc)
-            if self.runtime is runtime:
-                self._reopen = True
-            self._wake.set()
-            raise BuildLost(f"build {runtime.build_id}: {exc}") from exc
-
-    def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._watch, name="lokg-store-watcher",
-                                        daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-
-    def serving(self) -> Runtime:
-        runtime = self.runtime
-        if runtime is None:
-            raise HTTPException(503, detail="no build loaded yet; see /readyz",
-                                headers={"Retry-After": "1"})
-        return runtime
-
-    def readiness(self) -> tuple[int, dict]:
-        runtime = self.runtime
-        body = {"ready": runtime is not None,
-                "build_id": runtime.build_id if runtime else None,
-                "loaded_at": self.loaded_at, "open_ms": runtime.open_ms if runtime else None,
-                "current": self.current, "failed_builds": self.failures(), "version": __version__}
-        return (200 if runtime is not None else 503), body
-
-    # ---- answering
-
-    def reader(self, name: str) -> LLM:
-        """This process's reader ``name``, built once with the server's LLM options."""
-        key = name.strip().lower()
-        if key not in self.settings.llm_backends:
-            raise QueryError(f"llm must be one of {', '.join(self.settings.llm_backends)} on "
-                             f"this server; got {name!r}")
-        with self._lock:
-            if key not in self._llms:
-                try:
-                    self._llms[key] = make_llm(key, **self.settings.llm_options(key))
-                except LLMError as exc:
-                    raise QueryError(f"llm: {exc}") from None
-            return self._llms[key]
-
-    def answer(self, runtime: Runtime, request: AskRequest) -> Answer:
-        answer = runtime.ask(request.question, entities=request.entities, budget=request.budget,
-                             llm=self.reader(request.llm), policy=request.policy,
-                             retrieval=request.retrieval, encoding=request.encoding,
-                             source_sentences=request.source_sentences)
-        self.metrics.answered(answer)
-        return answer
 
 
 # ------------------------------------------------------------------------------ the app

@@ -1,4 +1,4 @@
-"""TAIMR path scoring and beam search over the attention-weighted graph (DESIGN §2.9, §4 step 2).
+"""TAIMR path scoring and beam search over the attention-weighted graph (retrieval).
 
 One implementation, used by the offline ``path_cache`` stage (every head, in Spark workers) and
 by the runtime for a head the cache does not hold. numpy and pyarrow only, so the runtime

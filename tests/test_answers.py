@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lokg.runtime.answers import (
+from lokg.runtime.prompt import (
     INSTRUCTIONS,
     Prompt,
     build_prompt,

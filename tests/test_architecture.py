@@ -149,6 +149,7 @@ def test_ask_reads_as_one_chain_of_short_steps():
     lines = inspect.getsource(Runtime.ask).splitlines()
     assert len(lines) <= 40, f"Runtime.ask is {len(lines)} lines"
     body = "\n".join(lines)
-    steps = [body.index(f"self.{step}(") for step in
-             ("_check", "_link", "_plan", "_retrieve", "_encode", "_read", "_answer")]
+    steps = [body.index(f"{step}(") for step in
+             ("checked_request", "self._link", ".plan", ".retrieve", ".encode", ".read",
+              "read_answer")]
     assert steps == sorted(steps)

@@ -104,7 +104,7 @@ BAD = [
     ("path_cache.hot_share=10%", "'10%' has the wrong type (expected null or a number in (0, 1])"),
     ("path_cache.hot_count=0", "0 is out of range (expected null or an integer >= 1)"),
     ("path_cache.hot_count=0.5", "0.5 has the wrong type (expected null or an integer >= 1)"),
-    ("query.encoder_backend=tensorrt", "expected one of auto | onnx | numpy | torch"),
+    ("query.encoder_backend=tensorrt", "expected one of auto | onnx | torch"),
     ("entity_encode.encoder=numpy", "expected one of auto | onnx | torch"),
     ("query.min_link_cosine=2", "2 is out of range (expected a number in [-1, 1])"),
     ("query.choice_check=chain", "'chain' is not one of the choices (expected one of derivation"),

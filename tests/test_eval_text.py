@@ -20,7 +20,7 @@ from lokg.evaluation.metrics import READING_KEYS, SUMMARY_KEYS, contains_answer,
 from lokg.evaluation.runner import PREDICTIONS, Prediction, evaluate
 from lokg.evaluation.text_datasets import READING_SETS, load_reading_file, load_reading_set, \
     write_corpus
-from lokg.runtime.answer import Answer
+from lokg.runtime.answer_record import Answer
 from lokg.runtime.contract import Build
 from lokg.runtime.llm import Completion
 from lokg.runtime.llm.none import NoLLM

@@ -292,7 +292,7 @@ def test_a_hop_is_missing_only_for_entities_of_the_types_it_starts_from():
 # ------------------------------------------------------------------ bridge entities
 
 def _answer(answers, candidates, linked=("Decade",), **route):
-    from lokg.runtime.answer import Answer
+    from lokg.runtime.answer_record import Answer
 
     return replace(Answer.empty("ok", "", {}, budget=10, question="Who is the sibling of the "
                                 "performer of Decade?", llm={}, build_id="b1", retrieval="taimr",
@@ -390,7 +390,7 @@ def test_feedback_entities_are_the_ends_only_feedback_triples_have():
 def test_a_record_lists_the_names_the_question_wrote_that_nothing_linked():
     """The Aschenbrodel question linked only "country" and "composer"; the Durant question's
     link of "state" does not cover "Golden State"; a vector link covers no name."""
-    from lokg.runtime.answer import Answer
+    from lokg.runtime.answer_record import Answer
 
     def answer(question, *links):
         return replace(Answer.empty("ok", "", {}, budget=10, question=question, llm={},
@@ -436,7 +436,7 @@ def test_the_logged_passages_reuse_the_vector_the_query_embedded_for_its_questio
     rt._encoder, rt._encoder_error, rt._asked = Encoder(), None, threading.local()
     rt.provenance = SimpleNamespace(chunk_vectors=np.eye(2), nearest_chunks=lambda v, n: (
         nearest.append(v.tolist()) or ["c1"][:n]))
-    masked, plain = rt._embed("who is [X] ?", "who is Ada ?")  # the query's one encoder batch
+    masked, plain = rt.embed("who is [X] ?", "who is Ada ?")  # the query's one encoder batch
     assert encoded == ["who is [X] ?", "who is Ada ?"]
     assert rt.question_passages("who is Ada ?", 1) == ["c1"]
     assert encoded == ["who is [X] ?", "who is Ada ?"] and nearest == [plain.tolist()]

@@ -81,8 +81,8 @@ def test_the_runtime_tries_the_vector_fallback_before_a_feedback_common_noun():
     def runtime(linker, nearest):
         return SimpleNamespace(
             linker=linker, vectors=np.zeros((3, 2)), settings={"min_link_cosine": 0.5},
-            _embed=lambda _, question: (None, np.ones(2, dtype=np.float32)),
-            _search=lambda query, k: (np.array([[0.8]]), np.array([[nearest]])))
+            embed=lambda _, question: (None, np.ones(2, dtype=np.float32)),
+            search=lambda query, k: (np.array([[0.8]]), np.array([[nearest]])))
 
     forms = [(0, "coldest continent"), (1, "continent"), (2, "Norland")]
     rt = runtime(Linker(forms, fallback={1}), nearest=0)
@@ -139,7 +139,7 @@ def test_a_top_candidates_qualified_forms_bring_their_triples_into_the_candidate
     New Brunswick, Canada" — a split bridge, whose other name's triples hold the next hop."""
     from types import SimpleNamespace
 
-    from lokg.runtime.query import Runtime
+    from lokg.runtime.retrieval import Retriever
 
     names = ["Meehan Bonnar", "Fredericton, New Brunswick", "Fredericton, New Brunswick, Canada",
              "Diocese of Fredericton", "Boston Bruins", "cathedral of Boston Bruins"]
@@ -149,12 +149,12 @@ def test_a_top_candidates_qualified_forms_bring_their_triples_into_the_candidate
         return SimpleNamespace(
             linker=Linker(list(enumerate(names)), max_qualified=max_qualified, names=names),
             names=names, settings={"focus_candidates": focus},
-            _neighbourhood=lambda heads: [t for h in heads for t in graph.get(h, [])])
+            neighbourhood=lambda heads: [t for h in heads for t in graph.get(h, [])])
 
     candidates = [SimpleNamespace(id=4), SimpleNamespace(id=1)]
-    assert Runtime._qualified_neighbourhood(runtime(4, 2), candidates) == [(3, 0, 2)]
-    assert Runtime._qualified_neighbourhood(runtime(4, 1), candidates) == []  # not in focus
-    assert Runtime._qualified_neighbourhood(runtime(0, 2), candidates) == []  # off
+    assert Retriever(runtime(4, 2))._qualified_neighbourhood(candidates) == [(3, 0, 2)]
+    assert Retriever(runtime(4, 1))._qualified_neighbourhood(candidates) == []  # not in focus
+    assert Retriever(runtime(0, 2))._qualified_neighbourhood(candidates) == []  # off
     linker = runtime(4, 2).linker
     assert linker.qualified_forms_of("fredericton") == ()  # not written as a name
     assert linker.qualified_forms_of("Fredericton, New Brunswick") == (2,)

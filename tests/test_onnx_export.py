@@ -1,6 +1,6 @@
-"""training/onnx_export.py + runtime/onnx_bert.py: the exported question encoder gives the
-numpy encoder's vectors (float32 exactly, int8 within its stated cosine), and the runtime picks
-it only where the build has one and onnxruntime is installed."""
+"""training/onnx_export.py + runtime/onnx_bert.py: the exported question encoder gives
+sentence-transformers' vectors (float32 up to float noise, int8 within its stated cosine), and
+the runtime picks it only where the build has one and onnxruntime is installed."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from lokg.runtime import onnx_bert
-from lokg.runtime.encoder import resolve_model
-from lokg.runtime.numpy_bert import NumpyBertEncoder, NumpyEncoderError, UnsupportedModelError
+from lokg.runtime.bert_checkpoint import CheckpointError, UnsupportedModelError
+from lokg.runtime.encoder import SentenceEncoder, resolve_model
 from lokg.runtime.onnx_bert import OnnxBertEncoder, exported_model
 from lokg.runtime.question_encoder import query_encoder
 from lokg.training.onnx_export import export
@@ -36,11 +36,19 @@ def exported(tmp_path_factory, model_dir):
 
 
 @pytest.fixture(scope="module")
-def reference(model_dir):
-    return NumpyBertEncoder(model_dir, SPEC).encode_queries(TEXTS)
+def reference():
+    """sentence-transformers' vectors (one torch thread: shared 2-core hosts)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("sentence_transformers")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return SentenceEncoder.from_spec(SPEC, device="cpu").encode_queries(TEXTS)
+    finally:
+        torch.set_num_threads(before)
 
 
-def test_fp32_export_gives_the_numpy_vectors(exported, model_dir, reference):
+def test_fp32_export_gives_sentence_transformers_vectors(exported, model_dir, reference):
     encoder = OnnxBertEncoder(model_dir, SPEC, exported["fp32"][1])
     vectors = encoder.encode_queries(TEXTS)  # one padded batch of unequal lengths
     np.testing.assert_allclose(vectors, reference, atol=2e-5)
@@ -74,11 +82,11 @@ def test_query_encoder_prefers_the_export_and_says_why_not(exported, model_dir, 
     spec = {**SPEC, "path": str(model_dir)}
     path = exported["int8"][1]
     assert query_encoder(spec, exported=path).backend == "onnx"
-    assert query_encoder(spec, exported=None).backend == "numpy"
+    assert query_encoder(spec, exported=None).backend == "torch"
     with pytest.raises(UnsupportedModelError, match="no exported question encoder"):
         query_encoder(spec, "onnx", exported=None)
     monkeypatch.setattr(onnx_bert, "available", lambda: False)
-    assert query_encoder(spec, exported=path).backend == "numpy"
+    assert query_encoder(spec, exported=path).backend == "torch"
     with pytest.raises(UnsupportedModelError, match="onnxruntime is not installed"):
         query_encoder(spec, "onnx", exported=path)
 
@@ -86,7 +94,7 @@ def test_query_encoder_prefers_the_export_and_says_why_not(exported, model_dir, 
 def test_a_damaged_export_names_its_file(tmp_path, model_dir):
     bad = tmp_path / "query_encoder.onnx"
     bad.write_bytes(b"not an onnx model")
-    with pytest.raises(NumpyEncoderError, match="query_encoder.onnx: cannot load"):
+    with pytest.raises(CheckpointError, match="query_encoder.onnx: cannot load"):
         OnnxBertEncoder(model_dir, SPEC, bad)
 
 

@@ -124,15 +124,15 @@ def stage_build(store: Store, build_id: str, n_entities: int = 3) -> None:
 
 def kill_before_current_swap(monkeypatch) -> None:
     """The next write of CURRENT is killed: the build directory is renamed, CURRENT not swapped."""
-    write = contract._write_atomic
+    write = contract.store.write_atomic
 
     def write_or_die(path, data):
         if path.name == contract.CURRENT_FILE:
-            monkeypatch.setattr(contract, "_write_atomic", write)
+            monkeypatch.setattr(contract.store, "write_atomic", write)
             raise Killed
         write(path, data)
 
-    monkeypatch.setattr(contract, "_write_atomic", write_or_die)
+    monkeypatch.setattr(contract.store, "write_atomic", write_or_die)
 
 
 def test_store_publish_retry_finishes_the_swap(tmp_path, monkeypatch):

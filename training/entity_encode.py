@@ -351,7 +351,7 @@ def _export_query_encoder(model_dir: Path, out: Path, quantization: str) -> dict
     encoder.json entry, or why there is none (off, or a model the export does not cover)."""
     if quantization == "off":
         return {"skipped": "entity_encode.query_onnx is off"}
-    from lokg.runtime.numpy_bert import unsupported_reason
+    from lokg.runtime.bert_checkpoint import unsupported_reason
     from lokg.training.onnx_export import export
 
     reason = unsupported_reason(model_dir) or _missing_onnx_packages()

@@ -5,12 +5,12 @@ of GEMM work on one of these cores whatever runs it (numpy or onnxruntime). onnx
 dynamic int8 kernels do the same layers in about half the time, with vectors at cosine ≥ 0.99
 of the float32 ones (per-channel weight scales; docs/BENCHMARKS.md "Question encoder: int8
 ONNX"). The graph is written here from the checkpoint's own weights (the ones
-``runtime.numpy_bert`` reads), not traced through torch: BERT's post-LN layers are a dozen
+``runtime.bert_checkpoint`` reads), not traced through torch: BERT's post-LN layers are a dozen
 standard ONNX ops, and the export then needs neither torch's exporter nor its version quirks.
 
 What the graph computes: ``input_ids`` and ``attention_mask`` [batch, tokens] (int64, padded
 with 0) → ``embedding`` [batch, dim], the masked mean (or CLS) of the last hidden state,
-L2-normalised — ``NumpyBertEncoder.embed`` for the same tokens. Token types are all 0 (one
+L2-normalised — sentence-transformers' vector of the same tokens. Token types are all 0 (one
 segment, as sentence-transformers encodes a single text). ``quantization``: ``int8`` (weights
 per output channel, activations per tensor at run time: ``MatMul`` → ``DynamicQuantizeMatMul``;
 attention's activation × activation products stay float32) or ``fp32``.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lokg.runtime import numpy_bert
+from lokg.runtime import bert_checkpoint
 
 QUANTIZATIONS = ("int8", "fp32")
 OPSET = 18  # ReduceL2's axes as an input, LayerNormalization (17+)
@@ -51,7 +51,7 @@ class _Graph:
         return out
 
     def linear(self, x: str, weight: tuple[np.ndarray, np.ndarray], name: str) -> str:
-        """x @ w + b with w as [in, out] (numpy_bert's layout); the product is node
+        """x @ w + b with w as [in, out] (bert_checkpoint's layout); the product is node
         ``<name>.matmul``."""
         return self.op("Add", self.op("MatMul", x, self.const(f"{name}.w", weight[0]),
                                       out=f"{name}.matmul"),
@@ -123,13 +123,13 @@ def _pooled(g: _Graph, x: str, mask: str, pooling: str) -> str:
 
 
 def bert_graph(model_dir: Path):
-    """The float32 ONNX model of a sentence-transformers BERT directory (numpy_bert's layout
+    """The float32 ONNX model of a sentence-transformers BERT directory (bert_checkpoint's layout
     checks: an unsupported model raises ``UnsupportedModelError``)."""
     from onnx import TensorProto, checker, helper
 
-    found = numpy_bert.layout(model_dir)
+    found = bert_checkpoint.layout(model_dir)
     config = found["config"]
-    emb, layers = numpy_bert.load_weights(found["transformer"], config)
+    emb, layers = bert_checkpoint.load_weights(found["transformer"], config)
     heads, eps = int(config["num_attention_heads"]), float(config.get("layer_norm_eps", 1e-12))
     g = _Graph()
     mask = g.op("Cast", "attention_mask", to=TensorProto.FLOAT)

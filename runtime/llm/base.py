@@ -1,4 +1,4 @@
-"""The LLM interface of the one call per question (DESIGN §4 step 4), its errors and the registry.
+"""The LLM interface of the one call per question (the read), its errors and the registry.
 
 Every backend has a ``name`` and ``complete(prompt, *, max_tokens, system="") -> Completion``;
 one with ``constrains_choices`` True also takes ``choices=[...]`` and replies with one of them

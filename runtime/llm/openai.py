@@ -41,15 +41,12 @@ retries and sleeps included.
 
 from __future__ import annotations
 
-import email.utils
 import http.client
 import json
 import logging
 import math
 import os
 import random
-import socket
-import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -57,6 +54,8 @@ from urllib.parse import urlsplit
 
 from lokg.runtime import __version__
 from lokg.runtime.llm.base import Completion, LLMConfigError, LLMError, check_max_tokens
+from lokg.runtime.llm.http_post import AttemptFailed, Target, post
+from lokg.runtime.llm.openai_reply import classify, http_error, parse_reply
 from lokg.runtime.tokens import count_tokens
 
 log = logging.getLogger("lokg.llm")
@@ -74,18 +73,6 @@ DEFAULT_MAX_BACKOFF = 8.0
 DEFAULT_JITTER = 0.25
 #: A larger response body is refused (an answer list is a few hundred bytes).
 DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
-#: HTTP statuses worth another attempt.
-RETRY_STATUSES = frozenset({429, *range(500, 600)})
-_SNIPPET = 200
-
-
-class _AttemptFailed(Exception):
-    """One attempt failed; ``error`` is what to raise if it is the last one."""
-
-    def __init__(self, error: LLMError, retry_after: float | None = None):
-        super().__init__(str(error))
-        self.error = error
-        self.retry_after = retry_after
 
 
 def _positive(name: str, value, *, allow_zero: bool = False) -> float:
@@ -98,35 +85,6 @@ def _positive(name: str, value, *, allow_zero: bool = False) -> float:
         bound = "≥ 0" if allow_zero else "> 0"
         raise LLMConfigError(f"{name} must be finite and {bound}; got {value!r}")
     return number
-
-
-def _parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or HTTP date); None if absent/invalid."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when is None:
-            return None
-        seconds = when.timestamp() - time.time()
-    if not math.isfinite(seconds):
-        return None
-    return max(0.0, seconds)
-
-
-def _left_before(until: float, fired: threading.Event, doing: str,
-                 sock: socket.socket) -> None:
-    """Bound the socket's next operation by the attempt's time left, or give up if none is."""
-    left = until - time.monotonic()
-    if fired.is_set() or left <= 0:
-        raise TimeoutError(f"attempt deadline reached {doing}")
-    sock.settimeout(left)
 
 
 def _nonneg_int(value) -> int | None:
@@ -192,10 +150,8 @@ class OpenAICompatible:
             raise LLMConfigError(
                 "base URL must not carry a query, fragment or credentials (use api_key / "
                 f"{ENV_API_KEY} for the key); got {parts.scheme}://{parts.hostname}…")
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = port
-        self._path = (parts.path.rstrip("/") or "") + "/chat/completions"
+        self._target = Target(parts.scheme == "https", parts.hostname, port,
+                              (parts.path.rstrip("/") or "") + "/chat/completions", self.url)
 
     def _check_policy(self) -> None:
         """Timeouts, retries, back-off, jitter, deadline, body cap and temperature, each checked
@@ -253,10 +209,6 @@ class OpenAICompatible:
             text = text.replace(self.api_key, "***")
         return text
 
-    def _snippet(self, body: bytes) -> str:
-        text = body[:_SNIPPET].decode("utf-8", "replace")
-        return self._redact(repr(text) + ("…" if len(body) > _SNIPPET else ""))
-
     def _headers(self, body: bytes) -> dict[str, str]:
         headers = {
             "Content-Type": "application/json",
@@ -280,165 +232,6 @@ class OpenAICompatible:
         # ensure_ascii keeps lone surrogates encodable (as \\ud8xx escapes).
         return json.dumps(payload).encode("ascii")
 
-    def _attempt(self, body: bytes, headers: dict[str, str], until: float
-                 ) -> tuple[int, http.client.HTTPMessage, bytes]:
-        """One request, finished (or abandoned) by monotonic time ``until``."""
-        remaining = until - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("no time left for the attempt")
-        conn = self._connection(min(self.connect_timeout, remaining))
-        fired = threading.Event()
-        # http.client drops conn.sock once a response says it will close the connection (the
-        # response's file object keeps the socket open), so hold our own reference.
-        held: list[socket.socket] = []
-
-        def watchdog():  # the attempt's hard deadline, whatever the server trickles
-            fired.set()
-            for sock in held:
-                try:  # the plain-socket shutdown (also under TLS): wakes a blocked recv
-                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-        timer = threading.Timer(remaining, watchdog)
-        timer.daemon = True
-        timer.start()
-        response: http.client.HTTPResponse | None = None
-        try:
-            conn.connect()
-            sock = conn.sock
-            held.append(sock)
-            _left_before(until, fired, "while connecting", sock)
-            conn.request("POST", self._path, body=body, headers=headers)
-            response = conn.getresponse()
-            return response.status, response.headers, self._read_capped(
-                response, sock, until, fired)
-        except (OSError, http.client.HTTPException) as exc:
-            if fired.is_set() and not isinstance(exc, TimeoutError):
-                raise TimeoutError("attempt deadline reached") from exc
-            raise
-        finally:
-            timer.cancel()
-            if response is not None:
-                response.close()
-            conn.close()
-
-    def _connection(self, connect_timeout: float) -> http.client.HTTPConnection:
-        if self._https:
-            return http.client.HTTPSConnection(self._host, self._port, timeout=connect_timeout,
-                                               context=ssl.create_default_context())
-        return http.client.HTTPConnection(self._host, self._port, timeout=connect_timeout)
-
-    def _read_capped(self, response: http.client.HTTPResponse, sock: socket.socket,
-                     until: float, fired: threading.Event) -> bytes:
-        """The whole body, each read bounded by the time left, refused past
-        ``max_response_bytes``; a body shorter than its Content-Length is an IncompleteRead."""
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            _left_before(until, fired, "while reading the response", sock)
-            chunk = response.read1(65536)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > self.max_response_bytes:
-                raise _AttemptFailed(LLMError(
-                    f"response from {self.url} exceeds {self.max_response_bytes} bytes",
-                    kind="malformed", status=response.status))
-            chunks.append(chunk)
-        if fired.is_set():
-            raise TimeoutError("attempt deadline reached while reading the response")
-        if isinstance(response.length, int) and response.length > 0:
-            raise http.client.IncompleteRead(b"".join(chunks), response.length)
-        return b"".join(chunks)
-
-    def _classify(self, exc: BaseException) -> LLMError:
-        where = self.url
-        if isinstance(exc, (TimeoutError, socket.timeout)):
-            return LLMError(f"LLM request to {where} timed out ({exc})", kind="timeout",
-                            retryable=True)
-        if isinstance(exc, ConnectionRefusedError):
-            return LLMError(f"cannot connect to the LLM at {where}: connection refused "
-                            "(is the server running?)", kind="connect", retryable=True)
-        if isinstance(exc, ssl.SSLCertVerificationError):
-            return LLMError(f"TLS certificate of {where} rejected: {exc}", kind="tls")
-        if isinstance(exc, socket.gaierror):
-            return LLMError(f"cannot resolve the LLM host of {where}: {exc}", kind="connect",
-                            retryable=True)
-        if isinstance(exc, http.client.InvalidURL):
-            return LLMError(f"invalid LLM URL {where}: {exc}", kind="config")
-        name = type(exc).__name__
-        return LLMError(self._redact(f"LLM connection to {where} failed: {name}: {exc}"),
-                        kind="connection", retryable=True)
-
-    def _http_error(self, status: int, headers, body: bytes) -> _AttemptFailed:
-        detail = ""
-        try:
-            data = json.loads(body)
-            err = data.get("error") if isinstance(data, dict) else None
-            if isinstance(err, dict):
-                err = err.get("message") or err.get("type") or err
-            if err is None and isinstance(data, dict):
-                err = data.get("message") or data.get("detail")
-            if err is not None:
-                detail = str(err)[:_SNIPPET]
-        except (ValueError, RecursionError):
-            pass
-        if not detail:
-            detail = self._snippet(body) if body else "(empty body)"
-        retryable = status in RETRY_STATUSES
-        if 300 <= status < 400:
-            where = headers.get("Location", "?")
-            message = (f"LLM endpoint {self.url} answered HTTP {status} (redirect to "
-                       f"{where}); set the base URL to the final location")
-        else:
-            message = f"LLM endpoint {self.url} answered HTTP {status}: {detail}"
-        retry_after = None
-        if status in (429, 503):
-            retry_after = _parse_retry_after(headers.get("Retry-After"))
-        return _AttemptFailed(LLMError(self._redact(message), kind="http", status=status,
-                                       retryable=retryable), retry_after)
-
-    def _parse(self, body: bytes, status: int) -> tuple[str, dict, str | None, str | None]:
-        def bad(why: str) -> _AttemptFailed:
-            return _AttemptFailed(LLMError(
-                f"LLM endpoint {self.url} returned HTTP {status} but {why}; body starts "
-                f"{self._snippet(body)}. Check that the base URL points at an OpenAI-compatible "
-                "API (usually ending in /v1)", kind="malformed", status=status))
-
-        try:
-            data = json.loads(body)
-        except (ValueError, RecursionError):
-            raise bad("the body is not JSON") from None
-        if not isinstance(data, dict):
-            raise bad("the body is not a JSON object")
-        choices = data.get("choices")
-        if not isinstance(choices, list) or not choices:
-            if data.get("error") is not None:
-                raise bad("the body is an error object")
-            raise bad("the response has no choices")
-        first = choices[0]
-        if not isinstance(first, dict):
-            raise bad("choices[0] is not an object")
-        message = first.get("message")
-        if isinstance(message, dict):
-            content = message.get("content")
-        elif "text" in first:  # a legacy /completions-shaped answer
-            content = first.get("text")
-        else:
-            raise bad("choices[0] has neither a message nor a text")
-        if content is None:
-            content = ""
-        elif isinstance(content, list):  # content parts
-            content = "".join(p.get("text", "") if isinstance(p, dict) else str(p)
-                              for p in content)
-        elif not isinstance(content, str):
-            raise bad("the message content is not text")
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        model = data.get("model") if isinstance(data.get("model"), str) else None
-        finish = first.get("finish_reason")
-        return content, usage, model, finish if isinstance(finish, str) else None
-
     def complete(self, prompt: str, *, max_tokens: int, system: str = "") -> Completion:
         """One chat completion, retried and bounded as the module docstring describes."""
         if not isinstance(prompt, str) or not isinstance(system, str):
@@ -449,7 +242,7 @@ class OpenAICompatible:
         started = time.monotonic()
         call_deadline = started + self.max_call_seconds
         attempts = 0
-        failed: _AttemptFailed | None = None
+        failed: AttemptFailed | None = None
         for retry in range(self.retries + 1):
             if retry and not self._waited_for_retry(retry, failed, call_deadline):
                 break
@@ -459,7 +252,7 @@ class OpenAICompatible:
             attempts += 1
             try:
                 text, usage, model, finish = self._answer(body, headers, until)
-            except _AttemptFailed as error:
+            except AttemptFailed as error:
                 failed = error
                 if not error.error.retryable:
                     break
@@ -472,7 +265,7 @@ class OpenAICompatible:
         last.attempts = attempts
         raise last
 
-    def _waited_for_retry(self, retry: int, failed: _AttemptFailed, call_deadline: float
+    def _waited_for_retry(self, retry: int, failed: AttemptFailed, call_deadline: float
                           ) -> bool:
         """Sleep the back-off before retry ``retry`` (1-based); False, with the reason added to
         the last error, when the server's Retry-After or the deadline leaves no retry."""
@@ -495,14 +288,16 @@ class OpenAICompatible:
 
     def _answer(self, body: bytes, headers: dict[str, str], until: float
                 ) -> tuple[str, dict, str | None, str | None]:
-        """One attempt's parsed answer; every failure is an :class:`_AttemptFailed`."""
+        """One attempt's parsed answer; every failure is an :class:`AttemptFailed`."""
         try:
-            status, resp_headers, data = self._attempt(body, headers, until)
+            status, resp_headers, data = post(self._target, body, headers, until,
+                                              connect_timeout=self.connect_timeout,
+                                              max_bytes=self.max_response_bytes)
         except (OSError, http.client.HTTPException) as exc:
-            raise _AttemptFailed(self._classify(exc)) from None
+            raise AttemptFailed(classify(exc, self.url, self._redact)) from None
         if not 200 <= status < 300:
-            raise self._http_error(status, resp_headers, data)
-        return self._parse(data, status)
+            raise http_error(status, resp_headers, data, self.url, self._redact)
+        return parse_reply(data, status, self.url, self._redact)
 
     def _completion(self, prompt: str, system: str, text: str, usage: dict,
                     model: str | None, finish: str | None, *, started: float,

@@ -2,8 +2,8 @@
 
 Its own module because its fields are the runtime's public output — the HTTP service declares
 them as its response model, the evaluation stores them, the CLI prints them — while the query
-pipeline that fills them changes on its own (runtime/query.py). Prompts and the parsing of LLM
-replies are runtime/answers.py.
+pipeline that fills them changes on its own (runtime/query.py and its parts). Prompts and the
+parsing of LLM replies are runtime/prompt.py.
 """
 
 from __future__ import annotations

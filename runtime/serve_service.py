@@ -1,0 +1,235 @@
+"""The HTTP service's state in one process: the served build (one reference, swapped by a
+watcher thread when CURRENT changes), the LLM readers built once, and the metrics; the
+settings one process needs. Why it is shaped this way: runtime/server.py's module docstring.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import logging
+import os
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from fastapi import HTTPException
+
+from lokg.runtime import __version__
+from lokg.runtime.answer_record import Answer
+from lokg.runtime.contract import StoreError
+from lokg.runtime.llm import LLM, LLMError, available_backends, make_llm
+from lokg.runtime.object_store import open_store
+from lokg.runtime.query import Runtime
+from lokg.runtime.request import QueryError
+from lokg.runtime.serve_metrics import Metrics
+from lokg.runtime.serve_models import AskRequest
+
+log = logging.getLogger("lokg.server")
+
+TOKEN_ENV = "LOKG_API_TOKEN"
+#: How ``lokg serve --workers N`` hands its settings to the worker processes (never the token).
+SETTINGS_ENV = "LOKG_SERVE_SETTINGS"
+#: Fits a full batch of maximal questions even with every character \u-escaped (3 MiB).
+MAX_BODY_BYTES = 4 * 1024 * 1024
+#: Build load failures kept for /readyz (newest last).
+KEEP_FAILURES = 10
+
+
+class BuildLost(StoreError):
+    """The served build could not be read while answering; the client should retry."""
+
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Everything one service process needs; JSON-able so workers can receive it."""
+
+    store: str
+    poll_interval: float = 0.5
+    token: str | None = field(default=None, repr=False)
+    llm_backends: tuple[str, ...] = ("none", "local", "openai")
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_timeout: float | None = None
+    llm_retries: int | None = None
+    llm_deadline: float | None = None
+    max_body_bytes: int = MAX_BODY_BYTES
+    #: the feedback log (query.feedback*, runtime/feedback.py): None keeps the build's setting
+    feedback: bool | None = None
+    feedback_dir: str | None = None
+
+    def __post_init__(self):
+        if not self.poll_interval > 0:
+            raise ValueError(f"poll_interval must be > 0 seconds; got {self.poll_interval!r}")
+        unknown = set(self.llm_backends) - set(available_backends())
+        if unknown:
+            raise ValueError(f"llm_backends: unknown {sorted(unknown)}; "
+                             f"known: {available_backends()}")
+
+    def llm_options(self, backend: str) -> dict:
+        """The make_llm options this server sets for ``backend`` (unset ones keep defaults)."""
+        chosen = {"openai": {"base_url": self.llm_base_url, "model": self.llm_model,
+                             "timeout": self.llm_timeout, "retries": self.llm_retries,
+                             "deadline": self.llm_deadline},
+                  "local": {"timeout": self.llm_timeout}}.get(backend, {})
+        return {k: v for k, v in chosen.items() if v is not None}
+
+    def runtime_settings(self) -> dict:
+        """The query settings this server overrides in every Runtime it opens."""
+        chosen = {"feedback": self.feedback, "feedback_dir": self.feedback_dir}
+        return {k: v for k, v in chosen.items() if v is not None}
+
+    def to_env(self) -> str:
+        return json.dumps({k: v for k, v in dataclasses.asdict(self).items() if k != "token"})
+
+    @classmethod
+    def from_env(cls) -> ServeSettings:
+        raw = os.environ.get(SETTINGS_ENV)
+        if not raw:
+            raise RuntimeError(f"{SETTINGS_ENV} is not set (set by `lokg serve --workers N`)")
+        data = json.loads(raw)
+        data["llm_backends"] = tuple(data["llm_backends"])
+        return cls(**data, token=os.environ.get(TOKEN_ENV) or None)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class Service:
+    """The served build (one reference), its watcher thread, the LLM readers and the metrics."""
+
+    def __init__(self, settings: ServeSettings):
+        self.settings = settings
+        self.store = open_store(settings.store)
+        self.runtime: Runtime | None = None
+        self.loaded_at: str | None = None
+        self.metrics = Metrics()
+        self.current: str | None = None  # the CURRENT value last acted on
+        self._failures: list[dict] = []
+        self._lock = threading.Lock()
+        self._llms: dict[str, LLM] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._reopen = False  # the served build lost a file: open CURRENT again even if same
+        self._thread: threading.Thread | None = None
+
+    # ---- builds
+
+    def poll(self) -> None:
+        """Load the build CURRENT names if it changed since the last poll (see module doc)."""
+        try:
+            current = self.store.current_id()
+        except (StoreError, OSError) as exc:
+            self._failed(None, f"cannot read CURRENT: {exc}")
+            return
+        reopen, self._reopen = self._reopen, False
+        if current is None or (current == self.current and not reopen):
+            return
+        self.current = current
+        if self.runtime is not None and current == self.runtime.build_id and not reopen:
+            return
+        log.info("CURRENT is %s; opening and verifying it", current)
+        try:
+            runtime = Runtime.open(self.settings.store, build_id=current, verify=True,
+                                   **self.settings.runtime_settings())
+        except Exception as exc:  # any failure to open a build keeps the one being served
+            log.error("build %s failed to load; still serving %s: %s", current,
+                      self.runtime.build_id if self.runtime else "nothing", exc)
+            self._failed(current, f"{type(exc).__name__}: {exc}")
+            self.metrics.reloaded(False)
+            return
+        self.runtime = runtime  # the swap: requests that already hold the old one keep it
+        self.loaded_at = _now()
+        with self._lock:  # failures are reported until a build loads after them
+            self._failures = []
+        self.metrics.reloaded(True)
+        log.info("serving build %s (opened in %.0f ms)", current, runtime.open_ms)
+
+    def _failed(self, build_id: str | None, error: str) -> None:
+        with self._lock:
+            if self._failures and self._failures[-1]["build_id"] == build_id \
+                    and self._failures[-1]["error"] == error:
+                return
+            self._failures.append({"build_id": build_id, "error": error, "at": _now()})
+            del self._failures[:-KEEP_FAILURES]
+
+    def failures(self) -> list[dict]:
+        with self._lock:
+            return [dict(f) for f in self._failures]
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll()
+            except Exception:  # the watcher must outlive any surprise; it is logged
+                log.exception("store watcher failed; retrying")
+            self._wake.wait(self.settings.poll_interval)
+            self._wake.clear()
+
+    @contextmanager
+    def reading(self, runtime: Runtime):
+        """Turn a failure to read the build under a request (deleted or damaged files) into
+        :class:`BuildLost` — a 503 with Retry-After — and make the watcher poll now and open
+        CURRENT again, even when CURRENT still names the build being served."""
+        try:
+            yield
+        except (StoreError, OSError) as exc:
+            log.error("build %s failed while answering: %s", runtime.build_id, exc)
+            if self.runtime is runtime:
+                self._reopen = True
+            self._wake.set()
+            raise BuildLost(f"build {runtime.build_id}: {exc}") from exc
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._watch, name="lokg-store-watcher",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def serving(self) -> Runtime:
+        runtime = self.runtime
+        if runtime is None:
+            raise HTTPException(503, detail="no build loaded yet; see /readyz",
+                                headers={"Retry-After": "1"})
+        return runtime
+
+    def readiness(self) -> tuple[int, dict]:
+        runtime = self.runtime
+        body = {"ready": runtime is not None,
+                "build_id": runtime.build_id if runtime else None,
+                "loaded_at": self.loaded_at, "open_ms": runtime.open_ms if runtime else None,
+                "current": self.current, "failed_builds": self.failures(), "version": __version__}
+        return (200 if runtime is not None else 503), body
+
+    # ---- answering
+
+    def reader(self, name: str) -> LLM:
+        """This process's reader ``name``, built once with the server's LLM options."""
+        key = name.strip().lower()
+        if key not in self.settings.llm_backends:
+            raise QueryError(f"llm must be one of {', '.join(self.settings.llm_backends)} on "
+                             f"this server; got {name!r}")
+        with self._lock:
+            if key not in self._llms:
+                try:
+                    self._llms[key] = make_llm(key, **self.settings.llm_options(key))
+                except LLMError as exc:
+                    raise QueryError(f"llm: {exc}") from None
+            return self._llms[key]
+
+    def answer(self, runtime: Runtime, request: AskRequest) -> Answer:
+        answer = runtime.ask(request.question, entities=request.entities, budget=request.budget,
+                             llm=self.reader(request.llm), policy=request.policy,
+                             retrieval=request.retrieval, encoding=request.encoding,
+                             source_sentences=request.source_sentences)
+        self.metrics.answered(answer)
+        return answer
