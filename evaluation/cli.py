@@ -1,6 +1,6 @@
 """``lokg eval``: run methods over a dataset split against a store and write the reports.
 
-Registered on the ``lokg`` group by runtime/cli.py. Heavy pieces (the runtime, Spark for
+Registered on the ``lokg`` group by lokg/cli.py. Heavy pieces (the runtime, Spark for
 ``--build``, matplotlib) are imported inside :func:`run_eval` only.
 """
 

@@ -872,7 +872,7 @@ def test_the_question_is_embedded_once_masked_and_plain_in_one_batch(planted):
 def test_query_command_takes_the_policy_and_prints_the_route(planted):
     from click.testing import CliRunner
 
-    from lokg.pipeline.cli import cli
+    from lokg.cli import cli
 
     q = "what is the job of edda quist 's wife ?"
     result = CliRunner().invoke(cli, ["query", q, "--store", str(planted[0]), "--policy",
