@@ -205,7 +205,7 @@ def eval_command(**options) -> None:
     """Evaluate methods on a dataset split: JSONL per question, summary.json/.md and plots."""
     from lokg.runtime.contract import StoreError
     from lokg.runtime.llm import LLMError
-    from lokg.pipeline.stage import BuildError
+    from lokg.common.stage import BuildError
     from lokg.runtime.query import QueryError
 
     try:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from lokg.evaluation.context import CountingLLM, MethodError
 from lokg.evaluation.runner import Prediction
-from lokg.pipeline.stage import StageError, checked_section
+from lokg.common.stage import StageError, checked_section
 from lokg.runtime.config import section
 from lokg.runtime.feedback import missing_record
 from lokg.runtime.overlay import ExtraTriple

@@ -67,7 +67,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from lokg.pipeline.stage import PARTIAL_MAX_SHARE, Laps, StageError, previous_inputs
+from lokg.common.stage import PARTIAL_MAX_SHARE, Laps, StageError, previous_inputs
 from lokg.runtime.config import section
 from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
 from lokg.spark_jobs import formats as fm

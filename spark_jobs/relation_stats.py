@@ -69,7 +69,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lokg.pipeline.stage import Laps, StageError
+from lokg.common.stage import Laps, StageError
 from lokg.runtime.config import TYPE_RULES, section
 from lokg.runtime.contract import (
     TABLE_SCHEMAS,

@@ -63,7 +63,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, previous_inputs
+from lokg.common.stage import Laps, StageError, checked_section, previous_inputs
 from lokg.runtime.config import MISSING_EMBEDDINGS
 from lokg.runtime.contract import (TABLE_SCHEMAS, StoreError, read_table, table_files, to_numpy,
                               write_table)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from lokg.pipeline.stage import StageError
+from lokg.common.stage import StageError
 from lokg.runtime.config import DEFAULTS, load_config
 from lokg.runtime.tokens import count_tokens
 from lokg.text import chunking, documents, triple_extract

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lokg.pipeline.stage import torch_threads
+from lokg.common.stage import torch_threads
 from lokg.runtime.contract import TABLE_SCHEMAS, Store, write_table
 from lokg.runtime.encoder import EncoderError, SentenceEncoder, resolve_model
 from lokg.runtime.question_encoder import query_encoder

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from lokg.runtime.contract import TABLE_SCHEMAS, Store, write_table
-from lokg.pipeline.stage import StageError
+from lokg.common.stage import StageError
 from lokg.runtime import relknow
 from lokg.runtime.query import QueryError, Runtime
 from lokg.runtime.tokens import count_tokens

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, stage_input
+from lokg.common.stage import Laps, StageError, checked_section, stage_input
 from lokg.runtime.config import section
 from lokg.runtime.contract import TABLE_SCHEMAS, write_table
 from lokg.runtime.tokens import count_tokens

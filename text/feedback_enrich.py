@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, stage_input, torch_threads
+from lokg.common.stage import Laps, StageError, checked_section, stage_input, torch_threads
 from lokg.runtime.config import section
 from lokg.runtime.contract import Build, Store
 from lokg.runtime.encoder import EncoderError, SentenceEncoder

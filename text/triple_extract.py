@@ -30,7 +30,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, stage_input
+from lokg.common.stage import Laps, StageError, checked_section, stage_input
 from lokg.runtime.config import section
 from lokg.runtime.contract import read_table
 from lokg.text.chunking import content_id

@@ -103,7 +103,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, previous_inputs, torch_threads
+from lokg.common.stage import Laps, StageError, checked_section, previous_inputs, torch_threads
 from lokg.runtime.contract import read_table, write_table
 from lokg.runtime.encoder import resolve_device
 from lokg.runtime.taimr import uniform_edges, with_inverses

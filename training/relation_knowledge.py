@@ -66,7 +66,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, torch_threads
+from lokg.common.stage import Laps, StageError, checked_section, torch_threads
 from lokg.runtime.contract import read_table
 from lokg.runtime.question_text import (HOP_READINGS, HopRuns, hop_runs, mask_topic,
                                    question_words, relation_texts)

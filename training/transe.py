@@ -55,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lokg.pipeline.stage import StageError, checked_section, previous_inputs, torch_threads
+from lokg.common.stage import StageError, checked_section, previous_inputs, torch_threads
 from lokg.runtime.config import section_problem
 from lokg.runtime.contract import StoreError, read_table
 from lokg.runtime.encoder import resolve_device

@@ -2,8 +2,8 @@
 and the thread setting of the torch stages (their device: ``runtime.encoder.resolve_device``,
 which the query encoder uses too).
 
-Stages import this module (``spark_jobs`` and ``training`` → ``pipeline.stage`` → ``runtime``);
-the driver imports the stages only by name, so no import cycle arises.
+Stages (``spark_jobs``, ``training``, ``text``) and the build driver (``pipeline.driver``) import
+this module, which imports only ``runtime``; the driver imports the stages only by name.
 """
 
 from __future__ import annotations
