@@ -61,8 +61,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lokg.evaluation.datasets import Question
-from lokg.evaluation.metrics import normalise_answer
+from lokg.common.datasets import Question
+from lokg.common.metrics import normalise_answer
 from lokg.evaluation.context import EvalContext, MethodError
 from lokg.evaluation.runner import Method, Prediction
 from lokg.runtime.contract import StoreError

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from lokg.evaluation.datasets import DatasetError, load_dataset
+from lokg.common.datasets import DatasetError, load_dataset
 from lokg.evaluation.context import ENTITY_MODES, MethodError, entity_modes
 from lokg.evaluation.methods import METHODS, method_names, run_names
 from lokg.evaluation.report import breakdown_table, markdown_table
@@ -203,9 +203,9 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
               help="torch CPU threads for the question encoder (0: torch's default).")
 def eval_command(**options) -> None:
     """Evaluate methods on a dataset split: JSONL per question, summary.json/.md and plots."""
+    from lokg.common.stage import BuildError
     from lokg.runtime.contract import StoreError
     from lokg.runtime.llm import LLMError
-    from lokg.common.stage import BuildError
     from lokg.runtime.query import QueryError
 
     try:

@@ -54,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from lokg.evaluation.datasets import Question
+from lokg.common.datasets import Question
 from lokg.evaluation.runner import Method, Prediction
 from lokg.evaluation import baselines, tcr_qf
 from lokg.evaluation.breakdown import answer_path, question_breakdown

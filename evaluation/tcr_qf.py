@@ -31,9 +31,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from lokg.common.stage import StageError, checked_section
 from lokg.evaluation.context import CountingLLM, MethodError
 from lokg.evaluation.runner import Prediction
-from lokg.common.stage import StageError, checked_section
 from lokg.runtime.config import section
 from lokg.runtime.feedback import missing_record
 from lokg.runtime.overlay import ExtraTriple
