@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from lokg.common.stage import StageError, checked_section
+from lokg.common.stage import StageError, checked_section, published_encoder
 from lokg.evaluation.context import CountingLLM, MethodError
 from lokg.evaluation.runner import Prediction
 from lokg.runtime.config import section
@@ -86,7 +86,8 @@ class Enricher:
             if encoder is None and not (rt.build.path / "models" / "encoder.json").is_file():
                 raise MethodError(f"tcr-qf: build {rt.build_id} has no encoder "
                                   "(models/encoder.json) to retrieve its passages with")
-            encoder = _Remembering(encoder or fe._encoder(rt.build, self.cfg))
+            encoder = _Remembering(
+                encoder or published_encoder(fe.STAGE, rt.build, self.cfg["device"]))
             work = _work_dir(rt, work)
             config["triple_extract"] = {**section(config, "triple_extract"),
                                         "cache_dir": str(work / "extract-cache")}

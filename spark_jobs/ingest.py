@@ -67,6 +67,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
+from lokg.common.dumps import build_format
 from lokg.common.stage import PARTIAL_MAX_SHARE, Laps, StageError, previous_inputs
 from lokg.runtime.config import section
 from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
@@ -74,7 +75,6 @@ from lokg.spark_jobs import formats as fm
 from lokg.spark_jobs import ingest_lines as il
 from lokg.spark_jobs import ingest_nt as nt
 from lokg.spark_jobs.session import get_spark
-from lokg.text.corpus import build_format
 
 OUTPUTS = ("entities", "relations", "triples", "quarantine", "type_assertions", "change_set",
            "dump_lines")

@@ -24,7 +24,8 @@ from lokg.runtime.contract import write_table  # noqa: E402
 from lokg.common.stage import torch_threads  # noqa: E402
 from lokg.runtime.encoder import resolve_device  # noqa: E402
 from lokg.training import transe  # noqa: E402
-from lokg.training.transe import TransEError, nearest_relations  # noqa: E402
+from lokg.common.neighbours import nearest_relations  # noqa: E402
+from lokg.training.transe import TransEError  # noqa: E402
 
 DEVICES = [
     "cpu",

@@ -157,3 +157,18 @@ def stage_batch_encoder(stage: str, spec: Mapping, cfg: Mapping, exported: Path 
         raise StageError(f"{stage}.encoder={cfg['encoder']}: {exc}") from None
     except EncoderError as exc:
         raise StageError(f"{stage}: {exc}") from None
+
+
+def published_encoder(stage: str, build, device: str):
+    """The sentence encoder a published build's ``models/encoder.json`` describes, on
+    ``device``: what reads the build's vectors embeds as they were made. Errors become
+    StageError naming the stage."""
+    import json
+
+    from lokg.runtime.encoder import EncoderError, SentenceEncoder
+
+    spec = json.loads((build.path / "models" / "encoder.json").read_text(encoding="utf-8"))
+    try:
+        return SentenceEncoder.from_spec(spec, device=str(device))
+    except EncoderError as exc:
+        raise StageError(f"{stage}: {exc}") from None
