@@ -122,8 +122,8 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
     one mode or several comma-separated (``gold,link``: rows ``<method>@<mode>``,
     evaluation.methods.run_names).
 
-    ``threads`` caps torch's CPU threads (the question encoder): on a shared 2-core host one
-    thread embeds a question in ~40 ms and torch's default two in ~600 ms.
+    ``threads`` caps torch's CPU threads (the question encoder): on a shared host torch's
+    default (every core) embeds a question many times slower than one thread.
     """
     from lokg.evaluation.context import CountingLLM, EvalContext
     from lokg.evaluation.methods import make_methods

@@ -1,4 +1,4 @@
-"""Online query-driven feedback, policy ``tcr-qf`` (DESIGN §9), for the comparison with the
+"""Online query-driven feedback, policy ``tcr-qf``, for the comparison with the
 published TCR-QF method: the loop inside one question.
 
     answer → identify missing (runtime.feedback.missing_record) → retrieve passages for the

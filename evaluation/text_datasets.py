@@ -1,4 +1,4 @@
-"""Multi-hop reading sets (DESIGN §5, §8): MuSiQue and HotpotQA questions with the corpus a
+"""Multi-hop reading sets: MuSiQue and HotpotQA questions with the corpus a
 store is built from.
 
 Why a module of its own: these questions carry no topic entity and no gold path — the runtime

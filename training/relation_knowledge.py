@@ -40,9 +40,8 @@ Without dev questions the defaults stand (θ_lift = :data:`DEFAULT_LIFT`, θ_zs 
 most :data:`DEFAULT_ROUTE_MAX_ANSWERS` answers: without a dev set to calibrate on, a derivation
 the votes agree on beats the retrieval fallback, whose top candidate is nearly always a 1-hop
 neighbour; the precision gate passes nothing, ``max_answers`` 0: its precision is a promise
-only dev can back, and unfitted it passed answers at 0.88–0.95 on the zero-shot graphs) and
-the report says so. The report also gives the dev chain accuracy and both gates' dev coverage and
-precision.
+only dev can back) and the report says so. The report also gives the dev chain accuracy and both
+gates' dev coverage and precision.
 
 Not fitted but measured on the training questions: how their wording names their hops
 (``hop_range_agreement``, the share whose chain length each reading of
@@ -98,8 +97,7 @@ DEFAULT_ROUTE_MAX_ANSWERS = 100
 ROUTE_SHARES = (0.6, 0.7, 0.8, 0.9)
 SUPPORTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
 #: the precision gate's grid: shares up to a chain alone among the instantiating votes, supports
-#: up to every neighbour voting for it (σ ≤ 0.5 and τ = 0.6 alone reached 0.99 on no protocol
-#: store's dev set, and the strictest of them then let 2 wrong of 47 through on a test set)
+#: up to every neighbour voting for it
 PRECISION_SHARES = (0.6, 0.7, 0.8, 0.9, 1.0)
 PRECISION_SUPPORTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 INVERSE_MIN_SHARE = 0.7  # of both relations' facts stated the other way round
