@@ -55,7 +55,7 @@ def diagnostics(run_dir: Path, method: str, ids: set[str]) -> dict:
     """Mean knowledge tokens injected (T_after; what the prompt carries, spent or not), the
     share of questions whose knowledge names a gold answer (an upper bound for any reader), and
     H@1 over just these questions (to set a reader run on a subset beside the full ones)."""
-    from lokg.evaluation.metrics import normalise_answer, score
+    from lokg.common.metrics import normalise_answer, score
 
     lines = (run_dir / method / "predictions.jsonl").read_text(encoding="utf-8").splitlines()
     records = [r for r in map(json.loads, lines) if r["id"] in ids]
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from lokg.evaluation.cli import command_line, run_eval
-    from lokg.evaluation.datasets import load_dataset
+    from lokg.common.datasets import load_dataset
     from lokg.evaluation.report import breakdown_table
 
     work = Path(args.work)

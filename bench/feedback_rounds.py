@@ -34,7 +34,7 @@ build → answer → refresh on a sparsified musique-openie subset, one table ro
   answered; the two counts in between added with bridges, the measures unchanged) and delta
   triples (new, in all; and, added with them, the aliases — names questions wrote that nothing
   linked, given to the entity they name — new and in all), context recall, EM, F1-SQuAD,
-  calls/q and tok/q (evaluation.metrics via evaluation.runner; reader none makes no call) and
+  calls/q and tok/q (common.metrics via evaluation.runner; reader none makes no call) and
   the round's wall time (build + answers); added since, in ``result.json`` only: the answers'
   links by method and the distinct qualified-form links (span, entity), for a precision count.
 * **Arms** on the same questions and dump, each its own store (``--arms``; default the first):

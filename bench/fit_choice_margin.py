@@ -76,7 +76,7 @@ def h1_run(store: str, questions, llm, *, budget: int, margin: float, check: str
     how many answers the reader made better and worse."""
     from lokg.evaluation.context import CountingLLM, EvalContext
     from lokg.evaluation.methods import make_methods
-    from lokg.evaluation.metrics import score
+    from lokg.common.metrics import score
     from lokg.runtime.query import Runtime
 
     rt = Runtime.open(store, reader="choice", choice_margin=margin, choice_check=check)
@@ -102,7 +102,7 @@ def fitted(curve: list[dict], floor: float) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from lokg.evaluation.datasets import load_dataset
+    from lokg.common.datasets import load_dataset
     from lokg.runtime.llm import make_llm
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

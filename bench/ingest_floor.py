@@ -6,7 +6,7 @@ lines changed — the floor under any incremental ingest of a dump whose every f
 
 Per dump file (both versions, the same file names: ``edited`` is the next version of ``dump``):
 read the bytes (gzip decompressed), split them into lines, hash each line to 64 bits (pandas'
-``hash_array``), and diff the two versions' lines as multisets (``pipeline.stage.changed_rows``):
+``hash_array``), and diff the two versions' lines as multisets (``common.stage.changed_rows``):
 the lines added and removed — all a refresh needs to look at, were the previous build's
 parsed rows kept by line hash. Wall and CPU seconds (this process: no Spark, no JVM) of the
 edited dump's read and hash (what a refresh does; the previous hashes would be stored by the
@@ -61,7 +61,7 @@ def timed(fn, repetitions: int):
 
 
 def measure(dump: Path, edited: Path, repetitions: int) -> dict:
-    from lokg.pipeline.stage import changed_rows
+    from lokg.common.stage import changed_rows
 
     names = [p.name for p in dump_files(edited)]
     previous = {n: line_hashes(dump / n)[0] for n in names}

@@ -5,7 +5,7 @@ would search anew, by which rule, for two published builds of consecutive dumps.
 
 A head's cached paths depend on the out-edges of the nodes within ``max_hops`` − 1 hops of it.
 Counted over the after-build's heads (entities with an out-edge), with the before-build's ids
-moved to the after-build's by key (``pipeline.stage.id_translation``) and relations compared by
+moved to the after-build's by key (``common.stage.id_translation``) and relations compared by
 canonical name:
 
 * ``weights`` — the stage's rule (``spark_jobs.path_cache.touched_heads`` over its weighted
@@ -48,7 +48,7 @@ def structural_edges(build, names: pa.Array, entities: np.ndarray | None) -> np.
 def measure(store: Path, before_id: str, after_id: str, hops: int) -> dict:
     import pyarrow.compute as pc
 
-    from lokg.pipeline.stage import PARTIAL_MAX_SHARE, changed_rows, id_translation
+    from lokg.common.stage import PARTIAL_MAX_SHARE, changed_rows, id_translation
     from lokg.runtime.contract import Store
     from lokg.spark_jobs.path_cache import _weighted_edges, touched_heads
 

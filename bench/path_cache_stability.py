@@ -4,7 +4,7 @@ full (so its cache is the full search on the refresh's α and μ).
 
     python bench/path_cache_stability.py --store STORE --before B1 --after B2
 
-Ids moved by key (entities) and by name (relations), as ``pipeline.stage.id_translation`` does.
+Ids moved by key (entities) and by name (relations), as ``common.stage.id_translation`` does.
 Reported, over the after build's heads:
 
 * ``same_paths`` — heads whose full-search path set (relations, directions, nodes) equals the
@@ -109,7 +109,7 @@ def rewired_reach(now_key: np.ndarray, then_key: np.ndarray, hops: int) -> list[
 
 def measure(store: Path, before_id: str, after_id: str, tolerances: list[float],
             lambda_topo: float, max_hops: int, reach_only: bool = False) -> dict:
-    from lokg.pipeline.stage import changed_rows, id_translation
+    from lokg.common.stage import changed_rows, id_translation
     from lokg.runtime.contract import Store
 
     before, after = Store(store).build(before_id), Store(store).build(after_id)

@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
                              "order hangs on what the span cache embedded together")
     args = parser.parse_args(argv)
 
-    from lokg.evaluation.datasets import load_dataset
-    from lokg.evaluation.metrics import score
+    from lokg.common.datasets import load_dataset
+    from lokg.common.metrics import score
     from lokg.runtime.query import Runtime
 
     questions = load_dataset(args.dataset, args.split).questions[:args.limit]

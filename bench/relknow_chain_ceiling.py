@@ -117,16 +117,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from lokg.runtime.query import Runtime
-    from lokg.training.relation_knowledge import Store, read_questions
+    from lokg.common.store_names import StoreNames
+    from lokg.training.relation_knowledge import read_questions, resolve
 
     rt = Runtime.open(args.store)
     know, facts = rt.relknow
-    store = Store({t: str(rt.build.path / f"{t}.parquet")
-                   for t in ("entities", "relations", "relation_map")})
+    store = StoreNames({t: str(rt.build.path / f"{t}.parquet")
+                        for t in ("entities", "relations", "relation_map")})
     encoder = rt.encoder()
     embed = rt._span_embedder()  # the runtime's own span vectors (float32, batch-independent)
     for path in args.questions:
-        labelled = store.resolve(read_questions(path))
+        labelled = resolve(store, read_questions(path))
         gold = [tuple(store.hop(h) for h in chain) for chain in labelled.chains]
         row = {"store": args.store, "build_id": rt.build_id, "questions_file": path,
                "skipped": labelled.skipped}

@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from lokg.evaluation.datasets import load_dataset
-    from lokg.evaluation.metrics import score
+    from lokg.common.datasets import load_dataset
+    from lokg.common.metrics import score
     from lokg.runtime.query import Runtime
 
     rt = Runtime.open(args.store)

@@ -119,14 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     from lokg.runtime.question_encoder import CachedEmbeddings
     from lokg.runtime.question_text import question_spans
     from lokg.runtime.relknow import split_hop
-    from lokg.training.relation_knowledge import Store, read_questions
+    from lokg.common.store_names import StoreNames
+    from lokg.training.relation_knowledge import read_questions, resolve
 
     rt = Runtime.open(args.store)
     know, embed = rt.relknow[0], CachedEmbeddings(rt.encoder())
     tables = {t: str(rt.build.path / f"{t}.parquet") for t in
               ("entities", "relations", "relation_map")}
-    store = Store(tables)
-    train = store.resolve(read_questions(args.questions))
+    store = StoreNames(tables)
+    train = resolve(store, read_questions(args.questions))
     column = {r: i for i, r in enumerate(know.relation_order)}
     spans = [question_spans(m) for m in train.masked]
     keep = [i for i, s in enumerate(spans) if s]

@@ -14,7 +14,7 @@ the stage; this script reads only the split it reports). Topic entities are the 
   with 95 % Wilson intervals;
 * ``route`` per reader, with both relation feeds on (λ_rel = ``--relation-weight``, chosen on
   dev from 1, 2, 5, 10, 20, 50; chain boost on): H@1, Hit, F1, tok/q, calls/q
-  (evaluation.metrics), the share answered from the graph, and the precision of those;
+  (common.metrics), the share answered from the graph, and the precision of those;
 * ``lokg`` per reader, with both relation feeds off (the issue-8 runtime), as the baseline —
   for ``local`` on the first ``--lokg-local-limit`` questions only (SmolLM2 on two shared CPU
   cores takes ~40–100 s a call);
@@ -41,7 +41,7 @@ def ensure_store(store: str, data: Path, build: bool) -> None:
     """The store ``lokg eval --build`` would build: GAT's path term and the relation knowledge
     fitted on ``train.txt``, thresholds on ``dev.txt``."""
     from lokg.evaluation.cli import ensure_store as build_store
-    from lokg.evaluation.datasets import load_dataset
+    from lokg.common.datasets import load_dataset
     from lokg.evaluation.runner import EvalError
 
     try:
@@ -58,7 +58,7 @@ def wilson(hits: int, n: int) -> list[float]:
 
 
 def gold_in_knowledge(answer, gold) -> bool:
-    from lokg.evaluation.metrics import normalise_answer
+    from lokg.common.metrics import normalise_answer
 
     wanted = {normalise_answer(g) for g in gold}
     return bool(wanted & {normalise_answer(t[k]) for t in answer.triples for k in ("s", "o")})
@@ -67,7 +67,7 @@ def gold_in_knowledge(answer, gold) -> bool:
 def run(rt, questions, *, policy: str, llm, budget: int, relation_weight: float = 0.0,
         chain_boost: bool = False) -> dict:
     """Every question through ``rt.ask``; the evaluation metrics plus the route's counts."""
-    from lokg.evaluation.metrics import Outcome, score, summarise
+    from lokg.common.metrics import Outcome, score, summarise
 
     outcomes, derived, derived_hits, answered, answered_hits, in_knowledge = [], 0, 0, 0, 0, 0
     for q in questions:
@@ -118,7 +118,7 @@ def main(argv=None) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from lokg.evaluation.datasets import load_pathquestion
+    from lokg.common.datasets import load_pathquestion
     from lokg.runtime.llm import make_llm
     from lokg.runtime.query import Runtime
 

@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from lokg.evaluation.metrics import contains_answer  # noqa: E402
+from lokg.common.metrics import contains_answer  # noqa: E402
 from lokg.evaluation.text_datasets import READING_SETS, load_reading_set  # noqa: E402
 from lokg.runtime.query import Runtime  # noqa: E402
 

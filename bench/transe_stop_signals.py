@@ -34,7 +34,7 @@ class Geometry:
         self.k, self.pairs, self.cos, self.strong = k, None, None, None
 
     def update(self, emb: np.ndarray) -> dict:
-        from lokg.training.transe import nearest_relations
+        from lokg.common.neighbours import nearest_relations
 
         pairs = {(min(i, j), max(i, j)) for i, j, _ in nearest_relations(emb, self.k)}
         unit = emb[np.linalg.norm(emb, axis=1) > 0]

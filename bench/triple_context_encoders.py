@@ -43,7 +43,7 @@ def stage_inputs(build) -> dict[str, str]:
 
 def run_encoder(name: str, inputs: dict, build, triples: np.ndarray, cfg: dict) -> dict:
     """Restoration and chunk vectors with one encoder: outputs and seconds per step."""
-    from lokg.pipeline.stage import torch_threads
+    from lokg.common.stage import torch_threads
     from lokg.text import triple_context as tc
 
     with torch_threads(cfg.get("threads")):

@@ -1,4 +1,5 @@
-"""LOKG evaluation harness: datasets, the metrics of DESIGN §5, methods and baselines, runs.
+"""LOKG evaluation harness: methods and baselines, runs and reports, over the question sets
+and metrics of ``lokg.common`` (the relation_knowledge stage reads them too).
 
 ``lokg eval`` (``evaluation.cli``) runs methods over a dataset split and writes one JSONL line
 per question, ``summary.json``, ``summary.md`` and a plot of accuracy against tokens per

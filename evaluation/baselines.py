@@ -17,7 +17,7 @@ similar to the question (cosine, ties by pool order) are the knowledge; one call
 ``none`` (and the fallback when the call fails or the reply holds no answer): the endpoint of
 the most similar triple that is not a topic entity.
 
-Like the runtime's ``none`` reader (DESIGN §4: "the top-ranked answer of step 2"), every answer
+Like the runtime's ``none`` reader (the top-ranked answer of retrieval), every answer
 made without the LLM is one entity, so F1 compares like with like across methods.
 
 **ToG** (Sun et al., 2024, the relation-pruning variant ToG-R), width W = 3, depth D = 3. From
@@ -61,8 +61,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lokg.evaluation.datasets import Question
-from lokg.evaluation.metrics import normalise_answer
+from lokg.common.datasets import Question
+from lokg.common.metrics import normalise_answer
 from lokg.evaluation.context import EvalContext, MethodError
 from lokg.evaluation.runner import Method, Prediction
 from lokg.runtime.contract import StoreError

@@ -57,8 +57,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from lokg.evaluation.datasets import Question
-from lokg.evaluation.metrics import score
+from lokg.common.datasets import Question
+from lokg.common.metrics import score
 from lokg.runtime.relknow import INVERSE_PREFIX, PREDICTORS, split_hop
 
 PATHS = ("derived", "llm", "retrieval", "abstain", "none")

@@ -1,6 +1,6 @@
 """``lokg eval``: run methods over a dataset split against a store and write the reports.
 
-Registered on the ``lokg`` group by runtime/cli.py. Heavy pieces (the runtime, Spark for
+Registered on the ``lokg`` group by lokg/cli.py. Heavy pieces (the runtime, Spark for
 ``--build``, matplotlib) are imported inside :func:`run_eval` only.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from lokg.evaluation.datasets import DatasetError, load_dataset
+from lokg.common.datasets import DatasetError, load_dataset
 from lokg.evaluation.context import ENTITY_MODES, MethodError, entity_modes
 from lokg.evaluation.methods import METHODS, method_names, run_names
 from lokg.evaluation.report import breakdown_table, markdown_table
@@ -122,8 +122,8 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
     one mode or several comma-separated (``gold,link``: rows ``<method>@<mode>``,
     evaluation.methods.run_names).
 
-    ``threads`` caps torch's CPU threads (the question encoder): on a shared 2-core host one
-    thread embeds a question in ~40 ms and torch's default two in ~600 ms.
+    ``threads`` caps torch's CPU threads (the question encoder): on a shared host torch's
+    default (every core) embeds a question many times slower than one thread.
     """
     from lokg.evaluation.context import CountingLLM, EvalContext
     from lokg.evaluation.methods import make_methods
@@ -203,9 +203,9 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
               help="torch CPU threads for the question encoder (0: torch's default).")
 def eval_command(**options) -> None:
     """Evaluate methods on a dataset split: JSONL per question, summary.json/.md and plots."""
+    from lokg.common.stage import BuildError
     from lokg.runtime.contract import StoreError
     from lokg.runtime.llm import LLMError
-    from lokg.pipeline.stage import BuildError
     from lokg.runtime.query import QueryError
 
     try:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lokg.common.datasets import Question
 from lokg.evaluation.breakdown import map_hop
-from lokg.evaluation.datasets import Question
 from lokg.runtime.config import DEFAULT_BUDGET, POLICIES
 from lokg.runtime.errors import LokgError
 
@@ -34,14 +34,14 @@ def entity_modes(text: str) -> list[str]:
 
 def relation_map(rt) -> dict[str, str]:
     """Relation name → canonical name of ``rt``'s store, as the relation_knowledge stage reads
-    its relation_map (training.relation_knowledge.Store); a store without that table (one not
+    its relation_map (``common.store_names.StoreNames``); a store without that table (one not
     built by the pipeline) keeps every name."""
     if "relation_map" not in rt.build.manifest.get("tables", {}):
         return {}
-    from lokg.training.relation_knowledge import Store
+    from lokg.common.store_names import StoreNames
 
     tables = ("entities", "relations", "relation_map")
-    return Store({t: str(rt.build.table_path(t)) for t in tables}).canonical
+    return StoreNames({t: str(rt.build.table_path(t)) for t in tables}).canonical
 
 
 class CountingLLM:

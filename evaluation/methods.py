@@ -9,9 +9,9 @@ the same knowledge budget B:
 ``lokg-no-ittc``   ``encoding="uniform"``: one template (balanced, s-r-o), cut by rank to fit B
 ``lokg-no-taimr``  ``retrieval="similarity"``: reachable entities ranked by cosine alone
 ``lokg-no-relknow`` policy ``lokg`` with the relation feeds off (the store's relation knowledge
-                   unused): LOKG as issue 5 shipped it
+                   unused)
 ``lokg-tcr``       ``source_sentences=True``: each triple's restored source sentence is its
-                   verbose ITTC granularity (DESIGN §8); ``lokg`` asks with ``False`` (w/o TCR)
+                   verbose ITTC granularity; ``lokg`` asks with ``False`` (w/o TCR)
 ``chunk-rag``      dense top-k chunks of a documents store, packed into B (baselines.py)
 ``tcr-qf``         the online feedback loop inside one question over an in-memory overlay,
                    up to ``tcr_qf.max_rounds`` answers (tcr_qf.py); ``tcr-qf-answer``: its
@@ -54,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from lokg.evaluation.datasets import Question
+from lokg.common.datasets import Question
 from lokg.evaluation.runner import Method, Prediction
 from lokg.evaluation import baselines, tcr_qf
 from lokg.evaluation.breakdown import answer_path, question_breakdown

@@ -4,7 +4,7 @@ Layout of a run directory::
 
     RUN_DIR/run.json                    what the run is (dataset + sha256, reader, budget, stores)
     RUN_DIR/<method>/predictions.jsonl  one line per question, in the order they were answered
-    RUN_DIR/summary.json                method → metrics (evaluation.metrics.SUMMARY_KEYS)
+    RUN_DIR/summary.json                method → metrics (common.metrics.SUMMARY_KEYS)
     RUN_DIR/summary.md                  the same as a Markdown table, with the command
     RUN_DIR/accuracy_vs_tokens.png      H@1 and F1 against tok/q, one point per method
     RUN_DIR/loss_by_step.png            the lost questions by the step that failed (lokg methods)
@@ -30,7 +30,7 @@ A method summarised by an earlier command in the same directory keeps its entry 
 
 **Reading runs** (``reading=True``: the multi-hop reading sets, evaluation/text_datasets.py)
 add to each line the ``knowledge`` text the reader was given (``Prediction.knowledge``) and
-its ``reading`` scores (EM, SQuAD F1, context recall: evaluation.metrics), recomputed from
+its ``reading`` scores (EM, SQuAD F1, context recall: common.metrics), recomputed from
 ``predicted``, ``gold`` and ``knowledge`` when summarised, like ``scores``.
 """
 
@@ -44,9 +44,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lokg.common.datasets import Question
+from lokg.common.metrics import Outcome, read_scores, score, summarise
 from lokg.evaluation.breakdown import summarise_breakdown
-from lokg.evaluation.datasets import Question
-from lokg.evaluation.metrics import Outcome, read_scores, score, summarise
 from lokg.runtime.errors import LokgError
 
 RUN_FILE = "run.json"

@@ -1,4 +1,4 @@
-"""Online query-driven feedback, policy ``tcr-qf`` (DESIGN §9), for the comparison with the
+"""Online query-driven feedback, policy ``tcr-qf``, for the comparison with the
 published TCR-QF method: the loop inside one question.
 
     answer → identify missing (runtime.feedback.missing_record) → retrieve passages for the
@@ -31,9 +31,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from lokg.common.stage import StageError, checked_section, published_encoder
 from lokg.evaluation.context import CountingLLM, MethodError
 from lokg.evaluation.runner import Prediction
-from lokg.pipeline.stage import StageError, checked_section
 from lokg.runtime.config import section
 from lokg.runtime.feedback import missing_record
 from lokg.runtime.overlay import ExtraTriple
@@ -87,7 +87,8 @@ class Enricher:
             if encoder is None and not (rt.build.path / "models" / "encoder.json").is_file():
                 raise MethodError(f"tcr-qf: build {rt.build_id} has no encoder "
                                   "(models/encoder.json) to retrieve its passages with")
-            encoder = _Remembering(encoder or fe._encoder(rt.build, self.cfg))
+            encoder = _Remembering(
+                encoder or published_encoder(fe.STAGE, rt.build, self.cfg["device"]))
             work = _work_dir(rt, work)
             config["triple_extract"] = {**section(config, "triple_extract"),
                                         "cache_dir": str(work / "extract-cache")}

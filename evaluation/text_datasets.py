@@ -1,10 +1,10 @@
-"""Multi-hop reading sets (DESIGN §5, §8): MuSiQue and HotpotQA questions with the corpus a
+"""Multi-hop reading sets: MuSiQue and HotpotQA questions with the corpus a
 store is built from.
 
 Why a module of its own: these questions carry no topic entity and no gold path — the runtime
 links entities from the question text — and their gold is an answer plus aliases scored with
-the SQuAD metrics (evaluation.metrics), while the store comes from documents, not a KB dump.
-Each file is read into the same :class:`~evaluation.datasets.Question` every method takes
+the SQuAD metrics (common.metrics), while the store comes from documents, not a KB dump.
+Each file is read into the same :class:`~lokg.common.datasets.Question` every method takes
 (``answers`` = the answer, then its aliases, de-duplicated) plus the **corpus**: the
 documents those questions need, as :class:`Document` ``{id, title, text}`` — the ``docs``
 ingest format (:func:`write_corpus` writes it as JSONL).
@@ -21,7 +21,7 @@ Shapes (a ``.jsonl`` file holds one record a line, any other file a JSON array o
 A document's id is the store's own content hash of its title and text
 (``text.chunking.content_id``): the same paragraph has the same id in every set, and it is
 the ``doc_id`` a build from the corpus gives it. Bad input raises
-:class:`~evaluation.datasets.DatasetError` naming the file and the line (JSONL) or the record
+:class:`~lokg.common.datasets.DatasetError` naming the file and the line (JSONL) or the record
 (JSON array).
 """
 
@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from lokg.evaluation.datasets import Dataset, DatasetError, Question, _sha256
+from lokg.common.datasets import Dataset, DatasetError, Question
+from lokg.runtime.contract import sha256_file
 from lokg.text.chunking import content_id
 
 SHAPES = ("musique", "hotpotqa")
@@ -159,7 +160,7 @@ def load_reading_file(file: str | Path, shape: str) -> ReadingSet:
         questions.append(question)
         for title, text in docs:
             corpus.setdefault((title, text), Document(content_id(title, text), title, text))
-    dataset = Dataset(shape, source, None, tuple(questions), _sha256(source), kb_format="docs")
+    dataset = Dataset(shape, source, None, tuple(questions), sha256_file(source), kb_format="docs")
     return ReadingSet(dataset, tuple(corpus.values()))
 
 

@@ -1,26 +1,21 @@
 """The build side of the ``lokg`` command: ``synth``, ``build``, ``publish``, ``demo``,
-``config``, added to the runtime's commands (``query``, ``serve``, ``store``, ``scos-report``)
-and ``eval``.
+``config`` (:data:`BUILD_COMMANDS`), which ``lokg.cli`` adds to the runtime's commands.
 
-This is the ``lokg`` entry point; a query host with only ``runtime`` installed still has
-``python -m lokg.runtime.cli``. Heavy modules (pyspark, torch) load only inside the commands needing
-them.
+Heavy modules (pyspark, torch) load only inside the commands needing them.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import click
 
-from lokg.evaluation.cli import eval_command
 from lokg.pipeline.synth import (ENTITY_NAMES, MAX_INVERSE_TRIPLES, NAMINGS, OPTION_DEFAULTS, generate,
                             labelled_overrides, linked_text_overrides)
 from lokg.pipeline.synth_wording import STYLES, WORDINGS
-from lokg.runtime.cli import STORE_OPTION, cli, render_answer, render_summary
+from lokg.runtime.cli import STORE_OPTION, render_answer, render_summary
 from lokg.runtime.config import FORMATS, load_config
 from lokg.runtime.contract import Store
 from lokg.runtime.errors import LokgError
@@ -206,13 +201,5 @@ def demo(workdir: str | None, n_triples: int, seed: int, llm_name: str) -> None:
     click.echo(f"  gold answer: {'; '.join(first['answers'])}")
 
 
-for command in (synth, build, publish, demo, config_command, eval_command):
-    cli.add_command(command)
-
-
-def main() -> None:
-    cli(prog_name="lokg")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+#: What ``lokg.cli`` adds to the ``lokg`` group.
+BUILD_COMMANDS = (synth, build, publish, demo, config_command)

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 from lokg.pipeline.refresh import (UNHASHABLE, content_hash, fingerprint, link_tree, same_rows,
                               same_settings, staged_location)
 from lokg.pipeline.registry import STAGE_NAMES, Stage, producers, stage
-from lokg.pipeline.stage import PREVIOUS, BuildError, StageError
+from lokg.common.stage import PREVIOUS, BuildError, StageError
 from lokg.runtime.config import section
 from lokg.runtime.contract import (REQUIRED_TABLES, Build, Store, StoreError, new_build_id,
                               read_table, sha256_file)

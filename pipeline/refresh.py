@@ -11,7 +11,7 @@ packages, its config sections (with the content of any file a setting names) and
 hash of every input artefact (the dump's files included). Its ``digest`` is the sha256 of that
 record as canonical JSON. A refresh reuses a stage whose digest equals the cached record's,
 and gives a ``partial`` stage the cached outputs (``previous:<artefact>`` inputs) when only
-its input data changed (``pipeline.stage.PREVIOUS``; ``pipeline.registry`` says how each
+its input data changed (``common.stage.PREVIOUS``; ``pipeline.registry`` says how each
 stage refreshes).
 """
 
@@ -24,6 +24,7 @@ import re
 import shutil
 from collections.abc import Mapping
 from functools import lru_cache
+from importlib.util import find_spec
 from pathlib import Path
 
 from lokg.runtime.config import section
@@ -31,7 +32,7 @@ from lokg.runtime.contract import STAGING_DIR, sha256_file
 
 FINGERPRINT_VERSION = 1
 #: Packages whose code a stage's outputs depend on: any change there refreshes in full.
-CODE_PACKAGES = ("pipeline", "spark_jobs", "training", "text", "runtime")
+CODE_PACKAGES = ("pipeline", "spark_jobs", "training", "text", "common", "runtime")
 #: Spark's part files carry a random job UUID in their names; content hashes ignore it.
 _SPARK_PART = re.compile(r"^(part-\d+)-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
 #: An input whose content cannot be hashed (the store itself): never equal, never reused.
@@ -82,11 +83,12 @@ def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
 @lru_cache(maxsize=1)
 def code_hash() -> str:
     """sha256 of the build packages' Python sources (names and contents)."""
-    repo = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
-    for package in CODE_PACKAGES:
-        for file in sorted((repo / package).rglob("*.py")):
-            digest.update(f"{file.relative_to(repo).as_posix()}\0{sha256_file(file)}\n".encode())
+    for package in CODE_PACKAGES:  # lokg.<package>'s folder, wherever the install put it
+        folder = Path(find_spec(f"lokg.{package}").submodule_search_locations[0]).resolve()
+        for file in sorted(folder.rglob("*.py")):
+            name = file.relative_to(folder.parent).as_posix()
+            digest.update(f"{name}\0{sha256_file(file)}\n".encode())
     return digest.hexdigest()
 
 

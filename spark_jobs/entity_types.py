@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from lokg.pipeline.stage import stage_input
+from lokg.common.stage import stage_input
 from lokg.runtime.config import section
 from lokg.runtime.contract import INCOMING_TYPE_PREFIX, TABLE_SCHEMAS, read_table
 from lokg.spark_jobs import entity_types_driver

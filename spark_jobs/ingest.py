@@ -63,7 +63,8 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lokg.pipeline.stage import PARTIAL_MAX_SHARE, Laps, previous_inputs
+from lokg.common.dumps import build_format
+from lokg.common.stage import PARTIAL_MAX_SHARE, Laps, previous_inputs
 from lokg.runtime.config import section
 from lokg.runtime.contract import TABLE_SCHEMAS
 from lokg.spark_jobs import formats as fm
@@ -79,7 +80,6 @@ from lokg.spark_jobs.ingest_tables import (feedback_added, graph_edges, literal_
                                            write_entities, write_quarantine, write_relations,
                                            write_triples, write_type_assertions)
 from lokg.spark_jobs.session import get_spark
-from lokg.text.corpus import build_format
 
 OUTPUTS = ("entities", "relations", "triples", "quarantine", "type_assertions", "change_set",
            "dump_lines")

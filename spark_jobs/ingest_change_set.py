@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lokg.pipeline.stage import previous_inputs
+from lokg.common.stage import previous_inputs
 from lokg.runtime.contract import read_table
 from lokg.spark_jobs.ingest_tables import write_frame
 

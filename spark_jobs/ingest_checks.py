@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlparse
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lokg.pipeline.stage import StageError
+from lokg.common.stage import StageError
 from lokg.spark_jobs import formats as fm
 
 TEXT_LIMIT = 500  # characters of a malformed line kept in the quarantine

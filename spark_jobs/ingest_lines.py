@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lokg.pipeline.stage import StageError
+from lokg.common.stage import StageError
 from lokg.spark_jobs import formats as fm
 
 #: The line store's columns (``dump_lines``): a parsed row per distinct (parser, hash).

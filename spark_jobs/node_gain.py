@@ -28,7 +28,7 @@ build, and copies every other row from the previous build under its new id. μ o
 recomputed rows has the bits of a full run's (Java's ``StrictMath.log1p`` differs from numpy's
 in the last bit for some degrees: the Spark expression, or its fdlibm port on the driver), so
 the table equals a full run's row for row. Otherwise —
-another relation count, or more than ``pipeline.stage.PARTIAL_MAX_SHARE`` of the entities
+another relation count, or more than ``common.stage.PARTIAL_MAX_SHARE`` of the entities
 touched — it runs in full.
 
 Paths: up to ``node_gain.driver_max_triples`` triples the stage runs on the driver with
@@ -51,7 +51,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lokg.pipeline.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, checked_section,
+from lokg.common.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, checked_section,
                             id_translation, previous_inputs, stage_input)
 from lokg.runtime.contract import check_schema, read_table, table_files, to_numpy
 from lokg.spark_jobs.node_gain_driver import gain_table, mu_numpy
@@ -96,7 +96,7 @@ def changed_endpoints(now: np.ndarray, then: np.ndarray) -> tuple[np.ndarray, in
 
 
 def translated_triples(previous: dict, entities: np.ndarray, relations: np.ndarray) -> np.ndarray:
-    """The previous build's (s, r, o) in this build's ids (``pipeline.stage.id_translation``
+    """The previous build's (s, r, o) in this build's ids (``common.stage.id_translation``
     of its entities and relations; -1 for a key or name gone)."""
     sro = _sro(read_table(previous["triples"], "triples"))
     return np.column_stack([entities[sro[:, 0]], relations[sro[:, 1]], entities[sro[:, 2]]])

@@ -47,7 +47,7 @@ A head's rows are a function of the out-edges (their α, and μ of their targets
 within ``max_hops`` − 1 hops of it — the search extends no path further — and of the order of
 the node ids (ties). Entity ids are ranks in key order, so when entities come or go every id
 above them shifts, but the order of the kept ones stays: the stage moves the previous build's
-ids to this build's by key (``pipeline.stage.id_translation``; a translation that reorders
+ids to this build's by key (``common.stage.id_translation``; a translation that reorders
 ids: full) and, when every entity with an out-edge is a head (``heads: all``), compares the two
 builds' weighted edges on the driver in this build's ids: a node is **changed** when one of its
 out-edges was added, removed (a node gone removes its edges, and the inverse edges of its
@@ -61,7 +61,7 @@ id — the cache then equals a full run's, bucket for bucket, row for row. A war
 retrained GAT moves α on nearly every edge, so after one the whole cache is usually
 recomputed; the copy pays off when α moves only near the change (``gat.uniform``: α =
 1/out-degree changes only at the changed triples' ends). More than
-``pipeline.stage.PARTIAL_MAX_SHARE`` of the heads touched, or a hot set: full. The report's
+``common.stage.PARTIAL_MAX_SHARE`` of the heads touched, or a hot set: full. The report's
 ``refresh`` says which (partial: heads searched, copied, and how many entity ids moved).
 
 Report: heads, heads_all (entities with an out-edge), heads_share (heads / heads_all),
@@ -86,7 +86,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lokg.pipeline.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, id_translation,
+from lokg.common.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, id_translation,
                             keeps_order, previous_inputs, stage_input)
 from lokg.runtime.config import HEAD_SELECTORS, SCHEMA, path_cache_problem, section, value_problem
 from lokg.runtime.contract import TABLE_SCHEMAS, check_schema, read_table, table_files, write_table
@@ -277,7 +277,7 @@ def touched_heads(now: np.ndarray, then: np.ndarray, hops: int) -> np.ndarray:
 
 class Partial(NamedTuple):
     """What a partial refresh copies: the previous cache, the heads it searches anew, and the
-    previous build's entity ids → this build's (``pipeline.stage.id_translation``)."""
+    previous build's entity ids → this build's (``common.stage.id_translation``)."""
 
     previous_dir: Path
     searched: np.ndarray

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lokg.pipeline.stage import StageError
+from lokg.common.stage import StageError
 from lokg.runtime.config import HEAD_SELECTORS
 from lokg.runtime.contract import read_table, to_numpy, write_table
 

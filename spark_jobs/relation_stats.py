@@ -65,7 +65,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lokg.pipeline.stage import Laps, StageError
+from lokg.common.stage import Laps, StageError
 from lokg.runtime.config import TYPE_RULES, section
 from lokg.runtime.contract import (
     TABLE_SCHEMAS,
@@ -91,10 +91,10 @@ def transe_neighbour_pairs(emb: np.ndarray, relation_ids: np.ndarray, k: int
                            ) -> list[tuple[int, int]]:
     """Pairs (i < j) among ``relation_ids`` where j is among i's k nearest by cosine or vice versa.
 
-    One kNN implementation serves TransE and SCOS: ``training.transe.nearest_relations``
+    One kNN implementation serves TransE and SCOS: ``common.neighbours.nearest_relations``
     (blockwise, never the |R|² matrix; zero vectors get no neighbours).
     """
-    from lokg.training.transe import nearest_relations
+    from lokg.common.neighbours import nearest_relations
 
     ids = np.asarray(relation_ids, dtype=np.int64)
     if len(ids) and ids.max() >= emb.shape[0]:

@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, previous_inputs
+from lokg.common.stage import Laps, StageError, checked_section, previous_inputs
 from lokg.runtime.config import MISSING_EMBEDDINGS
 from lokg.runtime.contract import (TABLE_SCHEMAS, StoreError, read_table, table_files, to_numpy,
                                    write_table)

@@ -1,5 +1,7 @@
-"""The house rules of the code base, checked: imports point one way, no module imports itself
-back through others, every stage is found from its name, every error has the one root."""
+"""The house rules of the code base, checked: the packages form layers whose imports point
+down only, no module imports itself back through others, no module reaches for another
+package's private names, no class or module outgrows one concept, every stage is found from its
+name, every error has the one root."""
 
 from __future__ import annotations
 
@@ -17,34 +19,85 @@ from lokg.runtime.config import DEFAULTS
 from lokg.runtime.errors import LokgError
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("runtime", "pipeline", "spark_jobs", "training", "text", "evaluation")
+#: The repository's top folders mapped to ``lokg.<folder>`` (setup.py's FOLDERS).
+FOLDERS = ("runtime", "pipeline", "spark_jobs", "training", "text", "evaluation")
+#: The packages of ``lokg`` from the top down (``cli``: the module lokg/cli.py, the ``lokg``
+#: command's composition root; ``common``: lokg/common/). A package imports only the packages
+#: of the rows below its own; the packages of one row import none of each other. Above them
+#: all, dags/ imports no lokg module (:func:`test_the_dags_import_no_lokg_module`).
+LAYERS = (
+    ("cli",),
+    ("evaluation",),
+    ("pipeline",),
+    ("spark_jobs", "training", "text"),
+    ("common",),
+    ("runtime",),
+)
+RANK = {package: rank for rank, row in enumerate(LAYERS) for package in row}
+#: Largest product class and module, in lines (the developers' guide: one concept, one topic).
+MAX_CLASS_LINES = 300
+MAX_MODULE_LINES = 600
 
 
 def project_modules() -> dict[str, Path]:
-    """Dotted name → file of every module of the project's packages."""
+    """Dotted name → file of every module of the ``lokg`` namespace: the ``lokg/`` folder's
+    own modules and subpackages and the mapped top folders'."""
     out = {}
-    for package in PACKAGES:
-        for path in sorted((REPO / package).rglob("*.py")):
-            parts = path.relative_to(REPO).with_suffix("").parts
-            out[".".join(("lokg", *(parts[:-1] if parts[-1] == "__init__" else parts)))] = path
+    roots = [(REPO / "lokg", ("lokg",))] + [(REPO / f, ("lokg", f)) for f in FOLDERS]
+    for root, prefix in roots:
+        for path in sorted(root.rglob("*.py")):
+            parts = (*prefix, *path.relative_to(root).with_suffix("").parts)
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
 
 
-def imported_modules(path: Path, modules: dict[str, Path]) -> set[str]:
-    """The project modules a file imports anywhere in it (functions included)."""
+def package(module: str) -> str:
+    """The package a module belongs to: ``lokg.<package>...`` (``lokg`` itself: the namespace)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "lokg"
+
+
+def _is_main_guard(node: ast.AST) -> bool:
+    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__")
+
+
+def _imports(tree: ast.AST, *, skip_main: bool) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements anywhere in a module (functions included); with ``skip_main``
+    not those of its ``if __name__ == "__main__":`` block."""
+    found, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        if skip_main and _is_main_guard(node):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def imported_names(path: Path, *, skip_main: bool = False) -> set[str]:
+    """Every dotted name a file imports anywhere in it (functions included): each module, and
+    each ``module.name`` of a ``from module import name``."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _imports(ast.parse(path.read_text(encoding="utf-8")), skip_main=skip_main):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        elif node.module and not node.level:
             found.add(node.module)
             found.update(f"{node.module}.{a.name}" for a in node.names)
-    return {m for m in found if m in modules}
+    return found
 
 
-def import_graph() -> dict[str, set[str]]:
+def imported_modules(path: Path, modules: dict[str, Path], *, skip_main: bool = False) -> set[str]:
+    """The project modules a file imports anywhere in it (functions included)."""
+    return imported_names(path, skip_main=skip_main) & set(modules)
+
+
+def import_graph(*, skip_main: bool = False) -> dict[str, set[str]]:
     modules = project_modules()
-    return {name: imported_modules(path, modules) - {name} for name, path in modules.items()}
+    return {name: imported_modules(path, modules, skip_main=skip_main) - {name}
+            for name, path in modules.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -88,14 +141,115 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_runtime_imports_nothing_of_the_offline_side():
-    offline = ("pipeline", "spark_jobs", "training", "text", "evaluation")
-    bad = {m: sorted(i for i in deps if i.split(".")[1] in offline)
-           for m, deps in import_graph().items() if m.split(".")[1] == "runtime"}
+    bad = {m: sorted(i for i in deps if package(i) != "runtime")
+           for m, deps in import_graph().items() if package(m) == "runtime"}
     assert {m: d for m, d in bad.items() if d} == {}
 
 
-BLOCKED = ("lokg.pipeline", "lokg.evaluation", "lokg.training", "lokg.spark_jobs", "lokg.text",
-           "pyspark", "torch", "airflow", "sentence_transformers", "transformers")
+def test_every_package_has_its_layer():
+    assert {package(m) for m in project_modules()} - {"lokg"} == set(RANK)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``module -> module`` for every import that does not point to a lower layer (or stay
+    in its own package)."""
+    return [f"{m} -> {d}" for m, deps in sorted(graph.items()) for d in sorted(deps)
+            if package(m) != package(d) and RANK.get(package(d), -1) <= RANK.get(package(m), -1)]
+
+
+def test_every_package_imports_only_the_layers_below_it():
+    """Every import counts, functions' included, but a module's ``if __name__ == "__main__":``
+    block: that is its command line (spark-submit and ``python -m`` run a stage module through
+    ``pipeline.driver.stage_main``), an entry point that no import runs."""
+    upward = upward_imports(import_graph(skip_main=True))
+    assert not upward, "imports that do not point down:\n" + "\n".join(upward)
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"lokg.runtime.a": {"lokg.common.b"}, "lokg.common.b": {"lokg.runtime.c"},
+             "lokg.text.d": {"lokg.training.e", "lokg.text.f"}, "lokg.cli": {"lokg.text.d"}}
+    assert upward_imports(graph) == ["lokg.runtime.a -> lokg.common.b",
+                                     "lokg.text.d -> lokg.training.e"]
+
+
+def test_the_namespace_itself_imports_nothing():
+    assert import_graph()["lokg"] == set()
+
+
+def test_no_loop_between_packages():
+    """Over every import, ``__main__`` blocks included."""
+    graph: dict[str, set[str]] = {}
+    for m, deps in import_graph().items():
+        graph.setdefault(package(m), set()).update(package(d) for d in deps)
+    assert cycles({p: deps - {p} for p, deps in graph.items()}) == []
+
+
+def test_the_dags_import_no_lokg_module():
+    """The DAGs run in the Airflow venv without lokg: they load pipeline/registry.py from its
+    file (dags/lokg_common.py) and run everything else as commands."""
+    found = [f"{path.name}: {name}" for path in sorted((REPO / "dags").glob("*.py"))
+             for name in sorted(imported_names(path)) if name.split(".")[0] == "lokg"]
+    assert found == []
+
+
+def private_uses(module: str, modules: dict[str, Path]) -> list[str]:
+    """The private names (``_x``) of another package a module uses: imported by name, or
+    read as an attribute of an imported module."""
+    own = package(module)
+    tree = ast.parse(modules[module].read_text(encoding="utf-8"))
+    aliases, found = {}, []
+    for node in _imports(tree, skip_main=False):
+        if isinstance(node, ast.Import):
+            aliases.update({a.asname: a.name for a in node.names if a.asname})
+        elif node.module in modules and not node.level:
+            for a in node.names:
+                name = f"{node.module}.{a.name}"
+                if name in modules:
+                    aliases[a.asname or a.name] = name
+                elif a.name.startswith("_") and package(node.module) != own:
+                    found.append(name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.attr.startswith("_") and not node.attr.startswith("__"):
+            module = aliases.get(node.value.id)
+            if module is not None and package(module) != own:
+                found.append(f"{module}.{node.attr}")
+    return found
+
+
+def test_no_package_uses_another_packages_private_names():
+    modules = project_modules()
+    bad = {m: private_uses(m, modules) for m in modules}
+    assert not any(bad.values()), "\n".join(f"{m}: {', '.join(uses)}"
+                                         for m, uses in bad.items() if uses)
+
+
+def oversized() -> list[str]:
+    """Product modules over :data:`MAX_MODULE_LINES` lines and classes over
+    :data:`MAX_CLASS_LINES`, with their sizes."""
+    found = []
+    for name, path in project_modules().items():
+        source = path.read_text(encoding="utf-8")
+        lines = len(source.splitlines())
+        if lines > MAX_MODULE_LINES:
+            found.append(f"module {name}: {lines} lines")
+        for node in ast.walk(ast.parse(source)):
+            size = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) + 1
+            if isinstance(node, ast.ClassDef) and size > MAX_CLASS_LINES:
+                found.append(f"class {name}.{node.name}: {size} lines")
+    return found
+
+
+def test_no_product_class_or_module_outgrows_one_concept():
+    """Classes of at most 300 lines, modules of at most 600 (bench/ and tests/ aside)."""
+    found = oversized()
+    assert not found, (f"{len(found)} over the limits (class {MAX_CLASS_LINES}, module "
+                       f"{MAX_MODULE_LINES} lines):\n" + "\n".join(found))
+
+
+BLOCKED = ("lokg.cli", "lokg.pipeline", "lokg.evaluation", "lokg.training", "lokg.spark_jobs",
+           "lokg.text", "lokg.common", "pyspark", "torch", "airflow", "sentence_transformers",
+           "transformers")
 IMPORT_ALL = f"""
 import importlib, sys
 class Block:
@@ -110,7 +264,7 @@ print("OK")
 
 
 def test_every_runtime_module_imports_with_the_offline_side_blocked():
-    names = [m for m in project_modules() if m.split(".")[1] == "runtime"]
+    names = [m for m in project_modules() if package(m) == "runtime"]
     proc = subprocess.run([sys.executable, "-c", IMPORT_ALL, *names], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lokg.pipeline.cli import cli
+from lokg.cli import cli
 from lokg.runtime.contract import read_table
 from tests.conftest import REPO
 from tests.helpers import assert_clean_error

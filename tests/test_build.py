@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from lokg.pipeline import driver as pipeline
-from lokg.pipeline.cli import cli
+from lokg.cli import cli
 from lokg.runtime.config import load_config
 from lokg.runtime.contract import Store
 

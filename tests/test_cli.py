@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lokg.pipeline.cli import cli
+from lokg.cli import cli
 from lokg.runtime.contract import Store, read_table
 from lokg.runtime.tokens import BPE_CACHE_KEY
 from tests.conftest import REPO

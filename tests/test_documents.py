@@ -9,11 +9,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from lokg.pipeline.stage import StageError
+from lokg.common.dumps import build_format
+from lokg.common.stage import StageError
 from lokg.runtime.config import DEFAULTS, load_config
 from lokg.runtime.tokens import count_tokens
 from lokg.text import chunking, documents, triple_extract
-from lokg.text.corpus import Reader, build_format
+from lokg.text.corpus import Reader
 from lokg.text.extractors import BACKENDS, ChunkExtractionError
 
 CURIE = ("Marie Curie was born in Warsaw in 1867. She won the Nobel Prize in Physics in 1903. "

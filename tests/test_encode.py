@@ -25,7 +25,7 @@ from lokg.runtime.encoder import (EncoderError, SentenceEncoder, encode_by_lengt
                             resolve_model)
 from lokg.runtime.onnx_bert import exported_model  # noqa: E402
 from lokg.runtime.question_encoder import query_encoder  # noqa: E402
-from lokg.pipeline.stage import StageError  # noqa: E402
+from lokg.common.stage import StageError  # noqa: E402
 from lokg.training import entity_encode as encode  # noqa: E402
 
 # (key, name, types, description); ids are assigned in a shuffled order below

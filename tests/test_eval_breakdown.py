@@ -22,7 +22,7 @@ from lokg.evaluation.breakdown import (
 )
 from lokg.evaluation.context import EvalContext, MethodError, entity_modes
 from lokg.evaluation.report import breakdown_table
-from lokg.evaluation.datasets import Question
+from lokg.common.datasets import Question
 from lokg.evaluation.methods import run_names
 from lokg.evaluation.runner import PREDICTIONS
 from lokg.runtime.contract import TABLE_SCHEMAS, Store, write_table

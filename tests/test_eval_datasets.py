@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lokg.evaluation.datasets import (
+from lokg.common.datasets import (
     DatasetError,
     load_dataset,
     parse_pathquestion_answer,

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from lokg.evaluation.cli import PLOT_FILE, eval_command, run_eval
-from lokg.evaluation.metrics import SUMMARY_KEYS, without_latency
+from lokg.common.metrics import SUMMARY_KEYS, without_latency
 from lokg.evaluation.runner import PREDICTIONS
 from lokg.runtime import llm as llm_module
 from lokg.runtime import taimr

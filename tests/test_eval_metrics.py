@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lokg.evaluation.metrics import (
+from lokg.common.metrics import (
     SUMMARY_KEYS,
     Outcome,
     Scores,

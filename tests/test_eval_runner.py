@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from lokg.evaluation.datasets import Question
+from lokg.common.datasets import Question
 from lokg.evaluation.context import CountingLLM, MethodError
 from lokg.evaluation.methods import method_names
-from lokg.evaluation.metrics import SUMMARY_KEYS, without_latency
+from lokg.common.metrics import SUMMARY_KEYS, without_latency
 from lokg.evaluation.report import markdown_table, plot_accuracy_vs_tokens, render_markdown
 from lokg.evaluation.runner import (
     PREDICTIONS,

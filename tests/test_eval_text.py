@@ -13,9 +13,9 @@ import pytest
 
 from lokg.evaluation import baselines
 from lokg.evaluation.context import CountingLLM, EvalContext, MethodError
-from lokg.evaluation.datasets import DatasetError, Question
+from lokg.common.datasets import DatasetError, Question
 from lokg.evaluation.methods import METHODS, make_methods, method_names
-from lokg.evaluation.metrics import READING_KEYS, SUMMARY_KEYS, contains_answer, read_scores, \
+from lokg.common.metrics import READING_KEYS, SUMMARY_KEYS, contains_answer, read_scores, \
     squad_normalise
 from lokg.evaluation.runner import PREDICTIONS, Prediction, evaluate
 from lokg.evaluation.text_datasets import READING_SETS, load_reading_file, load_reading_set, \
@@ -409,7 +409,7 @@ def test_eval_documents_asks_each_budget_with_that_budget(tmp_path, monkeypatch)
     methods copy their context per entity mode, so a budget set on the first context after
     the methods were made reached none of them)."""
     from bench import eval_documents
-    from lokg.evaluation.datasets import Dataset
+    from lokg.common.datasets import Dataset
     from lokg.evaluation.text_datasets import ReadingSet
     from lokg.runtime.query import Runtime
 

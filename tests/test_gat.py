@@ -20,7 +20,7 @@ pytest.importorskip("torch_geometric")
 from lokg.pipeline import synth  # noqa: E402
 from lokg.runtime.config import DEFAULTS  # noqa: E402
 from lokg.runtime.contract import read_table, write_table  # noqa: E402
-from lokg.pipeline.stage import StageError  # noqa: E402
+from lokg.common.stage import StageError  # noqa: E402
 from lokg.training import gat, gat_gold, gat_inputs, gat_model, gat_sampler, gat_train  # noqa: E402
 
 DEVICES = [
@@ -264,7 +264,7 @@ def test_refresh_keeps_the_previous_model_while_its_loss_holds(tmp_path, synth_k
     in a chain of refreshes). A margin that covers it skips the epochs — α is the previous
     model's forward pass, the previous α exactly, and the reference is passed on —; no margin,
     or one that does not, trains refresh_epochs and makes this run's loss the reference."""
-    from lokg.pipeline.stage import PREVIOUS
+    from lokg.common.stage import PREVIOUS
 
     inputs, _, _ = synth_kg
     first, _ = run_stage(tmp_path / "first", inputs, epochs=2, dropout=0.0)

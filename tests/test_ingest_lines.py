@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from lokg.pipeline.stage import PREVIOUS
+from lokg.common.stage import PREVIOUS
 from lokg.runtime.config import DEFAULTS
 from lokg.spark_jobs import formats as fm
 from lokg.spark_jobs import ingest_lines as il

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
-from lokg.pipeline.stage import StageError
+from lokg.common.stage import StageError
 from lokg.runtime.taimr import EdgeGraph, uniform_edges
 
 CONFIG = {"spark": {"master": "local[2]", "shuffle_partitions": 4}}
@@ -142,7 +142,7 @@ def test_a_refresh_recomputes_the_changed_endpoints_and_equals_a_full_run(spark,
 
 def previous_of(old: Path, old_inputs: dict) -> dict:
     """The ``previous:`` inputs of a refresh after a run of ``old_inputs`` under ``old``."""
-    from lokg.pipeline.stage import PREVIOUS
+    from lokg.common.stage import PREVIOUS
 
     previous = {PREVIOUS + n: old_inputs[n] for n in ("entities", "relations", "triples")}
     return {**previous, PREVIOUS + "node_gain": str(old / "out" / "node_gain.parquet")}

@@ -303,7 +303,7 @@ def test_a_process_exiting_with_a_runtime_open_releases_its_pin(url, tmp_path):
 
 def test_building_or_publishing_into_a_url_is_refused_with_the_way_to_push(tmp_path,
                                                                           monkeypatch):
-    from lokg.pipeline.cli import cli as lokg
+    from lokg.cli import cli as lokg
 
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(lokg, ["publish", "--store", "s3://b/p", "--build-id", "b1"])

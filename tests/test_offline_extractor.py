@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from lokg.pipeline.stage import StageError
+from lokg.common.stage import StageError
 from lokg.runtime.config import DEFAULTS, ConfigError, check_config
 from lokg.text.extractors import ChunkExtractionError, make_extractor
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from lokg.pipeline.stage import StageError
+from lokg.common.stage import StageError
 from lokg.runtime.config import DEFAULTS
 from lokg.runtime.llm.openai import ENV_API_KEY
 from tests.helpers import ok_body

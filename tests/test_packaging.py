@@ -28,6 +28,8 @@ def test_the_wheel_holds_lokg_and_nothing_else_at_top_level(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("lokg-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {"lokg"}
+    for module in (REPO / "lokg").rglob("*.py"):  # the namespace's own modules and subpackages
+        assert module.relative_to(REPO).as_posix() in names, module
     for folder in SOURCE_FOLDERS[1:]:
         for module in (REPO / folder).rglob("*.py"):
             assert f"lokg/{module.relative_to(REPO).as_posix()}" in names, module

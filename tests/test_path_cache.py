@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
-from lokg.pipeline.stage import StageError
+from lokg.common.stage import StageError
 from lokg.runtime.taimr import EdgeGraph, paths_table, top_paths, uniform_edges
 from tests.test_node_gain import CONFIG, write_inputs
 
@@ -200,7 +200,7 @@ def test_a_refresh_searches_the_heads_near_a_change_and_equals_a_full_run(graph_
     node are searched anew, the others copied, and every bucket equals a full run's row for
     row. Some head two hops from every changed node gets other paths here (checked with
     top_paths directly), so a touched set walked one hop back instead of two fails."""
-    from lokg.pipeline.stage import PREVIOUS
+    from lokg.common.stage import PREVIOUS
     from lokg.spark_jobs import path_cache as stage
 
     monkeypatch.setattr(stage, "PARTIAL_MAX_SHARE", 1.0)  # partial however many are touched
@@ -230,7 +230,7 @@ def test_a_refresh_searches_the_heads_near_a_change_and_equals_a_full_run(graph_
 
 
 def test_a_refresh_of_unchanged_edges_copies_every_head(graph_inputs, built, tmp_path):
-    from lokg.pipeline.stage import PREVIOUS
+    from lokg.common.stage import PREVIOUS
 
     inputs = graph_inputs["inputs"]
     previous = {PREVIOUS + n: inputs[n] for n in ("edges", "node_gain", "entities")}
@@ -267,7 +267,7 @@ def test_a_refresh_that_shifts_the_ids_moves_the_copied_rows_and_equals_a_full_r
         graph_inputs, built, tmp_path, monkeypatch):
     """An entity with a low id removed: every id above it shifts down, so each copied row's
     head, nodes and bucket move — copied as they were, the buckets differ from a full run's."""
-    from lokg.pipeline.stage import PREVIOUS
+    from lokg.common.stage import PREVIOUS
     from lokg.spark_jobs import path_cache as stage
 
     monkeypatch.setattr(stage, "PARTIAL_MAX_SHARE", 1.0)  # partial however many are touched
@@ -302,7 +302,7 @@ def test_the_spark_path_writes_the_driver_paths_buckets(graph_inputs, built, tmp
     workers; at the default, in this process, asking for no Spark session (one asked for fails
     the test). Both write the same bucket files row for row and the same report — a full run
     and a partial refresh of a changed graph."""
-    from lokg.pipeline.stage import PREVIOUS
+    from lokg.common.stage import PREVIOUS
     from lokg.spark_jobs import path_cache as stage
     from lokg.spark_jobs import session
 

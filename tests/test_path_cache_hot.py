@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from lokg.pipeline.stage import StageError
+from lokg.common.stage import StageError
 from lokg.runtime.contract import TABLE_SCHEMAS, Store, read_table
 from lokg.runtime.taimr import EdgeGraph
 from tests.test_path_cache import config, expected_bucket, graph_inputs, run_stage  # noqa: F401

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lokg.pipeline.stage import torch_threads
+from lokg.common.stage import torch_threads
 from lokg.runtime.bert_checkpoint import (CheckpointError, UnsupportedModelError, layout,
                                           load_weights, read_safetensors, to_float32,
                                           unsupported_reason)

@@ -15,7 +15,7 @@ import pytest
 
 from lokg.pipeline import driver as pipeline
 from lokg.pipeline.refresh import content_hash
-from lokg.pipeline.stage import PREVIOUS
+from lokg.common.stage import PREVIOUS
 from lokg.runtime import contract
 from lokg.runtime.config import load_config
 from lokg.runtime.contract import Store
@@ -317,7 +317,7 @@ def test_publish_retry_after_a_crash_before_caching_moves_the_staging(tmp_path, 
 def test_store_show_says_how_each_stage_was_made(tmp_path, stages):
     from click.testing import CliRunner
 
-    from lokg.pipeline.cli import cli
+    from lokg.cli import cli
 
     store, dump = Store(tmp_path / "store"), write_dump(tmp_path / "dump", ["a", "b"])
     build(store, "b1", dump)
@@ -338,7 +338,7 @@ def test_store_show_says_how_each_stage_was_made(tmp_path, stages):
 def test_store_show_prints_what_a_refresh_changed(tmp_path, stages):
     from click.testing import CliRunner
 
-    from lokg.pipeline.cli import cli
+    from lokg.cli import cli
 
     store = Store(tmp_path / "store")
     build(store, "b1", write_dump(tmp_path / "d1", ["a", "b", "c"]))
@@ -354,7 +354,7 @@ def test_store_show_prints_what_a_refresh_changed(tmp_path, stages):
 def test_lokg_build_refreshes_unless_full(tmp_path, monkeypatch, flags, mode):
     from click.testing import CliRunner
 
-    from lokg.pipeline.cli import cli
+    from lokg.cli import cli
 
     seen = {}
 

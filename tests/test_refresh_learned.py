@@ -18,7 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from lokg.pipeline.stage import PREVIOUS  # noqa: E402
+from lokg.common.stage import PREVIOUS  # noqa: E402
 from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table  # noqa: E402
 from lokg.training import gat, gat_model, transe  # noqa: E402
 from lokg.training.warm_start import match_by_key  # noqa: E402

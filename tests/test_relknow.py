@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from lokg.runtime.contract import TABLE_SCHEMAS, Store, write_table
-from lokg.pipeline.stage import StageError
+from lokg.common.stage import StageError
 from lokg.runtime import relknow
 from lokg.runtime.query import QueryError, Runtime
 from lokg.runtime.tokens import count_tokens
@@ -877,7 +877,7 @@ def test_the_question_is_embedded_once_masked_and_plain_in_one_batch(planted):
 def test_query_command_takes_the_policy_and_prints_the_route(planted):
     from click.testing import CliRunner
 
-    from lokg.pipeline.cli import cli
+    from lokg.cli import cli
 
     q = "what is the job of edda quist 's wife ?"
     result = CliRunner().invoke(cli, ["query", q, "--store", str(planted[0]), "--policy",

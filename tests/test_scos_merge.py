@@ -265,7 +265,7 @@ def refresh_inputs(tmp_path: Path, warm_degrees: float, nmi: float = 1.0) -> dic
     the film pair) and a previous build: its relation_map numbers the relations the other way
     round (matched by name) and its vectors put film.directed_by 58° from film.director
     (cos .53: merged); this build's warm vectors put it ``warm_degrees`` away."""
-    from lokg.pipeline.stage import PREVIOUS
+    from lokg.common.stage import PREVIOUS
 
     inputs = hand_stats(tmp_path, np.array([angle(0), angle(warm_degrees), angle(90)],
                                            np.float32), nmi)
@@ -284,7 +284,7 @@ def refresh_inputs(tmp_path: Path, warm_degrees: float, nmi: float = 1.0) -> dic
 
 @pytest.mark.spark
 def test_a_small_edit_keeps_the_merges_a_changed_family_re_merges(spark, tmp_path):
-    from lokg.pipeline.stage import PREVIOUS
+    from lokg.common.stage import PREVIOUS
     from lokg.spark_jobs import scos_merge
 
     def merges(inputs: dict, name: str, **settings) -> dict:
@@ -387,7 +387,7 @@ def test_a_refresh_keeps_a_merge_that_dipped_within_the_margin(tmp_path):
     film pair's sim at .739, under θ = .75 but within the margin (.05) — kept, and reported;
     NMI .8 (sim .679) splits it; a full build of the same tables does not merge at .739.
     The rewrite runs on the driver (no Spark session in this test)."""
-    from lokg.pipeline.stage import PREVIOUS
+    from lokg.common.stage import PREVIOUS
     from lokg.spark_jobs import scos_merge
 
     def refresh(name: str, nmi: float, previous: bool = True) -> dict:

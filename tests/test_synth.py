@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lokg.pipeline.cli import cli
+from lokg.cli import cli
 from lokg.pipeline.synth import SynthError, generate
 from lokg.pipeline.synth_schema import FAMILIES, MOVIE_FAMILIES, NS
 from lokg.pipeline.synth_wording import HELDOUT_PHRASES, renderings

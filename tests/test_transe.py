@@ -21,10 +21,11 @@ pytest.importorskip("pykeen")
 
 from lokg.runtime.config import DEFAULTS  # noqa: E402
 from lokg.runtime.contract import write_table  # noqa: E402
-from lokg.pipeline.stage import torch_threads  # noqa: E402
+from lokg.common.stage import torch_threads  # noqa: E402
 from lokg.runtime.encoder import resolve_device  # noqa: E402
 from lokg.training import transe  # noqa: E402
-from lokg.training.transe import TransEError, nearest_relations  # noqa: E402
+from lokg.common.neighbours import nearest_relations  # noqa: E402
+from lokg.training.transe import TransEError  # noqa: E402
 
 DEVICES = [
     "cpu",

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from lokg.common.dumps import CORPUS_FILES
 from lokg.runtime.contract import TABLE_SCHEMAS, write_table
 
 DOCUMENT_SUFFIXES = (".json", ".jsonl", ".txt", ".md")
-CORPUS_FILES = ("corpus.json", "corpus.jsonl")
 SNIPPET = 200  # characters of a rejected record kept in the quarantine
 
 
@@ -148,20 +148,6 @@ def write_quarantine(rejected: Iterable[Rejected], path: Path) -> None:
     columns = {name: [getattr(r, name) for r in rows]
                for name in ("file", "line", "reason", "text")}
     write_table("quarantine", pa.table(columns, schema=TABLE_SCHEMAS["quarantine"]), path)
-
-
-def looks_like_documents(dump: Path) -> bool:
-    """``ingest.format=auto`` reads documents from a corpus folder or a JSON/JSONL file."""
-    if dump.is_dir():
-        return any((dump / name).is_file() for name in CORPUS_FILES)
-    return dump.suffix in (".json", ".jsonl")
-
-
-def build_format(configured: str, dump: Path) -> str:
-    """``docs`` when the build reads documents (configured, or detected), else ``triples``."""
-    if configured == "auto":
-        return "docs" if looks_like_documents(dump) else "triples"
-    return "docs" if configured == "docs" else "triples"
 
 
 def _decoded(raw: bytes) -> str:

@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, stage_input
+from lokg.common.dumps import build_format
+from lokg.common.stage import Laps, StageError, checked_section, stage_input
 from lokg.runtime.config import section
 from lokg.runtime.contract import TABLE_SCHEMAS, write_table
 from lokg.runtime.tokens import count_tokens
 from lokg.text.chunking import chunk_document, content_id
-from lokg.text.corpus import Document, Reader, build_format, write_quarantine
+from lokg.text.corpus import Document, Reader, write_quarantine
 
 STAGE = "documents"
 TABLES = ("documents", "chunks", "sentences")

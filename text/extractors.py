@@ -19,7 +19,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from lokg.pipeline.stage import StageError
+from lokg.common.stage import StageError
 
 #: Backend name -> "module:factory"; the factory takes the stage's config section.
 BACKENDS: dict[str, str] = {

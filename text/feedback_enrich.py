@@ -42,14 +42,13 @@ the triples and names that answer them (``text.feedback_answers``) and the delta
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, stage_input, torch_threads
+from lokg.common.stage import (Laps, checked_section, published_encoder, stage_input,
+                               torch_threads)
 from lokg.runtime.config import section
 from lokg.runtime.contract import Build, Store
-from lokg.runtime.encoder import EncoderError, SentenceEncoder
 from lokg.runtime.feedback import BRIDGE, log_dir, read_log
 from lokg.text.feedback_answers import aliases, deduplicated, retrieved, with_relations
 from lokg.text.feedback_deltas import Tried, consolidated, deltas_dir, earlier, persist
@@ -146,14 +145,6 @@ def _open(sqs: list[SubQuestion], state: dict[str, Tried], fingerprint: str,
     return sorted(todo, key=lambda sq: -len(sq.feedback_ids))[:limit], counts
 
 
-def _encoder(build: Build, cfg: Mapping) -> SentenceEncoder:
-    spec = json.loads((build.path / "models" / "encoder.json").read_text(encoding="utf-8"))
-    try:
-        return SentenceEncoder.from_spec(spec, device=str(cfg["device"]))
-    except EncoderError as exc:
-        raise StageError(f"{STAGE}: {exc}") from None
-
-
 def bridge_ranks(config: Mapping, cfg: Mapping) -> range:
     """The ranks of a question's passages that get a bridge: past the runtime's own passage
     seeds (``query.passages``: their triples already enter the question's context), at most
@@ -169,7 +160,7 @@ def enrich(config: Mapping, cfg: Mapping, build: Build, sqs: list[SubQuestion],
     backend = cfg["backend"] or section(config, "triple_extract")["backend"]
     root, k = deltas_dir(build.root), int(cfg["k"])
     with torch_threads(cfg.get("threads")):
-        pub = Published(build, _encoder(build, cfg))
+        pub = Published(build, published_encoder(STAGE, build, cfg["device"]))
         fingerprint = pub.fingerprint(cfg, backend)
         todo, closed = _open(sqs, earlier(root, build.build_id), fingerprint, cfg)
         extraction = Extraction(config, backend, dump, out)

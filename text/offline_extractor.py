@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping
 
-from lokg.pipeline.stage import StageError
+from lokg.common.stage import StageError
 from lokg.text.extractors import ChunkExtractionError
 
 #: Bump whenever a rule below changes what :meth:`OfflineExtractor.extract` returns.

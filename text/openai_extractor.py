@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 
-from lokg.pipeline.stage import StageError
+from lokg.common.stage import StageError
 from lokg.runtime.errors import LokgError
 from lokg.runtime.llm.base import Completion, LLMConfigError, LLMError
 from lokg.runtime.llm.openai import MAX_RETRIES, OpenAICompatible

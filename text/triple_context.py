@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lokg.pipeline.stage import (Laps, checked_section, stage_batch_encoder, stage_input,
+from lokg.common.stage import (Laps, checked_section, stage_batch_encoder, stage_input,
                             torch_threads)
 from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
 from lokg.runtime.encoder import PrefixedEncoder, encode_by_length

@@ -30,11 +30,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, stage_input
+from lokg.common.dumps import build_format
+from lokg.common.stage import Laps, StageError, checked_section, stage_input
 from lokg.runtime.config import section
 from lokg.runtime.contract import read_table
 from lokg.text.chunking import content_id
-from lokg.text.corpus import SNIPPET, Rejected, build_format, write_quarantine
+from lokg.text.corpus import SNIPPET, Rejected, write_quarantine
 from lokg.text.extractors import ChunkExtractionError, make_extractor
 
 STAGE = "triple_extract"

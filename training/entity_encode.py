@@ -59,7 +59,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lokg.pipeline.stage import (PREVIOUS, Laps, StageError, checked_section, previous_inputs,
+from lokg.common.stage import (PREVIOUS, Laps, StageError, checked_section, previous_inputs,
                             stage_batch_encoder, torch_threads)
 from lokg.runtime.config import BATCH_ENCODERS, TEXT_RULES
 from lokg.runtime.contract import read_table, write_table

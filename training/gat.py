@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, previous_inputs, torch_threads
+from lokg.common.stage import Laps, StageError, checked_section, previous_inputs, torch_threads
 from lokg.runtime.contract import read_table, write_table
 from lokg.runtime.encoder import resolve_device
 from lokg.runtime.taimr import uniform_edges

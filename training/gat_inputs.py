@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lokg.pipeline.stage import StageError
+from lokg.common.stage import StageError
 from lokg.runtime.contract import read_table
 from lokg.runtime.taimr import with_inverses
 

@@ -9,7 +9,7 @@ the chain predictor votes with and the lexicon. Without questions only the zero-
 written (relation names embedded as text, the KG checks). The encoder is the store's own
 (``encoder`` of entity_encode); a build without it gets a lexicon-only artefact (0-wide
 vectors: the runtime predicts chains from the lexicon, no zero-shot matcher) and the report
-says so. Training questions are read with ``evaluation.datasets`` (gat's parser keeps
+says so. Training questions are read with ``common.datasets`` (gat's parser keeps
 only distinct paths, not the question texts).
 
 Thresholds come from ``relation_knowledge.dev_questions`` only (never from test: a file whose
@@ -40,9 +40,8 @@ Without dev questions the defaults stand (θ_lift = :data:`DEFAULT_LIFT`, θ_zs 
 most :data:`DEFAULT_ROUTE_MAX_ANSWERS` answers: without a dev set to calibrate on, a derivation
 the votes agree on beats the retrieval fallback, whose top candidate is nearly always a 1-hop
 neighbour; the precision gate passes nothing, ``max_answers`` 0: its precision is a promise
-only dev can back, and unfitted it passed answers at 0.88–0.95 on the zero-shot graphs) and
-the report says so. The report also gives the dev chain accuracy and both gates' dev coverage and
-precision.
+only dev can back) and the report says so. The report also gives the dev chain accuracy and both
+gates' dev coverage and precision.
 
 Not fitted but measured on the training questions: how their wording names their hops
 (``hop_range_agreement``, the share whose chain length each reading of
@@ -66,14 +65,16 @@ from pathlib import Path
 
 import numpy as np
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, torch_threads
+from lokg.common.datasets import DatasetError, load_jsonl, load_pathquestion
+from lokg.common.metrics import score
+from lokg.common.stage import Laps, StageError, checked_section, torch_threads
+from lokg.common.store_names import StoreNames
 from lokg.runtime.contract import read_table
 from lokg.runtime.question_text import (HOP_READINGS, HopRuns, hop_runs, mask_topic,
                                    question_words, relation_texts)
 from lokg.runtime.relknow import (
     ARTEFACT,
     FORMAT_VERSION,
-    INVERSE_PREFIX,
     MODEL_FILE,
     VECTORS_FILE,
     Facts,
@@ -83,7 +84,6 @@ from lokg.runtime.relknow import (
     learn_functional,
     learn_inverses,
     precision_gate,
-    hop_id,
     split_hop,
 )
 
@@ -97,8 +97,7 @@ DEFAULT_ROUTE_MAX_ANSWERS = 100
 ROUTE_SHARES = (0.6, 0.7, 0.8, 0.9)
 SUPPORTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
 #: the precision gate's grid: shares up to a chain alone among the instantiating votes, supports
-#: up to every neighbour voting for it (σ ≤ 0.5 and τ = 0.6 alone reached 0.99 on no protocol
-#: store's dev set, and the strictest of them then let 2 wrong of 47 through on a test set)
+#: up to every neighbour voting for it
 PRECISION_SHARES = (0.6, 0.7, 0.8, 0.9, 1.0)
 PRECISION_SUPPORTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 INVERSE_MIN_SHARE = 0.7  # of both relations' facts stated the other way round
@@ -159,9 +158,7 @@ class Labelled:
 
 
 def read_questions(path: str | Path):
-    """Questions of a PathQuestion split file or a JSONL file (evaluation.datasets' readers)."""
-    from lokg.evaluation.datasets import DatasetError, load_jsonl, load_pathquestion
-
+    """Questions of a PathQuestion split file or a JSONL file (common.datasets' readers)."""
     path = Path(path)
     try:
         if path.suffix in (".jsonl", ".json"):
@@ -171,49 +168,23 @@ def read_questions(path: str | Path):
         raise StageError(f"{STAGE}: {exc}") from None
 
 
-class Store:
-    """What fitting needs from the staged tables: entity forms and names, relation names."""
-
-    def __init__(self, inputs: Mapping[str, str]):
-        ent = read_table(Path(inputs["entities"]), columns=["id", "key", "name", "aliases"])
-        self.key_to_id = dict(zip(ent.column("key").to_pylist(), ent.column("id").to_pylist()))
-        self.names = ent.column("name").to_pylist()
-        self.keys = ent.column("key").to_pylist()
-        self._aliases = ent.column("aliases")
-        rel = read_table(Path(inputs["relations"]), "relations")
-        self.relation_ids = dict(zip(rel.column("name").to_pylist(), rel.column("id").to_pylist()))
-        self.relation_names = {i: n for n, i in self.relation_ids.items()}
-        rmap = read_table(Path(inputs["relation_map"]), "relation_map")
-        self.canonical = dict(zip(rmap.column("name").to_pylist(),
-                                  rmap.column("canonical_name").to_pylist()))
-
-    def canonical_hop(self, hop: str) -> str | None:
-        """A gold hop (``rel`` or ``~rel``) with its relation's canonical name (None: unknown)."""
-        relation, inverse = split_hop(hop)
-        name = self.canonical.get(relation)
-        return None if name is None else INVERSE_PREFIX * inverse + name
-
-    def hop(self, name: str) -> int:
-        return hop_id(name, self.relation_ids.__getitem__, len(self.relation_ids))
-
-    def forms(self, entity: int) -> list[str]:
-        return [self.names[entity], self.keys[entity], *(self._aliases[entity].as_py() or [])]
-
-    def resolve(self, questions) -> Labelled:
-        out = Labelled([], [], [], [], 0)
-        for q in questions:
-            topics = [self.key_to_id.get(k) for k in q.topic_entities]
-            chain = tuple(self.canonical_hop(h) for h in q.path)
-            if not chain or not topics or None in topics or None in chain:
-                out.skipped += 1
-                continue
-            forms = [f for t in topics for f in self.forms(t)]
-            out.masked.append(mask_topic(q.question, forms))
-            out.hop_runs.append(hop_runs(q.question, forms))
-            out.topics.append(topics)
-            out.chains.append(chain)
-            out.answers.append(tuple(q.answers))
-        return out
+def resolve(store: StoreNames, questions) -> Labelled:
+    """The questions resolved against the store's names; one naming an unknown entity key or
+    relation is counted as skipped."""
+    out = Labelled([], [], [], [], 0)
+    for q in questions:
+        topics = [store.key_to_id.get(k) for k in q.topic_entities]
+        chain = tuple(store.canonical_hop(h) for h in q.path)
+        if not chain or not topics or None in topics or None in chain:
+            out.skipped += 1
+            continue
+        forms = [f for t in topics for f in store.forms(t)]
+        out.masked.append(mask_topic(q.question, forms))
+        out.hop_runs.append(hop_runs(q.question, forms))
+        out.topics.append(topics)
+        out.chains.append(chain)
+        out.answers.append(tuple(q.answers))
+    return out
 
 
 def fit_lexicon(masked: Sequence[str], chains: Sequence[tuple[str, ...]], min_support: int
@@ -330,7 +301,7 @@ class Learned:
     kg: dict  # the functional, exclusive and inverse relations
 
     @classmethod
-    def of(cls, cfg: Mapping, store: Store, train: Labelled | None, kg: dict) -> Learned:
+    def of(cls, cfg: Mapping, store: StoreNames, train: Labelled | None, kg: dict) -> Learned:
         chains, question_chain, lexicon, prior = _chain_votes(train, cfg)
         return cls([store.relation_names[i] for i in sorted(store.relation_names)], chains,
                    question_chain, lexicon, prior,
@@ -398,7 +369,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     if missing:
         raise StageError(f"{STAGE} needs inputs {missing} (have {sorted(inputs)})")
     lap = Laps()
-    store = Store(inputs)
+    store = StoreNames(inputs)
     tri = read_table(Path(inputs["triples"]), "triples")
     s, r, o = (tri.column(c).to_numpy() for c in ("s", "r", "o"))
     facts = Facts(s, r, o, len(store.relation_ids))
@@ -447,7 +418,7 @@ def _write(target: Path, spec: dict, arrays: Mapping[str, np.ndarray], lap: Laps
     return {"outputs": {ARTEFACT: str(target)}, "report": summary}
 
 
-def _kg_checks(s, r, o, store: Store, cfg: Mapping) -> tuple[dict, dict]:
+def _kg_checks(s, r, o, store: StoreNames, cfg: Mapping) -> tuple[dict, dict]:
     """What the graph itself says about its relations (functional, mutually exclusive,
     inverse pairs), by name for the model, with the counts behind them for the report."""
     names = store.relation_names
@@ -470,14 +441,14 @@ def _kg_checks(s, r, o, store: Store, cfg: Mapping) -> tuple[dict, dict]:
     return kg, report
 
 
-def _labelled(cfg: Mapping, store: Store) -> tuple[Labelled | None, Labelled | None]:
+def _labelled(cfg: Mapping, store: StoreNames) -> tuple[Labelled | None, Labelled | None]:
     """The training and dev questions resolved against the store; refused when training
     questions are configured and none resolves."""
-    train = store.resolve(read_questions(cfg["questions"])) if cfg["questions"] else None
+    train = resolve(store, read_questions(cfg["questions"])) if cfg["questions"] else None
     if train is not None and not train.masked:
         raise StageError(f"{STAGE}.questions={cfg['questions']}: no question resolves against "
                          f"this store ({train.skipped} skipped)")
-    dev = store.resolve(read_questions(cfg["dev_questions"])) if cfg["dev_questions"] else None
+    dev = resolve(store, read_questions(cfg["dev_questions"])) if cfg["dev_questions"] else None
     return train, dev
 
 
@@ -525,7 +496,7 @@ class _DevRun:
     the calls (the θ_zs grid assesses the same questions once per θ)."""
 
     def __init__(self, dev: Labelled, dev_vectors: np.ndarray | None, facts: Facts,
-                 store: Store, encoder: Encoder):
+                 store: StoreNames, encoder: Encoder):
         self.dev, self.dev_vectors, self.facts, self.store = dev, dev_vectors, facts, store
         self.encoder, self.spans = encoder, {}
 
@@ -537,8 +508,6 @@ class _DevRun:
 
     def assess(self, kn: RelationKnowledge) -> tuple[list, list[bool]]:
         """(assessments, whether each derivation's endpoints hit the gold at 1)."""
-        from lokg.evaluation.metrics import score
-
         embed = self.embed if self.encoder.model is not None else None
         dev = self.dev
         out = [kn.assess(masked, topics, self.facts, embed=embed, runs=dev.hop_runs[i],
@@ -551,7 +520,7 @@ class _DevRun:
 
 
 def select_thresholds(knowledge: Callable[[Mapping], RelationKnowledge], defaults: dict,
-                      dev: Labelled, dev_vectors: np.ndarray | None, facts: Facts, store: Store,
+                      dev: Labelled, dev_vectors: np.ndarray | None, facts: Facts, store: StoreNames,
                       encoder: Encoder, cfg: Mapping) -> tuple[dict, dict]:
     """Steps 1–4 of the module docstring on the dev questions."""
     thresholds = dict(defaults)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from lokg.pipeline.stage import id_translation
+from lokg.common.stage import id_translation
 from lokg.runtime.contract import read_table
 
 

@@ -16,7 +16,7 @@ from lokg.runtime.relknow.lexicon import lexicon_hops, meanings, unnamed_hop
 from lokg.runtime.relknow.predictor import LabelledPredictor, Question, unfamiliar_wording
 from lokg.runtime.relknow.spans import (described_fit, described_size, head_kind,
                                         span_similarities)
-from lokg.runtime.relknow.votes import (Prediction, composed_chains, held_support, nested,
+from lokg.runtime.relknow.votes import (Prediction, composed_chains, nested,
                                         revote, voted_length)
 
 #: A voted chain whose support is under this many neighbours' worth of the vote (support × k)

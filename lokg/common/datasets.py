@@ -36,12 +36,12 @@ Bad input raises :class:`DatasetError` naming the file and line.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lokg.runtime.contract import sha256_file
 from lokg.runtime.errors import LokgError
 
 PATHQUESTION_SPLITS = ("train", "dev", "test")
@@ -88,14 +88,6 @@ class Dataset:
         return {"kind": self.kind, "source": str(self.source), "split": self.split,
                 "questions": len(self.questions), "sha256": self.sha256,
                 "kb": str(self.kb) if self.kb else None, "kb_format": self.kb_format}
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def parse_pathquestion_answer(field_text: str) -> tuple[str, ...]:
@@ -168,7 +160,7 @@ def load_pathquestion(directory: str | Path, split: str = "test") -> Dataset:
             questions.append(Question(f"{split}-{lineno:05d}", text.strip(), answers,
                                       (topic,), relations))
     train, dev = root / "train.txt", root / "dev.txt"
-    return Dataset("pathquestion", source, split, tuple(questions), _sha256(source), kb=kb,
+    return Dataset("pathquestion", source, split, tuple(questions), sha256_file(source), kb=kb,
                    kb_format="pathquestion", train_file=train if train.is_file() else None,
                    dev_file=dev if dev.is_file() else None)
 
@@ -221,7 +213,7 @@ def load_metaqa(directory: str | Path, split: str = "test") -> Dataset:
             except ValueError as exc:
                 raise DatasetError(f"{source}:{lineno}: {exc}") from None
             questions.append(Question(f"{prefix}-{lineno:05d}", text, answers, topics))
-    return Dataset("metaqa", source, split, tuple(questions), _sha256(source), kb=kb,
+    return Dataset("metaqa", source, split, tuple(questions), sha256_file(source), kb=kb,
                    kb_format="metaqa")
 
 
@@ -280,7 +272,7 @@ def load_jsonl(file: str | Path, split: str | None = None, *, kind: str = "jsonl
     kb = kb_format = None
     if kind == "synth":
         kb, kb_format = source.parent, "synth"
-    return Dataset(kind, source, split, tuple(questions), _sha256(source), kb=kb,
+    return Dataset(kind, source, split, tuple(questions), sha256_file(source), kb=kb,
                    kb_format=kb_format)
 
 

@@ -1,4 +1,5 @@
-"""The metrics of DESIGN §5, per question and per method, with the answer normalisation.
+"""The metrics an evaluation reports, per question and per method, with the answer
+normalisation (the relation_knowledge stage scores its dev questions with them too).
 
 **Normalisation** (:func:`normalise_answer`), applied to gold and predicted answers alike:
 NFKC, casefold; ``_`` → space; apostrophes (``'`` ``’`` ``ʼ`` and the backtick) deleted, so
@@ -33,7 +34,7 @@ normalised gold set:
   of one command;
 * ``failed_calls`` (LLM calls that raised) and ``failed_questions`` (questions with at least one).
 
-**Reading metrics** (multi-hop reading sets, DESIGN §5; evaluation/text_datasets.py), added
+**Reading metrics** (multi-hop reading sets, evaluation/text_datasets.py), added
 to a run that asks for them (``runner.evaluate(..., reading=True)``), per question from the
 first prediction (the reader's best answer) and the gold answer with its aliases, under the
 SQuAD normalisation (:func:`squad_normalise`: lowercase, punctuation *deleted*, articles

@@ -2,8 +2,8 @@
 and the thread setting of the torch stages (their device: ``runtime.encoder.resolve_device``,
 which the query encoder uses too).
 
-Stages import this module (``spark_jobs`` and ``training`` → ``pipeline.stage`` → ``runtime``);
-the driver imports the stages only by name, so no import cycle arises.
+Stages (``spark_jobs``, ``training``, ``text``) and the build driver (``pipeline.driver``) import
+this module, which imports only ``runtime``; the driver imports the stages only by name.
 """
 
 from __future__ import annotations
@@ -155,5 +155,20 @@ def stage_batch_encoder(stage: str, spec: Mapping, cfg: Mapping, exported: Path 
                              cfg.get("threads"))
     except UnsupportedModelError as exc:
         raise StageError(f"{stage}.encoder={cfg['encoder']}: {exc}") from None
+    except EncoderError as exc:
+        raise StageError(f"{stage}: {exc}") from None
+
+
+def published_encoder(stage: str, build, device: str):
+    """The sentence encoder a published build's ``models/encoder.json`` describes, on
+    ``device``: what reads the build's vectors embeds as they were made. Errors become
+    StageError naming the stage."""
+    import json
+
+    from lokg.runtime.encoder import EncoderError, SentenceEncoder
+
+    spec = json.loads((build.path / "models" / "encoder.json").read_text(encoding="utf-8"))
+    try:
+        return SentenceEncoder.from_spec(spec, device=str(device))
     except EncoderError as exc:
         raise StageError(f"{stage}: {exc}") from None
