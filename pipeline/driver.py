@@ -60,6 +60,7 @@ MODEL_ARTEFACTS = {"transe_run": "models/transe",
                    "chunk_vectors": "chunk_vectors.npy",
                    "encoder": "models/encoder.json",
                    "query_encoder": "models/query_encoder.onnx",
+                   "span_encoder": "models/span_encoder.onnx",
                    "gat_run": "models/gat",
                    "relknow": "models/relknow"}
 

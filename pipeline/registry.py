@@ -80,7 +80,7 @@ STAGES: tuple[Stage, ...] = (
           refresh="partial"),
     Stage("entity_encode", "training", ("entities",),
           ("entity_vectors", "entity_index", "entity_ids", "encoder"),
-          optional_outputs=("query_encoder",), refresh="partial"),
+          optional_outputs=("query_encoder", "span_encoder"), refresh="partial"),
     Stage("triple_context", "text",
           ("entities", "relations", "relation_map", "triples", "documents", "chunks",
            "sentences", "extraction_sources", "encoder"),

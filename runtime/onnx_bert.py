@@ -25,6 +25,8 @@ from lokg.runtime.encoder import PrefixedEncoder
 
 #: The exported model beside encoder.json in a build's ``models/``.
 QUERY_MODEL = "query_encoder.onnx"
+#: The float32 export question spans are embedded with, beside an int8 ``QUERY_MODEL``.
+SPANS_MODEL = "span_encoder.onnx"
 #: What to install for it.
 EXTRA = "lokg[query-encoder]"
 
@@ -34,6 +36,15 @@ def exported_model(spec: Mapping, models_dir: Path) -> Path | None:
     onnx = spec.get("onnx") or {}
     path = models_dir / str(onnx.get("file") or QUERY_MODEL)
     return path if onnx and path.is_file() else None
+
+
+def spans_model(spec: Mapping, models_dir: Path) -> Path | None:
+    """The store's float32 export for question spans (encoder.json's ``onnx.spans_file``: its
+    own file beside an int8 question encoder, the question encoder itself when that is fp32)
+    when it is recorded and there; None on builds made before it was exported."""
+    name = (spec.get("onnx") or {}).get("spans_file")
+    path = models_dir / str(name) if name else None
+    return path if path is not None and path.is_file() else None
 
 
 def available() -> bool:

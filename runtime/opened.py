@@ -330,11 +330,13 @@ class OpenedBuild:
     def span_embedder(self) -> CachedEmbeddings | None:
         """The encoder for question spans, through a cache: spans recur across questions. Spans
         are compared with relation names the build embedded in float32, so an int8 ONNX
-        question encoder gives way here to a float32 one on the same weights where one is
-        installed (docs/BENCHMARKS.md "int8 vectors independent of the batch")."""
+        question encoder gives way here to the build's float32 export of the same weights
+        (question_encoder.float32_encoder; docs/BENCHMARKS.md "int8 vectors independent of
+        the batch")."""
         if self._spans is None and self.encoder() is not None:
             self._spans = CachedEmbeddings(float32_encoder(
-                self.encoder_spec, self.encoder(), threads=self.settings["threads"]))
+                self.encoder_spec, self.encoder(), threads=self.settings["threads"],
+                models_dir=self.build.path / "models"))
         return self._spans
 
     def embed(self, masked: str | None, plain: str | None

@@ -55,12 +55,21 @@ def _torch_encoder(spec: Mapping, threads: int | None) -> SentenceEncoder:
     return encoder
 
 
-def float32_encoder(spec: Mapping, encoder, threads: int | None = None):
-    """An encoder of float32 vectors on ``encoder``'s weights: ``encoder`` itself, unless it is
-    the exported ONNX model (int8 by default), then sentence-transformers where it is installed
-    (else ``encoder``). What embeds text compared with vectors the build made in float32."""
+def float32_encoder(spec: Mapping, encoder, threads: int | None = None,
+                    models_dir: Path | None = None):
+    """An encoder of float32 vectors on ``encoder``'s weights: what embeds text compared with
+    vectors the build made in float32. ``encoder`` itself unless it is the exported ONNX model;
+    beside it, the build's float32 export (``onnx_bert.spans_model`` in ``models_dir``; the
+    question encoder's own model when that is fp32) through onnxruntime, no torch; on a build
+    without one, as before it was exported: sentence-transformers where it is installed, else
+    ``encoder``."""
     if getattr(encoder, "backend", None) != "onnx":
         return encoder
+    spans = onnx_bert.spans_model(spec, models_dir) if models_dir is not None else None
+    if spans is not None:
+        if spans == Path(encoder.model_path):
+            return encoder
+        return onnx_bert.OnnxBertEncoder(spec_model_dir(spec), spec, spans, per_text=True)
     try:
         return _torch_encoder(spec, threads)
     except (ImportError, EncoderError):

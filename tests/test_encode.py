@@ -7,6 +7,7 @@ stage runs once per module (loading the model is most of the cost).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,9 +24,9 @@ from lokg.runtime.config import DEFAULTS  # noqa: E402
 from lokg.runtime.contract import read_table, write_table  # noqa: E402
 from lokg.runtime.encoder import (EncoderError, SentenceEncoder, encode_by_length,  # noqa: E402
                             resolve_model)
-from lokg.runtime.onnx_bert import exported_model  # noqa: E402
+from lokg.runtime.onnx_bert import exported_model, spans_model  # noqa: E402
 from lokg.runtime.question_encoder import query_encoder  # noqa: E402
-from lokg.common.stage import StageError  # noqa: E402
+from lokg.common.stage import PREVIOUS, StageError  # noqa: E402
 from lokg.training import entity_encode as encode  # noqa: E402
 
 # (key, name, types, description); ids are assigned in a shuffled order below
@@ -99,7 +100,7 @@ def test_outputs_are_unit_vectors_in_id_order(built):
     assert ids.column("row").to_pylist() == list(range(len(ENTITIES)))
     assert ids.column("id").to_pylist() == sorted(IDS)
     assert set(result["outputs"]) == {"entity_vectors", "entity_index", "entity_ids", "encoder",
-                                      "query_encoder"}
+                                      "query_encoder", "span_encoder"}
     report = result["report"]
     assert report["entities"] == len(ENTITIES) and report["unnamed"] == 1
     assert report["index"] == "flat_ip" and report["dim"] == 384 and report["device"] == "cpu"
@@ -161,6 +162,10 @@ def test_the_question_encoder_is_exported_for_the_query_service(built, tmp_path)
     spec = json.loads((out / "encoder.json").read_text())
     assert spec["onnx"]["file"] == "query_encoder.onnx" and spec["onnx"]["quantization"] == "int8"
     assert Path(result["outputs"]["query_encoder"]) == out / "query_encoder.onnx"
+    # the float32 model question spans are embedded with, beside the int8 one
+    assert spec["onnx"]["spans_file"] == "span_encoder.onnx"
+    assert Path(result["outputs"]["span_encoder"]) == out / "span_encoder.onnx"
+    assert spans_model(spec, out) == out / "span_encoder.onnx"
     encoder = query_encoder(spec, exported=exported_model(spec, out))
     reference = SentenceEncoder.from_spec(spec).encode_queries(["Marie Curie", "Paris"])
     assert encoder.backend == "onnx"
@@ -169,8 +174,40 @@ def test_the_question_encoder_is_exported_for_the_query_service(built, tmp_path)
     off = encode.run(config(query_onnx="off"), {"entities": str(tmp_path / "entities.parquet")},
                      str(tmp_path))
     assert "query_encoder" not in off["outputs"] and not (tmp_path / "query_encoder.onnx").exists()
+    assert "span_encoder" not in off["outputs"] and not (tmp_path / "span_encoder.onnx").exists()
     assert "onnx" not in json.loads((tmp_path / "encoder.json").read_text())
     assert off["report"]["query_onnx"] == {"skipped": "entity_encode.query_onnx is off"}
+
+
+def test_an_fp32_question_encoder_serves_the_spans_itself(tmp_path):
+    write_entities(tmp_path / "entities.parquet")
+    result = encode.run(config(query_onnx="fp32"), {"entities": str(tmp_path / "entities.parquet")},
+                        str(tmp_path))
+    spec = json.loads((tmp_path / "encoder.json").read_text())
+    assert spec["onnx"]["spans_file"] == spec["onnx"]["file"] == "query_encoder.onnx"
+    assert "span_encoder" not in result["outputs"] and not (tmp_path / "span_encoder.onnx").exists()
+
+
+def test_a_refresh_of_a_build_without_the_spans_model_exports_it(built, tmp_path):
+    """The previous export is reused with its spans model; one made before spans were exported
+    is not: the refresh exports both, so the refreshed build has them."""
+    _, out = built
+    older = tmp_path / "older"
+    older.mkdir()
+    spec = json.loads((out / "encoder.json").read_text())
+    spec["onnx"].pop("spans_file")
+    (older / "encoder.json").write_text(json.dumps(spec))
+    shutil.copy2(out / "query_encoder.onnx", older / "query_encoder.onnx")
+    write_entities(tmp_path / "entities.parquet")
+    for previous, run in ((out, "reused"), (older, "exported")):
+        (tmp_path / run).mkdir()
+        result = encode.run(config(), {"entities": str(tmp_path / "entities.parquet"),
+                                       PREVIOUS + "encoder": str(previous / "encoder.json")},
+                            str(tmp_path / run))
+        assert Path(result["outputs"]["span_encoder"]) == tmp_path / run / "span_encoder.onnx"
+        assert result["report"]["query_onnx"]["spans_file"] == "span_encoder.onnx"
+    assert (tmp_path / "reused" / "span_encoder.onnx").read_bytes() == \
+        (out / "span_encoder.onnx").read_bytes()
 
 
 def test_without_onnx_installed_the_build_goes_on_without_the_export(tmp_path, monkeypatch):

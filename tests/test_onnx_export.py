@@ -10,8 +10,8 @@ import pytest
 from lokg.runtime import onnx_bert
 from lokg.runtime.bert_checkpoint import CheckpointError, UnsupportedModelError
 from lokg.runtime.encoder import SentenceEncoder, resolve_model
-from lokg.runtime.onnx_bert import OnnxBertEncoder, exported_model
-from lokg.runtime.question_encoder import query_encoder
+from lokg.runtime.onnx_bert import OnnxBertEncoder, exported_model, spans_model
+from lokg.runtime.question_encoder import float32_encoder, query_encoder
 from lokg.training.onnx_export import export
 
 pytest.importorskip("onnxruntime")
@@ -30,9 +30,11 @@ def model_dir():
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, model_dir):
+    """fp32 alone; int8 with the float32 model for spans beside it (int8_spans.onnx)."""
     out = tmp_path_factory.mktemp("onnx")
-    return {q: (export(model_dir, out / f"{q}.onnx", q), out / f"{q}.onnx")
-            for q in ("fp32", "int8")}
+    return {"fp32": (export(model_dir, out / "fp32.onnx", "fp32"), out / "fp32.onnx"),
+            "int8": (export(model_dir, out / "int8.onnx", "int8", out / "int8_spans.onnx"),
+                     out / "int8.onnx")}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +60,8 @@ def test_fp32_export_gives_sentence_transformers_vectors(exported, model_dir, re
 
 def test_int8_export_is_close_and_a_quarter_of_the_size(exported, model_dir, reference):
     info, path = exported["int8"]
-    assert info == {"file": "int8.onnx", "quantization": "int8", "bytes": path.stat().st_size}
+    assert info == {"file": "int8.onnx", "quantization": "int8", "bytes": path.stat().st_size,
+                    "spans_file": "int8_spans.onnx"}
     assert info["bytes"] < exported["fp32"][0]["bytes"] / 3
     vectors = OnnxBertEncoder(model_dir, SPEC, path).encode_queries(TEXTS)
     cosine = (vectors * reference).sum(axis=1)
@@ -105,3 +108,47 @@ def test_exported_model_only_when_recorded_and_present(tmp_path):
     assert exported_model({}, tmp_path) is None  # an older build: encoder.json records none
     assert exported_model({"onnx": {"file": "gone.onnx"}}, tmp_path) is None
     assert exported_model({"onnx": {}}, tmp_path) is None
+
+
+def test_beside_int8_the_spans_model_is_the_float32_export(exported, model_dir, reference):
+    """Spans are embedded in float32: the int8 export writes the model it quantized beside it,
+    which gives the fp32 export's vectors, sentence-transformers' within float tolerance."""
+    spans = exported["int8"][1].parent / exported["int8"][0]["spans_file"]
+    vectors = OnnxBertEncoder(model_dir, SPEC, spans).encode_queries(TEXTS)
+    np.testing.assert_array_equal(
+        vectors, OnnxBertEncoder(model_dir, SPEC, exported["fp32"][1]).encode_queries(TEXTS))
+    np.testing.assert_allclose(vectors, reference, atol=2e-5)
+
+
+def test_an_fp32_export_serves_the_spans_itself(tmp_path, model_dir):
+    info = export(model_dir, tmp_path / "query_encoder.onnx", "fp32",
+                  tmp_path / "span_encoder.onnx")
+    assert info["spans_file"] == "query_encoder.onnx"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["query_encoder.onnx"]
+    assert spans_model({"onnx": info}, tmp_path) == tmp_path / "query_encoder.onnx"
+
+
+def test_spans_model_only_when_recorded_and_present(tmp_path):
+    (tmp_path / "span_encoder.onnx").write_bytes(b"x")
+    entry = {"file": "query_encoder.onnx", "spans_file": "span_encoder.onnx"}
+    assert spans_model({"onnx": entry}, tmp_path) == tmp_path / "span_encoder.onnx"
+    # a build made before the spans model was exported: none
+    assert spans_model({"onnx": {"file": "query_encoder.onnx"}}, tmp_path) is None
+    assert spans_model({}, tmp_path) is None
+    assert spans_model({"onnx": {**entry, "spans_file": "gone.onnx"}}, tmp_path) is None
+
+
+def test_float32_encoder_takes_the_spans_model_beside_an_onnx_question_encoder(exported,
+                                                                                model_dir):
+    (info, path), models = exported["int8"], exported["int8"][1].parent
+    spec = {**SPEC, "path": str(model_dir), "onnx": info}
+    int8 = query_encoder(spec, exported=path)
+    spans = float32_encoder(spec, int8, models_dir=models)
+    assert spans.backend == "onnx" and spans.model_path == models / "int8_spans.onnx"
+    alone = np.stack([spans.encode_queries([t])[0] for t in TEXTS])
+    np.testing.assert_array_equal(spans.encode_queries(TEXTS), alone)  # each span alone
+    fp32_spec = {**spec, "onnx": {**exported["fp32"][0], "spans_file": "fp32.onnx"}}
+    fp32 = query_encoder(fp32_spec, exported=exported["fp32"][1])
+    assert float32_encoder(fp32_spec, fp32, models_dir=models) is fp32  # one model, both
+    older = {**spec, "onnx": {k: v for k, v in info.items() if k != "spans_file"}}
+    assert float32_encoder(older, int8, models_dir=models).backend == "torch"

@@ -54,14 +54,15 @@ TEXTS = {
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """The build's export of MiniLM (training/onnx_export.py), float32 and int8."""
+    """The build's export of MiniLM (training/onnx_export.py), float32 and int8, each with its
+    model for spans (the int8 one's float32 model beside it)."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
     from lokg.training.onnx_export import export
 
     out = tmp_path_factory.mktemp("onnx")
-    return {q: (export(resolve_model("minilm"), out / f"{q}.onnx", q), out / f"{q}.onnx")
-            for q in ("fp32", "int8")}
+    return {q: (export(resolve_model("minilm"), out / f"{q}.onnx", q, out / f"{q}_spans.onnx"),
+                out / f"{q}.onnx") for q in ("fp32", "int8")}
 
 
 @pytest.fixture(scope="module")
@@ -212,9 +213,10 @@ def test_half_precision_weights_are_widened(tmp_path):
     assert to_float32(tensors["b"]).dtype == to_float32(tensors["h"]).dtype == np.float32
 
 
-def publish_store(root, exported):
+def publish_store(root, exported, spans: bool = False):
     """The toy film graph of test_query with entity vectors, the encoder's spec and its int8
-    export, as entity_encode publishes them."""
+    export, as entity_encode publishes them; ``spans``: with the float32 export for spans (else
+    as a build made before that was exported)."""
     root.mkdir(parents=True, exist_ok=True)
     tables = {
         "entities": pa.table({
@@ -228,18 +230,28 @@ def publish_store(root, exported):
     for name, table in tables.items():
         write_table(name, table, root / f"{name}.parquet")
     info, model = exported["int8"]
+    models = {f"models/{info['file']}": model}
+    if spans:
+        models[f"models/{info['spans_file']}"] = model.parent / info["spans_file"]
+    else:
+        info = {k: v for k, v in info.items() if k != "spans_file"}
     encoder = OnnxBertEncoder(resolve_model("minilm"), SPEC, model)
     np.save(root / "vectors.npy", encoder.encode_passages([e[1] for e in ENTITIES]))
     (root / "encoder.json").write_text(json.dumps({**encoder.spec, "onnx": info}))
     Store(root / "store").publish("enc", {n: root / f"{n}.parquet" for n in tables}, extra_files={
         "entity_vectors.npy": root / "vectors.npy", "models/encoder.json": root / "encoder.json",
-        f"models/{info['file']}": model}, info={"config": {}, "report": {}})
+        **models}, info={"config": {}, "report": {}})
     return root / "store"
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, exported):
     return publish_store(tmp_path_factory.mktemp("encstore"), exported)
+
+
+@pytest.fixture(scope="module")
+def store_with_spans(tmp_path_factory, exported):
+    return publish_store(tmp_path_factory.mktemp("spanstore"), exported, spans=True)
 
 
 @pytest.fixture(scope="module")
@@ -262,9 +274,25 @@ def test_runtime_uses_the_onnx_encoder_unless_told(store, int8_encoder, torch_en
     assert float(plain @ torch_plain) > 0.97  # int8: close to the float32 vector
 
 
-def test_spans_are_embedded_in_float32_beside_an_onnx_question_encoder(store, torch_encoder):
+def test_spans_are_embedded_by_the_float32_export_beside_an_int8_one(store_with_spans,
+                                                                     torch_encoder):
     """Relation names are embedded in float32 at build time; an int8 span vector beside them
-    flipped near-ties between relations, so spans take a float32 encoder on the same weights."""
+    flipped near-ties between relations, so spans take the build's float32 export of the same
+    weights: sentence-transformers' vectors within float tolerance, each span alone."""
+    rt = Runtime.open(store_with_spans)
+    assert rt.encoder().backend == "onnx"
+    spans = rt.span_embedder()
+    assert spans.encoder is not rt.encoder() and spans.encoder.backend == "onnx"
+    assert spans.encoder.model_path.name == "int8_spans.onnx"
+    texts = ["the director of", "was born in", "sequel", "which country is the city in"]
+    vectors = spans(texts)
+    assert_same_vectors(vectors, torch_encoder.encode_queries(texts))
+    np.testing.assert_array_equal(vectors[1:], spans.encoder.encode_queries(texts[1:]))
+
+
+def test_spans_beside_an_onnx_question_encoder_on_an_older_build(store, torch_encoder):
+    """A build made before the float32 export for spans: sentence-transformers embeds them
+    where it is installed, as it did then."""
     rt = Runtime.open(store)
     rt._encoder = onnx_like = CountingEncoder()
     onnx_like.backend = "onnx"
@@ -296,6 +324,37 @@ def test_runtime_embeds_with_torch_blocked(store, int8_encoder, tmp_path):
     assert out.stdout.strip() == "onnx []"
     np.testing.assert_allclose(np.load(tmp_path / "q.npy"),
                                int8_encoder.encode_queries(questions), atol=1e-6)
+
+
+def test_the_runtime_never_imports_torch_beside_the_spans_export(store_with_spans, tmp_path,
+                                                                torch_encoder):
+    """The query service's case on a build with the float32 export: a question asked through
+    the runtime and the CLI, spans embedded, and torch never imported (it is blocked)."""
+    texts = ["the director of", "was born in"]
+    code = BLOCK_TORCH + textwrap.dedent(f"""
+        class Tried(importlib.abc.MetaPathFinder):  # attempts a caller might have caught
+            names = []
+            def find_spec(self, name, path=None, target=None):
+                if name.split('.')[0] in BLOCKED:
+                    self.names.append(name)
+        sys.meta_path.insert(0, Tried())
+        import numpy as np
+        import lokg.runtime.cli
+        from click.testing import CliRunner
+        from lokg.runtime.query import Runtime
+        rt = Runtime.open({str(store_with_spans)!r})
+        answer = rt.ask("Who directed the sequel of The Long Road?")
+        assert answer.status == "ok", answer
+        np.save({str(tmp_path / 'spans.npy')!r}, rt.span_embedder()({texts!r}))
+        r = CliRunner().invoke(lokg.runtime.cli.cli, ["query", "Who directed The Long Road?",
+                               "--store", {str(store_with_spans)!r}, "--llm", "none", "--json"])
+        assert r.exit_code == 0, r.output
+        print(sorted(m for m in sys.modules if m.split('.')[0] in BLOCKED), Tried.names)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[] []"
+    assert_same_vectors(np.load(tmp_path / "spans.npy"), torch_encoder.encode_queries(texts))
 
 
 def test_without_onnxruntime_the_encoder_says_what_to_install(store, exported, monkeypatch):

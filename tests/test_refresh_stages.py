@@ -205,8 +205,9 @@ def test_a_partial_encode_reuses_the_export_and_the_unchanged_vectors(versions, 
     encode(base, tmp_path / "base", overrides=[])
     entities = changes(versions, base)["add-only"]
     encode(entities, tmp_path / "partial", previous=tmp_path / "base", overrides=[])
-    export = [(tmp_path / run / "query_encoder.onnx").read_bytes() for run in ("base", "partial")]
-    assert export[0] == export[1]
+    for name in ("query_encoder.onnx", "span_encoder.onnx"):
+        export = [(tmp_path / run / name).read_bytes() for run in ("base", "partial")]
+        assert export[0] == export[1]
     before, after = (np.load(tmp_path / run / "entity_vectors.npy") for run in ("base", "partial"))
     kept = np.isin(entities.column("key").to_pylist(), base.column("key").to_pylist())
     assert np.array_equal(after[kept], before)  # the base's keys sort before the added m.zz*

@@ -18,9 +18,11 @@ Outputs in ``out_dir``:
 * ``encoder.json`` — everything the runtime needs to embed a question the same way: the model
   spec as given and its resolved directory, dim, prefixes, ``normalize: true``, index type and
   metric, read back by ``runtime.encoder.SentenceEncoder.from_spec``; ``onnx`` names the next
-  file when it was written;
+  files when they were written;
 * ``query_encoder.onnx`` — the same model for the query service, int8 by default
-  (``query_onnx``; ``training/onnx_export.py``), for BERT models (others: none, reported).
+  (``query_onnx``; ``training/onnx_export.py``), for BERT models (others: none, reported);
+* ``span_encoder.onnx`` — beside an int8 ``query_encoder.onnx``, the same model in float32, which
+  the runtime embeds question spans with (an fp32 ``query_encoder.onnx`` serves both);
 
 The export is written first, because on a CPU it is also what encodes the entities
 (``encoder``, as ``triple_context.encoder``: ``auto`` takes the int8 export on a CPU and
@@ -64,7 +66,7 @@ from lokg.common.stage import (PREVIOUS, Laps, StageError, checked_section, prev
 from lokg.runtime.config import BATCH_ENCODERS, TEXT_RULES
 from lokg.runtime.contract import read_table, write_table
 from lokg.runtime.encoder import EncoderError, PrefixedEncoder, encode_by_length, spec_model_dir
-from lokg.runtime.onnx_bert import QUERY_MODEL
+from lokg.runtime.onnx_bert import QUERY_MODEL, SPANS_MODEL
 
 STAGE = "entity_encode"
 DESCRIPTION_WORDS = 32
@@ -259,6 +261,8 @@ def _write(out: Path, ids: np.ndarray, vectors: np.ndarray, index, spec: dict) -
                 paths["entity_ids"])
     if "onnx" in spec:
         paths["query_encoder"] = out / spec["onnx"]["file"]
+        if spec["onnx"].get("spans_file", spec["onnx"]["file"]) != spec["onnx"]["file"]:
+            paths["span_encoder"] = out / spec["onnx"]["spans_file"]
     paths["encoder"].write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return paths
 
@@ -337,12 +341,15 @@ def _encode_part(load: tuple, texts: list[str], batch: int) -> np.ndarray:
 
 def _previous_export(previous_spec: Path, out: Path) -> dict | None:
     """The previous build's question-encoder export (a refresh, same settings) copied into
-    ``out``, its encoder.json entry; None when it wrote none."""
+    ``out`` with its float32 model for spans, its encoder.json entry; None when it wrote none,
+    or none for spans (a build made before those were exported: the refresh exports both)."""
     entry = json.loads(previous_spec.read_text(encoding="utf-8")).get("onnx")
-    source = previous_spec.parent / entry["file"] if entry and "file" in entry else None
-    if source is None or not source.is_file():
+    files = {entry["file"], entry["spans_file"]} if entry and "spans_file" in entry else set()
+    sources = [previous_spec.parent / name for name in sorted(files)]
+    if not sources or not all(source.is_file() for source in sources):
         return None
-    shutil.copy2(source, out / entry["file"])
+    for source in sources:
+        shutil.copy2(source, out / source.name)
     return entry
 
 
@@ -358,12 +365,12 @@ def _export_query_encoder(model_dir: Path, out: Path, quantization: str) -> dict
     if reason is not None:
         print(f"WARNING {STAGE}: no ONNX question encoder: {reason}", file=sys.stderr)
         return {"skipped": reason}
-    return export(model_dir, out / QUERY_MODEL, quantization)
+    return export(model_dir, out / QUERY_MODEL, quantization, out / SPANS_MODEL)
 
 
 def _missing_onnx_packages() -> str | None:
     """Why the export cannot run here (None: it can): onnx writes the graph, onnxruntime
-    quantizes it; without them the build goes on and the runtime uses the numpy forward."""
+    quantizes it; without them the build goes on and the runtime uses sentence-transformers."""
     try:
         import onnx  # noqa: F401
         import onnxruntime  # noqa: F401

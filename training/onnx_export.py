@@ -1,12 +1,12 @@
-"""The store's question encoder as an ONNX model for the query service (issue 14).
+"""The store's question encoder as an ONNX model for the query service, and the float32 model
+of the same encoder its question spans are embedded with.
 
-Why: a question is embedded on every request, and the float32 forward of MiniLM is ~13-18 ms
-of GEMM work on one of these cores whatever runs it (numpy or onnxruntime). onnxruntime's
-dynamic int8 kernels do the same layers in about half the time, with vectors at cosine ≥ 0.99
-of the float32 ones (per-channel weight scales; docs/BENCHMARKS.md "Question encoder: int8
-ONNX"). The graph is written here from the checkpoint's own weights (the ones
-``runtime.bert_checkpoint`` reads), not traced through torch: BERT's post-LN layers are a dozen
-standard ONNX ops, and the export then needs neither torch's exporter nor its version quirks.
+Why: a question is embedded on every request; onnxruntime's dynamic int8 kernels run the
+float32 forward's layers in less time, with vectors close to the float32 ones (per-channel
+weight scales; docs/BENCHMARKS.md "Question encoder: int8 ONNX" has the figures). The graph is
+written here from the checkpoint's own weights (the ones ``runtime.bert_checkpoint`` reads),
+not traced through torch: BERT's post-LN layers are a dozen standard ONNX ops, and the export
+then needs neither torch's exporter nor its version quirks.
 
 What the graph computes: ``input_ids`` and ``attention_mask`` [batch, tokens] (int64, padded
 with 0) → ``embedding`` [batch, dim], the masked mean (or CLS) of the last hidden state,
@@ -154,9 +154,14 @@ def bert_graph(model_dir: Path):
     return model
 
 
-def export(model_dir: Path, path: Path, quantization: str) -> dict:
+def export(model_dir: Path, path: Path, quantization: str,
+           spans_path: Path | None = None) -> dict:
     """Write the question encoder of ``model_dir`` to ``path``; its description for
-    encoder.json: {file, quantization, bytes}."""
+    encoder.json: {file, quantization, bytes}. With ``spans_path``, the float32 model the
+    runtime embeds question spans with (they are compared with names the build embedded in
+    float32, and int8 vectors flip near-ties between them) is recorded too, as ``spans_file``:
+    written to ``spans_path`` when the question encoder is int8, the question encoder itself
+    when it is already fp32."""
     import onnx
 
     if quantization not in QUANTIZATIONS:
@@ -165,12 +170,21 @@ def export(model_dir: Path, path: Path, quantization: str) -> dict:
     path = Path(path)
     if quantization == "fp32":
         onnx.save(model, str(path))
+        spans_path = path if spans_path is not None else None
     else:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
         with tempfile.TemporaryDirectory() as tmp:
-            plain = Path(tmp) / "fp32.onnx"
+            plain = Path(spans_path) if spans_path is not None else Path(tmp) / "fp32.onnx"
             onnx.save(model, str(plain))
-            quantize_dynamic(str(plain), str(path), weight_type=QuantType.QInt8,
-                             per_channel=True, extra_options={"MatMulConstBOnly": True})
-    return {"file": path.name, "quantization": quantization, "bytes": path.stat().st_size}
+            _quantize(plain, path)
+    entry = {"file": path.name, "quantization": quantization, "bytes": path.stat().st_size}
+    if spans_path is not None:
+        entry["spans_file"] = Path(spans_path).name
+    return entry
+
+
+def _quantize(plain: Path, path: Path) -> None:
+    """The int8 model of the float32 one: weights per output channel, activations per call."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(plain), str(path), weight_type=QuantType.QInt8,
+                     per_channel=True, extra_options={"MatMulConstBOnly": True})
