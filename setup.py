@@ -8,6 +8,7 @@ FOLDERS = ("runtime", "pipeline", "spark_jobs", "training", "text", "evaluation"
 SUBPACKAGES = find_packages(include=[f"{folder}*" for folder in FOLDERS])
 
 setup(
-    packages=["lokg", *(f"lokg.{name}" for name in SUBPACKAGES)],
+    packages=[*find_packages(include=["lokg", "lokg.*"]),
+              *(f"lokg.{name}" for name in SUBPACKAGES)],
     package_dir={"lokg": "lokg", **{f"lokg.{folder}": folder for folder in FOLDERS}},
 )

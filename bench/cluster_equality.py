@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -43,6 +42,7 @@ from lokg.pipeline.refresh import (link_tree, parquet_parts, staged_location,  #
                              table_difference)
 from lokg.pipeline.registry import STAGES  # noqa: E402
 from bench.relation_stats_scale import PATHS, SPARK_PATHS  # noqa: E402
+from lokg.testing.serving import free_port  # noqa: E402
 
 CLUSTER = REPO / "infra" / "cluster.sh"
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
@@ -52,12 +52,6 @@ SPARK_STAGES = tuple(s.name for s in STAGES if s.kind == "spark")
 
 # ============================================================================================
 # the cluster and spark-submit
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cluster_cmd(env: dict, action: str, timeout: int = 240) -> subprocess.CompletedProcess:

@@ -34,7 +34,6 @@ import http.client
 import itertools
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -51,9 +50,10 @@ sys.path.insert(0, str(REPO))
 
 from lokg.runtime.config import DEFAULT_BUDGET  # noqa: E402
 
-from bench.s3_server import loopback_s3  # noqa: E402
 from lokg.runtime.contract import Store, StoreError, new_build_id  # noqa: E402
 from lokg.runtime.object_store import RemoteStore  # noqa: E402
+from lokg.testing.s3 import loopback_s3  # noqa: E402
+from lokg.testing.serving import Connection, free_port  # noqa: E402
 
 _MANIFEST_KEYS = ("schema_version", "build_id", "created_at", "tables", "files")
 
@@ -111,15 +111,6 @@ def read_questions(path: str | Path) -> list[str]:
         if line:
             out.append(json.loads(line)["question"] if line.startswith("{") else line)
     return out
-
-
-class Connection(http.client.HTTPConnection):
-    """A keep-alive connection with TCP_NODELAY: without it, Nagle's algorithm and delayed ACKs
-    add milliseconds (up to 40) to each request on loopback."""
-
-    def connect(self):
-        super().connect()
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -234,12 +225,6 @@ def run_load(url: str, questions: list[str], *, requests: int, concurrency: int,
     return report
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def wait_ready(url: str, timeout: float, proc: subprocess.Popen | None = None) -> dict:
     """Poll /readyz until it answers 200; its body."""
     parts = urlsplit(url)
@@ -345,7 +330,7 @@ def _measure(args, questions: list[str], served: str, publish: Callable[[], str]
     proc = None
     url = args.url
     if url is None:
-        url = f"http://127.0.0.1:{_free_port()}"
+        url = f"http://127.0.0.1:{free_port()}"
         proc = subprocess.Popen(
             [sys.executable, "-m", "lokg.runtime.server", "--store", served, "--port",
              url.rsplit(":", 1)[1], "--workers", str(args.workers), "--poll-interval",

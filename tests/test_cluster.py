@@ -23,7 +23,7 @@ from bench.cluster_equality import (SPARK_SUBMIT, cluster_cmd, cluster_env, parq
                                     submit, table_check)
 from bench.relation_stats_scale import SPARK_PATHS
 from lokg.pipeline.registry import STAGES
-from tests.test_dags import FAST  # small models, few partitions
+from lokg.testing.builds import FAST  # small models, few partitions
 
 REPO = Path(__file__).resolve().parents[1]
 

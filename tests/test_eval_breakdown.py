@@ -28,7 +28,7 @@ from lokg.evaluation.runner import PREDICTIONS
 from lokg.runtime.contract import TABLE_SCHEMAS, Store, write_table
 from lokg.runtime.query import Runtime
 from lokg.runtime.relknow import PREDICTORS
-from tests.test_relknow import family_triples, fitted_store
+from lokg.testing.family import family_triples, fitted_store
 
 Q = Question("q-1", "what is the job of edda quist 's wife ?", ("pilot",), ("e4",),
              ("spouse", "profession"))

@@ -24,7 +24,7 @@ from lokg.runtime.question_encoder import query_encoder
 from lokg.runtime.numpy_bert import (NumpyBertEncoder, NumpyEncoderError, UnsupportedModelError,
                                 read_safetensors, to_float32, unsupported_reason)
 from lokg.runtime.query import Runtime
-from tests.test_query import ENTITIES, RELATIONS, TRIPLES
+from lokg.testing.stores import ENTITIES, RELATIONS, TRIPLES
 
 SPEC = {"model": "minilm", "query_prefix": "query: ", "passage_prefix": ""}
 BLOCK_TORCH = """
