@@ -18,7 +18,7 @@ capitalised runs, years and numbers as entities; the words between two entities 
 as the relation) and ``smollm2`` (the embedded SmolLM2-135M, greedy, JSON forced by a GBNF
 grammar, one thread).
 
-usage: python bench/extraction_agreement.py [--corpus FILE] [--limit N]
+usage: python -m bench.extraction_agreement [--corpus FILE] [--limit N]
        [--backends offline,regex,smollm2] [--field text|passage] [--json OUT]
 """
 

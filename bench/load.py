@@ -1,7 +1,7 @@
 """Bounded load generator for ``lokg serve``: throughput, p50/p99 latency, errors, builds seen.
 
-    python bench/load.py --store S --requests 10000 --concurrency 32 --publish-at 0.5
-    python bench/load.py --url http://127.0.0.1:8000 --store S --requests 2000 --concurrency 8
+    python -m bench.load --store S --requests 10000 --concurrency 32 --publish-at 0.5
+    python -m bench.load --url http://127.0.0.1:8000 --store S --requests 2000 --concurrency 8
 
 Without ``--url`` it starts ``python -m lokg.runtime.server --store S`` on a free loopback port
 (``--workers N``), waits for ``/readyz`` and stops it afterwards. C threads each hold one
@@ -45,15 +45,13 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from urllib.parse import urlsplit
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from lokg.runtime.config import DEFAULT_BUDGET  # noqa: E402
-
-from lokg.runtime.contract import Store, StoreError, new_build_id  # noqa: E402
-from lokg.runtime.object_store import RemoteStore  # noqa: E402
-from lokg.testing.s3 import loopback_s3  # noqa: E402
-from lokg.testing.serving import Connection, free_port  # noqa: E402
+from bench.common import read_questions, store_questions
+from lokg.runtime.config import DEFAULT_BUDGET
+from lokg.runtime.contract import Store, StoreError, new_build_id
+from lokg.runtime.object_store import RemoteStore
+from lokg.testing import REPO
+from lokg.testing.s3 import loopback_s3
+from lokg.testing.serving import Connection, free_port
 
 _MANIFEST_KEYS = ("schema_version", "build_id", "created_at", "tables", "files")
 
@@ -95,22 +93,6 @@ def churn(store_root: str | Path, stop: threading.Event, pause: float = 0.2) -> 
             done[f"{step} refused"] += 1
             print(f"churn: {step} refused: {exc}", file=sys.stderr)
     return done
-
-
-def store_questions(store_root: str | Path, limit: int = 500) -> list[str]:
-    """Questions naming entities of the CURRENT build (evenly spread over its ids)."""
-    names = Store(store_root).build().read("entities", columns=["name"]).column("name").to_pylist()
-    step = max(1, len(names) // limit)
-    return [f"What is {name} related to?" for name in names[::step][:limit] if name]
-
-
-def read_questions(path: str | Path) -> list[str]:
-    out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if line:
-            out.append(json.loads(line)["question"] if line.startswith("{") else line)
-    return out
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:

@@ -1,7 +1,7 @@
 """Runtime latency on a published store: open time, memory, retrieval + encoding per question.
 
-    python bench/query_latency.py --store /tmp/fbstore --questions 1000
-    python bench/query_latency.py --store out/demo/store --questions-file out/demo/dump/questions.jsonl
+    python -m bench.query_latency --store /tmp/fbstore --questions 1000
+    python -m bench.query_latency --store out/demo/store --questions-file out/demo/dump/questions.jsonl
 
 Questions: from ``--questions-file`` (synthetic questions.jsonl or generic JSONL with
 ``question``), else generated from the store itself — for ``--questions`` random (seeded)
@@ -34,23 +34,16 @@ import argparse
 import hashlib
 import json
 import os
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lokg.runtime import ittc  # noqa: E402
-from lokg.runtime.config import DEFAULT_BUDGET  # noqa: E402
-try:
-    from lokg.runtime.contract import to_numpy  # noqa: E402
-except ImportError:  # an older checkout (before/after runs copy this script into one)
-    def to_numpy(column):
-        return column.to_numpy()
-from lokg.runtime.query import Runtime  # noqa: E402
+from bench.common import fact_question, sampled_facts
+from lokg.runtime import ittc
+from lokg.runtime.config import DEFAULT_BUDGET
+from lokg.runtime.query import Runtime
 
 
 def rss_mib() -> float:
@@ -64,22 +57,6 @@ def rss_mib() -> float:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def sampled_facts(rt: Runtime, n: int, seed: int) -> list[tuple[int, int]]:
-    """(subject, relation) of ``n`` random triples of the store (seeded)."""
-    triples = rt.build.read("triples")
-    rng = np.random.default_rng(seed)
-    rows = rng.choice(triples.num_rows, size=min(n, triples.num_rows), replace=False)
-    # contract.to_numpy: pyarrow's own imports pandas, which the runtime's figures would count
-    return list(zip(to_numpy(triples.column("s"))[rows].tolist(),
-                    to_numpy(triples.column("r"))[rows].tolist()))
-
-
-def fact_question(rt: Runtime, s: int, r: int) -> str:
-    """"what is the <last words of the relation name> of <name of s>?"."""
-    words = rt.relation_names[r].rstrip("./").split("/")[-1].split(".")[-1].replace("_", " ")
-    return f"what is the {words} of {rt.names[s]}?"
 
 
 def store_questions(rt: Runtime, n: int, seed: int) -> list[tuple[str, list[int]]]:

@@ -1,7 +1,7 @@
 """Where unfamiliar wording loses its chain: the ceiling of picking among the kNN vote, and
 what question spans name (issue 22).
 
-    python bench/relknow_chain_ceiling.py --store S --questions DUMP-heldout/test.jsonl \
+    python -m bench.relknow_chain_ceiling --store S --questions DUMP-heldout/test.jsonl \
         [--questions DUMP/test.jsonl ...]
 
 Why. The held-out wording of ``bench/generalisation.py`` loses 23–31 points against in-domain
@@ -39,13 +39,10 @@ import argparse
 import json
 import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lokg.runtime import question_text, relknow  # noqa: E402
+from lokg.runtime import question_text, relknow
 
 
 def vote_pick(votes, fit: dict[int, float], n_relations: int):

@@ -1,7 +1,7 @@
 """Relation knowledge on PathQuestion (issue 9): the precision gate, the routed answers and the
 relation feeds, on one split (test by default) of PQ-2H / PQ-3H.
 
-    python bench/routing_pathquestion.py --dataset ../shared/data/pathquestion/pq-2h \\
+    python -m bench.routing_pathquestion --dataset ../shared/data/pathquestion/pq-2h \\
         --store /tmp/engF/pq2 --build --readers none,local --out /tmp/engF/pq2-test.json
 
 ``--build`` builds the store from ``DIR/kb.txt`` when it has no published build, through the
@@ -32,9 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lokg.runtime.config import DEFAULT_BUDGET  # noqa: E402
+from lokg.runtime.config import DEFAULT_BUDGET
 
 
 def ensure_store(store: str, data: Path, build: bool) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from bench.cluster_equality import (SPARK_SUBMIT, cluster_cmd, cluster_env, parquet_outputs,
                                     submit, table_check)
-from bench.relation_stats_scale import SPARK_PATHS
+from bench.common import SPARK_PATHS
 from lokg.pipeline.registry import STAGES
 from lokg.testing.builds import FAST  # small models, few partitions
 

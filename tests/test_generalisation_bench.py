@@ -62,7 +62,7 @@ def test_set_adds_build_overrides_to_every_store(tmp_path, monkeypatch):
         out.mkdir(parents=True)
         (out / "predictions.jsonl").write_text("")
 
-    monkeypatch.setattr(evaluation.cli, "run_eval", run_eval)
+    monkeypatch.setattr(lokg.evaluation.cli, "run_eval", run_eval)
     args = argparse.Namespace(set=["entity_encode.model=/m"], limit=None, no_progress=True)
     generalisation.evaluate(args, dataset="synth:q.jsonl", store=tmp_path / "store",
                             out=tmp_path / "run", overrides=["gat.questions=t.jsonl"])
