@@ -24,17 +24,11 @@ from lokg.runtime.question_encoder import query_encoder
 from lokg.runtime.numpy_bert import (NumpyBertEncoder, NumpyEncoderError, UnsupportedModelError,
                                 read_safetensors, to_float32, unsupported_reason)
 from lokg.runtime.query import Runtime
+from lokg.testing.cli import blocking
 from lokg.testing.stores import ENTITIES, RELATIONS, TRIPLES
 
 SPEC = {"model": "minilm", "query_prefix": "query: ", "passage_prefix": ""}
-BLOCK_TORCH = """
-import importlib.abc, sys
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] in {'torch', 'transformers', 'sentence_transformers', 'tqdm'}:
-            raise ImportError('blocked ' + name)
-sys.meta_path.insert(0, Block())
-"""
+BLOCK_TORCH = blocking("torch", "transformers", "sentence_transformers", "tqdm")
 LONG = "the quick brown fox jumps over the lazy dog " * 80  # ~720 tokens: truncated at 256
 TEXTS = {
     "empty": "",
