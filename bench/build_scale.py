@@ -1,4 +1,4 @@
-"""The whole build at scale (issue 17 item 7): each stage's time and peak memory over dump sizes,
+"""The whole build at scale: each stage's time and peak memory over dump sizes,
 their growth exponents, and what a larger dump would need.
 
     python -m bench.build_scale --sizes 10000,100000 --work W --markdown W/table.md
@@ -32,7 +32,7 @@ hours) continues where it stopped, its stages staged under ``W/store-N``:
     python -m bench.build_scale --sizes 1e5,1e6,1e7 --work W --json W/runs.jsonl --resume
 
 Growth exponent: the least-squares slope of log(seconds) on log(triples) over the sizes, for
-wall and for CPU seconds each (1 = linear; the issue's target is ≤ 1.1). ``--estimate N``
+wall and for CPU seconds each (1 = linear; the target is ≤ 1.1). ``--estimate N``
 extrapolates each stage's wall and CPU seconds along their exponents (at least 1: a smaller
 one is fixed costs still dominating at these sizes), and its peak memory from
 the largest size by the memory a triple adds (the slope of peak on triples over the sizes): an

@@ -1,4 +1,4 @@
-"""Provenance of a store built from documents (issue 15): every triple has a source, and a
+"""Provenance of a store built from documents: every triple has a source, and a
 source passage of each triple (title and text) holds the triple's head (its name or an alias),
 with the exceptions listed by name.
 

@@ -1,5 +1,5 @@
-"""entity_types and relation_stats on the driver, two checkouts on the same staged ingest
-(issue 17 item 2): what a change to their numpy passes buys, before against after in one run.
+"""entity_types and relation_stats on the driver, two checkouts on the same staged ingest:
+what a change to their numpy passes buys, before against after in one run.
 
     python -m bench.driver_passes --ingest STORE/staging/BUILD/ingest \\
         --tree before=/path/to/old/checkout --tree after=. --rounds 2 --work W --json W/passes.json

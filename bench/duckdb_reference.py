@@ -1,4 +1,4 @@
-"""Spark vs DuckDB on ingest and relation_stats (issue 17 item 1): the single-node reference.
+"""Spark vs DuckDB on ingest and relation_stats: the single-node reference.
 
     python -m bench.duckdb_reference                       # 10⁶ triples, 2 rounds, ratios
     python -m bench.duckdb_reference --triples 10000000 --rounds 1 --json ref.jsonl

@@ -1,4 +1,4 @@
-"""entity_encode's encoding step, old and new in one run (issue 17 item 5).
+"""entity_encode's encoding step, old and new in one run.
 
     python -m bench.entity_encode_speed --entities ENTITIES.parquet [--reference-sample 5000]
         [--threads 1,2] [--workers 2] [--batch-size 32] [--questions pq-2h/test.txt]

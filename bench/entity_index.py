@@ -1,4 +1,4 @@
-"""The entity index at scale (issue 17 items 5, 7): what an HNSW build costs and finds.
+"""The entity index at scale: what an HNSW build costs and finds.
 
     python -m bench.entity_index --vectors BUILD/entity_encode/entity_vectors.npy \
         --rows 250000 --config 1:200 --config 2:200 --config 2:80 --queries 1000

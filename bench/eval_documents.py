@@ -1,4 +1,4 @@
-"""Text QA on graphs built from documents (DESIGN §5, §8): context recall, EM, F1, tok/q and
+"""Text QA on graphs built from documents: context recall, EM, F1, tok/q and
 calls/q per method × budget on a multi-hop reading set of ../shared/data.
 
     python -m bench.eval_documents --dataset musique-openie --work /tmp/lokg-docs

@@ -1,4 +1,4 @@
-"""What the feedback log costs a query (issue 16 item 2): the same questions asked of one build
+"""What the feedback log costs a query: the same questions asked of one build
 opened twice, with the log on and off, interleaved question by question (the order within each
 pair alternating), so both sides see the same host load.
 

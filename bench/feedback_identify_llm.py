@@ -1,4 +1,4 @@
-"""Identify missing with an LLM (issue 16 item 1, runtime/feedback_llm.py): how often a real
+"""Identify missing with an LLM (runtime/feedback_llm.py): how often a real
 backend's reply is a valid sub-question list, and what it names, beside the structural record.
 
     python -m bench.feedback_identify_llm --store /tmp/bridge-after/feedback-precomputed/store \\

@@ -1,4 +1,4 @@
-"""Query-driven feedback (DESIGN §9, issue 16 item 6): does the refresh loop converge? Rounds of
+"""Query-driven feedback: does the refresh loop converge? Rounds of
 build → answer → refresh on a sparsified musique-openie subset, one table row per round.
 
     python -m bench.feedback_rounds --questions 20 --rounds 5 --work /tmp/lokg-rounds \\

@@ -1,5 +1,5 @@
-"""Fit ``query.choice_margin`` and ``query.choice_check`` for a reader on a dev split (issue
-20): the forced-choice call is made only when another candidate's S_final is within the margin
+"""Fit ``query.choice_margin`` and ``query.choice_check`` for a reader on a dev split:
+the forced-choice call is made only when another candidate's S_final is within the margin
 of the top one, so the margin says how many near-ties a reader is trusted to decide; the check
 says which of its picks may replace retrieval's top candidate (``none``: any listed one;
 ``derivation``: only one the relation knowledge's derivation reaches).

@@ -1,4 +1,4 @@
-"""How much of the graph one step of GAT's sampled-subgraph mode trains on (issue 17 items 4, 7).
+"""How much of the graph one step of GAT's sampled-subgraph mode trains on.
 
     python -m bench.gat_subgraph_share --build STORE/builds/B --batch-triples 65536,6554 \
         --fanout 0,10,25

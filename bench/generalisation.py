@@ -1,4 +1,4 @@
-"""Relation knowledge on held-out graphs (issue 22): the generalisation protocol, end to end.
+"""Relation knowledge on held-out graphs: the generalisation protocol, end to end.
 
     python -m bench.generalisation --work /tmp/lokg-gen
     python -m bench.generalisation --triples 3000 --namings dotted,plain --json out.json

@@ -1,4 +1,4 @@
-"""What a refresh's ingest cannot skip (issue 18): reading every dump file once to find which
+"""What a refresh's ingest cannot skip: reading every dump file once to find which
 lines changed — the floor under any incremental ingest of a dump whose every file changed.
 
     python -m bench.ingest_floor --dump /work/shared/data/fb15k237 --edited W/edited \\

@@ -1,4 +1,4 @@
-"""Spark jobs, stages and tasks of one ingest, with each job's seconds and call site (issue 17).
+"""Spark jobs, stages and tasks of one ingest, with each job's seconds and call site.
 
     python -m bench.ingest_jobs --dump D                       # this tree's ingest, 2 repetitions
     python -m bench.ingest_jobs --dump D --baseline ../old     # and an older checkout's, alternating

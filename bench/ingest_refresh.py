@@ -1,4 +1,4 @@
-"""A refresh's ingest on the driver against a full Spark ingest of the same dump (issue 18).
+"""A refresh's ingest on the driver against a full Spark ingest of the same dump.
 
     python -m bench.ingest_refresh --dump W/edited --previous STORE/refresh/B/ingest --work W2
 

@@ -73,7 +73,7 @@ def republish(store_root: str | Path, build_id: str | None = None, *,
 
 def churn(store_root: str | Path, stop: threading.Event, pause: float = 0.2) -> Counter:
     """Until ``stop``: republish with ``keep=0``, roll back to the oldest other build, run
-    retention with ``keep=0`` — the operator traffic of issue 21 that deleted served builds.
+    retention with ``keep=0`` — the operator traffic that once deleted served builds.
     Counts each operation; a refused one (e.g. a CAS loss) is counted, not raised."""
     store, done = Store(store_root), Counter()
     steps = itertools.cycle(("publish", "rollback", "gc"))

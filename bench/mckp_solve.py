@@ -1,4 +1,4 @@
-"""Benchmark the exact MCKP DP of ITTC (DESIGN §4 step 3): N triples × K=3 granularities, budget B.
+"""Benchmark the exact MCKP DP of ITTC (its step 3): N triples × K=3 granularities, budget B.
 
     python -m bench.mckp_solve                      # N=20, B=2048, realistic costs
     python -m bench.mckp_solve --worst              # compact cost 0: the DP spans all B+1 cells
@@ -7,7 +7,7 @@
 Each repeat draws a fresh random instance (seeded) and times one ``solve_mckp`` call with
 ``time.perf_counter_ns`` (``--clock cpu``: process CPU time, which ignores preemption),
 GC disabled. Prints p50 / p99 / mean / max in milliseconds.
-Target (issue 5): ≤ 1 ms for N = 20, B = 2048 (the issue names no percentile).
+Target: ≤ 1 ms for N = 20, B = 2048 (no percentile named).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Path cache for a hot set (issue 17 item 6): build time and size against the hot set's size,
+"""Path cache for a hot set: build time and size against the hot set's size,
 and the share of query-time lookups the cache serves.
 
     python -m bench.path_cache_hot                                  # synthetic, 10^5 triples

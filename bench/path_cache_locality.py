@@ -1,4 +1,4 @@
-"""How local a refresh's change is for path_cache (issue 18): which heads a partial path_cache
+"""How local a refresh's change is for path_cache: which heads a partial path_cache
 would search anew, by which rule, for two published builds of consecutive dumps.
 
     python -m bench.path_cache_locality --store STORE --before B1 --after B2
@@ -11,7 +11,7 @@ canonical name:
 * ``weights`` — the stage's rule (``spark_jobs.path_cache.touched_heads`` over its weighted
   edges): a node is changed when an out-edge was added or removed or its α or μ(target) moved;
 * ``structure`` — only out-edges added or removed (what a copy that keeps slightly moved α would
-  search: the issue's "within L hops of a structurally changed entity");
+  search: "within L hops of a structurally changed entity");
 * ``endpoints`` — the nodes of the added or removed edges themselves (0 hops), the floor of any
   rule. A partial path_cache runs only while its share stays ≤ ``PARTIAL_MAX_SHARE``.
 """

@@ -1,4 +1,4 @@
-"""Could a refresh keep path_cache entries whose paths barely moved? (issue 18) Measured on two
+"""Could a refresh keep path_cache entries whose paths barely moved? Measured on two
 published builds of consecutive dumps: the before build and a refresh whose path_cache ran in
 full (so its cache is the full search on the refresh's α and μ).
 

@@ -8,7 +8,7 @@ Questions: from ``--questions-file`` (synthetic questions.jsonl or generic JSONL
 triples (s, r, o), the question "what is the <relation words> of <name of s>?" with s passed as
 the entity (so linking ambiguity of FB15k-237 names does not skew the figure). Every question
 runs ``Runtime.ask(..., llm="none")``: link, TAIMR retrieval (path cache, cold heads computed),
-ITTC encoding — everything but the LLM, which the figure excludes by design (issue 5). With
+ITTC encoding — everything but the LLM, which the figure excludes by design. With
 the default policy (``route`` on a store with relation knowledge) a question the routing gate
 passes is answered from the graph without retrieval; ``total [derived]`` and ``total
 [retrieval]`` split the total by the path that answered, and ``--policy lokg`` always retrieves.
@@ -22,8 +22,7 @@ other jobs on a shared machine does not inflate) — ITTC mode counts, cache hit
 token count and emitted line, so two versions of the code can be checked for equal outputs.
 The first ``--warmup`` questions are not timed (tokenizer load, bucket reads); the first read of
 each path-cache bucket still lands in the timed questions unless ``--warm-buckets`` reads them
-all first. Targets (issue
-14): default settings p50 ≤ 10 ms, p99 ≤ 50 ms; with ``--encoder-off`` (no encoder model: λ_q 0,
+all first. Targets: default settings p50 ≤ 10 ms, p99 ≤ 50 ms; with ``--encoder-off`` (no encoder model: λ_q 0,
 no relation-knowledge term or chain boost) p50 ≤ 2 ms, p99 ≤ 20 ms; open ≤ 1 s; ≤ 400 MiB
 resident after 1,000 questions.
 """

@@ -1,4 +1,4 @@
-"""Why a question of a feedback-rounds run has no gold in its context (issue 16): for every
+"""Why a question of a feedback-rounds run has no gold in its context: for every
 such question of one round, where its gold entity is from what the question linked.
 
     python -m bench.recall_misses --work /tmp/recall2-after --arm feedback-precomputed --round 0

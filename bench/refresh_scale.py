@@ -1,4 +1,4 @@
-"""Incremental refresh at scale (issue 18): a refresh with 1 % of the triples changed against a
+"""Incremental refresh at scale: a refresh with 1 % of the triples changed against a
 full build of the same final dump — per-stage time, the whole-build ratio, and equality.
 
     python -m bench.refresh_scale --triples 100000 --work W --json W/refresh.json \\
@@ -53,7 +53,7 @@ TOLERANCE = {"H@1": 0.02}
 #: Tables that are functions of the SCOS merges: compared row for row only when the refresh
 #: and the full build merged the same groups (a cold and a warm TransE may not).
 AFTER_MERGES = ("relations", "triples", "relation_map", "node_gain")
-#: Whole-build refresh / full the issue aims at.
+#: The whole-build refresh / full ratio aimed at.
 TARGET_RATIO = 0.20
 BUILDS = ("original", "refresh", "full")
 def edited_dump(original: Path, work: Path, fraction: float, seed: int) -> tuple[Path, dict]:

@@ -1,4 +1,4 @@
-"""Scale of relation_stats (issue 3): a 20,000-relation vocabulary, and a 10⁷-triple dump.
+"""Scale of relation_stats: a 20,000-relation vocabulary, and a 10⁷-triple dump.
 
     python -m bench.relation_stats_scale vocab          # 20,000 relations, 2·10⁶ triples drawn
     python -m bench.relation_stats_scale vocab --relations 2000 --triples 200000 --with-transe

@@ -1,5 +1,5 @@
 """Where unfamiliar wording loses its chain: the ceiling of picking among the kNN vote, and
-what question spans name (issue 22).
+what question spans name.
 
     python -m bench.relknow_chain_ceiling --store S --questions DUMP-heldout/test.jsonl \
         [--questions DUMP/test.jsonl ...]
@@ -19,7 +19,7 @@ question file:
   span (``span_similarities``' argmax) — and ``named_by_chosen_spans`` — named by the
   non-overlapping spans passing θ_zs (``zero_shot_hops``, ``chosen_spans``: what the
   resize counts and the zero-shot matcher follows);
-* the asked kind from the question's head words (issue 22 item 3's "expected answer type"
+* the asked kind from the question's head words (an "expected answer type"
   signal): ``head_kind`` — the first run of content
   words (``question_text.head_spans``: what precedes the first "of" or the topic; "*sovereign
   state* native town of …") has a prefix whose best relation passes θ_zs, the kind being the
@@ -29,7 +29,7 @@ question file:
   (right chain, last relation not of the kind) and ``kind_rejects_wrong``.
 
 Commit 2b1b7a9 ran this beside relations described by their graph (docs/BENCHMARKS.md,
-issue 22, "Relations described by their graph"); they were dropped. Prints one JSON object
+"Relations described by their graph"); they were dropped. Prints one JSON object
 per question file.
 """
 

@@ -1,5 +1,5 @@
 """Would a phrase–relation scorer fitted on the training questions name unseen relation phrases
-better than the encoder's cosine does? (issue 22, the "stronger relation–phrase similarity" step)
+better than the encoder's cosine does? (a stronger relation–phrase similarity)
 
     python -m bench.relknow_phrase_scorer --store S --questions DUMP/train.jsonl
     python -m bench.relknow_phrase_scorer --store S --questions … --spans "do,come from,man woman"

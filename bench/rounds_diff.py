@@ -1,4 +1,4 @@
-"""Per question, context recall over the rounds of a feedback-rounds run (issue 16): which
+"""Per question, context recall over the rounds of a feedback-rounds run: which
 questions lost their gold or never had it, and what answered them (the route's source:
 retrieval, derived …) — the diff a flat recall curve needs to be read.
 

@@ -1,4 +1,4 @@
-"""Relation knowledge on PathQuestion (issue 9): the precision gate, the routed answers and the
+"""Relation knowledge on PathQuestion: the precision gate, the routed answers and the
 relation feeds, on one split (test by default) of PQ-2H / PQ-3H.
 
     python -m bench.routing_pathquestion --dataset ../shared/data/pathquestion/pq-2h \\
@@ -15,7 +15,7 @@ the stage; this script reads only the split it reports). Topic entities are the 
 * ``route`` per reader, with both relation feeds on (λ_rel = ``--relation-weight``, chosen on
   dev from 1, 2, 5, 10, 20, 50; chain boost on): H@1, Hit, F1, tok/q, calls/q
   (evaluation.metrics), the share answered from the graph, and the precision of those;
-* ``lokg`` per reader, with both relation feeds off (the issue-8 runtime), as the baseline —
+* ``lokg`` per reader, with both relation feeds off, as the baseline —
   for ``local`` on the first ``--lokg-local-limit`` questions only (SmolLM2 on two shared CPU
   cores takes ~40–100 s a call);
 * the item-4 ablations with reader none: ``lokg`` × relation term (λ_rel = ``--relation-weight``

@@ -1,4 +1,4 @@
-"""SCOS merge quality on the synthetic generator's planted relation families (issue 3).
+"""SCOS merge quality on the synthetic generator's planted relation families.
 
     python -m bench.scos_families                       # 10^4, 10^5, 10^6 triples, seed 0
     python -m bench.scos_families --triples 10000 --json scos.json

@@ -1,5 +1,5 @@
-"""relation_stats and path_cache, driver path against Spark path, as a small refresh runs them
-(issue 18): each stage alone in a fresh process, on the staged inputs a build cached.
+"""relation_stats and path_cache, driver path against Spark path, as a small refresh runs them:
+each stage alone in a fresh process, on the staged inputs a build cached.
 
     python -m bench.stage_paths --cache STORE/refresh/BUILD_ID --work W --json W/paths.json
 

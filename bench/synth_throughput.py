@@ -1,4 +1,4 @@
-"""Benchmark the synthetic KG generator (DESIGN §6): triples/s, output bytes and peak RSS per size.
+"""Benchmark the synthetic KG generator: triples/s, output bytes and peak RSS per size.
 
     python -m bench.synth_throughput                              # 10^5, 10^6, 10^7 triples
     python -m bench.synth_throughput --triples 100000 1000000 --gzip --json synth.json

@@ -1,4 +1,4 @@
-"""Per-head cost of the TAIMR beam search (runtime/taimr.py top_paths), issue 4.
+"""Per-head cost of the TAIMR beam search (runtime/taimr.py top_paths).
 
     python -m bench.taimr_paths                                    # synthetic, 10^5 triples
     python -m bench.taimr_paths --triples 1000000 --heads 2000

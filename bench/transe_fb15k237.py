@@ -1,4 +1,4 @@
-"""The SCOS merge list on FB15k-237 with each TransE trainer, from one ingest (issue 17 item 3).
+"""The SCOS merge list on FB15k-237 with each TransE trainer, from one ingest.
 
     python -m bench.transe_fb15k237 --dump ../shared/data/fb15k237 --workdir /tmp/transe-fb
 

@@ -1,4 +1,4 @@
-"""TransE at scale (issue 17 item 3): PyKEEN's trainer vs the sparse trainer, same inputs, same run.
+"""TransE at scale: PyKEEN's trainer vs the sparse trainer, same inputs, same run.
 
     python -m bench.transe_scale --triples 100000 1000000 --new-only 10000000 \\
         --old-cap 1800 --workdir /tmp/transe-bench

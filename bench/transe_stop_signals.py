@@ -1,4 +1,4 @@
-"""Which stopping signal could end the sparse TransE trainer? Per-epoch signals (issue 17 item 3).
+"""Which stopping signal could end the sparse TransE trainer? Per-epoch signals.
 
     python -m bench.transe_stop_signals --ingest STORE/refresh/BUILD/ingest --epochs 60 \\
         [--halve-on-plateau 5] [--json out.json]

@@ -1,4 +1,4 @@
-"""Warm-started TransE and GAT in a refresh (issue 18 item 2): FB15k-237 (or a synthetic dump)
+"""Warm-started TransE and GAT in a refresh: FB15k-237 (or a synthetic dump)
 with 1 % of its triples changed, a warm refresh against a full build.
 
     python -m bench.warm_refresh --work W [--dump ../shared/data/fb15k237] \\
