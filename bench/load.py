@@ -19,7 +19,7 @@ arrived (with one worker process: always 0 — the swap is one reference).
 ``--serve-from s3://bucket/prefix`` pushes the CURRENT build of ``--store`` to that object store
 and serves from it (the server's verified local cache, runtime/object_store.py); the mid-run
 publish is then a local republish pushed there. ``--loopback-s3`` starts the S3 endpoint for it
-on loopback (moto, bench/s3_server.py); otherwise the usual ``LOKG_S3_ENDPOINT`` / ``AWS_*``
+on loopback (moto, lokg/testing/s3.py); otherwise the usual ``LOKG_S3_ENDPOINT`` / ``AWS_*``
 environment applies.
 
 ``--churn`` runs operator traffic meanwhile (:func:`churn`: publish with ``keep=0``, roll back

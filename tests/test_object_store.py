@@ -1,7 +1,7 @@
 """Stores on object storage against a real S3-protocol server on loopback (moto in server mode,
 started and stopped here, credentials checked): publish, open, verify, rollback, retention, hot
 reload, a publisher killed mid-upload, a corrupted object, races, bad credentials and endpoints
-(bench/s3_server.py starts the server)."""
+(lokg/testing/s3.py starts the server)."""
 
 from __future__ import annotations
 

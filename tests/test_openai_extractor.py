@@ -1,5 +1,5 @@
 """The ``openai`` extraction backend against a real loopback server playing an OpenAI-compatible
-endpoint (tests/helpers.FakeServer): parsing, validation, retries of malformed replies, usage
+endpoint (lokg.testing.http_fakes.FakeServer): parsing, validation, retries of malformed replies, usage
 and the failures that quarantine one chunk."""
 
 from __future__ import annotations
