@@ -1,6 +1,6 @@
 """Where answers were lost: the per-question breakdown, its summary rows (two partitions of the
 questions), the gold chain in the store's relation names, and ``lokg eval`` with both entity
-modes on the relation-knowledge toy store of tests/test_relknow.py."""
+modes on the relation-knowledge toy store of lokg.testing.family."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def test_answer_path_prefers_the_route_then_the_answer():
 
 @pytest.fixture(scope="module")
 def family_store(tmp_path_factory):
-    """tests/test_relknow.py's family graph with its fitted relation knowledge (no encoder:
+    """lokg.testing.family's family graph with its fitted relation knowledge (no encoder:
     the lexicon predicts the chains)."""
     return fitted_store(tmp_path_factory.mktemp("family"), family_triples())
 

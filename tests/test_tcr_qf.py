@@ -1,5 +1,5 @@
 """Online feedback ``tcr-qf`` (evaluation/tcr_qf.py) on the toy family graph of
-tests/test_relknow.py with facts withheld and documents that state them: the loop answers
+lokg.testing.family with facts withheld and documents that state them: the loop answers
 over an in-memory overlay (runtime/overlay.py) what the store cannot, round by round, within
 I_max, and the store stays byte for byte as it was; answer-driven feedback extracts from the
 answer, not from passages."""
