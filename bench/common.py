@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lokg.pipeline.driver import STAGE_RECORD
-from lokg.pipeline.dump_edit import FB15K237_SPLITS
 from lokg.runtime.contract import Store, read_table, to_numpy
 from lokg.testing import REPO
 
@@ -290,6 +288,8 @@ def build_graph(dump: Path, fmt: str, workdir: Path) -> tuple[dict, dict]:
 
 def dump_facts(dump: Path) -> dict[tuple[str, str], set[str]]:
     """(subject key, relation name) → object keys of every triple of an FB15k-237 dump."""
+    from lokg.pipeline.dump_edit import FB15K237_SPLITS
+
     facts: dict[tuple[str, str], set[str]] = {}
     for name in FB15K237_SPLITS:
         for line in (dump / name).read_text(encoding="utf-8").splitlines():
@@ -346,8 +346,10 @@ def answer_all(store: Path, questions, out: Path, progress: bool, reader: str = 
         rt.close()
 
 
-def record(store: Path, build_id: str, stage: str) -> dict:
+def stage_record(store: Path, build_id: str, stage: str) -> dict:
     """The stage record of ``stage`` staged for ``build_id`` in the store at ``store``."""
+    from lokg.pipeline.driver import STAGE_RECORD
+
     path = Store(store).staging_dir(build_id) / stage / STAGE_RECORD
     return json.loads(path.read_text())
 

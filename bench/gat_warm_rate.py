@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from bench.common import attention_agreement, record
+from bench.common import attention_agreement, stage_record
 from lokg.pipeline import driver
 from lokg.runtime.config import load_config
 from lokg.runtime.contract import Store
@@ -37,7 +37,7 @@ def main() -> None:
         result = gat.run(config, inputs, str(Path(args.work) / "gat-rate" / rate))
         report, full = result["report"], Path(args.work) / "full"
         agreement = attention_agreement(Path(result["outputs"]["edges"]), Path(
-            record(full, "full", "gat")["outputs"]["edges"])) if full.exists() else None
+            stage_record(full, "full", "gat")["outputs"]["edges"])) if full.exists() else None
         print(json.dumps({"rate": float(rate), "refresh": report["refresh"]["start"],
                           "epochs": report["epochs"], "eval_link_loss": report["eval_link_loss"],
                           "seconds_per_epoch": report["seconds_per_epoch"],

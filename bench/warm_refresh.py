@@ -29,7 +29,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from bench.common import attention_agreement, record
+from bench.common import attention_agreement, stage_record
 from lokg.pipeline import driver as pipeline
 from lokg.runtime.config import load_config
 from lokg.runtime.contract import Store, read_table
@@ -81,7 +81,7 @@ def dumps(args, work: Path) -> tuple[Path, dict]:
 
 
 def merge_groups(store: Path, build_id: str) -> set[frozenset]:
-    rows = read_table(Path(record(store, build_id, "scos_merge")["outputs"]["relation_map"]))
+    rows = read_table(Path(stage_record(store, build_id, "scos_merge")["outputs"]["relation_map"]))
     groups: dict[str, set] = {}
     for row in rows.to_pylist():
         groups.setdefault(row["canonical_name"], set()).add(row["name"])
@@ -115,11 +115,11 @@ def main() -> None:
         pipeline.build(str(work / "d2"), str(store), config, build_id=run, until="gat", log=print)
         out[f"{run}_until_gat_s"] = round(time.perf_counter() - started, 1)
     for stage in LEARNED:
-        recs = {run: record(store, run, stage) for run, store in runs.items()}
+        recs = {run: stage_record(store, run, stage) for run, store in runs.items()}
         out[stage] = {run: {"seconds": r["seconds"], "epochs": r["report"]["epochs"],
                             "refresh": r["report"]["refresh"]} for run, r in recs.items()}
         out[stage]["warm_over_full"] = round(recs["warm"]["seconds"] / recs["full"]["seconds"], 3)
-    gat = {run: record(store, run, "gat")["report"] for run, store in runs.items()}
+    gat = {run: stage_record(store, run, "gat")["report"] for run, store in runs.items()}
     out["gat_eval_link_loss"] = {run: report["eval_link_loss"] for run, report in gat.items()}
     if args.synth:
         out["gold_attention"] = {run: report["gold_attention"] for run, report in gat.items()}
@@ -128,7 +128,7 @@ def main() -> None:
                            "warm": len(groups["warm"]), "full": len(groups["full"]),
                            "shared": len(groups["warm"] & groups["full"])}
     out["attention"] = attention_agreement(
-        *(Path(record(store, run, "gat")["outputs"]["edges"]) for run, store in runs.items()))
+        *(Path(stage_record(store, run, "gat")["outputs"]["edges"]) for run, store in runs.items()))
     out["load_end"] = uptime()
     print(json.dumps(out, indent=2))
 
