@@ -1,7 +1,8 @@
 """The house rules of the tests and the benchmarks: what they share lives in lokg.testing (no
 test module imports another, nor does a benchmark import the tests); bench/ is a package whose
 scripts share one module, bench.common, and never edit sys.path; lokg.testing ships in the
-wheel, so importing it pulls neither pytest nor a heavy package."""
+wheel, so importing it pulls neither pytest nor a heavy package, and no product module
+imports it."""
 
 from __future__ import annotations
 
@@ -46,6 +47,16 @@ def test_a_benchmark_imports_no_other_benchmark_but_the_shared_module(path):
     text = path.read_text(encoding="utf-8")
     assert "sys.path" not in text
     assert "python bench/" not in text  # the usage lines say ``python -m bench.<name>``
+
+
+PRODUCT = sorted(path for folder in ("runtime", "pipeline", "spark_jobs", "training", "text",
+                                     "evaluation", "dags") for path in (REPO / folder).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", PRODUCT, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_the_product_does_not_import_the_testing_module(path):
+    """lokg.testing sits above every package: it may import any of them, none imports it."""
+    assert not {m for m in imports(path) if m.startswith("lokg.testing")}
 
 
 def test_bench_is_a_package():
