@@ -34,7 +34,7 @@ test-all:
 	$(ENV) python -m pytest -q
 
 bench: setup
-	$(ENV) python bench/synth_throughput.py
+	$(ENV) python -m bench.synth_throughput
 
 clean:
 	rm -rf out .pytest_cache .hypothesis

@@ -3,7 +3,7 @@
 see what OpenBLAS's thread per core costs on a busy host (docs/BENCHMARKS.md, "BLAS threads
 on the query path").
 
-    python bench/blas_threads.py; OPENBLAS_NUM_THREADS=1 python bench/blas_threads.py
+    python -m bench.blas_threads; OPENBLAS_NUM_THREADS=1 python -m bench.blas_threads
 """
 
 import time

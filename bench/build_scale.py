@@ -1,8 +1,8 @@
-"""The whole build at scale (issue 17 item 7): each stage's time and peak memory over dump sizes,
+"""The whole build at scale: each stage's time and peak memory over dump sizes,
 their growth exponents, and what a larger dump would need.
 
-    python bench/build_scale.py --sizes 10000,100000 --work W --markdown W/table.md
-    python bench/build_scale.py --sizes 1e5,1e6,1e7 --work W --json W/runs.jsonl \\
+    python -m bench.build_scale --sizes 10000,100000 --work W --markdown W/table.md
+    python -m bench.build_scale --sizes 1e5,1e6,1e7 --work W --json W/runs.jsonl \\
         --set transe.epochs=20 --estimate 1e8
 
 For each size the synthetic generator writes a dump (``pipeline.synth.generate``, ``--seed``,
@@ -21,7 +21,7 @@ the tree's memory, the CPU its processes used since the last sample — to the s
 log last announced (``start`` = interpreter and imports before the first stage; in one process a
 stage's peak includes what earlier stages left resident, the JVM's heap above all):
 
-    python bench/build_scale.py --sizes 1e5,1e6 --one-process --work W --json W/runs.jsonl \
+    python -m bench.build_scale --sizes 1e5,1e6 --one-process --work W --json W/runs.jsonl \
         --markdown W/table.md --estimate 1e7
 
 ``--resume`` (a process per stage, with ``--json``): each stage's row is appended to the JSON as
@@ -29,10 +29,10 @@ it finishes, the build of size N has the id ``scale-N``, and the steps already t
 (same settings) are kept rather than run again — so a build longer than a session (10⁷ triples:
 hours) continues where it stopped, its stages staged under ``W/store-N``:
 
-    python bench/build_scale.py --sizes 1e5,1e6,1e7 --work W --json W/runs.jsonl --resume
+    python -m bench.build_scale --sizes 1e5,1e6,1e7 --work W --json W/runs.jsonl --resume
 
 Growth exponent: the least-squares slope of log(seconds) on log(triples) over the sizes, for
-wall and for CPU seconds each (1 = linear; the issue's target is ≤ 1.1). ``--estimate N``
+wall and for CPU seconds each (1 = linear; the target is ≤ 1.1). ``--estimate N``
 extrapolates each stage's wall and CPU seconds along their exponents (at least 1: a smaller
 one is fixed costs still dominating at these sizes), and its peak memory from
 the largest size by the memory a triple adds (the slope of peak on triples over the sizes): an
@@ -40,13 +40,13 @@ estimate, labelled so. ``--json`` appends one object per (size, stage) as each s
 ``--markdown`` writes the tables. ``--from-json RUNS`` builds nothing: it prints the same
 tables from a saved ``--json`` (another ``--estimate``, say):
 
-    python bench/build_scale.py --from-json W/runs.jsonl --estimate 1e8
+    python -m bench.build_scale --from-json W/runs.jsonl --estimate 1e8
 
 ``--dump D`` builds a given dump instead (FB15k-237, say) the same way, once, and reports each
 stage's seconds, CPU seconds, peak memory, its share of the total and the 1-minute load average
 around it:
 
-    python bench/build_scale.py --dump ../shared/data/fb15k237 --work W --json W/fb.jsonl \
+    python -m bench.build_scale --dump ../shared/data/fb15k237 --work W --json W/fb.jsonl \
         --markdown W/fb.md [--one-process]
 """
 
@@ -56,86 +56,12 @@ import argparse
 import json
 import math
 import os
-import re
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
-import psutil
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-SAMPLE_SECONDS = 0.2
-
-
-def child_env(code: Path = ROOT) -> dict[str, str]:
-    """The environment of a child that imports the checkout ``code``, not the one the shared
-    venv's editable install points at."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(code), os.environ.get("PYTHONPATH")) if p)}
-
-
-class TreeMeter:
-    """Samples a process tree (the process, the Spark JVM, its Python workers): resident bytes
-    now, and CPU seconds its processes used since the last sample (a process first seen counts
-    all its CPU so far; one ending between samples loses at most a sample's worth)."""
-
-    def __init__(self) -> None:
-        self.cpu_seen: dict[int, float] = {}
-
-    def sample(self, proc: psutil.Process) -> tuple[int, float]:
-        rss, cpu_delta = 0, 0.0
-        for p in (proc, *proc.children(recursive=True)):
-            try:
-                with p.oneshot():
-                    rss += p.memory_info().rss
-                    times = p.cpu_times()
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-            cpu = times.user + times.system
-            cpu_delta += cpu - self.cpu_seen.get(p.pid, 0.0)
-            self.cpu_seen[p.pid] = cpu
-        return rss, cpu_delta
-
-
-def run_measured(argv: list[str], log: Path, code: Path = ROOT) -> dict:
-    """Run ``argv`` to completion in the checkout ``code``, its output to ``log``; wall and CPU
-    seconds, the sampled peak RSS of its process tree and the 1-minute load average before and
-    after. A non-zero exit raises with the log's tail."""
-    load_before, meter = os.getloadavg()[0], TreeMeter()
-    started, peak, cpu = time.perf_counter(), 0, 0.0
-    with log.open("w") as out:
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=code,
-                                 env=child_env(code))
-        proc = psutil.Process(child.pid)
-        while child.poll() is None:
-            try:
-                rss, used = meter.sample(proc)
-                peak, cpu = max(peak, rss), cpu + used
-            except psutil.NoSuchProcess:
-                pass
-            time.sleep(SAMPLE_SECONDS)
-    if child.returncode:
-        tail = log.read_text(errors="replace")[-2000:]
-        raise SystemExit(f"{' '.join(argv[:4])} … failed ({child.returncode}); {log}:\n{tail}")
-    return {"wall_s": round(time.perf_counter() - started, 2), "cpu_s": round(cpu, 2),
-            "peak_mib": round(peak / 2**20, 1),
-            "load": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
-
-
-def dump_for(work: Path, n_triples: int, seed: int, questions: int) -> Path:
-    """The dump of ``n_triples`` (generated once, reused when its manifest is there)."""
-    from lokg.pipeline.synth import generate
-
-    dump = work / f"dump-{n_triples}"
-    if not (dump / "manifest.json").exists():
-        generate(dump, n_triples=n_triples, seed=seed, n_questions=questions)
-    return dump
+from bench.common import build_one_process, dump_for, run_measured, write_results
 
 
 def build_measured(dump: Path, store: Path, build_id: str, overrides: list[str],
@@ -261,81 +187,6 @@ def growth_markdown(sizes: list[int], slopes: list[dict], totals: dict[str, list
     return "\n".join(lines) + "\n"
 
 
-STAGE_STARTED = re.compile(r"^\[(\d+)/(\d+)\] (\w+) …$")
-STAGE_DONE = re.compile(r"^\[(\d+)/(\d+)\] (\w+) done in ([\d.]+)s$")
-
-
-class StageMeter:
-    """Wall, CPU and peak tree memory of one ``lokg build`` process, per stage of its log."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict] = []
-        self.tree = TreeMeter()
-        self._open("start")
-
-    def _open(self, stage: str) -> None:
-        if self.rows:
-            last = self.rows[-1]
-            last["wall_s"] = round(time.perf_counter() - last.pop("_started"), 2)
-            last["load"].append(round(os.getloadavg()[0], 2))
-        self.rows.append({"stage": stage, "stage_s": None, "cpu_s": 0.0, "peak_mib": 0.0,
-                          "load": [round(os.getloadavg()[0], 2)],
-                          "_started": time.perf_counter()})
-
-    def line(self, text: str) -> None:
-        """A line of the build's log: a stage starts, or one ends (the last: publish starts)."""
-        if started := STAGE_STARTED.match(text):
-            self._open(started[3])
-        elif done := STAGE_DONE.match(text):
-            self.rows[-1]["stage_s"] = float(done[4])
-            if done[1] == done[2]:
-                self._open("publish")
-
-    def sample(self, proc: psutil.Process) -> None:
-        """Charge the tree's resident memory and its CPU since the last sample to the stage."""
-        rss, used = self.tree.sample(proc)
-        row = self.rows[-1]
-        row["cpu_s"] += used
-        row["peak_mib"] = max(row["peak_mib"], round(rss / 2**20, 1))
-
-    def finish(self) -> list[dict]:
-        self._open("end")
-        for row in self.rows[:-1]:
-            row["cpu_s"] = round(row["cpu_s"], 2)
-        return self.rows[:-1]
-
-
-def build_one_process(dump: Path, store: Path, overrides: list[str], log: Path) -> list[dict]:
-    """``lokg build`` as a user runs it, measured per stage (``StageMeter``)."""
-    argv = ["lokg", "build", "--dump", str(dump), "--store", str(store)]
-    argv += [arg for kv in overrides for arg in ("--set", kv)]
-    meter = StageMeter()
-    env = {**child_env(), "PYTHONUNBUFFERED": "1"}
-    with log.open("w") as out:
-        child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 cwd=ROOT, env=env, text=True)
-
-        def follow() -> None:
-            for text in child.stdout:
-                out.write(text)
-                meter.line(text.rstrip("\n"))
-
-        reader = threading.Thread(target=follow, daemon=True)
-        reader.start()
-        proc = psutil.Process(child.pid)
-        while child.poll() is None:
-            try:
-                meter.sample(proc)
-            except psutil.NoSuchProcess:
-                pass
-            time.sleep(SAMPLE_SECONDS)
-        reader.join()
-    if child.returncode:
-        tail = log.read_text(errors="replace")[-2000:]
-        raise SystemExit(f"lokg build failed ({child.returncode}); {log}:\n{tail}")
-    return meter.finish()
-
-
 def dump_markdown(rows: list[dict]) -> str:
     """One build's table: per step its seconds, CPU, peak memory, share and load."""
     total_wall, total_cpu = sum(r["wall_s"] for r in rows), sum(r["cpu_s"] for r in rows)
@@ -447,19 +298,6 @@ def build_dump(args: argparse.Namespace) -> None:
 def json_recorder(run: dict, json_path: Path | None):
     """Appends a finished step's row, tagged with its ``run``, to the JSON-lines file."""
     return lambda row: write_results([{**run, **row}], "", json_path, None)
-
-
-def write_results(rows: list[dict], table: str, json_path: Path | None,
-                  markdown_path: Path | None) -> None:
-    """Append ``rows`` to the JSON-lines file, print ``table`` and write it to the Markdown one."""
-    if json_path:
-        with json_path.open("a") as out:
-            for row in rows:
-                out.write(json.dumps(row) + "\n")
-    if table:
-        print(table)
-    if markdown_path:
-        markdown_path.write_text(table)
 
 
 if __name__ == "__main__":

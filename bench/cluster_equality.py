@@ -1,7 +1,7 @@
 """The Spark stages on the loopback standalone cluster give the tables a local build gave.
 
-    python bench/cluster_equality.py --store S --dump D --work W                  # product paths
-    python bench/cluster_equality.py --store S --dump D --work W \\
+    python -m bench.cluster_equality --store S --dump D --work W                  # product paths
+    python -m bench.cluster_equality --store S --dump D --work W \\
         --masters local[2]=product,cluster=spark --against first   # Spark forced vs the driver
 
 The reference is a finished build: the one a store's refresh cache keeps (``lokg build`` keeps
@@ -28,21 +28,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from lokg.pipeline.driver import STAGE_RECORD, stage_script  # noqa: E402
-from lokg.pipeline.refresh import (link_tree, parquet_parts, staged_location,  # noqa: E402
+from bench.common import PATHS, SPARK_PATHS
+from lokg.pipeline.driver import STAGE_RECORD, stage_script
+from lokg.pipeline.refresh import (link_tree, parquet_parts, staged_location,
                              table_difference)
-from lokg.pipeline.registry import STAGES  # noqa: E402
-from bench.relation_stats_scale import PATHS, SPARK_PATHS  # noqa: E402
+from lokg.pipeline.registry import STAGES
+from lokg.testing import REPO
+from lokg.testing.serving import free_port
 
 CLUSTER = REPO / "infra" / "cluster.sh"
 SPARK_SUBMIT = Path(sys.executable).parent / "spark-submit"
@@ -52,12 +50,6 @@ SPARK_STAGES = tuple(s.name for s in STAGES if s.kind == "spark")
 
 # ============================================================================================
 # the cluster and spark-submit
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cluster_cmd(env: dict, action: str, timeout: int = 240) -> subprocess.CompletedProcess:

@@ -1,22 +1,17 @@
-"""Provenance of a store built from documents (issue 15): every triple has a source, and a
+"""Provenance of a store built from documents: every triple has a source, and a
 source passage of each triple (title and text) holds the triple's head (its name or an alias),
 with the exceptions listed by name.
 
-    python bench/document_provenance.py --store /tmp/mq [--json]
+    python -m bench.document_provenance --store /tmp/mq [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from lokg.runtime.contract import Store  # noqa: E402
-from lokg.text.triple_context import head_check  # noqa: E402
+from lokg.runtime.contract import Store
+from lokg.text.triple_context import head_check
 
 
 def provenance(store: str, shown: int) -> dict:

@@ -1,7 +1,7 @@
-"""entity_types and relation_stats on the driver, two checkouts on the same staged ingest
-(issue 17 item 2): what a change to their numpy passes buys, before against after in one run.
+"""entity_types and relation_stats on the driver, two checkouts on the same staged ingest:
+what a change to their numpy passes buys, before against after in one run.
 
-    python bench/driver_passes.py --ingest STORE/staging/BUILD/ingest \\
+    python -m bench.driver_passes --ingest STORE/staging/BUILD/ingest \\
         --tree before=/path/to/old/checkout --tree after=. --rounds 2 --work W --json W/passes.json
 
 ``--ingest`` is an ingest stage's output directory (triples, relations, entities,
@@ -23,12 +23,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.build_scale import run_measured  # noqa: E402
-from bench.refresh_scale import table_equality  # noqa: E402
-from bench.stage_paths import RUN  # noqa: E402
+from bench.common import RUN, run_measured, table_equality
 
 STAGES = ("entity_types", "relation_stats")
 

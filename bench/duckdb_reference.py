@@ -1,11 +1,11 @@
-"""Spark vs DuckDB on ingest and relation_stats (issue 17 item 1): the single-node reference.
+"""Spark vs DuckDB on ingest and relation_stats: the single-node reference.
 
-    python bench/duckdb_reference.py                       # 10⁶ triples, 2 rounds, ratios
-    python bench/duckdb_reference.py --triples 10000000 --rounds 1 --json ref.jsonl
-    python bench/duckdb_reference.py --dump /data/synth-1e6  # an existing pipeline.synth dir
-    python bench/duckdb_reference.py --dump D --baseline ../old  # + an older relation_stats
-    python bench/duckdb_reference.py --dump D --baseline ../old --baseline-stage ingest
-    python bench/duckdb_reference.py --dump D --paths product  # the paths a build would take
+    python -m bench.duckdb_reference                       # 10⁶ triples, 2 rounds, ratios
+    python -m bench.duckdb_reference --triples 10000000 --rounds 1 --json ref.jsonl
+    python -m bench.duckdb_reference --dump /data/synth-1e6  # an existing pipeline.synth dir
+    python -m bench.duckdb_reference --dump D --baseline ../old  # + an older relation_stats
+    python -m bench.duckdb_reference --dump D --baseline ../old --baseline-stage ingest
+    python -m bench.duckdb_reference --dump D --paths product  # the paths a build would take
 
 One process, one dump (``pipeline.synth``, ``--malformed-rate`` 0.1 % by default so that the
 quarantine has work). Rounds alternate Spark then DuckDB so that both see the same machine load:
@@ -50,7 +50,6 @@ output move, no record), which if anything favours it.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
 import sys
@@ -58,11 +57,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.relation_stats_scale import (  # noqa: E402
-    PATHS, Peaks, bench_config, machine, spark_stages, start_spark, synth_dump)
-from bench import duckdb_sql  # noqa: E402
+from bench import duckdb_sql
+from bench.common import (
+    PATHS, Peaks, bench_config, load_baseline, machine, spark_stages, start_spark, synth_dump)
 
 TOLERANCE = 1e-9
 
@@ -88,36 +85,6 @@ def duck_round(dump: Path, spark_outputs: dict, config: dict, work: Path) -> tup
     con.close()
     tables = duckdb_sql.fetch_outputs(work)
     return seconds, tables
-
-
-def _module(tree: Path, name: str):
-    spec = importlib.util.spec_from_file_location(
-        f"baseline_{name}", tree / "spark_jobs" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-#: The helper modules a stage's baseline takes from its own tree as well: a stage's speed is
-#: mostly in them (ingest's parsers, Spark's and the driver's; relation_stats' driver passes).
-BASELINE_HELPERS = {"ingest": ("formats", "ingest_nt", "ingest_lines"),
-                    "relation_stats": ("relation_stats_driver",)}
-
-
-def load_baseline(tree: Path, stage: str):
-    """``tree``'s module of ``stage``; every name it bound to one of ``BASELINE_HELPERS`` (the
-    helper module itself, or a name imported from it) is rebound to ``tree``'s own helper;
-    its other imports resolve to this tree's modules."""
-    module = _module(tree, stage)
-    for helper in BASELINE_HELPERS.get(stage, ()):
-        ours, theirs = importlib.import_module(f"lokg.spark_jobs.{helper}"), _module(tree, helper)
-        for name, value in list(vars(module).items()):
-            if value is ours:
-                setattr(module, name, theirs)
-            elif getattr(ours, name, None) is value and hasattr(theirs, name):
-                setattr(module, name, getattr(theirs, name))
-    return module
 
 
 def baseline_round(module, stage: str, config: dict, dump: Path, outputs: dict,

@@ -1,6 +1,6 @@
-"""entity_encode's encoding step, old and new in one run (issue 17 item 5).
+"""entity_encode's encoding step, old and new in one run.
 
-    python bench/entity_encode_speed.py --entities ENTITIES.parquet [--reference-sample 5000]
+    python -m bench.entity_encode_speed --entities ENTITIES.parquet [--reference-sample 5000]
         [--threads 1,2] [--workers 2] [--batch-size 32] [--questions pq-2h/test.txt]
 
 Reads an ``entities`` table (a build's or an ingest's), makes the stage's texts
@@ -46,15 +46,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lokg.common.stage import torch_threads  # noqa: E402
-from lokg.runtime.config import DEFAULTS  # noqa: E402
-from lokg.runtime.contract import read_table  # noqa: E402
-from lokg.runtime.encoder import SentenceEncoder, encode_by_length, spec_model_dir  # noqa: E402
-from lokg.runtime.question_encoder import batch_encoder  # noqa: E402
-from lokg.training import entity_encode  # noqa: E402
-from lokg.training.onnx_export import export  # noqa: E402
+from lokg.common.stage import torch_threads
+from lokg.runtime.config import DEFAULTS
+from lokg.runtime.contract import read_table
+from lokg.runtime.encoder import SentenceEncoder, encode_by_length, spec_model_dir
+from lokg.runtime.question_encoder import batch_encoder
+from lokg.training import entity_encode
+from lokg.training.onnx_export import export
 
 SPEC = {"model": "minilm", "query_prefix": "", "passage_prefix": ""}
 REFERENCE_BATCH = 128  # texts per call of the stage before entity_encode.encoder

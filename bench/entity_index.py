@@ -1,6 +1,6 @@
-"""The entity index at scale (issue 17 items 5, 7): what an HNSW build costs and finds.
+"""The entity index at scale: what an HNSW build costs and finds.
 
-    python bench/entity_index.py --vectors BUILD/entity_encode/entity_vectors.npy \
+    python -m bench.entity_index --vectors BUILD/entity_encode/entity_vectors.npy \
         --rows 250000 --config 1:200 --config 2:200 --config 2:80 --queries 1000
 
 Above ``entity_encode.flat_max`` entities the stage builds an ``IndexHNSWFlat`` (inner product,
@@ -20,14 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def noisy_queries(vectors: np.ndarray, count: int, cosine: float, seed: int) -> np.ndarray:

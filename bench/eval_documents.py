@@ -1,11 +1,11 @@
-"""Text QA on graphs built from documents (DESIGN §5, §8): context recall, EM, F1, tok/q and
+"""Text QA on graphs built from documents: context recall, EM, F1, tok/q and
 calls/q per method × budget on a multi-hop reading set of ../shared/data.
 
-    python bench/eval_documents.py --dataset musique-openie --work /tmp/lokg-docs
+    python -m bench.eval_documents --dataset musique-openie --work /tmp/lokg-docs
     lokg build --dump /tmp/lokg-docs/musique-openie/corpus.jsonl --format docs \\
         --store /tmp/lokg-docs/musique-openie/store
-    python bench/eval_documents.py --dataset musique-openie --work /tmp/lokg-docs --llm none
-    python bench/eval_documents.py --dataset hotpotqa-200 --store STORE --work /tmp/lokg-docs \\
+    python -m bench.eval_documents --dataset musique-openie --work /tmp/lokg-docs --llm none
+    python -m bench.eval_documents --dataset hotpotqa-200 --store STORE --work /tmp/lokg-docs \\
         --methods lokg,chunk-rag --budgets 512 --llm local --limit 50 --json
 
 The set's corpus (evaluation/text_datasets.py: exactly the paragraphs its questions are asked
@@ -25,17 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from lokg.evaluation.text_datasets import READING_SETS
+from lokg.testing import SHARED_DATA
 
-from lokg.evaluation.text_datasets import READING_SETS  # noqa: E402
-
-SHARED_DATA = Path(os.environ.get("LOKG_SHARED_DATA", REPO.parent / "shared" / "data"))
 METHODS = "lokg,lokg-tcr,chunk-rag"
 BUDGETS = "256,512,1024,2048"
 #: (summary key, header, format) of the printed table.
@@ -125,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     from lokg.runtime.errors import LokgError
 
     args = parse_args(argv)
-    command = shlex.join(["python", "bench/eval_documents.py", *(argv or sys.argv[1:])])
+    command = shlex.join(["python", "-m", "bench.eval_documents", *(argv or sys.argv[1:])])
     try:
         reading_set = load_reading_set(args.dataset, args.data)
         corpus = write_corpus(reading_set.documents, args.work / args.dataset / "corpus.jsonl")

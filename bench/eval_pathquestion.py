@@ -1,9 +1,9 @@
 """The PathQuestion tables of docs/BENCHMARKS.md: every method × reader on PQ-2H and PQ-3H test.
 
-    python bench/eval_pathquestion.py --data ../shared/data/pathquestion --work /tmp/lokg-pq
-    python bench/eval_pathquestion.py --llm none --methods lokg,kaping --limit 50
-    python bench/eval_pathquestion.py --llm none,local --methods lokg --reader choice
-    python bench/eval_pathquestion.py --llm none --methods lokg --policies route --entities gold,link
+    python -m bench.eval_pathquestion --data ../shared/data/pathquestion --work /tmp/lokg-pq
+    python -m bench.eval_pathquestion --llm none --methods lokg,kaping --limit 50
+    python -m bench.eval_pathquestion --llm none,local --methods lokg --reader choice
+    python -m bench.eval_pathquestion --llm none --methods lokg --policies route --entities gold,link
 
 For each dataset (``pq-2h``, ``pq-3h``) it builds, once, a store from ``kb.txt`` and a second
 one with ``scos_merge.enabled=false`` (for ``lokg-no-scos``) under ``WORK/<dataset>/``, then runs
@@ -28,9 +28,7 @@ import shlex
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lokg.runtime.config import DEFAULT_BUDGET  # noqa: E402
+from lokg.runtime.config import DEFAULT_BUDGET
 
 DATASETS = ("pq-2h", "pq-3h")
 READERS = ("none", "local")
@@ -147,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     from lokg.evaluation.report import breakdown_table
 
     work = Path(args.work)
-    command = shlex.join(["python", "bench/eval_pathquestion.py", *(
+    command = shlex.join(["python", "-m", "bench.eval_pathquestion", *(
         sys.argv[1:] if argv is None else argv)])
     out = ["Regenerate with:", "", f"    {command}", ""]
     commands = []

@@ -1,9 +1,9 @@
-"""Agreement of offline extraction backends with gpt-3.5's OpenIE triples (issue 15).
+"""Agreement of offline extraction backends with gpt-3.5's OpenIE triples.
 
 Why: the ``offline`` backend of ``triple_extract`` is chosen on evidence. Each backend reads the
 ``text`` (``--field passage``: title and text) of the first ``--limit`` passages of a HippoRAG-format OpenIE file and is scored
 against that file's triples and entities (docs/BENCHMARKS.md, "Offline extraction agreement
-with gpt-3.5 (issue 15)").
+with gpt-3.5").
 
 Matching rule. A string is normalised: lowercased, every non-alphanumeric character a space,
 the articles a/an/the dropped; its token set is compared by Jaccard similarity. A predicted
@@ -18,7 +18,7 @@ capitalised runs, years and numbers as entities; the words between two entities 
 as the relation) and ``smollm2`` (the embedded SmolLM2-135M, greedy, JSON forced by a GBNF
 grammar, one thread).
 
-usage: python bench/extraction_agreement.py [--corpus FILE] [--limit N]
+usage: python -m bench.extraction_agreement [--corpus FILE] [--limit N]
        [--backends offline,regex,smollm2] [--field text|passage] [--json OUT]
 """
 

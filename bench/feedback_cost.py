@@ -1,8 +1,8 @@
-"""What the feedback log costs a query (issue 16 item 2): the same questions asked of one build
+"""What the feedback log costs a query: the same questions asked of one build
 opened twice, with the log on and off, interleaved question by question (the order within each
 pair alternating), so both sides see the same host load.
 
-    python bench/feedback_cost.py --store /tmp/fbstore --questions 2000
+    python -m bench.feedback_cost --store /tmp/fbstore --questions 2000
 
 Reports p50/p99 of ``Runtime.ask`` on each side, their ratio, and the append alone
 (:meth:`FeedbackLog.append_missing` timed on the answers of the "on" side): records written,
@@ -22,11 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.load import read_questions, store_questions  # noqa: E402
-from lokg.runtime import feedback  # noqa: E402
-from lokg.runtime.query import Runtime  # noqa: E402
+from bench.common import read_questions, store_questions
+from lokg.runtime import feedback
+from lokg.runtime.query import Runtime
 
 
 def _timed(fn, *args) -> float:

@@ -1,7 +1,7 @@
-"""Identify missing with an LLM (issue 16 item 1, runtime/feedback_llm.py): how often a real
+"""Identify missing with an LLM (runtime/feedback_llm.py): how often a real
 backend's reply is a valid sub-question list, and what it names, beside the structural record.
 
-    python bench/feedback_identify_llm.py --store /tmp/bridge-after/feedback-precomputed/store \\
+    python -m bench.feedback_identify_llm --store /tmp/bridge-after/feedback-precomputed/store \\
         --questions /tmp/bridge-after/questions.json --n 5 --llm local
 
 Each of the first ``--n`` questions of a musique-shaped file is asked of the store twice with
@@ -21,10 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lokg.runtime import feedback  # noqa: E402
-from lokg.runtime.query import Runtime  # noqa: E402
+from lokg.runtime import feedback
+from lokg.runtime.query import Runtime
 
 
 def logged(store: str, questions: list[str], log: Path, **settings) -> tuple[list[dict], float]:

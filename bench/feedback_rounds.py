@@ -1,7 +1,7 @@
-"""Query-driven feedback (DESIGN §9, issue 16 item 6): does the refresh loop converge? Rounds of
+"""Query-driven feedback: does the refresh loop converge? Rounds of
 build → answer → refresh on a sparsified musique-openie subset, one table row per round.
 
-    python bench/feedback_rounds.py --questions 20 --rounds 5 --work /tmp/lokg-rounds \\
+    python -m bench.feedback_rounds --questions 20 --rounds 5 --work /tmp/lokg-rounds \\
         --markdown /tmp/lokg-rounds/table.md
 
 **Protocol** (fixed before any result was looked at):
@@ -60,7 +60,7 @@ build → answer → refresh on a sparsified musique-openie subset, one table ro
   questions' overlays holds (each overlay lives for its question only; the store is never
   written), with the answers a question took and why its loop stopped.
 
-    python bench/feedback_rounds.py --questions 20 --rounds 0 \\
+    python -m bench.feedback_rounds --questions 20 --rounds 0 \\
         --arms no-feedback,tcr-qf,answer-driven --work /tmp/lokg-tcrqf
 
 Rounds resume: a finished round (``WORK/<arm>/round-<r>/result.json``) is read back, a built
@@ -82,10 +82,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.eval_documents import SHARED_DATA  # noqa: E402
+from bench.common import answer_all
+from lokg.testing import SHARED_DATA
 
 ARMS = {
     "feedback-precomputed": ["feedback_enrich.backend=precomputed"],
@@ -254,39 +252,6 @@ def run_round(arm_dir: Path, number: int, config: dict, setup: dict, progress: b
     return result
 
 
-def answer_all(store: Path, questions, out: Path, progress: bool, reader: str = "none",
-               build_id: str | None = None, online: tuple[str, dict] | None = None,
-               settings: dict | None = None) -> dict:
-    """Every question through ``Runtime.ask(q, llm=reader)`` with the runtime's defaults (and
-    ``settings``, query settings over them), scored as a reading run (evaluation.runner; the
-    runtime logs its own feedback) — or, ``online`` (source, config), through the tcr-qf loop
-    around that ask (evaluation/tcr_qf.py)."""
-    from lokg.evaluation.context import CountingLLM
-    from lokg.evaluation.methods import _prediction
-    from lokg.evaluation.runner import evaluate
-    from lokg.evaluation.tcr_qf import Enricher, online_prediction
-    from lokg.runtime.llm import make_llm
-    from lokg.runtime.query import Runtime
-
-    rt = Runtime.open(store, build_id=build_id, **(settings or {}))
-    llm = CountingLLM(make_llm(reader))
-    loop = None if online is None else Enricher(rt, source=online[0], config=online[1],
-                                                work=out / "work")
-
-    def ask(question):
-        llm.reset()
-        if loop is None:
-            return _prediction(llm, question, rt.ask(question.question, llm=llm), None)
-        result = loop.answer(rt, lambda view: view.ask(question.question, llm=llm))
-        return online_prediction(_prediction(llm, question, result.answers[-1], None), result,
-                                 llm)
-
-    try:
-        return evaluate({"lokg": ask}, questions, out, progress=progress, reading=True)["lokg"]
-    finally:
-        rt.close()
-
-
 def run_online(work: Path, arm: str, setup: dict, progress: bool) -> dict:
     """An online arm on the no-feedback arm's round-0 build (built here when missing): every
     question through the loop; the withheld triples the build and the union of the questions'
@@ -451,7 +416,7 @@ def plot(results: dict[str, list[dict]], path: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    command = shlex.join(["python", "bench/feedback_rounds.py", *(argv or sys.argv[1:])])
+    command = shlex.join(["python", "-m", "bench.feedback_rounds", *(argv or sys.argv[1:])])
     check_settings(args)
     setup = {**prepare(args), "llm": args.llm}
     print(f"{command}\n{args.questions} questions, {len(setup['reading'].documents)} documents, "

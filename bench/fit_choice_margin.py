@@ -1,10 +1,10 @@
-"""Fit ``query.choice_margin`` and ``query.choice_check`` for a reader on a dev split (issue
-20): the forced-choice call is made only when another candidate's S_final is within the margin
+"""Fit ``query.choice_margin`` and ``query.choice_check`` for a reader on a dev split:
+the forced-choice call is made only when another candidate's S_final is within the margin
 of the top one, so the margin says how many near-ties a reader is trusted to decide; the check
 says which of its picks may replace retrieval's top candidate (``none``: any listed one;
 ``derivation``: only one the relation knowledge's derivation reaches).
 
-    python bench/fit_choice_margin.py --dataset ../shared/data/pathquestion/pq-3h \\
+    python -m bench.fit_choice_margin --dataset ../shared/data/pathquestion/pq-3h \\
         --store /tmp/pq/pq-3h/store --split dev --llm local --checks none,derivation \\
         --memo /tmp/pq/replies-pq3-dev.json --out /tmp/pq/margin-pq3-dev.json
 
@@ -34,9 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lokg.runtime.config import DEFAULT_BUDGET  # noqa: E402
+from lokg.runtime.config import DEFAULT_BUDGET
 
 GRID = "0,0.05,0.1,0.2,0.3,0.5,0.75,1.0"
 

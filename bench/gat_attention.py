@@ -1,7 +1,7 @@
 """GAT attention on PathQuestion: what the link-prediction and path terms do to gold-path α.
 
-    python bench/gat_attention.py                          # PQ-2H and PQ-3H, 50 epochs
-    python bench/gat_attention.py --datasets pq-2h --epochs 20 --json gat.json
+    python -m bench.gat_attention                          # PQ-2H and PQ-3H, 50 epochs
+    python -m bench.gat_attention --datasets pq-2h --epochs 20 --json gat.json
 
 For each dataset: run the pipeline stages ingest → … → scos_merge on its ``kb.txt`` (reused
 from ``--workdir`` when already staged), encode the entities (``entity_encode``, MiniLM), then
@@ -25,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lokg.testing import REPO
 
-REPO = Path(__file__).resolve().parents[1]
+
 DATA = REPO.parent / "shared" / "data" / "pathquestion"
 
 

@@ -1,6 +1,6 @@
 """The ``gat`` stage alone on a built store, several code versions and settings in one run.
 
-    python bench/gat_stage.py --build STORE/builds/ID --work W \\
+    python -m bench.gat_stage --build STORE/builds/ID --work W \\
         --run old=../wt-gat-old --run new=. --run new-2threads=.:gat.threads=2 \\
         --json W/gat.jsonl --markdown W/gat.md
 
@@ -27,9 +27,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from build_scale import run_measured, write_results  # noqa: E402
+from bench.common import run_measured, write_results
 
 #: the gat stage's inputs, as a published build lays them out
 INPUT_FILES = {"triples": "triples.parquet", "relations": "relations.parquet",
@@ -37,7 +35,8 @@ INPUT_FILES = {"triples": "triples.parquet", "relations": "relations.parquet",
                "entity_ids": "entity_ids.parquet", "entity_vectors": "entity_vectors.npy",
                "relation_embeddings": "models/relation_embeddings.npy"}
 
-CHILD = ("import json, sys; from runtime.config import load_config; from training import gat; "
+CHILD = ("import json, sys; from lokg.runtime.config import load_config; "
+         "from lokg.training import gat; "
          "r = gat.run(load_config(None, json.loads(sys.argv[1])), json.loads(sys.argv[2]), "
          "sys.argv[3]); print('REPORT ' + json.dumps(r['report']))")
 

@@ -1,6 +1,6 @@
-"""How much of the graph one step of GAT's sampled-subgraph mode trains on (issue 17 items 4, 7).
+"""How much of the graph one step of GAT's sampled-subgraph mode trains on.
 
-    python bench/gat_subgraph_share.py --build STORE/builds/B --batch-triples 65536,6554 \
+    python -m bench.gat_subgraph_share --build STORE/builds/B --batch-triples 65536,6554 \
         --fanout 0,10,25
 
 Above ``gat.max_full_batch_edges`` a GAT epoch is ``ceil(triples / batch_triples)`` steps, each
@@ -19,14 +19,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def step_shares(graph, batch_triples: int, layers: int, fanout: int, gen) -> dict:

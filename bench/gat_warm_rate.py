@@ -1,7 +1,7 @@
 """GAT's warm start at several ``gat.refresh_learning_rate`` values, on a refresh that
 ``bench/warm_refresh.py`` left staged (its ``W/store``: build ``warm`` refreshing ``b1``).
 
-    python bench/gat_warm_rate.py --work W --rates 0.005,0.0005
+    python -m bench.gat_warm_rate --work W --rates 0.005,0.0005
 
 Runs stage ``gat`` alone with the refresh's inputs and the previous build's (``previous:``, as
 the driver passes them) at each rate, into ``W/gat-rate/<rate>``, and prints per rate the fixed
@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, not the venv's
-
-from bench.warm_refresh import attention_agreement, record  # noqa: E402
-from lokg.pipeline import driver  # noqa: E402
-from lokg.runtime.config import load_config  # noqa: E402
-from lokg.runtime.contract import Store  # noqa: E402
-from lokg.training import gat  # noqa: E402
+from bench.common import attention_agreement, stage_record
+from lokg.pipeline import driver
+from lokg.runtime.config import load_config
+from lokg.runtime.contract import Store
+from lokg.training import gat
 
 
 def main() -> None:
@@ -40,7 +37,7 @@ def main() -> None:
         result = gat.run(config, inputs, str(Path(args.work) / "gat-rate" / rate))
         report, full = result["report"], Path(args.work) / "full"
         agreement = attention_agreement(Path(result["outputs"]["edges"]), Path(
-            record(full, "full", "gat")["outputs"]["edges"])) if full.exists() else None
+            stage_record(full, "full", "gat")["outputs"]["edges"])) if full.exists() else None
         print(json.dumps({"rate": float(rate), "refresh": report["refresh"]["start"],
                           "epochs": report["epochs"], "eval_link_loss": report["eval_link_loss"],
                           "seconds_per_epoch": report["seconds_per_epoch"],

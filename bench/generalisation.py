@@ -1,7 +1,7 @@
-"""Relation knowledge on held-out graphs (issue 22): the generalisation protocol, end to end.
+"""Relation knowledge on held-out graphs: the generalisation protocol, end to end.
 
-    python bench/generalisation.py --work /tmp/lokg-gen
-    python bench/generalisation.py --triples 3000 --namings dotted,plain --json out.json
+    python -m bench.generalisation --work /tmp/lokg-gen
+    python -m bench.generalisation --triples 3000 --namings dotted,plain --json out.json
 
 Every run is ``lokg eval --policy route --llm none`` (``evaluation.cli.run_eval``, whose
 ``--build`` path builds a missing store), methods ``lokg`` and, zero-shot, ``kaping``:
@@ -44,9 +44,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lokg.pipeline.synth import NAMINGS, generate, labelled_overrides  # noqa: E402
+from lokg.pipeline.synth import NAMINGS, generate, labelled_overrides
 
 PQ_DATASETS = ("pq-2h", "pq-3h")
 PRECISION = "lokg@precision"  # evaluate's key for method lokg under policy precision
@@ -286,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = {"synthetic": synthetic_rows, "pathquestion": pathquestion_rows,
              "zero-shot": zero_shot_rows}
     rows = [row for step in args.steps.split(",") for row in steps[step](args, work)]
-    command = shlex.join(["python", "bench/generalisation.py",
+    command = shlex.join(["python", "-m", "bench.generalisation",
                           *(sys.argv[1:] if argv is None else argv)])
     text = markdown(rows, command)
     print(text)

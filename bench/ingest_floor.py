@@ -1,7 +1,7 @@
-"""What a refresh's ingest cannot skip (issue 18): reading every dump file once to find which
+"""What a refresh's ingest cannot skip: reading every dump file once to find which
 lines changed — the floor under any incremental ingest of a dump whose every file changed.
 
-    python bench/ingest_floor.py --dump /work/shared/data/fb15k237 --edited W/edited \\
+    python -m bench.ingest_floor --dump /work/shared/data/fb15k237 --edited W/edited \\
         --repetitions 3
 
 Per dump file (both versions, the same file names: ``edited`` is the next version of ``dump``):
@@ -20,13 +20,10 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def line_hashes(path: Path) -> tuple[np.ndarray, int]:

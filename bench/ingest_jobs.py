@@ -1,8 +1,8 @@
-"""Spark jobs, stages and tasks of one ingest, with each job's seconds and call site (issue 17).
+"""Spark jobs, stages and tasks of one ingest, with each job's seconds and call site.
 
-    python bench/ingest_jobs.py --dump D                       # this tree's ingest, 2 repetitions
-    python bench/ingest_jobs.py --dump D --baseline ../old     # and an older checkout's, alternating
-    python bench/ingest_jobs.py --dump D --repetitions 1 --plans  # + each query's physical plan
+    python -m bench.ingest_jobs --dump D                       # this tree's ingest, 2 repetitions
+    python -m bench.ingest_jobs --dump D --baseline ../old     # and an older checkout's, alternating
+    python -m bench.ingest_jobs --dump D --repetitions 1 --plans  # + each query's physical plan
 
 ``D`` is a ``pipeline.synth`` directory (another dump: ``--format auto``). One process: the
 session (``local[2]``) is started
@@ -19,14 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 import time
 import urllib.request
 from datetime import datetime
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _api(spark, what: str) -> list[dict]:
@@ -85,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from pyspark.sql import SparkSession
 
-    from bench.duckdb_reference import load_baseline
+    from bench.common import load_baseline
     from lokg.runtime.config import load_config
     from lokg.spark_jobs import ingest
 

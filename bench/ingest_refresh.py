@@ -1,6 +1,6 @@
-"""A refresh's ingest on the driver against a full Spark ingest of the same dump (issue 18).
+"""A refresh's ingest on the driver against a full Spark ingest of the same dump.
 
-    python bench/ingest_refresh.py --dump W/edited --previous STORE/refresh/B/ingest --work W2
+    python -m bench.ingest_refresh --dump W/edited --previous STORE/refresh/B/ingest --work W2
 
 ``--previous``: the ingest stage directory of an earlier build of the dump's previous version
 (in a store's refresh cache: its tables and its line store ``dump_lines.parquet``). Two
@@ -25,8 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 RUNS = {"full": (False, []), "refresh": (True, []),
         "spark_refresh": (True, ["ingest.driver_max_dump_mb=0"])}
@@ -60,7 +58,7 @@ def equal_tables(one: Path, other: Path) -> tuple[dict[str, bool], dict[str, boo
 
 
 def main() -> None:
-    from bench.build_scale import run_measured
+    from bench.common import run_measured
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dump", type=Path, required=True)
@@ -74,7 +72,7 @@ def main() -> None:
     started, measured = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()), {}
     for run in RUNS:
         (args.work / run).mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, str(Path(__file__).resolve()), "--dump", str(args.dump),
+        argv = [sys.executable, "-m", "bench.ingest_refresh", "--dump", str(args.dump),
                 "--previous", str(args.previous), "--work", str(args.work), "--child", run]
         measured[run] = run_measured(argv, args.work / f"{run}.log")
         report = json.loads((args.work / run / "report.json").read_text())

@@ -1,7 +1,7 @@
 """Bounded load generator for ``lokg serve``: throughput, p50/p99 latency, errors, builds seen.
 
-    python bench/load.py --store S --requests 10000 --concurrency 32 --publish-at 0.5
-    python bench/load.py --url http://127.0.0.1:8000 --store S --requests 2000 --concurrency 8
+    python -m bench.load --store S --requests 10000 --concurrency 32 --publish-at 0.5
+    python -m bench.load --url http://127.0.0.1:8000 --store S --requests 2000 --concurrency 8
 
 Without ``--url`` it starts ``python -m lokg.runtime.server --store S`` on a free loopback port
 (``--workers N``), waits for ``/readyz`` and stops it afterwards. C threads each hold one
@@ -19,7 +19,7 @@ arrived (with one worker process: always 0 — the swap is one reference).
 ``--serve-from s3://bucket/prefix`` pushes the CURRENT build of ``--store`` to that object store
 and serves from it (the server's verified local cache, runtime/object_store.py); the mid-run
 publish is then a local republish pushed there. ``--loopback-s3`` starts the S3 endpoint for it
-on loopback (moto, bench/s3_server.py); otherwise the usual ``LOKG_S3_ENDPOINT`` / ``AWS_*``
+on loopback (moto, lokg/testing/s3.py); otherwise the usual ``LOKG_S3_ENDPOINT`` / ``AWS_*``
 environment applies.
 
 ``--churn`` runs operator traffic meanwhile (:func:`churn`: publish with ``keep=0``, roll back
@@ -34,7 +34,6 @@ import http.client
 import itertools
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -46,14 +45,13 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from urllib.parse import urlsplit
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from lokg.runtime.config import DEFAULT_BUDGET  # noqa: E402
-
-from bench.s3_server import loopback_s3  # noqa: E402
-from lokg.runtime.contract import Store, StoreError, new_build_id  # noqa: E402
-from lokg.runtime.object_store import RemoteStore  # noqa: E402
+from bench.common import read_questions, store_questions
+from lokg.runtime.config import DEFAULT_BUDGET
+from lokg.runtime.contract import Store, StoreError, new_build_id
+from lokg.runtime.object_store import RemoteStore
+from lokg.testing import REPO
+from lokg.testing.s3 import loopback_s3
+from lokg.testing.serving import Connection, free_port
 
 _MANIFEST_KEYS = ("schema_version", "build_id", "created_at", "tables", "files")
 
@@ -75,7 +73,7 @@ def republish(store_root: str | Path, build_id: str | None = None, *,
 
 def churn(store_root: str | Path, stop: threading.Event, pause: float = 0.2) -> Counter:
     """Until ``stop``: republish with ``keep=0``, roll back to the oldest other build, run
-    retention with ``keep=0`` — the operator traffic of issue 21 that deleted served builds.
+    retention with ``keep=0`` — the operator traffic that once deleted served builds.
     Counts each operation; a refused one (e.g. a CAS loss) is counted, not raised."""
     store, done = Store(store_root), Counter()
     steps = itertools.cycle(("publish", "rollback", "gc"))
@@ -95,31 +93,6 @@ def churn(store_root: str | Path, stop: threading.Event, pause: float = 0.2) -> 
             done[f"{step} refused"] += 1
             print(f"churn: {step} refused: {exc}", file=sys.stderr)
     return done
-
-
-def store_questions(store_root: str | Path, limit: int = 500) -> list[str]:
-    """Questions naming entities of the CURRENT build (evenly spread over its ids)."""
-    names = Store(store_root).build().read("entities", columns=["name"]).column("name").to_pylist()
-    step = max(1, len(names) // limit)
-    return [f"What is {name} related to?" for name in names[::step][:limit] if name]
-
-
-def read_questions(path: str | Path) -> list[str]:
-    out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if line:
-            out.append(json.loads(line)["question"] if line.startswith("{") else line)
-    return out
-
-
-class Connection(http.client.HTTPConnection):
-    """A keep-alive connection with TCP_NODELAY: without it, Nagle's algorithm and delayed ACKs
-    add milliseconds (up to 40) to each request on loopback."""
-
-    def connect(self):
-        super().connect()
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -234,12 +207,6 @@ def run_load(url: str, questions: list[str], *, requests: int, concurrency: int,
     return report
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def wait_ready(url: str, timeout: float, proc: subprocess.Popen | None = None) -> dict:
     """Poll /readyz until it answers 200; its body."""
     parts = urlsplit(url)
@@ -345,7 +312,7 @@ def _measure(args, questions: list[str], served: str, publish: Callable[[], str]
     proc = None
     url = args.url
     if url is None:
-        url = f"http://127.0.0.1:{_free_port()}"
+        url = f"http://127.0.0.1:{free_port()}"
         proc = subprocess.Popen(
             [sys.executable, "-m", "lokg.runtime.server", "--store", served, "--port",
              url.rsplit(":", 1)[1], "--workers", str(args.workers), "--poll-interval",

@@ -1,9 +1,11 @@
 """Forced-choice and free-text agreement between bindings: same prompts, greedy, one thread.
-usage: python bench/local_llm_agreement.py {lcp|xll|xll-fa0} > replies.json (docs/BENCHMARKS.md,
+usage: python -m bench.local_llm_agreement {lcp|xll|xll-fa0} > replies.json (docs/BENCHMARKS.md,
 "Local LLM set-up: candidates"); xll is xllamacpp with llama.cpp's automatic flash attention."""
-import json, os, random, sys
+import argparse, json, os, random
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-kind = sys.argv[1]
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("kind", choices=["lcp", "xll", "xll-fa0"])
+kind = parser.parse_args().kind
 rng = random.Random(7)
 cities = ["Paris", "Rome", "Berlin", "Madrid", "Lisbon", "Vienna", "Oslo", "Prague", "Dublin", "Athens",
           "Warsaw", "Budapest", "Helsinki", "Brussels", "Sofia", "Zagreb"]

@@ -1,10 +1,15 @@
 """Load time, prompt and generation tokens/s of SmolLM2-135M Q4_1 on one llama.cpp binding.
-usage: python bench/local_llm_speed.py {lcp|xll|sync} THREADS MODEL_PATH -> one JSON line
+usage: python -m bench.local_llm_speed {lcp|xll|sync} THREADS MODEL_PATH -> one JSON line
 (lcp: llama-cpp-python, xll: xllamacpp, XLL_FA=0 for flash attention off, sync: llama-cpp-py-sync).
 docs/BENCHMARKS.md, "Local LLM set-up: candidates"."""
-import json, os, sys, time
+import argparse, json, os, time
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-kind, threads, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("kind", choices=["lcp", "xll", "sync"])
+parser.add_argument("threads", type=int)
+parser.add_argument("path")
+args = parser.parse_args()
+kind, threads, path = args.kind, args.threads, args.path
 facts = "\n".join(f"Entity{i} | {rel} | Entity{(i * 7) % 53}" for i, rel in
                   zip(range(60), ["capital of", "located in", "born in", "member of"] * 15))
 prompt = f"Knowledge:\n{facts}\nQuestion: List every fact about Entity12 through Entity20, one per line, then explain them."

@@ -1,7 +1,11 @@
 """SmolLM2 GGUF through transformers' GGUF loader (dequantised to fp32) on the installed torch; needs
-the gguf and accelerate packages. usage: python bench/local_llm_transformers.py THREADS MODEL_PATH"""
-import json, os, sys, time
-threads = int(sys.argv[1]); path = sys.argv[2]
+the gguf and accelerate packages. usage: python -m bench.local_llm_transformers THREADS MODEL_PATH"""
+import argparse, json, os, time
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("threads", type=int)
+parser.add_argument("path")
+args = parser.parse_args()
+threads, path = args.threads, args.path
 import torch
 torch.set_num_threads(threads)
 from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -1,13 +1,13 @@
-"""Benchmark the exact MCKP DP of ITTC (DESIGN §4 step 3): N triples × K=3 granularities, budget B.
+"""Benchmark the exact MCKP DP of ITTC (its step 3): N triples × K=3 granularities, budget B.
 
-    python bench/mckp_solve.py                      # N=20, B=2048, realistic costs
-    python bench/mckp_solve.py --worst              # compact cost 0: the DP spans all B+1 cells
-    python bench/mckp_solve.py --solver greedy --budget 8192
+    python -m bench.mckp_solve                      # N=20, B=2048, realistic costs
+    python -m bench.mckp_solve --worst              # compact cost 0: the DP spans all B+1 cells
+    python -m bench.mckp_solve --solver greedy --budget 8192
 
 Each repeat draws a fresh random instance (seeded) and times one ``solve_mckp`` call with
 ``time.perf_counter_ns`` (``--clock cpu``: process CPU time, which ignores preemption),
 GC disabled. Prints p50 / p99 / mean / max in milliseconds.
-Target (issue 5): ≤ 1 ms for N = 20, B = 2048 (the issue names no percentile).
+Target: ≤ 1 ms for N = 20, B = 2048 (no percentile named).
 """
 
 from __future__ import annotations
@@ -17,13 +17,10 @@ import gc
 import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lokg.runtime.ittc import BETA, LAMBDA_BOOST, solve_greedy, solve_mckp  # noqa: E402
+from lokg.runtime.ittc import BETA, LAMBDA_BOOST, solve_greedy, solve_mckp
 
 
 def instance(rng: np.random.Generator, n: int, worst: bool) -> tuple[np.ndarray, np.ndarray]:

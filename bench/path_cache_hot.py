@@ -1,8 +1,8 @@
-"""Path cache for a hot set (issue 17 item 6): build time and size against the hot set's size,
+"""Path cache for a hot set: build time and size against the hot set's size,
 and the share of query-time lookups the cache serves.
 
-    python bench/path_cache_hot.py                                  # synthetic, 10^5 triples
-    python bench/path_cache_hot.py --triples 100000 --shares 0.05,0.1,0.2,0.4,1 --repeats 2
+    python -m bench.path_cache_hot                                  # synthetic, 10^5 triples
+    python -m bench.path_cache_hot --triples 100000 --shares 0.05,0.1,0.2,0.4,1 --repeats 2
 
 The graph is built as bench/taimr_paths.py builds it (``ingest`` of a ``pipeline.synth`` dump,
 the ``node_gain`` stage, uniform attention), then:
@@ -34,15 +34,13 @@ import argparse
 import json
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.taimr_paths import build_graph  # noqa: E402
+from bench.common import build_graph  # noqa: E402
 
 SPARK = {"master": "local[2]", "shuffle_partitions": 8}
 

@@ -1,7 +1,7 @@
-"""How local a refresh's change is for path_cache (issue 18): which heads a partial path_cache
+"""How local a refresh's change is for path_cache: which heads a partial path_cache
 would search anew, by which rule, for two published builds of consecutive dumps.
 
-    python bench/path_cache_locality.py --store STORE --before B1 --after B2
+    python -m bench.path_cache_locality --store STORE --before B1 --after B2
 
 A head's cached paths depend on the out-edges of the nodes within ``max_hops`` − 1 hops of it.
 Counted over the after-build's heads (entities with an out-edge), with the before-build's ids
@@ -11,7 +11,7 @@ canonical name:
 * ``weights`` — the stage's rule (``spark_jobs.path_cache.touched_heads`` over its weighted
   edges): a node is changed when an out-edge was added or removed or its α or μ(target) moved;
 * ``structure`` — only out-edges added or removed (what a copy that keeps slightly moved α would
-  search: the issue's "within L hops of a structurally changed entity");
+  search: "within L hops of a structurally changed entity");
 * ``endpoints`` — the nodes of the added or removed edges themselves (0 hops), the floor of any
   rule. A partial path_cache runs only while its share stays ≤ ``PARTIAL_MAX_SHARE``.
 """
@@ -20,14 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def structural_edges(build, names: pa.Array, entities: np.ndarray | None) -> np.ndarray:

@@ -1,8 +1,8 @@
-"""Could a refresh keep path_cache entries whose paths barely moved? (issue 18) Measured on two
+"""Could a refresh keep path_cache entries whose paths barely moved? Measured on two
 published builds of consecutive dumps: the before build and a refresh whose path_cache ran in
 full (so its cache is the full search on the refresh's α and μ).
 
-    python bench/path_cache_stability.py --store STORE --before B1 --after B2
+    python -m bench.path_cache_stability --store STORE --before B1 --after B2
 
 Ids moved by key (entities) and by name (relations), as ``common.stage.id_translation`` does.
 Reported, over the after build's heads:
@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, not the venv's
 
 EDGE_KEY = ["s", "r", "inverse", "o"]
 

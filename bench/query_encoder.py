@@ -1,6 +1,6 @@
 """The question encoder with and without torch: latency, memory and vector deviation.
 
-    python bench/query_encoder.py --questions ../shared/data/pathquestion --limit 200
+    python -m bench.query_encoder --questions ../shared/data/pathquestion --limit 200
 
 The encoders of ``runtime.question_encoder.query_encoder`` — ``onnx`` (runtime/onnx_bert.py, on
 the model ``training/onnx_export.py`` exports: ``--onnx`` int8 and fp32), ``numpy``
@@ -29,11 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from lokg.runtime.encoder import spec_model_dir  # noqa: E402
-from lokg.training.onnx_export import export  # noqa: E402
+from lokg.runtime.encoder import spec_model_dir
+from lokg.training.onnx_export import export
 
 BLOCK_TORCH = """
 import importlib.abc, sys
@@ -232,7 +229,7 @@ def report(results: list[dict], pairs, spec: dict, load_before: float) -> None:
           f"{pct(torch_run['two'], 50) / pct(best['two'], 50):.1f}x, RSS loaded "
           f"{torch_run['rss_loaded'] / best['rss_loaded']:.1f}x, 1 text CPU p50 "
           f"{pct(torch_run['cpu'], 50) / pct(best['cpu'], 50):.1f}x")
-    print("\ncommand: python bench/query_encoder.py " + " ".join(sys.argv[1:]))
+    print("\ncommand: python -m bench.query_encoder " + " ".join(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
 """Runtime latency on a published store: open time, memory, retrieval + encoding per question.
 
-    python bench/query_latency.py --store /tmp/fbstore --questions 1000
-    python bench/query_latency.py --store out/demo/store --questions-file out/demo/dump/questions.jsonl
+    python -m bench.query_latency --store /tmp/fbstore --questions 1000
+    python -m bench.query_latency --store out/demo/store --questions-file out/demo/dump/questions.jsonl
 
 Questions: from ``--questions-file`` (synthetic questions.jsonl or generic JSONL with
 ``question``), else generated from the store itself — for ``--questions`` random (seeded)
 triples (s, r, o), the question "what is the <relation words> of <name of s>?" with s passed as
 the entity (so linking ambiguity of FB15k-237 names does not skew the figure). Every question
 runs ``Runtime.ask(..., llm="none")``: link, TAIMR retrieval (path cache, cold heads computed),
-ITTC encoding — everything but the LLM, which the figure excludes by design (issue 5). With
+ITTC encoding — everything but the LLM, which the figure excludes by design. With
 the default policy (``route`` on a store with relation knowledge) a question the routing gate
 passes is answered from the graph without retrieval; ``total [derived]`` and ``total
 [retrieval]`` split the total by the path that answered, and ``--policy lokg`` always retrieves.
@@ -22,8 +22,7 @@ other jobs on a shared machine does not inflate) — ITTC mode counts, cache hit
 token count and emitted line, so two versions of the code can be checked for equal outputs.
 The first ``--warmup`` questions are not timed (tokenizer load, bucket reads); the first read of
 each path-cache bucket still lands in the timed questions unless ``--warm-buckets`` reads them
-all first. Targets (issue
-14): default settings p50 ≤ 10 ms, p99 ≤ 50 ms; with ``--encoder-off`` (no encoder model: λ_q 0,
+all first. Targets: default settings p50 ≤ 10 ms, p99 ≤ 50 ms; with ``--encoder-off`` (no encoder model: λ_q 0,
 no relation-knowledge term or chain boost) p50 ≤ 2 ms, p99 ≤ 20 ms; open ≤ 1 s; ≤ 400 MiB
 resident after 1,000 questions.
 """
@@ -34,23 +33,16 @@ import argparse
 import hashlib
 import json
 import os
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lokg.runtime import ittc  # noqa: E402
-from lokg.runtime.config import DEFAULT_BUDGET  # noqa: E402
-try:
-    from lokg.runtime.contract import to_numpy  # noqa: E402
-except ImportError:  # an older checkout (before/after runs copy this script into one)
-    def to_numpy(column):
-        return column.to_numpy()
-from lokg.runtime.query import Runtime  # noqa: E402
+from bench.common import fact_question, sampled_facts
+from lokg.runtime import ittc
+from lokg.runtime.config import DEFAULT_BUDGET
+from lokg.runtime.query import Runtime
 
 
 def rss_mib() -> float:
@@ -64,22 +56,6 @@ def rss_mib() -> float:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def sampled_facts(rt: Runtime, n: int, seed: int) -> list[tuple[int, int]]:
-    """(subject, relation) of ``n`` random triples of the store (seeded)."""
-    triples = rt.build.read("triples")
-    rng = np.random.default_rng(seed)
-    rows = rng.choice(triples.num_rows, size=min(n, triples.num_rows), replace=False)
-    # contract.to_numpy: pyarrow's own imports pandas, which the runtime's figures would count
-    return list(zip(to_numpy(triples.column("s"))[rows].tolist(),
-                    to_numpy(triples.column("r"))[rows].tolist()))
-
-
-def fact_question(rt: Runtime, s: int, r: int) -> str:
-    """"what is the <last words of the relation name> of <name of s>?"."""
-    words = rt.relation_names[r].rstrip("./").split("/")[-1].split(".")[-1].replace("_", " ")
-    return f"what is the {words} of {rt.names[s]}?"
 
 
 def store_questions(rt: Runtime, n: int, seed: int) -> list[tuple[str, list[int]]]:

@@ -1,7 +1,7 @@
-"""Why a question of a feedback-rounds run has no gold in its context (issue 16): for every
+"""Why a question of a feedback-rounds run has no gold in its context: for every
 such question of one round, where its gold entity is from what the question linked.
 
-    python bench/recall_misses.py --work /tmp/recall2-after --arm feedback-precomputed --round 0
+    python -m bench.recall_misses --work /tmp/recall2-after --arm feedback-precomputed --round 0
 
 Per miss: *no gold entity* (no entity of the build has a gold answer's folded name), else the
 hops from the linked entities to the nearest gold entity in the build's undirected graph
@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections import Counter, deque
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 MAX_HOPS = 4
 

@@ -1,7 +1,7 @@
 """Paired H@1 (reader none) of two stores of the same FB15k-237 dump: the same seeded facts
 asked of both, so two builds that merged relations differently are compared on one question set.
 
-    python bench/refresh_paired_h1.py --dump W/edited --stores W/store W/full-store
+    python -m bench.refresh_paired_h1 --dump W/edited --stores W/store W/full-store
 
 ``bench/refresh_scale.py`` draws its fact questions from each store's own (merged) triples, so
 once the refresh and the full build merge other SCOS groups the two H@1 figures are of two
@@ -19,33 +19,7 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lokg.pipeline.dump_edit import FB15K237_SPLITS  # noqa: E402
-from lokg.runtime.query import Runtime  # noqa: E402
-
-
-def dump_facts(dump: Path) -> dict[tuple[str, str], set[str]]:
-    """(subject key, relation name) → object keys of every triple of an FB15k-237 dump."""
-    facts: dict[tuple[str, str], set[str]] = {}
-    for name in FB15K237_SPLITS:
-        for line in (dump / name).read_text(encoding="utf-8").splitlines():
-            s, r, o = line.split("\t")
-            facts.setdefault((s, r), set()).add(o)
-    return facts
-
-
-def hits(store: str, facts: dict, asked: list[tuple[str, str]]) -> list[bool]:
-    """Whether the store's top answer (reader none) to each asked fact is one of its objects."""
-    rt = Runtime.open(store)
-    ids = {key: i for i, key in enumerate(rt.keys)}
-    right = []
-    for s, r in asked:
-        words = r.rstrip("./").split("/")[-1].split(".")[-1].replace("_", " ")
-        answer = rt.ask(f"what is the {words} of {rt.names[ids[s]]}?", entities=[ids[s]],
-                        llm="none")
-        right.append(bool(answer.answer_ids) and rt.keys[answer.answer_ids[0]] in facts[(s, r)])
-    return right
+from bench.common import dump_facts, hits
 
 
 def main(argv: list[str] | None = None) -> int:

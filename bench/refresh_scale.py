@@ -1,9 +1,9 @@
-"""Incremental refresh at scale (issue 18): a refresh with 1 % of the triples changed against a
+"""Incremental refresh at scale: a refresh with 1 % of the triples changed against a
 full build of the same final dump — per-stage time, the whole-build ratio, and equality.
 
-    python bench/refresh_scale.py --triples 100000 --work W --json W/refresh.json \\
+    python -m bench.refresh_scale --triples 100000 --work W --json W/refresh.json \\
         --markdown W/refresh.md
-    python bench/refresh_scale.py --dump /work/shared/data/fb15k237 --work W ...
+    python -m bench.refresh_scale --dump /work/shared/data/fb15k237 --work W ...
 
 The original dump (synthetic, ``pipeline.synth``, generated once into ``W/dump-N`` as
 ``bench/build_scale.py`` does; or ``--dump``) is copied to ``W/edited`` with a seeded
@@ -42,29 +42,20 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 import time
-from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.build_scale import build_one_process, dump_for  # noqa: E402
+from bench.common import build_one_process, dump_for, table_equality
+from lokg.testing import REPO
 
 #: The learned stages' allowance: H@1 (reader none) this close.
 TOLERANCE = {"H@1": 0.02}
 #: Tables that are functions of the SCOS merges: compared row for row only when the refresh
 #: and the full build merged the same groups (a cold and a warm TransE may not).
 AFTER_MERGES = ("relations", "triples", "relation_map", "node_gain")
-#: Whole-build refresh / full the issue aims at.
+#: The whole-build refresh / full ratio aimed at.
 TARGET_RATIO = 0.20
 BUILDS = ("original", "refresh", "full")
-#: Float cells are compared to this many decimal places: Spark sums in partition order, so a
-#: near-zero NMI comes out 4.9993e-13 in one run and 5.0004e-13 in another of the same input.
-FLOAT_DIGITS = 9
-
-
 def edited_dump(original: Path, work: Path, fraction: float, seed: int) -> tuple[Path, dict]:
     """``W/edited`` (made once; ``W/edit.json`` says what changed)."""
     from lokg.pipeline.dump_edit import edit_dump
@@ -131,16 +122,6 @@ def _ratio(part: float, whole: float) -> float | None:
     return round(part / whole, 3) if whole else None
 
 
-def table_equality(one, other) -> dict:
-    """Two tables (pyarrow) compared as multisets of rows: row counts and how many rows one
-    has that the other lacks, both ways."""
-    mine, theirs = (Counter(map(repr, _rows(t))) for t in (one, other))
-    return {"rows": [one.num_rows, other.num_rows],
-            "only_refresh": sum((mine - theirs).values()),
-            "only_full": sum((theirs - mine).values()),
-            "equal": mine == theirs}
-
-
 def deterministic_part(table, name: str):
     """The table without the rows ``pipeline.refresh.LEARNED_ROWS`` and the columns
     ``LEARNED_COLUMNS`` name for it."""
@@ -153,13 +134,6 @@ def deterministic_part(table, name: str):
         table = table.filter(pc.not_equal(table.column(column), value))
     return table.drop_columns([c for c in LEARNED_COLUMNS.get(name, ())
                                if c in table.column_names])
-
-
-def _rows(table) -> list[tuple]:
-    """Rows as tuples, floats rounded to ``FLOAT_DIGITS`` places."""
-    columns = [[round(v, FLOAT_DIGITS) if isinstance(v, float) else v
-                for v in table.column(c).to_pylist()] for c in table.column_names]
-    return list(zip(*columns))
 
 
 def merge_groups(relation_map) -> set[frozenset[str]]:
@@ -206,7 +180,7 @@ def h1_reader_none(stores: dict[str, Path], dump: Path, n: int, seed: int,
             found[name] = {"questions": f"{questions.name}, first {n}",
                            "H@1": summary["lokg"]["H@1"]}
         return found
-    from bench.refresh_paired_h1 import dump_facts, hits
+    from bench.common import dump_facts, hits
 
     facts = dump_facts(dump)
     asked = random.Random(seed).sample(sorted(facts), min(n, len(facts)))
@@ -345,7 +319,7 @@ def _uptime() -> str:
 
 
 def _commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                           text=True).stdout.strip()
 
 

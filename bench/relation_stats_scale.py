@@ -1,9 +1,9 @@
-"""Scale of relation_stats (issue 3): a 20,000-relation vocabulary, and a 10⁷-triple dump.
+"""Scale of relation_stats: a 20,000-relation vocabulary, and a 10⁷-triple dump.
 
-    python bench/relation_stats_scale.py vocab          # 20,000 relations, 2·10⁶ triples drawn
-    python bench/relation_stats_scale.py vocab --relations 2000 --triples 200000 --with-transe
-    python bench/relation_stats_scale.py synth          # 10⁷ triples: ingest, types, stats
-    python bench/relation_stats_scale.py synth --dump /data/synth-1e7 --json rs.jsonl
+    python -m bench.relation_stats_scale vocab          # 20,000 relations, 2·10⁶ triples drawn
+    python -m bench.relation_stats_scale vocab --relations 2000 --triples 200000 --with-transe
+    python -m bench.relation_stats_scale synth          # 10⁷ triples: ingest, types, stats
+    python -m bench.relation_stats_scale synth --dump /data/synth-1e7 --json rs.jsonl
 
 ``vocab`` writes contract tables (entities, relations, triples) straight from numpy — no dump,
 no ingest — and runs ``spark_jobs.relation_stats.run`` on them. The vocabulary is shaped like a
@@ -42,8 +42,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -51,89 +49,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.common import (Peaks, bench_config, machine, measured, spark_stages, start_spark,
+                          synth_dump)
 
 
 # ============================================================================================
 # measurement
-
-
-def _status_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"/proc/{pid}/status has no {field}")
-
-
-class Peaks:
-    """Peak RSS of the driver and the Spark JVM over one step (VmHWM, reset before the step)."""
-
-    def __init__(self, spark):
-        jvm = spark.sparkContext._gateway.proc.pid
-        comm = Path(f"/proc/{jvm}/comm").read_text().strip()
-        if comm != "java":  # spark-submit execs java; anything else would measure a wrapper
-            raise RuntimeError(f"pyspark's gateway process {jvm} is {comm!r}, not the JVM")
-        self.pids = {"driver": os.getpid(), "jvm": jvm}
-
-    def reset(self) -> None:
-        for pid in self.pids.values():
-            Path(f"/proc/{pid}/clear_refs").write_text("5")  # 5: reset the peak RSS only
-
-    def read(self) -> dict[str, float]:
-        return {f"{who}_peak_mib": round(_status_kib(pid, "VmHWM") / 1024, 1)
-                for who, pid in self.pids.items()}
-
-
-def measured(peaks: Peaks, step):
-    """Run ``step()``; return its result, wall seconds and the peaks during it."""
-    peaks.reset()
-    started = time.perf_counter()
-    result = step()
-    return result, round(time.perf_counter() - started, 2), peaks.read()
-
-
-def start_spark(config: dict):
-    """Start the session the stages will find active; returns (spark, seconds)."""
-    from lokg.spark_jobs.session import get_spark
-
-    started = time.perf_counter()
-    spark = get_spark(config, "lokg-relation-stats-bench")
-    return spark, round(time.perf_counter() - started, 2)
-
-
-#: What these benches measure is the stages' Spark paths: the passes over the triples of
-#: relation_stats and entity_types, and ingest's parse, in Spark at every size (``--set`` them
-#: back to measure the driver paths: relation_stats.driver_max_triples=10000000,
-#: ingest.driver_max_nt_mb=4096)
-def spark_paths() -> tuple[str, ...]:
-    """Settings that put every stage on its Spark path: each ``driver_max_*`` threshold of the
-    default config at 0 (the value every one of them reads as "always Spark")."""
-    from lokg.runtime.config import DEFAULTS
-
-    return tuple(f"{section}.{key}=0" for section, options in DEFAULTS.items()
-                 if isinstance(options, dict) for key in options if key.startswith("driver_max_"))
-
-
-SPARK_PATHS = spark_paths()
-
-
-#: ``spark``: the stages' Spark paths forced (``SPARK_PATHS``); ``product``: the default config's
-#: thresholds choose, as a build of that size would
-PATHS = ("spark", "product")
-
-
-def bench_config(args, paths: str = "spark") -> dict:
-    from lokg.runtime.config import load_config
-
-    if paths not in PATHS:
-        raise ValueError(f"paths must be one of {PATHS}, got {paths!r}")
-    forced = SPARK_PATHS if paths == "spark" else ()
-    return load_config(None, ["spark.master=local[2]", f"spark.driver_memory={args.driver_memory}",
-                              *forced, *args.extra])
-
-
-def machine() -> dict:
-    return {"cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
 # ============================================================================================
@@ -262,45 +183,6 @@ def vocab_table(row: dict) -> str:
 
 # ============================================================================================
 # synth
-
-
-def spark_stages(config: dict, dump: Path, root: Path, peaks: Peaks) -> tuple[dict, dict, dict]:
-    """ingest and entity_types through ``run_stage``, then relation_stats on their staged
-    outputs, in a store under ``root``; returns (per-stage timings, reports, artefact paths).
-    Shared with bench/duckdb_reference.py, which compares its outputs with a DuckDB reference."""
-    from lokg.pipeline import driver as pipeline
-    from lokg.runtime.contract import Store, new_build_id
-    from lokg.spark_jobs import relation_stats
-
-    store, build_id = Store(root), new_build_id()
-    stages, reports = {}, {}
-    for name in ("ingest", "entity_types"):
-        record, seconds, peak = measured(
-            peaks, lambda: pipeline.run_stage(store, build_id, name, config, str(dump)))
-        stages[name], reports[name] = {"seconds": seconds, **peak}, record["report"]
-    inputs = pipeline.staged_outputs(pipeline.stage_records(store, build_id))
-    out_dir = store.staging_dir(build_id) / "relation_stats"
-    out_dir.mkdir(parents=True)
-    result, seconds, peak = measured(
-        peaks, lambda: relation_stats.run(config, inputs, str(out_dir)))
-    reports["relation_stats"] = result["report"]
-    stages["relation_stats"] = {"seconds": seconds, **peak,
-                                "step_seconds": result["report"]["step_seconds"]}
-    return stages, reports, {**inputs, **result["outputs"]}
-
-
-def synth_dump(args, tmp: str, malformed_rate: float = 0.0) -> tuple[Path, float | None]:
-    """``args.dump``, or a ``pipeline.synth`` dump of ``args.triples`` generated under ``tmp``;
-    with the generation's seconds (None when reused)."""
-    from lokg.pipeline.synth import generate
-
-    if args.dump is not None:
-        return args.dump, None
-    dump = Path(tmp) / f"synth-{args.triples}"
-    started = time.perf_counter()
-    generate(dump, n_triples=args.triples, seed=args.seed, n_questions=0,
-             malformed_rate=malformed_rate)
-    return dump, round(time.perf_counter() - started, 2)
 
 
 def run_synth(args) -> dict:

@@ -1,7 +1,7 @@
 """Routed H@1 (reader none, gold topics) of one store's questions under each question-encoder
 backend, per hop count: how much the relation plan hangs on encoder noise.
 
-    python bench/relknow_backends.py --store S --dataset synth:DUMP/test.jsonl \\
+    python -m bench.relknow_backends --store S --dataset synth:DUMP/test.jsonl \\
         --backends onnx,numpy
 
 Why. The zero-shot matcher picks each span's relation by the encoder's cosine, and some picks
@@ -20,9 +20,6 @@ import json
 import sys
 import time
 from collections import defaultdict
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv: list[str] | None = None) -> int:

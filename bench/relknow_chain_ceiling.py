@@ -1,7 +1,7 @@
 """Where unfamiliar wording loses its chain: the ceiling of picking among the kNN vote, and
-what question spans name (issue 22).
+what question spans name.
 
-    python bench/relknow_chain_ceiling.py --store S --questions DUMP-heldout/test.jsonl \
+    python -m bench.relknow_chain_ceiling --store S --questions DUMP-heldout/test.jsonl \
         [--questions DUMP/test.jsonl ...]
 
 Why. The held-out wording of ``bench/generalisation.py`` loses 23–31 points against in-domain
@@ -19,7 +19,7 @@ question file:
   span (``span_similarities``' argmax) — and ``named_by_chosen_spans`` — named by the
   non-overlapping spans passing θ_zs (``zero_shot_hops``, ``chosen_spans``: what the
   resize counts and the zero-shot matcher follows);
-* the asked kind from the question's head words (issue 22 item 3's "expected answer type"
+* the asked kind from the question's head words (an "expected answer type"
   signal): ``head_kind`` — the first run of content
   words (``question_text.head_spans``: what precedes the first "of" or the topic; "*sovereign
   state* native town of …") has a prefix whose best relation passes θ_zs, the kind being the
@@ -29,7 +29,7 @@ question file:
   (right chain, last relation not of the kind) and ``kind_rejects_wrong``.
 
 Commit 2b1b7a9 ran this beside relations described by their graph (docs/BENCHMARKS.md,
-issue 22, "Relations described by their graph"); they were dropped. Prints one JSON object
+"Relations described by their graph"); they were dropped. Prints one JSON object
 per question file.
 """
 
@@ -39,13 +39,10 @@ import argparse
 import json
 import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lokg.runtime import question_text, relknow  # noqa: E402
+from lokg.runtime import question_text, relknow
 
 
 def vote_pick(votes, fit: dict[int, float], n_relations: int):

@@ -2,7 +2,7 @@
 and cost on one store: H@1 of LOKG's own answer (reader none, policy lokg) with the feeds on and
 off, and the p50 latency of ``Runtime.ask`` both ways, over one PathQuestion split.
 
-    python bench/relknow_feeds.py --store /tmp/lokg-pq3/pq-2h/store \\
+    python -m bench.relknow_feeds --store /tmp/lokg-pq3/pq-2h/store \\
         --dataset ../shared/data/pathquestion/pq-2h --split dev
 
 Use dev (or train) to decide defaults; the store's relation knowledge may be labelled or
@@ -15,9 +15,7 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 FEEDS_OFF = {"relation_weight": 0.0, "chain_boost": False}
 

@@ -1,8 +1,8 @@
 """Would a phrase–relation scorer fitted on the training questions name unseen relation phrases
-better than the encoder's cosine does? (issue 22, the "stronger relation–phrase similarity" step)
+better than the encoder's cosine does? (a stronger relation–phrase similarity)
 
-    python bench/relknow_phrase_scorer.py --store S --questions DUMP/train.jsonl
-    python bench/relknow_phrase_scorer.py --store S --questions … --spans "do,come from,man woman"
+    python -m bench.relknow_phrase_scorer --store S --questions DUMP/train.jsonl
+    python -m bench.relknow_phrase_scorer --store S --questions … --spans "do,come from,man woman"
 
 Why. On unfamiliar wording the runtime matches question spans to relations by the encoder's
 cosine to the relation's name and to the training questions' words for it
@@ -35,11 +35,9 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 RIDGE = (0.3, 1.0, 3.0)
 SOFTMAX = (0.001, 0.01, 0.1)

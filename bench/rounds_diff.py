@@ -1,14 +1,14 @@
-"""Per question, context recall over the rounds of a feedback-rounds run (issue 16): which
+"""Per question, context recall over the rounds of a feedback-rounds run: which
 questions lost their gold or never had it, and what answered them (the route's source:
 retrieval, derived …) — the diff a flat recall curve needs to be read.
 
-    python bench/rounds_diff.py --work W [--arm feedback-precomputed] [--against OUT]
+    python -m bench.rounds_diff --work W [--arm feedback-precomputed] [--against OUT]
 
 ``--reanswer OUT --round R`` answers round R's build (while the store still holds it:
 ``publish.keep``) again with the runtime this process imports, the feedback log off (the
 run's log untouched), into ``OUT/round-R/run``: the same builds answered by other code, a
 reference for a runtime change. From a checkout of that other code (this file and
-bench/feedback_rounds.py copied into it), ``python -m bench.rounds_diff`` imports its runtime;
+bench/common.py copied into it), ``python -m bench.rounds_diff`` imports its runtime;
 ``--against OUT`` then puts its recall beside the run's, per round and per question.
 """
 
@@ -18,9 +18,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 
 def answered(run: Path) -> dict[str, dict]:
@@ -71,7 +68,7 @@ def diff(run: list[dict[str, dict]], against: list[dict[str, dict]]) -> str:
 
 def reanswer(work: Path, arm: str, number: int, out: Path) -> dict:
     """Round ``number``'s build answered again by this process's runtime, feedback off."""
-    from bench.feedback_rounds import answer_all
+    from bench.common import answer_all
     from lokg.evaluation.text_datasets import load_reading_file
 
     here = work / arm / f"round-{number}"

@@ -1,7 +1,7 @@
-"""Relation knowledge on PathQuestion (issue 9): the precision gate, the routed answers and the
+"""Relation knowledge on PathQuestion: the precision gate, the routed answers and the
 relation feeds, on one split (test by default) of PQ-2H / PQ-3H.
 
-    python bench/routing_pathquestion.py --dataset ../shared/data/pathquestion/pq-2h \\
+    python -m bench.routing_pathquestion --dataset ../shared/data/pathquestion/pq-2h \\
         --store /tmp/engF/pq2 --build --readers none,local --out /tmp/engF/pq2-test.json
 
 ``--build`` builds the store from ``DIR/kb.txt`` when it has no published build, through the
@@ -15,7 +15,7 @@ the stage; this script reads only the split it reports). Topic entities are the 
 * ``route`` per reader, with both relation feeds on (λ_rel = ``--relation-weight``, chosen on
   dev from 1, 2, 5, 10, 20, 50; chain boost on): H@1, Hit, F1, tok/q, calls/q
   (common.metrics), the share answered from the graph, and the precision of those;
-* ``lokg`` per reader, with both relation feeds off (the issue-8 runtime), as the baseline —
+* ``lokg`` per reader, with both relation feeds off, as the baseline —
   for ``local`` on the first ``--lokg-local-limit`` questions only (SmolLM2 on two shared CPU
   cores takes ~40–100 s a call);
 * the item-4 ablations with reader none: ``lokg`` × relation term (λ_rel = ``--relation-weight``
@@ -32,9 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lokg.runtime.config import DEFAULT_BUDGET  # noqa: E402
+from lokg.runtime.config import DEFAULT_BUDGET
 
 
 def ensure_store(store: str, data: Path, build: bool) -> None:

@@ -1,6 +1,6 @@
 """Two ``lokg eval`` runs of the same questions, per question: what changed between them.
 
-    python bench/run_diff.py BEFORE/RUN AFTER/RUN [--method lokg] [--metric H@1]
+    python -m bench.run_diff BEFORE/RUN AFTER/RUN [--method lokg] [--metric H@1]
 
 For a change judged on the same store and questions (before = one checkout's run, after =
 another's), prints per run the number of questions, the metric's mean before and after, the
@@ -13,12 +13,9 @@ be given as BEFORE1 AFTER1 BEFORE2 AFTER2 ….
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lokg.evaluation.runner import PREDICTIONS, read_predictions  # noqa: E402
+from lokg.evaluation.runner import PREDICTIONS, read_predictions
 
 
 def compare(before: dict[str, dict], after: dict[str, dict], metric: str) -> dict:

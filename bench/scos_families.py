@@ -1,7 +1,7 @@
-"""SCOS merge quality on the synthetic generator's planted relation families (issue 3).
+"""SCOS merge quality on the synthetic generator's planted relation families.
 
-    python bench/scos_families.py                       # 10^4, 10^5, 10^6 triples, seed 0
-    python bench/scos_families.py --triples 10000 --json scos.json
+    python -m bench.scos_families                       # 10^4, 10^5, 10^6 triples, seed 0
+    python -m bench.scos_families --triples 10000 --json scos.json
 
 For each size: generate a synthetic KG, run `lokg build` up to and including ``scos_merge``
 (ingest → entity_types → transe → relation_stats → scos_merge), read the relation map φ, and
@@ -21,12 +21,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def family_pairs(groups: list[list[str]]) -> set[frozenset]:

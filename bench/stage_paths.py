@@ -1,7 +1,7 @@
-"""relation_stats and path_cache, driver path against Spark path, as a small refresh runs them
-(issue 18): each stage alone in a fresh process, on the staged inputs a build cached.
+"""relation_stats and path_cache, driver path against Spark path, as a small refresh runs them:
+each stage alone in a fresh process, on the staged inputs a build cached.
 
-    python bench/stage_paths.py --cache STORE/refresh/BUILD_ID --work W --json W/paths.json
+    python -m bench.stage_paths --cache STORE/refresh/BUILD_ID --work W --json W/paths.json
 
 ``--cache`` is a store's refresh cache of one build (``refresh/<build_id>``: every stage's
 outputs and ``_stage.json``); relation_stats reads its ingest's triples and relations,
@@ -24,11 +24,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.build_scale import run_measured  # noqa: E402
-from bench.refresh_scale import table_equality  # noqa: E402
+from bench.common import RUN, run_measured, table_equality
 
 #: stage → (its inputs: name → (producing stage, artefact), outputs compared, the Spark switch)
 STAGES = {
@@ -42,12 +38,6 @@ STAGES = {
 }
 #: A stage's driver switch set to this picks its driver path whatever the input's size.
 DRIVER_ALWAYS = 10**12
-RUN = ("import json, sys\nfrom importlib import import_module\n"
-       "config, inputs, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]\n"
-       "report = import_module('lokg.spark_jobs.' + sys.argv[4]).run(config, inputs, out)['report']\n"
-       "print(json.dumps(report, default=str))\n")
-
-
 def staged_inputs(cache: Path, wanted: dict) -> dict[str, str]:
     """The paths the cached stages wrote, by the artefact names a stage reads (moved with the
     cache: ``_stage.json`` names the staging directory the build wrote them in)."""

@@ -1,6 +1,6 @@
 """H@1 of the runtime (reader none) on questions made from a store's own triples.
 
-    python bench/store_question_accuracy.py --store /tmp/fbstore-final --questions 400
+    python -m bench.store_question_accuracy --store /tmp/fbstore-final --questions 400
 
 The questions of ``bench/query_latency.py`` (random triples (s, r, o), "what is the <relation
 words> of <name of s>?", s given as the entity); an answer is right when its top entity is an
@@ -14,14 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from query_latency import fact_question, sampled_facts  # noqa: E402
-
-from lokg.runtime.query import Runtime  # noqa: E402
+from bench.common import fact_question, sampled_facts
+from lokg.runtime.query import Runtime
 
 
 def main(argv: list[str] | None = None) -> int:

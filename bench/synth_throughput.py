@@ -1,7 +1,7 @@
-"""Benchmark the synthetic KG generator (DESIGN §6): triples/s, output bytes and peak RSS per size.
+"""Benchmark the synthetic KG generator: triples/s, output bytes and peak RSS per size.
 
-    python bench/synth_throughput.py                              # 10^5, 10^6, 10^7 triples
-    python bench/synth_throughput.py --triples 100000 1000000 --gzip --json synth.json
+    python -m bench.synth_throughput                              # 10^5, 10^6, 10^7 triples
+    python -m bench.synth_throughput --triples 100000 1000000 --gzip --json synth.json
 
 Each size runs ``pipeline.synth.generate`` once in a fresh process (so ``ru_maxrss`` is that
 size's own peak) into a temporary directory that is deleted afterwards. The time covers the
@@ -20,8 +20,6 @@ import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run_one(n_triples: int, seed: int, gzip: bool, n_questions: int, tmp: str | None) -> dict:

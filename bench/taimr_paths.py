@@ -1,8 +1,8 @@
-"""Per-head cost of the TAIMR beam search (runtime/taimr.py top_paths), issue 4.
+"""Per-head cost of the TAIMR beam search (runtime/taimr.py top_paths).
 
-    python bench/taimr_paths.py                                    # synthetic, 10^5 triples
-    python bench/taimr_paths.py --triples 1000000 --heads 2000
-    python bench/taimr_paths.py --fb15k237 ../shared/data/fb15k237 --stage
+    python -m bench.taimr_paths                                    # synthetic, 10^5 triples
+    python -m bench.taimr_paths --triples 1000000 --heads 2000
+    python -m bench.taimr_paths --fb15k237 ../shared/data/fb15k237 --stage
 
 The graph is built the way a build builds it, minus SCOS and GAT: ``ingest`` (Spark) of the
 dump, the ``node_gain`` stage on its tables, and uniform attention (``uniform_edges``, what GAT's
@@ -19,35 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def build_graph(dump: Path, fmt: str, workdir: Path) -> tuple[dict, dict]:
-    """ingest → node_gain → uniform edges; returns (stage inputs, facts about the graph)."""
-    from lokg.pipeline import driver as pipeline
-    from lokg.runtime.config import load_config
-    from lokg.runtime.contract import Store, new_build_id, read_table, write_table
-    from lokg.runtime.taimr import uniform_edges
-    from lokg.spark_jobs import node_gain
-
-    config = load_config(None, [f"ingest.format={fmt}", "ingest.max_malformed_share=0"])
-    started = time.perf_counter()
-    record = pipeline.run_stage(Store(workdir / "store"), new_build_id(), "ingest", config, str(dump))
-    inputs = dict(record["outputs"])
-    ingest_s = time.perf_counter() - started
-    started = time.perf_counter()
-    inputs.update(node_gain.run(config, inputs, str(workdir / "node_gain"))["outputs"])
-    node_gain_s = time.perf_counter() - started
-    edges = uniform_edges(read_table(Path(inputs["triples"]), "triples"))
-    inputs["edges"] = str(workdir / "edges.parquet")
-    write_table("edges", edges, Path(inputs["edges"]))
-    return inputs, {"ingest_s": round(ingest_s, 1), "node_gain_s": round(node_gain_s, 1)}
+from bench.common import build_graph  # noqa: E402  (after the thread setting: it imports numpy)
 
 
 def measure(inputs: dict, n_heads: int, seed: int, search: dict) -> dict:

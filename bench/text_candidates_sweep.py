@@ -2,7 +2,7 @@
 ``query.passages`` grow (with and without restored sentences): how much of the budget the
 candidate set can fill, and what dense passage seeds add.
 
-    python bench/text_candidates_sweep.py --store /tmp/mqs --dataset musique-openie \\
+    python -m bench.text_candidates_sweep --store /tmp/mqs --dataset musique-openie \\
         --candidates 20,60,150 --passages 0 --budgets 512,1024,2048
 """
 
@@ -10,18 +10,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from lokg.common.metrics import contains_answer
+from lokg.evaluation.text_datasets import READING_SETS, load_reading_set
+from lokg.runtime.query import Runtime
+from lokg.testing import SHARED_DATA
 
-from lokg.common.metrics import contains_answer  # noqa: E402
-from lokg.evaluation.text_datasets import READING_SETS, load_reading_set  # noqa: E402
-from lokg.runtime.query import Runtime  # noqa: E402
-
-SHARED_DATA = Path(os.environ.get("LOKG_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
 def recall(rt: Runtime, questions, budget: int, sentences: bool) -> float:

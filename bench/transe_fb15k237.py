@@ -1,6 +1,6 @@
-"""The SCOS merge list on FB15k-237 with each TransE trainer, from one ingest (issue 17 item 3).
+"""The SCOS merge list on FB15k-237 with each TransE trainer, from one ingest.
 
-    python bench/transe_fb15k237.py --dump ../shared/data/fb15k237 --workdir /tmp/transe-fb
+    python -m bench.transe_fb15k237 --dump ../shared/data/fb15k237 --workdir /tmp/transe-fb
 
 Runs ``ingest`` and ``entity_types`` once, then for ``transe.trainer`` = ``pykeen`` (the previous
 CPU default) and ``sparse`` (the new one) re-runs ``transe`` → ``relation_stats`` →
@@ -8,7 +8,7 @@ CPU default) and ``sparse`` (the new one) re-runs ``transe`` → ``relation_stat
 feeds both the candidate pairs and the cosine term), and prints each merge list in order with
 its stage times, then the merges the two lists share. Default config otherwise.
 
-    python bench/transe_fb15k237.py --compare STORE_A STORE_B
+    python -m bench.transe_fb15k237 --compare STORE_A STORE_B
 
 prints the same for two stores' published builds (the FB15k-237 end-to-end runs).
 """
@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 TRAINED = ("transe", "relation_stats", "scos_merge")
 

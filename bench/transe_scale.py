@@ -1,6 +1,6 @@
-"""TransE at scale (issue 17 item 3): PyKEEN's trainer vs the sparse trainer, same inputs, same run.
+"""TransE at scale: PyKEEN's trainer vs the sparse trainer, same inputs, same run.
 
-    python bench/transe_scale.py --triples 100000 1000000 --new-only 10000000 \\
+    python -m bench.transe_scale --triples 100000 1000000 --new-only 10000000 \\
         --old-cap 1800 --workdir /tmp/transe-bench
 
 For each size: generate the synthetic dump (``pipeline.synth.generate``, seed 0) and run the
@@ -25,8 +25,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def ingest_outputs(n_triples: int, workdir: Path) -> dict:

@@ -1,6 +1,6 @@
-"""Which stopping signal could end the sparse TransE trainer? Per-epoch signals (issue 17 item 3).
+"""Which stopping signal could end the sparse TransE trainer? Per-epoch signals.
 
-    python bench/transe_stop_signals.py --ingest STORE/refresh/BUILD/ingest --epochs 60 \\
+    python -m bench.transe_stop_signals --ingest STORE/refresh/BUILD/ingest --epochs 60 \\
         [--halve-on-plateau 5] [--json out.json]
 
 Trains ``training/transe_sparse.py``'s loop on an ingest's ``triples``/``relations`` with the
@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 class Geometry:

@@ -1,7 +1,7 @@
 """triple_context's batch on the two encoders of a store, in one run: sentence-transformers
 (torch, float32) and the store's int8 ONNX export (``triple_context.encoder`` torch | onnx).
 
-    python bench/triple_context_encoders.py --store /tmp/mqs [--rounds 2] [--limit 5000]
+    python -m bench.triple_context_encoders --store /tmp/mqs [--rounds 2] [--limit 5000]
 
 Reads a published build (one that restored context: from documents, or a KB dump with
 ``documents.corpus``), and per round runs, for each encoder in turn, the stage's two encoding
@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from lokg.runtime.config import load_config  # noqa: E402
-from lokg.runtime.contract import Store  # noqa: E402
+from lokg.runtime.config import load_config
+from lokg.runtime.contract import Store
 
 TABLES = ("entities", "relations", "triples", "documents", "chunks", "sentences")
 

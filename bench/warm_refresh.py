@@ -1,15 +1,15 @@
-"""Warm-started TransE and GAT in a refresh (issue 18 item 2): FB15k-237 (or a synthetic dump)
+"""Warm-started TransE and GAT in a refresh: FB15k-237 (or a synthetic dump)
 with 1 % of its triples changed, a warm refresh against a full build.
 
-    python bench/warm_refresh.py --work W [--dump ../shared/data/fb15k237] \\
+    python -m bench.warm_refresh --work W [--dump ../shared/data/fb15k237] \\
         [--share 0.01] [--seed 0] [--set KEY=VALUE ...]
-    python bench/warm_refresh.py --work W --synth 20000
+    python -m bench.warm_refresh --work W --synth 20000
 
 Builds and publishes the dump into ``W/store`` (a full build), writes ``W/d2``: the dump with
 ``share`` of its triples changed, half removed and half added (FB15k-237: random ``train.txt``
 lines removed, new triples between existing entities with existing relations added;
 ``--synth N``: a ``pipeline.synth`` dump of N triples, seed 7, 200 questions, edited by
-``tests.helpers.edit_synth_dump``, ``gat.questions`` its train.jsonl), then builds ``W/d2`` up
+``pipeline.dump_edit.edit_synth_dump``, ``gat.questions`` its train.jsonl), then builds ``W/d2`` up
 to ``gat`` twice: as a refresh of ``W/store`` (transe and gat warm-start) and as a full build
 into ``W/full``. Prints one JSON object: the transe and gat stage seconds of both (same session,
 so compare the ratio), the epochs each ran, whether the SCOS merge groups are equal (and the
@@ -26,17 +26,13 @@ import json
 import random
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, not the venv's
-
-from lokg.pipeline import driver as pipeline  # noqa: E402
-from lokg.runtime.config import load_config  # noqa: E402
-from lokg.runtime.contract import Store, read_table  # noqa: E402
+from bench.common import attention_agreement, stage_record
+from lokg.pipeline import driver as pipeline
+from lokg.runtime.config import load_config
+from lokg.runtime.contract import Store, read_table
 
 LEARNED = ("transe", "gat")
 
@@ -73,7 +69,7 @@ def dumps(args, work: Path) -> tuple[Path, dict]:
     if not args.synth:
         return Path(args.dump), edited_dump(Path(args.dump), work / "d2", args.share, args.seed)
     from lokg.pipeline.synth import generate
-    from tests.helpers import edit_synth_dump
+    from lokg.pipeline.dump_edit import edit_synth_dump
 
     first = work / "d1"
     if not first.exists():
@@ -84,26 +80,12 @@ def dumps(args, work: Path) -> tuple[Path, dict]:
     return first, {"triples": args.synth, "removed": n, "added": n}
 
 
-def record(store: Path, build_id: str, stage: str) -> dict:
-    path = Store(store).staging_dir(build_id) / stage / pipeline.STAGE_RECORD
-    return json.loads(path.read_text())
-
-
 def merge_groups(store: Path, build_id: str) -> set[frozenset]:
-    rows = read_table(Path(record(store, build_id, "scos_merge")["outputs"]["relation_map"]))
+    rows = read_table(Path(stage_record(store, build_id, "scos_merge")["outputs"]["relation_map"]))
     groups: dict[str, set] = {}
     for row in rows.to_pylist():
         groups.setdefault(row["canonical_name"], set()).add(row["name"])
     return {frozenset(g) for g in groups.values() if len(g) > 1}
-
-
-def attention_agreement(one: Path, other: Path) -> dict:
-    """Pearson r and mean |Δα| of two edge tables, matched on (s, r, o, inverse)."""
-    a, b = (read_table(p).to_pandas() for p in (one, other))
-    both = a.merge(b, on=["s", "r", "o", "inverse"], suffixes=("_a", "_b"))
-    return {"edges": len(both), "pearson": round(float(np.corrcoef(both.attention_a,
-                                                                   both.attention_b)[0, 1]), 4),
-            "mean_abs_diff": round(float((both.attention_a - both.attention_b).abs().mean()), 5)}
 
 
 def uptime() -> str:
@@ -133,11 +115,11 @@ def main() -> None:
         pipeline.build(str(work / "d2"), str(store), config, build_id=run, until="gat", log=print)
         out[f"{run}_until_gat_s"] = round(time.perf_counter() - started, 1)
     for stage in LEARNED:
-        recs = {run: record(store, run, stage) for run, store in runs.items()}
+        recs = {run: stage_record(store, run, stage) for run, store in runs.items()}
         out[stage] = {run: {"seconds": r["seconds"], "epochs": r["report"]["epochs"],
                             "refresh": r["report"]["refresh"]} for run, r in recs.items()}
         out[stage]["warm_over_full"] = round(recs["warm"]["seconds"] / recs["full"]["seconds"], 3)
-    gat = {run: record(store, run, "gat")["report"] for run, store in runs.items()}
+    gat = {run: stage_record(store, run, "gat")["report"] for run, store in runs.items()}
     out["gat_eval_link_loss"] = {run: report["eval_link_loss"] for run, report in gat.items()}
     if args.synth:
         out["gold_attention"] = {run: report["gold_attention"] for run, report in gat.items()}
@@ -146,7 +128,7 @@ def main() -> None:
                            "warm": len(groups["warm"]), "full": len(groups["full"]),
                            "shared": len(groups["warm"] & groups["full"])}
     out["attention"] = attention_agreement(
-        *(Path(record(store, run, "gat")["outputs"]["edges"]) for run, store in runs.items()))
+        *(Path(stage_record(store, run, "gat")["outputs"]["edges"]) for run, store in runs.items()))
     out["load_end"] = uptime()
     print(json.dumps(out, indent=2))
 

@@ -21,11 +21,13 @@ from lokg.runtime.errors import LokgError
 REPO = Path(__file__).resolve().parents[1]
 #: The repository's top folders mapped to ``lokg.<folder>`` (setup.py's FOLDERS).
 FOLDERS = ("runtime", "pipeline", "spark_jobs", "training", "text", "evaluation")
-#: The packages of ``lokg`` from the top down (``cli``: the module lokg/cli.py, the ``lokg``
+#: The packages of ``lokg`` from the top down (``testing``: lokg/testing/, the shared test
+#: fixtures, which no product module imports; ``cli``: the module lokg/cli.py, the ``lokg``
 #: command's composition root; ``common``: lokg/common/). A package imports only the packages
 #: of the rows below its own; the packages of one row import none of each other. Above them
 #: all, dags/ imports no lokg module (:func:`test_the_dags_import_no_lokg_module`).
 LAYERS = (
+    ("testing",),
     ("cli",),
     ("evaluation",),
     ("pipeline",),

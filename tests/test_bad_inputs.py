@@ -22,9 +22,9 @@ from click.testing import CliRunner
 
 from lokg.cli import cli
 from lokg.runtime.contract import read_table
-from tests.conftest import REPO
-from tests.helpers import assert_clean_error
-from tests.test_query import make_store
+from lokg.testing import REPO
+from lokg.testing.cli import assert_clean_error
+from lokg.testing.stores import make_store
 
 QUESTION = "Who directed the sequel of The Long Road?"
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from bench.common import SPARK_PATHS, bench_config
 from bench.duckdb_reference import step_paths, table
-from bench.relation_stats_scale import SPARK_PATHS, bench_config
 from lokg.runtime.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def test_the_table_names_the_path_each_step_took():
                                          ("ingest", "fm"), ("ingest", "nt"), ("ingest", "il")])
 def test_a_baseline_runs_its_own_helpers(tmp_path, stage, name):
     """--baseline measures the older tree's code, the helpers a stage spends its time in too."""
-    from bench.duckdb_reference import BASELINE_HELPERS, load_baseline
+    from bench.common import BASELINE_HELPERS, load_baseline
 
     (tmp_path / "spark_jobs").mkdir()
     for module in (stage, *BASELINE_HELPERS[stage]):

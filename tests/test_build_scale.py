@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from bench import build_scale as bs
+from bench import common
 
 
 @pytest.mark.parametrize("power", [1.0, 1.5, 0.5])
@@ -119,7 +120,7 @@ def test_run_measured_counts_a_grandchilds_cpu(tmp_path):
 def test_stage_meter_charges_samples_to_the_stage_the_log_announced():
     import psutil
 
-    meter, me = bs.StageMeter(), psutil.Process()
+    meter, me = common.StageMeter(), psutil.Process()
     meter.sample(me)  # before any stage line: "start" (imports)
     for line in ("[1/2] ingest …", "[1/2] ingest done in 1.5s", "[2/2] gat …"):
         meter.line(line)

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from lokg.cli import cli
 from lokg.runtime.contract import Store, read_table
 from lokg.runtime.tokens import BPE_CACHE_KEY
-from tests.conftest import REPO
-from tests.helpers import assert_clean_error
-from tests.test_contract import _publish
+from lokg.testing import REPO
+from lokg.testing.cli import BLOCK_HEAVY, assert_clean_error
+from lokg.testing.stores import publish_stage_tables as _publish
 
 COMMANDS = [[], ["synth"], ["build"], ["publish"], ["demo"], ["config"], ["query"], ["serve"],
             ["store"], ["store", "list"], ["store", "verify"], ["store", "rollback"],
@@ -102,18 +102,6 @@ def test_stage_main_refuses_a_bad_config_with_a_usage_error(capsys):
         stage_main("ingest", ["--store", "s", "--build-id", "b", "--set", "publish.keep=-1"])
     assert exit_.value.code == 2
     assert "publish.keep: -1 is out of range" in capsys.readouterr().err
-
-
-#: Prepended to a subprocess's code: importing pyspark, torch or airflow (or what pulls torch)
-#: fails, as in a venv that has only the thin runtime.
-BLOCK_HEAVY = """
-import importlib.abc, sys
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] in {'pyspark', 'torch', 'airflow', 'sentence_transformers'}:
-            raise ImportError('blocked ' + name)
-sys.meta_path.insert(0, Block())
-"""
 
 
 def test_runtime_imports_without_heavy_packages():

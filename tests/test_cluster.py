@@ -21,9 +21,9 @@ import pytest
 
 from bench.cluster_equality import (SPARK_SUBMIT, cluster_cmd, cluster_env, parquet_outputs,
                                     submit, table_check)
-from bench.relation_stats_scale import SPARK_PATHS
+from bench.common import SPARK_PATHS
 from lokg.pipeline.registry import STAGES
-from tests.test_dags import FAST  # small models, few partitions
+from lokg.testing.builds import FAST  # small models, few partitions
 
 REPO = Path(__file__).resolve().parents[1]
 

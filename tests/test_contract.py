@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -11,33 +10,8 @@ import pytest
 
 from lokg.runtime import contract
 from lokg.runtime.contract import Store, StoreError
-
-
-def _stage_tables(tmp: Path, n_entities: int = 3) -> dict[str, Path]:
-    """Contract-conforming core tables written with pyarrow (a Spark-free stand-in for stages)."""
-    entities = pa.table({
-        "id": list(range(n_entities)),
-        "key": [f"m.{i}" for i in range(n_entities)],
-        "name": [f"Entity {i}" for i in range(n_entities)],
-        "aliases": [[] for _ in range(n_entities)],
-        "description": [None] * n_entities,
-        "types": [["people.person"]] * n_entities,
-        "attributes": [[] for _ in range(n_entities)],
-    })
-    relations = pa.table({"id": [0], "name": ["people.person.spouse"]})
-    triples = pa.table({"s": [0, 1], "r": [0, 0], "o": [1, 2]})
-    paths = {}
-    for name, table in (("entities", entities), ("relations", relations), ("triples", triples)):
-        # triples as a Spark-style dataset directory, the others as single files
-        path = tmp / (f"{name}.parquet/part-00000.parquet" if name == "triples" else f"{name}.parquet")
-        contract.write_table(name, table, path)
-        paths[name] = tmp / f"{name}.parquet"
-    return paths
-
-
-def _publish(store: Store, tmp: Path, build_id: str, **kw) -> contract.Build:
-    stage = tmp / f"stage-{build_id}"
-    return store.publish(build_id, _stage_tables(stage), **kw)
+from lokg.testing.stores import publish_stage_tables as _publish
+from lokg.testing.stores import stage_tables as _stage_tables
 
 
 def test_publish_writes_manifest_with_checksums_and_rows(tmp_path):

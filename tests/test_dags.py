@@ -33,6 +33,8 @@ import pytest
 
 from lokg.pipeline.registry import STAGE_NAMES, STAGES
 from lokg.runtime.config import DEFAULT_BUDGET, FORMATS
+from lokg.testing.builds import FAST
+from lokg.testing.serving import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW_VENV = REPO / ".venv-airflow" / "bin"
@@ -45,9 +47,6 @@ pytestmark = pytest.mark.skipif(not (AIRFLOW_VENV / "airflow").exists(),
 #: of this dump with FAST and 0.00 when the GAT attention is all zero.
 FLOOR = {"H@1": 0.05}
 SEED = 3
-#: Small hyperparameters: the DAG test is about orchestration, not model quality.
-FAST = ["transe.epochs=2", "gat.epochs=2", "path_cache.beam_width=8", "path_cache.buckets=4",
-        "spark.shuffle_partitions=2"]
 
 
 def airflow_env(home: Path, **extra: str) -> dict[str, str]:
@@ -519,14 +518,6 @@ def lokg_eval_available() -> bool:
                           timeout=120).returncode == 0
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def eval_runs(home: Path) -> list[tuple[str, str, str]]:
     """(run_id, run_type, state) of lokg_evaluate's runs, read from the SQLite metadata DB."""
     import sqlite3
@@ -631,8 +622,8 @@ def test_refresh_with_feedback_publishes_a_build_answering_an_unanswerable_quest
     from lokg.pipeline.synth import generate, labelled_overrides
     from lokg.runtime.contract import Store
     from lokg.runtime.feedback import log_dir, read_log
-    from tests.test_feedback_enrich import FAST as REFRESH
-    from tests.test_feedback_enrich import answers, withheld_question
+    from lokg.testing.builds import REFRESH_FAST as REFRESH
+    from lokg.testing.builds import answers, withheld_question
 
     dump, store = tmp_path / "dump", tmp_path / "store"
     generate(dump, n_triples=300, seed=SEED, n_questions=40, withhold=1)

@@ -300,9 +300,7 @@ def test_precomputed_openie_triples_find_their_document_and_sentence(tmp_path):
 def _ingested(tmp_path: Path, extracted: Path) -> dict:
     """What ingest + scos_merge would make of the extracted dump, written without Spark (and
     with 'is capital of' merged into 'capital of', as SCOS would)."""
-    import pyarrow as pa
 
-    from lokg.runtime.contract import write_table
 
     records = [json.loads(x) for x in (extracted / "entities.jsonl").read_text().splitlines()]
     keys = sorted(r["key"] for r in records)

@@ -3,50 +3,15 @@ store whose triples know their sources → answers that carry restored sentences
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from lokg.pipeline import driver
 from lokg.runtime.config import load_config
 from lokg.runtime.contract import Store
 from lokg.runtime.query import Runtime
+from lokg.testing.dumps import CITIES, PEOPLE, corpus, write_corpus
 
 pytestmark = pytest.mark.spark
-
-COUNTRIES = ["Aldoria", "Berunia", "Casmark", "Doravia"]
-CITIES = [f"{a}{b}" for a in ("Port ", "Lake ", "Mount ") for b in ("Elm", "Ash", "Oak", "Yew")]
-PEOPLE = [f"{f} {s}" for f in ("Ada", "Boris", "Clara", "Dmitri", "Elena", "Farid")
-          for s in ("Quist", "Roan", "Sallow", "Tamm", "Ulver")]
-
-
-def corpus() -> tuple[list[dict], list[dict]]:
-    """Articles of a small world and their exact OpenIE extraction (HippoRAG's shape)."""
-    docs, openie = [], []
-    for i, city in enumerate(CITIES):
-        country = COUNTRIES[i % len(COUNTRIES)]
-        text = (f"{city} is a city in {country}. It was founded in {1700 + 7 * i} by fishermen. "
-                f"Its harbour froze every winter until {1900 + i}.")
-        docs.append({"title": city, "text": text})
-        openie.append({"title": city, "text": text, "extracted_entities": [city, country],
-                       "extracted_triples": [[city, "city in", country]]})
-    for i, person in enumerate(PEOPLE):
-        city, friend = CITIES[(3 * i) % len(CITIES)], PEOPLE[(i + 7) % len(PEOPLE)]
-        text = (f"{person} is a painter. {person} was born in {city} in {1950 + i}, "
-                f"during a storm. {person.split()[0]} later studied with {friend}.")
-        docs.append({"title": person, "text": text})
-        openie.append({"title": person, "text": text, "extracted_entities": [person, city],
-                       "extracted_triples": [[person, "born in", city],
-                                             [person, "studied with", friend]]})
-    return docs, openie
-
-
-def write_corpus(dump, docs: list[dict], openie: list[dict]) -> None:
-    """A documents dump: the corpus (and one record without text) and its extraction."""
-    dump.mkdir()
-    (dump / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs) +
-                                       '{"title": "no text"}\n')
-    (dump / "openie_exact.json").write_text(json.dumps({"docs": openie}))
 
 
 def build_corpus(root, backend: str):

@@ -11,7 +11,7 @@ duckdb = pytest.importorskip("duckdb")
 from bench import duckdb_sql  # noqa: E402
 from lokg.spark_jobs import formats as fm  # noqa: E402
 from lokg.spark_jobs import formats_spark as fs  # noqa: E402
-from tests.test_ingest import NT_LINES, fb  # noqa: E402
+from lokg.testing.dumps import NT_LINES, fb  # noqa: E402
 
 LINES = ["\ufeff" + NT_LINES[1], *NT_LINES[1:],
          f"{fb('m.05')} {fb('a.b.c')} \"ctl \u0001 char\" ."]

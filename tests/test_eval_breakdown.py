@@ -1,6 +1,6 @@
 """Where answers were lost: the per-question breakdown, its summary rows (two partitions of the
 questions), the gold chain in the store's relation names, and ``lokg eval`` with both entity
-modes on the relation-knowledge toy store of tests/test_relknow.py."""
+modes on the relation-knowledge toy store of lokg.testing.family."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from lokg.evaluation.runner import PREDICTIONS
 from lokg.runtime.contract import TABLE_SCHEMAS, Store, write_table
 from lokg.runtime.query import Runtime
 from lokg.runtime.relknow import PREDICTORS
-from tests.test_relknow import family_triples, fitted_store
+from lokg.testing.family import family_triples, fitted_store
 
 Q = Question("q-1", "what is the job of edda quist 's wife ?", ("pilot",), ("e4",),
              ("spouse", "profession"))
@@ -109,7 +109,7 @@ def test_answer_path_prefers_the_route_then_the_answer():
 
 @pytest.fixture(scope="module")
 def family_store(tmp_path_factory):
-    """tests/test_relknow.py's family graph with its fitted relation knowledge (no encoder:
+    """lokg.testing.family's family graph with its fitted relation knowledge (no encoder:
     the lexicon predicts the chains)."""
     return fitted_store(tmp_path_factory.mktemp("family"), family_triples())
 

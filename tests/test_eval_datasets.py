@@ -13,6 +13,7 @@ from lokg.common.datasets import (
     parse_pathquestion_path,
 )
 from lokg.pipeline.synth import generate
+from lokg.testing.dumps import METAQA_KB, METAQA_TEST
 
 PQ_TEST = (
     "what gender is ann_smith 's father ?\tmale(male/)\t"
@@ -85,13 +86,6 @@ def test_pathquestion_missing_pieces(pq_dir, tmp_path):
         load_dataset(f"pathquestion:{pq_dir}")
     with pytest.raises(DatasetError, match="directory not found"):
         load_dataset(f"pathquestion:{tmp_path / 'nope'}")
-
-
-METAQA_KB = ("Kismet|directed_by|William Dieterle\nKismet|starred_actors|Marlene Dietrich\n"
-             "Top Hat|starred_actors|Ginger Rogers\nKitty Foyle|starred_actors|Ginger Rogers\n")
-METAQA_TEST = ("what movies are about [Ginger Rogers]\tTop Hat|Kitty Foyle|Top Hat\n"
-               "\n"
-               "who directed [Kismet]\tWilliam Dieterle\n")
 
 
 @pytest.fixture()

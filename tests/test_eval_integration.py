@@ -238,7 +238,7 @@ def test_build_from_the_dataset_kb(tmp_path):
 def test_build_and_breakdown_of_a_metaqa_directory(tmp_path):
     """MetaQA: kb.txt ingested as format metaqa, bracketed topics given (gold) or linked, and
     a breakdown that says "no gold chain" rather than counting chain misses."""
-    from tests.test_eval_datasets import METAQA_KB, METAQA_TEST
+    from lokg.testing.dumps import METAQA_KB, METAQA_TEST
 
     data = tmp_path / "metaqa"
     data.mkdir()

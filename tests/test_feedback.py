@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from lokg.runtime import feedback
+from lokg.testing.doubles import route_answer as _answer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -189,17 +190,6 @@ def test_the_log_lives_beside_the_builds(tmp_path):
 
 # ------------------------------------------------------------------ what the runtime records
 
-@pytest.fixture(scope="module")
-def gap_store(tmp_path_factory):
-    """The toy family graph of tests/test_relknow.py with fabio quist's profession deleted:
-    "what is the job of edda quist 's wife ?" walks spouse (edda → fabio), then stops."""
-    from tests.test_relknow import REL, family_triples, fitted_store
-
-    fabio = 5
-    triples = [t for t in family_triples() if t[:2] != (fabio, REL["profession"])]
-    return fitted_store(tmp_path_factory.mktemp("gap"), triples)[0]
-
-
 def _log(store: Path) -> list[dict]:
     read = feedback.read_log(feedback.log_dir(store))
     assert read.skipped == []
@@ -290,17 +280,6 @@ def test_a_hop_is_missing_only_for_entities_of_the_types_it_starts_from():
 
 
 # ------------------------------------------------------------------ bridge entities
-
-def _answer(answers, candidates, linked=("Decade",), **route):
-    from lokg.runtime.answer_record import Answer
-
-    return replace(Answer.empty("ok", "", {}, budget=10, question="Who is the sibling of the "
-                                "performer of Decade?", llm={}, build_id="b1", retrieval="taimr",
-                                policy="route", linked=[{"name": n, "key": n.lower()}
-                                                        for n in linked]),
-                   answers=list(answers), candidates=[{"name": c} for c in candidates],
-                   route={"predictor": "zero-shot", "derivable": False, "stopped": None, **route})
-
 
 def test_the_bridge_a_delta_supplied_is_named_in_the_next_rounds_record():
     """A 2-hop question: round 0 reaches nothing past the topic; the round-1 delta adds

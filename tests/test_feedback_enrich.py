@@ -17,6 +17,8 @@ from lokg.runtime.config import load_config
 from lokg.runtime.feedback import FeedbackLog, log_dir, read_log
 from lokg.text import feedback_answers as fa
 from lokg.text import feedback_deltas as fd
+from lokg.testing.builds import REFRESH_FAST as FAST
+from lokg.testing.builds import answers, withheld_question
 from lokg.text import feedback_enrich as fe
 from lokg.text import feedback_published as fp
 from lokg.text import feedback_questions as fq
@@ -388,31 +390,11 @@ def test_enrichment_reads_its_own_openie_file_when_set_else_the_builds(tmp_path)
 # ---------------------------------------------------------------------------------------------
 # the loop through the driver (slow: two builds of a tiny synthetic dump)
 
-FAST = ["ingest.format=synth", "transe.epochs=2", "gat.epochs=2", "path_cache.beam_width=8",
-        "path_cache.buckets=4", "spark.shuffle_partitions=2",
-        "documents.corpus=linked_documents.jsonl", "feedback_enrich.backend=precomputed"]
-
 
 def refresh_config(dump: Path) -> dict:
     from lokg.pipeline.synth import labelled_overrides
 
     return load_config(None, [*FAST, *labelled_overrides(dump)])
-
-
-def withheld_question(dump: Path) -> tuple[dict, dict]:
-    edge = json.loads((dump / "withheld.json").read_text())["edges"][0]
-    questions = [json.loads(line) for line in (dump / "questions.jsonl").open()]
-    return edge, next(q for q in questions if q["id"] == edge["question"])
-
-
-def answers(store: Path, question: str, **settings) -> list[str]:
-    from lokg.runtime.query import Runtime
-
-    runtime = Runtime.open(store, **settings)
-    try:
-        return runtime.ask(question, llm="none").answers
-    finally:
-        runtime.close()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from lokg.runtime import feedback, feedback_llm
 from lokg.runtime.llm import base
 from lokg.runtime.llm.base import Completion, LLMError
-from tests.test_feedback import _answer, gap_store  # noqa: F401 - the module's fixture
+from lokg.testing.doubles import route_answer as _answer
 
 
 class Double:

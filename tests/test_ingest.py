@@ -15,17 +15,8 @@ import pytest
 
 from lokg.runtime.config import DEFAULTS
 from lokg.runtime.contract import TABLE_SCHEMAS, read_table
-
-FB = "http://rdf.freebase.com/ns/"
-RDF_TYPE = "http://www.w3.org/1999/02/22-rdf-syntax-ns#type"
-RDFS_LABEL = "http://www.w3.org/2000/01/rdf-schema#label"
-XSD_DATE = "http://www.w3.org/2001/XMLSchema#date"
-FOAF_KNOWS = "http://xmlns.com/foaf/0.1/knows"
-BOB = "http://example.org/bob"
-
-
-def fb(local: str) -> str:
-    return f"<{FB}{local}>"
+from lokg.testing.builds import spark_submit
+from lokg.testing.dumps import BOB, FB, FOAF_KNOWS, NT_LINES, NT_MALFORMED, fb
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,53 +91,6 @@ def assert_dense_ids(res: Result) -> None:
 
 # --------------------------------------------------------------------------------------------
 # N-Triples golden file
-
-NT_LINES = [
-    "# Freebase-style dump",  # 1 comment
-    f'{fb("m.01")} {fb("type.object.name")} "Alice \\"Al\\" Smith"@en .',  # 2 name, escaped quotes
-    f'{fb("m.01")} {fb("type.object.name")} "Alice FR"@fr .',  # 3 filtered
-    f'{fb("m.01")} {fb("type.object.name")} "Alicia"@en .',  # 4 second name: not the name
-    f'{fb("m.01")} {fb("common.topic.alias")} "Ally"@en .',  # 5
-    f'{fb("m.01")} {fb("common.topic.alias")} "Ally"@en .',  # 6 duplicate alias
-    f'{fb("m.01")} {fb("common.topic.alias")} "Al\\u00e9 \\U0001F600"@en-GB .',  # 7 subtag, escapes
-    f'{fb("m.01")} {fb("common.topic.alias")} "Alita"@de .',  # 8 filtered
-    f'{fb("m.01")} {fb("common.topic.description")} "Line one\\nline two\\\\"@en .',  # 9
-    f'{fb("m.01")} {fb("people.person.date_of_birth")} "1961-08-04"^^<{XSD_DATE}> .',  # 10
-    f'{fb("m.01")} {fb("people.person.height_meters")} "1.70" .',  # 11 untagged attribute
-    f'{fb("m.01")} {fb("type.object.type")} {fb("people.person")} .',  # 12 type, not an edge
-    f"{fb('m.01')} {fb('people.person.place_of_birth')} {fb('m.02')} .",  # 13 edge
-    "",  # 14 blank
-    f"{fb('m.01')}\t{fb('people.person.place_of_birth')}\t{fb('m.02')}\t.",  # 15 duplicate, tabs
-    f"{fb('m.01')} <{FOAF_KNOWS}> <{BOB}> .",  # 16 non-Freebase predicate and object
-    f'<{BOB}> <{RDFS_LABEL}> "Bob"@en .',  # 17 rdfs:label name
-    f"<{BOB}> <{RDF_TYPE}> <http://example.org/Person> .",  # 18 rdf:type
-    f"<{BOB}> <http://example.org/owns> _:b1 .",  # 19 blank node object
-    f'{fb("m.03")} {fb("type.object.name")} "Trois"@fr .',  # 20 only a filtered name
-    f'{fb("m.01")} {fb("people.person.date_of_birth")} "1961-08-04"^^<{XSD_DATE}> .',  # 21 dup attr
-    "   # indented comment",  # 22
-    # malformed, one of each kind
-    f"{fb('m.01')} {fb('people.person.place_of_birth')} {fb('m.02')}",  # 23 no final dot
-    f"{fb('m.01')} {fb('people.person.place_of_birth')} <{FB}m.0ab",  # 24 truncated IRI
-    f"{fb('m.01')} {fb('people.person.place_of_birth')} .",  # 25 two terms
-    f'{fb("m.01")} {fb("type.object.name")} "Unterminated @en .',  # 26 unterminated literal
-    "%% this is not a triple ;;",  # 27 garbage
-    f"<> {fb('people.person.place_of_birth')} {fb('m.02')} .",  # 28 empty IRI
-    f'"lit" {fb("people.person.place_of_birth")} {fb("m.02")} .',  # 29 literal subject
-    f"{fb('m.01')} {fb('a.b.c')} {fb('m.02')} {fb('m.03')} .",  # 30 four terms
-    f'{fb("m.01")} {fb("a.b.c")} "x"^^xsd:date .',  # 31 prefixed datatype: not N-Triples
-    f"{fb('m.04')}\t{fb('type.object.name')}\t\"Tabbed\"@en\t.",  # 32 tab-separated, valid
-]
-NT_MALFORMED = {
-    23: "missing the terminating",
-    24: "unterminated IRI",
-    25: "only 2 terms",
-    26: "unterminated literal",
-    27: "not an N-Triples statement",
-    28: "empty IRI",
-    29: "literal in subject position",
-    30: "more than 3 terms",
-    31: "invalid language tag or datatype",
-}
 
 
 @pytest.fixture(scope="module")
@@ -675,31 +619,6 @@ def test_real_fb15k237(spark, shared_data, tmp_path):
 
 # --------------------------------------------------------------------------------------------
 # spark-submit (a separate JVM: slow)
-
-
-def spark_submit(stage: str, store: Path, build_id: str, dump: Path, *extra: str) -> dict:
-    """Run ``spark-submit spark_jobs/<stage>.py`` from outside the repository; its stage record."""
-    import os
-    import shutil
-    import subprocess
-    import sys
-
-    from lokg.pipeline.driver import stage_script
-
-    submit = Path(sys.executable).parent / "spark-submit"
-    if not submit.exists():
-        submit = shutil.which("spark-submit")
-        if submit is None:
-            pytest.skip("spark-submit not found")
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    proc = subprocess.run(
-        [str(submit), "--master", "local[1]", "--driver-memory", "1g",
-         str(stage_script(stage)),
-         "--store", str(store), "--build-id", build_id, "--dump", str(dump), *extra],
-        cwd=store.parent, env=env, capture_output=True, text=True, timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads((store / "staging" / build_id / stage / "_stage.json").read_text())
 
 
 @pytest.mark.slow

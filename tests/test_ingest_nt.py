@@ -15,7 +15,7 @@ from lokg.runtime.config import DEFAULTS
 from lokg.spark_jobs import formats as fm
 from lokg.spark_jobs import ingest_lines as il
 from lokg.spark_jobs import ingest_nt as nt
-from tests.test_ingest import NT_LINES, fb
+from lokg.testing.dumps import NT_LINES, fb
 
 #: Lines beyond the golden file: a byte-order mark, bytes that are not UTF-8 (in a statement
 #: and in a comment), a control separator, tabs and comments, an escaped name in a language

@@ -7,7 +7,6 @@ for a busy machine; timeouts are tenths of a second so the whole file runs in a 
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
@@ -25,7 +24,8 @@ from lokg.runtime.llm import (
 from lokg.runtime.llm.none import NoLLM
 from lokg.runtime.llm.openai import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, OpenAICompatible
 from lokg.runtime.tokens import count_tokens
-from tests.helpers import ok_body
+from lokg.testing.http_fakes import ok_body
+from lokg.testing.serving import free_port
 
 SLACK = 0.5  # seconds of scheduling slack on a loaded 2-core machine
 SECRET = "sk-test-0123456789abcdef"
@@ -43,12 +43,6 @@ def client(server_or_url, **options) -> OpenAICompatible:
                     seed=0)
     settings.update(options)
     return OpenAICompatible(base_url=url, **settings)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # --------------------------------------------------------------------------------------------

@@ -9,30 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
+from lokg.runtime.contract import read_table, write_table
 from lokg.common.stage import StageError
 from lokg.runtime.taimr import EdgeGraph, uniform_edges
-
-CONFIG = {"spark": {"master": "local[2]", "shuffle_partitions": 4}}
-
-
-def write_inputs(tmp: Path, n_entities: int, n_relations: int, triples) -> dict:
-    """Contract tables of a toy graph under ``tmp``; returns the stage inputs."""
-    ids = list(range(n_entities))
-    tables = {
-        "entities": pa.table({"id": ids, "key": [f"k{i}" for i in ids], "name": [f"e{i}" for i in ids],
-                              "aliases": [[]] * n_entities, "description": [None] * n_entities,
-                              "types": [[]] * n_entities, "attributes": [[]] * n_entities}),
-        "relations": pa.table({"id": list(range(n_relations)),
-                               "name": [f"r{i}" for i in range(n_relations)]}),
-        "triples": pa.table({c: [t[i] for t in triples] for i, c in enumerate("sro")},
-                            schema=TABLE_SCHEMAS["triples"]),
-    }
-    inputs = {}
-    for name, table in tables.items():
-        inputs[name] = str(tmp / "in" / f"{name}.parquet")
-        write_table(name, table, Path(inputs[name]))
-    return inputs
+from lokg.testing.stages import SPARK_CONFIG as CONFIG
+from lokg.testing.stages import write_inputs
 
 
 #: node_gain.driver_max_triples of each path (None: the default, far above these graphs)

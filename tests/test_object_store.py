@@ -1,7 +1,7 @@
 """Stores on object storage against a real S3-protocol server on loopback (moto in server mode,
 started and stopped here, credentials checked): publish, open, verify, rollback, retention, hot
 reload, a publisher killed mid-upload, a corrupted object, races, bad credentials and endpoints
-(bench/s3_server.py starts the server)."""
+(lokg/testing/s3.py starts the server)."""
 
 from __future__ import annotations
 
@@ -19,16 +19,16 @@ import pytest
 from click.testing import CliRunner
 
 from bench.load import run_load
-from bench.s3_server import free_port, loopback_s3
 from lokg.runtime.cli import cli
 from lokg.runtime.contract import Store, StoreError
 from lokg.runtime import object_store
 from lokg.runtime.object_store import RemoteStore
 from lokg.runtime.query import Runtime
-from tests.helpers import assert_clean_error
-from tests.test_contract import _publish
-from tests.test_query import make_store
-from tests.test_server import QUESTION, serving, wait_for
+from lokg.testing.cli import assert_clean_error
+from lokg.testing.s3 import loopback_s3
+from lokg.testing.serving import QUESTION, free_port, serving, wait_for
+from lokg.testing.stores import make_store
+from lokg.testing.stores import publish_stage_tables as _publish
 
 
 BUCKET = "lokg-test"

@@ -1,11 +1,10 @@
 """The ``openai`` extraction backend against a real loopback server playing an OpenAI-compatible
-endpoint (tests/helpers.FakeServer): parsing, validation, retries of malformed replies, usage
+endpoint (lokg.testing.http_fakes.FakeServer): parsing, validation, retries of malformed replies, usage
 and the failures that quarantine one chunk."""
 
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
@@ -13,7 +12,8 @@ import pytest
 from lokg.common.stage import StageError
 from lokg.runtime.config import DEFAULTS
 from lokg.runtime.llm.openai import ENV_API_KEY
-from tests.helpers import ok_body
+from lokg.testing.http_fakes import ok_body
+from lokg.testing.serving import free_port
 from lokg.text.extractors import ChunkExtractionError, make_extractor
 from lokg.text.openai_extractor import (
     SYSTEM_PROMPT,
@@ -50,12 +50,6 @@ def reply(content) -> tuple:
     """A scripted 200 whose message content is ``content`` (an object is sent as JSON text)."""
     text = content if isinstance(content, str) else json.dumps(content)
     return ("json", 200, ok_body(text))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_good_reply_gives_entities_triples_and_usage(server, monkeypatch):

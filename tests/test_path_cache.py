@@ -8,59 +8,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
 from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
 from lokg.common.stage import StageError
 from lokg.runtime.taimr import EdgeGraph, paths_table, top_paths, uniform_edges
-from tests.test_node_gain import CONFIG, write_inputs
-
-SEARCH = {"max_hops": 3, "k_top": 4, "beam_width": 8, "lambda_topo": 1.0}
-
-
-def config(**path_cache) -> dict:
-    return {**CONFIG, "path_cache": {**SEARCH, **path_cache}}
-
-
-@pytest.fixture(scope="module")
-def graph_inputs(spark, tmp_path_factory):
-    """A synthetic dump (with questions.jsonl) → entities/relations/triples → node_gain (the
-    real stage) and uniform-attention edges: the inputs path_cache gets in a build."""
-    from lokg.pipeline.synth import generate
-    from lokg.spark_jobs import node_gain
-
-    root = tmp_path_factory.mktemp("path_cache")
-    dump = root / "dump"
-    generate(dump, n_triples=400, seed=3, n_questions=20)
-    assert (dump / "questions.jsonl").stat().st_size > 0
-    tsv = pcsv.read_csv(dump / "kg.tsv", read_options=pcsv.ReadOptions(column_names=["s", "r", "o"]),
-                        parse_options=pcsv.ParseOptions(delimiter="\t"))
-    keys = sorted(set(tsv.column("s").to_pylist()) | set(tsv.column("o").to_pylist()))
-    names = sorted(set(tsv.column("r").to_pylist()))
-    ent, rel = {k: i for i, k in enumerate(keys)}, {n: i for i, n in enumerate(names)}
-    triples = sorted({(ent[s], rel[r], ent[o]) for s, r, o in
-                      zip(*(tsv.column(c).to_pylist() for c in "sro"))})
-    inputs = write_inputs(root, len(keys) + 3, len(names), triples)  # 3 entities without edges
-    entities = read_table(Path(inputs["entities"]), "entities")
-    write_table("entities", entities.set_column(1, "key", pa.array(keys + ["x", "y", "z"])),
-                Path(inputs["entities"]))
-    inputs.update(node_gain.run(CONFIG, inputs, str(root / "node_gain"))["outputs"])
-    inputs["edges"] = str(root / "in" / "edges.parquet")
-    write_table("edges", uniform_edges(read_table(Path(inputs["triples"]), "triples")),
-                Path(inputs["edges"]))
-    return {"inputs": inputs, "dump": dump, "root": root, "keys": keys + ["x", "y", "z"]}
-
-
-def run_stage(inputs: dict, out: Path, **path_cache) -> dict:
-    from lokg.spark_jobs import path_cache as stage
-
-    return stage.run(config(**path_cache), inputs, str(out))
-
-
-def expected_bucket(graph: EdgeGraph, heads, bucket: int, buckets: int) -> pa.Table:
-    return paths_table(top_paths(graph, h, **SEARCH) for h in sorted(heads) if h % buckets == bucket)
+from lokg.testing.stages import SPARK_CONFIG as CONFIG
+from lokg.testing.stages import SEARCH, expected_bucket
+from lokg.testing.stages import run_path_cache as run_stage
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,9 @@ import pytest
 from lokg.common.stage import StageError
 from lokg.runtime.contract import TABLE_SCHEMAS, Store, read_table
 from lokg.runtime.taimr import EdgeGraph
-from tests.test_path_cache import config, expected_bucket, graph_inputs, run_stage  # noqa: F401
+from lokg.testing.stages import expected_bucket
+from lokg.testing.stages import path_cache_config as config
+from lokg.testing.stages import run_path_cache as run_stage
 
 BUCKETS = 4
 

@@ -22,7 +22,7 @@ from lokg.runtime import contract
 from lokg.cli import cli
 from lokg.runtime.config import load_config
 from lokg.runtime.contract import Store, StoreError
-from tests.test_contract import _stage_tables
+from lokg.testing.stores import stage_tables as _stage_tables
 
 
 class Killed(BaseException):

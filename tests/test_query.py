@@ -13,72 +13,19 @@ import pytest
 
 from lokg.runtime import feedback, taimr
 from lokg.runtime.config import section
-from lokg.runtime.contract import TABLE_SCHEMAS, Store, StoreError, read_table, write_table
+from lokg.runtime.contract import StoreError, read_table
 from lokg.runtime.linker import Linker, normalise
-from lokg.runtime.llm import Completion, LLMError
+from lokg.runtime.llm import LLMError
 from lokg.runtime.overlay import ExtraTriple
 from lokg.runtime.path_cache import PathCache, path_rows, path_triples
-from lokg.runtime.config import MAX_BUDGET, section
+from lokg.runtime.config import MAX_BUDGET
 from lokg.runtime.prompt import CHOICE_INSTRUCTIONS, CHOICES_HEADER
 from lokg.runtime.query import QueryError, Runtime
 from lokg.runtime.tokens import count_tokens
-from tests.test_cli import BLOCK_HEAVY
-
-# A small film graph: the 2-hop question "who directed X's sequel" has one right answer.
-ENTITIES = [
-    ("m.film1", "The Long Road", ["Long Road"], "a 1999 drama film", ["film.film"]),
-    ("m.film2", "The Long Road II", [], "its sequel", ["film.film"]),
-    ("m.dir1", "Ada Brook", ["A. Brook"], "film director", ["people.person"]),
-    ("m.dir2", "Ben Stone", [], "film director", ["people.person"]),
-    ("m.city", "Port Ellis", [], "a port city", ["location.city"]),
-    ("m.ctry", "Norland", [], "a country", ["location.country"]),
-    ("m.lone", "Lonely Island", [], "no facts at all", ["location.island"]),
-]
-RELATIONS = ["film.film.sequel", "film.film.directed_by", "people.person.place_of_birth",
-             "location.city.country"]
-TRIPLES = [(0, 0, 1), (0, 1, 2), (1, 1, 3), (2, 2, 4), (3, 2, 4), (4, 3, 5)]
-
-
-def make_store(root, *, with_cache: bool = True, build_id: str = "toy",
-               extra_files: dict | None = None, config: dict | None = None,
-               mu: dict[int, float] | None = None) -> Store:
-    """Publish a complete toy build: core tables, uniform attention, μ = 1 (or ``mu``'s, by
-    entity id), a path cache (and ``extra_files``, build path → source file; ``config``, the
-    build's recorded config)."""
-    staging = root / "src"
-    staging.mkdir(parents=True, exist_ok=True)
-    entities = pa.table({
-        "id": list(range(len(ENTITIES))), "key": [e[0] for e in ENTITIES],
-        "name": [e[1] for e in ENTITIES], "aliases": [e[2] for e in ENTITIES],
-        "description": [e[3] for e in ENTITIES], "types": [e[4] for e in ENTITIES],
-        "attributes": [[] for _ in ENTITIES]}, schema=TABLE_SCHEMAS["entities"])
-    relations = pa.table({"id": list(range(len(RELATIONS))), "name": RELATIONS})
-    triples = pa.table({c: [t[i] for t in TRIPLES] for i, c in enumerate("sro")})
-    edges = taimr.uniform_edges(triples)
-    node_gain = pa.table({"id": list(range(len(ENTITIES))), "deg_in": [1] * len(ENTITIES),
-                          "in_relations": [1] * len(ENTITIES),
-                          "mu": [(mu or {}).get(i, 1.0) for i in range(len(ENTITIES))]})
-    tables = {"entities": entities, "relations": relations, "triples": triples,
-              "edges": edges, "node_gain": node_gain}
-    paths = {}
-    for name, table in tables.items():
-        write_table(name, table, staging / f"{name}.parquet")
-        paths[name] = staging / f"{name}.parquet"
-    info = {"config": config or {}, "report": {"stages": {}}}
-    if with_cache:
-        graph = taimr.EdgeGraph.from_tables(edges, node_gain)
-        cache = staging / "path_cache"
-        cache.mkdir(exist_ok=True)
-        buckets = 2
-        per_head = [taimr.top_paths(graph, h) for h in range(len(ENTITIES) - 1)]  # not "lone"
-        for b in range(buckets):
-            write_table("path_cache", taimr.paths_table([p for p in per_head if p.head % buckets == b]),
-                        cache / f"bucket-{b:05d}.parquet")
-        paths["path_cache"] = cache
-        info["report"]["stages"]["path_cache"] = {"buckets": buckets}
-    store = Store(root / "store")
-    store.publish(build_id, paths, info=info, extra_files=extra_files)
-    return store
+from lokg.testing import stores
+from lokg.testing.cli import BLOCK_HEAVY
+from lokg.testing.doubles import ChoosingLLM, FakeLLM
+from lokg.testing.stores import ENTITIES, RELATIONS, TRIPLES, make_store
 
 
 @pytest.fixture(scope="module")
@@ -116,25 +63,6 @@ def test_open_sets_numpys_blas_threads_whatever_the_encoder(store_root):
 def rt_free(store_root):
     """The free-form reader: any answer list, grounded where it can be."""
     return Runtime.open(store_root, reader="free")
-
-
-class FakeLLM:
-    """A reader double: replies with a fixed text (or raises), and counts its calls."""
-
-    name = "fake"
-    model = "fake-1"
-    calls_model = True
-
-    def __init__(self, reply: str | None = None, error: LLMError | None = None):
-        self.reply, self.error, self.calls, self.prompts = reply, error, 0, []
-
-    def complete(self, prompt, *, max_tokens, system=""):
-        self.calls += 1
-        self.prompts.append((system, prompt))
-        if self.error is not None:
-            raise self.error
-        return Completion(text=self.reply, prompt_tokens=0, completion_tokens=0, latency_ms=1.0,
-                          model=self.model, attempts=1)
 
 
 # ------------------------------------------------------------------------------------ linker
@@ -190,7 +118,7 @@ def test_bridges_rank_after_the_linked_names_facts_in_a_quota_of_their_own(tmp_p
     six such edges, docs/BENCHMARKS.md)."""
     facts = bridged_candidates(Runtime.open(make_store(tmp_path / "facts").root, max_candidates=2))
     n, bridge = len(ENTITIES), len(RELATIONS)
-    here = sys.modules[__name__]
+    here = stores  # make_store reads the toy graph from there
     monkeypatch.setattr(here, "ENTITIES", ENTITIES + [(f"m.p{i}", name, [], "", [])
                                                       for i, name in enumerate(BRIDGE_TOPICS)])
     monkeypatch.setattr(here, "RELATIONS", RELATIONS + [feedback.BRIDGE])
@@ -387,16 +315,6 @@ def test_a_sentence_reply_is_grounded_to_the_candidate_it_names(mode, request):
     answer = request.getfixturevalue(mode).ask("Who directed the sequel of The Long Road?",
                                                llm=FakeLLM("The director of the sequel is Ben Stone."))
     assert answer.answers == ["Ben Stone"] and answer.answer_ids == [3]
-
-
-class ChoosingLLM(FakeLLM):
-    """A double of a backend that constrains its reply (the local model's grammar)."""
-
-    constrains_choices = True
-
-    def complete(self, prompt, *, max_tokens, system="", choices=None):
-        self.choices = choices
-        return super().complete(prompt, max_tokens=max_tokens, system=system)
 
 
 def test_forced_choice_lists_the_candidates_and_keeps_a_reply_among_them(rt):

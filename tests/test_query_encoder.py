@@ -28,19 +28,12 @@ from lokg.runtime.encoder import EncoderError, SentenceEncoder, resolve_model
 from lokg.runtime.onnx_bert import OnnxBertEncoder
 from lokg.runtime.query import Runtime
 from lokg.runtime.question_encoder import query_encoder
-from tests.test_query import ENTITIES, RELATIONS, TRIPLES
+from lokg.testing.cli import blocking
+from lokg.testing.stores import ENTITIES, RELATIONS, TRIPLES
 
 SPEC = {"model": "minilm", "query_prefix": "query: ", "passage_prefix": ""}
-BLOCKER = """
-import importlib.abc, sys
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] in BLOCKED:
-            raise ImportError('blocked ' + name)
-sys.meta_path.insert(0, Block())
-"""
-TORCH = {"torch", "transformers", "sentence_transformers", "tqdm"}
-BLOCK_TORCH = f"BLOCKED = {TORCH!r}" + BLOCKER
+TORCH = ("torch", "transformers", "sentence_transformers", "tqdm")
+BLOCK_TORCH = blocking(*TORCH)
 LONG = "the quick brown fox jumps over the lazy dog " * 80  # ~720 tokens: truncated at 256
 TEXTS = {
     "empty": "",
@@ -365,7 +358,7 @@ def test_without_onnxruntime_the_encoder_says_what_to_install(store, exported, m
     missing = r"onnxruntime is not installed \(pip install 'lokg\[query-encoder\]'\)"
     with pytest.raises(UnsupportedModelError, match=missing):
         query_encoder(spec, "onnx", exported=exported["int8"][1])
-    code = f"BLOCKED = {TORCH | {'onnxruntime'}!r}" + BLOCKER + textwrap.dedent(f"""
+    code = blocking(*TORCH, "onnxruntime") + textwrap.dedent(f"""
         from lokg.runtime.query import Runtime
         rt = Runtime.open({str(store)!r})
         assert rt.encoder() is None

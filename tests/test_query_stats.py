@@ -14,7 +14,7 @@ from lokg.runtime import ittc
 from lokg.runtime.contract import Build, StoreError
 from lokg.runtime.query import Runtime
 from lokg.runtime.query_stats import QUERY_STATS_FILE, query_stats
-from tests.test_query import RELATIONS, TRIPLES, make_store
+from lokg.testing.stores import RELATIONS, TRIPLES, make_store
 
 QUESTION = "Who directed the sequel of The Long Road?"
 

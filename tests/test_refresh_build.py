@@ -141,7 +141,7 @@ def test_a_document_replaced_by_a_new_version_keeps_only_the_new_versions_triple
                                                                                  spark):
     """A person's article rewritten (born elsewhere, no teacher named): the refresh drops the
     old version's triples, sentences and sources, has the new one's, and equals a full build."""
-    from tests.test_documents_build import CITIES, PEOPLE, corpus, write_corpus
+    from lokg.testing.dumps import CITIES, PEOPLE, corpus, write_corpus
 
     docs, openie = corpus()
     write_corpus(tmp_path / "v1", docs, openie)

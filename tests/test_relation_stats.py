@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lokg.runtime.contract import check_schema, read_table, table_files, write_table
+from lokg.runtime.contract import check_schema, read_table, table_files
 from lokg.spark_jobs.relation_stats import transe_neighbour_pairs
 from lokg.spark_jobs.relation_stats_driver import UNTYPED, TypeIndex, canonical_types, key_counts
 from lokg.spark_jobs.relation_stats_math import (
@@ -21,38 +21,11 @@ from lokg.spark_jobs.relation_stats_math import (
     tail_entropy,
     type_pair_dict,
 )
+from lokg.testing.stages import H_TWO_THIRDS, write_toy
 
 # JSD in bits of {x: 1} vs {x: ½, y: ½}, by hand: M = {x: ¾, y: ¼};
 # ½·1·log2(1/¾) + ½·(½·log2(½/¾) + ½·log2(½/¼)) = ½·log2(4/3) + ¼·log2(2/3) + ¼
 JSD_ONE_VS_HALF = 0.5 * math.log2(4 / 3) + 0.25 * math.log2(2 / 3) + 0.25
-# H of tails (x, x, y): p = (⅔, ⅓), natural log
-H_TWO_THIRDS = -(2 / 3) * math.log(2 / 3) - (1 / 3) * math.log(1 / 3)
-
-
-def write_toy(tmp: Path, types: dict[int, list[str]], relations: list[str],
-              triples: list[tuple[int, int, int]], embeddings: np.ndarray | None = None) -> dict:
-    """Contract tables for a toy graph under ``tmp``; returns the stage inputs."""
-    ids = sorted(types)
-    entities = pa.table({
-        "id": ids, "key": [f"m.{i}" for i in ids], "name": [f"e{i}" for i in ids],
-        "aliases": [[] for _ in ids], "description": [None] * len(ids),
-        "types": [types[i] for i in ids], "attributes": [[] for _ in ids],
-    })
-    rel = pa.table({"id": list(range(len(relations))), "name": relations})
-    tri = pa.table({"s": [t[0] for t in triples], "r": [t[1] for t in triples],
-                    "o": [t[2] for t in triples]})
-    inputs = {}
-    for name, table in (("entities", entities), ("relations", rel), ("triples", tri)):
-        path = tmp / "in" / f"{name}.parquet"
-        write_table(name, table, path)
-        inputs[name] = str(path)
-    if embeddings is not None:
-        path = tmp / "in" / "relation_embeddings.npy"
-        np.save(path, np.asarray(embeddings, dtype=np.float32))
-        inputs["relation_embeddings"] = str(path)
-    return inputs
-
-
 def config(**relation_stats) -> dict:
     return {"spark": {"master": "local[2]", "shuffle_partitions": 4},
             "relation_stats": relation_stats}

@@ -21,7 +21,7 @@ from lokg.spark_jobs.scos_greedy import (
     summary,
     theta,
 )
-from tests.test_relation_stats import H_TWO_THIRDS, write_toy
+from lokg.testing.stages import H_TWO_THIRDS, write_toy
 
 T = 100  # the common tail entity of the greedy toys
 

@@ -17,94 +17,25 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import uvicorn
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.load import Connection, churning, republish, run_load
+from bench.load import churning, republish, run_load
 from lokg.runtime.contract import Store
 from lokg.runtime.config import ENCODINGS, MAX_BUDGET, POLICIES
 from lokg.runtime.query import Runtime
 from lokg.runtime.request import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS
 from lokg.runtime.serve_models import MAX_BATCH
-from lokg.runtime.server import ServeSettings, create_app, serve_command
-from tests.test_query import make_store
+from lokg.runtime.server import serve_command
+from lokg.testing.serving import QUESTION, Client, serving, wait_for
+from lokg.testing.stores import make_store
 
-QUESTION = "Who directed the sequel of The Long Road?"
 TOKEN = "s3cret-token"
 FUZZ_BODIES = 1_000
 
 
 # ------------------------------------------------------------------------------ helpers
-
-def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-class Client:
-    """One keep-alive connection; ``call`` returns (status, headers, JSON or text)."""
-
-    def __init__(self, port: int, token: str | None = None):
-        self.port, self.token = port, token
-        self.conn = Connection("127.0.0.1", port, timeout=30)
-
-    def raw(self, method: str, path: str, body: bytes | None = None,
-            headers: dict | None = None) -> tuple[int, dict, bytes]:
-        headers = dict(headers or {})
-        if self.token and "Authorization" not in headers:
-            headers["Authorization"] = f"Bearer {self.token}"
-        try:
-            self.conn.request(method, path, body=body, headers=headers)
-            resp = self.conn.getresponse()
-        except (http.client.HTTPException, OSError):  # the server closed a kept-alive socket
-            self.conn.close()
-            self.conn = Connection("127.0.0.1", self.port, timeout=30)
-            self.conn.request(method, path, body=body, headers=headers)
-            resp = self.conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-
-    def call(self, method: str, path: str, payload=None, headers: dict | None = None):
-        body = None
-        if payload is not None:
-            body = json.dumps(payload).encode()
-            headers = {"Content-Type": "application/json", **(headers or {})}
-        status, head, data = self.raw(method, path, body, headers)
-        is_json = head.get("content-type", "").startswith("application/json")
-        return status, head, json.loads(data) if is_json else data.decode()
-
-    def ask(self, **payload):
-        return self.call("POST", "/v1/ask", {"question": QUESTION, **payload})
-
-
-@contextmanager
-def serving(store: Path, *, ready: bool = True, **options):
-    """create_app(...) served by uvicorn in a thread on a free loopback port; a Client
-    (once /readyz says 200, unless ``ready`` is False)."""
-    app = create_app(ServeSettings(store=str(store), poll_interval=options.pop("poll", 0.05),
-                                   **options))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: server.started, what="uvicorn start")
-        client = Client(sock.getsockname()[1], options.get("token"))
-        if ready:
-            wait_for(lambda: client.call("GET", "/readyz")[0] == 200, what="/readyz")
-        yield client
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-        sock.close()
-
 
 def metric(text: str, line_start: str) -> float:
     """The value of the sample whose line starts with ``line_start`` (0 when absent)."""
@@ -551,7 +482,8 @@ def test_ten_thousand_fuzzed_bodies_never_give_a_5xx(client):
 
 @pytest.mark.slow
 def test_serve_command_with_two_workers(toy_store):
-    from bench.load import _free_port, wait_ready
+    from bench.load import wait_ready
+    from lokg.testing.serving import free_port as _free_port
 
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "lokg.runtime.server", "--store", str(toy_store),

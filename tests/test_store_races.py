@@ -13,8 +13,9 @@ import pytest
 from lokg.runtime import pins
 from lokg.runtime.contract import DOOMED_FILE, Store, StoreError
 from lokg.runtime.query import Runtime
-from tests.test_contract import _publish, _stage_tables
-from tests.test_query import make_store
+from lokg.testing.stores import make_store
+from lokg.testing.stores import publish_stage_tables as _publish
+from lokg.testing.stores import stage_tables as _stage_tables
 
 
 def _assert_current_verifies(store: Store) -> str:

@@ -1,5 +1,5 @@
 """Online feedback ``tcr-qf`` (evaluation/tcr_qf.py) on the toy family graph of
-tests/test_relknow.py with facts withheld and documents that state them: the loop answers
+lokg.testing.family with facts withheld and documents that state them: the loop answers
 over an in-memory overlay (runtime/overlay.py) what the store cannot, round by round, within
 I_max, and the store stays byte for byte as it was; answer-driven feedback extracts from the
 answer, not from passages."""
@@ -72,7 +72,7 @@ def document_tables(root: Path) -> tuple[dict, dict, Path]:
 
 
 def gap_store(root: Path, withheld: set[tuple[int, int, int]]) -> tuple[Path, Path]:
-    from tests.test_relknow import REL, family_triples, fitted_store
+    from lokg.testing.family import REL, family_triples, fitted_store
 
     tables, files, openie = document_tables(root / "docs")
     triples = [t for t in family_triples() if t not in withheld]
@@ -84,7 +84,7 @@ def gap_store(root: Path, withheld: set[tuple[int, int, int]]) -> tuple[Path, Pa
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
     """One store lacking fabio's profession, one lacking the couple's spouse facts too."""
-    from tests.test_relknow import REL
+    from lokg.testing.family import REL
 
     job = {(FABIO, REL["profession"], PILOT)}
     spouse = {(EDDA, REL["spouse"], FABIO), (FABIO, REL["spouse"], EDDA)}

@@ -208,7 +208,7 @@ def test_spark_submit_types(spark, tmp_path):
     from lokg.runtime.config import load_config
     from lokg.runtime.contract import Store
     from lokg.pipeline.driver import run_stage
-    from tests.test_ingest import spark_submit
+    from lokg.testing.builds import spark_submit
 
     dump = tmp_path / "edges.tsv"
     dump.write_text("a\tknows\tb\nb\tknows\tc\na\tlikes\tc\n")

@@ -14,8 +14,8 @@ import shutil
 import pytest
 
 from lokg.runtime.server import WEB_FILES
-from tests.test_query import make_store
-from tests.test_server import QUESTION, serving
+from lokg.testing.serving import QUESTION, serving
+from lokg.testing.stores import make_store
 
 #: An XML namespace name in app.js (createElementNS), not a resource anything fetches.
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"

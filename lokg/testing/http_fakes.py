@@ -1,4 +1,4 @@
-"""Assertions and test doubles several test modules share."""
+"""A scripted OpenAI-compatible HTTP server on loopback, and the body of a good reply."""
 
 from __future__ import annotations
 
@@ -8,16 +8,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-def assert_clean_error(output: str, exit_code: int, expected_code: int, *names: str) -> None:
-    """A refusal as a user should see it: the expected exit code, no Python traceback nor
-    Java stack, and a message naming each of ``names`` (the bad input, where it is)."""
-    assert exit_code == expected_code, output
-    assert "Traceback" not in output and "\n\tat " not in output, output
-    for name in names:
-        assert name in output, f"{name!r} not in the output:\n{output}"
-
-
 def ok_body(text="Paris", usage=True, model="test-model"):
+    """A chat completion's JSON body: ``text`` as the reply, with token usage unless not."""
     body = {
         "id": "cmpl-1", "object": "chat.completion", "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text},

@@ -17,14 +17,10 @@ import sys
 import time
 from contextlib import contextmanager
 
+from lokg.testing.serving import free_port
+
 #: moto serves these first calls unauthenticated: create the user, its key and its policy.
 _SETUP_CALLS = 3
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait_listening(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
@@ -57,6 +53,7 @@ def _user(endpoint: str) -> dict:
 
 @contextmanager
 def loopback_s3(bucket: str):
+    """moto on a free loopback port with ``bucket``; the client's environment (module doc)."""
     import boto3
 
     port = free_port()

@@ -1,0 +1,103 @@
+"""The HTTP service served by uvicorn in a thread on loopback, and a keep-alive client."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+#: The toy film store's 2-hop question (lokg.testing.stores).
+QUESTION = "Who directed the sequel of The Long Road?"
+
+
+class Connection(http.client.HTTPConnection):
+    """A keep-alive connection with TCP_NODELAY: without it, Nagle's algorithm and delayed ACKs
+    add milliseconds (up to 40) to each request on loopback."""
+
+    def connect(self):
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
+    """``predicate()``'s first true value, polled every 20 ms; fails after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Client:
+    """One keep-alive connection; ``call`` returns (status, headers, JSON or text)."""
+
+    def __init__(self, port: int, token: str | None = None):
+        self.port, self.token = port, token
+        self.conn = Connection("127.0.0.1", port, timeout=30)
+
+    def raw(self, method: str, path: str, body: bytes | None = None,
+            headers: dict | None = None) -> tuple[int, dict, bytes]:
+        headers = dict(headers or {})
+        if self.token and "Authorization" not in headers:
+            headers["Authorization"] = f"Bearer {self.token}"
+        try:
+            self.conn.request(method, path, body=body, headers=headers)
+            resp = self.conn.getresponse()
+        except (http.client.HTTPException, OSError):  # the server closed a kept-alive socket
+            self.conn.close()
+            self.conn = Connection("127.0.0.1", self.port, timeout=30)
+            self.conn.request(method, path, body=body, headers=headers)
+            resp = self.conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+
+    def call(self, method: str, path: str, payload=None, headers: dict | None = None):
+        body = None
+        if payload is not None:
+            body = json.dumps(payload).encode()
+            headers = {"Content-Type": "application/json", **(headers or {})}
+        status, head, data = self.raw(method, path, body, headers)
+        is_json = head.get("content-type", "").startswith("application/json")
+        return status, head, json.loads(data) if is_json else data.decode()
+
+    def ask(self, **payload):
+        return self.call("POST", "/v1/ask", {"question": QUESTION, **payload})
+
+
+@contextmanager
+def serving(store: Path, *, ready: bool = True, **options):
+    """create_app(...) served by uvicorn in a thread on a free loopback port; a Client
+    (once /readyz says 200, unless ``ready`` is False)."""
+    import uvicorn
+
+    from lokg.runtime.server import ServeSettings, create_app
+
+    app = create_app(ServeSettings(store=str(store), poll_interval=options.pop("poll", 0.05),
+                                   **options))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, what="uvicorn start")
+        client = Client(sock.getsockname()[1], options.get("token"))
+        if ready:
+            wait_for(lambda: client.call("GET", "/readyz")[0] == 200, what="/readyz")
+        yield client
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
