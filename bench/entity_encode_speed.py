@@ -49,7 +49,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lokg.pipeline.stage import torch_threads  # noqa: E402
-from lokg.runtime.config import DEFAULTS  # noqa: E402
+from lokg.pipeline.config import DEFAULTS  # noqa: E402
 from lokg.runtime.contract import read_table  # noqa: E402
 from lokg.runtime.encoder import SentenceEncoder, encode_by_length, spec_model_dir  # noqa: E402
 from lokg.runtime.question_encoder import batch_encoder  # noqa: E402

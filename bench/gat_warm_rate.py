@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, n
 
 from bench.warm_refresh import attention_agreement, record  # noqa: E402
 from lokg.pipeline import driver  # noqa: E402
-from lokg.runtime.config import load_config  # noqa: E402
+from lokg.pipeline.config import load_config  # noqa: E402
 from lokg.runtime.contract import Store  # noqa: E402
 from lokg.training import gat  # noqa: E402
 

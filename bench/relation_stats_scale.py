@@ -108,7 +108,7 @@ def start_spark(config: dict):
 def spark_paths() -> tuple[str, ...]:
     """Settings that put every stage on its Spark path: each ``driver_max_*`` threshold of the
     default config at 0 (the value every one of them reads as "always Spark")."""
-    from lokg.runtime.config import DEFAULTS
+    from lokg.pipeline.config import DEFAULTS
 
     return tuple(f"{section}.{key}=0" for section, options in DEFAULTS.items()
                  if isinstance(options, dict) for key in options if key.startswith("driver_max_"))
@@ -123,7 +123,7 @@ PATHS = ("spark", "product")
 
 
 def bench_config(args, paths: str = "spark") -> dict:
-    from lokg.runtime.config import load_config
+    from lokg.pipeline.config import load_config
 
     if paths not in PATHS:
         raise ValueError(f"paths must be one of {PATHS}, got {paths!r}")
@@ -205,7 +205,7 @@ def entity_self_join_rows(s: np.ndarray, r: np.ndarray, o: np.ndarray, n_relatio
 
 
 def run_vocab(args) -> dict:
-    from lokg.runtime.config import section
+    from lokg.pipeline.config import section
     from lokg.spark_jobs import relation_stats
 
     config = bench_config(args)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def build_graph(dump: Path, fmt: str, workdir: Path) -> tuple[dict, dict]:
     """ingest → node_gain → uniform edges; returns (stage inputs, facts about the graph)."""
     from lokg.pipeline import driver as pipeline
-    from lokg.runtime.config import load_config
+    from lokg.pipeline.config import load_config
     from lokg.runtime.contract import Store, new_build_id, read_table, write_table
     from lokg.runtime.taimr import uniform_edges
     from lokg.spark_jobs import node_gain

@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lokg.runtime.config import load_config  # noqa: E402
+from lokg.pipeline.config import load_config  # noqa: E402
 from lokg.runtime.contract import Store  # noqa: E402
 
 TABLES = ("entities", "relations", "triples", "documents", "chunks", "sentences")

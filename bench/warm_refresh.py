@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout, not the venv's
 
 from lokg.pipeline import driver as pipeline  # noqa: E402
-from lokg.runtime.config import load_config  # noqa: E402
+from lokg.pipeline.config import load_config  # noqa: E402
 from lokg.runtime.contract import Store, read_table  # noqa: E402
 
 LEARNED = ("transe", "gat")

@@ -33,13 +33,14 @@ from pathlib import Path
 
 from lokg.evaluation.context import CountingLLM, MethodError
 from lokg.evaluation.runner import Prediction
-from lokg.pipeline.stage import StageError, checked_section
-from lokg.runtime.config import section
+from lokg.pipeline.config import TcrQfSettings
+from lokg.pipeline.stage import StageError
 from lokg.runtime.feedback import missing_record
 from lokg.runtime.overlay import ExtraTriple
 from lokg.runtime.question_encoder import CachedEmbeddings
 from lokg.text import feedback_enrich as fe
 from lokg.text.chunking import content_id
+from lokg.text.settings import FeedbackEnrichSettings, TripleExtractSettings
 
 SOURCES = ("passages", "answer")
 #: Why a loop stopped: nothing missing, I_max answers, no sub-question not tried already, no
@@ -77,8 +78,8 @@ class Enricher:
         if problem:
             raise MethodError(f"tcr-qf retrieves from the store's passages: {problem}")
         try:
-            self.cfg = checked_section(config, fe.STAGE)
-            backend = self.cfg["backend"] or section(config, "triple_extract")["backend"]
+            self.cfg = FeedbackEnrichSettings.of(config, StageError)
+            backend = self.cfg.backend or TripleExtractSettings.of(config, StageError).backend
             if source == "answer" and backend == "precomputed":
                 raise MethodError("answer-driven feedback extracts from the answer's text: backend "
                                   "precomputed only holds passages' stored extractions; set "
@@ -88,13 +89,13 @@ class Enricher:
                                   "(models/encoder.json) to retrieve its passages with")
             encoder = _Remembering(encoder or fe._encoder(rt.build, self.cfg))
             work = _work_dir(rt, work)
-            config["triple_extract"] = {**section(config, "triple_extract"),
+            config["triple_extract"] = {**TripleExtractSettings.of(config, StageError),
                                         "cache_dir": str(work / "extract-cache")}
             self.pub = fe.Published(rt.build, encoder)
             self.extraction = extraction or fe.Extraction(config, backend, work, work)
         except StageError as exc:
             raise MethodError(f"tcr-qf: {exc}") from None
-        self.source, self.max_rounds = source, int(section(config, "tcr_qf")["max_rounds"])
+        self.source, self.max_rounds = source, TcrQfSettings.of(config, MethodError).max_rounds
         self.bridge_ranks = fe.bridge_ranks(config, self.cfg)  # as the refresh bridges
         self.keep_questions = bool(rt.settings["feedback_questions"])
 

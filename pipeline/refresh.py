@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
-from lokg.runtime.config import section
+from lokg.pipeline.config import section
 from lokg.runtime.contract import STAGING_DIR, sha256_file
 
 FINGERPRINT_VERSION = 1

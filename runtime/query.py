@@ -56,7 +56,7 @@ from lokg.runtime import feedback, ittc, object_store, overlay, pins, relknow, t
 from lokg.runtime.answer import Answer
 from lokg.runtime.answers import (ANSWER_MAX_TOKENS, Prompt, build_prompt, choice_lines,
                              parse_answers, prompt_overhead)
-from lokg.runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS, section
+from lokg.runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS
 from lokg.runtime.contract import (INCOMING_TYPE_PREFIX, Build, Store, StoreError, is_url,
                               read_parquet, to_numpy)
 from lokg.runtime.environment import limit_blas_threads
@@ -67,6 +67,7 @@ from lokg.runtime.linker import (FALLBACK, LINKER_FORMS_FILE, Link, Linker, comm
 from lokg.runtime.llm import LLM, LLMError, make_llm
 from lokg.runtime.path_cache import PathCache, PathRow, path_rows, path_triples
 from lokg.runtime.provenance import Provenance
+from lokg.runtime.query_settings import QuerySettings
 from lokg.runtime.query_stats import QUERY_STATS_FILE, query_stats, read_query_stats
 from lokg.runtime.question_encoder import CachedEmbeddings, query_encoder
 from lokg.runtime.question_text import hop_runs, mask_topic
@@ -318,13 +319,13 @@ class Runtime:
         ``settings`` override the ``query`` section of the config defaults.
         """
         started = time.perf_counter()
-        unknown = set(settings) - set(section({}, "query"))
+        unknown = set(settings) - set(QuerySettings.rules())
         if unknown:
             raise QueryError(f"unknown runtime settings: {sorted(unknown)}")
         build, held = _opened_build(store_root, build_id, verify)
         try:
             config = build.manifest.get("config") or {}
-            runtime = cls(build, {**section(config, "query"), **settings}, 0.0)
+            runtime = cls(build, {**QuerySettings.merged(config), **settings}, 0.0)
         except BaseException:
             object_store.release(*held)
             raise
@@ -366,9 +367,10 @@ class Runtime:
         self.has_taimr = "edges" in tables and "node_gain" in tables
         self.graph = self._graph(triples)
         self.linker = self._linker(triples)
-        cache_cfg = section(b.manifest.get("config") or {}, "path_cache")
+        # the build's own path_cache settings (its manifest records the resolved config)
+        cache_cfg = (b.manifest.get("config") or {}).get("path_cache") or {}
         self.path_settings = {k: cache_cfg[k] for k in
-                              ("max_hops", "k_top", "beam_width", "lambda_topo")}
+                              ("max_hops", "k_top", "beam_width", "lambda_topo") if k in cache_cfg}
         self.path_cache = None
         if "path_cache" in tables:
             report = b.manifest.get("report", {}).get("stages", {}).get("path_cache", {})

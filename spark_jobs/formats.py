@@ -36,7 +36,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
-from lokg.runtime.config import FORMATS
+from lokg.spark_jobs.settings import FORMATS
 from lokg.runtime.errors import LokgError
 
 FREEBASE_NS = "http://rdf.freebase.com/ns/"

@@ -68,12 +68,12 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from lokg.pipeline.stage import PARTIAL_MAX_SHARE, Laps, StageError, previous_inputs
-from lokg.runtime.config import section
 from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
 from lokg.spark_jobs import formats as fm
 from lokg.spark_jobs import ingest_lines as il
 from lokg.spark_jobs import ingest_nt as nt
 from lokg.spark_jobs.session import get_spark
+from lokg.spark_jobs.settings import IngestSettings
 from lokg.text.corpus import build_format
 
 OUTPUTS = ("entities", "relations", "triples", "quarantine", "type_assertions", "change_set",
@@ -474,7 +474,7 @@ def _source_plan(inputs: dict, cfg: dict) -> tuple[str | Path, dict, fm.Plan]:
 
 def run(config: dict, inputs: dict, out_dir: str) -> dict:
     started = time.perf_counter()
-    dump, cfg, plan = _source_plan(inputs, section(config, "ingest"))
+    dump, cfg, plan = _source_plan(inputs, IngestSettings.of(config, IngestError))
     delta = feedback_sources(inputs.get("feedback_delta"))
     plan.sources.extend(delta)
     out = Path(out_dir)

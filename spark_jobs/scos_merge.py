@@ -63,8 +63,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, previous_inputs
-from lokg.runtime.config import MISSING_EMBEDDINGS
+from lokg.pipeline.stage import Laps, StageError, previous_inputs
 from lokg.runtime.contract import (TABLE_SCHEMAS, StoreError, read_table, table_files, to_numpy,
                               write_table)
 from lokg.spark_jobs.relation_stats import (
@@ -76,17 +75,13 @@ from lokg.spark_jobs.relation_stats import (
 from lokg.spark_jobs.relation_stats import (
     settings as stats_settings,
 )
+from lokg.spark_jobs.settings import ScosMergeSettings
 
 NORMALISER = "sum of H(r) over R0 (tail conditional entropy, nats)"
 
 
-def settings(config: Mapping) -> dict:
-    cfg = checked_section(config, "scos_merge")
-    if len(cfg["weights"]) != 3:
-        raise StageError(f"scos_merge.weights={cfg['weights']!r}: expected three weights")
-    if cfg["missing_embeddings"] not in MISSING_EMBEDDINGS:
-        raise StageError(f"scos_merge.missing_embeddings={cfg['missing_embeddings']!r}: zero | renormalise")
-    return cfg
+def settings(config: Mapping) -> ScosMergeSettings:
+    return ScosMergeSettings.of(config, StageError)
 
 
 # ============================================================================================

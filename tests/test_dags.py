@@ -32,7 +32,8 @@ from pathlib import Path
 import pytest
 
 from lokg.pipeline.registry import STAGE_NAMES, STAGES
-from lokg.runtime.config import DEFAULT_BUDGET, FORMATS
+from lokg.runtime.config import DEFAULT_BUDGET
+from lokg.spark_jobs.settings import FORMATS
 
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW_VENV = REPO / ".venv-airflow" / "bin"

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from lokg.pipeline import driver
-from lokg.runtime.config import load_config
+from lokg.pipeline.config import load_config
 from lokg.runtime.contract import Store
 from lokg.runtime.query import Runtime
 

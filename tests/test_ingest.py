@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from lokg.runtime.config import DEFAULTS
+from lokg.pipeline.config import DEFAULTS
 from lokg.runtime.contract import TABLE_SCHEMAS, read_table
 
 FB = "http://rdf.freebase.com/ns/"

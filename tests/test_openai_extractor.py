@@ -11,7 +11,7 @@ import time
 import pytest
 
 from lokg.pipeline.stage import StageError
-from lokg.runtime.config import DEFAULTS
+from lokg.pipeline.config import DEFAULTS
 from lokg.runtime.llm.openai import ENV_API_KEY
 from tests.helpers import ok_body
 from lokg.text.extractors import ChunkExtractionError, make_extractor

@@ -12,13 +12,14 @@ import pyarrow as pa
 import pytest
 
 from lokg.runtime import feedback, taimr
-from lokg.runtime.config import section
+from lokg.pipeline.config import section
 from lokg.runtime.contract import TABLE_SCHEMAS, Store, StoreError, read_table, write_table
 from lokg.runtime.linker import Linker, normalise
 from lokg.runtime.llm import Completion, LLMError
 from lokg.runtime.overlay import ExtraTriple
 from lokg.runtime.path_cache import PathCache, path_rows, path_triples
-from lokg.runtime.config import MAX_BUDGET, section
+from lokg.pipeline.config import section
+from lokg.runtime.config import MAX_BUDGET
 from lokg.runtime.answers import CHOICE_INSTRUCTIONS, CHOICES_HEADER
 from lokg.runtime.query import QueryError, Runtime
 from lokg.runtime.tokens import count_tokens

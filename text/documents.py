@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, stage_input
-from lokg.runtime.config import section
+from lokg.pipeline.stage import Laps, StageError, stage_input
 from lokg.runtime.contract import TABLE_SCHEMAS, write_table
 from lokg.runtime.tokens import count_tokens
+from lokg.spark_jobs.settings import IngestSettings
 from lokg.text.chunking import chunk_document, content_id
 from lokg.text.corpus import Document, Reader, build_format, write_quarantine
+from lokg.text.settings import DocumentsSettings
 
 STAGE = "documents"
 TABLES = ("documents", "chunks", "sentences")
@@ -78,12 +79,9 @@ def linked_corpus(cfg: Mapping, dump: Path) -> Path | None:
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
-    cfg = checked_section(config, STAGE)
-    if cfg["overlap"] >= cfg["max_tokens"]:
-        raise StageError(f"documents.overlap={cfg['overlap']} must be below "
-                         f"documents.max_tokens={cfg['max_tokens']}")
+    cfg = DocumentsSettings.of(config, StageError)
     dump = stage_input(inputs, STAGE, "dump")
-    fmt = build_format(section(config, "ingest")["format"], dump)
+    fmt = build_format(IngestSettings.of(config, StageError).format, dump)
     out, lap = Path(out_dir), Laps()
     reader = Reader(max_chars=int(cfg["max_document_mb"] * 1_000_000))
     source = dump if fmt == "docs" else linked_corpus(cfg, dump)

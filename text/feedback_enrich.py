@@ -49,13 +49,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, stage_input, torch_threads
-from lokg.runtime.config import section
+from lokg.pipeline.stage import Laps, StageError, stage_input, torch_threads
 from lokg.runtime.contract import Build, Store
 from lokg.runtime.encoder import EncoderError, SentenceEncoder
 from lokg.runtime.feedback import BRIDGE, log_dir, now, read_log
 from lokg.runtime.linker import common_nouns, normalise
+from lokg.runtime.query_settings import QuerySettings
 from lokg.text.chunking import content_id
+from lokg.text.settings import FeedbackEnrichSettings, TripleExtractSettings
 from lokg.text.triple_context import readable_relation
 from lokg.text.triple_extract import (ChunkCache, as_triple, best_sentence, cache_root, entity_key,
                                  openie_passages, precomputed_file, relation_key, surface)
@@ -364,10 +365,10 @@ class Extraction:
     """Each retrieved chunk's extracted triples with the configured backend, once per chunk."""
 
     def __init__(self, config: Mapping, backend: str, dump: Path, out: Path):
-        extract_cfg = {**section(config, "triple_extract"), "backend": backend}
+        extract_cfg = {**TripleExtractSettings.of(config, StageError), "backend": backend}
         # an OpenIE file of its own: the build may read a sparser one than enrichment does
-        extract_cfg["precomputed_file"] = (section(config, STAGE)["precomputed_file"]
-                                           or extract_cfg["precomputed_file"])
+        own = FeedbackEnrichSettings.of(config, StageError).precomputed_file
+        extract_cfg["precomputed_file"] = own or extract_cfg["precomputed_file"]
         self.backend, self.failed = backend, 0
         self.calls = 0  # chunks an LLM backend extracted (a cached chunk makes no call)
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0}
@@ -708,14 +709,14 @@ def bridge_ranks(config: Mapping, cfg: Mapping) -> range:
     ``bridge_passages`` of them. On 50 MuSiQue questions a bridge to each of the 10 nearest
     passages took 20 % of the contexts' lines, and lost more golds than it joined
     (docs/BENCHMARKS.md "Fewer bridges")."""
-    seeds = int(section(config, "query")["passages"])
+    seeds = QuerySettings.of(config, StageError).passages
     return range(seeds, seeds + int(cfg["bridge_passages"]))
 
 
 def enrich(config: Mapping, cfg: Mapping, build: Build, sqs: list[SubQuestion],
            dump: Path, out: Path) -> dict:
     """Enrich the open sub-questions from ``build``'s passages; persist the delta."""
-    backend = cfg["backend"] or section(config, "triple_extract")["backend"]
+    backend = cfg["backend"] or TripleExtractSettings.of(config, StageError).backend
     root, k = deltas_dir(build.root), int(cfg["k"])
     with torch_threads(cfg.get("threads")):
         pub = Published(build, _encoder(build, cfg))
@@ -742,7 +743,7 @@ def enrich(config: Mapping, cfg: Mapping, build: Build, sqs: list[SubQuestion],
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
-    cfg = checked_section(config, STAGE)
+    cfg = FeedbackEnrichSettings.of(config, StageError)
     store = Store(stage_input(inputs, STAGE, "store"))
     out, lap = Path(out_dir), Laps()
     log = read_log(log_dir(store.root))

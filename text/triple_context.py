@@ -27,12 +27,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lokg.pipeline.stage import (Laps, checked_section, stage_batch_encoder, stage_input,
+from lokg.pipeline.stage import (Laps, StageError, stage_batch_encoder, stage_input,
                             torch_threads)
 from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
 from lokg.runtime.encoder import PrefixedEncoder, encode_by_length
 from lokg.runtime.linker import folded
 from lokg.text.chunking import content_id, split_sentences
+from lokg.text.settings import TripleContextSettings
 from lokg.text.triple_extract import SOURCE_COLUMNS
 
 STAGE = "triple_context"
@@ -259,7 +260,7 @@ def stage_encoder(inputs: Mapping[str, str], cfg: Mapping) -> PrefixedEncoder:
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
-    cfg = checked_section(config, STAGE)
+    cfg = TripleContextSettings.of(config, StageError)
     out, lap = Path(out_dir), Laps()
     paths = {"triple_sources": out / "triple_sources.parquet",
              "triple_context": out / "triple_context.parquet",

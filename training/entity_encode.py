@@ -59,12 +59,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lokg.pipeline.stage import (PREVIOUS, Laps, StageError, checked_section, previous_inputs,
+from lokg.pipeline.stage import (PREVIOUS, Laps, StageError, previous_inputs,
                             stage_batch_encoder, torch_threads)
-from lokg.runtime.config import BATCH_ENCODERS, TEXT_RULES
 from lokg.runtime.contract import read_table, write_table
 from lokg.runtime.encoder import EncoderError, PrefixedEncoder, encode_by_length, spec_model_dir
 from lokg.runtime.onnx_bert import QUERY_MODEL
+from lokg.training.settings import EntityEncodeSettings
 
 STAGE = "entity_encode"
 DESCRIPTION_WORDS = 32
@@ -73,17 +73,9 @@ DESCRIPTION_WORDS = 32
 MIN_TEXTS_PER_WORKER = 2000
 
 
-def settings(config: Mapping) -> dict:
+def settings(config: Mapping) -> EntityEncodeSettings:
     """The ``entity_encode`` section, checked (unknown keys and bad values name themselves)."""
-    cfg = checked_section(config, STAGE)
-    for key, allowed in (("text", TEXT_RULES), ("encoder", BATCH_ENCODERS)):
-        if cfg[key] not in allowed:
-            raise StageError(f"{STAGE}.{key}={cfg[key]!r}: expected one of {allowed}")
-    for key, low in (("batch_size", 1), ("onnx_batch_size", 1), ("workers", 1), ("flat_max", 0),
-                     ("hnsw_m", 2), ("hnsw_ef_construction", 1), ("hnsw_ef_search", 1)):
-        if int(cfg[key]) < low:
-            raise StageError(f"{STAGE}.{key} must be >= {low}, got {cfg[key]!r}")
-    return cfg
+    return EntityEncodeSettings.of(config, StageError)
 
 
 def readable_type(type_name: str) -> str:

@@ -103,10 +103,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lokg.pipeline.stage import Laps, StageError, checked_section, previous_inputs, torch_threads
+from lokg.pipeline.stage import Laps, StageError, previous_inputs, torch_threads
 from lokg.runtime.contract import read_table, write_table
 from lokg.runtime.encoder import resolve_device
 from lokg.runtime.taimr import uniform_edges, with_inverses
+from lokg.training.settings import GatSettings
 from lokg.training.warm_start import (cold, match_by_key, next_reference, reference_loss,
                                  refresh_epochs, stop_loss, warm)
 
@@ -116,23 +117,9 @@ MAX_FRONTIER = 10_000  # a gold walk reaching more entities at one hop is skippe
 EVAL_TRIPLES = 100_000  # triples in the fixed-negative link-loss check before/after training
 
 
-def settings(config: Mapping) -> dict:
+def settings(config: Mapping) -> GatSettings:
     """The ``gat`` section, checked (unknown keys and bad values name themselves)."""
-    cfg = checked_section(config, STAGE)
-    for key in ("layers", "heads", "hidden", "epochs", "negatives", "max_full_batch_edges",
-                "batch_triples", "fanout"):
-        if int(cfg[key]) < 1:
-            raise StageError(f"{STAGE}.{key} must be >= 1, got {cfg[key]!r}")
-    if int(cfg["hidden"]) % int(cfg["heads"]):
-        raise StageError(f"{STAGE}.hidden={cfg['hidden']} must be a multiple of "
-                         f"{STAGE}.heads={cfg['heads']} (each head has hidden/heads channels)")
-    if not 0.0 <= float(cfg["dropout"]) < 1.0:
-        raise StageError(f"{STAGE}.dropout must be in [0, 1), got {cfg['dropout']!r}")
-    if float(cfg["path_weight"]) < 0:
-        raise StageError(f"{STAGE}.path_weight must be >= 0, got {cfg['path_weight']!r}")
-    if cfg["device"] not in ("auto", "cpu", "cuda") and not str(cfg["device"]).startswith("cuda:"):
-        raise StageError(f"{STAGE}.device must be auto, cpu or cuda[:N], got {cfg['device']!r}")
-    return cfg
+    return GatSettings.of(config, StageError)
 
 
 # ============================================================================================
