@@ -38,8 +38,7 @@ class QuerySettings(Settings, section="query"):
             "stores extracted from documents: a name the question writes also links the entities "
             "whose names hold it as a run of words ('Manchuria' -> 'Soviet invasion of "
             "Manchuria'), when it has at most this many (more: a generic word); runtime/linker.py; "
-            "0 = off. 4: the least that linked every such form that brought a gold into a context "
-            "on the 50 musique questions of docs/BENCHMARKS.md (3 missed 'Rochester')")
+            "0 = off")
     threads: int | None = setting(1, THREADS,
             "threads of the query path's numerics, process-wide, set at open: numpy's BLAS (every "
             "product a question makes is small; runtime.environment.limit_blas_threads) and the "
@@ -58,9 +57,8 @@ class QuerySettings(Settings, section="query"):
     choice_margin: float = setting(1.0, WEIGHT,
             "forced choice lists only candidates whose S_final is within this of the top one; when "
             "none is, retrieval decides and no call is made (a weak reader cannot undo a clear "
-            "lead). Fitted for the embedded SmolLM2: the largest of 0-1.0 keeping PQ-3H dev H@1 "
-            "within a point of reader none (bench/fit_choice_margin.py, docs/BENCHMARKS.md); a "
-            "build may give a stronger reader more (lokg build --set query.choice_margin=...)")
+            "lead). Fitted for the embedded SmolLM2 (bench/fit_choice_margin.py, "
+            "docs/BENCHMARKS.md); a build may give a stronger reader more")
     choice_check: str = setting("derivation", choice(*CHOICE_CHECKS),
             "which forced-choice picks may replace retrieval's top candidate: 'derivation' = only "
             "ones the relation knowledge's derivation (the predicted chain from the topic) "
@@ -70,19 +68,21 @@ class QuerySettings(Settings, section="query"):
     derived_context: str = setting("retrieval", choice(*DERIVED_CONTEXTS),
             "what a derived answer's context holds (no call either way): 'retrieval' = its chain's "
             "facts first, then the retrieval context in the rest of the budget (a chain a refresh "
-            "completed may be wrong; what retrieval found stays before the reader of the answer; "
-            "PQ-2H mean latency 1.2-1.4x, docs/BENCHMARKS.md) | 'chain' = the chain's facts alone")
+            "completed may be wrong; what retrieval found stays before the reader of the answer) "
+            "| 'chain' = the chain's facts alone")
     relation_weight: float = setting(20.0, WEIGHT,
-            "relation knowledge (stores with models/relknow; chosen on PathQuestion dev, "
-            "BENCHMARKS): λ_rel: weight of the query-relation term in S_final (0 = off)")
+            "λ_rel: weight of the query-relation term in S_final, for stores with relation "
+            "knowledge (models/relknow); 0 = off")
     chain_boost: bool = setting(True, BOOL,
             "ITTC's λ_boost for the facts of the predicted relation chain")
     feedback: bool = setting(True, BOOL,
             "the feedback log (runtime/feedback.py): what questions find missing, appended beside "
             "the builds (<store>/feedback/log; a store on S3: beside its local cache) for the "
-            "scheduled refresh to fill (docs/ARCHITECTURE.md); the question text only with feedback_questions")
+            "scheduled refresh to fill (docs/ARCHITECTURE.md); the question text only with "
+            "feedback_questions")
     feedback_dir: str | None = setting(None, FILE, "null = beside the builds")
-    feedback_questions: bool = setting(False, BOOL, "the feedback log records the question text too")
+    feedback_questions: bool = setting(False, BOOL,
+            "the feedback log records the question text too")
     feedback_segment_mb: int = setting(16, COUNT, "a writer's segment rotates at this size")
     feedback_max_mb: int = setting(256, COUNT, "past this in all segments the oldest are deleted")
     feedback_bridges: int = setting(3, integer(0),

@@ -43,7 +43,8 @@ class SparkSettings(Settings, section="spark"):
 class IngestSettings(Settings, section="ingest"):
     """A dump into the entity, relation and triple tables (spark_jobs/ingest.py)."""
 
-    format: str = setting("auto", choice(*FORMATS), "the dump's format; auto detects it from the files")
+    format: str = setting("auto", choice(*FORMATS),
+            "the dump's format; auto detects it from the files")
     max_malformed_share: float = setting(0.01, SHARE,
             "fail the stage above this share of malformed lines")
     languages: list[str] = setting(["en"], STRINGS,
@@ -112,7 +113,7 @@ class ScosMergeSettings(Settings, section="scos_merge"):
     refresh_max_vector_shift: float = setting(0.3, number(0, 2),
             "a refresh keeps the previous build's relation vectors for the cosine term while the "
             "warm TransE moved them at most this far (triple-weighted mean cosine distance): the "
-            "merges then move with the data only (FB15k-237 1 % edit: warm 0.17, cold 0.88)")
+            "merges then move with the data only")
     refresh_merge_margin: float = setting(0.05, number(0, 1),
             "a refresh keeps a merge of the previous build while its sim stays >= θ - this margin "
             "(new merges still need sim >= θ; a full build ignores the previous merges)")

@@ -36,25 +36,21 @@ class TranseSettings(Settings, section="transe"):
     scoring_norm: int = setting(1, choice(1, 2), "L1 (PyKEEN's TransE default) or 2")
     device: str = setting("auto", DEVICE, "auto | cpu | cuda[:N]; auto = CUDA when torch sees one")
     threads: int | None = setting(1, THREADS,
-            "torch CPU threads; null = torch default. >1 thrashes on shared 2-core hosts")
+            "torch CPU threads; null = torch default (more than the free cores thrash)")
     evaluate: bool = setting(False, BOOL,
             "quick filtered link-prediction eval on a held-out share (trains on rest)")
     eval_share: float = setting(0.05, number(0, 1, low_open=True, high_open=True),
             "evaluate: the held-out share of the triples")
     tolerance: float = setting(0.01, number(0, 1),
             "sparse trainer only: stop once the relation vectors turn by less than this between "
-            "two epochs (mean 1 - cos); 0 = run transe.epochs. Adam's floor at lr 0.01: ~0.005 on "
-            "10^5 synthetic triples, ~0.02 on FB15k-237, ~0.04 on 10^7 (more batches per epoch), "
-            "where transe.epochs bounds the run (docs/BENCHMARKS.md 'TransE at scale')")
+            "two epochs (mean 1 - cos); 0 = run transe.epochs (docs/BENCHMARKS.md)")
     min_steps: int = setting(300, integer(0),
-            "sparse trainer only: the tolerance stops no run before this many optimiser steps (batches): a small "
-            "graph's few batches an epoch turn its relations little long before they have learned")
+            "sparse trainer only: the tolerance stops no run before this many optimiser steps "
+            "(batches): a small graph's few batches an epoch turn its relations little long "
+            "before they have learned")
     loss_tolerance: float = setting(0.01, number(0, 1),
             "sparse trainer only: it also stops once the epoch loss has not fallen loss_tolerance "
-            "(relative) below its best for loss_patience epochs (0 = off): FB15k-237 then stops at "
-            "epoch 39 of 100 with the same SCOS merges; patience 5 stopped at 21 with two wrong "
-            "extra merges (its relations still turn 0.04 an epoch: docs/BENCHMARKS.md 'FB15k-237 "
-            "end to end')")
+            "(relative) below its best for loss_patience epochs (docs/BENCHMARKS.md)")
     loss_patience: int = setting(10, integer(0),
             "sparse trainer only: epochs without a loss_tolerance gain before it stops (0 = off)")
     relation_sample: int | None = setting(50000, integer(1, nullable=True),
@@ -65,10 +61,9 @@ class TranseSettings(Settings, section="transe"):
             "build's vectors (by entity key and relation name; new ones get the usual init) and "
             "train at most this many epochs (and transe.epochs); 0 = a refresh trains from scratch")
     refresh_loss_margin: float | None = setting(0.015, number(0, nullable=True),
-            "a refresh trains no epoch while the vectors' loss on the new graph (fixed negatives, one pass; "
-            "losses.json eval) is at most the last trained build's (eval.reference) plus this; "
-            "null = always train refresh_epochs. FB15k-237, 1 % of triples changed: 0.0462 -> "
-            "0.0582 (the 5 warm epochs end at 0.0527; docs/BENCHMARKS.md)")
+            "a refresh trains no epoch while the vectors' loss on the new graph (fixed "
+            "negatives, one pass; losses.json eval) is at most the last trained build's "
+            "(eval.reference) plus this; null = always train refresh_epochs")
 
 
 @dataclass(frozen=True)
@@ -92,9 +87,8 @@ class EntityEncodeSettings(Settings, section="entity_encode"):
             "texts per int8 ONNX call: int8 activations are scaled per call, so smaller calls stay "
             "closer to the float32 vectors, and they run faster here (docs/BENCHMARKS.md)")
     workers: int = setting(1, COUNT,
-            "processes sharing the ONNX batches, each with `threads` threads (same vectors): 2 for "
-            "a build host whose two cores are free; on the shared dev host 2 lost to 1 in wall "
-            "time (docs/BENCHMARKS.md 'Entity encoding: token batches and workers')")
+            "processes sharing the ONNX batches, each with `threads` threads (same vectors); "
+            "more than one pays only where that many cores are free (docs/BENCHMARKS.md)")
     flat_max: int = setting(1000000, integer(0),
             "exact IndexFlatIP up to this many entities, IndexHNSWFlat above")
     hnsw_m: int = setting(32, integer(2), "HNSW graph degree M")
@@ -150,8 +144,7 @@ class GatSettings(Settings, section="gat"):
             "scratch")
     refresh_learning_rate: float = setting(0.0005, RATE,
             "Adam's rate in those epochs: its optimiser state starts afresh, and at the full rate "
-            "its first steps undo the previous training (FB15k-237: link loss 0.513 -> 0.546 at "
-            "0.005, -> 0.511 at 0.0005; full build 0.510; docs/BENCHMARKS.md)")
+            "its first steps undo the previous training (docs/BENCHMARKS.md)")
     refresh_loss_margin: float | None = setting(0.01, number(0, nullable=True),
             "a refresh keeps the previous parameters without training (α: one forward pass on the "
             "new graph) while their eval link loss there is at most the last trained build's "
