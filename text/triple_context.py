@@ -271,7 +271,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     write_table("triple_sources", sources, paths["triple_sources"])
     write_table("feedback_lineage", lineage, paths["feedback_lineage"])
     chunks = _read(inputs, "chunks")
-    restoring = _enabled(cfg["enabled"], chunks.num_rows > 0)
+    restoring = _enabled(cfg.enabled, chunks.num_rows > 0)
     lap("sources")
     entities = read_table(stage_input(inputs, STAGE, "entities"), columns=["name", "aliases"])
     report: dict = {"enabled": restoring, "triple_sources": sources.num_rows,
@@ -281,24 +281,24 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     context = TABLE_SCHEMAS["triple_context"].empty_table()
     vectors = np.zeros((0, 0), np.float32)
     if restoring or chunks.num_rows:
-        with torch_threads(cfg.get("threads")):
+        with torch_threads(cfg.threads):
             encoder = stage_encoder(inputs, cfg)
             report["encoder"] = encoder.backend
             lap("load_model")
             if restoring:  # entity descriptions as sources only when asked for (mode on)
                 candidates = Candidates(inputs, chunks, sources,
-                                        descriptions=cfg["enabled"] == "on")
+                                        descriptions=cfg.enabled == "on")
                 context, counts = restore(triples, templates(inputs, triples), candidates,
                                           encoder, cfg)
                 report.update(counts)
                 lap("restore")
             if chunks.num_rows:
                 vectors = encode_by_length(encoder, chunks["text"].to_pylist(),
-                                           int(cfg["batch_size"]))
+                                           cfg.batch_size)
                 lap("chunk_vectors")
     write_table("triple_context", context, paths["triple_context"])
     np.save(paths["chunk_vectors"], np.asarray(vectors, np.float32))
-    report.update({"floor": cfg["floor"], "step_seconds": lap.seconds})
+    report.update({"floor": cfg.floor, "step_seconds": lap.seconds})
     return {"outputs": {k: str(p) for k, p in paths.items()}, "report": report}
 
 
