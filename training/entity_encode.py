@@ -170,8 +170,8 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                           columns=["id", "key", "name", "types", "description"])
     if entities.num_rows == 0:
         raise StageError(f"{inputs['entities']}: the entities table is empty")
-    ids, keys, texts, unnamed = keyed_texts(entities, cfg["text"])
-    reusable = reusable_vectors(inputs, keys, texts, cfg["text"])
+    ids, keys, texts, unnamed = keyed_texts(entities, cfg.text)
+    reusable = reusable_vectors(inputs, keys, texts, cfg.text)
     lap("read_and_texts")
 
     encoder, vectors, exported, index, kind = _encode_and_index(cfg, texts, out, lap, reusable,
@@ -187,10 +187,10 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     return {
         "outputs": {k: str(p) for k, p in paths.items()},
         "report": {
-            "entities": len(ids), "unnamed": unnamed, "model": cfg["model"],
+            "entities": len(ids), "unnamed": unnamed, "model": cfg.model,
             "path": encoder.spec["path"], "dim": encoder.dim, "device": encoder.spec["device"],
             "encoder": encoder.backend,
-            "text": cfg["text"], "index": kind, "query_onnx": exported,
+            "text": cfg.text, "index": kind, "query_onnx": exported,
             "step_seconds": seconds, "encoded": len(ids) - reused,
             "reused_vectors": reused if reusable is not None else None,
             "entities_per_second": (round((len(ids) - reused) / seconds["encode"], 1)
