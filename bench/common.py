@@ -267,7 +267,7 @@ def fact_question(rt: Runtime, s: int, r: int) -> str:
 def build_graph(dump: Path, fmt: str, workdir: Path) -> tuple[dict, dict]:
     """ingest → node_gain → uniform edges; returns (stage inputs, facts about the graph)."""
     from lokg.pipeline import driver as pipeline
-    from lokg.runtime.config import load_config
+    from lokg.pipeline.config import load_config
     from lokg.runtime.contract import new_build_id, write_table
     from lokg.runtime.taimr import uniform_edges
     from lokg.spark_jobs import node_gain
@@ -372,7 +372,7 @@ def attention_agreement(one: Path, other: Path) -> dict:
 def spark_paths() -> tuple[str, ...]:
     """Settings that put every stage on its Spark path: each ``driver_max_*`` threshold of the
     default config at 0 (the value every one of them reads as "always Spark")."""
-    from lokg.runtime.config import DEFAULTS
+    from lokg.pipeline.config import DEFAULTS
 
     return tuple(f"{section}.{key}=0" for section, options in DEFAULTS.items()
                  if isinstance(options, dict) for key in options if key.startswith("driver_max_"))
@@ -433,7 +433,7 @@ def start_spark(config: dict):
 def bench_config(args, paths: str = "spark") -> dict:
     """The config of a stage bench: local[2], ``args.driver_memory``, the ``paths`` chosen
     (PATHS), then ``args.extra``."""
-    from lokg.runtime.config import load_config
+    from lokg.pipeline.config import load_config
 
     if paths not in PATHS:
         raise ValueError(f"paths must be one of {PATHS}, got {paths!r}")

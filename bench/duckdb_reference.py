@@ -68,7 +68,7 @@ def duck_round(dump: Path, spark_outputs: dict, config: dict, work: Path) -> tup
     """One DuckDB ingest + relation_stats on ``dump``; returns (step seconds, its tables)."""
     import duckdb
 
-    from lokg.runtime.config import section
+    from lokg.pipeline.config import section
 
     con = duckdb.connect(str(work / "ref.duckdb"))
     con.execute("SET threads = 2")

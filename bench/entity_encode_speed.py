@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from lokg.common.stage import torch_threads
-from lokg.runtime.config import DEFAULTS
+from lokg.pipeline.config import DEFAULTS
 from lokg.runtime.contract import read_table
 from lokg.runtime.encoder import SentenceEncoder, encode_by_length, spec_model_dir
 from lokg.runtime.question_encoder import batch_encoder

@@ -60,7 +60,7 @@ def timed_build(vectors: np.ndarray, cfg: dict, threads: int):
 def main(argv: list[str] | None = None) -> None:
     import faiss
 
-    from lokg.runtime.config import DEFAULTS
+    from lokg.pipeline.config import DEFAULTS
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vectors", type=Path, required=True, help="a build's entity_vectors.npy")

@@ -130,7 +130,7 @@ str ::= "\"" [^"\\\n]{1,60} "\""'''
 
 def make_backend(name: str):
     if name == "offline":
-        from lokg.runtime.config import DEFAULTS
+        from lokg.pipeline.config import DEFAULTS
         from lokg.text.offline_extractor import OfflineExtractor
         return OfflineExtractor(DEFAULTS["triple_extract"])
     if name == "regex":

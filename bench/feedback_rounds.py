@@ -210,7 +210,7 @@ def check_settings(args: argparse.Namespace) -> None:
 
 
 def build_config(setup: dict, arm: str) -> dict:
-    from lokg.runtime.config import load_config
+    from lokg.pipeline.config import load_config
 
     return load_config(None, ["ingest.format=docs", "triple_extract.backend=precomputed",
                               f"triple_extract.precomputed_file={setup['sparse']}",

@@ -34,7 +34,7 @@ DATA = REPO.parent / "shared" / "data" / "pathquestion"
 def staged_inputs(dump: Path, workdir: Path) -> dict[str, str]:
     """Artefacts of ingest … scos_merge for ``dump`` (built once, then reused) + entity vectors."""
     from lokg.pipeline import driver as pipeline
-    from lokg.runtime.config import load_config
+    from lokg.pipeline.config import load_config
     from lokg.runtime.contract import Store, new_build_id
     from lokg.training import entity_encode as encode
 
@@ -71,7 +71,7 @@ def gold_for(path: Path, inputs: dict, graph) -> tuple:
 
 
 def run_dataset(name: str, data: Path, workdir: Path, epochs: int, device: str) -> dict:
-    from lokg.runtime.config import DEFAULTS
+    from lokg.pipeline.config import DEFAULTS
     from lokg.runtime.contract import read_table
     from lokg.training import gat, gat_inputs
 

@@ -35,7 +35,7 @@ INPUT_FILES = {"triples": "triples.parquet", "relations": "relations.parquet",
                "entity_ids": "entity_ids.parquet", "entity_vectors": "entity_vectors.npy",
                "relation_embeddings": "models/relation_embeddings.npy"}
 
-CHILD = ("import json, sys; from lokg.runtime.config import load_config; "
+CHILD = ("import json, sys; from lokg.pipeline.config import load_config; "
          "from lokg.training import gat; "
          "r = gat.run(load_config(None, json.loads(sys.argv[1])), json.loads(sys.argv[2]), "
          "sys.argv[3]); print('REPORT ' + json.dumps(r['report']))")

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     from pyspark.sql import SparkSession
 
     from bench.common import load_baseline
-    from lokg.runtime.config import load_config
+    from lokg.pipeline.config import load_config
     from lokg.spark_jobs import ingest
 
     config = load_config(None, ["spark.master=local[2]", f"spark.driver_memory={args.driver_memory}",

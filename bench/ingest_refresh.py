@@ -33,7 +33,7 @@ RUNS = {"full": (False, []), "refresh": (True, []),
 def child(run: str, dump: Path, previous: Path, out: Path) -> None:
     """One ingest in this process; its report as ``out/report.json``."""
     from lokg.common.stage import PREVIOUS
-    from lokg.runtime.config import load_config
+    from lokg.pipeline.config import load_config
     from lokg.spark_jobs import ingest
     from lokg.spark_jobs.ingest_lines import TABLES
 

@@ -72,7 +72,7 @@ def measure(store: Path, before_id: str, after_id: str, hops: int) -> dict:
 
 
 def main() -> None:
-    from lokg.runtime.config import DEFAULTS
+    from lokg.pipeline.config import DEFAULTS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", type=Path, required=True)

@@ -126,7 +126,7 @@ def entity_self_join_rows(s: np.ndarray, r: np.ndarray, o: np.ndarray, n_relatio
 
 
 def run_vocab(args) -> dict:
-    from lokg.runtime.config import section
+    from lokg.pipeline.config import section
     from lokg.spark_jobs import relation_stats
 
     config = bench_config(args)

@@ -39,7 +39,7 @@ def merged_pairs(relation_map) -> set[frozenset]:
 
 def run_size(n_triples: int, seed: int, workdir: Path, overrides: list[str]) -> dict:
     from lokg.pipeline import driver as pipeline
-    from lokg.runtime.config import load_config
+    from lokg.pipeline.config import load_config
     from lokg.runtime.contract import Store, new_build_id, read_table
     from lokg.pipeline.synth import generate
 

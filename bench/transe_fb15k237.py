@@ -57,7 +57,7 @@ def print_merges(runs: list[dict]) -> None:
 def run_trainer(store, build_id, dump: str, trainer: str, overrides: list[str]) -> dict:
     """transe → relation_stats → scos_merge with one trainer; times, report and merges."""
     from lokg.pipeline import driver
-    from lokg.runtime.config import load_config
+    from lokg.pipeline.config import load_config
 
     config = load_config(None, [f"transe.trainer={trainer}", *overrides])
     records = {name: driver.run_stage(store, build_id, name, config, dump) for name in TRAINED}
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     if not (args.dump and args.workdir):
         parser.error("--dump and --workdir are required (or --compare)")
     from lokg.pipeline import driver
-    from lokg.runtime.config import load_config
+    from lokg.pipeline.config import load_config
     from lokg.runtime.contract import Store, new_build_id
 
     store, build_id = Store(args.workdir / "store"), args.build_id or new_build_id()

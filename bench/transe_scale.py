@@ -34,7 +34,7 @@ def ingest_outputs(n_triples: int, workdir: Path) -> dict:
         return json.loads(pointer.read_text())
     from lokg.pipeline import driver
     from lokg.pipeline.synth import generate
-    from lokg.runtime.config import load_config
+    from lokg.pipeline.config import load_config
     from lokg.runtime.contract import Store, new_build_id
 
     dump = workdir / f"synth-{n_triples}"

@@ -55,7 +55,7 @@ def train(ingest: Path, epochs: int, halve_patience: int, log) -> list[dict]:
     """Epoch rows of the signals; the loop is the stage's (same batches, same updates)."""
     import torch
 
-    from lokg.runtime.config import load_config
+    from lokg.pipeline.config import load_config
     from lokg.training import transe_sparse as ts
     from lokg.training.transe import load_graph, transe_config
 

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from lokg.runtime.config import load_config
+from lokg.pipeline.config import load_config
 from lokg.runtime.contract import Store
 
 TABLES = ("entities", "relations", "triples", "documents", "chunks", "sentences")

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from bench.common import attention_agreement, stage_record
 from lokg.pipeline import driver as pipeline
-from lokg.runtime.config import load_config
+from lokg.pipeline.config import load_config
 from lokg.runtime.contract import Store, read_table
 
 LEARNED = ("transe", "gat")

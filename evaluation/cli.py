@@ -17,8 +17,9 @@ from lokg.evaluation.context import ENTITY_MODES, MethodError, entity_modes
 from lokg.evaluation.methods import METHODS, method_names, run_names
 from lokg.evaluation.report import breakdown_table, markdown_table
 from lokg.evaluation.runner import EvalError
-from lokg.runtime.config import DEFAULT_BUDGET, MAX_BUDGET, POLICIES, READER_MODES, ConfigError
+from lokg.runtime.config import DEFAULT_BUDGET, MAX_BUDGET, POLICIES, ConfigError
 from lokg.runtime.llm import available_backends
+from lokg.runtime.query_settings import READER_MODES
 
 PLOT_FILE = "accuracy_vs_tokens.png"
 LOSS_PLOT_FILE = "loss_by_step.png"
@@ -60,7 +61,7 @@ def ensure_store(store_root: str, dataset, *, build: bool, kb: str | None, overr
     if dump is None:
         raise EvalError(f"--build: dataset {dataset.kind} has no KB; pass --kb DUMP")
     from lokg.pipeline import driver as pipeline
-    from lokg.runtime.config import load_config
+    from lokg.pipeline.config import load_config
 
     settings = [f"ingest.format={dataset.kb_format or 'auto'}" if not kb else "ingest.format=auto"]
     if dataset.train_file is not None and dataset.train_file != dataset.source:

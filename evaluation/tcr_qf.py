@@ -31,16 +31,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from lokg.common.stage import StageError, checked_section, published_encoder
+from lokg.common.stage import StageError, published_encoder
+from lokg.pipeline.config import TcrQfSettings
 from lokg.evaluation.context import CountingLLM, MethodError
 from lokg.evaluation.runner import Prediction
-from lokg.runtime.config import section
 from lokg.runtime.feedback import missing_record
 from lokg.runtime.overlay import ExtraTriple
 from lokg.runtime.question_encoder import CachedEmbeddings
 from lokg.text import feedback_enrich as fe
 from lokg.text.feedback_answers import passage_candidates
 from lokg.text.chunking import content_id
+from lokg.text.settings import FeedbackEnrichSettings, TripleExtractSettings
 
 SOURCES = ("passages", "answer")
 #: Why a loop stopped: nothing missing, I_max answers, no sub-question not tried already, no
@@ -78,8 +79,8 @@ class Enricher:
         if problem:
             raise MethodError(f"tcr-qf retrieves from the store's passages: {problem}")
         try:
-            self.cfg = checked_section(config, fe.STAGE)
-            backend = self.cfg["backend"] or section(config, "triple_extract")["backend"]
+            self.cfg = FeedbackEnrichSettings.of(config, StageError)
+            backend = self.cfg.backend or TripleExtractSettings.of(config, StageError).backend
             if source == "answer" and backend == "precomputed":
                 raise MethodError("answer-driven feedback extracts from the answer's text: backend "
                                   "precomputed only holds passages' stored extractions; set "
@@ -90,13 +91,13 @@ class Enricher:
             encoder = _Remembering(
                 encoder or published_encoder(fe.STAGE, rt.build, self.cfg["device"]))
             work = _work_dir(rt, work)
-            config["triple_extract"] = {**section(config, "triple_extract"),
+            config["triple_extract"] = {**TripleExtractSettings.of(config, StageError),
                                         "cache_dir": str(work / "extract-cache")}
             self.pub = fe.Published(rt.build, encoder)
             self.extraction = extraction or fe.Extraction(config, backend, work, work)
         except StageError as exc:
             raise MethodError(f"tcr-qf: {exc}") from None
-        self.source, self.max_rounds = source, int(section(config, "tcr_qf")["max_rounds"])
+        self.source, self.max_rounds = source, TcrQfSettings.of(config, MethodError).max_rounds
         self.bridge_ranks = fe.bridge_ranks(config, self.cfg)  # as the refresh bridges
         self.keep_questions = bool(rt.settings["feedback_questions"])
 

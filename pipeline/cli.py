@@ -16,7 +16,8 @@ from lokg.pipeline.synth import (ENTITY_NAMES, MAX_INVERSE_TRIPLES, NAMINGS, OPT
                             labelled_overrides, linked_text_overrides)
 from lokg.pipeline.synth_wording import STYLES, WORDINGS
 from lokg.runtime.cli import STORE_OPTION, render_answer, render_summary
-from lokg.runtime.config import FORMATS, load_config
+from lokg.pipeline.config import load_config
+from lokg.common.dumps import FORMATS
 from lokg.runtime.contract import Store
 from lokg.runtime.errors import LokgError
 

@@ -3,7 +3,7 @@ publishes the build atomically (DESIGN §2.10).
 
 A stage is a module exposing ``run(config, inputs, out_dir) -> dict``:
 
-* ``config``  — the whole build config (runtime.config); a stage reads its own section;
+* ``config``  — the whole build config (pipeline/config.py); a stage reads its own section;
 * ``inputs``  — artefact name → path for exactly the artefacts the registry says it reads
   (``dump``: the raw dump; ``store``: the store root, for a stage that reads what lies beside
   the builds — the feedback log — or the published build, ``CURRENT``);
@@ -31,11 +31,11 @@ from types import ModuleType
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lokg.pipeline.config import RefreshSettings
 from lokg.pipeline.refresh import (UNHASHABLE, content_hash, fingerprint, link_tree, same_rows,
                               same_settings, staged_location)
 from lokg.pipeline.registry import STAGE_NAMES, Stage, producers, stage
 from lokg.common.stage import PREVIOUS, BuildError, StageError
-from lokg.runtime.config import section
 from lokg.runtime.contract import (REQUIRED_TABLES, Build, Store, StoreError, new_build_id,
                               read_table, sha256_file)
 from lokg.runtime.linker import LINKER_FORMS_FILE, folded_forms, surface_forms
@@ -232,7 +232,7 @@ def input_hashes(store: Store, build_id: str, name: str, inputs: dict[str, str])
 def _cached_record(store: Store, config: dict, spec: Stage) -> tuple[str, dict] | None:
     """(build id, record) of the stage in the store's refresh cache, when this build refreshes
     (``refresh.mode`` auto) and the stage can (its registry ``refresh`` is not full)."""
-    if spec.refresh == "full" or section(config, "refresh")["mode"] == "full":
+    if spec.refresh == "full" or RefreshSettings.of(config).mode == "full":
         return None
     base = store.refresh_base()
     path = None if base is None else store.refresh_dir(base) / spec.name / STAGE_RECORD
@@ -491,7 +491,8 @@ def stage_main(name: str, argv: list[str] | None = None) -> None:
     """Command line of one stage, used by ``spark-submit spark_jobs/<stage>.py`` and DAG tasks."""
     import argparse
 
-    from lokg.runtime.config import ConfigError, load_config
+    from lokg.pipeline.config import load_config
+    from lokg.runtime.config import ConfigError
 
     parser = argparse.ArgumentParser(prog=f"lokg-stage-{name}", description=f"Run stage '{name}'.")
     parser.add_argument("--store", required=True, help="store root")

@@ -27,7 +27,7 @@ from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
 
-from lokg.runtime.config import section
+from lokg.pipeline.config import section
 from lokg.runtime.contract import STAGING_DIR, sha256_file
 
 FINGERPRINT_VERSION = 1

@@ -154,9 +154,9 @@ def _missing(answer, bridges: int | None) -> dict | None:
 
 def _bridges(bridges: int | None) -> int:
     if bridges is None:
-        from lokg.runtime.config import section
+        from lokg.runtime.query_settings import QuerySettings
 
-        bridges = section({}, "query")["feedback_bridges"]
+        bridges = QuerySettings().feedback_bridges
     return int(bridges)
 
 

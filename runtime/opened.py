@@ -22,7 +22,6 @@ import numpy as np
 import pyarrow as pa
 
 from lokg.runtime import feedback, object_store, pins, relknow, taimr
-from lokg.runtime.config import section
 from lokg.runtime.contract import (INCOMING_TYPE_PREFIX, Build, Store, StoreError, is_url,
                                    read_parquet, to_numpy)
 from lokg.runtime.environment import limit_blas_threads
@@ -106,8 +105,9 @@ def _graph(build: Build, has_taimr: bool, triples: Callable[[], pa.Table],
 def _path_cache(build: Build, keep: int) -> tuple[dict, PathCache | None]:
     """The path search's settings (the build's ``path_cache`` section) and its cache of top
     paths, None when the build has none."""
-    cache_cfg = section(build.manifest.get("config") or {}, "path_cache")
-    settings = {k: cache_cfg[k] for k in ("max_hops", "k_top", "beam_width", "lambda_topo")}
+    cache_cfg = (build.manifest.get("config") or {}).get("path_cache") or {}
+    settings = {k: cache_cfg[k] for k in ("max_hops", "k_top", "beam_width", "lambda_topo")
+                if k in cache_cfg}  # a build without them: the path search's own defaults
     if "path_cache" not in build.manifest.get("tables", {}):
         return settings, None
     report = build.manifest.get("report", {}).get("stages", {}).get("path_cache", {})

@@ -36,7 +36,8 @@ import numpy as np
 
 from lokg.runtime import object_store, overlay
 from lokg.runtime.answer_record import Answer
-from lokg.runtime.config import DEFAULT_BUDGET, section
+from lokg.runtime.config import DEFAULT_BUDGET
+from lokg.runtime.query_settings import QuerySettings
 from lokg.runtime.context import ContextEncoder
 from lokg.runtime.linker import FALLBACK, Link, spelled_topics, vector_fallback
 from lokg.runtime.llm import LLM
@@ -82,13 +83,13 @@ class Runtime(OpenedBuild):
         ``settings`` override the ``query`` section of the config defaults.
         """
         started = time.perf_counter()
-        unknown = set(settings) - set(section({}, "query"))
+        unknown = set(settings) - set(QuerySettings.rules())
         if unknown:
             raise QueryError(f"unknown runtime settings: {sorted(unknown)}")
         build, held = open_build(store_root, build_id, verify)
         try:
             config = build.manifest.get("config") or {}
-            runtime = cls(build, {**section(config, "query"), **settings}, 0.0)
+            runtime = cls(build, {**QuerySettings.merged(config), **settings}, 0.0)
         except BaseException:
             object_store.release(*held)
             raise

@@ -33,11 +33,11 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from lokg.common.stage import stage_input
-from lokg.runtime.config import section
+from lokg.common.stage import StageError, stage_input
 from lokg.runtime.contract import INCOMING_TYPE_PREFIX, TABLE_SCHEMAS, read_table
 from lokg.spark_jobs import entity_types_driver
 from lokg.spark_jobs.session import get_spark
+from lokg.spark_jobs.settings import EntityTypesSettings
 
 RULES = ("explicit", "domain", "frequent_relation")
 SOURCES = ("explicit", "domain", "frequent_relation", "incoming_relation")
@@ -99,7 +99,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
     rule = _first_rule(n_assertions, len(names), freebase_style)
     cascade = list(SOURCES[SOURCES.index(rule):])
     n_triples = _rows(tri_path)
-    path = "driver" if n_triples <= int(section(config, "entity_types")["driver_max_triples"]) \
+    path = "driver" if n_triples <= EntityTypesSettings.of(config, StageError).driver_max_triples \
         else "spark"
     if path == "driver":
         by_source = entity_types_driver.write_types(

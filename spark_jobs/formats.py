@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lokg.runtime.config import FORMATS
+from lokg.common.dumps import FORMATS
 from lokg.runtime.errors import LokgError
 
 FREEBASE_NS = "http://rdf.freebase.com/ns/"

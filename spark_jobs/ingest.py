@@ -65,7 +65,6 @@ from pyspark.sql import functions as F
 
 from lokg.common.dumps import build_format
 from lokg.common.stage import PARTIAL_MAX_SHARE, Laps, previous_inputs
-from lokg.runtime.config import section
 from lokg.runtime.contract import TABLE_SCHEMAS
 from lokg.spark_jobs import formats as fm
 from lokg.spark_jobs import ingest_lines as il
@@ -80,6 +79,7 @@ from lokg.spark_jobs.ingest_tables import (feedback_added, graph_edges, literal_
                                            write_entities, write_quarantine, write_relations,
                                            write_triples, write_type_assertions)
 from lokg.spark_jobs.session import get_spark
+from lokg.common.dumps import IngestSettings
 
 OUTPUTS = ("entities", "relations", "triples", "quarantine", "type_assertions", "change_set",
            "dump_lines")
@@ -114,7 +114,7 @@ def _source_plan(inputs: dict, cfg: dict) -> tuple[str | Path, dict, fm.Plan]:
 
 def run(config: dict, inputs: dict, out_dir: str) -> dict:
     started = time.perf_counter()
-    dump, cfg, plan = _source_plan(inputs, section(config, "ingest"))
+    dump, cfg, plan = _source_plan(inputs, IngestSettings.of(config, IngestError))
     delta = feedback_sources(inputs.get("feedback_delta"))
     plan.sources.extend(delta)
     out = Path(out_dir)

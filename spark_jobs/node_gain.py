@@ -51,10 +51,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lokg.common.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, checked_section,
-                            id_translation, previous_inputs, stage_input)
+from lokg.common.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, id_translation, previous_inputs, stage_input)
 from lokg.runtime.contract import check_schema, read_table, table_files, to_numpy
 from lokg.spark_jobs.node_gain_driver import gain_table, mu_numpy
+from lokg.spark_jobs.settings import NodeGainSettings
 
 SINGLE_FILE_ENTITIES = 1_000_000  # up to this many entities: one sorted output file
 
@@ -228,7 +228,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                                       for n in ("entities", "relations", "triples"))
     out_path = Path(out_dir) / "node_gain.parquet"
     n_entities, n_relations = _rows(ent_path), _rows(rel_path)
-    on_driver = _rows(tri_path) <= int(checked_section(config, "node_gain")["driver_max_triples"])
+    on_driver = _rows(tri_path) <= NodeGainSettings.of(config, StageError).driver_max_triples
     spark = None if on_driver else _spark(config)
     previous = previous_inputs(inputs, "entities", "relations", "triples", "node_gain")
     table, refresh, bounds = None, {"mode": "full", "reason": "no previous build"}, None

@@ -88,11 +88,11 @@ import pyarrow.parquet as pq
 
 from lokg.common.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, id_translation,
                             keeps_order, previous_inputs, stage_input)
-from lokg.runtime.config import HEAD_SELECTORS, SCHEMA, path_cache_problem, section, value_problem
 from lokg.runtime.contract import TABLE_SCHEMAS, check_schema, read_table, table_files, write_table
 from lokg.spark_jobs import path_cache_driver
 from lokg.spark_jobs.path_cache_driver import (BUCKET_FILE, bucket_path, hot_keys, hot_size, sorted_rows,
                                           unknown_keys)
+from lokg.spark_jobs.settings import HEAD_SELECTORS, PathCacheSettings
 
 SEARCH_KEYS = ("max_hops", "k_top", "beam_width")
 
@@ -101,25 +101,8 @@ _GRAPH: dict = {}  # the last graph a worker process loaded: {"key": ..., "graph
 
 
 def settings(config: Mapping) -> dict:
-    cfg = section(config, "path_cache")
-    for key in (*SEARCH_KEYS, "buckets"):
-        value = cfg[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise StageError(f"path_cache.{key}={value!r}: expected an integer >= 1")
-    try:
-        cfg["lambda_topo"] = float(cfg["lambda_topo"])
-    except (TypeError, ValueError):
-        raise StageError(f"path_cache.lambda_topo={cfg['lambda_topo']!r}: expected a number") from None
-    if not np.isfinite(cfg["lambda_topo"]):
-        raise StageError(f"path_cache.lambda_topo={cfg['lambda_topo']!r}: expected a finite number")
-    for key in ("heads", "hot_share", "hot_count", "query_log"):  # a config not from load_config
-        problem = value_problem(f"path_cache.{key}", cfg[key], SCHEMA["path_cache"][key])
-        if problem:
-            raise StageError(problem)
-    found = path_cache_problem(cfg)
-    if found:
-        raise StageError(found[1])
-    return cfg
+    cfg = PathCacheSettings.of(config, StageError)
+    return {**cfg, "lambda_topo": float(cfg.lambda_topo)}  # the report records a float
 
 
 

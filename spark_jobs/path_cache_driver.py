@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lokg.common.stage import StageError
-from lokg.runtime.config import HEAD_SELECTORS
+from lokg.spark_jobs.settings import HEAD_SELECTORS
 from lokg.runtime.contract import read_table, to_numpy, write_table
 
 BUCKET_FILE = "bucket-{:05d}.parquet"

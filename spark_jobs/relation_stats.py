@@ -66,7 +66,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lokg.common.stage import Laps, StageError
-from lokg.runtime.config import TYPE_RULES, section
 from lokg.runtime.contract import (
     TABLE_SCHEMAS,
     StoreError,
@@ -78,13 +77,11 @@ from lokg.runtime.contract import (
 from lokg.spark_jobs.relation_stats_driver import triple_passes
 from lokg.spark_jobs.relation_stats_spark import signals_on_spark, spark_passes
 from lokg.spark_jobs.relation_stats_tables import signals_on_driver
+from lokg.spark_jobs.settings import RelationStatsSettings
 
 
-def settings(config: Mapping) -> dict:
-    cfg = section(config, "relation_stats")
-    if cfg["type_rule"] not in TYPE_RULES:
-        raise StageError(f"relation_stats.type_rule={cfg['type_rule']!r}: expected one of {TYPE_RULES}")
-    return cfg
+def settings(config: Mapping) -> RelationStatsSettings:
+    return RelationStatsSettings.of(config, StageError)
 
 
 def transe_neighbour_pairs(emb: np.ndarray, relation_ids: np.ndarray, k: int

@@ -45,8 +45,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from lokg.common.stage import Laps, StageError, checked_section, previous_inputs
-from lokg.runtime.config import MISSING_EMBEDDINGS
+from lokg.common.stage import Laps, StageError, previous_inputs
 from lokg.runtime.contract import (TABLE_SCHEMAS, StoreError, read_table, table_files, to_numpy,
                                    write_table)
 from lokg.spark_jobs.relation_stats import (
@@ -57,15 +56,11 @@ from lokg.spark_jobs.relation_stats_math import type_pair_dict
 from lokg.spark_jobs.scos_greedy import (NORMALISER, Merger, MergeResult, add_candidates,
                                          canonical_mapping, margin_outcome, summary)
 from lokg.spark_jobs.scos_rewrite import rewrite_in_spark, rewrite_on_driver, triple_count
+from lokg.spark_jobs.settings import ScosMergeSettings
 
 
-def settings(config: Mapping) -> dict:
-    cfg = checked_section(config, "scos_merge")
-    if len(cfg["weights"]) != 3:
-        raise StageError(f"scos_merge.weights={cfg['weights']!r}: expected three weights")
-    if cfg["missing_embeddings"] not in MISSING_EMBEDDINGS:
-        raise StageError(f"scos_merge.missing_embeddings={cfg['missing_embeddings']!r}: zero | renormalise")
-    return cfg
+def settings(config: Mapping) -> ScosMergeSettings:
+    return ScosMergeSettings.of(config, StageError)
 
 
 def _read_pairs(path: str) -> pa.Table:

@@ -10,6 +10,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from lokg.runtime.environment import apply_defaults
+from lokg.spark_jobs.settings import SparkSettings
 
 #: Holds log4j2.properties (errors only); a user's own SPARK_CONF_DIR wins.
 CONF_DIR = Path(__file__).with_name("conf")
@@ -24,20 +25,20 @@ def get_spark(config: dict, app_name: str = "lokg") -> SparkSession:
     if active is not None:
         return active
     apply_defaults()  # before the context exists: it fixes the workers' Python at creation
-    spark_cfg = config.get("spark", {})
+    spark_cfg = SparkSettings.of(config)
     builder = SparkSession.builder.appName(app_name)
     if "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
-        builder = builder.master(os.environ.get("LOKG_SPARK_MASTER", spark_cfg.get("master", "local[2]")))
-        builder = builder.config("spark.driver.memory", spark_cfg.get("driver_memory", "4g"))
+        builder = builder.master(os.environ.get("LOKG_SPARK_MASTER", spark_cfg.master))
+        builder = builder.config("spark.driver.memory", spark_cfg.driver_memory)
     builder = (
-        builder.config("spark.sql.shuffle.partitions", str(spark_cfg.get("shuffle_partitions", 8)))
+        builder.config("spark.sql.shuffle.partitions", str(spark_cfg.shuffle_partitions))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
     with _quiet_conf_dir():
         session = builder.getOrCreate()
-    session.sparkContext.setLogLevel(spark_cfg.get("log_level", "ERROR"))
+    session.sparkContext.setLogLevel(spark_cfg.log_level)
     if session.sparkContext.master.startswith("local"):
         _quiet_task_failures(session)
     return session

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lokg.pipeline.registry import STAGES
-from lokg.runtime.config import DEFAULTS
+from lokg.pipeline.config import DEFAULTS
 from lokg.runtime.errors import LokgError
 
 REPO = Path(__file__).resolve().parents[1]

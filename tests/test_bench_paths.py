@@ -11,7 +11,7 @@ import pytest
 
 from bench.common import SPARK_PATHS, bench_config
 from bench.duckdb_reference import step_paths, table
-from lokg.runtime.config import load_config
+from lokg.pipeline.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 ARGS = SimpleNamespace(driver_memory="1g", extra=[])

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from lokg.pipeline import driver as pipeline
 from lokg.cli import cli
-from lokg.runtime.config import load_config
+from lokg.pipeline.config import load_config
 from lokg.runtime.contract import Store
 
 pytestmark = pytest.mark.spark

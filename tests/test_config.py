@@ -1,5 +1,6 @@
 """Build configuration: defaults, file, overrides, and errors that name their source; every
-key validated against its schema (a table of bad values, and a fuzz test of the loader)."""
+key validated against its declaration (a table of bad values, and a fuzz test of the loader);
+the typed sections and the generated reference page."""
 
 import json
 import math
@@ -12,7 +13,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lokg.runtime.config import DEFAULTS, RENAMED_SECTIONS, SCHEMA, ConfigError, check_config, load_config
+from lokg.pipeline import config as build_config
+from lokg.pipeline.config import BUILD, DEFAULTS, check_config, load_config
+from lokg.runtime.config import ConfigError
+from lokg.training.settings import GatSettings
+
+SCHEMA = {declared.section: declared.rules() for declared in BUILD.sections}
+RENAMED_SECTIONS = BUILD.renamed
 
 
 def test_defaults_are_copied_not_shared():
@@ -64,10 +71,39 @@ def test_renamed_sections_and_non_mapping_sections_are_refused_by_name(override,
         load_config(None, [override])
 
 
-def test_schema_covers_exactly_the_defaults():
-    assert SCHEMA.keys() == DEFAULTS.keys()
-    for name, keys in DEFAULTS.items():
-        assert SCHEMA[name].keys() == keys.keys(), name
+def test_every_default_satisfies_its_own_rule():
+    check_config(DEFAULTS)
+    for declared in BUILD.sections:
+        assert declared.problem(declared.defaults()) is None, declared.section
+
+
+def test_a_section_reads_as_typed_values_and_as_its_mapping():
+    cfg = GatSettings.of(load_config(None, ["gat.hidden=12", "gat.heads=3"]))
+    assert (cfg.hidden, cfg.heads, cfg.questions) == (12, 3, None)
+    assert dict(cfg) == {**DEFAULTS["gat"], "hidden": 12, "heads": 3}
+    with pytest.raises(KeyError):
+        cfg["colour"]
+
+
+class _StageFailure(Exception):
+    pass
+
+
+def test_a_section_read_by_a_stage_is_checked_with_the_stages_error():
+    with pytest.raises(_StageFailure, match=r"gat: unknown config key 'hiden' \(did you mean "
+                                            r"'hidden'\?\)"):
+        GatSettings.of({"gat": {"hiden": 3}}, _StageFailure)
+    with pytest.raises(_StageFailure, match="gat.hidden: 130 is not a multiple of gat.heads=4"):
+        GatSettings.of({"gat": {"hidden": 130}}, _StageFailure)
+
+
+def test_the_configuration_page_is_the_generated_one():
+    """docs/CONFIGURATION.md is written by ``python -m lokg.pipeline.config``: run it after
+    changing a declaration."""
+    assert build_config.REFERENCE.read_text(encoding="utf-8") == build_config.reference()
+    for declared in BUILD.sections:
+        for name in declared.rules():
+            assert f"| `{name}` |" in build_config.reference(), (declared.section, name)
 
 
 #: override → what the one-line message must say (the key path and the value are checked too).

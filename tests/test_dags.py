@@ -32,7 +32,8 @@ from pathlib import Path
 import pytest
 
 from lokg.pipeline.registry import STAGE_NAMES, STAGES
-from lokg.runtime.config import DEFAULT_BUDGET, FORMATS
+from lokg.runtime.config import DEFAULT_BUDGET
+from lokg.common.dumps import FORMATS
 from lokg.testing.builds import FAST
 from lokg.testing.serving import free_port
 

@@ -11,7 +11,8 @@ import pytest
 
 from lokg.common.dumps import build_format
 from lokg.common.stage import StageError
-from lokg.runtime.config import DEFAULTS, load_config
+from lokg.pipeline.config import DEFAULTS, load_config
+from lokg.runtime.config import ConfigError
 from lokg.runtime.tokens import count_tokens
 from lokg.text import chunking, documents, triple_extract
 from lokg.text.corpus import Reader
@@ -192,8 +193,11 @@ def test_documents_stage_refuses_a_dump_with_no_readable_document(tmp_path):
 
 def test_documents_stage_refuses_an_overlap_as_long_as_a_chunk(tmp_path):
     dump = write_jsonl(tmp_path / "d.jsonl", [{"title": "a", "text": CURIE}])
-    with pytest.raises(StageError, match="overlap"):
+    with pytest.raises(ConfigError, match="documents.overlap=64 must be below"):
         run_documents(tmp_path, dump, max_tokens=64, overlap=64)
+    with pytest.raises(StageError, match="documents.overlap=64 must be below"):  # no loader
+        documents.run({"ingest": {"format": "docs"}, "documents": {"max_tokens": 64, "overlap": 64}},
+                      {"dump": str(dump)}, str(tmp_path / "out"))
 
 
 # ---- triple_extract --------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lokg.pipeline import driver
-from lokg.runtime.config import load_config
+from lokg.pipeline.config import load_config
 from lokg.runtime.contract import Store
 from lokg.runtime.query import Runtime
 from lokg.testing.dumps import CITIES, PEOPLE, corpus, write_corpus

@@ -20,7 +20,7 @@ pytest.importorskip("torch")
 pytest.importorskip("sentence_transformers")
 faiss = pytest.importorskip("faiss")
 
-from lokg.runtime.config import DEFAULTS  # noqa: E402
+from lokg.pipeline.config import DEFAULTS  # noqa: E402
 from lokg.runtime.contract import read_table, write_table  # noqa: E402
 from lokg.runtime.encoder import (EncoderError, SentenceEncoder, encode_by_length,  # noqa: E402
                             resolve_model)
@@ -306,10 +306,10 @@ def test_model_specs_resolve_offline_or_fail_clearly(tmp_path):
 
 @pytest.mark.parametrize("overrides, message", [
     ({"text": "everything"}, "entity_encode.text"),
-    ({"batch_size": 0}, "batch_size must be >= 1"),
+    ({"batch_size": 0}, "batch_size: 0 is out of range"),
     ({"encoder": "gpu"}, "entity_encode.encoder"),
-    ({"onnx_batch_size": 0}, "onnx_batch_size must be >= 1"),
-    ({"colour": "blue"}, "unknown config keys"),
+    ({"onnx_batch_size": 0}, "onnx_batch_size: 0 is out of range"),
+    ({"colour": "blue"}, "unknown config key"),
     ({"model": "/no/such/model"}, "/no/such/model"),
 ])
 def test_bad_config_is_refused(tmp_path, overrides, message):

@@ -14,7 +14,7 @@ from lokg.common.metrics import SUMMARY_KEYS, without_latency
 from lokg.evaluation.runner import PREDICTIONS
 from lokg.runtime import llm as llm_module
 from lokg.runtime import taimr
-from lokg.runtime.config import load_config
+from lokg.pipeline.config import load_config
 from lokg.runtime.contract import TABLE_SCHEMAS, Store, write_table
 from lokg.runtime.llm import Completion, LLMError
 

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from lokg.runtime.config import load_config
+from lokg.pipeline.config import load_config
 from lokg.runtime.feedback import FeedbackLog, log_dir, read_log
 from lokg.text import feedback_answers as fa
 from lokg.text import feedback_deltas as fd

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("torch_geometric")
 
 from lokg.pipeline import synth  # noqa: E402
-from lokg.runtime.config import DEFAULTS  # noqa: E402
+from lokg.pipeline.config import DEFAULTS  # noqa: E402
 from lokg.runtime.contract import read_table, write_table  # noqa: E402
 from lokg.common.stage import StageError  # noqa: E402
 from lokg.training import gat, gat_gold, gat_inputs, gat_model, gat_sampler, gat_train  # noqa: E402
@@ -293,7 +293,8 @@ def test_refresh_keeps_the_previous_model_while_its_loss_holds(tmp_path, synth_k
 
 
 def test_refresh_loss_margin_is_checked_config():
-    from lokg.runtime.config import ConfigError, check_config
+    from lokg.pipeline.config import check_config
+    from lokg.runtime.config import ConfigError
 
     check_config({"gat": {"refresh_loss_margin": None}})
     with pytest.raises(ConfigError, match="gat.refresh_loss_margin"):
@@ -500,5 +501,5 @@ def test_bad_inputs_are_refused(tmp_path):
         run_stage(tmp_path, inputs)
     with pytest.raises(StageError, match="multiple of"):
         run_stage(tmp_path, inputs, hidden=10, heads=4)
-    with pytest.raises(StageError, match="unknown config keys"):
+    with pytest.raises(StageError, match="unknown config key"):
         run_stage(tmp_path, inputs, colour="blue")

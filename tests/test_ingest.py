@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from lokg.runtime.config import DEFAULTS
+from lokg.pipeline.config import DEFAULTS
 from lokg.runtime.contract import TABLE_SCHEMAS, read_table
 from lokg.testing.builds import spark_submit
 from lokg.testing.dumps import BOB, FB, FOAF_KNOWS, NT_LINES, NT_MALFORMED, fb

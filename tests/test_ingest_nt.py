@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from lokg.runtime.config import DEFAULTS
+from lokg.pipeline.config import DEFAULTS
 from lokg.spark_jobs import formats as fm
 from lokg.spark_jobs import ingest_lines as il
 from lokg.spark_jobs import ingest_nt as nt

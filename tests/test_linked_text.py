@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from lokg.runtime.cli import cli
-from lokg.runtime.config import load_config
+from lokg.pipeline.config import load_config
 from lokg.runtime.query import Runtime
 
 pytestmark = pytest.mark.spark

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from lokg.common.stage import StageError
-from lokg.runtime.config import DEFAULTS, ConfigError, check_config
+from lokg.pipeline.config import DEFAULTS, check_config
+from lokg.runtime.config import ConfigError
 from lokg.text.extractors import ChunkExtractionError, make_extractor
 
 

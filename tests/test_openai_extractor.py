@@ -10,7 +10,7 @@ import time
 import pytest
 
 from lokg.common.stage import StageError
-from lokg.runtime.config import DEFAULTS
+from lokg.pipeline.config import DEFAULTS
 from lokg.runtime.llm.openai import ENV_API_KEY
 from lokg.testing.http_fakes import ok_body
 from lokg.testing.serving import free_port

@@ -104,9 +104,9 @@ def test_unknown_hot_key_names_the_file_and_line(graph_inputs, tmp_path):
 
 
 def test_bad_settings_and_inputs_are_refused(graph_inputs, tmp_path):
-    with pytest.raises(StageError, match=r"path_cache\.buckets=0"):
+    with pytest.raises(StageError, match=r"path_cache\.buckets: 0 is out of range"):
         run_stage(graph_inputs["inputs"], tmp_path / "out", buckets=0)
-    with pytest.raises(StageError, match=r"path_cache\.lambda_topo='x'"):
+    with pytest.raises(StageError, match=r"path_cache\.lambda_topo: 'x' has the wrong type"):
         run_stage(graph_inputs["inputs"], tmp_path / "out", lambda_topo="x")
     inputs = {k: v for k, v in graph_inputs["inputs"].items() if k != "edges"}
     with pytest.raises(StageError, match="needs input 'edges'"):

@@ -20,7 +20,7 @@ from lokg.pipeline import driver as pipeline
 from lokg.pipeline.registry import Stage
 from lokg.runtime import contract
 from lokg.cli import cli
-from lokg.runtime.config import load_config
+from lokg.pipeline.config import load_config
 from lokg.runtime.contract import Store, StoreError
 from lokg.testing.stores import stage_tables as _stage_tables
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from lokg.runtime import feedback, taimr
-from lokg.runtime.config import section
+from lokg.pipeline.config import section
 from lokg.runtime.contract import StoreError, read_table
 from lokg.runtime.linker import Linker, normalise
 from lokg.runtime.llm import LLMError

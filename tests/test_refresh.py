@@ -17,7 +17,7 @@ from lokg.pipeline import driver as pipeline
 from lokg.pipeline.refresh import content_hash
 from lokg.common.stage import PREVIOUS
 from lokg.runtime import contract
-from lokg.runtime.config import load_config
+from lokg.pipeline.config import load_config
 from lokg.runtime.contract import Store
 
 

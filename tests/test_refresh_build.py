@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from lokg.pipeline import driver as pipeline
 from lokg.cli import cli
 from lokg.pipeline.refresh import DETERMINISTIC_TABLES
-from lokg.runtime.config import load_config
+from lokg.pipeline.config import load_config
 from lokg.runtime.contract import Store
 from lokg.pipeline.dump_edit import edit_synth_dump
 

@@ -149,7 +149,7 @@ GAT = {"gat": {"layers": 1, "heads": 2, "hidden": 4}}
 
 
 def test_gat_warm_state_carries_relation_rows_by_name(tmp_path):
-    from lokg.runtime.config import section
+    from lokg.pipeline.config import section
 
     cfg = section(GAT, "gat")
     saved = gat_model.build_model(6, 3, 3, cfg).state_dict()
@@ -176,7 +176,8 @@ def test_gat_warm_state_carries_relation_rows_by_name(tmp_path):
 
 
 def test_refresh_epochs_are_checked_config():
-    from lokg.runtime.config import ConfigError, check_config
+    from lokg.pipeline.config import check_config
+    from lokg.runtime.config import ConfigError
 
     for section_name in ("transe", "gat"):
         check_config({section_name: {"refresh_epochs": 0}})
@@ -224,7 +225,7 @@ def warm_and_full(tmp_path_factory, spark):
     store and built in full into another, both up to gat."""
     from lokg.pipeline import driver as pipeline
     from lokg.pipeline.synth import generate
-    from lokg.runtime.config import load_config
+    from lokg.pipeline.config import load_config
     from lokg.pipeline.dump_edit import edit_synth_dump
 
     root = tmp_path_factory.mktemp("warm-quality")
@@ -292,7 +293,8 @@ def test_transe_refresh_keeps_the_previous_vectors_while_their_loss_holds(tmp_pa
 
 
 def test_transe_refresh_loss_margin_is_checked_config():
-    from lokg.runtime.config import ConfigError, check_config
+    from lokg.pipeline.config import check_config
+    from lokg.runtime.config import ConfigError
 
     check_config({"transe": {"refresh_loss_margin": None}})
     with pytest.raises(ConfigError, match="transe.refresh_loss_margin"):

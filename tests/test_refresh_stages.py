@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lokg.common.stage import PREVIOUS
-from lokg.runtime.config import load_config
+from lokg.pipeline.config import load_config
 from lokg.runtime.contract import read_table
 from lokg.pipeline.dump_edit import edit_synth_dump
 

@@ -540,7 +540,7 @@ def test_fitting_refuses_test_and_dev_files_as_training_questions(tmp_path):
     same = str(tmp_path / "train.jsonl")
     with pytest.raises(StageError, match="same file"):
         fit.settings({"relation_knowledge": {"questions": same, "dev_questions": same}})
-    with pytest.raises(StageError, match="unknown config keys"):
+    with pytest.raises(StageError, match="unknown config key"):
         fit.settings({"relation_knowledge": {"vote_share": 0.5}})
 
 

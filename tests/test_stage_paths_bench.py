@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench import stage_paths
-from lokg.runtime.config import DEFAULTS
+from lokg.pipeline.config import DEFAULTS
 
 
 def test_the_driver_run_keeps_the_driver_path_above_the_default_thresholds():

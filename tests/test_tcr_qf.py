@@ -18,7 +18,7 @@ import pytest
 
 from lokg.evaluation.context import MethodError
 from lokg.evaluation.tcr_qf import Enricher, answer_passage
-from lokg.runtime.config import load_config
+from lokg.pipeline.config import load_config
 from lokg.runtime.contract import TABLE_SCHEMAS, write_table
 from lokg.runtime.query import Runtime
 from lokg.text.chunking import content_id

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("pykeen")
 
-from lokg.runtime.config import DEFAULTS  # noqa: E402
+from lokg.pipeline.config import DEFAULTS  # noqa: E402
 from lokg.runtime.contract import write_table  # noqa: E402
 from lokg.common.stage import torch_threads  # noqa: E402
 from lokg.runtime.encoder import resolve_device  # noqa: E402
@@ -196,7 +196,7 @@ def test_held_out_eval_on_nations(tmp_path):
 
 
 def test_bad_inputs_and_config(tmp_path):
-    with pytest.raises(TransEError, match="unknown config keys"):
+    with pytest.raises(TransEError, match="unknown config key"):
         transe.transe_config({"transe": {"dims": 3}})
     with pytest.raises(TransEError, match="device"):
         transe.transe_config({"transe": {"device": "tpu"}})

@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from lokg.runtime.config import DEFAULTS  # noqa: E402
+from lokg.pipeline.config import DEFAULTS  # noqa: E402
 from lokg.runtime.contract import write_table  # noqa: E402
 from lokg.training import transe  # noqa: E402
 from lokg.training.transe import TransEError  # noqa: E402

@@ -16,12 +16,13 @@ from pathlib import Path
 import pyarrow as pa
 
 from lokg.common.dumps import build_format
-from lokg.common.stage import Laps, StageError, checked_section, stage_input
-from lokg.runtime.config import section
+from lokg.common.stage import Laps, StageError, stage_input
 from lokg.runtime.contract import TABLE_SCHEMAS, write_table
 from lokg.runtime.tokens import count_tokens
+from lokg.common.dumps import IngestSettings
 from lokg.text.chunking import chunk_document, content_id
 from lokg.text.corpus import Document, Reader, write_quarantine
+from lokg.text.settings import DocumentsSettings
 
 STAGE = "documents"
 TABLES = ("documents", "chunks", "sentences")
@@ -66,30 +67,27 @@ def _append(columns: dict, **values) -> None:
         columns[key].append(value)
 
 
-def linked_corpus(cfg: Mapping, dump: Path) -> Path | None:
+def linked_corpus(cfg: DocumentsSettings, dump: Path) -> Path | None:
     """``documents.corpus``: documents linked to a triple dump's entities (a relative path is
     inside the dump's directory), read like a docs dump so their chunks can be retrieved."""
-    if not cfg["corpus"]:
+    if not cfg.corpus:
         return None
-    path = Path(cfg["corpus"])
+    path = Path(cfg.corpus)
     path = path if path.is_absolute() else (dump if dump.is_dir() else dump.parent) / path
     if not path.exists():
-        raise StageError(f"documents.corpus={cfg['corpus']}: {path} does not exist")
+        raise StageError(f"documents.corpus={cfg.corpus}: {path} does not exist")
     return path
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
-    cfg = checked_section(config, STAGE)
-    if cfg["overlap"] >= cfg["max_tokens"]:
-        raise StageError(f"documents.overlap={cfg['overlap']} must be below "
-                         f"documents.max_tokens={cfg['max_tokens']}")
+    cfg = DocumentsSettings.of(config, StageError)
     dump = stage_input(inputs, STAGE, "dump")
-    fmt = build_format(section(config, "ingest")["format"], dump)
+    fmt = build_format(IngestSettings.of(config, StageError).format, dump)
     out, lap = Path(out_dir), Laps()
-    reader = Reader(max_chars=int(cfg["max_document_mb"] * 1_000_000))
+    reader = Reader(max_chars=cfg.max_document_mb * 1_000_000)
     source = dump if fmt == "docs" else linked_corpus(cfg, dump)
     documents = reader.read(source) if source is not None else ()
-    rows, duplicates = _rows(documents, int(cfg["max_tokens"]), int(cfg["overlap"]))
+    rows, duplicates = _rows(documents, cfg.max_tokens, cfg.overlap)
     n_docs = len(rows["documents"]["doc_id"])
     lap("read_and_chunk")
     if source is not None and n_docs == 0:
@@ -111,7 +109,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
               "chunks": len(rows["chunks"]["chunk_id"]),
               "sentences": len(rows["sentences"]["sentence_id"]),
               "rejected": len(reader.rejected), "rejected_by_reason": reasons,
-              "max_tokens": cfg["max_tokens"], "overlap": cfg["overlap"],
+              "max_tokens": cfg.max_tokens, "overlap": cfg.overlap,
               "step_seconds": lap.seconds}
     return {"outputs": {k: str(p) for k, p in paths.items()}, "report": report}
 

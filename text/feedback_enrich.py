@@ -45,15 +45,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from lokg.common.stage import (Laps, checked_section, published_encoder, stage_input,
+from lokg.common.stage import (Laps, StageError, published_encoder, stage_input,
                                torch_threads)
-from lokg.runtime.config import section
 from lokg.runtime.contract import Build, Store
 from lokg.runtime.feedback import BRIDGE, log_dir, read_log
+from lokg.runtime.query_settings import QuerySettings
 from lokg.text.feedback_answers import aliases, deduplicated, retrieved, with_relations
 from lokg.text.feedback_deltas import Tried, consolidated, deltas_dir, earlier, persist
 from lokg.text.feedback_published import Published
 from lokg.text.feedback_questions import ALIAS, SubQuestion, alias_questions, sub_questions
+from lokg.text.settings import FeedbackEnrichSettings, TripleExtractSettings
 from lokg.text.triple_extract import (ChunkCache, as_triple, cache_root, openie_passages,
                                       precomputed_file)
 
@@ -64,10 +65,10 @@ class Extraction:
     """Each retrieved chunk's extracted triples with the configured backend, once per chunk."""
 
     def __init__(self, config: Mapping, backend: str, dump: Path, out: Path):
-        extract_cfg = {**section(config, "triple_extract"), "backend": backend}
+        extract_cfg = {**TripleExtractSettings.of(config, StageError), "backend": backend}
         # an OpenIE file of its own: the build may read a sparser one than enrichment does
-        extract_cfg["precomputed_file"] = (section(config, STAGE)["precomputed_file"]
-                                           or extract_cfg["precomputed_file"])
+        own = FeedbackEnrichSettings.of(config, StageError).precomputed_file
+        extract_cfg["precomputed_file"] = own or extract_cfg["precomputed_file"]
         self.backend, self.failed = backend, 0
         self.calls = 0  # chunks an LLM backend extracted (a cached chunk makes no call)
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0}
@@ -129,7 +130,7 @@ def _open(sqs: list[SubQuestion], state: dict[str, Tried], fingerprint: str,
     other passages; and, **re-opened** at the next ``k`` passages (down to ``max_passages``),
     ones asked again after their delta was written (its question still lacks something) —
     and how many were closed as answered, as tried, or re-opened."""
-    k, deepest = int(cfg["k"]), int(cfg["max_passages"])
+    deepest = int(cfg["max_passages"])
     todo, counts = [], {"closed_answered": 0, "closed_tried": 0, "reopened": 0}
     for sq in sqs:
         st = state.get(sq.key)
@@ -150,14 +151,14 @@ def bridge_ranks(config: Mapping, cfg: Mapping) -> range:
     seeds (``query.passages``: their triples already enter the question's context), at most
     ``bridge_passages`` of them: a bridge to every passage crowds the contexts and loses more
     golds than it joins (docs/BENCHMARKS.md "Fewer bridges")."""
-    seeds = int(section(config, "query")["passages"])
+    seeds = QuerySettings.of(config, StageError).passages
     return range(seeds, seeds + int(cfg["bridge_passages"]))
 
 
 def enrich(config: Mapping, cfg: Mapping, build: Build, sqs: list[SubQuestion],
            dump: Path, out: Path) -> dict:
     """Enrich the open sub-questions from ``build``'s passages; persist the delta."""
-    backend = cfg["backend"] or section(config, "triple_extract")["backend"]
+    backend = cfg["backend"] or TripleExtractSettings.of(config, StageError).backend
     root, k = deltas_dir(build.root), int(cfg["k"])
     with torch_threads(cfg.get("threads")):
         pub = Published(build, published_encoder(STAGE, build, cfg["device"]))
@@ -184,7 +185,7 @@ def enrich(config: Mapping, cfg: Mapping, build: Build, sqs: list[SubQuestion],
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
-    cfg = checked_section(config, STAGE)
+    cfg = FeedbackEnrichSettings.of(config, StageError)
     store = Store(stage_input(inputs, STAGE, "store"))
     out, lap = Path(out_dir), Laps()
     log = read_log(log_dir(store.root))

@@ -27,12 +27,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lokg.common.stage import (Laps, checked_section, stage_batch_encoder, stage_input,
+from lokg.common.stage import (Laps, StageError, stage_batch_encoder, stage_input,
                             torch_threads)
 from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
 from lokg.runtime.encoder import PrefixedEncoder, encode_by_length
 from lokg.runtime.linker import folded
 from lokg.text.chunking import content_id, split_sentences
+from lokg.text.settings import TripleContextSettings
 from lokg.text.triple_extract import SOURCE_COLUMNS
 
 STAGE = "triple_context"
@@ -259,7 +260,7 @@ def stage_encoder(inputs: Mapping[str, str], cfg: Mapping) -> PrefixedEncoder:
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
-    cfg = checked_section(config, STAGE)
+    cfg = TripleContextSettings.of(config, StageError)
     out, lap = Path(out_dir), Laps()
     paths = {"triple_sources": out / "triple_sources.parquet",
              "triple_context": out / "triple_context.parquet",
@@ -270,7 +271,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     write_table("triple_sources", sources, paths["triple_sources"])
     write_table("feedback_lineage", lineage, paths["feedback_lineage"])
     chunks = _read(inputs, "chunks")
-    restoring = _enabled(cfg["enabled"], chunks.num_rows > 0)
+    restoring = _enabled(cfg.enabled, chunks.num_rows > 0)
     lap("sources")
     entities = read_table(stage_input(inputs, STAGE, "entities"), columns=["name", "aliases"])
     report: dict = {"enabled": restoring, "triple_sources": sources.num_rows,
@@ -280,24 +281,24 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     context = TABLE_SCHEMAS["triple_context"].empty_table()
     vectors = np.zeros((0, 0), np.float32)
     if restoring or chunks.num_rows:
-        with torch_threads(cfg.get("threads")):
+        with torch_threads(cfg.threads):
             encoder = stage_encoder(inputs, cfg)
             report["encoder"] = encoder.backend
             lap("load_model")
             if restoring:  # entity descriptions as sources only when asked for (mode on)
                 candidates = Candidates(inputs, chunks, sources,
-                                        descriptions=cfg["enabled"] == "on")
+                                        descriptions=cfg.enabled == "on")
                 context, counts = restore(triples, templates(inputs, triples), candidates,
                                           encoder, cfg)
                 report.update(counts)
                 lap("restore")
             if chunks.num_rows:
                 vectors = encode_by_length(encoder, chunks["text"].to_pylist(),
-                                           int(cfg["batch_size"]))
+                                           cfg.batch_size)
                 lap("chunk_vectors")
     write_table("triple_context", context, paths["triple_context"])
     np.save(paths["chunk_vectors"], np.asarray(vectors, np.float32))
-    report.update({"floor": cfg["floor"], "step_seconds": lap.seconds})
+    report.update({"floor": cfg.floor, "step_seconds": lap.seconds})
     return {"outputs": {k: str(p) for k, p in paths.items()}, "report": report}
 
 

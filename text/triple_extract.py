@@ -31,12 +31,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lokg.common.dumps import build_format
-from lokg.common.stage import Laps, StageError, checked_section, stage_input
-from lokg.runtime.config import section
+from lokg.common.stage import Laps, StageError, stage_input
 from lokg.runtime.contract import read_table
+from lokg.common.dumps import IngestSettings
 from lokg.text.chunking import content_id
 from lokg.text.corpus import SNIPPET, Rejected, write_quarantine
 from lokg.text.extractors import ChunkExtractionError, make_extractor
+from lokg.text.settings import TripleExtractSettings
 
 STAGE = "triple_extract"
 SOURCE_COLUMNS = ("s_key", "relation", "o_key", "chunk_id", "sentence_id")
@@ -325,14 +326,14 @@ def _extract(cfg: Mapping, dump: Path, out: Path, inputs: Mapping,
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
-    cfg = checked_section(config, STAGE)
+    cfg = TripleExtractSettings.of(config, StageError)
     dump = stage_input(inputs, STAGE, "dump")
     out, lap = Path(out_dir), Laps()
     paths = {"extracted": out / "extracted",
              "extraction_sources": out / "extraction_sources.parquet",
              "extraction_quarantine": out / "extraction_quarantine.parquet"}
     collected = Collected()
-    docs = build_format(section(config, "ingest")["format"], dump) == "docs"
+    docs = build_format(IngestSettings.of(config, StageError).format, dump) == "docs"
     report, usage, titles = (_extract(cfg, dump, out, inputs, collected) if docs
                              else ({"skipped": "the dump holds triples, not documents"},
                                    Usage(), {}))

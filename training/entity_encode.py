@@ -61,12 +61,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lokg.common.stage import (PREVIOUS, Laps, StageError, checked_section, previous_inputs,
+from lokg.common.stage import (PREVIOUS, Laps, StageError, previous_inputs,
                             stage_batch_encoder, torch_threads)
-from lokg.runtime.config import BATCH_ENCODERS, TEXT_RULES
 from lokg.runtime.contract import read_table, write_table
 from lokg.runtime.encoder import EncoderError, PrefixedEncoder, encode_by_length, spec_model_dir
 from lokg.runtime.onnx_bert import QUERY_MODEL, SPANS_MODEL
+from lokg.training.settings import EntityEncodeSettings
 
 STAGE = "entity_encode"
 DESCRIPTION_WORDS = 32
@@ -75,17 +75,9 @@ DESCRIPTION_WORDS = 32
 MIN_TEXTS_PER_WORKER = 2000
 
 
-def settings(config: Mapping) -> dict:
+def settings(config: Mapping) -> EntityEncodeSettings:
     """The ``entity_encode`` section, checked (unknown keys and bad values name themselves)."""
-    cfg = checked_section(config, STAGE)
-    for key, allowed in (("text", TEXT_RULES), ("encoder", BATCH_ENCODERS)):
-        if cfg[key] not in allowed:
-            raise StageError(f"{STAGE}.{key}={cfg[key]!r}: expected one of {allowed}")
-    for key, low in (("batch_size", 1), ("onnx_batch_size", 1), ("workers", 1), ("flat_max", 0),
-                     ("hnsw_m", 2), ("hnsw_ef_construction", 1), ("hnsw_ef_search", 1)):
-        if int(cfg[key]) < low:
-            raise StageError(f"{STAGE}.{key} must be >= {low}, got {cfg[key]!r}")
-    return cfg
+    return EntityEncodeSettings.of(config, StageError)
 
 
 def readable_type(type_name: str) -> str:
@@ -180,8 +172,8 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                           columns=["id", "key", "name", "types", "description"])
     if entities.num_rows == 0:
         raise StageError(f"{inputs['entities']}: the entities table is empty")
-    ids, keys, texts, unnamed = keyed_texts(entities, cfg["text"])
-    reusable = reusable_vectors(inputs, keys, texts, cfg["text"])
+    ids, keys, texts, unnamed = keyed_texts(entities, cfg.text)
+    reusable = reusable_vectors(inputs, keys, texts, cfg.text)
     lap("read_and_texts")
 
     encoder, vectors, exported, index, kind = _encode_and_index(cfg, texts, out, lap, reusable,
@@ -197,10 +189,10 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     return {
         "outputs": {k: str(p) for k, p in paths.items()},
         "report": {
-            "entities": len(ids), "unnamed": unnamed, "model": cfg["model"],
+            "entities": len(ids), "unnamed": unnamed, "model": cfg.model,
             "path": encoder.spec["path"], "dim": encoder.dim, "device": encoder.spec["device"],
             "encoder": encoder.backend,
-            "text": cfg["text"], "index": kind, "query_onnx": exported,
+            "text": cfg.text, "index": kind, "query_onnx": exported,
             "step_seconds": seconds, "encoded": len(ids) - reused,
             "reused_vectors": reused if reusable is not None else None,
             "entities_per_second": (round((len(ids) - reused) / seconds["encode"], 1)

@@ -35,10 +35,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from lokg.common.stage import Laps, StageError, checked_section, previous_inputs, torch_threads
+from lokg.common.stage import Laps, StageError, previous_inputs, torch_threads
 from lokg.runtime.contract import read_table, write_table
 from lokg.runtime.encoder import resolve_device
 from lokg.runtime.taimr import uniform_edges
+from lokg.training.settings import GatSettings
 from lokg.training.gat_gold import gold_edges, parse_questions, resolve_paths
 from lokg.training.gat_inputs import Graph, node_features, read_triples, relation_vectors
 from lokg.training.gat_model import build_model
@@ -50,23 +51,9 @@ STAGE = "gat"
 SPLIT_NAMES = ("dev", "test", "valid", "validation")  # never trained on
 
 
-def settings(config: Mapping) -> dict:
+def settings(config: Mapping) -> GatSettings:
     """The ``gat`` section, checked (unknown keys and bad values name themselves)."""
-    cfg = checked_section(config, STAGE)
-    for key in ("layers", "heads", "hidden", "epochs", "negatives", "max_full_batch_edges",
-                "batch_triples", "fanout"):
-        if int(cfg[key]) < 1:
-            raise StageError(f"{STAGE}.{key} must be >= 1, got {cfg[key]!r}")
-    if int(cfg["hidden"]) % int(cfg["heads"]):
-        raise StageError(f"{STAGE}.hidden={cfg['hidden']} must be a multiple of "
-                         f"{STAGE}.heads={cfg['heads']} (each head has hidden/heads channels)")
-    if not 0.0 <= float(cfg["dropout"]) < 1.0:
-        raise StageError(f"{STAGE}.dropout must be in [0, 1), got {cfg['dropout']!r}")
-    if float(cfg["path_weight"]) < 0:
-        raise StageError(f"{STAGE}.path_weight must be >= 0, got {cfg['path_weight']!r}")
-    if cfg["device"] not in ("auto", "cpu", "cuda") and not str(cfg["device"]).startswith("cuda:"):
-        raise StageError(f"{STAGE}.device must be auto, cpu or cuda[:N], got {cfg['device']!r}")
-    return cfg
+    return GatSettings.of(config, StageError)
 
 
 def train(graph: Graph, x_np: np.ndarray, rel_np: np.ndarray, gold: np.ndarray, cfg: Mapping,

@@ -67,7 +67,7 @@ import numpy as np
 
 from lokg.common.datasets import DatasetError, load_jsonl, load_pathquestion
 from lokg.common.metrics import score
-from lokg.common.stage import Laps, StageError, checked_section, torch_threads
+from lokg.common.stage import Laps, StageError, torch_threads
 from lokg.common.store_names import StoreNames
 from lokg.runtime.contract import read_table
 from lokg.runtime.question_text import (HOP_READINGS, HopRuns, hop_runs, mask_topic,
@@ -86,6 +86,7 @@ from lokg.runtime.relknow import (
     precision_gate,
     split_hop,
 )
+from lokg.training.settings import RelationKnowledgeSettings
 
 STAGE = "relation_knowledge"
 LIFT_GRID = (1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
@@ -106,17 +107,9 @@ TRAIN_REFUSED = ("dev", "test", "valid", "validation")  # training questions: tr
 DEV_REFUSED = ("test",)
 
 
-def settings(config: Mapping) -> dict:
+def settings(config: Mapping) -> RelationKnowledgeSettings:
     """The section over its defaults, checked (unknown keys and bad values name themselves)."""
-    cfg = checked_section(config, STAGE)
-    for key in ("k", "min_support", "functional_min_subjects", "exclusive_min_support",
-                "max_frontier", "batch_size"):
-        if int(cfg[key]) < 1:
-            raise StageError(f"{STAGE}.{key} must be >= 1, got {cfg[key]!r}")
-    for key in ("min_share", "precision_target", "route_min_precision", "functional_tolerance",
-                "exclusive_tolerance"):
-        if not 0.0 <= float(cfg[key]) <= 1.0:
-            raise StageError(f"{STAGE}.{key} must be in [0, 1], got {cfg[key]!r}")
+    cfg = RelationKnowledgeSettings.of(config, StageError)
     for key, refused in (("questions", TRAIN_REFUSED), ("dev_questions", DEV_REFUSED)):
         if cfg[key] and Path(str(cfg[key])).stem.lower() in refused:
             raise StageError(f"{STAGE}.{key}={cfg[key]}: a {Path(str(cfg[key])).stem} split "

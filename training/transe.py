@@ -55,10 +55,11 @@ from pathlib import Path
 
 import numpy as np
 
-from lokg.common.stage import StageError, checked_section, previous_inputs, torch_threads
-from lokg.runtime.config import section_problem
+from lokg.common.stage import StageError, previous_inputs, torch_threads
+
 from lokg.runtime.contract import StoreError, read_table
 from lokg.runtime.encoder import resolve_device
+from lokg.training.settings import TranseSettings
 from lokg.training.warm_start import (cold, match_by_key, next_reference, reference_loss,
                                  refresh_epochs, stop_loss, warm)
 
@@ -74,13 +75,9 @@ class TransEError(StageError):
 # helpers usable without torch
 
 
-def transe_config(config: Mapping) -> dict:
-    """The ``transe`` section of a build config, completed with this module's defaults."""
-    cfg = checked_section(config, STAGE, TransEError)
-    problem = section_problem(STAGE, cfg)
-    if problem:
-        raise TransEError(problem[1])
-    return cfg
+def transe_config(config: Mapping) -> TranseSettings:
+    """The ``transe`` section of a build config, completed by its defaults and checked."""
+    return TranseSettings.of(config, TransEError)
 
 
 def load_graph(triples_path: str | Path, relations_path: str | Path

@@ -1,9 +1,17 @@
-"""What a dump holds: documents or triples. Ingest (``spark_jobs``) and the text stages read
-the same answer from here, so a build never reads one dump two ways."""
+"""What a dump holds and how a build reads it: its format, documents or triples, and the
+``ingest`` settings. Ingest (``spark_jobs``) and the text stages read the same answer from
+here, so a build never reads one dump two ways."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+
+from lokg.runtime.settings import BOOL, FILE, SHARE, STRINGS, Settings, choice, integer, setting
+
+#: Dump formats ``ingest.format`` accepts (``auto`` detects one from the files); the DAGs keep
+#: a copy (dags/lokg_common.py, which cannot import the package), checked by tests/test_dags.py.
+FORMATS = ("auto", "nt", "tsv", "pathquestion", "metaqa", "fb15k237", "synth", "docs")
 
 #: In a dump directory: the corpus file read instead of every document file when present.
 CORPUS_FILES = ("corpus.json", "corpus.jsonl")
@@ -21,3 +29,30 @@ def build_format(configured: str, dump: Path) -> str:
     if configured == "auto":
         return "docs" if looks_like_documents(dump) else "triples"
     return "docs" if configured == "docs" else "triples"
+
+
+@dataclass(frozen=True)
+class IngestSettings(Settings, section="ingest"):
+    """A dump into the entity, relation and triple tables (spark_jobs/ingest.py)."""
+
+    format: str = setting("auto", choice(*FORMATS),
+            "the dump's format; auto detects it from the files")
+    max_malformed_share: float = setting(0.01, SHARE,
+            "fail the stage above this share of malformed lines")
+    languages: list[str] = setting(["en"], STRINGS,
+            "literal language tags kept as names/aliases/descriptions ('' = untagged)")
+    literals_as_edges: bool = setting(False, BOOL,
+            "literal facts become entity attributes unless set")
+    entities_file: str | None = setting(None, FILE,
+            "optional JSONL/TSV of names, aliases, descriptions")
+    driver_max_entities: int = setting(2_000_000, integer(0),
+            "up to this many entities, ids are numbered on the driver and looked up by broadcast "
+            "joins, and entities are written as one file; above, sorted and joined in Spark")
+    driver_max_dump_mb: int = setting(512, integer(0),
+            "up to this many MB of dump files (on disk), a line-format dump keeps its parsed lines "
+            "(the line store), from which a refresh that changed few lines derives the tables on "
+            "the driver")
+    driver_max_nt_mb: int = setting(4096, integer(0),
+            "up to this many MB of N-Triples files (on disk), the dump is ingested on the driver "
+            "(pyarrow.compute block by block, no Spark; peak ≈ 2.3x the dump's size: 4.6 GB for "
+            "10⁷ triples, 2 GB)")

@@ -1,4 +1,4 @@
-"""What every stage module shares: its error, its checked config section, input paths, laps,
+"""What every stage module shares: its error, input paths, laps,
 and the thread setting of the torch stages (their device: ``runtime.encoder.resolve_device``,
 which the query encoder uses too).
 
@@ -13,7 +13,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from lokg.runtime.config import DEFAULTS, section
 from lokg.runtime.errors import LokgError
 
 
@@ -90,17 +89,6 @@ class StageError(BuildError):
     def __init__(self, message: str, *, kept: Sequence[str | Path] = ()):
         super().__init__(message)
         self.kept = tuple(Path(p) for p in kept)
-
-
-def checked_section(config: Mapping, name: str,
-                    error: type[Exception] = StageError) -> dict:
-    """Stage ``name``'s config section over its defaults; unknown keys are refused by name."""
-    cfg = section(config, name)
-    known = DEFAULTS.get(name, {})
-    unknown = sorted(set(cfg) - set(known))
-    if unknown:
-        raise error(f"{name}: unknown config keys {unknown} (known: {sorted(known)})")
-    return cfg
 
 
 def stage_input(inputs: Mapping[str, str], stage: str, name: str) -> Path:
