@@ -1,4 +1,4 @@
-"""``lokg_build``: one task per pipeline stage of a dump, then an atomic publish (DESIGN §2).
+"""``lokg_build``: one task per pipeline stage of a dump, then an atomic publish.
 
 Tasks, in ``pipeline.registry.STAGES`` order (a task per stage, named as the stage and its
 module; the chain is linear, each stage after the one before it):
@@ -30,7 +30,7 @@ is visible to readers before it swaps ``CURRENT``.
 The DAG runs weekly (``LOKG_BUILD_CRON``) and whenever the raw dump's Asset is updated. Each
 run is the store's scheduled refresh: its ``feedback_enrich`` task turns the open feedback of the
 store's log into a delta from the published build's passages, and ingest takes every delta in
-(DESIGN §9; docs/ARCHITECTURE.md).
+(docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ EVAL_FLOOR = json.loads(os.environ.get("LOKG_EVAL_FLOOR", '{"H@1": 0.2}'))
 #: The query's default knowledge budget B: ``runtime.config.DEFAULT_BUDGET``, which the DAGs
 #: cannot import (no runtime modules in the scheduler); tests/test_dags.py checks they agree.
 DEFAULT_BUDGET = 2048
-#: The dump formats of ``ingest.format``: ``runtime.config.FORMATS``, copied for the same reason.
+#: The dump formats of ``ingest.format``: ``lokg.common.dumps.FORMATS``, copied for the same reason.
 FORMATS = ("auto", "nt", "tsv", "pathquestion", "metaqa", "fb15k237", "synth", "docs")
 #: Cron of the scheduled refresh (default: Sundays 03:00 UTC); a new dump also triggers a build.
 BUILD_CRON = os.environ.get("LOKG_BUILD_CRON", "0 3 * * 0")

@@ -38,8 +38,8 @@ end (not a topic entity) of the path with the highest **mean** relation cosine o
 — the mean, not the sum, so that a 1-hop path competes with a 3-hop one. That is a faithful
 "ToG without its LLM", not ToG: expect it to be weak.
 
-**chunk-RAG** (dense top-k chunk retrieval, the plain text-RAG most users start from; DESIGN
-§5), on a store built from documents: its ``chunks`` table (and ``documents`` for titles). Each
+**chunk-RAG** (dense top-k chunk retrieval, the plain text-RAG most users start from),
+on a store built from documents: its ``chunks`` table (and ``documents`` for titles). Each
 chunk is one knowledge line, ``title | text`` with whitespace collapsed (the reader's
 one-fact-a-line form). Chunks are ranked by cosine between the question
 (``encode_queries``) and the chunk text — the build's :data:`CHUNK_VECTORS_FILE` (unit rows in

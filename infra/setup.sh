@@ -15,14 +15,14 @@
 # The local reader's llama.cpp binding: the prebuilt xllamacpp wheel (portable AVX2, no AVX-512/AMX
 # kernels; seconds to install), or, only where that wheel cannot be installed or imported,
 # llama-cpp-python compiled from source (PyPI has no wheels of it; ~8 min on 2 cores).
-# docs/BENCHMARKS.md, "Local LLM set-up: candidates", has the measurements.
+# docs/BENCHMARKS.md, "Local LLM binding", has the measurements.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 PYTHON=${PYTHON:-python3}
 # --no-compile: byte-compiling every installed module (torch, sympy, scipy, Airflow: tens of
 # thousands of files, most never imported) was more than half of pip's CPU in a fresh set-up;
-# Python compiles and caches the few a run imports, on first use (docs/BENCHMARKS.md, `lokg demo`).
+# Python compiles and caches the few a run imports, on first use (docs/BENCHMARKS.md, "Demo and CI").
 PIP_FLAGS=(--quiet --disable-pip-version-check --no-compile)
 LOCAL_LLM_WHEEL=xllamacpp==2026.10.11549
 LOCAL_LLM_SOURCE=llama-cpp-python==0.3.36

@@ -65,7 +65,7 @@ def synth(n_triples: int, seed: int, out_dir: str, malformed_rate: float, gzip_:
           n_questions: int, naming: str, entity_names: str, question_style: str,
           hops: tuple[int, ...], test_wording: str, max_answers: int, withhold: int,
           articles: float) -> None:
-    """Generate a deterministic synthetic Freebase-like KG (DESIGN §6)."""
+    """Generate a deterministic synthetic Freebase-like KG."""
     try:
         manifest = generate(out_dir, n_triples=n_triples, seed=seed,
                             malformed_rate=malformed_rate, gzip=gzip_, n_questions=n_questions,

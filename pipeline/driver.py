@@ -1,5 +1,5 @@
 """The build driver: runs the stages of ``pipeline.registry`` in order, then validates and
-publishes the build atomically (DESIGN §2.10).
+publishes the build atomically.
 
 A stage is a module exposing ``run(config, inputs, out_dir) -> dict``:
 
@@ -365,7 +365,7 @@ def staged_outputs(records: dict[str, dict]) -> dict[str, str]:
 
 def publish_build(store: Store, build_id: str, config: dict, *, sources: list[dict] | None = None,
                   hook=None) -> Build:
-    """Validate the staged outputs of a build and publish them atomically (DESIGN §2.10).
+    """Validate the staged outputs of a build and publish them atomically.
 
     Safe to retry: a retry after a crash past the rename finishes the CURRENT swap
     (``Store.publish``), and one after the staging directory moved finds the build published

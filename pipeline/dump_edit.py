@@ -1,4 +1,4 @@
-"""A dump edited as its next version would be: what a refresh (DESIGN §9) is tested and
+"""A dump edited as its next version would be: what a refresh is tested and
 benchmarked on (``bench/refresh_scale.py``, tests/test_refresh_*.py).
 
 ``edit_synth_dump`` edits a synthetic dump (``pipeline.synth``) finely — edges, entities,

@@ -1,4 +1,4 @@
-"""Incremental refresh (DESIGN §9): input fingerprints, and reuse of the previous build's
+"""Incremental refresh: input fingerprints, and reuse of the previous build's
 stage outputs from the store's refresh cache (``<store>/refresh/<build_id>/``, the staging
 directory of the latest published build; ``runtime.contract.Store.keep_for_refresh``).
 

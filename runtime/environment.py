@@ -44,8 +44,8 @@ def limit_blas_threads(threads: int) -> bool:
 
     Every product a question makes is small (question spans against relation names, one
     question against the entity vectors). OpenBLAS's default thread per core turns each into a
-    hand-off that, on a loaded 2-core host, waits for a busy core (docs/BENCHMARKS.md, "BLAS
-    threads on the query path")."""
+    hand-off that, on a loaded 2-core host, waits for a busy core (docs/BENCHMARKS.md, "Query
+    latency and memory")."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:

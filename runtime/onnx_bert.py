@@ -4,7 +4,7 @@ Why: embedding the question is most of a query's time, and the query service sho
 torch for it. ``entity_encode`` writes the store's BERT model as ``models/query_encoder.onnx``
 (``training/onnx_export.py``; int8 weights by default), and this encoder runs it with one
 intra-op thread and no spinning, its vectors within the cosine of the float32 ones that
-docs/BENCHMARKS.md "Question encoder: int8 ONNX" states. Tokenizing, prefixes and truncation
+docs/BENCHMARKS.md states. Tokenizing, prefixes and truncation
 are sentence-transformers' (runtime/bert_checkpoint.py reads them from the model directory);
 the ``SentenceEncoder`` interface is ``PrefixedEncoder``'s.
 
@@ -146,7 +146,7 @@ class OnnxBertEncoder(PrefixedEncoder):
         one forward each. The int8 model quantizes a call's activations with one scale, so in
         a batch a text's vector depends on its neighbours (enough to flip a near-tie between
         relations, so an answer hung on the questions before it); the query service embeds each
-        text alone (docs/BENCHMARKS.md "int8 vectors independent of the batch"), a build's
+        text alone (docs/BENCHMARKS.md), a build's
         batches keep theirs."""
         groups = [[e] for e in encodings] if self.per_text else [list(encodings)]
         out = [self._forward(group) for group in groups if group]

@@ -331,8 +331,7 @@ class OpenedBuild:
         """The encoder for question spans, through a cache: spans recur across questions. Spans
         are compared with relation names the build embedded in float32, so an int8 ONNX
         question encoder gives way here to the build's float32 export of the same weights
-        (question_encoder.float32_encoder; docs/BENCHMARKS.md "int8 vectors independent of
-        the batch")."""
+        (question_encoder.float32_encoder; docs/BENCHMARKS.md)."""
         if self._spans is None and self.encoder() is not None:
             self._spans = CachedEmbeddings(float32_encoder(
                 self.encoder_spec, self.encoder(), threads=self.settings["threads"],

@@ -1,4 +1,4 @@
-"""Stage ``entity_types`` (Spark, DESIGN §2.2): fill ``entities.types`` for NMI.
+"""Stage ``entity_types`` (Spark): fill ``entities.types`` for NMI.
 
 One rule is chosen per build and recorded in ``report["rule"]``:
 

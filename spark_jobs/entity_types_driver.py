@@ -1,4 +1,4 @@
-"""Stage ``entity_types`` on the driver (issue 18): the same rules as the Spark path of
+"""Stage ``entity_types`` on the driver: the same rules as the Spark path of
 ``spark_jobs.entity_types``, with numpy and Arrow, for graphs up to
 ``entity_types.driver_max_triples`` — a small refresh then starts no Spark session for it.
 

@@ -1,4 +1,4 @@
-"""A refresh's ingest without Spark (issue 18): every line of the dump hashed, only the lines
+"""A refresh's ingest without Spark: every line of the dump hashed, only the lines
 the previous build never saw parsed, and ingest's tables derived on the driver.
 
 Every build whose dump the line parsers of ``spark_jobs.formats`` read (``LINE_PARSERS``: the

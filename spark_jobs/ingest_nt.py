@@ -1,4 +1,4 @@
-"""An N-Triples dump parsed on the driver, a block of lines at a time (issue 17 item 2): no
+"""An N-Triples dump parsed on the driver, a block of lines at a time: no
 Spark.
 
 Each file is read in blocks of whole lines (``BLOCK_BYTES``: the parse's memory does not grow with

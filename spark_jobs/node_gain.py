@@ -1,4 +1,4 @@
-"""Stage ``node_gain`` (Spark SQL, DESIGN §2.6): the node gain μ of every entity.
+"""Stage ``node_gain`` (Spark SQL): the node gain μ of every entity.
 
     μ(v) = (1 + ln(deg_in(v) + 1)) · div(v),    div(v) = in_relations(v) / |R*|
 
@@ -9,7 +9,7 @@ walks edges in both directions: a triple (s, r, o) gives o an incoming edge labe
 * ``deg_in(v)``       — incoming edges of v, inverse edges included (a self-loop counts twice);
 * ``in_relations(v)`` — distinct incoming (relation, direction) labels of v;
 * ``|R*|``            — rows of the canonical ``relations`` table. Inverse labels are **not**
-  counted in the denominator (DESIGN's reading), so div ranges over [0, 2]: a node entered by
+  counted in the denominator, so div ranges over [0, 2]: a node entered by
   r forward and by r backward has two labels over one relation.
 
 Every entity gets a row. An entity without any edge has deg_in 0, in_relations 0 and μ = 0;

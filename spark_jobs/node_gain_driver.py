@@ -1,4 +1,4 @@
-"""Stage ``node_gain`` on the driver (issue 18): μ of every entity with numpy and Arrow, for
+"""Stage ``node_gain`` on the driver: μ of every entity with numpy and Arrow, for
 graphs up to ``node_gain.driver_max_triples`` — a small refresh then starts no Spark session
 for it, full or partial.
 

@@ -1,4 +1,4 @@
-"""Stage ``path_cache`` (Spark, DESIGN §2.9): the top TAIMR paths of every head, precomputed.
+"""Stage ``path_cache`` (Spark): the top TAIMR paths of every head, precomputed.
 
 Inputs: ``edges`` (gat: canonical triples plus inverses with their attention),
 ``node_gain`` and ``entities``. Nothing else — the paths are built from the graph alone, never
@@ -7,7 +7,7 @@ from questions or answers (the stage does not look at the ``dump``). A query log
 only its linked entity keys are read: a cold head gets the same paths, so the choice changes
 latency, never an answer.
 
-Heads are every entity with an out-edge (``path_cache.heads: all``) or a hot set (issue 17):
+Heads are every entity with an out-edge (``path_cache.heads: all``) or a hot set:
 
 * ``degree`` | ``mu`` | ``query_log``: the top heads — entities with an out-edge — by out-degree
   in ``edges`` (inverses included: the first hops the search can take), by μ (``node_gain``), or

@@ -1,4 +1,4 @@
-"""Stage ``path_cache`` on the driver (issue 18), for graphs up to
+"""Stage ``path_cache`` on the driver, for graphs up to
 ``path_cache.driver_max_edges`` edges: the head selection with numpy and Arrow, and the same
 search (``runtime.taimr.top_paths_table``) over the heads in this process — a small refresh then
 starts no Spark session for it. The Spark path (``spark_jobs.path_cache``) runs the search in

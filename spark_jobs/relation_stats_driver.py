@@ -1,4 +1,4 @@
-"""Stage ``relation_stats``'s passes over the triples on the driver (issue 18), with numpy,
+"""Stage ``relation_stats``'s passes over the triples on the driver, with numpy,
 scipy.sparse and Arrow, for graphs up to ``relation_stats.driver_max_triples`` triples (and
 ``driver_max_relations`` relations): a small refresh then starts no Spark session for it.
 

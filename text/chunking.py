@@ -1,4 +1,4 @@
-"""Sentences and chunks of a document, as character spans of its text (DESIGN §8).
+"""Sentences and chunks of a document, as character spans of its text.
 
 Sentences come from a rule splitter (end punctuation followed by a capital, a digit or a quote;
 paragraph breaks; not after common abbreviations or initials) unless the reader gave them.

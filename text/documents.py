@@ -1,4 +1,4 @@
-"""Stage ``documents`` (DESIGN §8): a ``docs`` dump read into the ``documents``, ``chunks`` and
+"""Stage ``documents``: a ``docs`` dump read into the ``documents``, ``chunks`` and
 ``sentences`` tables, with a quarantine of the records it could not read.
 
 Documents with the same title and text are one document (ids are content hashes, so a refresh

@@ -150,7 +150,7 @@ def bridge_ranks(config: Mapping, cfg: Mapping) -> range:
     """The ranks of a question's passages that get a bridge: past the runtime's own passage
     seeds (``query.passages``: their triples already enter the question's context), at most
     ``bridge_passages`` of them: a bridge to every passage crowds the contexts and loses more
-    golds than it joins (docs/BENCHMARKS.md "Fewer bridges")."""
+    golds than it joins (docs/BENCHMARKS.md "Documents: LOKG against dense chunk retrieval")."""
     seeds = QuerySettings.of(config, StageError).passages
     return range(seeds, seeds + int(cfg["bridge_passages"]))
 

@@ -3,8 +3,7 @@
 It needs no LLM endpoint and no network (the model is a pip-installed wheel, loaded from disk),
 and it is deterministic, so a build from documents works on any machine. It was chosen over the
 embedded SmolLM2-135M with a JSON grammar and over a model-free pattern extractor by agreement
-with gpt-3.5's OpenIE triples on MuSiQue: docs/BENCHMARKS.md, "Offline extraction agreement with
-gpt-3.5 (issue 15)".
+with gpt-3.5's OpenIE triples on MuSiQue: docs/BENCHMARKS.md.
 
 Entities are spaCy's named entities (typed from their NER label) and the noun phrases that the
 rules use as arguments (type ``concept``). Triples are read off the dependency parse: a verb's

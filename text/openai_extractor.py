@@ -1,4 +1,4 @@
-"""The ``openai`` extraction backend (DESIGN §8): one chunk of text -> entities and triples, by any
+"""The ``openai`` extraction backend: one chunk of text -> entities and triples, by any
 OpenAI-compatible chat endpoint (vLLM, llama.cpp server, Ollama, hosted APIs).
 
 The HTTP call is :class:`runtime.llm.openai.OpenAICompatible` (a timeout per attempt, bounded

@@ -1,4 +1,4 @@
-"""Stage ``triple_context`` (DESIGN §8): provenance onto the canonical triples, and each triple's
+"""Stage ``triple_context``: provenance onto the canonical triples, and each triple's
 source sentence restored.
 
 1. ``triple_sources``: the key-level provenance of ``triple_extract`` mapped onto the canonical

@@ -1,4 +1,4 @@
-"""Stage ``triple_extract`` (DESIGN §8): the chunks of a ``docs`` build turned into entities and
+"""Stage ``triple_extract``: the chunks of a ``docs`` build turned into entities and
 triples, every triple with the chunk and sentence it came from.
 
 Backends by name (``triple_extract.backend``): ``offline`` and ``openai`` extract chunk by chunk

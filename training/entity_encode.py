@@ -1,4 +1,4 @@
-"""Stage ``entity_encode`` (DESIGN §2.7): entity texts → unit vectors → FAISS index + id map.
+"""Stage ``entity_encode``: entity texts → unit vectors → FAISS index + id map.
 
 Input: ``entities`` (id, key, name, aliases, description, types). Text per ``entity_encode.text``:
 
@@ -36,8 +36,7 @@ ONNX batches can be shared out among ``workers`` processes (1 by default; 2 for 
 cores are free: a second intra-op thread gains little on these tiny GEMMs, docs/BENCHMARKS.md
 "Entity encoding: token batches and workers"), with the vectors of one process. The index is
 then built on ``workers`` × ``threads`` FAISS threads, the cores the encode held. The int8
-vectors are at cosine >= 0.98 of the float32 ones (docs/BENCHMARKS.md, "Entity encoding at
-scale").
+vectors are at cosine >= 0.98 of the float32 ones (docs/BENCHMARKS.md, "Build scale").
 
 In a refresh (``previous:`` inputs, pipeline/refresh.py: same code and settings, changed
 entities) the previous build's vector of every entity whose key and text are unchanged is

@@ -3,7 +3,7 @@ of the same encoder its question spans are embedded with.
 
 Why: a question is embedded on every request; onnxruntime's dynamic int8 kernels run the
 float32 forward's layers in less time, with vectors close to the float32 ones (per-channel
-weight scales; docs/BENCHMARKS.md "Question encoder: int8 ONNX" has the figures). The graph is
+weight scales; docs/BENCHMARKS.md has the figures). The graph is
 written here from the checkpoint's own weights (the ones ``runtime.bert_checkpoint`` reads),
 not traced through torch: BERT's post-LN layers are a dozen standard ONNX ops, and the export
 then needs neither torch's exporter nor its version quirks.

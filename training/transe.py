@@ -1,4 +1,4 @@
-"""Stage ``transe``: TransE relation embeddings with PyKEEN (DESIGN §2.4).
+"""Stage ``transe``: TransE relation embeddings with PyKEEN.
 
 Inputs (contract tables written by ``ingest``):
 

@@ -24,7 +24,7 @@ head-or-tail corrupted negative per positive as PyKEEN's basic sampler does), bu
   (relative) below its best for ``transe.loss_patience`` epochs (the same step floor applies):
   on FB15k-237 the loss is flat from epoch ≈ 20–30 while the relations keep turning at Adam's
   noise floor; patience 10 stops it at epoch 39 with the same SCOS merges as 100 epochs, where
-  patience 5 (epoch 21) added two wrong ones (docs/BENCHMARKS.md, "FB15k-237 end to end").
+  patience 5 (epoch 21) added two wrong ones (docs/BENCHMARKS.md, "Build scale").
   ``transe.epochs`` bounds the run when neither rule fires.
 
 Deterministic under ``transe.seed`` (one torch generator drives initialisation, sampling and

@@ -1,4 +1,4 @@
-"""Warm starts of the learned stages in a refresh (DESIGN §9, issue 18): ``transe`` and ``gat``
+"""Warm starts of the learned stages in a refresh: ``transe`` and ``gat``
 start from the previous build's parameters and train ``<stage>.refresh_epochs`` epochs (at most
 ``<stage>.epochs``) instead of a full run.
 

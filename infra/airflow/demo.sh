@@ -18,7 +18,7 @@ source infra/airflow/env.sh
 # The demo's Spark stages are short jobs on 10,000 triples, where the JVM's start-up and its JIT
 # compilers cost more than the work: the client-mode driver (spark-submit's JVM, executors
 # included on local[2]) compiles with C1 only and collects with the serial GC. Roughly halves a
-# stage's start-up CPU (docs/BENCHMARKS.md, `lokg demo`); production keeps the JVM's defaults.
+# stage's start-up CPU (docs/BENCHMARKS.md, "Demo and CI"); production keeps the JVM's defaults.
 export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}"
 WORK=$(realpath -m "${1:-out/demo}")
 TRIPLES=${LOKG_DEMO_TRIPLES:-10000}

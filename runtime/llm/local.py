@@ -12,7 +12,7 @@ importable wins (``$LOKG_LOCAL_ENGINE`` = ``xllamacpp`` | ``llama_cpp`` forces o
 * ``llama-cpp-python``: PyPI carries its source only, so it is compiled at install time
   (``infra/setup.sh``'s fallback when the xllamacpp wheel cannot be installed).
 
-docs/BENCHMARKS.md ("Local LLM set-up: candidates") has the measurements behind the choice.
+docs/BENCHMARKS.md ("Local LLM binding") has the measurements behind the choice.
 
 Bounded like the HTTP backend: generation is streamed and stopped at ``timeout`` seconds (a
 token-by-token check, so no thread is left running), which raises
