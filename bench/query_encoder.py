@@ -3,17 +3,17 @@
     python -m bench.query_encoder --questions ../shared/data/pathquestion --limit 200
 
 The encoders of ``runtime.question_encoder.query_encoder`` — ``onnx`` (runtime/onnx_bert.py, on
-the model ``training/onnx_export.py`` exports: ``--onnx`` int8 and fp32), ``numpy``
-(runtime/numpy_bert.py) and ``torch`` (sentence-transformers) — each in a fresh subprocess (the
-onnx and numpy ones with torch, transformers and sentence-transformers blocked from import), on the same questions: PathQuestion
+the model ``training/onnx_export.py`` exports: ``--onnx`` int8 and fp32) and ``torch``
+(sentence-transformers) — each in a fresh subprocess (the onnx ones with torch, transformers and
+sentence-transformers blocked from import), on the same questions: PathQuestion
 test questions (``--questions``: a PathQuestion directory or test.txt; else generated strings)
 and their topic-masked form (``question_text.mask_topic``), as ``Runtime`` embeds them. Per call:
 ``encode_queries([plain])`` and ``encode_queries([masked, plain])`` (one batch), p50 / p99 over
 all questions after ``--warmup`` untimed ones. Memory: resident set (VmRSS) of the fresh process
 after loading the encoder and one encode, and its peak (VmHWM) after the run. Deviation: max
-|numpy − torch| and min cosine over every vector. torch runs with 1 thread (the runtime's
-``query.threads``); numpy with each ``--blas-threads`` value as OPENBLAS_NUM_THREADS
-(``default``: unset). Prints a markdown table, the ratios and the command.
+|onnx − torch| and min cosine over every vector. torch runs with 1 thread (the runtime's
+``query.threads``), onnx with OpenBLAS at one thread. Prints a markdown table, the ratios and the
+command.
 """
 
 from __future__ import annotations
@@ -30,16 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from lokg.runtime.encoder import spec_model_dir
+from lokg.testing.cli import blocking
 from lokg.training.onnx_export import export
 
-BLOCK_TORCH = """
-import importlib.abc, sys
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] in {'torch', 'transformers', 'sentence_transformers'}:
-            raise ImportError('blocked ' + name)
-sys.meta_path.insert(0, Block())
-"""
+BLOCK_TORCH = blocking("torch", "transformers", "sentence_transformers")
 
 
 def load_questions(source: str | None, limit: int) -> list[tuple[str, str]]:
@@ -81,7 +75,7 @@ def memory_mib() -> dict:
 def worker(backend: str, spec: dict, pairs: list[tuple[str, str]], warmup: int,
            out: Path, exported: Path | None = None) -> None:
     """One fresh process: load, one encode, memory, then the timed calls; vectors to ``out``."""
-    if backend in ("numpy", "onnx"):  # the query service's case: torch not even importable
+    if backend == "onnx":  # the query service's case: torch not even importable
         exec(BLOCK_TORCH, {})
     else:
         import torch
@@ -117,12 +111,12 @@ def worker(backend: str, spec: dict, pairs: list[tuple[str, str]], warmup: int,
 
 
 def run_worker(backend: str, blas: str, args, pairs_file: Path, tmp: Path) -> dict:
-    """The worker in a fresh interpreter with OPENBLAS_NUM_THREADS = ``blas`` (for ``onnx``:
-    the quantization of the model exported into ``tmp``, OpenBLAS at one thread)."""
+    """The worker in a fresh interpreter (for ``onnx``, ``blas`` names the quantization of the
+    model exported into ``tmp``, run with OpenBLAS at one thread)."""
     out = tmp / f"{backend}-{blas}.json"
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    if blas != "default":
-        env["OPENBLAS_NUM_THREADS"] = "1" if backend == "onnx" else blas
+    if backend == "onnx":
+        env["OPENBLAS_NUM_THREADS"] = "1"
     exported = ["--exported", str(tmp / f"{blas}.onnx")] if backend == "onnx" else []
     subprocess.run([sys.executable, __file__, "--worker", backend, "--pairs-file",
                     str(pairs_file), "--spec", args.spec or "", "--warmup", str(args.warmup),
@@ -146,9 +140,8 @@ def table(results: list[dict], reference: np.ndarray) -> list[str]:
         v = r["vectors"]
         dev = float(np.abs(v - reference).max())
         cos = float((v * reference).sum(axis=1).min())
-        label = {"numpy": "numpy (runtime/numpy_bert.py)",
-                 "onnx": f"ONNX {r['blas']} (runtime/onnx_bert.py)"}.get(
-            r["backend"], "sentence-transformers (torch, 1 thread)")
+        label = (f"ONNX {r['blas']} (runtime/onnx_bert.py)" if r["backend"] == "onnx"
+                 else "sentence-transformers (torch, 1 thread)")
         rows.append(f"| {label} | {r['blas']} | {r['load_ms']:.0f} "
                     f"| {r['rss_loaded']:.0f} / {r['rss_peak']:.0f} "
                     f"| {pct(r['one'], 50):.2f} / {pct(r['one'], 99):.2f} "
@@ -165,11 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2,
                         help="every configuration runs once per round, in turn (load drifts)")
     parser.add_argument("--spec", help="an encoder.json (default: minilm, no prefixes)")
-    parser.add_argument("--blas-threads", default="1,default",
-                        help="OPENBLAS_NUM_THREADS values for the numpy encoder")
     parser.add_argument("--onnx", default="int8,fp32",
                         help="ONNX exports to run (training/onnx_export.py); '' for none")
-    parser.add_argument("--worker", choices=("numpy", "torch", "onnx"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=("torch", "onnx"), help=argparse.SUPPRESS)
     parser.add_argument("--exported", help=argparse.SUPPRESS)
     parser.add_argument("--pairs-file", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -185,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         pairs_file = Path(tmp) / "pairs.json"
         pairs_file.write_text(json.dumps(pairs))
         load_before = os.getloadavg()[0]
-        runs = [("torch", "default")] + [("numpy", b.strip()) for b in args.blas_threads.split(",")]
+        runs = [("torch", "default")]
         for quantization in filter(None, args.onnx.split(",")):
             export(spec_model_dir(spec), Path(tmp) / f"{quantization}.onnx", quantization)
             runs.append(("onnx", quantization))
@@ -212,23 +203,18 @@ def report(results: list[dict], pairs, spec: dict, load_before: float) -> None:
     tok = Tokenizer.from_file(str(spec_model_dir(spec) / "tokenizer.json"))
     tok.no_padding()
     tokens = [len(tok.encode(q).ids) for q, _ in pairs]
-    torch_run, numpy_runs = results[0], results[1:]
+    torch_run, onnx_runs = results[0], results[1:]
     print(f"{len(pairs)} questions (+ masked form), {np.mean(tokens):.1f} tokens mean, "
           f"max {max(tokens)}; {os.cpu_count()} CPUs, load average {load_before:.1f} → "
-          f"{os.getloadavg()[0]:.1f}; heavy modules in the numpy process: "
-          f"{sorted({m for r in numpy_runs for m in r['heavy_modules']}) or 'none'}\n")
+          f"{os.getloadavg()[0]:.1f}; heavy modules in the ONNX processes: "
+          f"{sorted({m for r in onnx_runs for m in r['heavy_modules']}) or 'none'}\n")
     print("\n".join(table(results, torch_run["vectors"])))
-    best = min((r for r in numpy_runs if r["backend"] == "numpy"), key=lambda r: pct(r["one"], 50))
-    for r in (r for r in numpy_runs if r["backend"] == "onnx"):
-        print(f"\nnumpy (1 thread) / ONNX {r['blas']}: 1 text p50 "
-              f"{pct(best['one'], 50) / pct(r['one'], 50):.2f}x, 2 texts p50 "
-              f"{pct(best['two'], 50) / pct(r['two'], 50):.2f}x, RSS loaded "
-              f"{best['rss_loaded'] / r['rss_loaded']:.2f}x")
-    print(f"\ntorch / numpy (OPENBLAS threads {best['blas']}): 1 text p50 "
-          f"{pct(torch_run['one'], 50) / pct(best['one'], 50):.1f}x, 2 texts p50 "
-          f"{pct(torch_run['two'], 50) / pct(best['two'], 50):.1f}x, RSS loaded "
-          f"{torch_run['rss_loaded'] / best['rss_loaded']:.1f}x, 1 text CPU p50 "
-          f"{pct(torch_run['cpu'], 50) / pct(best['cpu'], 50):.1f}x")
+    for r in onnx_runs:
+        print(f"\ntorch / ONNX {r['blas']}: 1 text p50 "
+              f"{pct(torch_run['one'], 50) / pct(r['one'], 50):.1f}x, 2 texts p50 "
+              f"{pct(torch_run['two'], 50) / pct(r['two'], 50):.1f}x, RSS loaded "
+              f"{torch_run['rss_loaded'] / r['rss_loaded']:.1f}x, 1 text CPU p50 "
+              f"{pct(torch_run['cpu'], 50) / pct(r['cpu'], 50):.1f}x")
     print("\ncommand: python -m bench.query_encoder " + " ".join(sys.argv[1:]))
 
 

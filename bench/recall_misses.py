@@ -6,7 +6,7 @@ such question of one round, where its gold entity is from what the question link
 Per miss: *no gold entity* (no entity of the build has a gold answer's folded name), else the
 hops from the linked entities to the nearest gold entity in the build's undirected graph
 (*beyond 4*: farther or not connected), and the gold's rank among **all** the candidates the
-linked entities' paths reach (``Runtime._rank`` with no ``max_candidates`` cut; *not reached*:
+linked entities' paths reach (``Retriever.rank`` with no ``max_candidates`` cut; *not reached*:
 no path of ``path_cache.max_hops`` ends there) — a gold that paths reach but the budget drops
 is a ranking miss, one they never reach is a linking or graph miss. Then the counts.
 """
@@ -17,6 +17,9 @@ import argparse
 import json
 from collections import Counter, deque
 from pathlib import Path
+
+from lokg.runtime.planning import RelationPlan
+from lokg.runtime.retrieval import Retriever
 
 
 MAX_HOPS = 4
@@ -36,13 +39,6 @@ def hops(adjacent: dict[int, set[int]], sources: list[int], targets: set[int]) -
                     seen[nxt] = seen[node] + 1
                     queue.append(nxt)
     return None
-
-
-class _NoRelationTerm:
-    """A relation plan without the query-relation term (the gold's rank by paths and cosine)."""
-
-    relation_weight = 0
-    boosted = ()
 
 
 def misses(work: Path, arm: str, number: int) -> list[dict]:
@@ -73,8 +69,9 @@ def misses(work: Path, arm: str, number: int) -> list[dict]:
                "hops": None, "rank": None, "gold_entity": bool(gold)}
         if gold:
             row["hops"] = hops(adjacent, heads, gold)
-            q_vec = rt._embed(None, p["question"])[1]
-            ranked, _ = rt._rank(heads, q_vec, "taimr", _NoRelationTerm())
+            q_vec = rt.embed(None, p["question"])[1]
+            # a plan without the query-relation term: the gold's rank by paths and cosine
+            ranked, _ = Retriever(rt).rank(heads, q_vec, "taimr", RelationPlan())
             row["rank"] = next((k for k, c in enumerate(ranked) if c.id in gold), None)
         rows.append(row)
     rt.close()

@@ -122,13 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     store = StoreNames({t: str(rt.build.path / f"{t}.parquet")
                         for t in ("entities", "relations", "relation_map")})
     encoder = rt.encoder()
-    embed = rt._span_embedder()  # the runtime's own span vectors (float32, batch-independent)
+    embed = rt.span_embedder()  # the runtime's own span vectors (float32, batch-independent)
     for path in args.questions:
         labelled = resolve(store, read_questions(path))
         gold = [tuple(store.hop(h) for h in chain) for chain in labelled.chains]
         row = {"store": args.store, "build_id": rt.build_id, "questions_file": path,
                "skipped": labelled.skipped}
-        row.update(measure(know, labelled, gold, facts, encoder, embed, rt._hop_domains()))
+        row.update(measure(know, labelled, gold, facts, encoder, embed, rt.hop_domains()))
         print(json.dumps(row), flush=True)
     return 0
 
