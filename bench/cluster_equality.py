@@ -38,10 +38,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from lokg.pipeline.driver import STAGE_RECORD, stage_script  # noqa: E402
+from lokg.pipeline.driver import STAGE_RECORD  # noqa: E402
 from lokg.pipeline.refresh import (link_tree, parquet_parts, staged_location,  # noqa: E402
                              table_difference)
 from lokg.pipeline.registry import STAGES  # noqa: E402
+from lokg.pipeline.stage_launcher import SCRIPT  # noqa: E402
 from bench.relation_stats_scale import PATHS, SPARK_PATHS  # noqa: E402
 
 CLUSTER = REPO / "infra" / "cluster.sh"
@@ -97,7 +98,7 @@ def submit(stage: str, master: str, store: Path, build_id: str, args: list[str],
     proc = subprocess.run(
         [str(SPARK_SUBMIT), "--master", master, "--properties-file", str(PROPERTIES),
          *[arg for kv in settings for arg in ("--conf", kv)],
-         str(stage_script(stage)), "--store", str(store), "--build-id", build_id, *args],
+         str(SCRIPT), stage, "--store", str(store), "--build-id", build_id, *args],
         cwd=store.parent, env=submit_env(), capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{stage} on {master} failed:\n{proc.stderr[-4000:]}")
