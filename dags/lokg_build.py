@@ -103,7 +103,9 @@ def plan(*, params=None, dag_run=None) -> dict:
 
 
 def argv_key(stage: str) -> str:
-    """The key of ``plan``'s output holding the launcher's arguments for ``stage``."""
+    """The key of ``plan``'s output holding the launcher's arguments for ``stage``: whole
+    lists, since an XCom cannot be spliced into ``SparkSubmitOperator``'s ``application_args``
+    when the DAG is parsed."""
     return f"argv_{stage}"
 
 
