@@ -35,10 +35,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench.common import PATHS, SPARK_PATHS
-from lokg.pipeline.driver import STAGE_RECORD, stage_script
+from lokg.pipeline.driver import STAGE_RECORD
 from lokg.pipeline.refresh import (link_tree, parquet_parts, staged_location,
                              table_difference)
 from lokg.pipeline.registry import STAGES
+from lokg.pipeline.stage_launcher import SCRIPT
 from lokg.testing import REPO
 from lokg.testing.serving import free_port
 
@@ -89,7 +90,7 @@ def submit(stage: str, master: str, store: Path, build_id: str, args: list[str],
     proc = subprocess.run(
         [str(SPARK_SUBMIT), "--master", master, "--properties-file", str(PROPERTIES),
          *[arg for kv in settings for arg in ("--conf", kv)],
-         str(stage_script(stage)), "--store", str(store), "--build-id", build_id, *args],
+         str(SCRIPT), stage, "--store", str(store), "--build-id", build_id, *args],
         cwd=store.parent, env=submit_env(), capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{stage} on {master} failed:\n{proc.stderr[-4000:]}")

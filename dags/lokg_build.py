@@ -1,16 +1,20 @@
 """``lokg_build``: one task per pipeline stage of a dump, then an atomic publish.
 
-Tasks, in ``pipeline.registry.STAGES`` order (a task per stage, named as the stage and its
-module; the chain is linear, each stage after the one before it):
+Tasks, in ``pipeline.registry.STAGES`` order (a task per stage, named as the stage; the chain is
+linear, each stage after the one before it). Every stage task runs the one stage launcher,
+``pipeline/stage_launcher.py``, with the stage's name as its first argument:
 
 * ``plan``    — validates the build config (``lokg config``), derives the build id from the DAG
-  run and the argument list every stage gets;
-* Spark stages (``spark_jobs.*``) — ``SparkSubmitOperator`` on the ``spark_default`` connection
-  (master from the connection: ``local[2]`` embedded, ``spark://``, ``yarn``, ``k8s://``);
-* training stages (``training.*``) — ``python -m training.<stage>`` on the ``gpu`` queue and pool;
+  run and the launcher's argument list of every stage (``lokg publish`` gets the same without
+  the stage name);
+* Spark stages (``spark_jobs.*``) — ``SparkSubmitOperator`` of the launcher's file on the
+  ``spark_default`` connection (master from the connection: ``local[2]`` embedded,
+  ``spark://``, ``yarn``, ``k8s://``);
+* training stages (``training.*``) — ``python -m lokg.pipeline.stage_launcher <stage>`` on the
+  ``gpu`` queue and pool;
 * document stages (``text.*``: documents, triple_extract, feedback_enrich, triple_context) —
-  ``python -m text.<stage>`` on the default queue (for a dump of triples they write empty
-  tables);
+  ``python -m lokg.pipeline.stage_launcher <stage>`` on the default queue (for a dump of
+  triples they write empty tables);
 * ``publish`` — ``lokg publish``: validate and publish atomically; with the ``publish_url``
   param (default ``LOKG_PUBLISH_URL``) also ``lokg store push`` the build to that object store
   (``s3://…``: files, manifest, then a conditional write of its CURRENT); then emit the store's
@@ -30,7 +34,7 @@ is visible to readers before it swaps ``CURRENT``.
 The DAG runs weekly (``LOKG_BUILD_CRON``) and whenever the raw dump's Asset is updated. Each
 run is the store's scheduled refresh: its ``feedback_enrich`` task turns the open feedback of the
 store's log into a delta from the published build's passages, and ingest takes every delta in
-(docs/ARCHITECTURE.md).
+(docs/feedback.md).
 """
 
 from __future__ import annotations
@@ -66,7 +70,8 @@ def build_id_of(dag_run) -> str:
 
 @task(multiple_outputs=True)
 def plan(*, params=None, dag_run=None) -> dict:
-    """The build id and the command-line arguments every stage and ``lokg publish`` get."""
+    """The build id, the command-line arguments of ``lokg publish`` and, under
+    ``argv_<stage>``, the launcher's of each stage: its name, then the same arguments."""
     dump = Path(lc.ROOT, params["dump"]).resolve()
     store = Path(lc.ROOT, params["store"]).resolve()
     if not dump.exists():
@@ -87,33 +92,43 @@ def plan(*, params=None, dag_run=None) -> dict:
         raise AirflowFailException(f"invalid build config: {exc}") from None
     build_id = build_id_of(dag_run)
     print(f"build {build_id}: dump {dump} -> store {store}")
+    args = ["--store", str(store), "--build-id", build_id, "--dump", str(dump), *config]
     return {
         "build_id": build_id,
         "store": str(store),
         "dump": str(dump),
-        "args": ["--store", str(store), "--build-id", build_id, "--dump", str(dump), *config],
+        "args": args,
+        **{argv_key(stage.name): [stage.name, *args] for stage in lc.STAGES},
     }
 
 
-def python_stage(stage: str, module: str, *, gpu: bool):
-    """A non-Spark stage: the module's ``stage_main`` in the project venv, on the GPU queue and
-    pool for the training stages (the text stages take the default queue)."""
+def argv_key(stage: str) -> str:
+    """The key of ``plan``'s output holding the launcher's arguments for ``stage``: whole
+    lists, since an XCom cannot be spliced into ``SparkSubmitOperator``'s ``application_args``
+    when the DAG is parsed."""
+    return f"argv_{stage}"
+
+
+def python_stage(stage: str, *, gpu: bool):
+    """A non-Spark stage: ``python -m`` the stage launcher in the project venv, on the GPU
+    queue and pool for the training stages (the text stages take the default queue)."""
     placement = {"queue": lc.GPU_QUEUE, "pool": lc.GPU_POOL} if gpu else {}
 
     @task.bash(task_id=stage, cwd=str(lc.ROOT), env=lc.STAGE_ENV, append_env=True,
                skip_on_exit_code=None, **placement)
-    def run_module(args: list[str]) -> str:
-        return shlex.join([lc.PYTHON, "-m", module, *args])
+    def run_launcher(argv: list[str]) -> str:
+        return shlex.join([lc.PYTHON, "-m", lc.LAUNCHER_MODULE, *argv])
 
-    return run_module
+    return run_launcher
 
 
-def spark_stage(stage: str, module: str, args) -> SparkSubmitOperator:
-    """A Spark stage: ``spark-submit <stage file>`` through the project venv's pyspark."""
+def spark_stage(stage: str, argv) -> SparkSubmitOperator:
+    """A Spark stage: ``spark-submit`` of the stage launcher's file through the project venv's
+    pyspark."""
     return SparkSubmitOperator(
         task_id=stage,
-        application=lc.module_file(module),
-        application_args=args,
+        application=lc.LAUNCHER,
+        application_args=argv,
         conn_id=lc.SPARK_CONN_ID,
         spark_binary=lc.SPARK_SUBMIT,
         properties_file=lc.SPARK_PROPERTIES,
@@ -173,11 +188,11 @@ def lokg_build():
     planned = plan()
     tasks = []
     for stage in lc.STAGES:
+        argv = planned[argv_key(stage.name)]
         if stage.kind == "spark":
-            tasks.append(spark_stage(stage.name, stage.module, planned["args"]))
+            tasks.append(spark_stage(stage.name, argv))
         else:
-            tasks.append(python_stage(stage.name, stage.module,
-                                      gpu=stage.kind == "train")(planned["args"]))
+            tasks.append(python_stage(stage.name, gpu=stage.kind == "train")(argv))
     chain(planned, *tasks, publish(planned))
 
 

@@ -3,8 +3,9 @@
 The DAG files run in the Airflow venv, which has neither the project's dependencies nor pyspark
 (the Spark provider's pyspark-client would overwrite pyspark), and the scheduler parses them
 often. So this module is plain Python: the stage table comes from ``pipeline/registry.py``,
-which imports nothing, and every stage runs in the project venv through a subprocess
-(``spark-submit``, ``python -m``, ``lokg``).
+which imports nothing, and every stage runs in the project venv through a subprocess of the one
+stage launcher (``spark-submit pipeline/stage_launcher.py``, ``python -m
+lokg.pipeline.stage_launcher``) and ``lokg``.
 
 Every setting has a default for the embedded set-up (``infra/airflow/env.sh``) and an
 environment variable for production (docs/OPERATIONS.md).
@@ -19,7 +20,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-#: The repository checkout the tasks run in (stage scripts, configs) and its project venv.
+#: The repository checkout the tasks run in (the stage launcher, configs) and its project venv.
 ROOT = Path(os.environ.get("LOKG_ROOT") or Path(__file__).resolve().parents[1])
 VENV = Path(os.environ.get("LOKG_VENV") or ROOT / ".venv")
 PYTHON = str(VENV / "bin" / "python")
@@ -79,7 +80,6 @@ DEFAULT_ARGS = {
 }
 
 
-
 def _stage_table():
     """The checkout's pipeline/registry.py, loaded from its file: it imports nothing, and the
     Airflow venv has no lokg installed."""
@@ -92,11 +92,9 @@ def _stage_table():
 
 
 STAGES = _stage_table().STAGES  # the DAGs' one stage table
-
-
-def module_file(module: str) -> str:
-    """The stage's file in the checkout, the application handed to spark-submit."""
-    return str(ROOT.joinpath(*module.split(".")[1:]).with_suffix(".py"))  # lokg.<folder>.<stage>
+#: What runs any stage by name: the file spark-submit gets, the module ``python -m`` runs.
+LAUNCHER = str(ROOT / "pipeline" / "stage_launcher.py")
+LAUNCHER_MODULE = "lokg.pipeline.stage_launcher"
 
 
 def run_logged(cmd: list[str]) -> None:

@@ -76,13 +76,6 @@ def _known(name: str) -> Stage:
         raise BuildError(exc.args[0]) from None
 
 
-def stage_script(name: str) -> Path:
-    """The file to hand to ``spark-submit`` for a stage (found without importing it)."""
-    import importlib.util
-
-    return Path(importlib.util.find_spec(_known(name).module).origin)
-
-
 def _load_module(name: str) -> ModuleType:
     return importlib.import_module(_known(name).module)
 
@@ -485,26 +478,3 @@ def build(dump: str, store_root: str, config: dict, *, until: str | None = None,
     published = publish_build(store, build_id, config, sources=source_fingerprints(dump))
     log(f"published build {build_id} to {store.root}")
     return published
-
-
-def stage_main(name: str, argv: list[str] | None = None) -> None:
-    """Command line of one stage, used by ``spark-submit spark_jobs/<stage>.py`` and DAG tasks."""
-    import argparse
-
-    from lokg.pipeline.config import load_config
-    from lokg.runtime.config import ConfigError
-
-    parser = argparse.ArgumentParser(prog=f"lokg-stage-{name}", description=f"Run stage '{name}'.")
-    parser.add_argument("--store", required=True, help="store root")
-    parser.add_argument("--build-id", required=True, help="build being assembled")
-    parser.add_argument("--dump", help="raw dump (file or directory)")
-    parser.add_argument("--config", help="YAML/JSON config file")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE", help="config override, repeatable")
-    args = parser.parse_args(argv)
-    try:
-        config = load_config(args.config, args.overrides)
-    except ConfigError as exc:  # one line and exit 2, before the stage (and Spark) starts
-        parser.error(str(exc))
-    record = run_stage(Store(args.store), args.build_id, name, config, args.dump)
-    print(json.dumps({"stage": name, "seconds": record["seconds"]}))

@@ -1,1 +1,2 @@
-"""PySpark jobs of the offline pipeline; each module is one stage and runs under spark-submit."""
+"""PySpark jobs of the offline pipeline; each stage module runs under spark-submit through the
+stage launcher (pipeline/stage_launcher.py)."""

@@ -197,9 +197,3 @@ def _write_typed(typed, small: bool, out_path: Path) -> dict:
     by_source = {k: int(v) for k, v in observed.get.items()}
     by_source[None] = by_source.pop("untyped")
     return by_source
-
-
-if __name__ == "__main__":
-    from lokg.pipeline.driver import stage_main
-
-    stage_main("entity_types")

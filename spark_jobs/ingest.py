@@ -44,14 +44,6 @@ Rules:
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # spark-submit spark_jobs/ingest.py: import from the repository root
-    import os as _os
-    import sys as _sys
-
-    _here = _os.path.dirname(_os.path.abspath(__file__))
-    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
-    _sys.path.insert(0, _os.path.dirname(_here))
-
 import shutil
 import time
 from pathlib import Path
@@ -328,9 +320,3 @@ def on_reuse(out_dir: str, outputs: dict, report: dict) -> dict:
     since the previous build, whose change set was linked with its outputs."""
     write_empty_change_set(Path(outputs["change_set"]))
     return {**report, "change_set": dict.fromkeys(CHANGE_SET_PARTS, 0)}
-
-
-if __name__ == "__main__":
-    from lokg.pipeline.driver import stage_main
-
-    stage_main("ingest")

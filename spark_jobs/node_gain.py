@@ -295,9 +295,3 @@ def _report(stats: dict, bounds: dict, n_relations: int, refresh: dict, seconds:
         "step_seconds": seconds,
         "seconds": round(sum(seconds.values()), 3),
     }
-
-
-if __name__ == "__main__":
-    from lokg.pipeline.driver import stage_main
-
-    stage_main("node_gain")

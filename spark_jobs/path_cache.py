@@ -474,9 +474,3 @@ def _written(cache_dir: Path, buckets: int, n_heads: int) -> dict:
                           for h in sorted(hops, key=lambda h: h["values"])},
         "bytes": n_bytes,
     }
-
-
-if __name__ == "__main__":
-    from lokg.pipeline.driver import stage_main
-
-    stage_main("path_cache")

@@ -206,9 +206,3 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     report["step_seconds_total"] = round(sum(report["step_seconds"].values()), 3)
     return {"outputs": {"relation_stats": str(stats_path), "relation_pairs": str(pairs_path)},
             "report": report}
-
-
-if __name__ == "__main__":
-    from lokg.pipeline.driver import stage_main
-
-    stage_main("relation_stats")

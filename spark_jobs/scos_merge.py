@@ -342,9 +342,3 @@ def _rewrite(config: Mapping, cfg: Mapping, inputs: Mapping, rmap: pa.Table, out
     write_table("relations", pa.table({"id": ids, "name": [first[i] for i in ids]}),
                 out / "relations.parquet")
     return {"triples": str(path), "relations": str(out / "relations.parquet")}
-
-
-if __name__ == "__main__":
-    from lokg.pipeline.driver import stage_main
-
-    stage_main("scos_merge")

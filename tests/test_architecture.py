@@ -64,25 +64,16 @@ def _is_main_guard(node: ast.AST) -> bool:
             and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__")
 
 
-def _imports(tree: ast.AST, *, skip_main: bool) -> list[ast.Import | ast.ImportFrom]:
-    """The import statements anywhere in a module (functions included); with ``skip_main``
-    not those of its ``if __name__ == "__main__":`` block."""
-    found, todo = [], [tree]
-    while todo:
-        node = todo.pop()
-        if skip_main and _is_main_guard(node):
-            continue
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.append(node)
-        todo.extend(ast.iter_child_nodes(node))
-    return found
+def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements anywhere in a module (functions and ``__main__`` blocks included)."""
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
 
 
-def imported_names(path: Path, *, skip_main: bool = False) -> set[str]:
+def imported_names(path: Path) -> set[str]:
     """Every dotted name a file imports anywhere in it (functions included): each module, and
     each ``module.name`` of a ``from module import name``."""
     found = set()
-    for node in _imports(ast.parse(path.read_text(encoding="utf-8")), skip_main=skip_main):
+    for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif node.module and not node.level:
@@ -91,15 +82,14 @@ def imported_names(path: Path, *, skip_main: bool = False) -> set[str]:
     return found
 
 
-def imported_modules(path: Path, modules: dict[str, Path], *, skip_main: bool = False) -> set[str]:
+def imported_modules(path: Path, modules: dict[str, Path]) -> set[str]:
     """The project modules a file imports anywhere in it (functions included)."""
-    return imported_names(path, skip_main=skip_main) & set(modules)
+    return imported_names(path) & set(modules)
 
 
-def import_graph(*, skip_main: bool = False) -> dict[str, set[str]]:
+def import_graph() -> dict[str, set[str]]:
     modules = project_modules()
-    return {name: imported_modules(path, modules, skip_main=skip_main) - {name}
-            for name, path in modules.items()}
+    return {name: imported_modules(path, modules) - {name} for name, path in modules.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -160,10 +150,9 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_every_package_imports_only_the_layers_below_it():
-    """Every import counts, functions' included, but a module's ``if __name__ == "__main__":``
-    block: that is its command line (spark-submit and ``python -m`` run a stage module through
-    ``pipeline.driver.stage_main``), an entry point that no import runs."""
-    upward = upward_imports(import_graph(skip_main=True))
+    """Every import counts, functions' and ``if __name__ == "__main__":`` blocks' included: a
+    stage has no command line of its own, ``pipeline/stage_launcher.py`` runs any by name."""
+    upward = upward_imports(import_graph())
     assert not upward, "imports that do not point down:\n" + "\n".join(upward)
 
 
@@ -179,7 +168,6 @@ def test_the_namespace_itself_imports_nothing():
 
 
 def test_no_loop_between_packages():
-    """Over every import, ``__main__`` blocks included."""
     graph: dict[str, set[str]] = {}
     for m, deps in import_graph().items():
         graph.setdefault(package(m), set()).update(package(d) for d in deps)
@@ -200,7 +188,7 @@ def private_uses(module: str, modules: dict[str, Path]) -> list[str]:
     own = package(module)
     tree = ast.parse(modules[module].read_text(encoding="utf-8"))
     aliases, found = {}, []
-    for node in _imports(tree, skip_main=False):
+    for node in _imports(tree):
         if isinstance(node, ast.Import):
             aliases.update({a.asname: a.name for a in node.names if a.asname})
         elif node.module in modules and not node.level:
@@ -279,7 +267,8 @@ def test_a_stage_is_its_module_and_its_config_section(stage):
     assert stage.name in DEFAULTS, f"stage {stage.name}: no config section of that name"
     source = path.read_text(encoding="utf-8")
     assert "def run(config" in source
-    assert f'stage_main("{stage.name}")' in source or f'STAGE = "{stage.name}"' in source
+    assert not any(_is_main_guard(node) for node in ast.parse(source).body), \
+        f"stage {stage.name}: a command line of its own (pipeline/stage_launcher.py runs it)"
 
 
 def test_no_module_shadows_the_standard_library():

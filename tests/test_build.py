@@ -103,7 +103,7 @@ def test_failing_stage_publishes_nothing(tmp_path, spark):
 
 
 def test_stage_runs_under_spark_submit(synth_dump, tmp_path):
-    """The same stage, launched the way Airflow launches it: spark-submit of the module file."""
+    """The same stage, launched the way Airflow launches it: spark-submit of the stage launcher."""
     from lokg.testing.builds import spark_submit
 
     record = spark_submit("ingest", tmp_path / "store", "b-submit", synth_dump,

@@ -96,7 +96,7 @@ def test_config_prints_the_resolved_config(tmp_path):
 
 
 def test_stage_main_refuses_a_bad_config_with_a_usage_error(capsys):
-    from lokg.pipeline.driver import stage_main
+    from lokg.pipeline.stage_launcher import stage_main
 
     with pytest.raises(SystemExit) as exit_:
         stage_main("ingest", ["--store", "s", "--build-id", "b", "--set", "publish.keep=-1"])

@@ -87,8 +87,8 @@ def test_spark_stages_on_the_cluster_equal_local(cluster, tmp_path):
     args = ["--dump", str(dump), *[a for kv in ("ingest.format=synth", *FAST, *SPARK_PATHS)
                                    for a in ("--set", kv)]]
     compared = []
-    for stage, module in ((s.name, s.module) for s in STAGES):
-        if module.startswith("lokg.spark_jobs."):
+    for stage, kind in ((s.name, s.kind) for s in STAGES):
+        if kind == "spark":
             local = submit(stage, "local[2]", store, "local", args)
             remote = submit(stage, master, store, "cluster", args)
             assert remote["report"].get("path", "spark") == "spark", stage
@@ -101,7 +101,8 @@ def test_spark_stages_on_the_cluster_equal_local(cluster, tmp_path):
                 compared.append(f"{stage}.{name}")
         else:
             proc = subprocess.run(
-                [sys.executable, "-m", module, "--store", str(store), "--build-id", "local", *args],
+                [sys.executable, "-m", "lokg.pipeline.stage_launcher", stage, "--store", str(store),
+                 "--build-id", "local", *args],
                 cwd=REPO, capture_output=True, text=True, timeout=1800)
             assert proc.returncode == 0, f"{stage}:\n{proc.stderr[-4000:]}"
             shutil.copytree(store / "staging" / "local" / stage, store / "staging" / "cluster" / stage)

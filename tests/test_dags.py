@@ -91,8 +91,8 @@ before = set(sys.modules)
 folder = Path(sys.argv[1])
 bag = BundleDagBag(dag_folder=folder, bundle_path=folder, bundle_name="dags-folder")
 heavy = sorted(m for m in set(sys.modules) - before
-               if m.split(".")[0] in ("pyspark", "torch", "runtime", "spark_jobs", "training",
-                                      "evaluation", "pyarrow", "numpy", "pandas"))
+               if m.split(".")[0] in ("lokg", "pyspark", "torch", "runtime", "spark_jobs",
+                                      "training", "evaluation", "pyarrow", "numpy", "pandas"))
 from datetime import datetime, timezone
 from types import SimpleNamespace
 import lokg_build
@@ -161,7 +161,7 @@ def test_build_dag_has_one_task_per_stage_in_pipeline_order(integrity):
         t = tasks[s.name]
         if s.package == "spark_jobs":
             assert t["type"] == "SparkSubmitOperator"
-            assert Path(t["application"]) == REPO / "spark_jobs" / f"{s.name}.py"
+            assert Path(t["application"]) == REPO / "pipeline" / "stage_launcher.py"
             assert Path(t["spark_binary"]) == REPO / ".venv" / "bin" / "spark-submit"
             assert (t["queue"], t["pool"]) == ("default", "default_pool")
         elif s.package == "training":

@@ -204,7 +204,7 @@ def test_ingest_then_types_explicit_from_nt(spark, tmp_path):
 @pytest.mark.slow
 @pytest.mark.spark
 def test_spark_submit_types(spark, tmp_path):
-    """spark_jobs/entity_types.py (stage entity_types) runs under spark-submit."""
+    """Stage entity_types (spark_jobs/entity_types.py) runs under spark-submit."""
     from lokg.pipeline.config import load_config
     from lokg.runtime.contract import Store
     from lokg.pipeline.driver import run_stage

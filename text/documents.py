@@ -112,9 +112,3 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
               "max_tokens": cfg.max_tokens, "overlap": cfg.overlap,
               "step_seconds": lap.seconds}
     return {"outputs": {k: str(p) for k, p in paths.items()}, "report": report}
-
-
-if __name__ == "__main__":
-    from lokg.pipeline.driver import stage_main
-
-    stage_main("documents")

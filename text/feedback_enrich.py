@@ -204,9 +204,3 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     lap("write")
     report["step_seconds"] = lap.seconds
     return {"outputs": {"feedback_delta": str(out / "feedback_delta")}, "report": report}
-
-
-if __name__ == "__main__":
-    from lokg.pipeline.driver import stage_main
-
-    stage_main(STAGE)

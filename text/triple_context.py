@@ -300,9 +300,3 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     np.save(paths["chunk_vectors"], np.asarray(vectors, np.float32))
     report.update({"floor": cfg.floor, "step_seconds": lap.seconds})
     return {"outputs": {k: str(p) for k, p in paths.items()}, "report": report}
-
-
-if __name__ == "__main__":
-    from lokg.pipeline.driver import stage_main
-
-    stage_main("triple_context")

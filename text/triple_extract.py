@@ -357,9 +357,3 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                    "malformed_triples": collected.malformed_triples,
                    "step_seconds": lap.seconds})
     return {"outputs": {k: str(p) for k, p in paths.items()}, "report": report}
-
-
-if __name__ == "__main__":
-    from lokg.pipeline.driver import stage_main
-
-    stage_main("triple_extract")

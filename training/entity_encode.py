@@ -368,9 +368,3 @@ def _missing_onnx_packages() -> str | None:
     except ImportError as exc:
         return f"{exc.name} is not installed (pip install onnx onnxruntime: the train extra)"
     return None
-
-
-if __name__ == "__main__":
-    from lokg.pipeline.driver import stage_main
-
-    stage_main(STAGE)

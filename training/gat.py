@@ -268,9 +268,3 @@ def _trained_report(result: TrainResult, gold: np.ndarray, with_gold: bool) -> d
         report["gold_attention"] = {"before": _mean(result.attention_before[gold]),
                                     "after": _mean(result.attention[gold])}
     return report
-
-
-if __name__ == "__main__":
-    from lokg.pipeline.driver import stage_main
-
-    stage_main(STAGE)

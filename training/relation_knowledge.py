@@ -552,9 +552,3 @@ def _zero_shot_cosine(knowledge: Callable[[Mapping], RelationKnowledge], thresho
             for theta in ZERO_SHOT_GRID}
     best = max(ZERO_SHOT_GRID, key=lambda t: (hits[t], t))
     return best, {"dev_correct": {str(t): h for t, h in hits.items()}}
-
-
-if __name__ == "__main__":
-    from lokg.pipeline.driver import stage_main
-
-    stage_main(STAGE)

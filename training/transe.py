@@ -450,9 +450,3 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         report["eval"] = result.metrics
     return {"outputs": {"relation_embeddings": str(emb_path), "transe_run": str(run_dir)},
             "report": report}
-
-
-if __name__ == "__main__":
-    from lokg.pipeline.driver import stage_main
-
-    stage_main("transe")

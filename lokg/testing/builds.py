@@ -19,10 +19,11 @@ REFRESH_FAST = ["ingest.format=synth", *FAST, "documents.corpus=linked_documents
 
 
 def spark_submit(stage: str, store: Path, build_id: str, dump: Path, *extra: str) -> dict:
-    """Run ``spark-submit spark_jobs/<stage>.py`` from outside the repository; its stage record."""
+    """Run ``spark-submit pipeline/stage_launcher.py <stage>`` from outside the repository; its
+    stage record."""
     import pytest
 
-    from lokg.pipeline.driver import stage_script
+    from lokg.pipeline.stage_launcher import SCRIPT
 
     submit = Path(sys.executable).parent / "spark-submit"
     if not submit.exists():
@@ -32,7 +33,7 @@ def spark_submit(stage: str, store: Path, build_id: str, dump: Path, *extra: str
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     proc = subprocess.run(
         [str(submit), "--master", "local[1]", "--driver-memory", "1g",
-         str(stage_script(stage)),
+         str(SCRIPT), stage,
          "--store", str(store), "--build-id", build_id, "--dump", str(dump), *extra],
         cwd=store.parent, env=env, capture_output=True, text=True, timeout=600,
     )
