@@ -110,13 +110,32 @@ def _write_reports(out_dir: Path, summary: dict, run: dict, data, reading: str,
     plot_loss_by_step(summary, out_dir / LOSS_PLOT_FILE, f"{title}, policy {policy}")
 
 
+def _limit_torch_threads(threads: int | None) -> None:
+    """Cap torch's CPU threads (the question encoder) when asked."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+
+
+def _run_settings(data, ctx, *, llm: str, policy: str, budget: int,
+                  modes: Sequence[str], reader: str | None) -> dict:
+    """The settings a run file records (a rerun with other settings is refused)."""
+    stores = {"store": ctx.runtime.build_id}
+    if ctx.runtime_no_scos is not None:
+        stores["store_no_scos"] = ctx.runtime_no_scos.build_id
+    return {"dataset": data.describe(), "llm": llm, "policy": policy,
+            "model": None if ctx.llm.model is None else str(ctx.llm.model),
+            "budget": budget, "entities": ",".join(modes), "stores": stores,
+            **({"reader": reader} if reader else {})}
+
+
 def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lokg",
-             llm: str = "none", policy: str = "lokg", budget: int = DEFAULT_BUDGET, entities: str = "gold",
-             out: str,
-             store_no_scos: str | None = None, build: bool = False, kb: str | None = None,
-             overrides: Sequence[str] = (), limit: int | None = None, progress: bool = True,
-             threads: int | None = 1, reader: str | None = None,
-             log: Callable[[str], None] = print) -> dict:
+             llm: str = "none", policy: str = "lokg", budget: int = DEFAULT_BUDGET,
+             entities: str = "gold", out: str, store_no_scos: str | None = None,
+             build: bool = False, kb: str | None = None, overrides: Sequence[str] = (),
+             limit: int | None = None, progress: bool = True, threads: int | None = 1,
+             reader: str | None = None, log: Callable[[str], None] = print) -> dict:
     """Everything ``lokg eval`` does; returns the summary written to ``summary.json``.
 
     ``reader`` (choice | free) overrides the store's ``query.reader`` setting. ``entities``:
@@ -131,31 +150,21 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
     from lokg.evaluation.runner import check_run_file, evaluate, merge_summary
     from lokg.runtime.llm import make_llm
 
-    command = command_line(dataset=dataset, split=split, store=store,
-                           store_no_scos=store_no_scos, methods=methods, llm=llm,
-                           policy=None if policy == "lokg" else policy, budget=budget,
-                           entities=entities, out=out, limit=limit, kb=kb, overrides=overrides,
-                           build=build, reader=reader)
+    command = command_line(dataset=dataset, split=split, store=store, store_no_scos=store_no_scos,
+                           methods=methods, llm=llm, policy=None if policy == "lokg" else policy,
+                           budget=budget, entities=entities, out=out, limit=limit, kb=kb,
+                           overrides=overrides, build=build, reader=reader)
     data = load_dataset(dataset, split)
     modes = entity_modes(entities)
-    if threads:
-        import torch
-
-        torch.set_num_threads(int(threads))
+    _limit_torch_threads(threads)
     names = method_names(methods)
     questions = data.questions[:limit] if limit else data.questions
     rt, rt_no_scos = _open_stores(store, store_no_scos, names, data, build=build, kb=kb,
                                   overrides=overrides, reader=reader, log=log)
-    backend = make_llm(llm)
-    ctx = EvalContext(rt, CountingLLM(backend), budget, modes[0], rt_no_scos, policy)
+    ctx = EvalContext(rt, CountingLLM(make_llm(llm)), budget, modes[0], rt_no_scos, policy)
     out_dir = Path(out)
-    stores = {"store": rt.build_id}
-    if rt_no_scos is not None:
-        stores["store_no_scos"] = rt_no_scos.build_id
-    settings = {"dataset": data.describe(), "llm": llm, "policy": policy,
-                "model": None if ctx.llm.model is None else str(ctx.llm.model),
-                "budget": budget, "entities": ",".join(modes), "stores": stores,
-                **({"reader": reader} if reader else {})}
+    settings = _run_settings(data, ctx, llm=llm, policy=policy, budget=budget, modes=modes,
+                             reader=reader)
     run = check_run_file(out_dir, settings, command)
     summary = evaluate(make_methods(names, ctx, modes), questions, out_dir, progress=progress)
     summary = merge_summary(out_dir, summary, list(run_names(list(METHODS), modes)))

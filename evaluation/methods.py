@@ -70,10 +70,7 @@ def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = Fals
     evaluation/tcr_qf.py) answers through the online feedback loop instead of one ask."""
 
     def factory(ctx: EvalContext) -> Method:
-        rt = ctx.runtime_no_scos if no_scos else ctx.runtime
-        if rt is None:
-            raise MethodError("lokg-no-scos needs a store built with scos_merge.enabled=false: pass "
-                              "--store-no-scos DIR (or --build to build one)")
+        rt = _runtime(ctx, no_scos)
         enricher = tcr_qf.Enricher(rt, source=online) if online else None
 
         def run(question: Question) -> Prediction:
@@ -83,9 +80,7 @@ def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = Fals
                 return Prediction([], status=status, details={"build_id": rt.build_id},
                                   breakdown=question_breakdown(question, gold, [], None, "none"))
             ctx.llm.reset()
-            feeds = {} if relation_knowledge else {"relation_weight": 0.0, "chain_boost": False}
-            if source_sentences is not None:
-                feeds["source_sentences"] = source_sentences
+            feeds = _feeds(relation_knowledge, source_sentences)
 
             def ask(view):
                 return view.ask(question.question, entities=keys, budget=ctx.budget,
@@ -101,6 +96,24 @@ def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = Fals
         return run
 
     return factory
+
+
+def _runtime(ctx: EvalContext, no_scos: bool):
+    """The opened store a method asks: the one built without scos_merge when ``no_scos``."""
+    rt = ctx.runtime_no_scos if no_scos else ctx.runtime
+    if rt is None:
+        raise MethodError("lokg-no-scos needs a store built with scos_merge.enabled=false: pass "
+                          "--store-no-scos DIR (or --build to build one)")
+    return rt
+
+
+def _feeds(relation_knowledge: bool, source_sentences: bool | None) -> dict:
+    """The ask's options for the relation feeds and TCR's restored sentences (none passed:
+    the runtime's defaults)."""
+    feeds = {} if relation_knowledge else {"relation_weight": 0.0, "chain_boost": False}
+    if source_sentences is not None:
+        feeds["source_sentences"] = source_sentences
+    return feeds
 
 
 def _prediction(llm: CountingLLM, question: Question, ans, gold_chain: list[str] | None

@@ -163,23 +163,7 @@ def run_stage(store: Store, build_id: str, name: str, config: dict, dump: str | 
     work = final.with_name(f".{name}.tmp-{secrets.token_hex(4)}")
     work.mkdir()
     try:
-        started = time.perf_counter()
-        result, how = _refreshed_or_run(store, build_id, spec, config, inputs, work, base,
-                                        printed)
-        outputs = _checked_outputs(name, result)
-        hashes = result.get("hashes") or {k: content_hash(v) for k, v in outputs.items()}
-        kept = [] if how == "reused" or base is None else _cut_off(store, base, outputs, hashes)
-        record = {
-            "stage": name,
-            "seconds": round(time.perf_counter() - started, 3),
-            "outputs": {k: _moved(v, work, final) for k, v in outputs.items()},
-            "report": result.get("report", {}),
-            "refresh": how,
-            "refresh_base": base[0] if base and how != "full" else None,
-            "fingerprint": printed,
-            "hashes": hashes,
-            "cut_off": kept,
-        }
+        record = _made_record(store, build_id, spec, config, inputs, base, printed, work, final)
         (work / STAGE_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True))
         _replace_dir(work, final)
     except BaseException as exc:
@@ -188,6 +172,28 @@ def run_stage(store: Store, build_id: str, name: str, config: dict, dump: str | 
         shutil.rmtree(work, ignore_errors=True)
         raise
     return record
+
+
+def _made_record(store: Store, build_id: str, spec: Stage, config: dict, inputs: dict[str, str],
+                 base: tuple[str, dict] | None, printed: dict, work: Path, final: Path) -> dict:
+    """Make the stage's outputs in ``work`` (reused, partial or full) and return its record,
+    the output paths as they will be once ``work`` is renamed to ``final``."""
+    started = time.perf_counter()
+    result, how = _refreshed_or_run(store, build_id, spec, config, inputs, work, base, printed)
+    outputs = _checked_outputs(spec.name, result)
+    hashes = result.get("hashes") or {k: content_hash(v) for k, v in outputs.items()}
+    kept = [] if how == "reused" or base is None else _cut_off(store, base, outputs, hashes)
+    return {
+        "stage": spec.name,
+        "seconds": round(time.perf_counter() - started, 3),
+        "outputs": {k: _moved(v, work, final) for k, v in outputs.items()},
+        "report": result.get("report", {}),
+        "refresh": how,
+        "refresh_base": base[0] if base and how != "full" else None,
+        "fingerprint": printed,
+        "hashes": hashes,
+        "cut_off": kept,
+    }
 
 
 def _cut_off(store: Store, base: tuple[str, dict], outputs: dict[str, str],
@@ -373,19 +379,11 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
     expected = store.current_id()  # compare-and-swap: refused if CURRENT moves meanwhile
     records = stage_records(store, build_id)
     artefacts = staged_outputs(records)
-    missing = [t for t in REQUIRED_TABLES if t not in artefacts]
-    if missing:
-        raise BuildError(f"build {build_id}: cannot publish, tables missing: {missing}")
-    tables = {t: Path(artefacts[t]) for t in PUBLISHED_TABLES if t in artefacts}
+    tables = _published_tables(build_id, artefacts)
     extra = {dest: Path(artefacts[a]) for a, dest in {**REPORT_ARTEFACTS, **MODEL_ARTEFACTS}.items()
              if a in artefacts}
-    report = {
-        "stages": {n: {**r["report"], "seconds": r["seconds"]} for n, r in records.items()},
-        "refresh": refresh_summary(records),
-    }
-    report_path = store.staging_dir(build_id) / "build_report.json"
-    report_path.write_text(json.dumps(report, indent=2, sort_keys=True))
-    extra["reports/build_report.json"] = report_path
+    report, extra["reports/build_report.json"] = _write_build_report(
+        store.staging_dir(build_id), records)
     extra[QUERY_STATS_FILE] = _write_query_stats(store.staging_dir(build_id), tables)
     extra[LINKER_FORMS_FILE] = _write_linker_forms(store.staging_dir(build_id), tables)
     build = store.publish(
@@ -399,6 +397,25 @@ def publish_build(store: Store, build_id: str, config: dict, *, sources: list[di
     )
     store.keep_for_refresh(build_id)  # the next build's refresh cache, in one rename
     return build
+
+
+def _published_tables(build_id: str, artefacts: dict[str, str]) -> dict[str, Path]:
+    """The staged tables a build publishes; BuildError when a required one is missing."""
+    missing = [t for t in REQUIRED_TABLES if t not in artefacts]
+    if missing:
+        raise BuildError(f"build {build_id}: cannot publish, tables missing: {missing}")
+    return {t: Path(artefacts[t]) for t in PUBLISHED_TABLES if t in artefacts}
+
+
+def _write_build_report(staging: Path, records: dict[str, dict]) -> tuple[dict, Path]:
+    """The build report (each stage's report and time, what was refreshed) and its file."""
+    report = {
+        "stages": {n: {**r["report"], "seconds": r["seconds"]} for n, r in records.items()},
+        "refresh": refresh_summary(records),
+    }
+    path = staging / "build_report.json"
+    path.write_text(json.dumps(report, indent=2, sort_keys=True))
+    return report, path
 
 
 def refresh_summary(records: dict[str, dict]) -> dict:

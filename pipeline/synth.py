@@ -172,12 +172,7 @@ def generate(out_dir, *, n_triples: int, seed: int = 0, malformed_rate: float = 
     names = relation_names(world.families, naming)
     files, relation_counts, literal, typed, n_malformed = write_graph(
         world, names, out, n_triples, malformed_rate, gzip)
-    questions = draw_questions(world, n_questions, names, style=question_style,
-                               hops=options["hops"], max_answers=max_answers,
-                               test_wording=test_wording,
-                               extended=bool(changed.keys() - {"articles"}))
-    files.update(write_question_files(out, families_ground_truth(world.families, names),
-                                      questions))
+    questions = _write_questions(world, names, out, files, n_questions, options, changed)
     withheld = withhold_edges(world, names, out, questions, withhold, files) if withhold else []
     for edge in withheld:
         relation_counts[edge["relation"]] -= 1
@@ -190,6 +185,18 @@ def generate(out_dir, *, n_triples: int, seed: int = 0, malformed_rate: float = 
               "literal_lines": literal, "type_assertions": typed,
               "malformed_lines": n_malformed, "questions": len(questions)}
     return _write_manifest(out, params, counts, world.sizes, relation_counts, files)
+
+
+def _write_questions(world: World, names, out: Path, files: dict[str, str], n_questions: int,
+                     options: dict, changed: dict) -> list:
+    """Draw the questions and write their files (added to ``files``); the questions."""
+    questions = draw_questions(world, n_questions, names, style=options["question_style"],
+                               hops=options["hops"], max_answers=options["max_answers"],
+                               test_wording=options["test_wording"],
+                               extended=bool(changed.keys() - {"articles"}))
+    files.update(write_question_files(out, families_ground_truth(world.families, names),
+                                      questions))
+    return questions
 
 
 def _write_manifest(out: Path, params: dict, counts: dict, entity_types: dict[str, int],

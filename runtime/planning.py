@@ -81,14 +81,7 @@ class Planner:
         know, facts = rt.relknow
         forms = [f for h in heads for f in rt.surface_forms(h)]
         masked = mask_topic(req.question, forms)
-        # the plain form rides along when the masked one is embedded (a derived answer
-        # retrieves beside its chain unless query.derived_context is "chain"); alone it waits
-        # for retrieval, which the compact context never runs
-        by_vector = know.votes_by_question_vector
-        with_plain = by_vector and wants_question_vector(rt, req, linked_vec) and (
-            req.policy != "precision" or derived_retrieves(rt.settings))
-        masked_vec, batch_vec = rt.embed(masked if by_vector else None,
-                                         req.question if with_plain else None)
+        masked_vec, batch_vec = self._embed_questions(req, know, masked, linked_vec)
         assessment = know.assess(masked, topics, facts, q_vec=masked_vec,
                                  embed=rt.span_embedder(), domains=rt.hop_domains(),
                                  explain=req.policy == "precision",
@@ -104,6 +97,20 @@ class Planner:
             passed=passed, final=passed or req.policy == "precision",
             compact=req.policy == "route" and d is not None, relation_weight=req.relation_weight,
             boosted=tuple(d.facts) if req.chain_boost and d is not None else ()), batch_vec
+
+    def _embed_questions(self, req: Request, know, masked: str,
+                         linked_vec: np.ndarray | None) -> tuple[np.ndarray | None,
+                                                                 np.ndarray | None]:
+        """(masked question's vector, plain question's vector), each None when not wanted:
+        the masked form when the relation knowledge votes by question vector."""
+        rt = self.runtime
+        # the plain form rides along when the masked one is embedded (a derived answer
+        # retrieves beside its chain unless query.derived_context is "chain"); alone it waits
+        # for retrieval, which the compact context never runs
+        by_vector = know.votes_by_question_vector
+        with_plain = by_vector and wants_question_vector(rt, req, linked_vec) and (
+            req.policy != "precision" or derived_retrieves(rt.settings))
+        return rt.embed(masked if by_vector else None, req.question if with_plain else None)
 
     def _route_record(self, policy: str, gate: relknow.Gate, assessment: relknow.Assessment,
                       passed: bool, reason: str) -> dict:

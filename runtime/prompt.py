@@ -290,6 +290,35 @@ def _lines(text: str) -> list[str]:
     return out if out else headings
 
 
+def _line_items(line: str, numbered: int) -> list[str]:
+    """The items one line of a reply holds, its number or bullet taken off: a line numbered
+    1 may hold several numbered items; another number is a list's only when the reply
+    numbers more than one line (``numbered``)."""
+    match = _NUMBER.match(line)
+    if not match:
+        return [_BULLET.sub("", line, count=1)]
+    first = int(match.group(1) or match.group(2))
+    if first == 1 and _INLINE_NUMBER.search(line):  # "1. A 2. B" on one line
+        return _INLINE_NUMBER.split(line[match.end():])
+    if first == 1 or numbered > 1:
+        return [line[match.end():]]
+    return [line]
+
+
+def _text_pieces(text: str) -> list[str]:
+    """The candidate answers of a reply that is not a JSON list: its lines' items split at
+    the separators, edges stripped; a single piece split at its commas."""
+    lines = _lines(text)
+    numbered = sum(1 for line in lines if _NUMBER.match(line))
+    pieces = [piece for line in lines for item in _line_items(line, numbered)
+              for piece in _SEPARATORS.split(item)]
+    pieces = [_strip_edges(p) for p in pieces]
+    pieces = [p for p in pieces if p]
+    if len(pieces) == 1:
+        pieces = _split_commas(pieces[0])
+    return pieces
+
+
 def parse_answers(text: str) -> list[str]:
     """The answers in an LLM reply, in order, cleaned and de-duplicated (module docstring)."""
     if not isinstance(text, str):
@@ -299,27 +328,7 @@ def parse_answers(text: str) -> list[str]:
     if listed is not None:
         pieces = [p for x in listed for p in x.splitlines()]
     else:
-        lines = _lines(text)
-        numbered = sum(1 for line in lines if _NUMBER.match(line))
-        pieces = []
-        for line in lines:
-            match = _NUMBER.match(line)
-            if match:
-                first = int(match.group(1) or match.group(2))
-                if first == 1 and _INLINE_NUMBER.search(line):  # "1. A 2. B" on one line
-                    line_items = _INLINE_NUMBER.split(line[match.end():])
-                elif first == 1 or numbered > 1:
-                    line_items = [line[match.end():]]
-                else:
-                    line_items = [line]
-            else:
-                line_items = [_BULLET.sub("", line, count=1)]
-            for item in line_items:
-                pieces.extend(_SEPARATORS.split(item))
-        pieces = [_strip_edges(p) for p in pieces]
-        pieces = [p for p in pieces if p]
-        if len(pieces) == 1:
-            pieces = _split_commas(pieces[0])
+        pieces = _text_pieces(text)
     answers: list[str] = []
     seen: set[str] = set()
     for piece in pieces:

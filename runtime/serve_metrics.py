@@ -74,20 +74,9 @@ class Metrics:
             family("lokg_http_requests_total", "counter", "HTTP requests by route and status.",
                    [(_labels(route=r, method=m, status=s), n)
                     for (r, m, s), n in sorted(self.requests.items())])
-            samples = []
-            for route, (counts, total) in sorted(self.latency.items()):
-                running = 0
-                for bound, n in zip((*LATENCY_BUCKETS, "+Inf"), counts):
-                    running += n
-                    samples.append((_labels(route=route, le=bound), running))
             family("lokg_http_request_duration_seconds", "histogram",
                    "Time from request start to response end.", [])
-            out.extend(f"lokg_http_request_duration_seconds_bucket{labels} {value}"
-                       for labels, value in samples)
-            for route, (counts, total) in sorted(self.latency.items()):
-                out.append(f"lokg_http_request_duration_seconds_sum{_labels(route=route)} {total}")
-                out.append(f"lokg_http_request_duration_seconds_count{_labels(route=route)} "
-                           f"{sum(counts)}")
+            out.extend(self._latency_samples())
             family("lokg_http_requests_in_flight", "gauge", "Requests being handled now.",
                    [("", self.in_flight)])
             family("lokg_answers_total", "counter", "Answers by status (ok, fallback, ...).",
@@ -102,6 +91,22 @@ class Metrics:
                    [(_labels(result=r), n) for r, n in sorted(self.reloads.items())])
         _build_families(service, family)
         return "\n".join(out) + "\n"
+
+    def _latency_samples(self) -> list[str]:
+        """The duration histogram's samples (the caller holds the lock): every route's
+        cumulative buckets, then each route's sum and count."""
+        lines = []
+        for route, (counts, total) in sorted(self.latency.items()):
+            running = 0
+            for bound, n in zip((*LATENCY_BUCKETS, "+Inf"), counts):
+                running += n
+                lines.append(f"lokg_http_request_duration_seconds_bucket"
+                             f"{_labels(route=route, le=bound)} {running}")
+        for route, (counts, total) in sorted(self.latency.items()):
+            lines.append(f"lokg_http_request_duration_seconds_sum{_labels(route=route)} {total}")
+            lines.append(f"lokg_http_request_duration_seconds_count{_labels(route=route)} "
+                         f"{sum(counts)}")
+        return lines
 
 
 def _build_families(service, family) -> None:

@@ -211,6 +211,12 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 def _add_routes(app: FastAPI, service: Service) -> None:
     """The API: ask, ask/batch, health, readiness and metrics."""
+    _add_ask_routes(app, service)
+    _add_status_routes(app, service)
+
+
+def _add_ask_routes(app: FastAPI, service: Service) -> None:
+    """/v1/ask and /v1/ask/batch."""
 
     @app.post("/v1/ask", responses={200: {"model": Answer}, 422: {"description": "bad request"},
                                     503: {"description": "no build loaded, or it lost a file"}})
@@ -234,6 +240,10 @@ def _add_routes(app: FastAPI, service: Service) -> None:
                     results.append({"ok": False, "status": 422, "detail": str(exc)})
         return _json({"build_id": runtime.build_id, "results": results},
                      headers={"X-LOKG-Build": runtime.build_id})
+
+
+def _add_status_routes(app: FastAPI, service: Service) -> None:
+    """/healthz, /readyz and /metrics."""
 
     @app.get("/healthz")
     async def healthz() -> dict:
@@ -295,6 +305,28 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _api_token(host: str, allow_unauthenticated: bool) -> str | None:
+    """The bearer token from the environment; none is refused on a non-loopback host unless
+    unauthenticated access is allowed."""
+    token = os.environ.get(TOKEN_ENV) or None
+    if not _is_loopback(host) and token is None and not allow_unauthenticated:
+        raise click.UsageError(f"--host {host} is not a loopback address: set {TOKEN_ENV} to "
+                               "require a bearer token, or pass --allow-unauthenticated")
+    return token
+
+
+def _check_store(store_root: str) -> None:
+    """The store exists and has a published build (a ClickException otherwise)."""
+    try:
+        store = open_store(store_root)
+        if not is_url(store_root) and not store.root.is_dir():
+            raise StoreError(f"{store_root}: store root does not exist")
+        if store.current_id() is None:
+            raise StoreError(f"{store_root}: no published build (CURRENT missing)")
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @click.command("serve", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--store", "store_root", envvar="LOKG_STORE", default="lokg_store",
               show_default=True, type=click.Path(file_okay=False),
@@ -345,18 +377,8 @@ def serve_command(store_root: str, host: str, port: int, workers: int, poll_inte
     """
     import uvicorn
 
-    token = os.environ.get(TOKEN_ENV) or None
-    if not _is_loopback(host) and token is None and not allow_unauthenticated:
-        raise click.UsageError(f"--host {host} is not a loopback address: set {TOKEN_ENV} to "
-                               "require a bearer token, or pass --allow-unauthenticated")
-    try:
-        store = open_store(store_root)
-        if not is_url(store_root) and not store.root.is_dir():
-            raise StoreError(f"{store_root}: store root does not exist")
-        if store.current_id() is None:
-            raise StoreError(f"{store_root}: no published build (CURRENT missing)")
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+    token = _api_token(host, allow_unauthenticated)
+    _check_store(store_root)
     settings = ServeSettings(
         store=str(store_root), poll_interval=poll_interval, token=token,
         llm_backends=tuple(llm_backends) or ServeSettings.llm_backends,

@@ -81,6 +81,25 @@ def _distinct_types(path: Path) -> int:
     return len(seen)
 
 
+def _relation_domains(rel_path) -> tuple[dict, dict]:
+    """Relation id → name, and id → the domain its Freebase-style name gives (or None)."""
+    relations = read_table(rel_path, columns=["id", "name"])
+    names = dict(zip(relations["id"].to_pylist(), relations["name"].to_pylist()))
+    return names, {k: relation_domain(n) for k, n in names.items()}
+
+
+def _write_types(path: str, config: dict, paths: tuple, names: dict, domains: dict,
+                 cascade: list[str], out_path: Path, *, small: bool) -> dict:
+    """Write the typed entities on the ``driver`` or the ``spark`` path; the count each
+    source typed."""
+    ent_path, tri_path, ta_path = paths
+    if path == "driver":
+        return entity_types_driver.write_types(
+            (ent_path, tri_path, ta_path if "explicit" in cascade else None),
+            names, domains, cascade, out_path)
+    return _spark_types(config, paths, names, domains, cascade, out_path, small=small)
+
+
 def run(config: dict, inputs: dict, out_dir: str) -> dict:
     started = time.perf_counter()
     ent_path, rel_path, tri_path = (stage_input(inputs, "entity_types", n)
@@ -90,9 +109,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     out_path = out / "entities.parquet"
 
-    relations = read_table(rel_path, columns=["id", "name"])
-    names = dict(zip(relations["id"].to_pylist(), relations["name"].to_pylist()))
-    domains = {k: relation_domain(n) for k, n in names.items()}
+    names, domains = _relation_domains(rel_path)
     freebase_style = sum(d is not None for d in domains.values())
     n_entities = _rows(ent_path)
     n_assertions = _rows(ta_path) if ta_path is not None and ta_path.exists() else 0
@@ -101,13 +118,8 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
     n_triples = _rows(tri_path)
     path = "driver" if n_triples <= EntityTypesSettings.of(config, StageError).driver_max_triples \
         else "spark"
-    if path == "driver":
-        by_source = entity_types_driver.write_types(
-            (ent_path, tri_path, ta_path if "explicit" in cascade else None),
-            names, domains, cascade, out_path)
-    else:
-        by_source = _spark_types(config, (ent_path, tri_path, ta_path), names, domains,
-                                 cascade, out_path, small=n_entities <= BROADCAST_ENTITIES)
+    by_source = _write_types(path, config, (ent_path, tri_path, ta_path), names, domains,
+                             cascade, out_path, small=n_entities <= BROADCAST_ENTITIES)
     untyped = by_source.pop(None, 0)
     report = {
         "rule": rule,

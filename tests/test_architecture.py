@@ -39,6 +39,9 @@ RANK = {package: rank for rank, row in enumerate(LAYERS) for package in row}
 #: Largest product class and module, in lines (the developers' guide: one concept, one topic).
 MAX_CLASS_LINES = 300
 MAX_MODULE_LINES = 600
+#: Longest product function, in lines from ``def`` to its end, docstring included (the
+#: developers' guide: functions that read top to bottom, one screen).
+MAX_FUNCTION_LINES = 40
 
 
 def project_modules() -> dict[str, Path]:
@@ -235,6 +238,26 @@ def test_no_product_class_or_module_outgrows_one_concept():
     found = oversized()
     assert not found, (f"{len(found)} over the limits (class {MAX_CLASS_LINES}, module "
                        f"{MAX_MODULE_LINES} lines):\n" + "\n".join(found))
+
+
+def overlong_functions() -> list[str]:
+    """Product functions and methods (lokg/testing included) over :data:`MAX_FUNCTION_LINES`
+    lines, with their lengths."""
+    found = []
+    for name, path in project_modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                size = node.end_lineno - node.lineno + 1
+                if size > MAX_FUNCTION_LINES:
+                    found.append(f"{name}:{node.lineno} {node.name}: {size} lines")
+    return found
+
+
+def test_no_product_function_outgrows_one_screen():
+    """Functions of at most 40 lines, from ``def`` to the end (bench/ and tests/ aside)."""
+    found = overlong_functions()
+    assert not found, (f"{len(found)} functions over {MAX_FUNCTION_LINES} lines:\n"
+                       + "\n".join(found))
 
 
 BLOCKED = ("lokg.cli", "lokg.pipeline", "lokg.evaluation", "lokg.training", "lokg.spark_jobs",

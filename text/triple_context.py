@@ -259,6 +259,32 @@ def stage_encoder(inputs: Mapping[str, str], cfg: Mapping) -> PrefixedEncoder:
     return stage_batch_encoder(STAGE, spec, cfg, exported)
 
 
+def _restore_and_encode(inputs: Mapping[str, str], cfg, triples, sources, chunks,
+                        restoring: bool, report: dict, lap: Laps) -> tuple:
+    """(the restored triple contexts, the chunks' vectors), each empty when not made; the
+    encoder is loaded only when one of them is wanted (its backend and the counts go into
+    ``report``)."""
+    context = TABLE_SCHEMAS["triple_context"].empty_table()
+    vectors = np.zeros((0, 0), np.float32)
+    if restoring or chunks.num_rows:
+        with torch_threads(cfg.threads):
+            encoder = stage_encoder(inputs, cfg)
+            report["encoder"] = encoder.backend
+            lap("load_model")
+            if restoring:  # entity descriptions as sources only when asked for (mode on)
+                candidates = Candidates(inputs, chunks, sources,
+                                        descriptions=cfg.enabled == "on")
+                context, counts = restore(triples, templates(inputs, triples), candidates,
+                                          encoder, cfg)
+                report.update(counts)
+                lap("restore")
+            if chunks.num_rows:
+                vectors = encode_by_length(encoder, chunks["text"].to_pylist(),
+                                           cfg.batch_size)
+                lap("chunk_vectors")
+    return context, vectors
+
+
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     cfg = TripleContextSettings.of(config, StageError)
     out, lap = Path(out_dir), Laps()
@@ -278,24 +304,8 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                     "feedback_lineage": lineage.num_rows,
                     "chunks": chunks.num_rows,
                     **head_check(sources, chunks, _read(inputs, "documents"), entities)}
-    context = TABLE_SCHEMAS["triple_context"].empty_table()
-    vectors = np.zeros((0, 0), np.float32)
-    if restoring or chunks.num_rows:
-        with torch_threads(cfg.threads):
-            encoder = stage_encoder(inputs, cfg)
-            report["encoder"] = encoder.backend
-            lap("load_model")
-            if restoring:  # entity descriptions as sources only when asked for (mode on)
-                candidates = Candidates(inputs, chunks, sources,
-                                        descriptions=cfg.enabled == "on")
-                context, counts = restore(triples, templates(inputs, triples), candidates,
-                                          encoder, cfg)
-                report.update(counts)
-                lap("restore")
-            if chunks.num_rows:
-                vectors = encode_by_length(encoder, chunks["text"].to_pylist(),
-                                           cfg.batch_size)
-                lap("chunk_vectors")
+    context, vectors = _restore_and_encode(inputs, cfg, triples, sources, chunks, restoring,
+                                           report, lap)
     write_table("triple_context", context, paths["triple_context"])
     np.save(paths["chunk_vectors"], np.asarray(vectors, np.float32))
     report.update({"floor": cfg.floor, "step_seconds": lap.seconds})

@@ -172,6 +172,24 @@ class _Epochs:
         return h, alpha
 
 
+def _train(epochs: _Epochs, n_epochs: int, device, log) -> tuple[list, list, list]:
+    """Run ``n_epochs`` epochs; each one's link loss, path loss and seconds."""
+    import torch
+
+    link_hist, path_hist, epoch_seconds = [], [], []
+    for epoch in range(n_epochs):
+        started = time.perf_counter()
+        link, path = epochs.run()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        epoch_seconds.append(round(time.perf_counter() - started, 4))
+        link_hist.append(link)
+        path_hist.append(path)
+        log(f"epoch {epoch + 1}: link {link:.4f}"
+            + (f" path {path:.4f}" if path is not None else "") + f" ({epoch_seconds[-1]:.2f}s)")
+    return link_hist, path_hist, epoch_seconds
+
+
 def fit(graph, x_np, rel_np, gold, cfg, device, log, state=None) -> TrainResult:
     """Train a fresh model (or one from ``state``) on ``device``; ``log`` gets each epoch's
     losses. ``cfg["stop_loss"]`` (a refresh): no epoch when the starting parameters' eval link
@@ -191,19 +209,7 @@ def fit(graph, x_np, rel_np, gold, cfg, device, log, state=None) -> TrainResult:
     del z0
     stop = cfg.get("stop_loss")
     n_epochs = 0 if stop is not None and eval_before <= stop else int(cfg["epochs"])
-
-    link_hist, path_hist, epoch_seconds = [], [], []
-    for epoch in range(n_epochs):
-        started = time.perf_counter()
-        link, path = epochs.run()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        epoch_seconds.append(round(time.perf_counter() - started, 4))
-        link_hist.append(link)
-        path_hist.append(path)
-        log(f"epoch {epoch + 1}: link {link:.4f}"
-            + (f" path {path:.4f}" if path is not None else "") + f" ({epoch_seconds[-1]:.2f}s)")
-
+    link_hist, path_hist, epoch_seconds = _train(epochs, n_epochs, device, log)
     if n_epochs:
         z, attention = infer(model, graph, x, rel_vec, device, epochs.chunk)
         eval_after = epochs.eval_link(z)

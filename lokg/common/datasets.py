@@ -225,6 +225,41 @@ def _strings(value, what: str, where: str) -> tuple[str, ...]:
     return tuple(x for x in value if x.strip())
 
 
+def _json_object(line: str, where: str) -> dict:
+    """One JSONL line's record, which must be a JSON object."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{where}: not JSON ({exc.msg})") from None
+    if not isinstance(record, dict):
+        raise DatasetError(f"{where}: expected a JSON object")
+    return record
+
+
+def _question_and_answers(record: dict, where: str) -> tuple[str, tuple[str, ...]]:
+    """A record's question text (non-empty) and answers (at least one)."""
+    text = record.get("question")
+    if not isinstance(text, str) or not text.strip():
+        raise DatasetError(f"{where}: 'question' must be a non-empty string")
+    answers = _strings(record.get("answers"), "'answers'", where)
+    if not answers:
+        raise DatasetError(f"{where}: 'answers' is empty")
+    return text, answers
+
+
+def _new_id(record: dict, default: str, seen: set[str], where: str) -> str:
+    """A record's id (``default`` when it has none) as a string, added to ``seen``; an id
+    seen before is refused."""
+    qid = record.get("id", default)
+    if not isinstance(qid, (str, int)) or isinstance(qid, bool):
+        raise DatasetError(f"{where}: 'id' must be a string or an integer")
+    qid = str(qid)
+    if qid in seen:
+        raise DatasetError(f"{where}: duplicate id {qid!r}")
+    seen.add(qid)
+    return qid
+
+
 def load_jsonl(file: str | Path, split: str | None = None, *, kind: str = "jsonl") -> Dataset:
     """Questions from a JSONL file (module docstring); ``kind="synth"`` for pipeline.synth."""
     source = Path(file).resolve()
@@ -239,29 +274,13 @@ def load_jsonl(file: str | Path, split: str | None = None, *, kind: str = "jsonl
             if not line.strip():
                 continue
             where = f"{source}:{lineno}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{where}: not JSON ({exc.msg})") from None
-            if not isinstance(record, dict):
-                raise DatasetError(f"{where}: expected a JSON object")
+            record = _json_object(line, where)
             if "split" in record:
                 has_split = True
                 if split is not None and record["split"] != split:
                     continue
-            text = record.get("question")
-            if not isinstance(text, str) or not text.strip():
-                raise DatasetError(f"{where}: 'question' must be a non-empty string")
-            answers = _strings(record.get("answers"), "'answers'", where)
-            if not answers:
-                raise DatasetError(f"{where}: 'answers' is empty")
-            qid = record.get("id", f"line-{lineno}")
-            if not isinstance(qid, (str, int)) or isinstance(qid, bool):
-                raise DatasetError(f"{where}: 'id' must be a string or an integer")
-            qid = str(qid)
-            if qid in seen:
-                raise DatasetError(f"{where}: duplicate id {qid!r}")
-            seen.add(qid)
+            text, answers = _question_and_answers(record, where)
+            qid = _new_id(record, f"line-{lineno}", seen, where)
             questions.append(Question(
                 qid, text.strip(), tuple(dict.fromkeys(answers)),
                 _strings(record.get("topic_entities", []), "'topic_entities'", where),

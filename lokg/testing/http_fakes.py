@@ -20,6 +20,86 @@ def ok_body(text="Paris", usage=True, model="test-model"):
     return body
 
 
+class _ScriptedHandler(BaseHTTPRequestHandler):
+    """Answers each POST with the next action of its :class:`FakeServer`'s script."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    @property
+    def fake(self) -> "FakeServer":
+        return self.server.fake
+
+    def do_POST(self):
+        action = self.record_request()
+        act = getattr(self, f"act_{action[0]}", None)
+        if act is None:  # pragma: no cover
+            raise AssertionError(action[0])
+        act(action)
+
+    def record_request(self) -> tuple:
+        """Record the request; return the script's action for it (the last one repeats)."""
+        length = int(self.headers.get("Content-Length", 0))
+        raw = self.rfile.read(length)
+        self.fake.requests.append({
+            "path": self.path, "headers": dict(self.headers.items()),
+            "body": json.loads(raw), "time": time.monotonic(),
+        })
+        i = len(self.fake.requests) - 1
+        return self.fake.script[min(i, len(self.fake.script) - 1)]
+
+    def act_json(self, action):
+        _, status, obj, *extra = action
+        self.reply(status, json.dumps(obj).encode(), extra[0] if extra else {})
+
+    def act_raw(self, action):
+        _, status, data, *extra = action
+        self.reply(status, data, extra[0] if extra else {})
+
+    def act_hang(self, action):
+        """Accept, read, never answer."""
+        self.fake.stop.wait(action[1])
+        self.close_connection = True
+
+    def act_close(self, action):
+        """Drop the connection without a response."""
+        self.close_connection = True
+
+    def act_truncate(self, action):
+        """Promise more than is sent, then drop."""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        self.wfile.write(b'{"choices": [')
+        self.wfile.flush()
+        self.close_connection = True
+
+    def act_trickle(self, action):
+        """Headers one byte at a time, forever."""
+        data = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000
+        for byte in data:
+            if self.fake.stop.wait(action[1]):
+                break
+            try:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+            except OSError:
+                break
+        self.close_connection = True
+
+    def reply(self, status, data, headers):
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
 class FakeServer:
     """Scripted replies, one per request; the last one repeats. Records every request."""
 
@@ -27,68 +107,9 @@ class FakeServer:
         self.script: list[tuple] = []
         self.requests: list[dict] = []
         self.stop = threading.Event()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):  # quiet
-                pass
-
-            def do_POST(self):
-                length = int(self.headers.get("Content-Length", 0))
-                raw = self.rfile.read(length)
-                server.requests.append({
-                    "path": self.path, "headers": dict(self.headers.items()),
-                    "body": json.loads(raw), "time": time.monotonic(),
-                })
-                i = len(server.requests) - 1
-                action = server.script[min(i, len(server.script) - 1)]
-                kind = action[0]
-                if kind == "json":
-                    _, status, obj, *extra = action
-                    self.reply(status, json.dumps(obj).encode(), extra[0] if extra else {})
-                elif kind == "raw":
-                    _, status, data, *extra = action
-                    self.reply(status, data, extra[0] if extra else {})
-                elif kind == "hang":  # accept, read, never answer
-                    server.stop.wait(action[1])
-                    self.close_connection = True
-                elif kind == "close":  # drop the connection without a response
-                    self.close_connection = True
-                elif kind == "truncate":  # promise more than is sent, then drop
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", "1000")
-                    self.end_headers()
-                    self.wfile.write(b'{"choices": [')
-                    self.wfile.flush()
-                    self.close_connection = True
-                elif kind == "trickle":  # headers one byte at a time, forever
-                    data = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000
-                    for byte in data:
-                        if server.stop.wait(action[1]):
-                            break
-                        try:
-                            self.wfile.write(bytes([byte]))
-                            self.wfile.flush()
-                        except OSError:
-                            break
-                    self.close_connection = True
-                else:  # pragma: no cover
-                    raise AssertionError(kind)
-
-            def reply(self, status, data, headers):
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedHandler)
         self.httpd.daemon_threads = True
+        self.httpd.fake = self
         self.thread = threading.Thread(target=self.httpd.serve_forever,
                                        kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()

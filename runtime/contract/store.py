@@ -199,16 +199,20 @@ class Store:
             raise StoreError(f"publish of {build_id}: required tables missing: {missing}")
         self.root.mkdir(parents=True, exist_ok=True)
         with self.locked(f"publish of {build_id}"):
-            current = self.current_id()
-            if current != expected:
-                raise StoreError(f"publish of {build_id} refused: CURRENT moved from "
-                                 f"{expected} to {current} while it waited for the store lock; "
-                                 f"publish again to replace {current}")
+            self._check_current_unmoved(build_id, expected)
             manifest = self._assemble(build_id, tables, extra_files, info, hook)
             write_atomic(self.root / CURRENT_FILE, build_id + "\n")
             hook("current")
             self._retain(keep)
         return Build(self.root, build_id, manifest)
+
+    def _check_current_unmoved(self, build_id: str, expected: str | None) -> None:
+        """Compare-and-swap: CURRENT is still ``expected`` (StoreError naming both if not)."""
+        current = self.current_id()
+        if current != expected:
+            raise StoreError(f"publish of {build_id} refused: CURRENT moved from "
+                             f"{expected} to {current} while it waited for the store lock; "
+                             f"publish again to replace {current}")
 
     def _assemble(self, build_id: str, tables: Mapping[str, Path],
                   extra_files: Mapping[str, Path] | None, info: Mapping | None,

@@ -30,33 +30,11 @@ def _check_problem(costs, values, budget) -> tuple[np.ndarray, np.ndarray, int]:
     return costs.astype(np.int64), values, int(budget)
 
 
-def solve_mckp(costs, values, budget: int) -> tuple[np.ndarray, float]:
-    """Exact multiple-choice knapsack by DP: one option per row, Σ cost ≤ budget, max Σ value.
-
-    ``costs`` (N×K non-negative integers) and ``values`` (N×K floats). Returns (choices, value):
-    the chosen column per row and the total value of that choice. O(N·B'·K) time, vectorised
-    over the budget axis, where B' = budget − Σ_i min_k c_ik capped at Σ_i (max_k − min_k) c_ik
-    (every row pays its cheapest option up front, so the DP only spans the slack). Among optimal
-    choices the one whose rows, taken from the last, pick the lowest column index is returned.
-    Raises :class:`InfeasibleBudget` when even the cheapest options exceed the budget.
-    """
-    costs, values, budget = _check_problem(costs, values, budget)
-    n, k = costs.shape
-    if n == 0:
-        if budget < 0:
-            raise InfeasibleBudget(f"budget {budget} < 0")
-        return np.zeros(0, dtype=np.int64), 0.0
-    base = costs.min(axis=1)
-    slack = budget - int(base.sum())
-    if slack < 0:
-        raise InfeasibleBudget(
-            f"the cheapest options cost {int(base.sum())} > budget {budget}"
-        )
-    extra = costs - base[:, None]
-    cap = int(min(slack, int(extra.max(axis=1).sum())))
+def _dp_layers(extra: np.ndarray, values: np.ndarray, cap: int) -> np.ndarray:
+    """layers[i][b]: best value of rows < i with extra cost ≤ b (kept for the backtrack, which
+    is cheaper than an argmax over the option axis)."""
+    n, k = extra.shape
     width = cap + 1
-    # layers[i][b]: best value of rows < i with extra cost ≤ b (kept for the backtrack, which
-    # is cheaper than an argmax over the option axis).
     layers = np.empty((n + 1, width))
     layers[0] = 0.0
     cand = np.empty(width)
@@ -69,6 +47,13 @@ def solve_mckp(costs, values, budget: int) -> tuple[np.ndarray, float]:
                 cand[:e] = -np.inf
                 np.add(prev[: width - e], values[i, j], out=cand[e:])
                 np.maximum(cur, cand, out=cur)
+    return layers
+
+
+def _backtrack(layers: np.ndarray, extra: np.ndarray, values: np.ndarray,
+               cap: int) -> np.ndarray:
+    """The choice per row that reaches the DP's optimum, rows taken from the last."""
+    n, k = extra.shape
     choices = np.empty(n, dtype=np.int64)
     b = cap
     for i in range(n - 1, -1, -1):
@@ -79,6 +64,34 @@ def solve_mckp(costs, values, budget: int) -> tuple[np.ndarray, float]:
                 break
         choices[i] = j
         b -= int(extra[i, j])
+    return choices
+
+
+def solve_mckp(costs, values, budget: int) -> tuple[np.ndarray, float]:
+    """Exact multiple-choice knapsack by DP: one option per row, Σ cost ≤ budget, max Σ value.
+
+    ``costs`` (N×K non-negative integers) and ``values`` (N×K floats). Returns (choices, value):
+    the chosen column per row and the total value of that choice. O(N·B'·K) time, vectorised
+    over the budget axis, where B' = budget − Σ_i min_k c_ik capped at Σ_i (max_k − min_k) c_ik
+    (every row pays its cheapest option up front, so the DP only spans the slack). Among optimal
+    choices the one whose rows, taken from the last, pick the lowest column index is returned.
+    Raises :class:`InfeasibleBudget` when even the cheapest options exceed the budget.
+    """
+    costs, values, budget = _check_problem(costs, values, budget)
+    n = costs.shape[0]
+    if n == 0:
+        if budget < 0:
+            raise InfeasibleBudget(f"budget {budget} < 0")
+        return np.zeros(0, dtype=np.int64), 0.0
+    base = costs.min(axis=1)
+    slack = budget - int(base.sum())
+    if slack < 0:
+        raise InfeasibleBudget(
+            f"the cheapest options cost {int(base.sum())} > budget {budget}"
+        )
+    extra = costs - base[:, None]
+    cap = int(min(slack, int(extra.max(axis=1).sum())))
+    choices = _backtrack(_dp_layers(extra, values, cap), extra, values, cap)
     return choices, float(values[np.arange(n), choices].sum())
 
 

@@ -54,6 +54,25 @@ def _connection(target: Target, connect_timeout: float) -> http.client.HTTPConne
     return http.client.HTTPConnection(target.host, target.port, timeout=connect_timeout)
 
 
+def _start_watchdog(seconds: float, fired: threading.Event,
+                    held: list[socket.socket]) -> threading.Timer:
+    """The attempt's hard deadline, whatever the server trickles: after ``seconds`` set
+    ``fired`` and shut the sockets in ``held`` down, which wakes a blocked recv."""
+
+    def watchdog():
+        fired.set()
+        for sock in held:
+            try:  # the plain-socket shutdown (also under TLS): wakes a blocked recv
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    timer = threading.Timer(seconds, watchdog)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 def post(target: Target, body: bytes, headers: dict[str, str], until: float, *,
          connect_timeout: float, max_bytes: int) -> tuple[int, http.client.HTTPMessage, bytes]:
     """One request, finished (or abandoned) by monotonic time ``until``: (status, headers,
@@ -67,18 +86,7 @@ def post(target: Target, body: bytes, headers: dict[str, str], until: float, *,
     # http.client drops conn.sock once a response says it will close the connection (the
     # response's file object keeps the socket open), so hold our own reference.
     held: list[socket.socket] = []
-
-    def watchdog():  # the attempt's hard deadline, whatever the server trickles
-        fired.set()
-        for sock in held:
-            try:  # the plain-socket shutdown (also under TLS): wakes a blocked recv
-                socket.socket.shutdown(sock, socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    timer = threading.Timer(remaining, watchdog)
-    timer.daemon = True
-    timer.start()
+    timer = _start_watchdog(remaining, fired, held)
     response: http.client.HTTPResponse | None = None
     try:
         conn.connect()

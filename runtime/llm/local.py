@@ -277,7 +277,18 @@ class LocalLlama:
         messages = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": prompt}]
         started = time.monotonic()
-        deadline = started + float(self.timeout)
+        text, finish = self._chat(llama, messages, max_tokens, grammar,
+                                  started + float(self.timeout))
+        return Completion(
+            text=text, prompt_tokens=count_tokens(system) + count_tokens(prompt),
+            completion_tokens=count_tokens(text),
+            latency_ms=(time.monotonic() - started) * 1000.0, model=self.model, attempts=1,
+            usage_from_server=False, finish_reason=finish)
+
+    def _chat(self, llama, messages: list[dict], max_tokens: int, grammar: str | None,
+              deadline: float) -> tuple[str, str | None]:
+        """The generated text and its finish reason, one generation at a time; LLMError when
+        it runs past ``deadline`` (monotonic) or the model fails."""
         parts: list[str] = []
         finish = None
 
@@ -301,9 +312,4 @@ class LocalLlama:
             except Exception as exc:
                 raise LLMError(f"local model failed: {exc}", kind="connection",
                                attempts=1) from None
-        text = "".join(parts)
-        return Completion(
-            text=text, prompt_tokens=count_tokens(system) + count_tokens(prompt),
-            completion_tokens=count_tokens(text),
-            latency_ms=(time.monotonic() - started) * 1000.0, model=self.model, attempts=1,
-            usage_from_server=False, finish_reason=finish)
+        return "".join(parts), finish
