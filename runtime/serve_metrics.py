@@ -11,6 +11,11 @@ from lokg.runtime.answer_record import Answer
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                    30.0, 60.0)
+#: The method label's values: any other method a client invents is counted as "other", so
+#: that no client can add series to ``/metrics`` (routes are bounded by the server: see
+#: runtime/server.py).
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT",
+                     "TRACE"})
 
 
 def _label(value) -> str:
@@ -40,6 +45,7 @@ class Metrics:
 
     def finished(self, route: str, method: str, status: int, seconds: float) -> None:
         slot = bisect.bisect_left(LATENCY_BUCKETS, seconds)
+        method = method if method in METHODS else "other"
         with self._lock:
             self.in_flight -= 1
             self.requests[(route, method, status)] += 1

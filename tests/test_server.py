@@ -114,6 +114,25 @@ def test_metrics_count_requests_latency_answers_and_name_the_build(client):
     assert "# TYPE lokg_http_request_duration_seconds histogram" in text
 
 
+def test_invented_methods_leave_the_metric_series_bounded(client):
+    def series(text: str) -> set[str]:
+        return {line.rsplit(" ", 1)[0] for line in text.splitlines()
+                if line.startswith("lokg_http_requests_total{")}
+
+    before = client.call("GET", "/metrics")[2]
+    for i in range(300):
+        for path in ("/healthz", f"/made-up/{i}"):
+            assert client.raw(f"INVENTED{i}X" + "Y" * 200, path)[0] < 500
+    after = client.call("GET", "/metrics")[2]
+    added = series(after) - series(before)
+    assert len(added) <= 4, sorted(added)[:10]
+    assert "INVENTED" not in after and "made-up" not in after
+    assert all('method="other"' in line for line in added if "/metrics" not in line)
+    samples = [len([line for line in text.splitlines() if not line.startswith("#")])
+               for text in (before, after)]
+    assert samples[1] - samples[0] <= 50  # at most a few new series and their histograms
+
+
 # ------------------------------------------------------------------------------ 4xx limits
 
 @pytest.mark.parametrize("payload,field", [
