@@ -38,7 +38,13 @@ KEEP_FAILURES = 10
 
 
 class BuildLost(StoreError):
-    """The served build could not be read while answering; the client should retry."""
+    """The served build could not be read while answering; the client should retry. The
+    message holds the detail (paths, the reader's error) for the log; clients get only the
+    build id (see runtime/server.py)."""
+
+    def __init__(self, build_id: str, message: str):
+        super().__init__(message)
+        self.build_id = build_id
 
 
 
@@ -181,7 +187,7 @@ class Service:
             if self.runtime is runtime:
                 self._reopen = True
             self._wake.set()
-            raise BuildLost(f"build {runtime.build_id}: {exc}") from exc
+            raise BuildLost(runtime.build_id, f"build {runtime.build_id}: {exc}") from exc
 
     def start(self) -> None:
         self._stop.clear()

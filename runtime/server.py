@@ -71,7 +71,10 @@ from lokg.runtime.llm import available_backends
 from lokg.runtime.object_store import open_store
 from lokg.runtime.request import QueryError
 from lokg.runtime.serve_models import AskRequest, BatchRequest, BatchResponse
-from lokg.runtime.serve_service import SETTINGS_ENV, TOKEN_ENV, ServeSettings, Service
+from lokg.runtime.serve_service import (SETTINGS_ENV, TOKEN_ENV, BuildLost, ServeSettings,
+                                        Service)
+
+log = logging.getLogger("lokg.server")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -206,7 +209,15 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StoreError)  # BuildLost included
     async def store_failed(request, exc: StoreError):
-        return _json({"detail": f"store error: {exc}; retry"}, 503, {"Retry-After": "1"})
+        """A one-line reason without the detail: paths and the reader's error text are for
+        the log (BuildLost was logged where it was raised), never for the client."""
+        if isinstance(exc, BuildLost):
+            reason = f"build {exc.build_id} could not be read"
+        else:
+            log.error("store error while answering: %s", exc)
+            reason = "the store could not be read"
+        return _json({"detail": f"store error: {reason} (details in the server log); retry"},
+                     503, {"Retry-After": "1"})
 
 
 def _add_routes(app: FastAPI, service: Service) -> None:

@@ -269,13 +269,35 @@ def test_a_served_build_losing_a_file_answers_503_and_is_reopened(tmp_path):
             bucket.unlink()  # not read yet: buckets load on first use
         status, head, body = c.ask()
         assert status == 503 and head["retry-after"] == "1"
-        assert "bucket-0000" in body["detail"] and "retry" in body["detail"]
+        assert "build b1 could not be read" in body["detail"] and "retry" in body["detail"]
         ready = wait_for(lambda: (r := c.call("GET", "/readyz")[2])["failed_builds"] and r,
                          what="the reopen of b1 to fail")
         assert "listed in the manifest but missing" in ready["failed_builds"][0]["error"]
         make_store(tmp_path, build_id="b2")
         wait_for(lambda: c.ask()[0] == 200, what="b2 loaded")
         assert served_build(c) == "b2"
+
+
+@pytest.mark.parametrize("damage", ["delete", "truncate", "garbage"])
+def test_a_503_body_shows_no_store_path_and_no_reader_text(tmp_path, damage, caplog):
+    make_store(tmp_path, build_id="b1")
+    store = tmp_path / "store"
+    with serving(store, llm_backends=("none",)) as c:
+        for bucket in (Store(store).builds_dir / "b1" / "path_cache.parquet").iterdir():
+            if damage == "delete":
+                bucket.unlink()
+            else:
+                data = bucket.read_bytes()
+                bucket.write_bytes(data[:len(data) // 2] if damage == "truncate"
+                                   else b"PAR1" + b"\x00garbage" * 64)
+        with caplog.at_level("ERROR", logger="lokg.server"):
+            status, head, body = c.ask()
+        assert status == 503 and head["retry-after"] == "1"
+        detail = body["detail"]
+        assert len(body) == 1 and "\n" not in detail and "retry" in detail
+        for leak in (str(tmp_path), str(store), "/", "parquet", "arrow", "bucket", "Errno"):
+            assert leak not in detail.lower(), (leak, detail)
+        assert "bucket-0000" in caplog.text  # the detail stays in the server's log
 
 
 def test_a_corrupted_first_build_leaves_the_service_unready_until_a_good_one(tmp_path):
