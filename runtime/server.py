@@ -49,6 +49,7 @@ Why it is shaped this way:
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hmac
 import ipaddress
@@ -78,6 +79,9 @@ log = logging.getLogger("lokg.server")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
+#: Seconds a connection may take to send a request head (after opening, or idle after a
+#: response) before it is closed: runtime/serve_conn.py.
+DEFAULT_IDLE_TIMEOUT = 10.0
 #: Routes open without the token: orchestrators probe them unauthenticated; the page is static.
 OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/"})
 STATIC_PREFIX = "/static/"
@@ -280,6 +284,9 @@ def create_app(settings: ServeSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app):
+        from lokg.runtime.serve_conn import quiet_loop_errors
+
+        quiet_loop_errors(asyncio.get_running_loop())  # no log flood when descriptors run out
         service.poll()  # the first build, before any connection is accepted
         service.start()
         try:
@@ -359,6 +366,10 @@ def _check_store(store_root: str) -> None:
 @click.option("--llm-retries", type=click.IntRange(0, 10), help="openai reader: retries.")
 @click.option("--llm-deadline", type=click.FloatRange(min=0.001),
               help="openai reader: total seconds per call, retries included.")
+@click.option("--idle-timeout", default=DEFAULT_IDLE_TIMEOUT, show_default=True,
+              type=click.FloatRange(0.1, 3600),
+              help="Seconds a connection may stay idle or take to send a request's headers "
+                   "before it is closed.")
 @click.option("--allow-unauthenticated", is_flag=True,
               help="Allow a non-loopback --host without LOKG_API_TOKEN.")
 @click.option("--log-level", default="info", show_default=True,
@@ -371,8 +382,8 @@ def _check_store(store_root: str) -> None:
 def serve_command(store_root: str, host: str, port: int, workers: int, poll_interval: float,
                   llm_backends: tuple[str, ...], llm_base_url: str | None, llm_model: str | None,
                   llm_timeout: float | None, llm_retries: int | None, llm_deadline: float | None,
-                  allow_unauthenticated: bool, log_level: str, access_log: bool,
-                  feedback: bool | None, feedback_dir: str | None) -> None:
+                  idle_timeout: float, allow_unauthenticated: bool, log_level: str,
+                  access_log: bool, feedback: bool | None, feedback_dir: str | None) -> None:
     """Serve the store over HTTP: /v1/ask, /v1/ask/batch, /healthz, /readyz, /metrics, and
     the audit page at / (ask a question, see the answer, its path, triples, tokens, timings).
 
@@ -388,6 +399,8 @@ def serve_command(store_root: str, host: str, port: int, workers: int, poll_inte
     """
     import uvicorn
 
+    from lokg.runtime.serve_conn import connection_options
+
     token = _api_token(host, allow_unauthenticated)
     _check_store(store_root)
     settings = ServeSettings(
@@ -398,7 +411,8 @@ def serve_command(store_root: str, host: str, port: int, workers: int, poll_inte
         feedback_dir=feedback_dir)
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    options = dict(host=host, port=port, log_level=log_level, access_log=access_log)
+    options = dict(host=host, port=port, log_level=log_level, access_log=access_log,
+                   **connection_options(idle_timeout))
     if workers == 1:
         uvicorn.run(create_app(settings), **options)
     else:

@@ -202,6 +202,46 @@ def test_bearer_token_guards_every_route_but_health(toy_store):
         assert authed.call("GET", "/metrics")[0] == 200
 
 
+def test_silent_and_stalled_connections_are_closed_while_healthz_answers(toy_store):
+    def closed_by_server(sock: socket.socket) -> bool:
+        try:
+            return sock.recv(1024) == b""
+        except (ConnectionResetError, TimeoutError):
+            return False
+
+    with serving(toy_store, llm_backends=("none",), idle_timeout=0.5) as c:
+        silent = [socket.create_connection(("127.0.0.1", c.port)) for _ in range(20)]
+        stalled = socket.create_connection(("127.0.0.1", c.port))
+        stalled.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # the head never ends
+        started = time.monotonic()
+        for sock in [*silent, stalled]:
+            sock.settimeout(5)
+        assert c.call("GET", "/healthz")[0] == 200  # answers while they hold their sockets
+        assert all(closed_by_server(sock) for sock in [*silent, stalled])
+        assert time.monotonic() - started < 4
+        fresh = Client(c.port)
+        assert fresh.call("GET", "/healthz")[0] == 200 and c.call("GET", "/readyz")[0] == 200
+        for sock in [*silent, stalled]:
+            sock.close()
+
+
+def test_loop_errors_are_logged_at_most_once_per_interval(caplog):
+    import asyncio
+
+    from lokg.runtime.serve_conn import quiet_loop_errors
+
+    loop = asyncio.new_event_loop()
+    try:
+        quiet_loop_errors(loop)
+        with caplog.at_level("ERROR", logger="lokg.server"):
+            for _ in range(10_000):
+                loop.call_exception_handler({"message": "socket.accept() out of system "
+                                             "resource", "exception": OSError(24, "EMFILE")})
+    finally:
+        loop.close()
+    assert len(caplog.records) == 1 and "accept()" in caplog.records[0].getMessage()
+
+
 def test_serve_refuses_a_public_address_without_a_token(tmp_path, monkeypatch):
     monkeypatch.delenv("LOKG_API_TOKEN", raising=False)
     result = CliRunner().invoke(serve_command, ["--store", str(tmp_path), "--host", "0.0.0.0"])

@@ -78,17 +78,21 @@ class Client:
 
 @contextmanager
 def serving(store: Path, *, ready: bool = True, **options):
-    """create_app(...) served by uvicorn in a thread on a free loopback port; a Client
-    (once /readyz says 200, unless ``ready`` is False)."""
+    """create_app(...) served by uvicorn in a thread on a free loopback port, with
+    ``lokg serve``'s connection deadlines (``idle_timeout``); a Client (once /readyz says 200,
+    unless ``ready`` is False)."""
     import uvicorn
 
-    from lokg.runtime.server import ServeSettings, create_app
+    from lokg.runtime.serve_conn import connection_options
+    from lokg.runtime.server import DEFAULT_IDLE_TIMEOUT, ServeSettings, create_app
 
+    idle_timeout = options.pop("idle_timeout", DEFAULT_IDLE_TIMEOUT)
     app = create_app(ServeSettings(store=str(store), poll_interval=options.pop("poll", 0.05),
                                    **options))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                           **connection_options(idle_timeout)))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
