@@ -95,6 +95,9 @@ class Store:
             raise StoreError(f"{path}: CURRENT pointer is not UTF-8 text (byte "
                              f"{exc.object[exc.start]:#04x} at offset {exc.start}); it must "
                              "hold a build id") from None
+        except OSError as exc:  # a directory, unreadable: not a pointer either
+            raise StoreError(f"{path}: CURRENT pointer cannot be read ({exc.strerror}); it "
+                             "must be a file holding a build id") from None
         if not build_id:
             raise StoreError(f"{path}: empty CURRENT pointer")
         return check_build_id(build_id, str(path))
