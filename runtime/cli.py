@@ -438,13 +438,15 @@ def feedback_list(store_root: str, log_directory: str | None, limit: int, kind: 
     """List the feedback records, newest last: what each question found missing."""
     import json
 
+    from lokg.runtime.feedback import fact_text
+
     records = [r for r in _read_feedback(store_root, log_directory).records
                if kind is None or r["kind"] == kind]
     for r in records[-limit if limit else 0:]:
         if as_json:
             click.echo(json.dumps(r, ensure_ascii=False))
             continue
-        what = [m["text"] for m in r["missing"]] or [f"mention: {m}" for m in r["mentions"]]
+        what = [fact_text(m) for m in r["missing"]] or [f"mention: {m}" for m in r["mentions"]]
         click.echo(f"{r['time']}  {r['kind']:<13} {r['build_id']}  {'; '.join(what)}")
 
 

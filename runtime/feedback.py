@@ -77,6 +77,8 @@ def record_problem(record) -> str | None:
                       ("missing", list), ("mentions", list)):
         if not isinstance(record.get(key), kind):
             return f"field '{key}' missing or not a {kind.__name__}"
+    if not _utf8(record):
+        return "a string that is not UTF-8 text (a lone surrogate)"
     if record["kind"] not in KINDS:
         return f"kind {record['kind']!r} (known: {', '.join(KINDS)})"
     if not all(isinstance(m, dict) and isinstance(m.get("entity"), str)
@@ -92,6 +94,16 @@ def record_problem(record) -> str | None:
             for b in named):
         return "field 'bridges' not a list of entities with a string 'name' and 'text'"
     return None
+
+
+def _utf8(record: dict) -> bool:
+    """Whether every string of ``record`` is text UTF-8 can write: JSON's ``\\ud800`` escape
+    decodes to a lone surrogate, which a tokenizer or a Parquet writer refuses."""
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def decode(line: bytes) -> tuple[dict | None, str]:
@@ -225,6 +237,15 @@ def missing_fact(entity: Mapping, hop: str) -> dict:
     words = relation_text(relation)
     text = f"{words} {entity['name']}" if backwards else f"{entity['name']} {words}"
     return {"entity": entity["key"], "name": entity["name"], "relation": hop, "text": text}
+
+
+def fact_text(fact: Mapping) -> str:
+    """A missing fact's words for a listing: its ``text`` (optional in a record), else its
+    name (or entity) and relation."""
+    text = fact.get("text")
+    if isinstance(text, str) and text:
+        return text
+    return f"{fact.get('name') or fact['entity']} {fact['relation']}"
 
 
 class FeedbackLog:

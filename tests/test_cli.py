@@ -137,3 +137,19 @@ def test_installed_lokg_builds_without_the_env_script(tmp_path):
     seeded = tmp_path / ".cache" / "lokg" / "tiktoken" / BPE_CACHE_KEY
     checkout = REPO / ".cache" / "tiktoken" / BPE_CACHE_KEY
     assert seeded.is_file() or checkout.is_file()
+
+
+def test_a_current_that_is_a_directory_is_a_one_line_error(tmp_path):
+    """Issue 51 D8: CURRENT as a directory made store verify, store list and query raise
+    IsADirectoryError tracebacks."""
+    from lokg.testing.stores import make_store
+
+    store = make_store(tmp_path)
+    (store.root / "CURRENT").unlink()
+    (store.root / "CURRENT").mkdir()
+    runner = CliRunner()
+    for args in (["store", "verify"], ["store", "list"], ["query", "Who directed it?"]):
+        result = runner.invoke(cli, [*args, "--store", str(store.root)])
+        assert_clean_error(result.output, result.exit_code, 1, str(store.root / "CURRENT"),
+                           "cannot be read")
+        assert len(result.output.strip().splitlines()) == 1, result.output

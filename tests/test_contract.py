@@ -157,3 +157,41 @@ def test_to_numpy_refuses_nulls_and_non_numeric_columns():
     for column in (pa.array([1, None]), pa.array(["a"])):
         with pytest.raises(TypeError, match="null-free numeric"):
             contract.to_numpy(column)
+
+
+def test_verify_refuses_a_file_the_manifest_does_not_list(tmp_path):
+    """Issue 51 D1: an extra table part verified "ok" though the runtime reads every part of
+    a table directory; verify, the runtime's open and rollback now refuse the build, naming it."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from lokg.runtime.cli import cli
+    from lokg.runtime.query import Runtime
+    from lokg.testing.cli import assert_clean_error
+    from lokg.testing.stores import make_store
+
+    store = make_store(tmp_path)
+    old = store.build()
+    _publish(store, tmp_path, "b2")
+    parts = old.path / "path_cache.parquet"
+    extra = parts / "bucket-99999.parquet"
+    shutil.copy(parts / "bucket-00000.parquet", extra)
+    with pytest.raises(StoreError, match=r"bucket-99999\.parquet: not listed in the manifest"):
+        store.rollback("toy")
+    assert store.current_id() == "b2"
+    with pytest.raises(StoreError, match=r"bucket-99999\.parquet: not listed"):
+        Runtime.open(store.root, build_id="toy")
+    extra.rename(parts / ".hidden.parquet")  # a hidden part is read all the same
+    with pytest.raises(StoreError, match=r"\.hidden\.parquet: not listed in the manifest"):
+        store.build("toy", verify=True)
+    (parts / ".hidden.parquet").unlink()
+    (parts / ".bucket-00000.parquet.crc").write_bytes(b"x")  # a writer's checksum: no part
+    assert store.build("toy", verify=True).build_id == "toy"
+
+    b2 = store.build()
+    shutil.copy(b2.path / "triples.parquet" / "part-00000.parquet",
+                b2.path / "triples.parquet" / "part-99999.parquet")
+    result = CliRunner().invoke(cli, ["store", "verify", "--store", str(store.root)])
+    assert_clean_error(result.output, result.exit_code, 1, "part-99999.parquet", "not listed")
+    assert len(result.output.strip().splitlines()) == 1, result.output

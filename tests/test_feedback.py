@@ -425,3 +425,36 @@ def test_the_logged_passages_reuse_the_vector_the_query_embedded_for_its_questio
     worker.start()
     worker.join()
     assert encoded[-1] == "who is Ada ?" and len(encoded) == 4
+
+
+def test_feedback_list_shows_a_missing_fact_without_text(tmp_path):
+    """Issue 51 D7: ``text`` of a missing fact is optional; ``feedback list`` crashed on it."""
+    from click.testing import CliRunner
+
+    from lokg.runtime.cli import cli
+
+    log = feedback.FeedbackLog(feedback.log_dir(tmp_path))
+    assert log.append({"build_id": "b1", "kind": "chain_stop",
+                       "missing": [{"entity": "e1", "name": "Paris", "relation": "capital_of"},
+                                   {"entity": "e2", "relation": "~born_in"}]})
+    listed = CliRunner().invoke(cli, ["feedback", "list", "--store", str(tmp_path)])
+    assert listed.exit_code == 0, listed.output
+    assert "Paris capital_of; e2 ~born_in" in listed.stdout
+
+
+def test_a_record_with_a_lone_surrogate_is_skipped_and_counted(tmp_path):
+    """Issue 51 D3: a valid-checksum record whose mention is "\\ud800" reached the tokenizer
+    and failed every refresh build; the reader skips it with its reason, the others stay."""
+    from lokg.text.feedback_questions import alias_questions, sub_questions
+
+    bad = {"v": 1, "id": "0" * 25, "time": "2026-01-01T00:00:00.000000Z", "build_id": "b1",
+           "kind": "no_entity", "missing": [], "mentions": ["\ud800"], "unlinked": ["\udfff x"]}
+    (tmp_path / "0-0-x-1-ff.log").write_bytes(feedback.encode(bad))
+    assert feedback.FeedbackLog(tmp_path).append(_record(1))
+    read = feedback.read_log(tmp_path)
+    assert [r["missing"][0]["entity"] for r in read.records] == ["e1"]
+    assert read.skipped == [("0-0-x-1-ff.log:1",
+                             "a string that is not UTF-8 text (a lone surrogate)")]
+    for sq in sub_questions(read.records) + alias_questions(read.records):
+        sq.text.encode("utf-8")
+    assert feedback.stats(read)["skipped"] == 1

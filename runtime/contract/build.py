@@ -47,13 +47,26 @@ def parquet_rows(path: Path) -> int:
         raise StoreError(f"{path}: not a readable Parquet file ({exc})") from exc
 
 
+def unlisted_by_design(rel: str) -> bool:
+    """A file under a build its manifest does not list: the manifest itself, a writer's
+    ``_SUCCESS`` marker and hidden files (checksums, ``.doomed``, a temporary) — but never a
+    Parquet file, hidden or not: a table directory's reader takes every ``*.parquet`` in it."""
+    name = rel.rsplit("/", 1)[-1]
+    return rel == MANIFEST_FILE or name == "_SUCCESS" or (
+        name.startswith(".") and not name.endswith(".parquet"))
+
+
+def build_files(build_dir: Path) -> list[tuple[str, Path]]:
+    """Every file under a build the manifest should list, by relative path, sorted."""
+    paths = sorted(p for p in build_dir.rglob("*") if p.is_file())
+    return [(rel, p) for rel, p in ((p.relative_to(build_dir).as_posix(), p) for p in paths)
+            if not unlisted_by_design(rel)]
+
+
 def describe_files(build_dir: Path) -> dict[str, dict]:
     """sha256, size and (for Parquet) row count of every file under a build, by relative path."""
     files: dict[str, dict] = {}
-    for path in sorted(p for p in build_dir.rglob("*") if p.is_file()):
-        rel = path.relative_to(build_dir).as_posix()
-        if rel == MANIFEST_FILE or path.name.startswith(".") or path.name == "_SUCCESS":
-            continue
+    for rel, path in build_files(build_dir):
         entry = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
         if path.suffix == ".parquet":
             entry["rows"] = parquet_rows(path)
@@ -85,11 +98,16 @@ def parse_manifest(data: bytes, path) -> dict:
 
 
 def verify_build(build: Build, *, checksums: bool = True) -> None:
-    """Check every file the manifest lists (presence, size, sha256) and every table's schema.
+    """Check every file the manifest lists (presence, size, sha256), that the build holds no
+    other (a reader would take an extra table part in), and every table's schema.
 
     Raises StoreError naming the first offending file.
     """
-    for rel, entry in sorted(build.manifest.get("files", {}).items()):
+    listed = build.manifest.get("files", {})
+    for rel, path in build_files(build.path):
+        if rel not in listed:
+            raise StoreError(f"{path}: not listed in the manifest — an extra file in the build")
+    for rel, entry in sorted(listed.items()):
         path = build.path / rel
         if not path.is_file():
             raise StoreError(f"{path}: listed in the manifest but missing")

@@ -86,18 +86,7 @@ class Store:
 
     # -- reading
     def current_id(self) -> str | None:
-        path = self.root / CURRENT_FILE
-        if not path.exists():
-            return None
-        try:
-            build_id = path.read_text(encoding="utf-8").strip()
-        except UnicodeDecodeError as exc:
-            raise StoreError(f"{path}: CURRENT pointer is not UTF-8 text (byte "
-                             f"{exc.object[exc.start]:#04x} at offset {exc.start}); it must "
-                             "hold a build id") from None
-        if not build_id:
-            raise StoreError(f"{path}: empty CURRENT pointer")
-        return check_build_id(build_id, str(path))
+        return read_current(self.root / CURRENT_FILE)
 
     def build_ids(self) -> list[str]:
         """Ids of complete builds (those with a manifest), oldest first."""
@@ -330,6 +319,25 @@ class Store:
         for path in doomed:
             shutil.rmtree(path)
         return [d.name for d in doomed]
+
+
+def read_current(path: Path) -> str | None:
+    """The build id a CURRENT pointer at ``path`` names (None when there is none), refused
+    with a StoreError naming ``path`` when it is not a readable file holding a build id."""
+    if not path.exists():
+        return None
+    try:
+        build_id = path.read_text(encoding="utf-8").strip()
+    except UnicodeDecodeError as exc:
+        raise StoreError(f"{path}: CURRENT pointer is not UTF-8 text (byte "
+                         f"{exc.object[exc.start]:#04x} at offset {exc.start}); it must "
+                         "hold a build id") from None
+    except OSError as exc:  # a directory, unreadable: not a pointer either
+        raise StoreError(f"{path}: CURRENT pointer cannot be read ({exc.strerror}); it "
+                         "must be a file holding a build id") from None
+    if not build_id:
+        raise StoreError(f"{path}: empty CURRENT pointer")
+    return check_build_id(build_id, str(path))
 
 
 def _delete_out_of_sight(path: Path) -> None:
