@@ -23,7 +23,7 @@ question file:
   signal): ``head_kind`` — the first run of content
   words (``question_text.head_spans``: what precedes the first "of" or the topic; "*sovereign
   state* native town of …") has a prefix whose best relation passes θ_zs, the kind being the
-  relations within ``relknow.ANSWER_TYPE_MARGIN`` of it (``RelationKnowledge.head_kind``); of
+  relations within ``relknow.ANSWER_TYPE_MARGIN`` of it (``relknow.spans.head_kind``); of
   those, ``head_kind_gold_last`` — the gold chain's last relation is of the
   kind, and what a filter on it would do to the relation plan's chain: ``kind_rejects_right``
   (right chain, last relation not of the kind) and ``kind_rejects_wrong``.
@@ -43,6 +43,9 @@ from collections import Counter
 import numpy as np
 
 from lokg.runtime import question_text, relknow
+from lokg.runtime.relknow.predictor import knn_vote
+from lokg.runtime.relknow.spans import (described_fit, head_kind, span_similarities,
+                                        zero_shot_hops)
 
 
 def vote_pick(votes, fit: dict[int, float], n_relations: int):
@@ -66,9 +69,9 @@ def span_relations(know: relknow.RelationKnowledge, masked: str, embed) -> tuple
     spans = question_text.question_spans(masked)
     if not spans:
         return set(), set()
-    sims = know.span_similarities([t for _, _, t in spans], embed)
+    sims = span_similarities(know, [t for _, _, t in spans], embed)
     best = {know.relation_order[int(i)] for i in sims.argmax(axis=1)}
-    hops = know.zero_shot_hops(masked, embed)
+    hops = zero_shot_hops(know, masked, embed)
     return best, {h[3] for h in relknow.chosen_spans(hops, len(masked.split()))}
 
 
@@ -92,8 +95,8 @@ def measure(know: relknow.RelationKnowledge, labelled, gold_chains, facts, encod
                                            vectors):
         chain = know.assess(masked, topics, facts, q_vec=q_vec, embed=embed,
                              domains=domains).prediction.chain
-        knn = know.predict_knn(q_vec, facts, topics)
-        top, fitted = vote_pick(knn.votes, know.described_fit(masked, embed), know.n_relations)
+        knn = knn_vote(know, q_vec, facts, topics)
+        top, fitted = vote_pick(knn.votes, described_fit(know, masked, embed), know.n_relations)
         relations = {relknow.hop_relation(h, know.n_relations) for h in gold}
         best, chosen = span_relations(know, masked, embed)
         out.update(questions=1, unfamiliar=int(knn.nearest < relknow.UNFAMILIAR_COSINE),
@@ -102,7 +105,7 @@ def measure(know: relknow.RelationKnowledge, labelled, gold_chains, facts, encod
                    vote_top=int(top == gold), vote_x_fit=int(fitted == gold),
                    gold_relations=len(relations), best_of_a_span=len(relations & best),
                    named_by_chosen_spans=len(relations & chosen))
-        out.update(kind_counts(know.head_kind(masked, embed), chain, gold, know.n_relations))
+        out.update(kind_counts(head_kind(know, masked, embed), chain, gold, know.n_relations))
     return dict(out)
 
 

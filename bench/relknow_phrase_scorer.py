@@ -6,7 +6,7 @@ better than the encoder's cosine does? (a stronger relation–phrase similarity)
 
 Why. On unfamiliar wording the runtime matches question spans to relations by the encoder's
 cosine to the relation's name and to the training questions' words for it
-(``RelationKnowledge.span_similarities``); phrases MiniLM does not relate to those ("helmer",
+(``relknow.spans.span_similarities``); phrases MiniLM does not relate to those ("helmer",
 "backer", "passport issuer") lose the chain. A scorer fitted at the relation_knowledge stage
 on the training questions' span–relation pairs would only pay if it names a phrase it was not
 fitted on better than the cosine: this measures exactly that, leave one phrase out, on the
@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     from lokg.runtime.question_encoder import CachedEmbeddings
     from lokg.runtime.question_text import question_spans
     from lokg.runtime.relknow import split_hop
+    from lokg.runtime.relknow.spans import span_similarities
     from lokg.common.store_names import StoreNames
     from lokg.training.relation_knowledge import read_questions, resolve
 
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     column = {r: i for i, r in enumerate(know.relation_order)}
     spans = [question_spans(m) for m in train.masked]
     keep = [i for i, s in enumerate(spans) if s]
-    sims = [know.span_similarities([t for _, _, t in spans[i]], embed) for i in keep]
+    sims = [span_similarities(know, [t for _, _, t in spans[i]], embed) for i in keep]
     gold = [{column[store.relation_ids[split_hop(h)[0]]] for h in train.chains[i]} for i in keep]
     positive, filler = aligned_pairs([spans[i] for i in keep], sims, gold)
     x = np.asarray(embed(list(positive)), dtype=np.float32)
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         names = know.spec["relation_names"]  # in relation order
         report["spans"] = {t: [(names[int(k)], round(float(row[k]), 3))
                                for k in np.argsort(-row)[:3]]
-                           for t, row in zip(texts, know.span_similarities(texts, embed))}
+                           for t, row in zip(texts, span_similarities(know, texts, embed))}
     print(json.dumps(report, indent=1))
     return 0
 

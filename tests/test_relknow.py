@@ -27,7 +27,9 @@ from lokg.runtime.relknow import (INVERSE_PREFIX, Checker, Facts, Gate, Predicti
 from lokg.runtime.relknow.composition import candidate_levels, predict_spans
 from lokg.runtime.relknow.facts import _sort_pairs
 from lokg.runtime.relknow.lexicon import lexicon_hops, unexplained
-from lokg.runtime.relknow.spans import answer_type, shared_span, zero_shot_hops
+from lokg.runtime.relknow.predictor import knn_vote
+from lokg.runtime.relknow.spans import (answer_type, shared_span, span_similarities,
+                                        zero_shot_hops)
 from lokg.runtime.relknow.vote_rules import Appended, Ranged, RunsDecoded
 from lokg.testing.cli import BLOCK_HEAVY
 from lokg.testing.doubles import ChoosingLLM, FakeLLM
@@ -334,7 +336,7 @@ def test_knn_votes_weight_chains_by_cosine_and_skip_chains_that_do_not_instantia
                                   chains, k=3)
     # the three nearest of angle 0.05 vote spouse-profession twice, children-gender once
     w = np.cos([0.05, 0.05, 0.15])
-    pred = know.predict_knn(unit(0.05), facts, [0])
+    pred = knn_vote(know, unit(0.05), facts, [0])
     assert pred.chain == (REL["spouse"], REL["profession"])
     assert pred.share == pytest.approx((w[0] + w[1]) / w.sum())
     assert pred.support == pytest.approx(pred.share)
@@ -342,7 +344,7 @@ def test_knn_votes_weight_chains_by_cosine_and_skip_chains_that_do_not_instantia
     # angle 1.3: parents-gender has the most weight but 0 has no parents; children-gender
     # (cos 1.1) beats spouse-profession (cos 1.2) among the chains that instantiate
     w = np.cos([0.1, 1.1, 1.2])
-    pred = know.predict_knn(unit(1.3), facts, [0])
+    pred = knn_vote(know, unit(1.3), facts, [0])
     assert pred.votes[0].chain == (REL["parents"], REL["gender"]) and not pred.votes[0].derivable
     assert pred.chain == (REL["children"], REL["gender"])
     assert pred.share == pytest.approx(w[1] / (w[1] + w[2]))
@@ -1176,7 +1178,7 @@ def test_a_span_describes_a_relation_by_its_name_or_the_training_questions_words
     know.lexicon = {w: {REL[r]: lift for r, lift in e.items()} for w, e in lexicon.items()}
     child = np.eye(6, dtype=np.float32)[5]
     offspring = 0.8 * child + 0.6 * np.eye(6, dtype=np.float32)[REL["gender"]]
-    sims = know.span_similarities(["offspring"], axis_embed({"child": child,
+    sims = span_similarities(know, ["offspring"], axis_embed({"child": child,
                                                              "offspring": offspring}))
     assert RELATIONS[int(np.argmax(sims[0]))] == best
 

@@ -15,9 +15,8 @@ from lokg.runtime.relknow.derivation import Derivation, HopDomains
 from lokg.runtime.relknow.facts import Facts, RelknowError, inverse_hop
 from lokg.runtime.relknow.learned import Learned
 from lokg.runtime.relknow.lexicon import unexplained
-from lokg.runtime.relknow.predictor import Question, knn_vote
-from lokg.runtime.relknow.spans import (Embed, described_fit, head_kind, span_similarities,
-                                        zero_shot_hops)
+from lokg.runtime.relknow.predictor import Question
+from lokg.runtime.relknow.spans import Embed
 from lokg.runtime.relknow.votes import Prediction
 
 
@@ -90,28 +89,3 @@ class RelationKnowledge(Learned):
             return prediction.share_of(hops) + walked
         covered = len(named.intersection(relations)) / len(named)
         return prediction.share_of(hops) + covered - (1.0 - walked)
-
-    # what bench scripts and callers outside the package ask of the knowledge
-
-    def predict_knn(self, q_vec: np.ndarray, facts: Facts, topics: Sequence[int],
-                    named: frozenset[int] = frozenset()) -> Prediction:
-        """The kNN vote alone (``predictor.knn_vote``)."""
-        return knn_vote(self, q_vec, facts, topics, named)
-
-    def span_similarities(self, texts: Sequence[str], embed: Embed) -> np.ndarray:
-        """The function ``spans.span_similarities`` of this knowledge."""
-        return span_similarities(self, texts, embed)
-
-    def zero_shot_hops(self, masked: str, embed: Embed, facts: Facts | None = None,
-                       topics: Sequence[int] = (), cosine: float | None = None
-                       ) -> list[tuple[float, int, int, int]]:
-        """The function ``spans.zero_shot_hops`` of this knowledge."""
-        return zero_shot_hops(self, masked, embed, facts, topics, cosine)
-
-    def head_kind(self, masked: str, embed: Embed) -> frozenset[int]:
-        """The function ``spans.head_kind`` of this knowledge."""
-        return head_kind(self, masked, embed)
-
-    def described_fit(self, masked: str, embed: Embed) -> dict[int, float]:
-        """The function ``spans.described_fit`` of this knowledge."""
-        return described_fit(self, masked, embed)
