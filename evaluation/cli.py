@@ -191,7 +191,7 @@ def run_eval(*, dataset: str, split: str | None, store: str, methods: str = "lok
                    "answer list). Default: the store's query.reader (choice).")
 @click.option("--policy", type=click.Choice(POLICIES), default="lokg", show_default=True,
               help="Policy of the lokg methods: lokg (one call), precision (derived answer or "
-                   "abstain, no call), route (derived where the routing gate passes, else one "
+                   "abstain, no call), route (derived where the precision gate passes, else one "
                    "call). Baselines ignore it.")
 @click.option("--budget", type=click.IntRange(1, MAX_BUDGET), default=DEFAULT_BUDGET,
               show_default=True,

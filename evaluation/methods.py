@@ -35,7 +35,7 @@ linking lost (evaluation/breakdown.py).
 **Policy.** ``lokg eval --policy`` sets the policy of the lokg methods (``lokg``, the
 ``lokg-no-*`` ablations but ``lokg-no-relknow``): ``lokg`` one call on the LOKG context,
 ``precision`` the answer derived from the graph or an abstention, ``route`` derived where the
-routing gate passes, else one call (runtime/relknow.py). Baselines never use relation knowledge.
+same precision gate passes, else one call (runtime/relknow). Baselines never use relation knowledge.
 
 **Calls and failures.** :class:`CountingLLM` counts every call a method makes and every call
 that raised :class:`runtime.llm.LLMError`, whatever the method does with the failure (the

@@ -307,7 +307,7 @@ def render_scos_report(built: Build) -> str:
 @click.option("--policy", default=None, type=click.Choice(POLICIES),
               help="lokg: one call on the LOKG context; precision: the answer derived from the "
                    "graph where the precision gate passes, else abstain (no call); route: derived "
-                   "where the routing gate passes, else one call (stage relation_knowledge). "
+                   "where the precision gate passes, else one call (stage relation_knowledge). "
                    "Default: route on a store with relation knowledge, else lokg.")
 @click.option("--relation-weight", type=click.FloatRange(min=0), default=None,
               help="λ_rel of the query-relation term (default: the store's query.relation_weight).")

@@ -22,7 +22,7 @@ from lokg.runtime.settings import ConfigError, Settings
 
 #: The modes of ``Runtime.ask`` — here, not in runtime/query.py, so that the CLIs offer them
 #: without importing numpy. Policy: one call on the LOKG context | the graph's derived answer or
-#: an abstention | derived where the routing gate passes, else one call (runtime/relknow.py).
+#: an abstention | derived where that precision gate passes, else one call (runtime/relknow).
 POLICIES = ("lokg", "precision", "route")
 #: The knowledge budget B of a question when none is given, and the most a request may ask for.
 DEFAULT_BUDGET = 2048

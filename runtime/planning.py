@@ -34,7 +34,8 @@ class RelationPlan:
     route: dict | None = None  # Answer.route before the read; None: not consulted
     passed: bool = False  # the policy's gate passed: the derived endpoints are the answer
     final: bool = False  # the plan is the answer: passed, or policy precision abstains
-    compact: bool = False  # policy route past its gate: read the derived chain's facts only
+    compact: bool = False  # policy route short of the gate: read the derived chain's facts
+    beside: bool = False  # compact, and the retrieval context after them (query.deferred_context)
     relation_weight: float = 0.0  # λ_rel of the query-relation term (0: no term)
     boosted: tuple[Triple, ...] = ()  # the derived chain's facts: in the context, in focus
 
@@ -51,9 +52,10 @@ def wants_question_vector(runtime, req: Request, q_vec: np.ndarray | None) -> bo
             and runtime.vectors is not None)
 
 
-def derived_retrieves(settings: dict) -> bool:
-    """Whether a derived answer's context holds retrieval's facts beside its chain's."""
-    return settings["derived_context"] == "retrieval"
+def derived_retrieves(settings: dict, key: str = "derived_context") -> bool:
+    """Whether a derived chain's context holds retrieval's facts beside its chain's: a
+    derived answer's (``derived_context``), a deferred question's (``deferred_context``)."""
+    return settings[key] == "retrieval"
 
 
 class Planner:
@@ -82,20 +84,22 @@ class Planner:
         forms = [f for h in heads for f in rt.surface_forms(h)]
         masked = mask_topic(req.question, forms)
         masked_vec, batch_vec = self._embed_questions(req, know, masked, linked_vec)
+        answers_from_graph = req.policy != "lokg"
         assessment = know.assess(masked, topics, facts, q_vec=masked_vec,
                                  embed=rt.span_embedder(), domains=rt.hop_domains(),
-                                 explain=req.policy == "precision",
-                                 runs=hop_runs(req.question, forms))
-        gate = know.precision_gate if req.policy == "precision" else know.route_gate
-        passed, reason = (False, "") if req.policy == "lokg" else gate.check(
-            assessment.prediction, assessment.derivation, assessment.consistency)
+                                 explain=answers_from_graph, runs=hop_runs(req.question, forms))
+        gate = know.precision_gate  # the one gate a zero-call answer passes, whatever the policy
+        passed, reason = gate.check(assessment.prediction, assessment.derivation,
+                                    assessment.consistency) if answers_from_graph else (False, "")
         d = assessment.derivation
+        compact = req.policy == "route" and d is not None
         return RelationPlan(
             knowledge=know, assessment=assessment,
             route={**self._route_record(req.policy, gate, assessment, passed, reason),
                    "topics": [rt.keys[e] for e in topics]},
             passed=passed, final=passed or req.policy == "precision",
-            compact=req.policy == "route" and d is not None, relation_weight=req.relation_weight,
+            compact=compact, beside=compact and not passed and derived_retrieves(
+                rt.settings, "deferred_context"), relation_weight=req.relation_weight,
             boosted=tuple(d.facts) if req.chain_boost and d is not None else ()), batch_vec
 
     def _embed_questions(self, req: Request, know, masked: str,
@@ -136,7 +140,8 @@ class Planner:
             "derived_count": len(d.endpoints) if d is not None else 0,
             "consistency": cons.to_dict() if cons is not None else None,
             "flagged": bool(cons is not None and not cons.ok),
-            "gate": {"name": policy, **gate.to_dict(), "passed": passed},
+            "gate": {"name": "precision", **gate.to_dict(), "passed": passed,
+                     "calibration": rt.relknow[0].calibration},
             "masked_question": assessment.masked,
             "hop_runs": [list(run) for run in assessment.runs.runs] if assessment.runs else None,
             "stopped": self._stopped(pred.stops, hops),

@@ -13,7 +13,7 @@ READER_MODES = ("choice", "free")
 #: Which forced-choice picks count (``query.choice_check``): ones the derivation reaches | any
 #: listed candidate.
 CHOICE_CHECKS = ("derivation", "none")
-#: What a derived answer's context holds (``query.derived_context``).
+#: What a derived chain's context holds (``query.derived_context``, ``query.deferred_context``).
 DERIVED_CONTEXTS = ("retrieval", "chain")
 
 
@@ -65,11 +65,16 @@ class QuerySettings(Settings, section="query"):
             "reaches, where it reaches any; when no listed candidate but the top could count, no "
             "call | 'none' = any listed one. Chosen on PathQuestion dev for the embedded SmolLM2 "
             "(bench/fit_choice_margin.py --checks, docs/BENCHMARKS.md)")
-    derived_context: str = setting("retrieval", choice(*DERIVED_CONTEXTS),
-            "what a derived answer's context holds (no call either way): 'retrieval' = its chain's "
-            "facts first, then the retrieval context in the rest of the budget (a chain a refresh "
-            "completed may be wrong; what retrieval found stays before the reader of the answer) "
-            "| 'chain' = the chain's facts alone")
+    derived_context: str = setting("chain", choice(*DERIVED_CONTEXTS),
+            "what a derived answer's context holds (no call either way): 'chain' = the chain's "
+            "facts alone, the evidence the answer rests on | 'retrieval' = its chain's facts "
+            "first, then the retrieval context in the rest of the budget")
+    deferred_context: str = setting("retrieval", choice(*DERIVED_CONTEXTS),
+            "what policy route reads when the zero-call gate does not pass (a derived chain "
+            "that the reader, or with reader none retrieval, answers from): 'retrieval' = the "
+            "chain's facts first, then the retrieval context in the rest of the budget (where "
+            "the chain is wrong, what retrieval found is the reader's second chance) | 'chain' "
+            "= the chain's facts alone")
     relation_weight: float = setting(20.0, WEIGHT,
             "λ_rel: weight of the query-relation term in S_final, for stores with relation "
             "knowledge (models/relknow); 0 = off")

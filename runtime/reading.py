@@ -199,6 +199,13 @@ def _route_after_read(runtime, req: Request, plan: RelationPlan, found: Retrieva
     return route
 
 
+def _not_derived(req: Request, plan: RelationPlan) -> str:
+    """Why policy route did not answer from the graph alone (the zero-call gate's reason),
+    said before how it did answer; "" for the other policies."""
+    reason = plan.route.get("reason") if req.policy == "route" and plan.route else ""
+    return f"not derived from the graph ({reason}); " if reason else ""
+
+
 def read_answer(runtime, req: Request, base: dict, plan: RelationPlan, found: Retrieval,
                 encoded: tuple[list[ittc.KnowledgeTriple], ittc.Encoding], reading: Reading,
                 timings: dict) -> Answer:
@@ -210,7 +217,8 @@ def read_answer(runtime, req: Request, base: dict, plan: RelationPlan, found: Re
     return Answer(
         **{**base, "route": _route_after_read(runtime, req, plan, found, reading)},
         answers=reading.answers, answer_ids=reading.answer_ids,
-        status=reading.status, message=reading.message, fallback=reading.status == "fallback",
+        status=reading.status, message=_not_derived(req, plan) + reading.message,
+        fallback=reading.status == "fallback",
         fallback_reason=reading.fallback_reason, llm_calls=reading.calls,
         prompt=reading.prompt.to_dict() if called else {"system": "", "user": ""},
         tokens={"prompt": overhead.total + enc.tokens if called else 0,

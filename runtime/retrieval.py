@@ -12,7 +12,7 @@ context (runtime/planning.py) is the derived chain's facts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -64,9 +64,9 @@ class Retriever:
     def question_vector(self, req: Request, plan: RelationPlan, linked_vec: np.ndarray | None,
                         batch_vec: np.ndarray | None) -> np.ndarray | None:
         """The plain question's vector for the semantic term: linking's, else the relation
-        plan's batch's, else embedded now. The compact context ranks nothing: it keeps
+        plan's batch's, else embedded now. The chain's facts alone rank nothing: they keep
         linking's alone."""
-        if plan.compact:
+        if plan.compact and not plan.beside:
             return linked_vec
         rt = self.runtime
         q_vec = linked_vec
@@ -92,6 +92,7 @@ class Retriever:
             candidates = [Candidate(e, rt.names[e], float(w), 0.0, 0.0)
                           for w, e in zip(d.walks, d.endpoints)]
             triples, scores = list(d.facts), [1.0] * len(d.facts)
+            sources = self._beside(heads, q_vec, req, plan, triples, scores)
         elif req.retrieval == "neighbourhood":
             candidates, triples = [], rt.neighbourhood(heads)
             scores = [0.0] * len(triples)
@@ -112,6 +113,24 @@ class Retriever:
             extra = [f for f in dict.fromkeys(extra) if f not in present]
             triples, scores = triples + extra, scores + [min(scores)] * len(extra)
         return Retrieval(candidates, triples, scores, sources, semantic)
+
+    def _beside(self, heads: list[int], q_vec: np.ndarray | None, req: Request,
+                plan: RelationPlan, triples: list[Triple], scores: list[float]) -> dict:
+        """Adds to a derived chain's facts (``triples``, ``scores``, in place) the ranked
+        retrieval's, after them and scored below them, so that the knowledge holds the chain's
+        evidence first and what retrieval found in the rest of the budget — a reader's
+        second chance where the chain is wrong; returns the retrieval's path sources."""
+        if not plan.beside or req.retrieval == "neighbourhood":
+            return {}
+        candidates, sources = self.rank(heads, q_vec, req.retrieval, replace(plan, compact=False))
+        present = set(triples)
+        for c in candidates:
+            for t in c.triples:
+                if t not in present:
+                    present.add(t)
+                    triples.append(t)
+                    scores.append(0.0)
+        return sources
 
     def rank(self, heads: list[int], q_vec: np.ndarray | None, retrieval: str,
              plan: RelationPlan) -> tuple[list[Candidate], dict[int, str]]:

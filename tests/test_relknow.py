@@ -71,6 +71,14 @@ def test_lift_is_the_ratio_of_the_conditional_to_the_prior_with_min_support():
 
 # ------------------------------------------------------------------------------ derivation
 
+@pytest.mark.parametrize("entities", [[0], [4, 57], [3, 3, 9], []])
+def test_hops_from_are_exactly_the_hops_a_step_can_take(entities):
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    subjects = np.array(entities, dtype=np.int64)
+    walked = [h for h in range(facts.width) if len(facts.step(subjects, h)[1])]
+    assert facts.hops_from(entities) == walked
+
+
 def test_derivation_follows_the_chain_and_keeps_only_facts_on_successful_walks():
     facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
     d = derive(facts, [20], [REL["parents"], REL["children"]])
@@ -388,8 +396,7 @@ def test_the_precision_gate_refuses_a_chain_that_leaves_a_content_word_unexplain
     """Knowledge of 2-hop chains follows (spouse, profession) for 3-hop questions: "father"
     names parents (lexicon), and "grandjob" reads as children (encoder, no lexicon entry) —
     either word is a hop the chain leaves out, and the precision gate says which; a question
-    whose every content word a walked relation explains passes, and so does the routing
-    gate, which does not look (its precision is measured where it routes)."""
+    whose every content word a walked relation explains passes."""
     facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
     know, embed = encoded_knowledge(
         {"wife": "spouse", "job": "profession", "father": "parents"},
@@ -406,15 +413,14 @@ def test_the_precision_gate_refuses_a_chain_that_leaves_a_content_word_unexplain
         a = know.assess(mask_topic(question, ["edda quist"]), [4], facts,
                         q_vec=np.array([1.0, 0.0], np.float32), embed=embed)
         assert [RELATIONS[h] for h in a.prediction.chain] == ["spouse", "profession"]
-        return (know.precision_gate.check(a.prediction, a.derivation, a.consistency),
-                know.route_gate.check(a.prediction, a.derivation, a.consistency)[0])
+        return know.precision_gate.check(a.prediction, a.derivation, a.consistency)
 
-    assert gates("what is the job of edda quist 's wife")[0][0]
-    (ok, reason), routed = gates("what is the grandjob of edda quist 's wife")
-    assert (ok, reason, routed) == (False, "words no hop of the chain explains: grandjob", True)
+    assert gates("what is the job of edda quist 's wife")[0]
+    assert gates("what is the grandjob of edda quist 's wife") == \
+        (False, "words no hop of the chain explains: grandjob")
     unasked = know.assess(mask_topic("what is the grandjob of edda quist 's wife", ["edda quist"]),
                           [4], facts, q_vec=np.array([1.0, 0.0], np.float32), embed=embed,
-                          explain=False)  # what the runtime does under route and lokg
+                          explain=False)  # what the runtime does under policy lokg
     assert unasked.prediction.unexplained == ()
 
 
@@ -447,7 +453,7 @@ def test_the_precision_gate_takes_the_widest_cell_that_reaches_the_target_on_dev
     and 0.63): only a higher share keeps it out, so the grid spans shares as well as supports
     up to unanimity, and the cell passing most dev questions at the target wins."""
     rows = [(0.95, 0.6, True)] * 20 + [(0.7, 0.9, False)] + [(0.65, 0.4, True)] * 5
-    gate, stats = fit.choose_gate(fit.precision_family(0.6), *_graded(rows), 0.99, bound=True)
+    gate, stats = fit.choose_gate(fit.precision_family(0.6), *_graded(rows), 0.99)
     assert (gate.min_share, gate.min_support, gate.max_answers, gate.familiar) == \
         (0.8, 0.0, 1, True)  # the first cell above 0.7 in share: 20 of 20
     assert (stats["passed"], stats["precision"]) == (20, 1.0)
@@ -465,11 +471,9 @@ def test_when_no_cell_reaches_the_target_the_highest_wilson_bound_wins_not_the_b
     rows = [(0.9, 0.3, True)] * 86 + [(0.9, 0.3, False)] * 4 + [(1.0, 1.0, True)] * 49 + \
         [(1.0, 1.0, False)]
     family = fit.precision_family(0.6)
-    gate, stats = fit.choose_gate(family, *_graded(rows), 0.99, bound=True)
+    gate, stats = fit.choose_gate(family, *_graded(rows), 0.99)
     assert stats["passed"] == 140 and stats["precision_95ci"][0] > point_bound(49, 50)
     assert stats["precision"] == pytest.approx(135 / 140)
-    _, point = fit.choose_gate(family, *_graded(rows), 0.99)  # the routing gate's fallback
-    assert (point["passed"], point["precision"]) == (50, 0.98)
 
 
 def test_a_gate_of_no_answers_passes_nothing_and_says_why():
@@ -568,7 +572,7 @@ def test_stage_report_selects_thresholds_on_dev(planted):
     sel = report["selection"]
     assert sel["dev_chain_accuracy"] >= 0.9
     assert report["thresholds"]["lift"] in fit.LIFT_GRID
-    assert sel["route_gate"]["precision"] >= 0.8 and sel["route_gate"]["coverage"] > 0.5
+    assert sel["precision_gate"]["precision"] >= 0.99 and sel["precision_gate"]["coverage"] > 0.3
     assert report["functional"] == ["gender", "profession", "spouse"]
     assert report["exclusive"] == [["children", "children", False],
                                    ["children", "parents", True]]
@@ -581,9 +585,7 @@ def test_without_dev_questions_the_defaults_stand(tmp_path):
     # the precision gate passes nothing: no dev set measured its precision
     assert th["precision"] == {"max_answers": 0, "min_share": 0.6, "min_support": 0.0,
                                "lexicon": False, "familiar": True, "explained": True}
-    # routing without calibration: a majority-voted chain with up to 100 answers
-    assert th["route"] == {**th["precision"], "max_answers": fit.DEFAULT_ROUTE_MAX_ANSWERS,
-                           "familiar": False, "explained": False}
+    assert "route" not in th  # one gate for every zero-call answer
 
 
 # ------------------------------------------------------------------------------ the policies
@@ -596,17 +598,25 @@ def test_precision_policy_derives_one_answer_without_a_call(rt):
     assert a.route["predictor"] == "lexicon" and a.triples[0]["r"] == "spouse"
 
 
-def test_precision_abstains_on_two_answers_and_route_returns_both(rt):
+def test_two_derived_answers_are_no_zero_call_answer_under_either_policy(rt):
+    """The precision gate is the one gate of a zero-call answer: short of it, precision
+    abstains and route reads the chain's facts — with the reader (one call), or, with reader
+    none, answers from retrieval and says the graph did not derive it."""
     q = "what is the gender of hugo varga 's father ?"  # 57's parents: a man and a woman
     a = rt.ask(q, policy="precision")
     assert a.status == "abstained" and a.answers == [] and "2 derived answers" in a.message
-    b = rt.ask(q, policy="route", llm=FakeLLM("x"))
-    assert b.route["source"] == "derived" and sorted(b.answers) == ["female", "male"]
-    assert b.llm_calls == 0
+    llm = FakeLLM("female")
+    b = rt.ask(q, policy="route", llm=llm)
+    assert (b.route["source"], b.route["context"], b.llm_calls) == ("llm", "compact", 1)
+    assert b.answers == ["female"] and b.route["gate"]["name"] == "precision"
+    c = rt.ask(q, policy="route")
+    assert c.route["source"] == "retrieval" and c.llm_calls == 0
+    assert c.answers[0] in ("female", "male") and "2 derived answers" in c.route["reason"]
 
 
-def test_a_derived_answer_keeps_the_retrieval_context_after_its_chain_within_the_budget(rt):
+def test_a_derived_answer_keeps_the_retrieval_context_after_its_chain_within_the_budget(planted):
     q = "what is the job of edda quist 's wife ?"  # derived: pilot, through fabio quist
+    rt = Runtime.open(planted[0], derived_context="retrieval")
     retrieved = rt.ask(q, policy="lokg")  # the LOKG context, the relation feeds on
     derived = rt.ask(q, policy="route")
     assert derived.route["source"] == "derived" and derived.answers == ["pilot"]
@@ -623,10 +633,9 @@ def test_a_derived_answer_keeps_the_retrieval_context_after_its_chain_within_the
     assert len(rt.ask(q, policy="route", budget=30).triples) == 2  # no room left beside it
 
 
-def test_derived_context_chain_keeps_the_chains_facts_alone(planted):
+def test_a_derived_answers_knowledge_is_its_chains_facts_alone_by_default(rt):
     q = "what is the job of edda quist 's wife ?"
-    chain_only = Runtime.open(planted[0], derived_context="chain")
-    a = chain_only.ask(q, policy="route")
+    a = rt.ask(q, policy="route")
     assert a.route["source"] == "derived" and a.answers == ["pilot"]
     assert [(t["s"], t["r"], t["o"]) for t in a.triples] == [
         ("edda quist", "spouse", "fabio quist"), ("fabio quist", "profession", "pilot")]
@@ -759,10 +768,10 @@ def test_the_question_is_embedded_once_masked_and_plain_in_one_batch(planted):
     know.question_vectors = np.full((len(know.question_chain), encoder.dim), 0.5, np.float32)
     encoder.batches.clear()
     fed = rt.ask(q, policy="lokg")  # the feeds (relation knowledge, masked) and λ_q (plain)
-    derived = rt.ask(q, policy="precision")  # retrieves beside its chain: both in one batch
+    derived = rt.ask(q, policy="precision")  # its chain's facts alone: the masked form only
     plain = rt.ask(q, policy="lokg", relation_weight=0.0, chain_boost=False)  # no relknow
     masked = fed.route["masked_question"]
-    assert encoder.batches == [[masked, q], [masked, q], [q]]
+    assert encoder.batches == [[masked, q], [masked], [q]]
     assert fed.encoding["semantic"] and plain.encoding["semantic"]
     assert derived.answers == ["pilot"] and fed.answers == ["pilot"]
     assert derived.route["hop_runs"] == [["wife"], ["job"]]  # from the topic outward
@@ -1262,7 +1271,7 @@ def test_the_precision_gate_passes_familiar_wording_only(unfamiliar, passes):
     p = Prediction("knn", one.chain, 1.0, 1.0, [], frozenset(), one, unfamiliar=unfamiliar)
     gate = relknow.precision_gate({"min_share": 0.6, "min_support": 0.5})
     assert gate.check(p, one, None)[0] is passes
-    assert Gate(1, 0.6, 0.5).check(p, one, None)[0]  # the routing gates do not ask
+    assert Gate(1, 0.6, 0.5).check(p, one, None)[0]  # a gate without `explained` does not ask
 
 
 @pytest.mark.parametrize("q_vec, unfamiliar", [((0.9, 0.3, 0.3), False), ((0.5, 0.49, 0.48), True)])

@@ -29,19 +29,14 @@ procedure:
    ``precision_target`` on the questions they pass (ties: higher precision, then the grid's
    order); when none reaches it, the gate of highest 95 % Wilson lower bound on that
    precision (ties: coverage) — not the strictest, which may rest on a handful of questions;
-4. the routing gate: over :func:`gate_family` (at most m answers × share ≥ τ × support ≥ σ ×
-   lexicon agreement), the gate passing the most dev questions among those whose derived
-   answers reach H@1 ≥ ``route_min_precision`` on the questions they pass (ties: higher
-   precision, then the family's order, simplest first); when none reaches it, the gate of
-   highest precision (ties: coverage).
 
 Without dev questions the defaults stand (θ_lift = :data:`DEFAULT_LIFT`, θ_zs =
-:data:`DEFAULT_ZERO_SHOT_COSINE`, the routing gate = a majority-voted chain with at
-most :data:`DEFAULT_ROUTE_MAX_ANSWERS` answers: without a dev set to calibrate on, a derivation
-the votes agree on beats the retrieval fallback, whose top candidate is nearly always a 1-hop
-neighbour; the precision gate passes nothing, ``max_answers`` 0: its precision is a promise
-only dev can back) and the report says so. The report also gives the dev chain accuracy and both
-gates' dev coverage and precision.
+:data:`DEFAULT_ZERO_SHOT_COSINE`) and the precision gate passes nothing (``max_answers`` 0):
+it is the one gate a zero-call answer passes under either policy, and a precision no labelled
+question of this graph measured is no promise to make — the answer comes from the reader, or
+from retrieval with reader none, and says so. The report says which, and gives the dev chain
+accuracy and the gate's dev coverage and precision (what every answer quotes as its
+calibration).
 
 Not fitted but measured on the training questions: how their wording names their hops
 (``hop_range_agreement``, the share whose chain length each reading of
@@ -93,10 +88,6 @@ LIFT_GRID = (1.25, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)
 ZERO_SHOT_GRID = (0.3, 0.4, 0.5, 0.6, 0.7)
 DEFAULT_LIFT = 2.0
 DEFAULT_ZERO_SHOT_COSINE = 0.5
-ROUTE_MAX_ANSWERS = (1, 2, 3, 5, 10, 25, 100)  # questions about films' casts have dozens
-DEFAULT_ROUTE_MAX_ANSWERS = 100
-ROUTE_SHARES = (0.6, 0.7, 0.8, 0.9)
-SUPPORTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
 #: the precision gate's grid: shares up to a chain alone among the instantiating votes, supports
 #: up to every neighbour voting for it
 PRECISION_SHARES = (0.6, 0.7, 0.8, 0.9, 1.0)
@@ -204,13 +195,6 @@ def fit_lexicon(masked: Sequence[str], chains: Sequence[tuple[str, ...]], min_su
 # threshold selection on dev
 
 
-def gate_family(min_share: float) -> list[Gate]:
-    """The routing gates dev chooses from, simplest first."""
-    shares = [s for s in ROUTE_SHARES if s >= min_share] or [min_share]
-    return [Gate(m, s, sup, lex) for lex in (False, True) for sup in SUPPORTS for s in shares
-            for m in ROUTE_MAX_ANSWERS]
-
-
 def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     """95% Wilson score interval of a proportion (0, 0 for n = 0)."""
     if n == 0:
@@ -233,11 +217,11 @@ def gate_stats(gate: Gate, assessments, correct: Sequence[bool]) -> dict:
 
 
 def choose_gate(family: Sequence[Gate], assessments, correct: Sequence[bool],
-                min_precision: float, *, bound: bool = False) -> tuple[Gate, dict]:
+                min_precision: float) -> tuple[Gate, dict]:
     """The gate of ``family`` passing the most dev questions among those whose precision
     reaches ``min_precision`` (ties: higher precision, then the family's order); when none
-    does, the gate of highest precision — with ``bound``, of highest Wilson lower bound, so
-    that 2 of 2 right does not outrank 129 of 132 — (ties: coverage, order)."""
+    does, the gate of highest Wilson lower bound on its precision, so that 2 of 2 right does
+    not outrank 129 of 132 (ties: coverage, order)."""
     stats = [gate_stats(g, assessments, correct) for g in family]
     good = [i for i, s in enumerate(stats)
             if s["precision"] is not None and s["precision"] >= min_precision]
@@ -245,8 +229,7 @@ def choose_gate(family: Sequence[Gate], assessments, correct: Sequence[bool],
         best = min(good, key=lambda i: (-stats[i]["coverage"], -stats[i]["precision"], i))
     else:
         best = min(range(len(stats)), key=lambda i: (
-            -(stats[i]["precision_95ci"][0] if bound else stats[i]["precision"] or 0.0),
-            -stats[i]["coverage"], i))
+            -stats[i]["precision_95ci"][0], -stats[i]["coverage"], i))
     return family[best], stats[best]
 
 
@@ -306,7 +289,7 @@ def _spec(cfg: Mapping, learned: Learned, thresholds: Mapping, report: Mapping) 
     return {
         "format_version": FORMAT_VERSION,
         "settings": {k: cfg[k] for k in ("k", "min_share", "min_support", "max_frontier",
-                                         "precision_target", "route_min_precision")},
+                                         "precision_target")},
         "thresholds": dict(thresholds),
         "chains": [list(c) for c in learned.chains],
         "relation_names": learned.relation_names,
@@ -462,8 +445,7 @@ def _chain_votes(train: Labelled | None, cfg: Mapping) -> tuple[list, np.ndarray
 def _default_thresholds(cfg: Mapping) -> dict:
     return {"lift": DEFAULT_LIFT, "zero_shot_cosine": DEFAULT_ZERO_SHOT_COSINE,
             "precision": precision_gate({"min_share": float(cfg["min_share"]),
-                                         "max_answers": 0}).to_dict(),
-            "route": Gate(DEFAULT_ROUTE_MAX_ANSWERS, float(cfg["min_share"])).to_dict()}
+                                         "max_answers": 0}).to_dict()}
 
 
 def _fit_report(cfg: Mapping, train: Labelled | None, dev: Labelled | None, encoder: Encoder,
@@ -530,17 +512,14 @@ def select_thresholds(knowledge: Callable[[Mapping], RelationKnowledge], default
     kn = knowledge(thresholds)
     assessments, correct = run.assess(kn)
     precision, precision_stats = choose_gate(precision_family(kn.min_share), assessments,
-                                             correct, float(cfg["precision_target"]), bound=True)
-    gate, route_stats = choose_gate(gate_family(kn.min_share), assessments, correct,
-                                    float(cfg["route_min_precision"]))
-    thresholds["precision"], thresholds["route"] = precision.to_dict(), gate.to_dict()
+                                             correct, float(cfg["precision_target"]))
+    thresholds["precision"] = precision.to_dict()
     gold_ids = [tuple(store.hop(h) for h in c) for c in dev.chains]
     selection.update({
         "dev_chain_accuracy": round(float(np.mean([a.prediction.chain == g for a, g in
                                                    zip(assessments, gold_ids)])), 6),
         "dev_derived_h1": round(float(np.mean(correct)), 6),
         "precision_gate": precision_stats,
-        "route_gate": route_stats,
     })
     return thresholds, selection
 

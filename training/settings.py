@@ -175,8 +175,6 @@ class RelationKnowledgeSettings(Settings, section="relation_knowledge"):
     min_support: int = setting(5, COUNT, "lexicon: questions a word must occur in to get a lift")
     precision_target: float = setting(0.99, SHARE,
             "precision gate: dev H@1 its derived answers must reach")
-    route_min_precision: float = setting(0.8, SHARE,
-            "routing gate: dev H@1 its derived answers must reach")
     functional_tolerance: float = setting(0.01, SHARE,
             "share of subjects allowed several objects of a functional r")
     functional_min_subjects: int = setting(5, COUNT,

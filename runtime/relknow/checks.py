@@ -6,9 +6,9 @@ b); with the store's facts, every fact joining two entities of the context count
 A :class:`Gate` lets a derived answer stand without the reader: the chain instantiates with at
 most m answers, share ≥ τ, support ≥ σ, a consistent context and, optionally, every chain
 relation named by the lexicon. The precision gate is m = 1 on familiar wording whose every
-content word the chain explains; its (τ, σ) and the routing gate's are picked on dev by
-``training/relation_knowledge.py`` (without dev questions the precision gate passes
-nothing)."""
+content word the chain explains; its (τ, σ) are picked on dev by
+``training/relation_knowledge.py`` (without dev questions it passes nothing). It is the one
+gate of a zero-call answer, under policy precision and route alike."""
 
 from __future__ import annotations
 

@@ -66,7 +66,7 @@ class Learned:
         self.lift_threshold = float(thresholds["lift"])
         self.zero_shot_cosine = float(thresholds["zero_shot_cosine"])
         self.precision_gate = precision_gate(thresholds["precision"])
-        self.route_gate = Gate(**thresholds["route"])
+        self.calibration = calibration(self.precision_gate, spec.get("fit") or {})
 
     @classmethod
     def load(cls, directory: str | Path, relation_ids: Mapping[str, int]) -> Self:
@@ -119,3 +119,18 @@ def trusted_reading(agreement: Mapping[str, float]) -> str | None:
     that allows their chain lengths for :data:`HOP_RANGE_TRUST` of them (None: none does, the
     knowledge was fitted before it was measured, or without labelled questions)."""
     return next((r for r in HOP_READINGS if agreement.get(r, 0.0) >= HOP_RANGE_TRUST), None)
+
+
+def calibration(gate: Gate, fit: Mapping) -> dict:
+    """How the zero-call gate was calibrated, as every routed answer states it: on this
+    store's labelled dev questions (how many, how many it passed, the H@1 of those and its 95 %
+    Wilson interval), or on nothing — then it passes nothing: a precision no labelled question
+    of this graph measured is no promise to make."""
+    if gate.max_answers < 1:
+        return {"by": "none", "questions": 0, "passed": 0, "precision": None,
+                "precision_95ci": None}
+    selection = fit.get("selection")
+    stats = selection.get("precision_gate", {}) if isinstance(selection, Mapping) else {}
+    return {"by": "dev questions of this store", "questions": stats.get("n"),
+            "passed": stats.get("passed"), "precision": stats.get("precision"),
+            "precision_95ci": stats.get("precision_95ci")}
