@@ -64,10 +64,10 @@ class OnnxBertEncoder(PrefixedEncoder):
     backend = "onnx"
 
     def __init__(self, model_dir: Path, spec: Mapping, model_path: Path, threads: int = 1,
-                 per_text: bool = False):
+                 per_text: bool = False, unpadded: bool = False):
         self._model_path = Path(model_path)
         self.threads = int(threads)
-        self.per_text = bool(per_text)
+        self.per_text, self.unpadded = bool(per_text), bool(unpadded)
         spec = dict(spec or {})
         found = layout(model_dir)
         self._load_session()
@@ -142,15 +142,21 @@ class OnnxBertEncoder(PrefixedEncoder):
         return self._embed_encodings(self._tokenizer.encode_batch(list(texts)))
 
     def _embed_encodings(self, encodings: list) -> np.ndarray:
-        """float32 [n, dim], unit norm: one padded forward of the texts, or with ``per_text``
-        one forward each. The int8 model quantizes a call's activations with one scale, so in
-        a batch a text's vector depends on its neighbours (enough to flip a near-tie between
-        relations, so an answer hung on the questions before it); the query service embeds each
-        text alone (docs/BENCHMARKS.md), a build's
-        batches keep theirs."""
-        groups = [[e] for e in encodings] if self.per_text else [list(encodings)]
-        out = [self._forward(group) for group in groups if group]
-        return np.concatenate(out) if out else np.empty((0, self.dim), dtype=np.float32)
+        """float32 [n, dim], unit norm: one padded forward of the texts, with ``per_text`` one
+        forward each, with ``unpadded`` one forward per token count. The int8 model quantizes a
+        call's activations with one scale, so in a batch a text's vector depends on its
+        neighbours (enough to flip a near-tie between relations, so an answer hung on the
+        questions before it); the query service embeds each text alone, a build's batches keep
+        theirs. The float32 model has no such scale: texts of one token count need no padding,
+        and share a forward without a vector depending on the others (the question spans)."""
+        rows: dict[object, list[int]] = {}
+        for i, e in enumerate(encodings):
+            group = i if self.per_text else len(e.ids) if self.unpadded else 0
+            rows.setdefault(group, []).append(i)
+        out = np.empty((len(encodings), self.dim), dtype=np.float32)
+        for index in rows.values():
+            out[index] = self._forward([encodings[i] for i in index])
+        return out
 
     def _forward(self, encodings: list) -> np.ndarray:
         ids = np.zeros((len(encodings), max(len(e.ids) for e in encodings)), dtype=np.int64)

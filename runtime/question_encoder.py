@@ -69,7 +69,7 @@ def float32_encoder(spec: Mapping, encoder, threads: int | None = None,
     if spans is not None:
         if spans == Path(encoder.model_path):
             return encoder
-        return onnx_bert.OnnxBertEncoder(spec_model_dir(spec), spec, spans, per_text=True)
+        return onnx_bert.OnnxBertEncoder(spec_model_dir(spec), spec, spans, unpadded=True)
     try:
         return _torch_encoder(spec, threads)
     except (ImportError, EncoderError):

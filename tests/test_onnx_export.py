@@ -120,6 +120,20 @@ def test_beside_int8_the_spans_model_is_the_float32_export(exported, model_dir, 
     np.testing.assert_allclose(vectors, reference, atol=2e-5)
 
 
+def test_unpadded_float32_vectors_do_not_depend_on_their_batch(exported, model_dir):
+    """Spans share a forward per token count: no padding, so a text's vector is the same in
+    any order and, whatever texts are embedded beside it, the per-text forward's within float
+    noise."""
+    texts = TEXTS + ["ada brook", "the director", "long road ?", "who directed"]
+    unpadded = OnnxBertEncoder(model_dir, SPEC, exported["fp32"][1], unpadded=True)
+    vectors = unpadded.encode_queries(texts)
+    np.testing.assert_array_equal(unpadded.encode_queries(texts[::-1])[::-1], vectors)
+    alone = np.stack([unpadded.encode_queries([t])[0] for t in texts])
+    np.testing.assert_allclose(alone, vectors, atol=1e-6)
+    per_text = OnnxBertEncoder(model_dir, SPEC, exported["fp32"][1], per_text=True)
+    np.testing.assert_allclose(per_text.encode_queries(texts), vectors, atol=1e-6)
+
+
 def test_an_fp32_export_serves_the_spans_itself(tmp_path, model_dir):
     info = export(model_dir, tmp_path / "query_encoder.onnx", "fp32",
                   tmp_path / "span_encoder.onnx")

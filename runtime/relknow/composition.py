@@ -9,6 +9,8 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from lokg.runtime.relknow.derivation import derive, of_type
 from lokg.runtime.relknow.facts import Facts, hop_relation, inverse_hop, round_trip
 from lokg.runtime.relknow.spans import (MAX_ZERO_SHOT_HOPS, ZERO_SHOT_NEAR, ZERO_SHOT_SWAP,
@@ -41,14 +43,15 @@ def predict_spans(know: Learned, hops: Sequence[tuple[float, int, int, int]],
     in_order = named_in_order(hops, len(masked.split()))
     if not in_order:
         return Prediction(source, None, 0.0, 0.0, [], named, None, "no span names a relation")
+    reach = Reach(facts, topics, know.max_frontier)
     levels = functools.partial(first_level, know, sharing=shared_span(hops, masked),
-                               facts=facts, topics=topics, answer_type=answer_type,
+                               reach=reach, answer_type=answer_type,
                                fewest=1 if source == "zero_shot" else len(in_order))
     by_end, first = levels(in_order)
     if substitutes is not None:
         by_end = substituted(by_end, levels, substitutes, asked_kind, named, facts)
     if not any(by_end) and asked_kind and kind_only(hops, masked):
-        by_end = to_kind(know, facts, topics, asked_kind) or by_end
+        by_end = to_kind(reach, asked_kind) or by_end
     votes = [(group[0], float(len(group))) for key, group in by_end.items() if key]
     votes += [(chain, 1.0) for chain in by_end.get((), [])]
     prediction = tally(votes, facts, topics, source=source, named=named,
@@ -87,7 +90,7 @@ def substituted(by_end: dict[tuple[int, ...], list[tuple[int, ...]]],
 
 
 def first_level(know: Learned, in_order: tuple[int, ...], *, sharing: int | None,
-                facts: Facts, topics: Sequence[int], answer_type: frozenset[int], fewest: int
+                reach: Reach, answer_type: frozenset[int], fewest: int
                 ) -> tuple[dict[tuple[int, ...], list[tuple[int, ...]]], tuple | None]:
     """(chains by endpoints, the chain tried first — where it stops is what the graph
     lacks) of the first of :func:`candidate_levels` where a chain instantiates, of the
@@ -96,10 +99,11 @@ def first_level(know: Learned, in_order: tuple[int, ...], *, sharing: int | None
     by_end: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     subjects = None  # the first level reaching subjects of the asked kind's relations
     first = None
+    facts = reach.facts
     for chains in candidate_levels(know, in_order, sharing, facts.n_relations, fewest):
         first = first or (chains[0] if chains else None)
         chains = chains + ending_in(chains, answer_type, facts.n_relations)
-        by_end = by_endpoints(know, chains, facts, topics)
+        by_end = by_endpoints(chains, reach)
         if answer_type and any(by_end):
             typed = {k: g for k, g in by_end.items()
                      if not k or of_type(facts, k, answer_type)}
@@ -138,13 +142,12 @@ def candidate_levels(know: Learned, in_order: tuple[int, ...], sharing: int | No
                    and not round_trip(same, n_relations)]
 
 
-def to_kind(know: Learned, facts: Facts, topics: Sequence[int], kind: frozenset[int]
-            ) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
+def to_kind(reach: Reach, kind: frozenset[int]) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
     """The topic's hops (forward ones first) that reach entities of the asked kind (objects
     of a ``kind`` relation), by endpoints: what a question naming only the kind asks."""
-    chains = [(h,) for h in range(2 * facts.n_relations)]
-    return {k: g for k, g in by_endpoints(know, chains, facts, topics).items()
-            if k and of_type(facts, k, kind)}
+    chains = [(h,) for h in reach.facts.hops_from(reach.topics)]
+    return {k: g for k, g in by_endpoints(chains, reach).items()
+            if k and of_type(reach.facts, k, kind)}
 
 
 def distinct(know: Learned, chains: Sequence[tuple[int, ...]]
@@ -161,14 +164,46 @@ def distinct(know: Learned, chains: Sequence[tuple[int, ...]]
     return out
 
 
-def by_endpoints(know: Learned, chains: Sequence[tuple[int, ...]], facts: Facts,
-                 topics: Sequence[int]) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
+class Reach:
+    """The entities chains reach from one question's topics — the endpoints ``derive`` gives
+    them, without the walks and facts only the voted chain needs — each chain prefix walked
+    once: the orders, directions and substitutes one question tries share most of theirs."""
+
+    def __init__(self, facts: Facts, topics: Sequence[int], max_frontier: int):
+        self.facts, self.max_frontier = facts, max_frontier
+        self.topics = np.array(sorted({int(t) for t in topics}), dtype=np.int64)
+        self._frontiers: dict[tuple[int, ...], np.ndarray | None] = {(): self.topics}
+
+    def frontier(self, chain: tuple[int, ...]) -> np.ndarray | None:
+        """The entities a chain's walks reach (sorted); None where a hop finds no fact or
+        reaches more than ``max_frontier``."""
+        if chain not in self._frontiers:
+            start, out = self.frontier(chain[:-1]), None
+            if start is not None:
+                _, reached = self.facts.step(start, chain[-1])
+                out = np.unique(reached)
+                out = out if 0 < len(out) <= self.max_frontier else None
+            self._frontiers[chain] = out
+        return self._frontiers[chain]
+
+    def endpoints(self, chain: tuple[int, ...]) -> tuple[int, ...]:
+        """``derive(...).endpoints`` sorted; () where the chain does not instantiate (after a
+        round trip the topics are endpoints only when nothing else is reached)."""
+        ends = self.frontier(tuple(chain)) if chain and len(self.topics) else None
+        if ends is None:
+            return ()
+        if round_trip(chain, self.facts.n_relations):
+            others = ~np.isin(ends, self.topics)
+            ends = ends[others] if others.any() else ends
+        return tuple(ends.tolist())
+
+
+def by_endpoints(chains: Sequence[tuple[int, ...]], reach: Reach
+                 ) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
     """Chains grouped by the endpoints they reach (key ``()``: they do not instantiate)."""
     by_end: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     for chain in chains:
-        d = derive(facts, topics, chain, max_frontier=know.max_frontier) if topics else None
-        key = tuple(sorted(d.endpoints)) if d is not None and d.derivable else ()
-        by_end.setdefault(key, []).append(chain)
+        by_end.setdefault(reach.endpoints(chain), []).append(chain)
     return by_end
 
 

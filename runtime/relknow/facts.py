@@ -67,6 +67,17 @@ class Facts:
         pos = np.repeat(lo - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
         return parent, self.obj[pos]
 
+    def hops_from(self, entities: Sequence[int]) -> list[int]:
+        """The hops (sorted) some fact walks from one of ``entities``: what a walk from them can
+        take, found by one range per entity instead of a try of every hop."""
+        starts = np.asarray(sorted(set(int(e) for e in entities)), dtype=np.int64) * self.width
+        lo = np.searchsorted(self.key, starts, "left")
+        hi = np.searchsorted(self.key, starts + self.width, "left")
+        if not len(starts):
+            return []
+        keys = np.concatenate([self.key[a:b] for a, b in zip(lo, hi)])
+        return np.unique(keys % self.width).tolist()
+
     def subjects(self, hop: int) -> np.ndarray:
         """The entities a hop starts from (sorted): subjects of a forward hop's relation,
         objects of an inverse hop's."""
