@@ -598,6 +598,33 @@ def test_precision_policy_derives_one_answer_without_a_call(rt):
     assert a.route["predictor"] == "lexicon" and a.triples[0]["r"] == "spouse"
 
 
+def test_a_derived_answer_states_the_dev_calibration_of_its_gate(rt, planted):
+    a = rt.ask("what is the job of edda quist 's wife ?", policy="route")
+    assert a.route["source"] == "derived" and a.llm_calls == 0
+    stats = planted[1]["selection"]["precision_gate"]
+    assert a.route["gate"]["calibration"] == {
+        "by": "dev questions of this store", "questions": stats["n"],
+        "passed": stats["passed"], "precision": stats["precision"],
+        "precision_95ci": stats["precision_95ci"]}
+    assert stats["n"] > 0 and stats["precision"] >= 0.99
+
+
+def test_a_store_without_dev_questions_derives_nothing_without_a_call(tmp_path):
+    """No labelled question of the graph measured the gate: the chain is still followed, but
+    its answer comes from the reader, or from retrieval with reader none, and says so."""
+    store, _ = fitted_store(tmp_path, family_triples(), dev=False)
+    q = "what is the job of edda quist 's wife ?"
+    with Runtime.open(store) as rt:
+        a = rt.ask(q, policy="route")
+        assert (a.route["source"], a.llm_calls, a.answers[:1]) == ("retrieval", 0, ["pilot"])
+        assert a.route["gate"]["calibration"]["by"] == "none" and a.route["derivable"]
+        assert a.message.startswith("not derived from the graph (the gate passes nothing")
+        assert rt.ask(q, policy="precision").status == "abstained"
+    with Runtime.open(store, reader="free") as rt:
+        b = rt.ask(q, policy="route", llm=FakeLLM("pilot"))
+        assert (b.route["source"], b.llm_calls, b.answers) == ("llm", 1, ["pilot"])
+
+
 def test_two_derived_answers_are_no_zero_call_answer_under_either_policy(rt):
     """The precision gate is the one gate of a zero-call answer: short of it, precision
     abstains and route reads the chain's facts — with the reader (one call), or, with reader
