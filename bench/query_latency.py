@@ -4,12 +4,12 @@
     python -m bench.query_latency --store out/demo/store --questions-file out/demo/dump/questions.jsonl
 
 Questions: from ``--questions-file`` (synthetic questions.jsonl or generic JSONL with
-``question``), else generated from the store itself — for ``--questions`` random (seeded)
+``question``; with ``--given-entities`` its ``topic_entities`` keys are given), else generated from the store itself — for ``--questions`` random (seeded)
 triples (s, r, o), the question "what is the <relation words> of <name of s>?" with s passed as
 the entity (so linking ambiguity of FB15k-237 names does not skew the figure). Every question
 runs ``Runtime.ask(..., llm="none")``: link, TAIMR retrieval (path cache, cold heads computed),
 ITTC encoding — everything but the LLM, which the figure excludes by design. With
-the default policy (``route`` on a store with relation knowledge) a question the routing gate
+the default policy (``route`` on a store with relation knowledge) a question the precision gate
 passes is answered from the graph without retrieval; ``total [derived]`` and ``total
 [retrieval]`` split the total by the path that answered, and ``--policy lokg`` always retrieves.
 
@@ -62,9 +62,20 @@ def store_questions(rt: Runtime, n: int, seed: int) -> list[tuple[str, list[int]
     return [(fact_question(rt, s, r), [s]) for s, r in sampled_facts(rt, n, seed)]
 
 
-def file_questions(path: Path, n: int) -> list[tuple[str, None]]:
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [(json.loads(line)["question"], None) for line in lines[:n] if line.strip()]
+def file_questions(path: Path, n: int, keys: set[str] | None
+                   ) -> list[tuple[str, list[str] | None]]:
+    """The first ``n`` questions of a JSONL file, linked from the text; with ``keys`` (the
+    store's entity keys) each with its ``topic_entities`` given instead, when it names some, and
+    skipped when the store lacks one of them."""
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if len(out) == n or not line.strip():
+            continue
+        row = json.loads(line)
+        topics = (row.get("topic_entities") or None) if keys is not None else None
+        if topics is None or all(t in keys for t in topics):
+            out.append((row["question"], topics))
+    return out
 
 
 def pct(values: list[float], q: float) -> float:
@@ -98,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", required=True)
     parser.add_argument("--questions", type=int, default=1000)
     parser.add_argument("--questions-file", type=Path)
+    parser.add_argument("--given-entities", action="store_true",
+                        help="--questions-file: give each question's topic_entities (keys) "
+                             "as its entities instead of linking them")
     parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
@@ -121,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     rt = Runtime.open(args.store, **settings)
     rss_open = rss_mib()
     if args.questions_file:
-        questions = file_questions(args.questions_file, args.questions + args.warmup)
+        questions = file_questions(args.questions_file, args.questions + args.warmup,
+                                   set(rt.keys) if args.given_entities else None)
     else:
         questions = store_questions(rt, args.questions + args.warmup, args.seed)
     for q, ents in questions[: args.warmup]:
@@ -149,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         for step, ms in {**laps, "total cpu": cpu, f"total [{path}]": laps["total"]}.items():
             steps.setdefault(step, []).append(ms)
     result = {
-        "store": args.store, "build_id": rt.build_id, "lambda_q": rt.settings["lambda_q"], "entities": rt.n_entities,
+        "store": args.store, "build_id": rt.build_id, "relations": rt.n_relations, "lambda_q": rt.settings["lambda_q"], "entities": rt.n_entities,
         "questions": len(questions) - args.warmup, "budget": args.budget,
         "open_ms": round(rt.open_ms, 1), "rss_open_mib": round(rss_open - rss0, 1),
         "rss_end_mib": round(rss_mib(), 1),
