@@ -1,0 +1,119 @@
+"""The operator probe's store defects (issue 51): concurrent builds on one store (D2), strays
+under builds/ (D5), full and read-only disks (D8), a build rerun after a kill past its CURRENT
+swap (D9).
+
+Builds here run one Spark-free stage (``ingest``, writing the core tables): what is tested is
+the driver and the store around the stages. Kills are raised where a SIGKILL would stop the
+process, as in tests/test_publish_recovery.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from lokg.cli import cli
+from lokg.pipeline import driver as pipeline
+from lokg.pipeline.config import load_config
+from lokg.pipeline.registry import Stage
+from lokg.runtime import pins
+from lokg.runtime.contract import BUILD_LEASE_FILE, Store, StoreError
+from lokg.testing.cli import assert_clean_error
+from lokg.testing.stores import stage_tables
+
+CONFIG = load_config(None, [])
+
+
+class Killed(BaseException):
+    """Stands for the SIGKILL of a build process."""
+
+
+def one_stage_pipeline(monkeypatch, before=None) -> None:
+    """``pipeline.build`` runs one stage writing the core tables; ``before(out_dir)`` first."""
+    fake = Stage("ingest", "tests", inputs=(), outputs=("entities", "relations", "triples"))
+
+    def run(config, inputs, out_dir):
+        if before is not None:
+            before(out_dir)
+        return {"outputs": {k: str(v) for k, v in stage_tables(Path(out_dir)).items()}}
+
+    monkeypatch.setattr(pipeline, "STAGE_NAMES", ("ingest",))
+    monkeypatch.setattr(pipeline, "_known", lambda name: fake)
+    monkeypatch.setattr(pipeline, "_load_module", lambda name: SimpleNamespace(run=run))
+
+
+def dump(tmp_path: Path) -> str:
+    path = tmp_path / "kg.tsv"
+    path.write_text("a\tr\tb\n")
+    return str(path)
+
+
+def build(tmp_path: Path, store: Path, build_id: str):
+    return pipeline.build(dump(tmp_path), str(store), CONFIG, build_id=build_id,
+                          log=lambda _: None)
+
+
+def cli_build(tmp_path: Path, store: Path, build_id: str):
+    return CliRunner().invoke(cli, ["build", "--dump", dump(tmp_path), "--store", str(store),
+                                    "--build-id", build_id])
+
+
+# ---------------------------------------------------------------------------------------------
+# D2: one build at a time on a store, the second refused at its start
+
+
+def test_a_second_build_is_refused_at_its_start_and_leaves_nothing(tmp_path, monkeypatch):
+    store = tmp_path / "store"
+    started, resume = threading.Event(), threading.Event()
+
+    def pause(out_dir):
+        if threading.current_thread() is not threading.main_thread():
+            started.set()
+            assert resume.wait(30)
+
+    one_stage_pipeline(monkeypatch, before=pause)
+    build(tmp_path, store, "b0")  # a refresh cache the first build could read
+    outcome = {}
+    first = threading.Thread(target=lambda: outcome.update(a=build(tmp_path, store, "a")))
+    first.start()
+    assert started.wait(30)
+    result = cli_build(tmp_path, store, "b")
+    assert_clean_error(result.output, result.exit_code, 1, str(store), "build b refused",
+                       "build a (pid", "is running on this store")
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not Store(store).staging_dir("b").exists()  # refused before any stage
+    assert sorted(p.name for p in (store / "refresh").iterdir()) == ["b0"]
+    with pytest.raises(StoreError, match="build a .* is running"):
+        pipeline.publish_build(Store(store), "b", CONFIG)  # lokg publish: refused as well
+    resume.set()
+    first.join(30)
+    assert outcome["a"].build_id == "a" == Store(store).current_id()
+    assert Store(store).build_ids() == ["a", "b0"]
+    assert json.loads((store / BUILD_LEASE_FILE).read_text() or "{}") == {}  # released
+    assert cli_build(tmp_path, store, "b").exit_code == 0  # once a has ended, b runs
+    assert Store(store).current_id() == "b"
+
+
+def test_a_lease_of_a_dead_build_is_taken_over_and_one_of_another_host_refused(
+        tmp_path, monkeypatch, caplog):
+    store = tmp_path / "store"
+    one_stage_pipeline(monkeypatch)
+    store.mkdir()
+    lease = store / BUILD_LEASE_FILE
+    dead = f"{pins.pin_name().partition('-')[0]}-999999999-abcd"  # this host, no such pid
+    lease.write_text(json.dumps({"build_id": "killed", "holder": dead, "since": "then"}))
+    with caplog.at_level("WARNING", logger="lokg.store"):
+        assert build(tmp_path, store, "b1").build_id == "b1"
+    assert "taking over the build lease of build killed (pid 999999999" in caplog.text
+
+    lease.write_text(json.dumps({"build_id": "elsewhere", "holder": "otherhost-42-abcd",
+                                 "since": "now"}))
+    result = cli_build(tmp_path, store, "b2")
+    assert_clean_error(result.output, result.exit_code, 1, "build elsewhere (pid 42 on otherhost",
+                       f"delete {lease}")
+    assert not Store(store).staging_dir("b2").exists()
