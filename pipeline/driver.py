@@ -485,7 +485,11 @@ def source_fingerprints(dump: str) -> list[dict]:
 
 def build(dump: str, store_root: str, config: dict, *, until: str | None = None,
           build_id: str | None = None, log: Callable[[str], None] = print) -> Build | None:
-    """Run every stage (or up to ``until``) and publish. Returns the build, or None if stopped."""
+    """Run every stage (or up to ``until``) and publish. Returns the build, or None if stopped.
+
+    A rerun of a build id published already (killed past the rename of ``Store.publish``)
+    runs no stage again, whose files would differ (their timings): it finishes the publish of
+    what is staged, as ``lokg publish`` does."""
     if until is not None and until not in STAGE_NAMES and until != "publish":
         raise BuildError(f"--until {until}: unknown stage (stages: {', '.join(STAGE_NAMES)}, "
                          "publish)")
@@ -494,6 +498,9 @@ def build(dump: str, store_root: str, config: dict, *, until: str | None = None,
     store = Store(store_root)
     build_id = build_id or new_build_id()
     with build_lease(store.root, build_id):  # a second build on the store is refused here
+        if until in (None, "publish") and build_id in store.build_ids():
+            log(f"build {build_id} is published already; finishing its publish")
+            return _publish_staged(store, build_id, config, sources=source_fingerprints(dump))
         for number, name in enumerate(STAGE_NAMES, 1):
             log(f"[{number}/{len(STAGE_NAMES)}] {name} …")
             record = run_stage(store, build_id, name, config, dump)

@@ -117,3 +117,31 @@ def test_a_lease_of_a_dead_build_is_taken_over_and_one_of_another_host_refused(
     assert_clean_error(result.output, result.exit_code, 1, "build elsewhere (pid 42 on otherhost",
                        f"delete {lease}")
     assert not Store(store).staging_dir("b2").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# D9: lokg build --build-id X rerun after a kill just past the CURRENT swap completes
+
+
+def test_a_build_rerun_after_a_kill_past_the_current_swap_completes(tmp_path, monkeypatch):
+    store = tmp_path / "store"
+    one_stage_pipeline(monkeypatch)
+    build(tmp_path, store, "b0")
+
+    def killed(self, build_id):  # CURRENT swapped, the staging not yet moved to the cache
+        raise Killed
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Store, "keep_for_refresh", killed)
+        with pytest.raises(Killed):
+            build(tmp_path, store, "b1")
+    assert Store(store).current_id() == "b1" and Store(store).staging_dir("b1").is_dir()
+
+    result = cli_build(tmp_path, store, "b1")
+    assert result.exit_code == 0, result.output
+    assert "build b1 is published already; finishing its publish" in result.output
+    assert Store(store).current_id() == "b1" and not Store(store).staging_dir("b1").exists()
+    assert sorted(p.name for p in (store / "refresh").iterdir()) == ["b1"]
+    Store(store).build("b1", verify=True)
+    again = cli_build(tmp_path, store, "b1")  # and once more, with nothing left to do
+    assert again.exit_code == 0 and Store(store).current_id() == "b1", again.output
