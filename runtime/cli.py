@@ -7,7 +7,8 @@ import sys
 import click
 
 from lokg.runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS
-from lokg.runtime.contract import MANIFEST_FILE, Build, Store, StoreError, is_url
+from lokg.runtime.contract import (MANIFEST_FILE, Build, Store, StoreError, is_url,
+                                   stray_entries)
 from lokg.runtime.object_store import RemoteStore, open_store
 from lokg.runtime.environment import apply_defaults
 from lokg.runtime.feedback import KINDS as FEEDBACK_KINDS
@@ -114,6 +115,10 @@ def store_gc(hours: float, keep: int | None, store_root: str) -> None:
     """
     try:
         st = open_store(store_root)
+        for stray in stray_entries(st.root) if isinstance(st, Store) else []:
+            click.echo(f"warning: skipped {stray}: not a directory "
+                       f"({'a symlink' if stray.is_symlink() else 'a file'}); gc never follows "
+                       "nor deletes it, remove it by hand if it does not belong there")
         removed = st.collect_staging(hours * 3600)
         builds = st.collect_garbage(keep) if keep is not None else []
     except StoreError as exc:

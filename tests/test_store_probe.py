@@ -10,6 +10,7 @@ process, as in tests/test_publish_recovery.py.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -145,3 +146,43 @@ def test_a_build_rerun_after_a_kill_past_the_current_swap_completes(tmp_path, mo
     Store(store).build("b1", verify=True)
     again = cli_build(tmp_path, store, "b1")  # and once more, with nothing left to do
     assert again.exit_code == 0 and Store(store).current_id() == "b1", again.output
+
+
+# ---------------------------------------------------------------------------------------------
+# D5: a symlink or a file under builds/ (or staging/) is skipped by gc with a warning
+
+
+def test_gc_skips_a_symlink_and_a_file_under_builds_and_later_builds_are_unaffected(
+        tmp_path, monkeypatch):
+    root = tmp_path / "store"
+    store = Store(root)
+    for build_id in ("20200101T000000Z-b1", "20200101T000000Z-b2"):
+        store.publish(build_id, stage_tables(tmp_path / build_id), keep=5)
+    elsewhere = tmp_path / "elsewhere"  # a complete build outside the store
+    shutil.copytree(store.builds_dir / "20200101T000000Z-b1", elsewhere)
+    link = store.builds_dir / "20200101T000000Z-aaaaaa"
+    link.symlink_to(elsewhere)
+    (store.builds_dir / ".partial-20200101T000000Z-cccccc").symlink_to(elsewhere)
+    (store.builds_dir / "notes.txt").write_text("x")
+    (root / "staging").mkdir()
+    (root / "staging" / "20200101T000000Z-dddddd").symlink_to(elsewhere)
+    before = sorted(p.relative_to(elsewhere) for p in elsewhere.rglob("*"))
+
+    result = CliRunner().invoke(cli, ["store", "gc", "--store", str(root), "--keep", "0",
+                                      "--older-than", "0"])
+    assert_clean_error(result.output, result.exit_code, 0,
+                       f"warning: skipped {link}: not a directory (a symlink)",
+                       f"skipped {store.builds_dir / 'notes.txt'}: not a directory (a file)",
+                       "skipped", "20200101T000000Z-dddddd", "20200101T000000Z-cccccc",
+                       "removed build 20200101T000000Z-b1", "1 build removed")
+    assert sorted(p.relative_to(elsewhere) for p in elsewhere.rglob("*")) == before
+    assert link.is_symlink() and store.build_ids() == ["20200101T000000Z-b2"]
+    assert not [p for p in store.builds_dir.iterdir() if p.name.startswith(".partial-")
+                and not p.is_symlink()]
+
+    one_stage_pipeline(monkeypatch)  # later builds publish, retain and cache as ever
+    assert build(tmp_path, root, "20200102T000000Z-b3").build_id == "20200102T000000Z-b3"
+    assert build(tmp_path, root, "20200103T000000Z-b4").build_id == "20200103T000000Z-b4"
+    assert store.current_id() == "20200103T000000Z-b4"
+    assert sorted(p.name for p in (root / "refresh").iterdir()) == ["20200103T000000Z-b4"]
+    assert link.is_symlink() and elsewhere.is_dir()

@@ -37,7 +37,7 @@ from lokg.runtime.contract.layout import (BUILD_ID_PATTERN, BUILD_LEASE_FILE, BU
                                           new_build_id)
 from lokg.runtime.contract.lease import build_lease
 from lokg.runtime.contract.schemas import INCOMING_TYPE_PREFIX, REQUIRED_TABLES, TABLE_SCHEMAS
-from lokg.runtime.contract.store import PublishHook, Store, check_keep
+from lokg.runtime.contract.store import PublishHook, Store, check_keep, stray_entries
 
 __all__ = ["BUILD_ID_PATTERN", "BUILD_LEASE_FILE", "BUILDS_DIR", "CURRENT_FILE", "DOOMED_FILE",
            "INCOMING_TYPE_PREFIX", "KNOWN_SCHEMA_VERSIONS", "LOCK_FILE", "LOCK_TIMEOUT_S",
@@ -45,5 +45,5 @@ __all__ = ["BUILD_ID_PATTERN", "BUILD_LEASE_FILE", "BUILDS_DIR", "CURRENT_FILE",
            "STAGING_DIR", "TABLE_SCHEMAS", "Build", "PublishHook", "Store", "StoreError",
            "build_lease", "check_build_id", "check_keep", "check_required_tables",
            "check_schema", "describe_files", "is_url", "load_manifest", "new_build_id",
-           "parse_manifest", "read_parquet", "read_table", "sha256_file", "table_files",
-           "to_numpy", "verify_build", "write_atomic", "write_table"]
+           "parse_manifest", "read_parquet", "read_table", "sha256_file", "stray_entries",
+           "table_files", "to_numpy", "verify_build", "write_atomic", "write_table"]
