@@ -9,6 +9,8 @@ process, as in tests/test_publish_recovery.py.
 
 from __future__ import annotations
 
+import builtins
+import errno
 import json
 import shutil
 import threading
@@ -86,7 +88,8 @@ def test_a_second_build_is_refused_at_its_start_and_leaves_nothing(tmp_path, mon
     result = cli_build(tmp_path, store, "b")
     assert_clean_error(result.output, result.exit_code, 1, str(store), "build b refused",
                        "build a (pid", "is running on this store")
-    assert len(result.output.strip().splitlines()) == 1, result.output
+    progress = [line for line in result.output.splitlines() if line.startswith("[")]
+    assert len(result.output.strip().splitlines()) == 1 + len(progress), result.output
     assert not Store(store).staging_dir("b").exists()  # refused before any stage
     assert sorted(p.name for p in (store / "refresh").iterdir()) == ["b0"]
     with pytest.raises(StoreError, match="build a .* is running"):
@@ -186,3 +189,70 @@ def test_gc_skips_a_symlink_and_a_file_under_builds_and_later_builds_are_unaffec
     assert store.current_id() == "20200103T000000Z-b4"
     assert sorted(p.name for p in (root / "refresh").iterdir()) == ["20200103T000000Z-b4"]
     assert link.is_symlink() and elsewhere.is_dir()
+
+
+# ---------------------------------------------------------------------------------------------
+# D8: a read-only store, a full disk: one line naming the store and the path, no traceback
+
+
+def read_only(monkeypatch, root: Path) -> None:
+    """Every open of a file of ``root`` for writing fails as on a read-only mount (EROFS)."""
+    real = open
+
+    def guarded(path, mode="r", *args, **kwargs):
+        if str(path).startswith(str(root)) and set(mode) & set("wax+"):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", guarded)
+
+
+def assert_one_line(result, *names: str) -> None:
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert_clean_error(result.output, result.exit_code, 1, *names)
+    progress = [line for line in result.output.splitlines() if line.startswith("[")]
+    assert len(result.output.strip().splitlines()) == 1 + len(progress), result.output
+
+
+def test_gc_and_rollback_of_a_read_only_store_are_one_line_errors(tmp_path, monkeypatch):
+    root = tmp_path / "store"
+    store = Store(root)
+    for build_id in ("b1", "b2"):
+        store.publish(build_id, stage_tables(tmp_path / build_id))
+    (root / "staging" / "old").mkdir(parents=True)
+    invoke = CliRunner().invoke
+    with monkeypatch.context() as patch:
+        read_only(patch, root)
+        rollback = invoke(cli, ["store", "rollback", "b1", "--store", str(root)])
+        gc = invoke(cli, ["store", "gc", "--store", str(root), "--keep", "0"])
+    lock = str(root / ".publish.lock")
+    assert_one_line(rollback, f"rollback refused: store {root}: Read-only file system: {lock}")
+    assert_one_line(gc, f"gc failed: store {root}: Read-only file system: {lock}")
+    with monkeypatch.context() as patch:  # a staging directory it may not delete
+        patch.setattr(shutil, "rmtree", lambda path, *a, **k: (_ for _ in ()).throw(
+            PermissionError(errno.EACCES, "Permission denied", str(path))))
+        denied = invoke(cli, ["store", "gc", "--store", str(root), "--older-than", "0"])
+    assert_one_line(denied, f"gc failed: store {root}: Permission denied: {root / 'staging'}")
+    assert store.current_id() == "b2" and store.build_ids() == ["b1", "b2"]
+
+
+@pytest.mark.parametrize("error", [
+    OSError(errno.ENOSPC, "No space left on device", "/full/disk/part-0.parquet"),
+    OSError("Error writing bytes to file. Detail: [errno 28] No space left on device"),
+], ids=["with-path", "pyarrow-without-path"])
+def test_a_build_filling_the_disk_is_a_one_line_error_naming_the_store(tmp_path, monkeypatch,
+                                                                     error):
+    root = tmp_path / "store"
+
+    def full(out_dir):
+        raise error
+
+    one_stage_pipeline(monkeypatch, before=full)
+    result = cli_build(tmp_path, root, "b1")
+    reason = error.strerror or str(error)
+    assert_one_line(result, f"build failed: store {root}: {reason}",
+                    *([error.filename] if error.filename else []))
+    assert json.loads((root / BUILD_LEASE_FILE).read_text() or "{}") == {}  # released
+    one_stage_pipeline(monkeypatch)  # space freed: the rerun builds
+    assert cli_build(tmp_path, root, "b1").exit_code == 0
+    assert Store(root).current_id() == "b1"
