@@ -15,7 +15,7 @@ import click
 from lokg.pipeline.synth import (ENTITY_NAMES, MAX_INVERSE_TRIPLES, NAMINGS, OPTION_DEFAULTS, generate,
                             labelled_overrides, linked_text_overrides)
 from lokg.pipeline.synth_wording import STYLES, WORDINGS
-from lokg.runtime.cli import STORE_OPTION, render_answer, render_summary
+from lokg.runtime.cli import STORE_OPTION, disk_refusal, render_answer, render_summary
 from lokg.pipeline.config import load_config
 from lokg.common.dumps import FORMATS
 from lokg.runtime.contract import Store
@@ -122,6 +122,8 @@ def build(dump: str, fmt: str, store_root: str, until: str | None, stage: str | 
                                    log=click.echo)
     except LokgError as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:  # a full disk, a read-only store
+        raise disk_refusal(exc, f"build failed: store {store_root}") from None
     if published is not None:
         click.echo(render_summary(published))
 
@@ -144,6 +146,8 @@ def publish(store_root: str, build_id: str, dump: str | None, config_file: str |
             sources=pipeline.source_fingerprints(dump) if dump else None)
     except LokgError as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:  # a full disk, a read-only store
+        raise disk_refusal(exc, f"publish failed: store {store_root}") from None
     click.echo(render_summary(published))
 
 

@@ -36,8 +36,8 @@ from lokg.pipeline.refresh import (UNHASHABLE, content_hash, fingerprint, link_t
                               same_settings, staged_location)
 from lokg.pipeline.registry import STAGE_NAMES, Stage, producers, stage
 from lokg.common.stage import PREVIOUS, BuildError, StageError
-from lokg.runtime.contract import (REQUIRED_TABLES, Build, Store, StoreError, new_build_id,
-                              read_table, sha256_file)
+from lokg.runtime.contract import (REQUIRED_TABLES, Build, Store, StoreError, build_lease,
+                                   new_build_id, read_table, sha256_file)
 from lokg.runtime.linker import LINKER_FORMS_FILE, folded_forms, surface_forms
 from lokg.runtime.query_stats import QUERY_STATS_FILE, query_stats
 
@@ -364,13 +364,21 @@ def staged_outputs(records: dict[str, dict]) -> dict[str, str]:
 
 def publish_build(store: Store, build_id: str, config: dict, *, sources: list[dict] | None = None,
                   hook=None) -> Build:
-    """Validate the staged outputs of a build and publish them atomically.
+    """Validate the staged outputs of a build and publish them atomically, holding the store's
+    build lease (refused while another build runs on the store).
 
     Safe to retry: a retry after a crash past the rename finishes the CURRENT swap
     (``Store.publish``), and one after the staging directory moved finds the build published
     and verifies it. Once published, the staging directory becomes the store's refresh cache
     (``refresh/<build_id>/``, replacing the one before): the next build refreshes from it.
     """
+    with build_lease(store.root, build_id):
+        return _publish_staged(store, build_id, config, sources=sources, hook=hook)
+
+
+def _publish_staged(store: Store, build_id: str, config: dict, *,
+                    sources: list[dict] | None = None, hook=None) -> Build:
+    """:func:`publish_build` under the build lease its caller holds."""
     if not store.staging_dir(build_id).is_dir():
         if build_id in store.build_ids():
             return store.build(build_id, verify=True)
@@ -477,7 +485,11 @@ def source_fingerprints(dump: str) -> list[dict]:
 
 def build(dump: str, store_root: str, config: dict, *, until: str | None = None,
           build_id: str | None = None, log: Callable[[str], None] = print) -> Build | None:
-    """Run every stage (or up to ``until``) and publish. Returns the build, or None if stopped."""
+    """Run every stage (or up to ``until``) and publish. Returns the build, or None if stopped.
+
+    A rerun of a build id published already (killed past the rename of ``Store.publish``)
+    runs no stage again, whose files would differ (their timings): it finishes the publish of
+    what is staged, as ``lokg publish`` does."""
     if until is not None and until not in STAGE_NAMES and until != "publish":
         raise BuildError(f"--until {until}: unknown stage (stages: {', '.join(STAGE_NAMES)}, "
                          "publish)")
@@ -485,13 +497,17 @@ def build(dump: str, store_root: str, config: dict, *, until: str | None = None,
         raise BuildError(f"dump not found: {dump}")
     store = Store(store_root)
     build_id = build_id or new_build_id()
-    for number, name in enumerate(STAGE_NAMES, 1):
-        log(f"[{number}/{len(STAGE_NAMES)}] {name} …")
-        record = run_stage(store, build_id, name, config, dump)
-        log(f"[{number}/{len(STAGE_NAMES)}] {name} done in {record['seconds']:.1f}s")
-        if name == until:
-            log(f"stopped after '{name}'; staged outputs in {store.staging_dir(build_id)}")
-            return None
-    published = publish_build(store, build_id, config, sources=source_fingerprints(dump))
+    with build_lease(store.root, build_id):  # a second build on the store is refused here
+        if until in (None, "publish") and build_id in store.build_ids():
+            log(f"build {build_id} is published already; finishing its publish")
+            return _publish_staged(store, build_id, config, sources=source_fingerprints(dump))
+        for number, name in enumerate(STAGE_NAMES, 1):
+            log(f"[{number}/{len(STAGE_NAMES)}] {name} …")
+            record = run_stage(store, build_id, name, config, dump)
+            log(f"[{number}/{len(STAGE_NAMES)}] {name} done in {record['seconds']:.1f}s")
+            if name == until:
+                log(f"stopped after '{name}'; staged outputs in {store.staging_dir(build_id)}")
+                return None
+        published = _publish_staged(store, build_id, config, sources=source_fingerprints(dump))
     log(f"published build {build_id} to {store.root}")
     return published

@@ -7,9 +7,11 @@ import sys
 import click
 
 from lokg.runtime.config import DEFAULT_BUDGET, ENCODINGS, MAX_BUDGET, POLICIES, RETRIEVALS
-from lokg.runtime.contract import MANIFEST_FILE, Build, Store, StoreError, is_url
+from lokg.runtime.contract import (MANIFEST_FILE, Build, Store, StoreError, is_url,
+                                   stray_entries)
 from lokg.runtime.object_store import RemoteStore, open_store
 from lokg.runtime.environment import apply_defaults
+from lokg.runtime.errors import disk_error_line
 from lokg.runtime.feedback import KINDS as FEEDBACK_KINDS
 
 STORE_OPTION = click.option(
@@ -94,6 +96,8 @@ def store_rollback(build_id: str, store_root: str) -> None:
         built = open_store(store_root).rollback(build_id)
     except StoreError as exc:
         raise click.ClickException(f"rollback refused: {exc}") from None
+    except OSError as exc:  # a read-only store
+        raise disk_refusal(exc, f"rollback refused: store {store_root}") from None
     click.echo(f"CURRENT -> {built.build_id}")
 
 
@@ -114,10 +118,16 @@ def store_gc(hours: float, keep: int | None, store_root: str) -> None:
     """
     try:
         st = open_store(store_root)
+        for stray in stray_entries(st.root) if isinstance(st, Store) else []:
+            click.echo(f"warning: skipped {stray}: not a directory "
+                       f"({'a symlink' if stray.is_symlink() else 'a file'}); gc never follows "
+                       "nor deletes it, remove it by hand if it does not belong there")
         removed = st.collect_staging(hours * 3600)
         builds = st.collect_garbage(keep) if keep is not None else []
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
+    except OSError as exc:  # a read-only store
+        raise disk_refusal(exc, f"gc failed: store {store_root}") from None
     for name in removed:
         click.echo(f"removed {st.root / 'staging' / name}")
     click.echo(f"{len(removed)} staging director{'y' if len(removed) == 1 else 'ies'} removed")
@@ -125,6 +135,15 @@ def store_gc(hours: float, keep: int | None, store_root: str) -> None:
         click.echo(f"removed build {name}")
     if keep is not None:
         click.echo(f"{len(builds)} build{'' if len(builds) == 1 else 's'} removed by retention")
+
+
+def disk_refusal(exc: OSError, where: str) -> click.ClickException:
+    """The one-line error of a full or read-only disk met writing ``where``; any other OSError
+    is raised again as it is (a bug: its traceback is wanted)."""
+    line = disk_error_line(exc, where)
+    if line is None:
+        raise exc
+    return click.ClickException(line)
 
 
 @store.command("show")

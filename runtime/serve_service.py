@@ -128,8 +128,9 @@ class Service:
         """Load the build CURRENT names if it changed since the last poll (see module doc)."""
         try:
             current = self.store.current_id()
-        except (StoreError, OSError) as exc:
-            self._failed(None, f"cannot read CURRENT: {exc}")
+        except (StoreError, OSError) as exc:  # the detail (paths) to the log, not to /readyz
+            if self._failed(None, "CURRENT could not be read (details in the server log)"):
+                log.error("cannot read CURRENT: %s", exc)
             return
         reopen, self._reopen = self._reopen, False
         if current is None or (current == self.current and not reopen):
@@ -144,7 +145,8 @@ class Service:
         except Exception as exc:  # any failure to open a build keeps the one being served
             log.error("build %s failed to load; still serving %s: %s", current,
                       self.runtime.build_id if self.runtime else "nothing", exc)
-            self._failed(current, f"{type(exc).__name__}: {exc}")
+            self._failed(current, f"build {current} failed to load ({type(exc).__name__}; "
+                                  "details in the server log)")
             self.metrics.reloaded(False)
             return
         self.runtime = runtime  # the swap: requests that already hold the old one keep it
@@ -154,13 +156,16 @@ class Service:
         self.metrics.reloaded(True)
         log.info("serving build %s (opened in %.0f ms)", current, runtime.open_ms)
 
-    def _failed(self, build_id: str | None, error: str) -> None:
+    def _failed(self, build_id: str | None, error: str) -> bool:
+        """Report a failure in /readyz (a one-line reason without paths); False when it is
+        the one reported last already."""
         with self._lock:
             if self._failures and self._failures[-1]["build_id"] == build_id \
                     and self._failures[-1]["error"] == error:
-                return
+                return False
             self._failures.append({"build_id": build_id, "error": error, "at": _now()})
             del self._failures[:-KEEP_FAILURES]
+        return True
 
     def failures(self) -> list[dict]:
         with self._lock:

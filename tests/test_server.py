@@ -274,10 +274,10 @@ def served_build(client: Client) -> str:
     return body["build_id"]
 
 
-def test_new_build_is_swapped_in_and_a_corrupted_one_is_not(tmp_path):
+def test_new_build_is_swapped_in_and_a_corrupted_one_is_not(tmp_path, caplog):
     make_store(tmp_path, build_id="b1")
     store = tmp_path / "store"
-    with serving(store, llm_backends=("none",)) as c:
+    with serving(store, llm_backends=("none",)) as c, caplog.at_level("ERROR", "lokg.server"):
         assert served_build(c) == "b1"
         make_store(tmp_path, build_id="b2")
         wait_for(lambda: served_build(c) == "b2", what="b2 served")
@@ -288,7 +288,9 @@ def test_new_build_is_swapped_in_and_a_corrupted_one_is_not(tmp_path):
                          what="b3 reported")
         assert ready["ready"] and ready["build_id"] == "b2" and ready["current"] == "b3"
         (failure,) = ready["failed_builds"]
-        assert failure["build_id"] == "b3" and "sha256 mismatch" in failure["error"]
+        assert failure["build_id"] == "b3" and "sha256 mismatch" in caplog.text
+        assert failure["error"] == ("build b3 failed to load (StoreError; details in the "
+                                    "server log)")
         assert all(served_build(c) == "b2" for _ in range(5))
         text = c.call("GET", "/metrics")[2]
         assert 'lokg_build_failed{build_id="b3"} 1' in text
@@ -301,10 +303,10 @@ def test_new_build_is_swapped_in_and_a_corrupted_one_is_not(tmp_path):
         assert "lokg_build_stale 0" in c.call("GET", "/metrics")[2].splitlines()
 
 
-def test_a_served_build_losing_a_file_answers_503_and_is_reopened(tmp_path):
+def test_a_served_build_losing_a_file_answers_503_and_is_reopened(tmp_path, caplog):
     make_store(tmp_path, build_id="b1")
     store = tmp_path / "store"
-    with serving(store, llm_backends=("none",)) as c:
+    with serving(store, llm_backends=("none",)) as c, caplog.at_level("ERROR", "lokg.server"):
         for bucket in (Store(store).builds_dir / "b1" / "path_cache.parquet").iterdir():
             bucket.unlink()  # not read yet: buckets load on first use
         status, head, body = c.ask()
@@ -312,7 +314,8 @@ def test_a_served_build_losing_a_file_answers_503_and_is_reopened(tmp_path):
         assert "build b1 could not be read" in body["detail"] and "retry" in body["detail"]
         ready = wait_for(lambda: (r := c.call("GET", "/readyz")[2])["failed_builds"] and r,
                          what="the reopen of b1 to fail")
-        assert "listed in the manifest but missing" in ready["failed_builds"][0]["error"]
+        assert ready["failed_builds"][0]["build_id"] == "b1"
+        assert "listed in the manifest but missing" in caplog.text
         make_store(tmp_path, build_id="b2")
         wait_for(lambda: c.ask()[0] == 200, what="b2 loaded")
         assert served_build(c) == "b2"
@@ -338,6 +341,27 @@ def test_a_503_body_shows_no_store_path_and_no_reader_text(tmp_path, damage, cap
         for leak in (str(tmp_path), str(store), "/", "parquet", "arrow", "bucket", "Errno"):
             assert leak not in detail.lower(), (leak, detail)
         assert "bucket-0000" in caplog.text  # the detail stays in the server's log
+
+
+def test_readyz_failures_show_no_server_path_the_log_has_the_detail(tmp_path, caplog):
+    make_store(tmp_path, build_id="b1")
+    store = tmp_path / "store"
+    with serving(store, llm_backends=("none",)) as c, caplog.at_level("ERROR", "lokg.server"):
+        republish(store, "b2", hook=corrupt_before_current(store, "b2"))
+        ready = wait_for(lambda: (r := c.call("GET", "/readyz")[2])["failed_builds"] and r,
+                         what="b2 reported")
+        (current := store / "CURRENT").unlink()
+        current.mkdir()  # a CURRENT that cannot be read
+        ready = wait_for(lambda: len((r := c.call("GET", "/readyz")[2])["failed_builds"]) == 2
+                         and r, what="CURRENT reported")
+    for failure, reason in zip(ready["failed_builds"], (
+            "build b2 failed to load (StoreError; details in the server log)",
+            "CURRENT could not be read (details in the server log)")):
+        assert failure["error"] == reason
+        for leak in (str(tmp_path), "/", "sha256", "parquet"):
+            assert leak not in failure["error"], (leak, failure)
+    assert f"{store / 'builds' / 'b2'}" in caplog.text and "sha256 mismatch" in caplog.text
+    assert caplog.text.count("cannot read CURRENT") == 1  # logged once, not at every poll
 
 
 def test_a_corrupted_first_build_leaves_the_service_unready_until_a_good_one(tmp_path):

@@ -18,6 +18,8 @@ STAGING_DIR = "staging"
 REFRESH_DIR = "refresh"
 PARTIAL_PREFIX = ".partial-"
 LOCK_FILE = ".publish.lock"
+#: Held by one build (``lokg build``, ``lokg publish``) from its start to its end (lease.py).
+BUILD_LEASE_FILE = ".build.lease"
 #: Written into a build by retention before it deletes it: a reader that pins the build after
 #: retention looked at the pins sees it and refuses the build instead of losing files mid-read.
 DOOMED_FILE = ".doomed"

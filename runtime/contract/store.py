@@ -62,7 +62,7 @@ class Store:
         else the newest cached one (a crash between caching and pruning leaves two), else
         None. What is reused from it is decided by fingerprints, so any cached build is safe."""
         cached = sorted(p.name for p in (self.root / REFRESH_DIR).glob("*")
-                        if p.is_dir() and BUILD_ID_PATTERN.fullmatch(p.name))
+                        if _real_dir(p) and BUILD_ID_PATTERN.fullmatch(p.name))
         if not cached:
             return None
         current = self.current_id()
@@ -89,13 +89,13 @@ class Store:
         return read_current(self.root / CURRENT_FILE)
 
     def build_ids(self) -> list[str]:
-        """Ids of complete builds (those with a manifest), oldest first."""
+        """Ids of complete builds (those with a manifest), oldest first; a symlink is none."""
         if not self.builds_dir.is_dir():
             return []
         return sorted(
             p.name
             for p in self.builds_dir.iterdir()
-            if p.is_dir() and not p.name.startswith(".") and (p / MANIFEST_FILE).is_file()
+            if _real_dir(p) and not p.name.startswith(".") and (p / MANIFEST_FILE).is_file()
         )
 
     def build(self, build_id: str | None = None, *, verify: bool = False) -> Build:
@@ -284,7 +284,7 @@ class Store:
         others = [b for b in self.build_ids() if b != current]
         doomed = [b for b in others[: max(0, len(others) - keep)] if self._delete_unpinned(b)]
         if self.builds_dir.is_dir():
-            for stale in self.builds_dir.glob(f"{PARTIAL_PREFIX}*"):
+            for stale in filter(_real_dir, self.builds_dir.glob(f"{PARTIAL_PREFIX}*")):
                 shutil.rmtree(stale)
         return doomed
 
@@ -314,7 +314,7 @@ class Store:
             raise StoreError(f"{self.root}: store root does not exist")
         staging = self.root / STAGING_DIR
         now = time.time() if now is None else now
-        doomed = [d for d in sorted(staging.iterdir()) if d.is_dir()
+        doomed = [d for d in sorted(staging.iterdir()) if _real_dir(d)
                   and now - _newest_mtime(d) >= older_than_s] if staging.is_dir() else []
         for path in doomed:
             shutil.rmtree(path)
@@ -345,10 +345,26 @@ def _delete_out_of_sight(path: Path) -> None:
     never sees half of it, and one left by a crash is hidden from the listings."""
     gone = path.with_name(f".{path.name.lstrip('.')}.deleted-{secrets.token_hex(4)}")
     os.rename(path, gone)
-    if gone.is_dir():
+    if _real_dir(gone):
         shutil.rmtree(gone)
     else:
         gone.unlink()
+
+
+def stray_entries(root: str | os.PathLike) -> list[Path]:
+    """What lies in ``builds/`` or ``staging/`` of a store and is not a directory (a symlink, a
+    file): no build. Retention and gc never follow nor delete one; ``lokg store gc`` names them."""
+    found: list[Path] = []
+    for sub in (BUILDS_DIR, STAGING_DIR):
+        directory = Path(root) / sub
+        if _real_dir(directory):
+            found += [p for p in sorted(directory.iterdir()) if not _real_dir(p)]
+    return found
+
+
+def _real_dir(path: Path) -> bool:
+    """A directory, not a symlink to one (which retention would follow out of the store)."""
+    return path.is_dir() and not path.is_symlink()
 
 
 def _newest_mtime(root: Path) -> float:
