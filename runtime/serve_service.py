@@ -65,6 +65,9 @@ class ServeSettings:
     #: the feedback log (query.feedback*, runtime/feedback.py): None keeps the build's setting
     feedback: bool | None = None
     feedback_dir: str | None = None
+    #: a replica with read-only credentials: a pin that cannot be written does not fail an
+    #: open (runtime/object_store.py); /readyz then says ``"pins": "off"``
+    read_only: bool = False
 
     def __post_init__(self):
         if not self.poll_interval > 0:
@@ -140,6 +143,7 @@ class Service:
         log.info("CURRENT is %s; opening and verifying it", current)
         try:
             runtime = Runtime.open(self.settings.store, build_id=current, verify=True,
+                                   pins_required=not self.settings.read_only,
                                    **self.settings.runtime_settings())
         except Exception as exc:  # any failure to open a build keeps the one being served
             log.error("build %s failed to load; still serving %s: %s", current,
@@ -213,7 +217,9 @@ class Service:
         body = {"ready": runtime is not None,
                 "build_id": runtime.build_id if runtime else None,
                 "loaded_at": self.loaded_at, "open_ms": runtime.open_ms if runtime else None,
-                "current": self.current, "failed_builds": self.failures(), "version": __version__}
+                "current": self.current, "failed_builds": self.failures(),
+                "pins": None if runtime is None else "on" if runtime.pinned else "off",
+                "read_only": self.settings.read_only, "version": __version__}
         return (200 if runtime is not None else 503), body
 
     # ---- answering

@@ -370,6 +370,9 @@ def _check_store(store_root: str) -> None:
               type=click.FloatRange(0.1, 3600),
               help="Seconds a connection may stay idle or take to send a request's headers "
                    "before it is closed.")
+@click.option("--read-only", is_flag=True,
+              help="A replica with read-only store credentials: a pin that cannot be written "
+                   "does not fail an open (/readyz says pins off; see docs/OPERATIONS.md).")
 @click.option("--allow-unauthenticated", is_flag=True,
               help="Allow a non-loopback --host without LOKG_API_TOKEN.")
 @click.option("--log-level", default="info", show_default=True,
@@ -382,7 +385,8 @@ def _check_store(store_root: str) -> None:
 def serve_command(store_root: str, host: str, port: int, workers: int, poll_interval: float,
                   llm_backends: tuple[str, ...], llm_base_url: str | None, llm_model: str | None,
                   llm_timeout: float | None, llm_retries: int | None, llm_deadline: float | None,
-                  idle_timeout: float, allow_unauthenticated: bool, log_level: str,
+                  idle_timeout: float, read_only: bool, allow_unauthenticated: bool,
+                  log_level: str,
                   access_log: bool, feedback: bool | None, feedback_dir: str | None) -> None:
     """Serve the store over HTTP: /v1/ask, /v1/ask/batch, /healthz, /readyz, /metrics, and
     the audit page at / (ask a question, see the answer, its path, triples, tokens, timings).
@@ -408,7 +412,7 @@ def serve_command(store_root: str, host: str, port: int, workers: int, poll_inte
         llm_backends=tuple(llm_backends) or ServeSettings.llm_backends,
         llm_base_url=llm_base_url, llm_model=llm_model, llm_timeout=llm_timeout,
         llm_retries=llm_retries, llm_deadline=llm_deadline, feedback=feedback,
-        feedback_dir=feedback_dir)
+        feedback_dir=feedback_dir, read_only=read_only)
     logging.basicConfig(level=log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     options = dict(host=host, port=port, log_level=log_level, access_log=access_log,
