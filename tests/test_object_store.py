@@ -408,3 +408,17 @@ def test_a_read_only_replica_serves_and_hot_reloads(url, tmp_path, s3, client):
         proc.terminate()
         proc.wait(timeout=30)
     assert _pins(client, url) == []
+
+
+def test_one_service_serves_an_object_store_beside_a_local_one(url, tmp_path):
+    _push(tmp_path, url, "b1")
+    local = make_store(tmp_path / "beside", build_id="l1").root
+    with serving({"remote": url, "local": local}, llm_backends=("none",), poll=0.1) as http:
+        for name, build in (("remote", "b1"), ("local", "l1")):
+            status, _, body = http.call("POST", f"/v1/stores/{name}/ask",
+                                        {"question": QUESTION, "llm": "none"})
+            assert status == 200 and body["build_id"] == build
+        _push(tmp_path, url, "b2")
+        wait_for(lambda: http.call("GET", "/v1/stores/remote/readyz")[2]["build_id"] == "b2",
+                 what="remote reload b2")
+        assert http.call("GET", "/v1/stores/local/readyz")[2]["build_id"] == "l1"
