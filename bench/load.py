@@ -22,6 +22,9 @@ publish is then a local republish pushed there. ``--loopback-s3`` starts the S3 
 on loopback (moto, lokg/testing/s3.py); otherwise the usual ``LOKG_S3_ENDPOINT`` / ``AWS_*``
 environment applies.
 
+``--ask-path /v1/stores/NAME/ask`` loads one store of a ``--url`` server that serves several
+(``lokg serve --store NAME=ROOT …``); ``--store`` is then that store's root.
+
 ``--churn`` runs operator traffic meanwhile (:func:`churn`: publish with ``keep=0``, roll back
 to the oldest other build, retention with ``keep=0``, in a loop): with reader pins no served
 build is deleted, so every status stays below 500 (``statuses`` counts them).
@@ -104,8 +107,9 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 def run_load(url: str, questions: list[str], *, requests: int, concurrency: int,
              options: dict | None = None, token: str | None = None, warmup: int = 0,
              publish: Callable[[], str] | None = None, publish_after: int | None = None,
-             timeout: float = 60.0) -> dict:
-    """Send ``requests`` POST /v1/ask from ``concurrency`` keep-alive threads; the report."""
+             timeout: float = 60.0, path: str = "/v1/ask") -> dict:
+    """Send ``requests`` POST ``path`` (/v1/ask; one store of several:
+    /v1/stores/<name>/ask) from ``concurrency`` keep-alive threads; the report."""
     if requests < 1 or concurrency < 1 or not questions:
         raise ValueError("requests and concurrency must be ≥ 1 and questions non-empty")
     parts = urlsplit(url)
@@ -127,7 +131,7 @@ def run_load(url: str, questions: list[str], *, requests: int, concurrency: int,
         while (i := next(counter)) < total:
             started = time.perf_counter()
             try:
-                conn.request("POST", "/v1/ask", bodies[i % len(bodies)], headers)
+                conn.request("POST", path, bodies[i % len(bodies)], headers)
                 resp = conn.getresponse()
                 data = resp.read()
                 build, error = resp.getheader("X-LOKG-Build"), None
@@ -295,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --serve-from: start an S3 server (moto) on loopback for it")
     parser.add_argument("--feedback", choices=("on", "off"), default=None,
                         help="the started server's feedback log (default: the build's setting)")
+    parser.add_argument("--ask-path", default="/v1/ask",
+                        help="the route asked: /v1/stores/NAME/ask for one store of a --url "
+                             "server that serves several")
     parser.add_argument("--json", dest="json_out", help="also write the report here")
     args = parser.parse_args(argv)
 
@@ -328,7 +335,7 @@ def _measure(args, questions: list[str], served: str, publish: Callable[[], str]
                               options={"llm": args.llm, "budget": args.budget},
                               token=os.environ.get("LOKG_API_TOKEN") or None, warmup=args.warmup,
                               publish=publish if publish_after else None,
-                              publish_after=publish_after)
+                              publish_after=publish_after, path=args.ask_path)
         if args.churn:
             report["churn"] = dict(operations)
     finally:

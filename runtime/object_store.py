@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -59,6 +60,9 @@ STALE_DOWNLOAD_S = 3600.0
 TOMBSTONE_SETTLE_S = 10.0
 _TOMBSTONE_POLL_S = 0.2
 _CHUNK = 1 << 20
+log = logging.getLogger("lokg.object_store")
+#: Stores whose failed pin write was logged (a read-only replica logs it once per process).
+_unpinned_logged: set[str] = set()
 
 
 def open_store(root: str | os.PathLike) -> Store | RemoteStore:
@@ -312,11 +316,22 @@ class RemoteStore:
                                      "the manifest — object corrupted or replaced")
         return build
 
-    def pin(self, build_id: str) -> ObjectPin:
-        """Pin a published build against retention (any host); refused if it is being deleted."""
-        held = ObjectPin(self.bucket, check_build_id(build_id))
+    def pin(self, build_id: str, *, required: bool = True) -> ObjectPin | None:
+        """Pin a published build against retention (any host); refused if it is being deleted.
+        Not ``required`` (a read-only replica): a pin that cannot be written gives None, logged
+        once per store and process, and the build is read unpinned (docs/OPERATIONS.md)."""
+        try:
+            held = ObjectPin(self.bucket, check_build_id(build_id))
+        except StoreError as exc:
+            if required:
+                raise
+            if self.root not in _unpinned_logged:
+                _unpinned_logged.add(str(self.root))
+                log.warning("pins off: cannot write a pin in %s (%s); reading builds unpinned, "
+                            "so retention may delete one while it is served", self.root, exc)
+            held = None
         if not self._complete(build_id):
-            held.release()
+            release(held)
             raise StoreError(f"{self.root / BUILDS_DIR / build_id}: build '{build_id}' does "
                              "not exist")
         return held
@@ -458,16 +473,18 @@ class RemoteStore:
 
     # -- the local cache
     def sync(self, build_id: str | None = None, *, cache_dir: str | Path | None = None,
-             verify: bool = True, cap_bytes: int | None = -1) -> tuple[Store, str, list]:
+             verify: bool = True, cap_bytes: int | None = -1,
+             pins_required: bool = True) -> tuple[Store, str, list]:
         """Bring a published build (default: CURRENT's) into the local cache and pin it there
         and here. Returns the cache as a local Store, the build id and the pins to release.
 
         A cached copy is reused when it verifies (``verify``: every sha256, else sizes); one
         that does not is downloaded again. Then builds beyond ``cap_bytes`` (-1: the
-        configured cap; None: no cap) are evicted, oldest first, unless in use.
+        configured cap; None: no cap) are evicted, oldest first, unless in use. Without
+        ``pins_required`` a pin that cannot be written leaves None in the pins (see :meth:`pin`).
         """
         wanted = build_id if build_id is not None else self.build().build_id
-        remote_pin = self.pin(wanted)
+        remote_pin = self.pin(wanted, required=pins_required)
         try:
             manifest = self.build(wanted).manifest
             cache = Store(cache_root(self.root) if cache_dir is None else cache_dir)
@@ -476,7 +493,7 @@ class RemoteStore:
             local_pin = cache.pin(wanted)
             evict(cache, cache_cap() if cap_bytes == -1 else cap_bytes)
         except BaseException:
-            remote_pin.release()
+            release(remote_pin)
             raise
         return cache, wanted, [local_pin, remote_pin]
 

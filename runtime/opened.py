@@ -62,13 +62,15 @@ def _pinned_build(store: Store, build_id: str | None, verify: bool):
         raise
 
 
-def open_build(store_root: str | Path, build_id: str | None, verify: bool):
-    """The build to open and the pins that hold it. A store on object storage is first
-    synced into its local cache (runtime/object_store.py), which is then opened as a local
-    store; the object pin keeps the build from retention there too."""
+def open_build(store_root: str | Path, build_id: str | None, verify: bool,
+               pins_required: bool = True):
+    """The build to open and the pins that hold it (None for a pin that could not be
+    written). A store on object storage is first synced into its local cache
+    (runtime/object_store.py), which is then opened as a local store; the object pin keeps the
+    build from retention there too, unless not ``pins_required`` and the write was refused."""
     if is_url(store_root):
         cache, build_id, held = object_store.RemoteStore(str(store_root)).sync(
-            build_id, verify=verify)
+            build_id, verify=verify, pins_required=pins_required)
         try:
             return cache.build(build_id, verify=False), held
         except BaseException:

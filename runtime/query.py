@@ -71,22 +71,27 @@ def _logging_feedback(ask: Callable[..., Answer]) -> Callable[..., Answer]:
 class Runtime(OpenedBuild):
     """A published build, opened once, that answers questions: ``ask`` chains the steps."""
 
+    #: False when a pin could not be written (a read-only store or replica): unprotected.
+    pinned: bool = True
+
     @classmethod
     def open(cls, store_root: str | Path, *, build_id: str | None = None, verify: bool = True,
-             **settings) -> Runtime:
+             pins_required: bool = True, **settings) -> Runtime:
         """Resolve CURRENT (or ``build_id``) once, pin it, verify the manifest, load the build.
 
         The pin (runtime/pins.py) keeps retention from deleting the build while this Runtime
         exists; :meth:`close` (or the Runtime's collection) releases it. Raises StoreError
         (naming the file) for anything that is not a complete, intact build. An ``s3://``
         ``store_root`` is served from its verified local cache (runtime/object_store.py).
-        ``settings`` override the ``query`` section of the config defaults.
+        ``settings`` override the ``query`` section of the config defaults. Not
+        ``pins_required`` (a read-only replica): an object pin that cannot be written does not
+        fail the open, and ``pinned`` is False (a local store's pin never fails the open).
         """
         started = time.perf_counter()
         unknown = set(settings) - set(QuerySettings.rules())
         if unknown:
             raise QueryError(f"unknown runtime settings: {sorted(unknown)}")
-        build, held = open_build(store_root, build_id, verify)
+        build, held = open_build(store_root, build_id, verify, pins_required)
         try:
             config = build.manifest.get("config") or {}
             runtime = cls(build, {**QuerySettings.merged(config), **settings}, 0.0)
@@ -94,6 +99,7 @@ class Runtime(OpenedBuild):
             object_store.release(*held)
             raise
         runtime._release = weakref.finalize(runtime, object_store.release, *held)
+        runtime.pinned = all(h is not None for h in held)
         runtime.open_ms = (time.perf_counter() - started) * 1000.0
         return runtime
 

@@ -65,6 +65,13 @@ class ServeSettings:
     #: the feedback log (query.feedback*, runtime/feedback.py): None keeps the build's setting
     feedback: bool | None = None
     feedback_dir: str | None = None
+    #: a replica with read-only credentials: a pin that cannot be written does not fail an
+    #: open (runtime/object_store.py); /readyz then says ``"pins": "off"``
+    read_only: bool = False
+    #: several stores (runtime/serve_stores.py): (name, root) pairs; empty: ``store`` alone
+    stores: tuple[tuple[str, str], ...] = ()
+    #: the bearer tokens → stores map (runtime/serve_access.py); a path, re-read by workers
+    tokens_file: str | None = None
 
     def __post_init__(self):
         if not self.poll_interval > 0:
@@ -82,9 +89,13 @@ class ServeSettings:
                   "local": {"timeout": self.llm_timeout}}.get(backend, {})
         return {k: v for k, v in chosen.items() if v is not None}
 
-    def runtime_settings(self) -> dict:
-        """The query settings this server overrides in every Runtime it opens."""
-        chosen = {"feedback": self.feedback, "feedback_dir": self.feedback_dir}
+    def runtime_settings(self, name: str | None = None) -> dict:
+        """The query settings this server overrides in every Runtime it opens (store ``name``
+        of several: its feedback log in ``feedback_dir/name``)."""
+        where = self.feedback_dir
+        if where is not None and name is not None:
+            where = os.path.join(where, name)
+        chosen = {"feedback": self.feedback, "feedback_dir": where}
         return {k: v for k, v in chosen.items() if v is not None}
 
     def to_env(self) -> str:
@@ -97,6 +108,7 @@ class ServeSettings:
             raise RuntimeError(f"{SETTINGS_ENV} is not set (set by `lokg serve --workers N`)")
         data = json.loads(raw)
         data["llm_backends"] = tuple(data["llm_backends"])
+        data["stores"] = tuple(tuple(pair) for pair in data.get("stores", ()))
         return cls(**data, token=os.environ.get(TOKEN_ENV) or None)
 
 
@@ -104,19 +116,48 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-class Service:
-    """The served build (one reference), its watcher thread, the LLM readers and the metrics."""
+class Readers:
+    """This process's LLM readers, each built once with the server's options (shared by the
+    stores it serves)."""
 
     def __init__(self, settings: ServeSettings):
         self.settings = settings
-        self.store = open_store(settings.store)
+        self._lock = threading.Lock()
+        self._llms: dict[str, LLM] = {}
+
+    def get(self, name: str) -> LLM:
+        """Reader ``name``; a QueryError when this server does not offer it."""
+        key = name.strip().lower()
+        if key not in self.settings.llm_backends:
+            raise QueryError(f"llm must be one of {', '.join(self.settings.llm_backends)} on "
+                             f"this server; got {name!r}")
+        with self._lock:
+            if key not in self._llms:
+                try:
+                    self._llms[key] = make_llm(key, **self.settings.llm_options(key))
+                except LLMError as exc:
+                    raise QueryError(f"llm: {exc}") from None
+            return self._llms[key]
+
+
+class Service:
+    """One store's served build (one reference), its watcher thread, the readers and the
+    metrics (``label``: the store's name in the metrics when the server has several)."""
+
+    def __init__(self, settings: ServeSettings, root: str | None = None, *,
+                 label: str | None = None, metrics: Metrics | None = None,
+                 readers: Readers | None = None):
+        self.settings = settings
+        self.root = settings.store if root is None else root
+        self.label = label
+        self.store = open_store(self.root)
         self.runtime: Runtime | None = None
         self.loaded_at: str | None = None
-        self.metrics = Metrics()
+        self.metrics = Metrics() if metrics is None else metrics
+        self.readers = Readers(settings) if readers is None else readers
         self.current: str | None = None  # the CURRENT value last acted on
         self._failures: list[dict] = []
         self._lock = threading.Lock()
-        self._llms: dict[str, LLM] = {}
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._reopen = False  # the served build lost a file: open CURRENT again even if same
@@ -138,23 +179,27 @@ class Service:
         self.current = current
         if self.runtime is not None and current == self.runtime.build_id and not reopen:
             return
-        log.info("CURRENT is %s; opening and verifying it", current)
+        log.info("%sCURRENT is %s; opening and verifying it", self._who(), current)
         try:
-            runtime = Runtime.open(self.settings.store, build_id=current, verify=True,
-                                   **self.settings.runtime_settings())
+            runtime = Runtime.open(self.root, build_id=current, verify=True,
+                                   pins_required=not self.settings.read_only,
+                                   **self.settings.runtime_settings(self.label))
         except Exception as exc:  # any failure to open a build keeps the one being served
-            log.error("build %s failed to load; still serving %s: %s", current,
+            log.error("%sbuild %s failed to load; still serving %s: %s", self._who(), current,
                       self.runtime.build_id if self.runtime else "nothing", exc)
             self._failed(current, f"build {current} failed to load ({type(exc).__name__}; "
                                   "details in the server log)")
-            self.metrics.reloaded(False)
+            self.metrics.reloaded(False, self.label)
             return
         self.runtime = runtime  # the swap: requests that already hold the old one keep it
         self.loaded_at = _now()
         with self._lock:  # failures are reported until a build loads after them
             self._failures = []
-        self.metrics.reloaded(True)
-        log.info("serving build %s (opened in %.0f ms)", current, runtime.open_ms)
+        self.metrics.reloaded(True, self.label)
+        log.info("%sserving build %s (opened in %.0f ms)", self._who(), current, runtime.open_ms)
+
+    def _who(self) -> str:
+        return f"store {self.label}: " if self.label else ""
 
     def _failed(self, build_id: str | None, error: str) -> bool:
         """Report a failure in /readyz (a one-line reason without paths); False when it is
@@ -188,7 +233,7 @@ class Service:
         try:
             yield
         except (StoreError, OSError) as exc:
-            log.error("build %s failed while answering: %s", runtime.build_id, exc)
+            log.error("%sbuild %s failed while answering: %s", self._who(), runtime.build_id, exc)
             if self.runtime is runtime:
                 self._reopen = True
             self._wake.set()
@@ -196,8 +241,8 @@ class Service:
 
     def start(self) -> None:
         self._stop.clear()
-        self._thread = threading.Thread(target=self._watch, name="lokg-store-watcher",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._watch, daemon=True,
+                                        name=f"lokg-store-watcher-{self.label or 'store'}")
         self._thread.start()
 
     def stop(self) -> None:
@@ -218,29 +263,17 @@ class Service:
         body = {"ready": runtime is not None,
                 "build_id": runtime.build_id if runtime else None,
                 "loaded_at": self.loaded_at, "open_ms": runtime.open_ms if runtime else None,
-                "current": self.current, "failed_builds": self.failures(), "version": __version__}
+                "current": self.current, "failed_builds": self.failures(),
+                "pins": None if runtime is None else "on" if runtime.pinned else "off",
+                "read_only": self.settings.read_only, "version": __version__}
         return (200 if runtime is not None else 503), body
 
     # ---- answering
 
-    def reader(self, name: str) -> LLM:
-        """This process's reader ``name``, built once with the server's LLM options."""
-        key = name.strip().lower()
-        if key not in self.settings.llm_backends:
-            raise QueryError(f"llm must be one of {', '.join(self.settings.llm_backends)} on "
-                             f"this server; got {name!r}")
-        with self._lock:
-            if key not in self._llms:
-                try:
-                    self._llms[key] = make_llm(key, **self.settings.llm_options(key))
-                except LLMError as exc:
-                    raise QueryError(f"llm: {exc}") from None
-            return self._llms[key]
-
     def answer(self, runtime: Runtime, request: AskRequest) -> Answer:
         answer = runtime.ask(request.question, entities=request.entities, budget=request.budget,
-                             llm=self.reader(request.llm), policy=request.policy,
+                             llm=self.readers.get(request.llm), policy=request.policy,
                              retrieval=request.retrieval, encoding=request.encoding,
                              source_sentences=request.source_sentences)
-        self.metrics.answered(answer)
+        self.metrics.answered(answer, self.label)
         return answer

@@ -36,11 +36,16 @@ Why it is shaped this way:
   ``Runtime.ask``'s limits (question length, budget range, entity count) and the batch size;
   a ``QueryError`` from the runtime (e.g. an unknown entity id) is a 422; malformed JSON a 422
   or 400; a body over ``max_body_bytes`` a 413; an unknown route a 404.
+* **Several stores** (``--store NAME=ROOT``, repeated): one Service per store, each with its
+  own build, watcher and failures, sharing the readers and the metrics; routes
+  ``/v1/stores/{name}/ask``, ``…/ask/batch``, ``…/readyz`` and ``GET /v1/stores``
+  (runtime/serve_stores.py). A single ``--store PATH`` is served as before.
 * **Security defaults**: bind 127.0.0.1; when ``LOKG_API_TOKEN`` is set, every route except
   ``/healthz``, ``/readyz`` and the page's static files needs ``Authorization: Bearer <token>``
   (compared in constant time, checked before the body is read; a browser cannot send the header
   on a page load, and the page holds no data — it sends the token the user types with its
-  asks); ``lokg serve`` refuses a non-loopback address without a token unless given
+  asks); a tokens file gives each token the stores it may read (runtime/serve_access.py);
+  ``lokg serve`` refuses a non-loopback address without a token unless given
   ``--allow-unauthenticated``. The Swagger/ReDoc pages are off
   (they load scripts from a CDN); the schema is at ``/openapi.json``.
 * **Metrics by hand** in the Prometheus text format (runtime/serve_metrics.py; no client
@@ -51,7 +56,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hmac
 import ipaddress
 import json
 import logging
@@ -61,7 +65,7 @@ from contextlib import asynccontextmanager
 from importlib import resources
 
 import click
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 
@@ -71,9 +75,11 @@ from lokg.runtime.contract import StoreError, is_url
 from lokg.runtime.llm import available_backends
 from lokg.runtime.object_store import open_store
 from lokg.runtime.request import QueryError
+from lokg.runtime.serve_access import EVERY_STORE, TOKENS_ENV, Access, Gate
 from lokg.runtime.serve_models import AskRequest, BatchRequest, BatchResponse
 from lokg.runtime.serve_service import (SETTINGS_ENV, TOKEN_ENV, BuildLost, ServeSettings,
                                         Service)
+from lokg.runtime.serve_stores import DEFAULT_NAME, STORES_ROUTE, Stores, parse_stores
 
 log = logging.getLogger("lokg.server")
 
@@ -82,9 +88,6 @@ DEFAULT_PORT = 8000
 #: Seconds a connection may take to send a request head (after opening, or idle after a
 #: response) before it is closed: runtime/serve_conn.py.
 DEFAULT_IDLE_TIMEOUT = 10.0
-#: Routes open without the token: orchestrators probe them unauthenticated; the page is static.
-OPEN_ROUTES = frozenset({"/healthz", "/readyz", "/"})
-STATIC_PREFIX = "/static/"
 #: The audit page's files (runtime/web/), the only ones served, with their content types.
 WEB_FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
              "style.css": "text/css; charset=utf-8"}
@@ -124,59 +127,6 @@ def _validation_message(errors) -> tuple[str, list[dict]]:
     text = "; ".join((".".join(map(str, e["loc"])) + ": " if e["loc"] else "") + e["msg"]
                      for e in clean[:5])
     return text or "invalid request body", clean
-
-
-class _Gate:
-    """Pure ASGI layer: the bearer-token check, then request counts and latency per route."""
-
-    def __init__(self, app, *, service: Service, routes: frozenset[str]):
-        self.app = app
-        self.metrics = service.metrics
-        token = service.settings.token
-        self.expected = token.encode() if token else None
-        self.routes = routes
-
-    def _authorised(self, scope) -> bool:
-        """``Authorization: Bearer <token>``, the scheme in any case (RFC 7235 §2.1)."""
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                scheme, _, given = value.partition(b" ")
-                return scheme.lower() == b"bearer" and hmac.compare_digest(given.lstrip(b" "),
-                                                                           self.expected)
-        return False
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        path = scope["path"]
-        status = 500  # what the client gets if the app raises before responding
-
-        async def send_and_note(message):
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        self.metrics.started()
-        try:
-            if self.expected is not None and not _is_open(path) \
-                    and not self._authorised(scope):
-                refusal = _json({"detail": f"missing or wrong bearer token (this server "
-                                           f"requires {TOKEN_ENV})"}, 401,
-                                {"WWW-Authenticate": "Bearer"})
-                await refusal(scope, receive, send_and_note)
-            else:
-                await self.app(scope, receive, send_and_note)
-        finally:
-            route = path if path in self.routes else \
-                "/static" if path.startswith(STATIC_PREFIX) else "other"
-            self.metrics.finished(route, scope["method"], status, time.perf_counter() - started)
-
-
-def _is_open(path: str) -> bool:
-    return path in OPEN_ROUTES or path.startswith(STATIC_PREFIX)
 
 
 def _add_page(app: FastAPI) -> None:
@@ -224,41 +174,62 @@ def _add_error_handlers(app: FastAPI) -> None:
                      503, {"Retry-After": "1"})
 
 
-def _add_routes(app: FastAPI, service: Service) -> None:
-    """The API: ask, ask/batch, health, readiness and metrics."""
-    _add_ask_routes(app, service)
-    _add_status_routes(app, service)
+def _add_routes(app: FastAPI, stores: Stores, access: Access) -> None:
+    """The API: ask, ask/batch, health, readiness and metrics; the per-store routes."""
+    _add_ask_routes(app, stores)
+    _add_status_routes(app, stores, access)
 
 
-def _add_ask_routes(app: FastAPI, service: Service) -> None:
-    """/v1/ask and /v1/ask/batch."""
+def _ask(service: Service, request: AskRequest) -> Response:
+    runtime = service.serving()
+    with service.reading(runtime):
+        answer = service.answer(runtime, request)
+    return _json(answer, headers={"X-LOKG-Build": runtime.build_id})
 
-    @app.post("/v1/ask", responses={200: {"model": Answer}, 422: {"description": "bad request"},
-                                    503: {"description": "no build loaded, or it lost a file"}})
+
+def _ask_batch(service: Service, batch: BatchRequest) -> Response:
+    runtime = service.serving()
+    results = []
+    with service.reading(runtime):
+        for item in batch.requests:
+            try:
+                results.append({"ok": True, "answer": service.answer(runtime, item)})
+            except QueryError as exc:
+                results.append({"ok": False, "status": 422, "detail": str(exc)})
+    return _json({"build_id": runtime.build_id, "results": results},
+                 headers={"X-LOKG-Build": runtime.build_id})
+
+
+ASK_RESPONSES = {200: {"model": Answer}, 422: {"description": "bad request"},
+                 503: {"description": "no build loaded, or it lost a file"}}
+
+
+def _add_ask_routes(app: FastAPI, stores: Stores) -> None:
+    """/v1/ask and /v1/ask/batch (the only store), and each per store."""
+
+    @app.post("/v1/ask", responses=ASK_RESPONSES)
     def ask(request: AskRequest) -> Response:
         """Answer one question with at most one LLM call; the Answer JSON."""
-        runtime = service.serving()
-        with service.reading(runtime):
-            answer = service.answer(runtime, request)
-        return _json(answer, headers={"X-LOKG-Build": runtime.build_id})
+        return _ask(stores.only(), request)
 
     @app.post("/v1/ask/batch", responses={200: {"model": BatchResponse}})
     def ask_batch(batch: BatchRequest) -> Response:
         """Answer each question in order from one build; a refused item does not stop the rest."""
-        runtime = service.serving()
-        results = []
-        with service.reading(runtime):
-            for item in batch.requests:
-                try:
-                    results.append({"ok": True, "answer": service.answer(runtime, item)})
-                except QueryError as exc:
-                    results.append({"ok": False, "status": 422, "detail": str(exc)})
-        return _json({"build_id": runtime.build_id, "results": results},
-                     headers={"X-LOKG-Build": runtime.build_id})
+        return _ask_batch(stores.only(), batch)
+
+    @app.post(STORES_ROUTE + "/{name}/ask", responses=ASK_RESPONSES)
+    def store_ask(name: str, request: AskRequest) -> Response:
+        """/v1/ask on store ``name``."""
+        return _ask(stores.get(name), request)
+
+    @app.post(STORES_ROUTE + "/{name}/ask/batch", responses={200: {"model": BatchResponse}})
+    def store_ask_batch(name: str, batch: BatchRequest) -> Response:
+        """/v1/ask/batch on store ``name``."""
+        return _ask_batch(stores.get(name), batch)
 
 
-def _add_status_routes(app: FastAPI, service: Service) -> None:
-    """/healthz, /readyz and /metrics."""
+def _add_status_routes(app: FastAPI, stores: Stores, access: Access) -> None:
+    """/healthz, /readyz, /metrics, the stores and each store's readiness."""
 
     @app.get("/healthz")
     async def healthz() -> dict:
@@ -267,42 +238,56 @@ def _add_status_routes(app: FastAPI, service: Service) -> None:
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        """200 when a verified build is loaded; the build id and builds that failed to load."""
-        status, body = service.readiness()
+        """200 when a verified build is loaded; the build id and builds that failed to load
+        (with several stores: when every store has one; counts only)."""
+        status, body = stores.readiness()
         return _json(body, status)
+
+    @app.get(STORES_ROUTE + "/{name}/readyz")
+    async def store_readyz(name: str) -> Response:
+        """/readyz of store ``name``."""
+        status, body = stores.get(name).readiness()
+        return _json(body, status)
+
+    @app.get(STORES_ROUTE)
+    async def store_list(request: Request) -> Response:
+        """The stores this token may read: name, ready, build id."""
+        granted = access.granted(request.scope) if access.on else None
+        return _json(stores.listing(granted, EVERY_STORE))
 
     @app.get("/metrics")
     async def metrics() -> Response:
         """Prometheus text exposition format 0.0.4."""
-        return Response(service.metrics.render(service),
+        return Response(stores.metrics.render(list(stores.services.values())),
                         media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 def create_app(settings: ServeSettings) -> FastAPI:
-    """The FastAPI app of one service process; the watcher runs while the app is served."""
-    service = Service(settings)
+    """The FastAPI app of one service process; the watchers run while the app is served."""
+    stores = Stores(settings)
+    access = Access.from_settings(settings, stores.names)
 
     @asynccontextmanager
     async def lifespan(app):
         from lokg.runtime.serve_conn import quiet_loop_errors
 
         quiet_loop_errors(asyncio.get_running_loop())  # no log flood when descriptors run out
-        service.poll()  # the first build, before any connection is accepted
-        service.start()
+        stores.poll()  # the first builds, before any connection is accepted
+        stores.start()
         try:
             yield
         finally:
-            service.stop()
+            stores.stop()
 
     app = FastAPI(title="LOKG", version=__version__, lifespan=lifespan, docs_url=None,
                   redoc_url=None, max_body_size=settings.max_body_bytes,
                   description="Question answering over a knowledge graph with one LLM call "
                               "under a token budget.")
-    app.state.service = service
+    app.state.stores = stores
     _add_error_handlers(app)
-    _add_routes(app, service)
+    _add_routes(app, stores, access)
     _add_page(app)
-    app.add_middleware(_Gate, service=service,
+    app.add_middleware(Gate, stores=stores, access=access,
                        routes=frozenset(r.path for r in app.routes))
     return app
 
@@ -323,13 +308,14 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _api_token(host: str, allow_unauthenticated: bool) -> str | None:
+def _api_token(host: str, allow_unauthenticated) -> str | None:
     """The bearer token from the environment; none is refused on a non-loopback host unless
-    unauthenticated access is allowed."""
+    unauthenticated access is allowed (or a tokens file guards the stores)."""
     token = os.environ.get(TOKEN_ENV) or None
     if not _is_loopback(host) and token is None and not allow_unauthenticated:
-        raise click.UsageError(f"--host {host} is not a loopback address: set {TOKEN_ENV} to "
-                               "require a bearer token, or pass --allow-unauthenticated")
+        raise click.UsageError(f"--host {host} is not a loopback address: set {TOKEN_ENV} "
+                               f"or {TOKENS_ENV} to require a bearer token, or pass "
+                               "--allow-unauthenticated")
     return token
 
 
@@ -346,9 +332,13 @@ def _check_store(store_root: str) -> None:
 
 
 @click.command("serve", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--store", "store_root", envvar="LOKG_STORE", default="lokg_store",
-              show_default=True, type=click.Path(file_okay=False),
-              help="Store root: a directory or s3://bucket/prefix (env LOKG_STORE).")
+@click.option("--store", "store_values", multiple=True, metavar="[NAME=]ROOT",
+              help="Store root: a directory or s3://bucket/prefix (env LOKG_STORE; default "
+                   "lokg_store). Repeat as NAME=ROOT to serve several stores, each at "
+                   "/v1/stores/NAME/….")
+@click.option("--tokens-file", envvar=TOKENS_ENV, type=click.Path(dir_okay=False),
+              help="JSON: bearer token -> the store names it may read, or \"*\" (env "
+                   f"{TOKENS_ENV}).")
 @click.option("--host", default=DEFAULT_HOST, show_default=True,
               help="Address to bind; anything but loopback needs LOKG_API_TOKEN.")
 @click.option("--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535))
@@ -370,6 +360,9 @@ def _check_store(store_root: str) -> None:
               type=click.FloatRange(0.1, 3600),
               help="Seconds a connection may stay idle or take to send a request's headers "
                    "before it is closed.")
+@click.option("--read-only", is_flag=True,
+              help="A replica with read-only store credentials: a pin that cannot be written "
+                   "does not fail an open (/readyz says pins off; see docs/OPERATIONS.md).")
 @click.option("--allow-unauthenticated", is_flag=True,
               help="Allow a non-loopback --host without LOKG_API_TOKEN.")
 @click.option("--log-level", default="info", show_default=True,
@@ -379,16 +372,14 @@ def _check_store(store_root: str) -> None:
               help="Log what questions find missing (default: the build's query.feedback).")
 @click.option("--feedback-dir", type=click.Path(file_okay=False), default=None,
               help="The feedback log's directory (default: <store>/feedback/log).")
-def serve_command(store_root: str, host: str, port: int, workers: int, poll_interval: float,
-                  llm_backends: tuple[str, ...], llm_base_url: str | None, llm_model: str | None,
-                  llm_timeout: float | None, llm_retries: int | None, llm_deadline: float | None,
-                  idle_timeout: float, allow_unauthenticated: bool, log_level: str,
-                  access_log: bool, feedback: bool | None, feedback_dir: str | None) -> None:
+def serve_command(**opts) -> None:
     """Serve the store over HTTP: /v1/ask, /v1/ask/batch, /healthz, /readyz, /metrics, and
     the audit page at / (ask a question, see the answer, its path, triples, tokens, timings).
+    Several stores (--store NAME=ROOT, repeated): /v1/stores/NAME/ask, …/ask/batch,
+    …/readyz, and GET /v1/stores.
 
     The build CURRENT names is loaded and verified in the background and hot-reloaded when
-    CURRENT changes; a build that fails verification is not swapped in.
+    CURRENT changes (each store on its own); a build that fails verification is not swapped in.
 
     \b
     Environment:
@@ -396,28 +387,48 @@ def serve_command(store_root: str, host: str, port: int, workers: int, poll_inte
                       (header "Authorization: Bearer <token>"); unset: no check, and only a
                       loopback --host is allowed unless --allow-unauthenticated. An
                       environment variable, not an option, so it never shows in ps.
+      LOKG_TOKENS_FILE  --tokens-file: per-store tokens (docs/OPERATIONS.md, Serving).
     """
     import uvicorn
 
     from lokg.runtime.serve_conn import connection_options
 
-    token = _api_token(host, allow_unauthenticated)
-    _check_store(store_root)
-    settings = ServeSettings(
-        store=str(store_root), poll_interval=poll_interval, token=token,
-        llm_backends=tuple(llm_backends) or ServeSettings.llm_backends,
-        llm_base_url=llm_base_url, llm_model=llm_model, llm_timeout=llm_timeout,
-        llm_retries=llm_retries, llm_deadline=llm_deadline, feedback=feedback,
-        feedback_dir=feedback_dir)
-    logging.basicConfig(level=log_level.upper(),
+    settings = _settings(opts)
+    logging.basicConfig(level=opts["log_level"].upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    options = dict(host=host, port=port, log_level=log_level, access_log=access_log,
-                   **connection_options(idle_timeout))
-    if workers == 1:
+    options = dict(host=opts["host"], port=opts["port"], log_level=opts["log_level"],
+                   access_log=opts["access_log"], **connection_options(opts["idle_timeout"]))
+    if opts["workers"] == 1:
         uvicorn.run(create_app(settings), **options)
     else:
         os.environ[SETTINGS_ENV] = settings.to_env()
-        uvicorn.run("lokg.runtime.server:app_from_env", factory=True, workers=workers, **options)
+        uvicorn.run("lokg.runtime.server:app_from_env", factory=True,
+                    workers=opts["workers"], **options)
+
+
+def _settings(opts: dict) -> ServeSettings:
+    """``lokg serve``'s options as the settings of every worker; every store checked, the
+    tokens file read (a one-line error for a bad one)."""
+    try:
+        single, named = parse_stores(opts["store_values"]
+                                     or [os.environ.get("LOKG_STORE") or "lokg_store"])
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    token = _api_token(opts["host"], opts["allow_unauthenticated"] or opts["tokens_file"])
+    for _, root in named or [(None, single)]:
+        _check_store(root)
+    settings = ServeSettings(
+        store=single or "", stores=named, tokens_file=opts["tokens_file"],
+        poll_interval=opts["poll_interval"], token=token,
+        llm_backends=tuple(opts["llm_backends"]) or ServeSettings.llm_backends,
+        **{k: opts[k] for k in ("llm_base_url", "llm_model", "llm_timeout", "llm_retries",
+                                "llm_deadline", "feedback", "feedback_dir", "read_only")})
+    if settings.tokens_file:
+        try:
+            Access.from_settings(settings, [n for n, _ in named] or [DEFAULT_NAME])
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from None
+    return settings
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from lokg.runtime import object_store
 from lokg.runtime.object_store import RemoteStore
 from lokg.runtime.query import Runtime
 from lokg.testing.cli import assert_clean_error
-from lokg.testing.s3 import loopback_s3
+from lokg.testing.s3 import loopback_s3, read_only_user
 from lokg.testing.serving import QUESTION, free_port, serving, wait_for
 from lokg.testing.stores import make_store
 from lokg.testing.stores import publish_stage_tables as _publish
@@ -354,3 +354,72 @@ def test_two_processes_pushing_at_once_exactly_one_wins(url, tmp_path, s3):
     assert all(r == "ok" or "CURRENT" in r for r in results.values()), results
     remote = RemoteStore(url)
     assert remote.current_id() == won[0] and remote.build(verify=True).build_id == won[0]
+
+
+# ------------------------------------------------------------------------------ read-only replicas
+
+def _pins(client, url: str) -> list[str]:
+    listed = client.list_objects_v2(Bucket=BUCKET, Prefix=_key(url, "pins/"))
+    return [o["Key"] for o in listed.get("Contents", [])]
+
+
+def test_read_only_credentials_open_verify_and_answer_when_pins_are_optional(
+        url, tmp_path, s3, client, monkeypatch, caplog):
+    """Credentials that can only read (moto enforces the user's policy): a pin is required by
+    default, so the open fails naming it; with pins optional it opens unpinned, logged once."""
+    _push(tmp_path, url, "b1")
+    for name, value in read_only_user(s3).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # it keeps the credentials it read
+    with pytest.raises(StoreError, match="pins/b1"):
+        Runtime.open(url)
+    with caplog.at_level("WARNING", logger="lokg.object_store"):
+        for _ in range(2):
+            with Runtime.open(url, pins_required=False) as rt:
+                assert not rt.pinned and rt.ask(QUESTION, llm="none").answers
+    assert len([r for r in caplog.records if "pins off" in r.getMessage()]) == 1
+    result = _lokg("store", "verify", "--store", url)
+    assert result.exit_code == 0, result.output
+    assert _pins(client, url) == []
+
+
+def test_a_read_only_replica_serves_and_hot_reloads(url, tmp_path, s3, client):
+    """`lokg serve --read-only` with credentials that cannot write: opens, verifies, answers,
+    follows a new CURRENT; /readyz reports pins off."""
+    from bench.load import wait_ready
+    from lokg.testing.serving import Client
+
+    _push(tmp_path, url, "b1")
+    port = free_port()
+    env = {**os.environ, **read_only_user(s3), "LOKG_CACHE_DIR": str(tmp_path / "replica")}
+    proc = subprocess.Popen([sys.executable, "-m", "lokg.runtime.server", "--store", url,
+                             "--read-only", "--port", str(port), "--poll-interval", "0.1",
+                             "--llm-backend", "none", "--log-level", "warning"],
+                            cwd=REPO, env=env)
+    try:
+        ready = wait_ready(f"http://127.0.0.1:{port}", 120, proc)
+        assert ready["build_id"] == "b1" and ready["pins"] == "off" and ready["read_only"]
+        http = Client(port)
+        assert http.ask(llm="none")[2]["answers"]
+        _push(tmp_path, url, "b2")
+        wait_for(lambda: http.call("GET", "/readyz")[2]["build_id"] == "b2", timeout=60,
+                 what="reload b2")
+        assert http.ask(llm="none")[2]["build_id"] == "b2"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert _pins(client, url) == []
+
+
+def test_one_service_serves_an_object_store_beside_a_local_one(url, tmp_path):
+    _push(tmp_path, url, "b1")
+    local = make_store(tmp_path / "beside", build_id="l1").root
+    with serving({"remote": url, "local": local}, llm_backends=("none",), poll=0.1) as http:
+        for name, build in (("remote", "b1"), ("local", "l1")):
+            status, _, body = http.call("POST", f"/v1/stores/{name}/ask",
+                                        {"question": QUESTION, "llm": "none"})
+            assert status == 200 and body["build_id"] == build
+        _push(tmp_path, url, "b2")
+        wait_for(lambda: http.call("GET", "/v1/stores/remote/readyz")[2]["build_id"] == "b2",
+                 what="remote reload b2")
+        assert http.call("GET", "/v1/stores/local/readyz")[2]["build_id"] == "l1"

@@ -4,7 +4,8 @@
 authentication on, creates one user (its key is the only one accepted: a wrong secret is
 refused like on AWS) and ``bucket``, and yields the environment a client needs
 (``LOKG_S3_ENDPOINT``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``). The
-server stops when the block ends.
+server stops when the block ends. ``read_only_user(env)``: the same with a user that can only
+read and list (moto enforces the user's IAM policy).
 """
 
 from __future__ import annotations
@@ -48,6 +49,25 @@ def _user(endpoint: str) -> dict:
         {"Version": "2012-10-17",
          "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
     return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+            "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+
+
+def read_only_user(env: dict) -> dict:
+    """``env`` (from :func:`loopback_s3`) with the credentials of a new user allowed only to
+    read and list (s3:GetObject, s3:ListBucket): every write, pins/ included, is AccessDenied,
+    as for a replica's read-only credentials on AWS."""
+    import boto3
+
+    iam = boto3.client("iam", endpoint_url=env["LOKG_S3_ENDPOINT"], region_name="us-east-1",
+                       aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                       aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"])
+    name = f"reader-{os.urandom(4).hex()}"
+    iam.create_user(UserName=name)
+    key = iam.create_access_key(UserName=name)["AccessKey"]
+    iam.put_user_policy(UserName=name, PolicyName="read", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Resource": "*",
+                                                  "Action": ["s3:GetObject", "s3:ListBucket"]}]}))
+    return {**env, "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
             "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
 
 

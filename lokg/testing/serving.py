@@ -77,18 +77,19 @@ class Client:
 
 
 @contextmanager
-def serving(store: Path, *, ready: bool = True, **options):
+def serving(store: Path | str | dict, *, ready: bool = True, **options):
     """create_app(...) served by uvicorn in a thread on a free loopback port, with
     ``lokg serve``'s connection deadlines (``idle_timeout``); a Client (once /readyz says 200,
-    unless ``ready`` is False)."""
+    unless ``ready`` is False). ``store``: one root, or {name: root} for several stores."""
     import uvicorn
 
     from lokg.runtime.serve_conn import connection_options
     from lokg.runtime.server import DEFAULT_IDLE_TIMEOUT, ServeSettings, create_app
 
     idle_timeout = options.pop("idle_timeout", DEFAULT_IDLE_TIMEOUT)
-    app = create_app(ServeSettings(store=str(store), poll_interval=options.pop("poll", 0.05),
-                                   **options))
+    roots = {"store": "", "stores": tuple((n, str(r)) for n, r in store.items())} \
+        if isinstance(store, dict) else {"store": str(store)}
+    app = create_app(ServeSettings(**roots, poll_interval=options.pop("poll", 0.05), **options))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",

@@ -1,7 +1,8 @@
-// The LOKG audit page: ask /v1/ask, then show the answer, which path produced it, the triples
-// read with their granularity and token cost, the entity paths as an SVG graph, citations and
-// timings. Served by the service itself; no libraries. Every string from an answer goes in
-// through textContent or an SVG text node, never as markup.
+// The LOKG audit page: ask /v1/ask (on a server with several stores, the chosen store's
+// /v1/stores/<name>/ask; GET /v1/stores lists those the token may read), then show the answer,
+// which path produced it, the triples read with their granularity and token cost, the entity
+// paths as an SVG graph, citations and timings. Served by the service itself; no libraries.
+// Every string from an answer goes in through textContent or an SVG text node, never as markup.
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -38,6 +39,42 @@ function row(cells) {
 
 function fill(target, nodes) { target.replaceChildren(...nodes); }
 
+// ---------------------------------------------------------------- the stores
+
+let several = false;  // the server serves several stores: every call names the chosen one
+
+// The route of the chosen store: "/ask" → /v1/stores/<name>/ask (several stores) or /v1/ask.
+function storeRoute(route) {
+  if (several) return "/v1/stores/" + encodeURIComponent($("store").value) + route;
+  return route === "/readyz" ? "/readyz" : "/v1" + route;
+}
+
+function storeOption(s) {
+  const option = el("option", s.name + (s.ready ? "" : " (no build loaded)"));
+  option.value = s.name;
+  return option;
+}
+
+// The stores this token may read, into the select (shown only when there are several).
+async function loadStores() {
+  try {
+    const resp = await fetch("/v1/stores", { headers: headers() });
+    if (resp.status === 401) {  // the server needs a token: asked again when one is typed
+      $("build").textContent = "enter the API token";
+      return;
+    }
+    if (resp.ok) {
+      const body = await resp.json();
+      const chosen = $("store").value;
+      several = Boolean(body.several);
+      fill($("store"), (body.stores || []).map(storeOption));
+      if ((body.stores || []).some((s) => s.name === chosen)) $("store").value = chosen;
+    }
+  } catch (_) { /* an older server: no /v1/stores; /v1/ask serves its one store */ }
+  $("store-field").hidden = !several;
+  showBuild();
+}
+
 // ---------------------------------------------------------------- asking
 
 function requestBody() {
@@ -65,8 +102,8 @@ async function ask(event) {
   $("busy").hidden = false;
   $("submit").disabled = true;
   try {
-    const resp = await fetch("/v1/ask", { method: "POST", headers: headers(),
-                                          body: JSON.stringify(requestBody()) });
+    const resp = await fetch(storeRoute("/ask"), { method: "POST", headers: headers(),
+                                                   body: JSON.stringify(requestBody()) });
     const text = await resp.text();
     let body;
     try { body = JSON.parse(text); } catch (_) { body = text; }
@@ -83,8 +120,11 @@ async function ask(event) {
 
 async function showBuild() {
   try {
-    const body = await (await fetch("/readyz")).json();
-    $("build").textContent = body.ready ? "build: " + body.build_id : "no build loaded yet";
+    const resp = await fetch(storeRoute("/readyz"), { headers: headers() });
+    const body = await resp.json();
+    $("build").textContent = resp.status === 401 || resp.status === 403
+      ? "build: enter a token for this store" : body.build_id ? "build: " + body.build_id
+      : body.ready ? "ready" : "no build loaded yet";
   } catch (_) {
     $("build").textContent = "build: unknown";
   }
@@ -263,5 +303,7 @@ function drawGraph(target, triples, a) {
 
 document.addEventListener("DOMContentLoaded", () => {
   $("ask").addEventListener("submit", ask);
-  showBuild();
+  $("token").addEventListener("change", loadStores);
+  $("store").addEventListener("change", showBuild);
+  loadStores();
 });
