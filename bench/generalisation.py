@@ -225,7 +225,7 @@ def zero_shot_rows(args, work: Path) -> list[dict]:
                             kb=root / "dump", methods=args.zero_shot_methods,
                             entities=entities, out=root / "runs" / run_name(base, entities))
             gated = runs.pop(PRECISION, None)
-            rows += [{**row, "entities": entities, "wording": wording}
+            rows += [{**row, "entities": entities}
                      for method, records in runs.items()
                      for row in hop_rows(method, records, gated if method == "lokg" else None,
                                          questions, wording)]
@@ -261,6 +261,7 @@ def hop_rows(method: str, records: list[dict], gated: list[dict] | None,
         by_kind = {kind: figures([r for r in part if questions[r["id"]]["inverse"]
                                   == (kind == "inverse")]) for kind in ("inverse", "forward")}
         rows.append({"setting": "zero-shot", "graph": graph, "trained": "nothing",
+                     "wording": wording,
                      "asked": f"test, {f'{hops}-hop' if hops else 'all hop counts'}",
                      "method": method, **figures(part, gate), **knowledge_figures(part),
                      **{f"{k} {kind}": v[k] for kind, v in by_kind.items()
