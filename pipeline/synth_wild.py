@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import product
 
 from lokg.pipeline.synth_schema import FAMILIES, MOVIE_FAMILIES
 
@@ -131,63 +132,76 @@ def _a(noun: str) -> str:
     return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
 
 
+def _grid(templates: tuple[str, ...], **axes) -> list[str]:
+    """Every template filled with every combination of the axes' words (the first axis
+    slowest, the templates fastest; a word that is a dict fills several fields); ``{x}``
+    stays."""
+    out = []
+    for words in product(*axes.values()):
+        fill = {"x": "{x}"}
+        for axis, word in zip(axes, words):
+            fill.update(word if isinstance(word, dict) else {axis: word})
+        out += [t.format(**fill) for t in templates]
+    return out
+
+
 def _forward(lex: Lexicon, obj: TypeWords) -> tuple[list[str], list[str]]:
     """Ask the object of the topic {x}; noun phrases naming it."""
-    wh = "who" if obj.person else "what"
-    asks = [f for n in lex.nouns for f in (
-        f"{wh} is the {n} of {{x}}", f"{{x}}'s {n} is {wh}?", f"{n} of {{x}}", f"{{x}} {n}")]
-    nps = [f for n in lex.nouns for f in (f"the {n} of {{x}}", f"{{x}}'s {n}")]
+    wh, one = ("who" if obj.person else "what"), [s for s, _ in obj.nouns]
+    asks = _grid(("{wh} is the {n} of {x}", "{x}'s {n} is {wh}?", "{n} of {x}", "{x} {n}"),
+                 n=lex.nouns, wh=[wh])
+    nps = _grid(("the {n} of {x}", "{x}'s {n}"), n=lex.nouns)
     for _, past, part in lex.verbs:
         asks.append(f"{wh} {past} {{x}}")
         nps += ([f"whoever {past} {{x}}"] if obj.person
-                else [f"the {s} that {past} {{x}}" for s, _ in obj.nouns])
+                else _grid(("the {s} that {v} {x}",), v=[past], s=one))
         if part:
             asks += [f"{{x}} was {part} by {'whom' if obj.person else 'what'}"]
-            asks += [f"{{x}} was {part} by which {s}" for s, _ in obj.nouns]
+            asks += _grid(("{x} was {v} by which {s}",), v=[part], s=one)
     for link in lex.links:
-        asks += [f for s, _ in obj.nouns for f in (f"{{x}} is {link} which {s}",
-                                                    f"which {s} is {{x}} {link}")]
-        nps += [f"the {s} {{x}} is {link}" for s, _ in obj.nouns]
+        asks += _grid(("{x} is {l} which {s}", "which {s} is {x} {l}"), l=[link], s=one)
+        nps += _grid(("the {s} {x} is {l}",), l=[link], s=one)
     return asks, nps
 
 
 def _inverse(lex: Lexicon, subj: TypeWords, obj: TypeWords) -> tuple[list[str], list[str]]:
     """Ask the subjects whose object is the topic {x}; noun phrases naming them."""
-    asks = [f for _, p in subj.nouns for n in lex.nouns for f in (
-        f"which {p} have {{x}} as {n}", f"which {p} was {{x}} the {n} of", f"{p} with {{x}} as {n}")]
+    many = [p for _, p in subj.nouns]
+    asks = _grid(("which {p} have {x} as {n}", "which {p} was {x} the {n} of",
+                  "{p} with {x} as {n}"), p=many, n=lex.nouns)
     if obj.person:
-        asks += [f"which {p} was {{x}} {_a(n)} in" for _, p in subj.nouns for n in lex.nouns]
-    nps = [f"the {p} with {{x}} as {n}" for _, p in subj.nouns for n in lex.nouns]
+        asks += _grid(("which {p} was {x} {n} in",), p=many, n=list(map(_a, lex.nouns)))
+    nps = _grid(("the {p} with {x} as {n}",), p=many, n=lex.nouns)
     for base, past, part in lex.verbs:
-        for _, p in subj.nouns:
+        for p in many:
             asks += [f"what {p} did {{x}} {base}", f"{{x}} {past} which {p}"]
             nps.append(f"the {p} {{x}} {past}")
             if part:
                 asks.append(f"which {p} were {part} by {{x}}")
                 nps.append(f"the {p} {part} by {{x}}")
     for link in lex.links:
-        asks += [f for _, p in subj.nouns for f in (f"which {p} are {link} {{x}}",
-                                                     f"{p} {link} {{x}}")]
-        nps += [f"the {p} {link} {{x}}" for _, p in subj.nouns]
+        asks += _grid(("which {p} are {l} {x}", "{p} {l} {x}"), l=[link], p=many)
+        nps += _grid(("the {p} {l} {x}",), l=[link], p=many)
     return asks, nps
 
 
 def _share(lex: Lexicon, subj: TypeWords, obj: TypeWords) -> tuple[list[str], list[str]]:
     """Ask the other subjects with an object of the topic {x}; noun phrases naming them."""
-    asks = [f for _, p in subj.nouns for n in lex.nouns for f in (
-        f"which {p} have the same {n} as {{x}}", f"what {p} share {_a(n)} with {{x}}",
-        f"{{x}} has the same {n} as which {p}", f"{p} with the same {n} as {{x}}")]
+    many, nouns = [p for _, p in subj.nouns], lex.nouns
+    both = [{"n": n, "a": _a(n)} for n in nouns]
+    asks = _grid(("which {p} have the same {n} as {x}", "what {p} share {a} with {x}",
+                  "{x} has the same {n} as which {p}", "{p} with the same {n} as {x}"),
+                 p=many, n=both)
     if subj.person:
-        asks += [f for n in lex.nouns for f in (f"who shares {_a(n)} with {{x}}",
-                                                f"who has the same {n} as {{x}}")]
-    nps = [f for _, p in subj.nouns for n in lex.nouns for f in (
-        f"the {p} with the same {n} as {{x}}", f"the {p} sharing {_a(n)} with {{x}}")]
+        asks += _grid(("who shares {a} with {x}", "who has the same {n} as {x}"), n=both)
+    nps = _grid(("the {p} with the same {n} as {x}", "the {p} sharing {a} with {x}"),
+                p=many, n=both)
     for base, _, _ in lex.verbs:
-        asks += [f"what other {p} did the {lex.nouns[0]} of {{x}} {base}" for _, p in subj.nouns]
+        asks += _grid(("what other {p} did the {n} of {x} {v}",), v=[base], n=nouns[:1], p=many)
     for link in lex.links:
-        pairs = [(p, o) for _, p in subj.nouns for o, _ in obj.nouns]
-        asks += [f"which {p} are {link} the same {o} as {{x}}" for p, o in pairs]
-        nps += [f"the {p} {link} the same {o} as {{x}}" for p, o in pairs]
+        pairs = dict(l=[link], p=many, o=[o for o, _ in obj.nouns])
+        asks += _grid(("which {p} are {l} the same {o} as {x}",), **pairs)
+        nps += _grid(("the {p} {l} the same {o} as {x}",), **pairs)
     return asks, nps
 
 
