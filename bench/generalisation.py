@@ -19,6 +19,10 @@ Every run is ``lokg eval --policy route --llm none`` (``evaluation.cli.run_eval`
 4. **Zero-shot inverse hops**: plain naming, metaqa-style 1/2/3-hop questions (hops may walk a
    relation backwards: gold paths carry ``~``), built with **no** labelled questions; H@1 per
    hop count, and within it of the questions with and without an inverse hop.
+   ``--zero-shot-wordings train,wild`` asks the same questions again in other test wordings
+   (``wild``: as varied as people ask, ``pipeline.synth_wild``), against the same store; per
+   wording the zero-call coverage (share answered from the graph) and its precision, the share
+   of questions whose knowledge holds a gold answer and the knowledge tokens per question.
 
 Every step is asked once per ``--entities`` mode (default ``gold,link``: the topic entities
 given, or found by the linker). Per row: n, H@1, the share of questions the route answered from
@@ -44,7 +48,9 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from lokg.common.metrics import normalise_answer
 from lokg.pipeline.synth import NAMINGS, generate, labelled_overrides
+from lokg.pipeline.synth_wording import WORDINGS
 
 PQ_DATASETS = ("pq-2h", "pq-3h")
 PRECISION = "lokg@precision"  # evaluate's key for method lokg under policy precision
@@ -188,31 +194,63 @@ def pathquestion_rows(args, work: Path) -> list[dict]:
     return rows
 
 
+def zero_shot_dumps(args, root: Path) -> dict[str, Path]:
+    """The zero-shot dumps by test wording (``--zero-shot-wordings``): the same graph and
+    questions, the test split asked in each wording (``train``: the dump of old, ``dump``)."""
+    options = dict(n_triples=args.triples, seed=args.seed, n_questions=args.zero_shot_questions,
+                   naming="plain", question_style="metaqa")
+    dumps = {"train": ensure_dump(root / "dump", **options)}
+    for wording in args.zero_shot_wordings.split(","):
+        if wording not in dumps:
+            dumps[wording] = ensure_dump(root / f"dump-{wording}", **options,
+                                         test_wording=wording)
+    graphs = {json.loads((d / "manifest.json").read_text())["files"]["kg.tsv"]
+              for d in dumps.values()}
+    if len(graphs) != 1:
+        sys.exit(f"{root}: the zero-shot dumps' graphs differ (kg.tsv)")
+    return {w: dumps[w] for w in args.zero_shot_wordings.split(",")}
+
+
 def zero_shot_rows(args, work: Path) -> list[dict]:
     """Step 4: a metaqa-style graph in plain naming, no labelled questions, H@1 per hop, per
-    entities mode."""
+    test wording and entities mode; every wording asks one store (the train dump's graph)."""
     root = work / f"zero-shot-{args.triples}t-s{args.seed}-q{args.zero_shot_questions}"
-    dump = ensure_dump(root / "dump", n_triples=args.triples, seed=args.seed,
-                       n_questions=args.zero_shot_questions, naming="plain",
-                       question_style="metaqa")
-    questions = {q["id"]: q for q in map(json.loads, (dump / "test.jsonl").read_text(
-        encoding="utf-8").splitlines())}
     rows = []
-    for entities in args.entities.split(","):
-        runs = evaluate(args, dataset=f"synth:{dump / 'test.jsonl'}", store=root / "store",
-                        kb=dump, methods=args.zero_shot_methods, entities=entities,
-                        out=root / "runs" / run_name("route", entities))
-        gated = runs.pop(PRECISION, None)
-        rows += [{**row, "entities": entities} for method, records in runs.items()
-                 for row in hop_rows(method, records, gated if method == "lokg" else None,
-                                     questions)]
+    for wording, dump in zero_shot_dumps(args, root).items():
+        questions = {q["id"]: q for q in map(json.loads, (dump / "test.jsonl").read_text(
+            encoding="utf-8").splitlines())}
+        base = "route" if wording == "train" else f"route-{wording}"
+        for entities in args.entities.split(","):
+            runs = evaluate(args, dataset=f"synth:{dump / 'test.jsonl'}", store=root / "store",
+                            kb=root / "dump", methods=args.zero_shot_methods,
+                            entities=entities, out=root / "runs" / run_name(base, entities))
+            gated = runs.pop(PRECISION, None)
+            rows += [{**row, "entities": entities}
+                     for method, records in runs.items()
+                     for row in hop_rows(method, records, gated if method == "lokg" else None,
+                                         questions, wording)]
     return rows
 
 
+def knowledge_figures(records: list[dict]) -> dict:
+    """The share of questions whose injected triples have a gold answer as an endpoint
+    (``gold_in_knowledge``: what a reader could answer from) and the mean knowledge tokens."""
+    def has_gold(r):
+        ends = {normalise_answer(t[k]) for t in r.get("triples") or () for k in ("s", "o")}
+        return any(normalise_answer(g) in ends for g in r["gold"])
+
+    n = len(records)
+    return {"gold_in_knowledge": sum(map(has_gold, records)) / n if n else None,
+            "knowledge_tok": (sum(r["tokens"]["knowledge"] for r in records) / n
+                              if n else None)}
+
+
 def hop_rows(method: str, records: list[dict], gated: list[dict] | None,
-             questions: Mapping[str, dict]) -> list[dict]:
+             questions: Mapping[str, dict], wording: str = "train") -> list[dict]:
     """A zero-shot run's rows: per hop count and for all of them, with H@1 of the questions
-    whose chain walks a relation backwards (inverse) and of the others (forward)."""
+    whose chain walks a relation backwards (inverse) and of the others (forward), what the
+    knowledge holds and costs (:func:`knowledge_figures`)."""
+    graph = "synth plain, metaqa" + ("" if wording == "train" else f", {wording} wording")
     rows = []
     for hops in sorted({q["hops"] for q in questions.values()}) + [None]:
         def asked(r):
@@ -222,10 +260,10 @@ def hop_rows(method: str, records: list[dict], gated: list[dict] | None,
         gate = None if gated is None else [r for r in gated if asked(r)]
         by_kind = {kind: figures([r for r in part if questions[r["id"]]["inverse"]
                                   == (kind == "inverse")]) for kind in ("inverse", "forward")}
-        rows.append({"setting": "zero-shot", "graph": "synth plain, metaqa",
-                     "trained": "nothing",
+        rows.append({"setting": "zero-shot", "graph": graph, "trained": "nothing",
+                     "wording": wording,
                      "asked": f"test, {f'{hops}-hop' if hops else 'all hop counts'}",
-                     "method": method, **figures(part, gate),
+                     "method": method, **figures(part, gate), **knowledge_figures(part),
                      **{f"{k} {kind}": v[k] for kind, v in by_kind.items()
                         for k in ("n", "H@1")}})
     return rows
@@ -248,6 +286,16 @@ def markdown(rows: list[dict], command: str) -> str:
         lines += [f"| {r['method']} | {r['entities']} | {r['asked']} | {cell(r['H@1 inverse'])} "
                   f"({r['n inverse']}) | {cell(r['H@1 forward'])} ({r['n forward']}) |"
                   for r in zero]
+        lines += ["", "Zero-shot, per test wording: route H@1, zero-call coverage (answered "
+                  "from the graph, ``derived``) and its precision, the share of questions whose "
+                  "knowledge holds a gold answer, knowledge tokens per question:", "",
+                  "| method | entities | wording | asked | n | H@1 | zero-call | "
+                  "H@1 of zero-call | gold in knowledge | knowledge tok/q |",
+                  "|---|---|---|---|--:|--:|--:|--:|--:|--:|"]
+        lines += [f"| {r['method']} | {r['entities']} | {r.get('wording', 'train')} | "
+                  f"{r['asked']} | " + " | ".join(cell(r.get(k)) for k in (
+                      "n", "H@1", "derived", "derived_H@1", "gold_in_knowledge",
+                      "knowledge_tok")) + " |" for r in zero]
     return "\n".join(lines) + "\n"
 
 
@@ -264,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zero-shot-questions", type=int, default=3000,
                         help="metaqa questions of the zero-shot graph (a tenth is asked)")
     parser.add_argument("--zero-shot-methods", default="lokg,kaping")
+    parser.add_argument("--zero-shot-wordings", default="train",
+                        help="test wordings of the zero-shot questions (comma-separated: "
+                             f"{', '.join(WORDINGS)}; wild: as varied as people ask)")
     parser.add_argument("--entities", default="gold,link",
                         help="topic entities of every step's runs: given (gold) and/or linked")
     parser.add_argument("--steps", default="synthetic,pathquestion,zero-shot")

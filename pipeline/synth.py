@@ -24,7 +24,8 @@ A question record: ``id``, ``question``, ``answers`` (names), ``answer_keys`` (m
 names; a hop walked against the relation's direction is the name prefixed with
 :data:`INVERSE_PREFIX`, e.g. ``["~film.film.directed_by", "film.film.starring"]``), ``hops``,
 and — in every output but the all-defaults one, which stays byte for byte what it was —
-``wording`` (train | heldout) and ``inverse`` (any ``~`` hop). The splits add ``split``.
+``wording`` (train | heldout | wild) and ``inverse`` (any ``~`` hop); a wild question adds
+``noise`` (``{"typos": n, "lower": bool}``). The splits add ``split``.
 
 Generalisation variants (options of :func:`generate`; ``lokg synth`` flags)
 --------------------------------------------------------------------------------
@@ -52,6 +53,9 @@ and in questions that walk relations backwards; each option varies one of these:
   (``pipeline.synth_wording``: other verbs and syntax than any training template) while
   train/dev keep the train wording; the questions themselves (topics, chains, answers) are the
   same as with ``train``, so the two dumps make a paired "unseen wording" transfer split.
+  ``wild`` (either style) writes it as varied as people ask (``pipeline.synth_wild``:
+  passives, hops asked from their far end, shared objects, the wh-word last, keywords, words
+  the relation's name lacks, lower-cased names and typos), the questions again the same.
 * ``max_answers`` — the most answers a question may have (default 5).
 * ``withhold`` — N > 0 leaves out of kg.nt / kg.tsv the last edge of the first N 2-hop
   questions that only that edge answers, and writes the documents that state them

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from lokg.pipeline.synth_schema import Family
+from lokg.pipeline.synth_wild import MARK, roughen
 from lokg.pipeline.synth_wording import METAQA, render, variant_counts
 from lokg.pipeline.synth_world import World
 from lokg.runtime.relknow import INVERSE_PREFIX
@@ -88,9 +89,15 @@ def _record(world: World, names: dict[str, str], style: str, wording: str,
     steps = [(fam.base, fam.phrases, inverse) for fam, inverse in hops]
     choice = [int(u * n) for u, n in zip(draws, variant_counts(style, wording, steps))]
     topic_name = world.name(topic)
+    noise = None
+    if wording == "wild":  # its own generator: the questions stay those of the other wordings
+        text, noise = roughen(render(style, wording, steps, MARK, choice), topic_name,
+                              np.random.default_rng([world.seed, 0x3D, index]))
+    else:
+        text = render(style, wording, steps, topic_name, choice)
     record = {
         "id": f"synth-{index + 1:05d}",
-        "question": render(style, wording, steps, topic_name, choice),
+        "question": text,
         "answers": [world.name(a) for a in answers],
         "answer_keys": [world.mid(a) for a in answers],
         "topic_entities": [world.mid(topic)],
@@ -100,6 +107,8 @@ def _record(world: World, names: dict[str, str], style: str, wording: str,
     }
     if extended:
         record.update(wording=wording, inverse=any(inverse for _, inverse in chain))
+        if noise is not None:
+            record["noise"] = noise
     return record
 
 

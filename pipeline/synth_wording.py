@@ -1,5 +1,6 @@
 """The English of the synthetic generator's questions (``pipeline.synth``): two styles, each in
-two wordings.
+three wordings (the third, ``wild``, made by ``pipeline.synth_wild``: generic forms over each
+family's words, as varied as people ask, with lower-cased names and typos).
 
 Why two wordings: relation knowledge learns from the words of its training questions; a test
 split written in words and syntax no training question uses ("who directed X" in training,
@@ -23,10 +24,13 @@ generator maps its uniform draws to indices and :func:`renderings` lists every t
 
 from __future__ import annotations
 
+from functools import lru_cache
 from itertools import product
 
+from lokg.pipeline.synth_wild import unit_forms
+
 STYLES = ("pathquestion", "metaqa")
-WORDINGS = ("train", "heldout")
+WORDINGS = ("train", "heldout", "wild")
 
 #: PathQuestion-style templates by wording: (topic name, one phrase per hop) → question.
 PATHQUESTION = {
@@ -214,29 +218,41 @@ def _units(steps) -> list[tuple[str, str]]:
     return units
 
 
+@lru_cache(maxsize=None)
+def _unit(wording: str, relation: str, kind: str) -> tuple:
+    """(question forms, noun-phrase forms) of one unit: :data:`METAQA`'s, or the wild wording's
+    (``pipeline.synth_wild``) less any the train wording has, so no wild text is a train one."""
+    if wording != "wild":
+        return METAQA[relation][kind][wording]
+    train = METAQA.get(relation, {}).get(kind, {}).get("train", ((), ()))
+    return tuple(tuple(f for f in forms if f not in seen)
+                 for forms, seen in zip(unit_forms(relation, kind), train))
+
+
 def variant_counts(style: str, wording: str, steps) -> list[int]:
     """Variants of each slot of a choice. ``steps``: (dotted base relation, its phrases, inverse)
-    per hop. pathquestion: the template, then one phrase per hop; metaqa: the question form of
-    the last unit, then the noun phrase of each unit before it."""
-    if style == "pathquestion":
+    per hop. pathquestion: the template, then one phrase per hop; metaqa and the wild wording of
+    either style: the question form of the last unit, then the noun phrase of each unit before
+    it."""
+    if style == "pathquestion" and wording != "wild":
         return [len(PATHQUESTION[wording])] + [len(_phrases(wording, r, p)) for r, p, _ in steps]
     units = _units(steps)
     last, kind = units[-1]
-    return ([len(METAQA[last][kind][wording][0])]
-            + [len(METAQA[r][k][wording][1]) for r, k in units[:-1]])
+    return ([len(_unit(wording, last, kind)[0])]
+            + [len(_unit(wording, r, k)[1]) for r, k in units[:-1]])
 
 
 def render(style: str, wording: str, steps, topic: str, choice) -> str:
     """The question text of one choice (see :func:`variant_counts`)."""
-    if style == "pathquestion":
+    if style == "pathquestion" and wording != "wild":
         phrases = [_phrases(wording, r, p)[i] for (r, p, _), i in zip(steps, choice[1:])]
         return PATHQUESTION[wording][choice[0]](topic, phrases)
     units = _units(steps)
     text = topic
     for (relation, kind), i in zip(units[:-1], choice[1:]):
-        text = METAQA[relation][kind][wording][1][i].replace("{x}", text)
+        text = _unit(wording, relation, kind)[1][i].replace("{x}", text)
     relation, kind = units[-1]
-    return METAQA[relation][kind][wording][0][choice[0]].replace("{x}", text)
+    return _unit(wording, relation, kind)[0][choice[0]].replace("{x}", text)
 
 
 def renderings(style: str, wording: str, steps, topic: str) -> list[str]:

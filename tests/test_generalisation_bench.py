@@ -67,3 +67,29 @@ def test_set_adds_build_overrides_to_every_store(tmp_path, monkeypatch):
     generalisation.evaluate(args, dataset="synth:q.jsonl", store=tmp_path / "store",
                             out=tmp_path / "run", overrides=["gat.questions=t.jsonl"])
     assert seen == [["gat.questions=t.jsonl", "entity_encode.model=/m"]] * 2
+
+
+def test_zero_shot_rows_say_whether_the_knowledge_holds_a_gold_answer_and_what_it_costs():
+    """gold in knowledge: a gold answer (normalised) is an endpoint of an injected triple."""
+    from bench.generalisation import hop_rows, knowledge_figures
+
+    def record(qid, gold, triples, tokens, h1=0.0, source=None):
+        return {"id": qid, "gold": gold, "scores": {"H@1": h1}, "tokens": {"knowledge": tokens},
+                "triples": [{"s": s, "r": "r", "o": o} for s, o in triples],
+                "details": {"route": {"source": source}}}
+
+    records = [record("q1", ["The Dark River"], [("dark river", "Ann")], 10, 1.0, "derived"),
+               record("q2", ["Bob"], [("Bobby", "Ann")], 20),
+               record("q3", ["Ann"], [], 0)]
+    assert knowledge_figures(records) == {"gold_in_knowledge": pytest.approx(1 / 3),
+                                          "knowledge_tok": 10.0}
+    questions = {"q1": {"hops": 1, "inverse": False}, "q2": {"hops": 2, "inverse": True},
+                 "q3": {"hops": 2, "inverse": False}}
+    rows = [{**r, "entities": "gold"} for r in hop_rows("kaping", records, None, questions,
+                                                        "wild")]
+    assert [(r["n"], r["gold_in_knowledge"], r["derived_H@1"]) for r in rows] == [
+        (1, 1.0, 1.0), (2, 0.0, None), (3, pytest.approx(1 / 3), 1.0)]
+    assert rows[0]["graph"] == "synth plain, metaqa, wild wording"
+    table = markdown(rows, "cmd").splitlines()
+    assert table[-1] == ("| kaping | gold | wild | test, all hop counts | 3 | 0.333 | 0.333 "
+                         "| 1.000 | 0.333 | 10.000 |")
