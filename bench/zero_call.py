@@ -36,7 +36,8 @@ def run_eval(lokg: str, name: str, data: Path, work: Path, budget: int, limit: i
              ) -> Path:
     """One ``lokg eval`` of a set at a budget (the store built when missing); its run dir."""
     dataset, extra, methods = SETS[name]
-    out = work / "runs" / Path(lokg).parent.parent.name / f"{name}-b{budget}"
+    tree = Path(lokg).parents[2].name if len(Path(lokg).parents) > 2 else "lokg"
+    out = work / "runs" / tree / f"{name}-b{budget}"
     store = work / "stores" / name
     args = [lokg, "eval", "--dataset", dataset.format(data=data), "--store", str(store),
             "--methods", methods, "--llm", "none", "--policy", "route", "--entities", "gold",

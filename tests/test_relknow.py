@@ -483,6 +483,20 @@ def test_a_gate_of_no_answers_passes_nothing_and_says_why():
     assert not ok and "no dev questions" in reason
 
 
+def test_no_gate_passes_a_walk_that_ends_on_the_topic():
+    """A round trip to the topic's spouse and back derives the topic itself: nothing asked."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    spouse = REL["spouse"]
+    back = derive(facts, [4], [spouse, inverse_hop(spouse, len(RELATIONS))])
+    assert back.endpoints == [4]
+    p = Prediction("knn", back.chain, 1.0, 1.0, [], frozenset(), back)
+    gate = relknow.Gate(100, 0.6)
+    assert gate.check(p, back, None) == (False, "the walk ends on the topic itself")
+    onward = derive(facts, [4], [spouse])
+    assert gate.check(Prediction("knn", onward.chain, 1.0, 1.0, [], frozenset(), onward),
+                      onward, None)[0]
+
+
 # ------------------------------------------------------------------------------ consistency
 
 def test_functional_and_exclusive_relations_are_learned_with_their_tolerance():

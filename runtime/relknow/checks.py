@@ -141,8 +141,9 @@ def learn_exclusive(s, r, o, *, tolerance: float, min_support: int
 
 @dataclass(frozen=True)
 class Gate:
-    """Passes when a chain instantiates with 1..``max_answers`` endpoints, its share of the
-    instantiating votes ≥ ``min_share`` and of all votes ≥ ``min_support``, the derived
+    """Passes when a chain instantiates with 1..``max_answers`` endpoints, none of them a
+    topic (a walk back to what the question is about answers nothing it asked), its share of
+    the instantiating votes ≥ ``min_share`` and of all votes ≥ ``min_support``, the derived
     context is consistent and (with ``lexicon``) the question names every chain relation."""
 
     max_answers: int
@@ -171,6 +172,8 @@ class Gate:
         if consistency is not None and not consistency.ok:
             return False, f"inconsistent context ({len(consistency.issues)} issue(s))"
         n = len(derivation.endpoints)
+        if set(derivation.endpoints) & set(derivation.topics):
+            return False, "the walk ends on the topic itself"
         if n > self.max_answers:
             return False, f"{n} derived answers > {self.max_answers}"
         if self.lexicon and not prediction.relations <= prediction.named:
