@@ -159,8 +159,18 @@ function pathDetail(a) {
                  "retrieval " + a.retrieval, a.llm_calls + " LLM call(s)"];
   if (route.chain) parts.push("chain " + route.chain.join(" → "));
   if (route.reason) parts.push(route.reason);
+  const calibration = (route.gate || {}).calibration;
+  if (calibration) parts.push(calibrationText(calibration));
   if (a.fallback_reason) parts.push("fallback: " + a.fallback_reason);
   return "· " + parts.join(" · ");
+}
+
+// How the zero-call gate was calibrated: what a "derived from the graph" answer rests on.
+function calibrationText(c) {
+  if (c.by === "none") return "zero-call gate: no labelled questions calibrated it, it derives nothing";
+  const ci = c.precision_95ci ? " (95% CI " + c.precision_95ci.join("–") + ")" : "";
+  return "zero-call gate calibrated on " + c.questions + " dev questions of this store: " +
+         c.passed + " passed at precision " + c.precision + ci;
 }
 
 function showAnswer(a) {
