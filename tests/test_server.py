@@ -28,7 +28,7 @@ from lokg.runtime.query import Runtime
 from lokg.runtime.request import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS
 from lokg.runtime.serve_models import MAX_BATCH
 from lokg.runtime.server import serve_command
-from lokg.testing.serving import QUESTION, Client, serving, wait_for
+from lokg.testing.serving import QUESTION, Client, closed_by_server, serving, wait_for
 from lokg.testing.stores import make_store
 
 TOKEN = "s3cret-token"
@@ -203,12 +203,6 @@ def test_bearer_token_guards_every_route_but_health(toy_store):
 
 
 def test_silent_and_stalled_connections_are_closed_while_healthz_answers(toy_store):
-    def closed_by_server(sock: socket.socket) -> bool:
-        try:
-            return sock.recv(1024) == b""
-        except (ConnectionResetError, TimeoutError):
-            return False
-
     with serving(toy_store, llm_backends=("none",), idle_timeout=0.5) as c:
         silent = [socket.create_connection(("127.0.0.1", c.port)) for _ in range(20)]
         stalled = socket.create_connection(("127.0.0.1", c.port))
