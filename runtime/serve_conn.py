@@ -1,13 +1,15 @@
-"""The HTTP service's connections: a deadline for each request head, and a rate-limited log of
-the event loop's errors (``accept()`` failing when descriptors run out).
+"""The HTTP service's connections: a deadline for each request head and body, and a rate-limited
+log of the event loop's errors (``accept()`` failing when descriptors run out).
 
 uvicorn closes a kept-alive connection that stays idle ``timeout_keep_alive`` seconds after a
 response, but a connection that never sends a request, or sends its head a byte at a time,
-holds a descriptor for ever: enough of them and the process can accept nothing, and asyncio
-logs a traceback for every failed ``accept()``. :class:`HeadDeadline` closes a connection
-whose request head is not complete within the same number of seconds of its opening (or of
-its previous response); :func:`quiet_loop_errors` logs the loop's errors at most once per
-``LOG_EVERY_S`` with a count of those left out. Imports uvicorn: only ``lokg serve`` loads it.
+holds a descriptor for ever, and so does one that sends its head but trickles the body:
+enough of them and the process can accept nothing, and asyncio logs a traceback for every
+failed ``accept()``. :class:`RequestDeadline` closes a connection whose request head is not
+complete within the same number of seconds of its opening (or of its previous response), or
+whose body is not complete within as many seconds of its head; :func:`quiet_loop_errors` logs
+the loop's errors at most once per ``LOG_EVERY_S`` with a count of those left out. Imports
+uvicorn: only ``lokg serve`` loads it.
 """
 from __future__ import annotations
 
@@ -23,18 +25,21 @@ log = logging.getLogger("lokg.server")
 LOG_EVERY_S = 10.0
 
 
-class HeadDeadline(H11Protocol):
+class RequestDeadline(H11Protocol):
     """uvicorn's h11 protocol, closing a connection whose request head is not complete within
-    ``timeout_keep_alive`` seconds (``lokg serve --idle-timeout``)."""
+    ``timeout_keep_alive`` seconds (``lokg serve --idle-timeout``) of its opening or of its
+    next byte after a response, or whose body (``Content-Length`` or chunked) is not complete within as
+    many seconds of the head: a client trickling either holds a descriptor that long at most."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._deadline = None
-        self._arm()
+        self._arm("head")
 
-    def _arm(self) -> None:
-        self._head_cycle = self.cycle  # a new cycle means a complete request head
-        self._deadline = self.loop.call_later(self.timeout_keep_alive, self._head_timed_out)
+    def _arm(self, part: str) -> None:
+        # the head is complete when the cycle changes; the body when the cycle has no more
+        self._waiting, self._watched = part, self.cycle
+        self._deadline = self.loop.call_later(self.timeout_keep_alive, self._timed_out)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
@@ -43,14 +48,22 @@ class HeadDeadline(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         if self._deadline is None and (self.cycle is None or self.cycle.response_complete):
-            self._arm()  # the next request's head starts arriving
+            self._arm("head")  # the next request's head starts arriving
         super().data_received(data)
-        if self.cycle is not self._head_cycle:
+        if self._deadline is None:
+            return
+        if self.cycle is not self._watched:  # a head is complete: its body gets the same time
+            self._disarm()
+            if self.cycle.more_body:
+                self._arm("body")
+        elif self._waiting == "body" and not self.cycle.more_body:
             self._disarm()
 
-    def _head_timed_out(self) -> None:
+    def _timed_out(self) -> None:
         self._deadline = None
         if not self.transport.is_closing():
+            log.debug("closing %s: its request %s did not arrive within %.1f s", self.client,
+                      self._waiting, self.timeout_keep_alive)
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -79,4 +92,4 @@ def quiet_loop_errors(loop: asyncio.AbstractEventLoop) -> None:
 
 def connection_options(idle_timeout: float) -> dict:
     """uvicorn's options for the connection deadlines above."""
-    return {"http": HeadDeadline, "timeout_keep_alive": idle_timeout}
+    return {"http": RequestDeadline, "timeout_keep_alive": idle_timeout}

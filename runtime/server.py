@@ -86,7 +86,7 @@ log = logging.getLogger("lokg.server")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 #: Seconds a connection may take to send a request head (after opening, or idle after a
-#: response) before it is closed: runtime/serve_conn.py.
+#: response), and then its body, before it is closed: runtime/serve_conn.py.
 DEFAULT_IDLE_TIMEOUT = 10.0
 #: The audit page's files (runtime/web/), the only ones served, with their content types.
 WEB_FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
@@ -358,8 +358,8 @@ def _check_store(store_root: str) -> None:
               help="openai reader: total seconds per call, retries included.")
 @click.option("--idle-timeout", default=DEFAULT_IDLE_TIMEOUT, show_default=True,
               type=click.FloatRange(0.1, 3600),
-              help="Seconds a connection may stay idle or take to send a request's headers "
-                   "before it is closed.")
+              help="Seconds a connection may stay idle or take to send a request's headers, "
+                   "and then its body, before it is closed.")
 @click.option("--read-only", is_flag=True,
               help="A replica with read-only store credentials: a pin that cannot be written "
                    "does not fail an open (/readyz says pins off; see docs/OPERATIONS.md).")

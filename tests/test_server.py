@@ -28,7 +28,7 @@ from lokg.runtime.query import Runtime
 from lokg.runtime.request import MAX_GIVEN_ENTITIES, MAX_QUESTION_CHARS
 from lokg.runtime.serve_models import MAX_BATCH
 from lokg.runtime.server import serve_command
-from lokg.testing.serving import QUESTION, Client, serving, wait_for
+from lokg.testing.serving import QUESTION, Client, closed_by_server, serving, wait_for
 from lokg.testing.stores import make_store
 
 TOKEN = "s3cret-token"
@@ -203,12 +203,6 @@ def test_bearer_token_guards_every_route_but_health(toy_store):
 
 
 def test_silent_and_stalled_connections_are_closed_while_healthz_answers(toy_store):
-    def closed_by_server(sock: socket.socket) -> bool:
-        try:
-            return sock.recv(1024) == b""
-        except (ConnectionResetError, TimeoutError):
-            return False
-
     with serving(toy_store, llm_backends=("none",), idle_timeout=0.5) as c:
         silent = [socket.create_connection(("127.0.0.1", c.port)) for _ in range(20)]
         stalled = socket.create_connection(("127.0.0.1", c.port))
@@ -223,6 +217,35 @@ def test_silent_and_stalled_connections_are_closed_while_healthz_answers(toy_sto
         assert fresh.call("GET", "/healthz")[0] == 200 and c.call("GET", "/readyz")[0] == 200
         for sock in [*silent, stalled]:
             sock.close()
+
+
+def test_a_trickled_body_is_cut_off_while_a_whole_one_is_answered(toy_store, caplog):
+    """Issue 51 D6: a head in time, then Content-Length 1000 sent a byte at a time; the
+    connection is closed once the body has taken --idle-timeout seconds, with no error logged;
+    a body that arrives in time on another connection is answered."""
+    body = json.dumps({"question": QUESTION}).encode().ljust(1000)
+    with serving(toy_store, llm_backends=("none",), idle_timeout=0.5) as c, \
+            caplog.at_level("WARNING"):
+        slow = socket.create_connection(("127.0.0.1", c.port))
+        slow.sendall(b"POST /v1/ask HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                     b"\r\nContent-Length: 1000\r\n\r\n")
+        started, closed = time.monotonic(), False
+        slow.settimeout(0.1)
+        for byte in body[:60]:  # 6 s at most
+            try:
+                slow.sendall(bytes([byte]))
+                closed = slow.recv(1024) == b""
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+            if closed:
+                break
+        slow.close()
+        assert closed and time.monotonic() - started < 3
+        status, _, answer = c.raw("POST", "/v1/ask", body, {"Content-Type": "application/json"})
+        assert status == 200, answer
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
 
 
 def test_loop_errors_are_logged_at_most_once_per_interval(caplog):

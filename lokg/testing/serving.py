@@ -1,10 +1,13 @@
-"""The HTTP service served by uvicorn in a thread on loopback, and a keep-alive client."""
+"""The HTTP service served by uvicorn in a thread on loopback, or ``lokg serve`` in a child
+process (with a descriptor limit); a keep-alive client; stalled connections."""
 
 from __future__ import annotations
 
 import http.client
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -44,9 +47,9 @@ def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
 class Client:
     """One keep-alive connection; ``call`` returns (status, headers, JSON or text)."""
 
-    def __init__(self, port: int, token: str | None = None):
-        self.port, self.token = port, token
-        self.conn = Connection("127.0.0.1", port, timeout=30)
+    def __init__(self, port: int, token: str | None = None, timeout: float = 30):
+        self.port, self.token, self.timeout = port, token, timeout
+        self.conn = Connection("127.0.0.1", port, timeout=timeout)
 
     def raw(self, method: str, path: str, body: bytes | None = None,
             headers: dict | None = None) -> tuple[int, dict, bytes]:
@@ -58,7 +61,7 @@ class Client:
             resp = self.conn.getresponse()
         except (http.client.HTTPException, OSError):  # the server closed a kept-alive socket
             self.conn.close()
-            self.conn = Connection("127.0.0.1", self.port, timeout=30)
+            self.conn = Connection("127.0.0.1", self.port, timeout=self.timeout)
             self.conn.request(method, path, body=body, headers=headers)
             resp = self.conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
@@ -106,3 +109,69 @@ def serving(store: Path | str | dict, *, ready: bool = True, **options):
         server.should_exit = True
         thread.join(timeout=15)
         sock.close()
+
+
+@contextmanager
+def served_process(store: Path | str, log: Path, *, nofile: int | None = None,
+                   idle_timeout: float = 1.0, timeout: float = 120.0):
+    """``lokg serve --store STORE`` in a child process on a free loopback port, its output in
+    ``log``, at most ``nofile`` descriptors open in it (RLIMIT_NOFILE, set in the child); the
+    child and a Client once /readyz says 200. The child is stopped when the block ends."""
+    from lokg.testing import REPO
+
+    def limit() -> None:
+        if nofile is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    port = free_port()
+    argv = [sys.executable, "-m", "lokg.runtime.server", "--store", str(store), "--port",
+            str(port), "--idle-timeout", str(idle_timeout), "--llm-backend", "none"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=limit)
+    try:
+        wait_for(lambda: proc.poll() is not None or answers(port, "/readyz"), timeout,
+                 "lokg serve's /readyz")
+        if proc.poll() is not None:
+            raise RuntimeError(f"lokg serve exited with code {proc.returncode}: "
+                               f"{Path(log).read_text(errors='replace')[-2000:]}")
+        yield proc, Client(port)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def answers(port: int, path: str, timeout: float = 2.0) -> bool:
+    """Whether GET ``path`` (POST /v1/ask: the toy store's question) on a new connection gives
+    200 within ``timeout`` s now; a refused, reset or timed-out connection is a no."""
+    client = Client(port, timeout=timeout)
+    try:
+        if path == "/v1/ask":
+            return client.ask()[0] == 200
+        return client.call("GET", path)[0] == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        client.conn.close()
+
+
+def stalled_sockets(port: int, count: int) -> list[socket.socket]:
+    """``count`` connections to ``port`` that send nothing; the kernel's backlog completes them
+    whether or not the server can accept them."""
+    return [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(count)]
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the peer closed ``sock`` (an EOF or a reset; a timeout is a no)."""
+    try:
+        return sock.recv(1024) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
