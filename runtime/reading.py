@@ -233,6 +233,15 @@ def read_answer(runtime, req: Request, base: dict, plan: RelationPlan, found: Re
         timings=timings)
 
 
+def calibrated(calibration: dict) -> str:
+    """What a derived answer's gate rests on, in words (``Answer.route.gate.calibration``: a
+    gate that passes was calibrated on dev questions; without them it passes nothing)."""
+    ci = calibration.get("precision_95ci") or ["?", "?"]
+    return (f"gate calibrated on {calibration.get('questions')} dev questions of this store: "
+            f"{calibration.get('passed')} passed at precision {calibration.get('precision')} "
+            f"(95% interval {ci[0]}–{ci[1]})")
+
+
 class DerivedAnswer:
     """The answer of a passed gate (the derived endpoints, no LLM call), or the abstention of
     policy precision, over an opened build (runtime/opened.py)."""
@@ -264,7 +273,8 @@ class DerivedAnswer:
         lines = [self.context.lines(*part) for part in parts]
         encodings = [enc for _, _, enc in parts]
         knowledge, naive = sum(e.tokens for e in encodings), sum(e.naive_tokens for e in encodings)
-        empty = Answer.empty("ok", f"derived from the graph: {reason}", timer.done(),
+        empty = Answer.empty("ok", f"derived from the graph: {reason}; "
+                             f"{calibrated(plan.route['gate']['calibration'])}", timer.done(),
                              budget=req.budget, **base)
         return replace(
             empty,

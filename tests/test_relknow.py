@@ -621,6 +621,10 @@ def test_a_derived_answer_states_the_dev_calibration_of_its_gate(rt, planted):
         "passed": stats["passed"], "precision": stats["precision"],
         "precision_95ci": stats["precision_95ci"]}
     assert stats["n"] > 0 and stats["precision"] >= 0.99
+    assert a.message.endswith(f"gate calibrated on {stats['n']} dev questions of this store: "
+                              f"{stats['passed']} passed at precision {stats['precision']} "
+                              f"(95% interval {stats['precision_95ci'][0]}–"
+                              f"{stats['precision_95ci'][1]})")
 
 
 def test_a_store_without_dev_questions_derives_nothing_without_a_call(tmp_path):
