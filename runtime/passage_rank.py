@@ -106,6 +106,8 @@ class PassageGraph:
         mass = self.rank(entities, dense)
         if mass is None or k <= 0:
             return []
-        order = np.lexsort((np.arange(self.n_passages),
-                            -(dense if dense is not None else np.zeros(self.n_passages)), -mass))
-        return order[:k].tolist()
+        rows = np.arange(self.n_passages)
+        if k < self.n_passages:  # the k best and every passage tied with the k-th
+            rows = np.flatnonzero(mass >= np.partition(mass, -k)[-k])
+        dense = np.zeros(self.n_passages) if dense is None else dense
+        return rows[np.lexsort((rows, -dense[rows], -mass[rows]))][:k].tolist()
