@@ -125,7 +125,7 @@ def tiled_times(rt, questions, copies: int) -> dict:
     base = prov.passage_graph()
     shift = base.n_entities
     passages = [[(s + c * shift, r, o + c * shift) for s, r, o in triples]
-                for c in range(copies) for triples in prov._passages]
+                for c in range(copies) for triples in prov.chunk_triples]
     start = time.perf_counter()
     graph = PassageGraph(passages, shift * copies)
     build_ms = (time.perf_counter() - start) * 1e3

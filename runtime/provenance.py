@@ -121,6 +121,11 @@ class Provenance:
             return None
         return self.chunk_vectors @ np.asarray(question, np.float32).reshape(-1)
 
+    @property
+    def chunk_triples(self) -> list[list[Triple]]:
+        """Per chunk row, the triples sourced there (empty without chunk vectors)."""
+        return self._passages
+
     def chunk_id(self, row: int) -> str:
         """The id of the chunk at ``row`` of the chunks table."""
         return self._chunk_ids[row]
