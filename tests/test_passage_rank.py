@@ -61,3 +61,21 @@ def test_the_ranking_is_deterministic_and_a_distribution(graph, entities, dense)
 def test_an_empty_graph_ranks_by_the_dense_seeds_only():
     empty = PassageGraph([[], []], 0)
     assert empty.top([], np.array([0.1, 0.8], np.float32), 2) == [1, 0]
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_the_dense_seeds_are_the_best_scores_ties_by_row(k):
+    from lokg.runtime.passage_rank import _best
+
+    scores = np.array([0.2, 0.9, 0.2, 0.5, 0.9], np.float32)
+    assert _best(scores, k).tolist() == [1, 4, 3, 0, 2][:k]
+
+
+def test_the_query_setting_accepts_dense_and_graph_only():
+    from lokg.runtime.query_settings import QuerySettings
+    from lokg.runtime.settings import ConfigError
+
+    assert QuerySettings.of({}).passage_ranking == "dense"
+    assert QuerySettings.of({"query": {"passage_ranking": "graph"}}).passage_ranking == "graph"
+    with pytest.raises(ConfigError, match="passage_ranking"):
+        QuerySettings.of({"query": {"passage_ranking": "ppr"}})
