@@ -53,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--llm", default="none", help="reader: none | local | openai")
     parser.add_argument("--limit", type=int, help="only the first N questions")
     parser.add_argument("--json", action="store_true", help="print the summaries as JSON")
+    parser.add_argument("--passage-ranking", choices=("dense", "graph"),
+                        help="query.passage_ranking for the lokg methods (default: the build's); "
+                             "graph runs go to runs/<llm>-B<budget>-graph/")
     parser.add_argument("--no-progress", action="store_true")
     return parser.parse_args(argv)
 
@@ -84,15 +87,17 @@ def run_budgets(args: argparse.Namespace, reading_set, store: Path, command: str
     names = method_names(args.methods)
     data = reading_set.dataset
     questions = data.questions[:args.limit] if args.limit else data.questions
-    rt = Runtime.open(store)
+    ranking = {"passage_ranking": args.passage_ranking} if args.passage_ranking else {}
+    rt = Runtime.open(store, **ranking)
     llm = CountingLLM(make_llm(args.llm))
     results = {}
     for budget in args.budgets:
         # methods hold their own copy of the context (one per entity mode): made per budget
         ctx = EvalContext(rt, llm, budget, entities="link")
         methods = make_methods(names, ctx)
-        out = args.work / args.dataset / "runs" / f"{args.llm}-B{budget}"
-        settings = {"dataset": data.describe(), "llm": args.llm, "budget": budget,
+        out = args.work / args.dataset / "runs" / (f"{args.llm}-B{budget}" + (
+            "-graph" if args.passage_ranking == "graph" else ""))
+        settings = {"dataset": data.describe(), "llm": args.llm, "budget": budget, **ranking,
                     "model": None if ctx.llm.model is None else str(ctx.llm.model),
                     "entities": "link", "stores": {"store": rt.build_id}, "reading": True}
         check_run_file(out, settings, command)

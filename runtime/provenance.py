@@ -12,12 +12,14 @@ description is the graph's own data, not a document.
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from lokg.runtime.contract import Build
+from lokg.runtime.passage_rank import PassageGraph
 
 Triple = tuple[int, int, int]
 #: Sources cited a triple at most: one triple extracted from many passages cites the first few.
@@ -43,6 +45,8 @@ class Provenance:
         self._passages: list[list[Triple]] = []  # chunk row -> the triples sourced there
         self._chunk_ids: list[str] = []  # chunk row -> its id
         self.chunk_vectors: np.ndarray | None = None
+        self._graph: PassageGraph | None = None  # built on the first ranking (passage_graph)
+        self._graph_lock = threading.Lock()
         if tables.get("sentences", {}).get("rows") and (self.sentence or tables.get(
                 "triple_sources", {}).get("rows")):
             self._load_documents(build)
@@ -87,15 +91,53 @@ class Provenance:
         return list(dict.fromkeys(t for i in self._nearest_rows(question, passages)
                                   for t in self._passages[i]))
 
+    def ranked_triples(self, question: np.ndarray, entities: Sequence[int],
+                       passages: int) -> list[Triple]:
+        """The triples sourced in the ``passages`` chunks the graph ranks best for the question
+        (runtime/passage_rank.py: seeded by the linked ``entities`` and the dense scores), best
+        chunk first, each triple once."""
+        return list(dict.fromkeys(t for i in self.ranked_rows(question, entities, passages)
+                                  for t in self._passages[i]))
+
+    def ranked_rows(self, question: np.ndarray | None, entities: Sequence[int],
+                    passages: int) -> list[int]:
+        """The rows of the ``passages`` chunks with the most personalized PageRank mass."""
+        if self.chunk_vectors is None or passages <= 0:
+            return []
+        return self.passage_graph().top(entities, self.dense_scores(question), passages)
+
+    def passage_graph(self) -> PassageGraph:
+        """The build's entity–passage graph, made once, on first use."""
+        with self._graph_lock:
+            if self._graph is None:
+                n_entities = 1 + max((max(s, o) for s, _, o in self._sources), default=-1)
+                self._graph = PassageGraph(self._passages, n_entities)
+            return self._graph
+
+    def dense_scores(self, question: np.ndarray | None) -> np.ndarray | None:
+        """Every chunk's dot product with the question vector (None: no usable vector)."""
+        if question is None or self.chunk_vectors is None or \
+                question.shape[-1] != self.chunk_vectors.shape[1]:
+            return None
+        return self.chunk_vectors @ np.asarray(question, np.float32).reshape(-1)
+
+    @property
+    def chunk_triples(self) -> list[list[Triple]]:
+        """Per chunk row, the triples sourced there (empty without chunk vectors)."""
+        return self._passages
+
+    def chunk_id(self, row: int) -> str:
+        """The id of the chunk at ``row`` of the chunks table."""
+        return self._chunk_ids[row]
+
     def nearest_chunks(self, question: np.ndarray, passages: int) -> list[str]:
         """The ids of the ``passages`` chunks most similar to the question vector, best first."""
         return [self._chunk_ids[i] for i in self._nearest_rows(question, passages)]
 
     def _nearest_rows(self, question: np.ndarray, passages: int) -> list[int]:
-        if self.chunk_vectors is None or passages <= 0 or question.shape[-1] != \
-                self.chunk_vectors.shape[1]:
+        scores = self.dense_scores(question)
+        if scores is None or passages <= 0:
             return []
-        scores = self.chunk_vectors @ np.asarray(question, np.float32).reshape(-1)
         return np.argsort(-scores, kind="stable")[:passages].tolist()
 
     def citations(self, used: Iterable[tuple[Triple, str]]) -> list[dict]:

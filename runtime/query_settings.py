@@ -30,6 +30,11 @@ class QuerySettings(Settings, section="query"):
     passages: int = setting(3, integer(0),
             "stores built from documents: the triples of this many chunks nearest the question "
             "(chunk_vectors.npy) join the candidate set; 0 = off")
+    passage_ranking: str = setting("dense", choice("dense", "graph"),
+            "how the query.passages chunks are chosen: 'dense' = nearest the question by the "
+            "store's encoder | 'graph' = personalized PageRank over the chunks and the entities "
+            "extracted from them, seeded by the linked entities and the dense scores "
+            "(runtime/passage_rank.py; bench/passage_recall.py, docs/BENCHMARKS.md)")
     focus_candidates: int = setting(5, integer(0),
             "top candidates that get ITTC's λ_boost (with linked entities)")
     min_link_cosine: float = setting(0.5, number(-1, 1),

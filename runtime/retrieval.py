@@ -104,8 +104,8 @@ class Retriever:
                     first.setdefault(t, c.s_final)
             triples, scores = list(first), list(first.values())
         extra = list(plan.boosted) if triples else []
-        if q_vec is not None and not plan.compact and req.retrieval != "neighbourhood":
-            extra += rt.provenance.passage_triples(q_vec, int(rt.settings["passages"]))
+        if not plan.compact and req.retrieval != "neighbourhood":
+            extra += self._passage_triples(heads, q_vec)
         if not plan.compact and req.retrieval != "neighbourhood":
             extra += self._qualified_neighbourhood(candidates)
         if triples and extra:
@@ -113,6 +113,15 @@ class Retriever:
             extra = [f for f in dict.fromkeys(extra) if f not in present]
             triples, scores = triples + extra, scores + [min(scores)] * len(extra)
         return Retrieval(candidates, triples, scores, sources, semantic)
+
+    def _passage_triples(self, heads: list[int], q_vec: np.ndarray | None) -> list[Triple]:
+        """The triples of the ``query.passages`` chunks chosen as ``query.passage_ranking``
+        says: nearest the question, or ranked by the passage graph from the links and the
+        dense scores (which ranks from the links alone without a question vector)."""
+        rt, n = self.runtime, int(self.runtime.settings["passages"])
+        if rt.settings["passage_ranking"] == "graph":
+            return rt.provenance.ranked_triples(q_vec, heads, n)
+        return [] if q_vec is None else rt.provenance.passage_triples(q_vec, n)
 
     def _beside(self, heads: list[int], q_vec: np.ndarray | None, req: Request,
                 plan: RelationPlan, triples: list[Triple], scores: list[float]) -> dict:

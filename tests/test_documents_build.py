@@ -95,3 +95,16 @@ def test_passage_seeds_are_the_triples_of_the_nearest_chunks(built):
         rt.settings = {**rt.settings, "passages": 3}
         seeded = rt.ask(f"Where was {PEOPLE[4]} born?", budget=4096, policy="lokg")
     assert {(t["s"], t["o"]) for t in alone.triples} < {(t["s"], t["o"]) for t in seeded.triples}
+
+
+def test_the_graph_ranking_seeds_passages_from_the_dense_scores_and_the_links(built):
+    """query.passage_ranking graph (runtime/passage_rank.py) on a real build: a chunk's own
+    vector ranks it first with nothing linked, and a question's answer keeps its born-in fact."""
+    build, _ = built
+    person, city = PEOPLE[4], CITIES[12 % len(CITIES)]
+    with Runtime.open(build.root, passage_ranking="graph") as rt:
+        prov, row = rt.provenance, len(CITIES) + 3
+        assert prov.ranked_rows(prov.chunk_vectors[row], [], 1) == [row]
+        assert prov.ranked_rows(None, [], 3) == []
+        answer = rt.ask(f"Where was {person} born?", budget=4096, policy="lokg")
+    assert city in [c["name"] for c in answer.candidates]
