@@ -643,6 +643,30 @@ def test_a_store_without_dev_questions_derives_nothing_without_a_call(tmp_path):
         assert (b.route["source"], b.llm_calls, b.answers) == ("llm", 1, ["pilot"])
 
 
+def test_dev_questions_with_answers_alone_calibrate_the_gate(tmp_path):
+    """A team labels answers, not relation paths: the gate is fitted on whether each derived
+    answer is right, and answers then say it was calibrated on the store's dev questions."""
+    store, report = fitted_store(tmp_path, family_triples(), dev_paths=False)
+    sel = report["selection"]
+    assert report["dev_questions"]["used"] > 0 and sel["dev_chain_accuracy"] is None
+    assert sel["precision_gate"]["passed"] > 0 and sel["precision_gate"]["precision"] >= 0.99
+    with Runtime.open(store) as rt:
+        a = rt.ask("what is the job of edda quist 's wife ?", policy="route")
+    assert a.route["source"] == "derived" and a.answers == ["pilot"]
+    assert a.route["gate"]["calibration"]["by"] == "dev questions of this store"
+
+
+def test_a_gate_under_the_precision_floor_on_dev_passes_nothing():
+    """No cell reaches the target and the best one is right 9 times in 10: below the floor the
+    fitted gate passes nothing rather than promise 0.9."""
+    rows = [(1.0, 1.0, True)] * 9 + [(1.0, 1.0, False)]
+    gate, stats = fit.floored(*fit.choose_gate(fit.precision_family(0.6), *_graded(rows), 0.99))
+    assert gate.max_answers == 0 and stats["passed"] == 0 and "passes nothing" in stats["refused"]
+    rows = [(1.0, 1.0, True)] * 39 + [(0.7, 1.0, False)]  # 0.975 at every cell up to 0.7
+    gate, stats = fit.floored(*fit.choose_gate(fit.precision_family(0.6), *_graded(rows), 0.99))
+    assert gate.max_answers == 1 and stats["passed"] == 39 and "refused" not in stats
+
+
 def test_two_derived_answers_are_no_zero_call_answer_under_either_policy(rt):
     """The precision gate is the one gate of a zero-call answer: short of it, precision
     abstains and route reads the chain's facts — with the reader (one call), or, with reader

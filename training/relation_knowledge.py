@@ -28,7 +28,10 @@ procedure:
    gate passing the most dev questions among those whose derived answers reach H@1 ≥
    ``precision_target`` on the questions they pass (ties: higher precision, then the grid's
    order); when none reaches it, the gate of highest 95 % Wilson lower bound on that
-   precision (ties: coverage) — not the strictest, which may rest on a handful of questions;
+   precision (ties: coverage) — not the strictest, which may rest on a handful of questions —
+   if its precision reaches :data:`PRECISION_FLOOR`, else a gate that passes nothing.
+   Dev questions need answers, not relation paths: the gate is calibrated on whether each
+   derived answer is right (a path, where given, also scores θ_lift and the chain accuracy).
 
 Without dev questions the defaults stand (θ_lift = :data:`DEFAULT_LIFT`, θ_zs =
 :data:`DEFAULT_ZERO_SHOT_COSINE`) and the precision gate passes nothing (``max_answers`` 0):
@@ -55,7 +58,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +94,10 @@ DEFAULT_ZERO_SHOT_COSINE = 0.5
 #: the precision gate's grid: shares up to a chain alone among the instantiating votes, supports
 #: up to every neighbour voting for it
 PRECISION_SHARES = (0.6, 0.7, 0.8, 0.9, 1.0)
+#: The least dev precision a zero-call gate may be fitted at when no cell reaches
+#: ``precision_target``: below it the gate passes nothing — "derived from the graph" is a
+#: promise, and a store whose derivations dev finds wrong this often makes none.
+PRECISION_FLOOR = 0.95
 PRECISION_SUPPORTS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 INVERSE_MIN_SHARE = 0.7  # of both relations' facts stated the other way round
 INVERSE_MIN_SUPPORT = 10
@@ -152,14 +159,15 @@ def read_questions(path: str | Path):
         raise StageError(f"{STAGE}: {exc}") from None
 
 
-def resolve(store: StoreNames, questions) -> Labelled:
+def resolve(store: StoreNames, questions, *, paths: bool = True) -> Labelled:
     """The questions resolved against the store's names; one naming an unknown entity key or
-    relation is counted as skipped."""
+    relation is counted as skipped, and so is one without a relation path unless ``paths`` is
+    false (dev questions: the gate is calibrated on their answers alone)."""
     out = Labelled([], [], [], [], 0)
     for q in questions:
         topics = [store.key_to_id.get(k) for k in q.topic_entities]
         chain = tuple(store.canonical_hop(h) for h in q.path)
-        if not chain or not topics or None in topics or None in chain:
+        if (paths and not chain) or not topics or None in topics or None in chain:
             out.skipped += 1
             continue
         forms = [f for t in topics for f in store.forms(t)]
@@ -233,6 +241,17 @@ def choose_gate(family: Sequence[Gate], assessments, correct: Sequence[bool],
     return family[best], stats[best]
 
 
+def floored(gate: Gate, stats: dict) -> tuple[Gate, dict]:
+    """The gate as chosen, or — where its dev precision is under :data:`PRECISION_FLOOR` —
+    one passing nothing, its stats saying why."""
+    if (stats["precision"] or 0.0) >= PRECISION_FLOOR:
+        return gate, stats
+    return replace(gate, max_answers=0), {
+        **stats, "passed": 0, "coverage": 0.0, "precision": None, "precision_95ci": None,
+        "refused": f"no gate reaches precision {PRECISION_FLOOR} on dev (best "
+                   f"{stats['precision']}): the gate passes nothing"}
+
+
 def precision_family(min_share: float) -> list[Gate]:
     """The precision gates dev chooses from (one answer, familiar wording), loosest first."""
     return [precision_gate({"min_share": share, "min_support": sup})
@@ -241,12 +260,13 @@ def precision_family(min_share: float) -> list[Gate]:
 
 def choose_lift(lexicon_names: Callable[[str, float], frozenset], dev: Labelled,
                 relation_ids: Mapping[str, int]) -> tuple[float, dict]:
-    """Step 1: the θ_lift whose named relations best match the gold relations (micro-F1)."""
+    """Step 1: the θ_lift whose named relations best match the gold relations (micro-F1) of
+    the dev questions that have a relation path."""
     gold = [{relation_ids[split_hop(h)[0]] for h in chain} for chain in dev.chains]
     scores = {}
     for theta in LIFT_GRID:
         tp = fp = fn = 0
-        for masked, g in zip(dev.masked, gold):
+        for masked, g in ((m, g) for m, g in zip(dev.masked, gold) if g):
             named = lexicon_names(masked, theta)
             tp, fp, fn = tp + len(named & g), fp + len(named - g), fn + len(g - named)
         scores[theta] = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
@@ -424,7 +444,8 @@ def _labelled(cfg: Mapping, store: StoreNames) -> tuple[Labelled | None, Labelle
     if train is not None and not train.masked:
         raise StageError(f"{STAGE}.questions={cfg['questions']}: no question resolves against "
                          f"this store ({train.skipped} skipped)")
-    dev = resolve(store, read_questions(cfg["dev_questions"])) if cfg["dev_questions"] else None
+    dev = resolve(store, read_questions(cfg["dev_questions"]), paths=False) \
+        if cfg["dev_questions"] else None
     return train, dev
 
 
@@ -511,13 +532,15 @@ def select_thresholds(knowledge: Callable[[Mapping], RelationKnowledge], default
             knowledge, thresholds, run)
     kn = knowledge(thresholds)
     assessments, correct = run.assess(kn)
-    precision, precision_stats = choose_gate(precision_family(kn.min_share), assessments,
-                                             correct, float(cfg["precision_target"]))
+    precision, precision_stats = floored(*choose_gate(
+        precision_family(kn.min_share), assessments, correct, float(cfg["precision_target"])))
     thresholds["precision"] = precision.to_dict()
-    gold_ids = [tuple(store.hop(h) for h in c) for c in dev.chains]
+    with_paths = [(a, tuple(store.hop(h) for h in c))
+                  for a, c in zip(assessments, dev.chains) if c]
     selection.update({
-        "dev_chain_accuracy": round(float(np.mean([a.prediction.chain == g for a, g in
-                                                   zip(assessments, gold_ids)])), 6),
+        "dev_chain_accuracy": round(float(np.mean([a.prediction.chain == g
+                                                   for a, g in with_paths])), 6)
+        if with_paths else None,
         "dev_derived_h1": round(float(np.mean(correct)), 6),
         "precision_gate": precision_stats,
     })

@@ -168,7 +168,8 @@ class RelationKnowledgeSettings(Settings, section="relation_knowledge"):
     questions: str | None = setting(None, FILE,
             "labelled training questions (PathQuestion train.txt or JSONL with path)")
     dev_questions: str | None = setting(None, FILE,
-            "dev split: every threshold is picked on it; never test")
+            "dev split (JSONL with topic_entities and answers; a path optional): every "
+            "threshold is picked on it, the zero-call gate calibrated on it; never test")
     k: int = setting(10, COUNT, "training questions voting for a chain")
     min_share: float = setting(0.6, SHARE,
             "vote share from which the top chain is followed (precision gate's τ)")

@@ -58,8 +58,9 @@ TRAIN_PEOPLE = [*range(0, 16), *range(20, 50)]
 DEV_PEOPLE = [*range(16, 20), *range(50, N_PEOPLE)]
 
 
-def write_questions(path: Path, people, triples) -> None:
-    """JSONL questions with gold paths; answers = every endpoint of the chain."""
+def write_questions(path: Path, people, triples, *, paths: bool = True) -> None:
+    """JSONL questions with gold paths (unless ``paths`` is false); answers = every endpoint of
+    the chain."""
     facts = Facts(*np.array(triples).T, len(RELATIONS))
     lines = []
     for chain, templates in TEMPLATES.items():
@@ -68,7 +69,8 @@ def write_questions(path: Path, people, triples) -> None:
             if not d.derivable:
                 continue
             for t in templates:
-                lines.append({"question": t.format(x=ENTITY_NAMES[x]), "path": list(chain),
+                lines.append({"question": t.format(x=ENTITY_NAMES[x]),
+                              "path": list(chain) if paths else [],
                               "topic_entities": [f"e{x}"],
                               "answers": [ENTITY_NAMES[e] for e in d.endpoints]})
     path.write_text("".join(json.dumps(q) + "\n" for q in lines))
@@ -105,13 +107,14 @@ CONFIG = {"relation_knowledge": {"min_support": 2, "functional_tolerance": 0.05,
                                  "exclusive_min_support": 20}}
 
 
-def fitted_store(root: Path, triples, *, dev: bool = True, tables: dict | None = None,
-                 files: dict | None = None) -> tuple[Path, dict]:
+def fitted_store(root: Path, triples, *, dev: bool = True, dev_paths: bool = True,
+                 tables: dict | None = None, files: dict | None = None) -> tuple[Path, dict]:
     """Fit the stage (no encoder: the lexicon predicts) and publish a store with its artefact
-    (and more ``tables`` and ``files``: name -> path, as ``Store.publish`` takes them)."""
+    (and more ``tables`` and ``files``: name -> path, as ``Store.publish`` takes them);
+    ``dev_paths`` false: the dev questions give their answers only."""
     inputs = write_tables(root / "tables", triples)
     write_questions(root / "train.jsonl", TRAIN_PEOPLE, triples)
-    write_questions(root / "dev.jsonl", DEV_PEOPLE, triples)
+    write_questions(root / "dev.jsonl", DEV_PEOPLE, triples, paths=dev_paths)
     cfg = {"relation_knowledge": {**CONFIG["relation_knowledge"],
                                   "questions": str(root / "train.jsonl"),
                                   "dev_questions": str(root / "dev.jsonl") if dev else None}}

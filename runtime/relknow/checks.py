@@ -162,7 +162,8 @@ class Gate:
     def check(self, prediction: Prediction, derivation: Derivation | None,
               consistency: Consistency | None) -> tuple[bool, str]:
         if self.max_answers < 1:
-            return False, "the gate passes nothing (max_answers 0: no dev questions fitted it)"
+            return False, ("the gate passes nothing (max_answers 0: no dev questions, or none "
+                           "that showed a precision it could promise)")
         if prediction.chain is None or derivation is None or not derivation.derivable:
             return False, f"no chain instantiates ({prediction.reason or prediction.source})"
         if prediction.share < self.min_share:

@@ -124,13 +124,16 @@ def trusted_reading(agreement: Mapping[str, float]) -> str | None:
 def calibration(gate: Gate, fit: Mapping) -> dict:
     """How the zero-call gate was calibrated, as every routed answer states it: on this
     store's labelled dev questions (how many, how many it passed, the H@1 of those and its 95 %
-    Wilson interval), or on nothing — then it passes nothing: a precision no labelled question
-    of this graph measured is no promise to make."""
-    if gate.max_answers < 1:
+    Wilson interval; none passed where no gate reached the precision floor on them), or on
+    nothing — then it passes nothing: a precision no labelled question of this graph measured
+    is no promise to make."""
+    selection = fit.get("selection")
+    stats = selection.get("precision_gate") if isinstance(selection, Mapping) else None
+    if not stats:
         return {"by": "none", "questions": 0, "passed": 0, "precision": None,
                 "precision_95ci": None}
-    selection = fit.get("selection")
-    stats = selection.get("precision_gate", {}) if isinstance(selection, Mapping) else {}
+    fitted = gate.max_answers >= 1
     return {"by": "dev questions of this store", "questions": stats.get("n"),
-            "passed": stats.get("passed"), "precision": stats.get("precision"),
-            "precision_95ci": stats.get("precision_95ci")}
+            "passed": stats.get("passed") if fitted else 0,
+            "precision": stats.get("precision") if fitted else None,
+            "precision_95ci": stats.get("precision_95ci") if fitted else None}
