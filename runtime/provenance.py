@@ -88,16 +88,18 @@ class Provenance:
     def passage_triples(self, question: np.ndarray, passages: int) -> list[Triple]:
         """The triples sourced in the ``passages`` chunks most similar to the question vector
         (the same encoder embedded both), best chunk first, each triple once."""
-        return list(dict.fromkeys(t for i in self._nearest_rows(question, passages)
-                                  for t in self._passages[i]))
+        return self._triples_of(self._nearest_rows(question, passages))
 
     def ranked_triples(self, question: np.ndarray, entities: Sequence[int],
                        passages: int) -> list[Triple]:
         """The triples sourced in the ``passages`` chunks the graph ranks best for the question
         (runtime/passage_rank.py: seeded by the linked ``entities`` and the dense scores), best
         chunk first, each triple once."""
-        return list(dict.fromkeys(t for i in self.ranked_rows(question, entities, passages)
-                                  for t in self._passages[i]))
+        return self._triples_of(self.ranked_rows(question, entities, passages))
+
+    def _triples_of(self, rows: list[int]) -> list[Triple]:
+        """The triples sourced in the chunks at ``rows``, in that order, each once."""
+        return list(dict.fromkeys(t for i in rows for t in self._passages[i]))
 
     def ranked_rows(self, question: np.ndarray | None, entities: Sequence[int],
                     passages: int) -> list[int]:

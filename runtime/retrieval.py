@@ -55,6 +55,16 @@ class Retrieval:
     semantic: bool  # a question vector was at hand (Answer.encoding.semantic)
 
 
+def paths_triples(candidates: list[Candidate]) -> dict[Triple, float]:
+    """The triples of the candidates' best paths, each once, with the S_final of the first
+    (best) candidate that walks it, in candidate order."""
+    first: dict[Triple, float] = {}
+    for c in candidates:
+        for t in c.triples:
+            first.setdefault(t, c.s_final)
+    return first
+
+
 class Retriever:
     """Retrieval over an opened build (runtime/opened.py)."""
 
@@ -98,15 +108,11 @@ class Retriever:
             scores = [0.0] * len(triples)
         else:
             candidates, sources = self.rank(heads, q_vec, req.retrieval, plan)
-            first: dict[Triple, float] = {}
-            for c in candidates:
-                for t in c.triples:
-                    first.setdefault(t, c.s_final)
+            first = paths_triples(candidates)
             triples, scores = list(first), list(first.values())
         extra = list(plan.boosted) if triples else []
         if not plan.compact and req.retrieval != "neighbourhood":
             extra += self._passage_triples(heads, q_vec)
-        if not plan.compact and req.retrieval != "neighbourhood":
             extra += self._qualified_neighbourhood(candidates)
         if triples and extra:
             present = set(triples)
@@ -133,12 +139,9 @@ class Retriever:
             return {}
         candidates, sources = self.rank(heads, q_vec, req.retrieval, replace(plan, compact=False))
         present = set(triples)
-        for c in candidates:
-            for t in c.triples:
-                if t not in present:
-                    present.add(t)
-                    triples.append(t)
-                    scores.append(0.0)
+        beside = [t for t in paths_triples(candidates) if t not in present]
+        triples += beside
+        scores += [0.0] * len(beside)
         return sources
 
     def rank(self, heads: list[int], q_vec: np.ndarray | None, retrieval: str,

@@ -71,10 +71,10 @@ class Facts:
         """The hops (sorted) some fact walks from one of ``entities``: what a walk from them can
         take, found by one range per entity instead of a try of every hop."""
         starts = np.asarray(sorted(set(int(e) for e in entities)), dtype=np.int64) * self.width
-        lo = np.searchsorted(self.key, starts, "left")
-        hi = np.searchsorted(self.key, starts + self.width, "left")
         if not len(starts):
             return []
+        lo = np.searchsorted(self.key, starts, "left")
+        hi = np.searchsorted(self.key, starts + self.width, "left")
         keys = np.concatenate([self.key[a:b] for a, b in zip(lo, hi)])
         return np.unique(keys % self.width).tolist()
 
