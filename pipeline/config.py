@@ -10,10 +10,12 @@ from pathlib import Path
 
 from lokg.runtime.config import Catalogue
 from lokg.common.dumps import IngestSettings
+from lokg.common.resources import BuildSettings
 from lokg.runtime.query_settings import QuerySettings
 from lokg.runtime.settings import COUNT, Settings, choice, integer, setting
-from lokg.spark_jobs.settings import (EntityTypesSettings, NodeGainSettings, PathCacheSettings,
-                                      RelationStatsSettings, ScosMergeSettings, SparkSettings)
+from lokg.spark_jobs.settings import (EngineSettings, EntityTypesSettings, NodeGainSettings,
+                                      PathCacheSettings, RelationStatsSettings,
+                                      ScosMergeSettings, SparkSettings)
 from lokg.text.settings import (DocumentsSettings, FeedbackEnrichSettings, TripleContextSettings,
                                 TripleExtractSettings)
 from lokg.training.settings import (EntityEncodeSettings, GatSettings, RelationKnowledgeSettings,
@@ -51,7 +53,7 @@ class TcrQfSettings(Settings, section="tcr_qf"):
 #: Every section of a build config, in the order ``lokg config`` prints them. Sections renamed
 #: when stage names became their module names are refused with the new name.
 BUILD = Catalogue(
-    (SparkSettings, IngestSettings, DocumentsSettings, TripleExtractSettings,
+    (BuildSettings, EngineSettings, SparkSettings, IngestSettings, DocumentsSettings, TripleExtractSettings,
      FeedbackEnrichSettings, EntityTypesSettings, RelationStatsSettings, TranseSettings,
      ScosMergeSettings, NodeGainSettings, EntityEncodeSettings, GatSettings,
      TripleContextSettings, PathCacheSettings, RelationKnowledgeSettings, PublishSettings,

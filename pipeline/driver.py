@@ -36,6 +36,7 @@ from lokg.pipeline.refresh import (UNHASHABLE, content_hash, fingerprint, link_t
                               same_settings, staged_location)
 from lokg.pipeline.registry import STAGE_NAMES, Stage, producers, stage
 from lokg.common.stage import PREVIOUS, BuildError, StageError
+from lokg.spark_jobs.engine import with_engine
 from lokg.runtime.contract import (REQUIRED_TABLES, Build, Store, StoreError, build_lease,
                                    new_build_id, read_table, sha256_file)
 from lokg.runtime.linker import LINKER_FORMS_FILE, folded_forms, surface_forms
@@ -154,6 +155,7 @@ def run_stage(store: Store, build_id: str, name: str, config: dict, dump: str | 
     (``cut_off``: ``pipeline.refresh.same_rows``).
     """
     spec = _known(name)
+    config = with_engine(config, dump)  # the same engine in every stage of the build
     inputs = collect_inputs(store, build_id, dump, name)
     printed = fingerprint(config, (name, *spec.config_sections),
                           input_hashes(store, build_id, name, inputs))

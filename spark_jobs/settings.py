@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from lokg.runtime.settings import (BOOL, COUNT, FILE, SHARE, WEIGHT, Settings, choice,
                                    integer, number, numbers, setting, shown, text)
 
+#: engine.name: chosen by the dump's size | DuckDB on one node | Spark SQL (spark_jobs/engine.py).
+ENGINE_NAMES = ("auto", "duckdb", "spark")
+
 #: relation_stats.type_rule: weight spread over type pairs | the smallest type only.
 TYPE_RULES = ("spread", "min")
 #: scos_merge.missing_embeddings: without relation vectors, the cosine term is 0 | the other
@@ -34,6 +37,19 @@ class SparkSettings(Settings, section="spark"):
     log_level: str = setting("ERROR", text("|".join(SPARK_LOG_LEVELS),
                                            f"one of {' | '.join(SPARK_LOG_LEVELS)}"),
             "Spark's own log level (WARN shows planner chatter)")
+
+
+@dataclass(frozen=True)
+class EngineSettings(Settings, section="engine"):
+    """The SQL engine of the relational stages, chosen once per build (spark_jobs/engine.py)."""
+
+    name: str = setting("auto", choice(*ENGINE_NAMES),
+            "auto: DuckDB up to spark_above_gb of dump, Spark SQL above | duckdb | spark")
+    spark_above_gb: float = setting(200.0, number(0),
+            "auto: dumps larger than this many GB (on disk) run on Spark (the `spark` section's "
+            "master, a cluster), smaller ones on DuckDB")
+    spill_dir: str | None = setting(None, FILE,
+            "where DuckDB spills what exceeds build.memory_gb (null: beside the stage's outputs)")
 
 
 @dataclass(frozen=True)

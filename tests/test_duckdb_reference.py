@@ -1,6 +1,6 @@
 """bench/duckdb_sql.py's N-Triples parse agrees with spark_jobs.formats line by line, on the
 ingest tests' golden lines (every malformed reason, escapes, tags, blank lines, tabs) plus a
-byte-order mark and a control character. Skipped without duckdb (infra/setup.sh --bench)."""
+byte-order mark and a control character."""
 
 from __future__ import annotations
 

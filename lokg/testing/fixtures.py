@@ -32,6 +32,15 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(params=("duckdb", "spark"))
+def engine_config(request) -> dict:
+    """A build config resolved to each SQL engine in turn (spark_jobs/engine.py): a stage test
+    taking it checks the stage's one SQL definition on both engines."""
+    if request.param == "spark":
+        request.getfixturevalue("spark")  # the shared session, which SparkEngine then uses
+    return {"engine": {"name": request.param}}
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """../shared/data, or skip the test when this checkout has none."""

@@ -1,0 +1,62 @@
+"""spark_jobs/engine.py: one SQL text, DuckDB or Spark SQL, the same rows; the engine resolved
+once from the config and the dump's size."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lokg.common.stage import StageError
+from lokg.spark_jobs.engine import open_engine, resolve, spark_sql, with_engine
+
+TRIPLES = pa.table({"s": [1, 1, 1, 2, 3], "r": [0, 1, 1, 0, 0], "o": [2, 3, 4, 3, 1]})
+NAMES = pa.table({"r": pa.array([0, 1], pa.int64()), "name": ["b", "a"]})
+
+
+@pytest.fixture
+def triples_file(tmp_path):
+    path = tmp_path / "triples.parquet"
+    pq.write_table(TRIPLES, path)
+    return path
+
+
+@pytest.mark.parametrize("name, size, expected", [
+    ("auto", 10, "duckdb"), ("auto", 3_000, "spark"), ("duckdb", 3_000, "duckdb"),
+    ("spark", 10, "spark")])
+def test_the_engine_is_resolved_from_the_name_and_the_dumps_size(tmp_path, name, size, expected):
+    dump = tmp_path / "dump.tsv"
+    dump.write_bytes(b"x" * size)
+    config = {"engine": {"name": name, "spark_above_gb": 1e-6}}  # 1 kB
+    assert resolve(config, dump) == expected
+    resolved = with_engine(config, dump)
+    assert resolved["engine"]["name"] == expected and config["engine"]["name"] == name
+
+
+def test_an_unresolved_engine_is_refused_in_one_line():
+    with pytest.raises(StageError, match="engine.name: 'auto' is not resolved"):
+        with open_engine({"engine": {"name": "auto"}}):
+            pass
+
+
+def test_duckdb_sql_is_written_in_spark_sqls_dialect():
+    assert "MIN_BY" in spark_sql("SELECT arg_min(a, b) FROM t")
+    assert "ROW_NUMBER" in spark_sql("SELECT a FROM t QUALIFY row_number() OVER (ORDER BY a) = 1")
+
+
+def test_one_sql_text_gives_the_same_rows_on_either_engine(engine_config, triples_file, tmp_path):
+    with open_engine(engine_config, tmp_path) as engine:
+        engine.register("triples", triples_file)
+        engine.register_arrow("names", NAMES)
+        engine.function("marked", lambda x: "~" + x, ["VARCHAR"], "VARCHAR")
+        engine.view("counts", "SELECT s, name, count(*) AS n FROM triples JOIN names USING (r) "
+                              "GROUP BY s, name", materialise=True)
+        best = engine.fetch("SELECT s, arg_min(marked(name), (-n, name)) AS frequent, "
+                            "list_sort(list(name)) AS names FROM counts GROUP BY s ORDER BY s")
+        engine.write("SELECT s, o FROM triples QUALIFY row_number() OVER "
+                     "(PARTITION BY s ORDER BY o DESC) = 1", tmp_path / "out", order_by=["s"])
+    assert best.to_pylist() == [{"s": 1, "frequent": "~a", "names": ["a", "b"]},
+                                {"s": 2, "frequent": "~b", "names": ["b"]},
+                                {"s": 3, "frequent": "~b", "names": ["b"]}]
+    written = pq.read_table(tmp_path / "out")
+    assert written.to_pydict() == {"s": [1, 2, 3], "o": [4, 3, 1]}
