@@ -175,12 +175,12 @@ def rerun(store: Path, cache: Path, base_id: str, master: str, build_id: str, st
 
 def stage_path(stage: str, report: dict) -> str | None:
     """Where the stage's report says it ran (driver | spark): ingest's parse; relation_stats'
-    passes over the triples, then its pair signals; scos_merge's rewrite of the triples; the
-    other stages' ``path``."""
+    SQL engine (duckdb | spark); scos_merge's rewrite of the triples; the other stages'
+    ``path``."""
     if stage == "ingest":
         return report.get("refresh", {}).get("ingest")
     if stage == "relation_stats":
-        return f"{report.get('passes')}, pairs {report.get('path')}"
+        return report.get("engine")
     return report.get("rewrite" if stage == "scos_merge" else "path")
 
 

@@ -365,10 +365,10 @@ def attention_agreement(one: Path, other: Path) -> dict:
 
 # --------------------------------------------------------------- stages on a Spark session
 
-#: What these benches measure is the stages' Spark paths: the passes over the triples of
-#: relation_stats and entity_types, and ingest's parse, in Spark at every size (``--set`` them
-#: back to measure the driver paths: relation_stats.driver_max_triples=10000000,
-#: ingest.driver_max_nt_mb=4096)
+#: What these benches measure is the stages' Spark paths: entity_types' passes over the
+#: triples and ingest's parse in Spark at every size (``--set`` them back to measure the driver
+#: paths: ingest.driver_max_nt_mb=4096); relation_stats runs on the build's SQL engine
+#: (``engine.name``)
 def spark_paths() -> tuple[str, ...]:
     """Settings that put every stage on its Spark path: each ``driver_max_*`` threshold of the
     default config at 0 (the value every one of them reads as "always Spark")."""
@@ -449,11 +449,12 @@ def machine() -> dict:
 
 def spark_stages(config: dict, dump: Path, root: Path, peaks: Peaks) -> tuple[dict, dict, dict]:
     """ingest and entity_types through ``run_stage``, then relation_stats on their staged
-    outputs, in a store under ``root``; returns (per-stage timings, reports, artefact paths).
-"""
+    outputs (on the engine ``run_stage`` would resolve for ``dump``), in a store under
+    ``root``; returns (per-stage timings, reports, artefact paths)."""
     from lokg.pipeline import driver as pipeline
     from lokg.runtime.contract import Store, new_build_id
     from lokg.spark_jobs import relation_stats
+    from lokg.spark_jobs.engine import with_engine
 
     store, build_id = Store(root), new_build_id()
     stages, reports = {}, {}
@@ -465,7 +466,7 @@ def spark_stages(config: dict, dump: Path, root: Path, peaks: Peaks) -> tuple[di
     out_dir = store.staging_dir(build_id) / "relation_stats"
     out_dir.mkdir(parents=True)
     result, seconds, peak = measured(
-        peaks, lambda: relation_stats.run(config, inputs, str(out_dir)))
+        peaks, lambda: relation_stats.run(with_engine(config, dump), inputs, str(out_dir)))
     reports["relation_stats"] = result["report"]
     stages["relation_stats"] = {"seconds": seconds, **peak,
                                 "step_seconds": result["report"]["step_seconds"]}
@@ -499,9 +500,8 @@ def _module(tree: Path, name: str):
 
 
 #: The helper modules a stage's baseline takes from its own tree as well: a stage's speed is
-#: mostly in them (ingest's parsers, Spark's and the driver's; relation_stats' driver passes).
-BASELINE_HELPERS = {"ingest": ("formats", "ingest_nt", "ingest_lines"),
-                    "relation_stats": ("relation_stats_driver",)}
+#: mostly in them (ingest's parsers, Spark's and the driver's).
+BASELINE_HELPERS = {"ingest": ("formats", "ingest_nt", "ingest_lines")}
 
 
 def load_baseline(tree: Path, stage: str):

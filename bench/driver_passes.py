@@ -1,5 +1,5 @@
-"""entity_types and relation_stats on the driver, two checkouts on the same staged ingest:
-what a change to their numpy passes buys, before against after in one run.
+"""entity_types on the driver, two checkouts on the same staged ingest: what a change to its
+numpy passes buys, before against after in one run.
 
     python -m bench.driver_passes --ingest STORE/staging/BUILD/ingest \\
         --tree before=/path/to/old/checkout --tree after=. --rounds 2 --work W --json W/passes.json
@@ -7,12 +7,11 @@ what a change to their numpy passes buys, before against after in one run.
 ``--ingest`` is an ingest stage's output directory (triples, relations, entities,
 type_assertions). Per round and checkout (the order alternates: AB, BA, …), each stage runs in
 its own process (``stage_paths.RUN``, default config) with that checkout on ``PYTHONPATH`` —
-entity_types on the ingest's tables, then relation_stats on them and that entity_types'
-entities — measured as
+entity_types on the ingest's tables — measured as
 ``build_scale.run_measured`` measures (wall, CPU seconds of the process tree, peak RSS). Every
 checkout's tables must equal the first checkout's (``refresh_scale.table_equality``), else the
-bench stops. Default config: the stages take their driver paths up to
-``*.driver_max_triples`` (10⁷) triples.
+bench stops. Default config: the stage takes its driver path up to
+``entity_types.driver_max_triples`` (10⁷) triples.
 """
 
 from __future__ import annotations
@@ -25,14 +24,12 @@ from pathlib import Path
 
 from bench.common import RUN, run_measured, table_equality
 
-STAGES = ("entity_types", "relation_stats")
+STAGES = ("entity_types",)
 
 
 def stage_inputs(ingest: Path, out: Path) -> dict[str, dict]:
-    """Each stage's inputs: the ingest's tables, relation_stats' entities typed by the run."""
-    tables = {p.stem: str(p) for p in ingest.glob("*.parquet")}
-    return {"entity_types": tables,
-            "relation_stats": {**tables, "entities": str(out / "entity_types" / "entities.parquet")}}
+    """Each stage's inputs: the ingest's tables."""
+    return {"entity_types": {p.stem: str(p) for p in ingest.glob("*.parquet")}}
 
 
 def run_checkout(tree: Path, ingest: Path, out: Path) -> dict[str, dict]:

@@ -16,20 +16,16 @@ quarantine has work). Rounds alternate Spark then DuckDB so that both see the sa
   start-up is reported apart. Their driver paths are off (``relation_stats_scale.SPARK_PATHS``)
   unless ``--paths product``: then the default config's thresholds choose each stage's path, as a
   build of that size would (the row's ``step_paths`` and the table say which ran, per step);
-  with the Spark paths forced, ``--set relation_stats.driver_max_triples=10000000`` measures
-  relation_stats' driver path (numpy, no Spark: ``spark_jobs/relation_stats_driver.py``)
-  against DuckDB instead, and
-  ``--set ingest.driver_max_nt_mb=4096`` ingest's (an N-Triples dump parsed with
+  relation_stats runs on the engine the build would resolve (``--set engine.name=spark``:
+  Spark SQL); with the Spark paths forced, ``--set ingest.driver_max_nt_mb=4096`` measures ingest's (an N-Triples dump parsed with
   pyarrow.compute: ``spark_jobs/ingest_nt.py``); the row's ``ingest_path`` says which ran,
   ``ingest_driver_peak_mib`` the Python process's peak RSS during each round's ingest.
 * **DuckDB** (``threads`` = 2, the same cores): the same ingest in SQL — the N-Triples rules of
   ``spark_jobs.formats`` (its regexes, made RE2-compatible), the quarantine with its reasons and
   exact line numbers, entity ids in key order, relation ids in name order, de-duplicated
-  triples, names/aliases/descriptions/attributes, type assertions — then the relation_stats of
-  ``spark_jobs.relation_stats`` (H(r), entity sets, type-pair distributions, entity and type
-  candidate pairs with hub caps, exact shared entities, Jaccard, NMI). Its relation_stats reads
-  the entity types Spark's ``entity_types`` wrote (not a stage compared here) and DuckDB's own
-  triples, which are checked equal to Spark's first.
+  triples, names/aliases/descriptions/attributes, type assertions — then the stage
+  ``spark_jobs.relation_stats`` itself on the DuckDB engine (its rules are SQL), on DuckDB's
+  own triples and the entity types Spark's ``entity_types`` wrote (not a stage compared here).
 
 Every output that is deterministic is compared: counts, quarantine (line, reason), entities
 (id, key, name, aliases, description, attributes), relations, triples, type assertions, per
@@ -65,10 +61,12 @@ TOLERANCE = 1e-9
 
 
 def duck_round(dump: Path, spark_outputs: dict, config: dict, work: Path) -> tuple[dict, dict]:
-    """One DuckDB ingest + relation_stats on ``dump``; returns (step seconds, its tables)."""
+    """One DuckDB ingest + relation_stats (the stage on the DuckDB engine, on that ingest's
+    triples) on ``dump``; returns (step seconds, its tables)."""
     import duckdb
 
     from lokg.pipeline.config import section
+    from lokg.spark_jobs import relation_stats
 
     con = duckdb.connect(str(work / "ref.duckdb"))
     con.execute("SET threads = 2")
@@ -80,9 +78,12 @@ def duck_round(dump: Path, spark_outputs: dict, config: dict, work: Path) -> tup
                       work)
     seconds["ingest"] = round(time.perf_counter() - started, 2)
     started = time.perf_counter()
-    duckdb_sql.relation_stats(con, work, spark_outputs["entities"], section(config, "relation_stats"))
-    seconds["relation_stats"] = round(time.perf_counter() - started, 2)
     con.close()
+    relation_stats.run({**config, "engine": {**config.get("engine", {}), "name": "duckdb"}},
+                       {"triples": str(work / "triples.parquet"),
+                        "relations": str(work / "relations.parquet"),
+                        "entities": spark_outputs["entities"]}, str(work))
+    seconds["relation_stats"] = round(time.perf_counter() - started, 2)
     tables = duckdb_sql.fetch_outputs(work)
     return seconds, tables
 
@@ -181,11 +182,11 @@ def run(args) -> dict:
 
 
 def step_paths(reports: dict) -> dict[str, str]:
-    """Where each step ran (driver | spark), from the stages' own reports: ingest's parse,
-    entity_types' choice of types, relation_stats' passes over the triples."""
+    """Where each step ran, from the stages' own reports: ingest's parse (driver | spark),
+    entity_types' choice of types (driver | spark), relation_stats' SQL engine."""
     return {"ingest": reports["ingest"]["refresh"]["ingest"],
             "entity_types": reports["entity_types"]["path"],
-            "relation_stats": reports["relation_stats"]["passes"]}
+            "relation_stats": reports["relation_stats"]["engine"]}
 
 
 def ratios(times: dict[str, list[float]]) -> dict[str, float]:

@@ -1,13 +1,12 @@
-"""relation_stats and path_cache, driver path against Spark path, as a small refresh runs them:
+"""path_cache, driver path against Spark path, as a small refresh runs it:
 each stage alone in a fresh process, on the staged inputs a build cached.
 
     python -m bench.stage_paths --cache STORE/refresh/BUILD_ID --work W --json W/paths.json
 
 ``--cache`` is a store's refresh cache of one build (``refresh/<build_id>``: every stage's
-outputs and ``_stage.json``); relation_stats reads its ingest's triples and relations,
-entity_types' entities and transe's relation embeddings, path_cache gat's edges, node_gain and
-the same entities — what the build gave them. Per stage, the Spark path (``--set``
-``driver_max_triples=0`` / ``driver_max_edges=0``) and the driver path (the same switch at
+outputs and ``_stage.json``); path_cache reads gat's edges, node_gain and entity_types'
+entities — what the build gave them. Per stage, the Spark path (``--set``
+``driver_max_edges=0``) and the driver path (the same switch at
 ``DRIVER_ALWAYS``: the driver at any size — the defaults would send a 10⁶-triple dump's
 1.8·10⁶ edges to Spark), one after the other, each in its own process
 (``build_scale.run_measured``: wall and CPU seconds of the process tree — the JVM and Spark's
@@ -28,10 +27,6 @@ from bench.common import RUN, run_measured, table_equality
 
 #: stage → (its inputs: name → (producing stage, artefact), outputs compared, the Spark switch)
 STAGES = {
-    "relation_stats": ({"entities": ("entity_types", "entities"),
-                        "relations": ("ingest", "relations"), "triples": ("ingest", "triples"),
-                        "relation_embeddings": ("transe", "relation_embeddings")},
-                       ("relation_stats", "relation_pairs"), {"driver_max_triples": 0}),
     "path_cache": ({"edges": ("gat", "edges"), "node_gain": ("node_gain", "node_gain"),
                     "entities": ("entity_types", "entities")},
                    ("path_cache",), {"driver_max_edges": 0}),

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lokg.runtime.contract import INCOMING_TYPE_PREFIX, TABLE_SCHEMAS, read_table, to_numpy
-from lokg.spark_jobs.relation_stats_driver import key_counts
+from lokg.spark_jobs.scos_signals import key_counts
 
 _LISTS = pa.list_(pa.string())
 #: The contract's entities with ``types`` not null, as Spark writes it (a coalesce ending in

@@ -1,4 +1,4 @@
-"""Stage ``relation_stats``: the per-relation and pairwise SCOS signals, in Spark.
+"""Stage ``relation_stats``: the per-relation and pairwise SCOS signals, in SQL.
 
 Per relation r (counts over the distinct triples of ``triples``):
 
@@ -8,7 +8,8 @@ Per relation r (counts over the distinct triples of ``triples``):
 * ``type_pairs`` — the distribution P_r over (head type, tail type). Entities may carry several
   types; rule ``spread`` (default) gives each triple (s,r,o) weight 1 and spreads it evenly over
   T(s) × T(o), i.e. 1/(|T(s)|·|T(o)|) per type pair; rule ``min`` keeps only the smallest type
-  name of each entity. An untyped entity has the single type ``∅``;
+  name of each entity. An untyped entity (or one missing from ``entities``) has the single
+  type ``∅``;
 * ``triples``, ``heads`` (distinct s), ``tails`` (distinct o), ``entities`` = |heads ∪ tails|.
 
 Candidate pairs (r_i < r_j) — never a |R|² cross join:
@@ -27,57 +28,42 @@ from the self-join, hub entities by a join of the hub's relations with the candi
 either relation has no triples). ``source`` lists the generators that proposed the pair,
 comma-separated and sorted (e.g. ``entity,type``).
 
-How: the triples are distinct by contract (ingest de-duplicates them), so
-the stage de-duplicates nothing. One Spark query makes the passes that grow with the triples —
-one exchange of the head and tail rows by entity (``_roles``), then, per entity, one generate
-of its (relation, counts) rows and of its non-hub relation pairs and one aggregation of both
-(``_entity_counts``: per-relation counts, shared entities per pair; ``_tail_histogram``: the
-tail counts H(r) is summed from exactly on the driver), beside the
-triples counted per (head type set, tail type set) with the entity types broadcast — collected
-together (``_collect_together``). Up to ``driver_max_relations``
-relations, what is left is |R|-sized and done on the driver: P_r spread from those counts
-(``spread_counts``, as ``TypeIndex``), the type candidates, NMI (``nmi_signals``: every
-candidate's ``nmi_signal`` at once, with numpy), Jaccard, and
-one Arrow write; hub entities, when there can be any (|R| > the cap), are counted for the
-candidates by one Spark join. Above that threshold (candidates may number |R|²) P_r is
-collected but candidates and signals stay DataFrames, as before. Both paths give the same
-rows (tested).
+How: every rule is one SQL statement in DuckDB's dialect (``spark_jobs.engine``: DuckDB on one
+node, Spark SQL on a cluster, the same text). The triples are distinct by contract (ingest
+de-duplicates them), so nothing is de-duplicated here. One pass makes each (entity, relation)
+row with its role and tail count (``er``); per-relation counts, the tail histograms, entity
+pairs, hubs come from it; P_r from the triples joined with the entities' numbered type sets.
+Two |R|-sized steps are Python, the single place each is computed: H(r) summed exactly
+(``tail_entropies``, ``math.fsum``) from the SQL tail histogram, and the TransE neighbours
+(``transe_neighbour_pairs``).
 
-Up to ``driver_max_triples`` triples as well, the passes themselves run on the
-driver (``spark_jobs.relation_stats_driver``: numpy, scipy.sparse, Arrow) and feed the same
-driver path: the stage starts no Spark session (``report["passes"]``: driver | spark). Equal
-rows to both Spark paths (tested).
-
-The Spark passes and Spark path live in ``spark_jobs.relation_stats_spark``, the driver path in
-``spark_jobs.relation_stats_tables`` (its passes in ``spark_jobs.relation_stats_driver``), and
-the plain-numpy definitions of the signals (``tail_entropy``, ``jsd_bits``, ``nmi_signal``) in
-``spark_jobs.relation_stats_math``.
+Every sum of doubles is independent of the order an engine meets the rows in, so that every
+run and either engine write the same values: H(r) exactly; P_r from exact integer counts, its
+few terms per type pair added in ascending order (``engine.ordered_sum``); the JSD's terms of
+the type pairs both relations hold likewise, the half-masses of those only one holds exactly
+as integers (P_r in units of 10^-``DIGITS``). H(r) and P_r are rounded to ``DIGITS``
+decimals; the logarithms are the engines' own (``ln``), which may differ in the last bit.
 """
 
 from __future__ import annotations
 
+import math
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from lokg.common.stage import Laps, StageError
-from lokg.runtime.contract import (
-    TABLE_SCHEMAS,
-    StoreError,
-    check_schema,
-    read_table,
-    table_files,
-    write_table,
-)
-from lokg.spark_jobs.relation_stats_driver import triple_passes
-from lokg.spark_jobs.relation_stats_spark import signals_on_spark, spark_passes
-from lokg.spark_jobs.relation_stats_tables import signals_on_driver
+from lokg.runtime.contract import TABLE_SCHEMAS, StoreError, read_table, write_table
+from lokg.spark_jobs.engine import Engine, open_engine, ordered_sum
+from lokg.spark_jobs.scos_signals import UNTYPED
 from lokg.spark_jobs.settings import RelationStatsSettings
+
+#: Decimals kept of H(r) and of P_r, so that both engines write the same values.
+DIGITS = 12
 
 
 def settings(config: Mapping) -> RelationStatsSettings:
@@ -103,41 +89,215 @@ def transe_neighbour_pairs(emb: np.ndarray, relation_ids: np.ndarray, k: int
     return sorted({(min(i, j), max(i, j)) for i, j, _ in nearest_relations(present, k)})
 
 
-def compute(session: Callable, config: Mapping, entities_path: str, triples_path: str,
-            relations_path: str, embeddings_path: str | None = None, log=None):
-    """Run the stage (``session()`` gives the Spark session, asked for only where Spark runs).
-    Returns (stats Arrow table, pairs — an Arrow table from the driver path, a DataFrame from
-    the Spark one —, report, laps, DataFrames to unpersist)."""
-    cfg = settings(config)
-    lap = Laps()
-    report: dict = {"entropy_unit": "nats", "type_rule": cfg["type_rule"], "step_seconds": lap.seconds}
-    relations = read_table(Path(relations_path), "relations")
-    n_rel = report["relations"] = relations.num_rows
-    report["max_possible_pairs"] = n_rel * (n_rel - 1) // 2
-    report["path"] = "driver" if n_rel <= int(cfg["driver_max_relations"]) else "spark"
-    n_triples = sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(Path(triples_path)))
-    report["passes"] = "driver" if report["path"] == "driver" \
-        and n_triples <= int(cfg["driver_max_triples"]) else "spark"
-    spark, frames, cached = None, None, []
-    cap_e = int(cfg["max_relations_per_entity"])
-    if report["passes"] == "driver":
-        passes = triple_passes(entities_path, triples_path, cfg["type_rule"], cap_e, n_rel > cap_e)
-    else:
-        spark = session()
-        passes, frames, cached = spark_passes(spark, cfg, (entities_path, triples_path),
-                                              n_rel, report["path"] == "driver")
-    report["triples"] = int(pc.sum(passes.basic.column("triples")).as_py() or 0)
-    report["hub_entities_skipped"] = passes.hubs
-    lap("triple_passes")
+def tail_entropies(hist: pa.Table) -> pa.Table:
+    """(r, entropy): H(r) in nats of each relation from its tail histogram (r, c, k: ``k``
+    entities are the tail of ``c`` triples of r), ln n − Σ k·c·ln c / n with n = Σ k·c, the sum
+    exactly rounded (``math.fsum``: independent of the rows' order), rounded to ``DIGITS``."""
+    terms: dict[int, list[float]] = {}
+    n: dict[int, int] = {}
+    for ri, ci, ki in zip(*(hist.column(name).to_pylist() for name in "rck")):
+        terms.setdefault(ri, []).append(ki * ci * math.log(ci))
+        n[ri] = n.get(ri, 0) + ki * ci
+    h = [round(max(0.0, math.log(n[ri]) - math.fsum(terms[ri]) / n[ri]), DIGITS) for ri in n]
+    return pa.table({"r": pa.array(list(n), pa.int64()), "entropy": pa.array(h, pa.float64())})
 
-    transe = _transe_pairs(relations, embeddings_path, cfg, report, log or (lambda msg: None))
-    if report["path"] == "driver":
-        stats, pairs = signals_on_driver(relations, passes, transe, cfg, report)
-    else:
-        stats, pairs, more = signals_on_spark(spark, relations, passes, frames, transe, cfg, report)
-        cached += more
-    lap("type_pairs_and_candidates")
-    return stats, pairs, report, lap, cached
+
+def _q(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+#: (entity, relation) rows: h = 1 where e is a head of r, c = the triples of r with tail e,
+#: k = the relations e touches (over k > max_relations_per_entity: a hub)
+ENTITY_RELATIONS = """
+SELECT e, r, h, c, count(*) OVER (PARTITION BY e) AS k FROM (
+  SELECT e, r, max(h) AS h, CAST(sum(1 - h) AS BIGINT) AS c FROM (
+    SELECT s AS e, r, 1 AS h FROM triples UNION ALL SELECT o AS e, r, 0 AS h FROM triples
+  ) AS roles GROUP BY e, r
+) AS er0"""
+
+#: per relation: triples, distinct heads and tails, entities
+FACTS = """
+SELECT r, CAST(sum(c) AS BIGINT) AS triples, CAST(sum(h) AS BIGINT) AS heads,
+       CAST(sum(CASE WHEN c > 0 THEN 1 ELSE 0 END) AS BIGINT) AS tails, count(*) AS entities
+FROM er GROUP BY r"""
+
+TAIL_HISTOGRAM = "SELECT r, c, count(*) AS k FROM er WHERE c > 0 GROUP BY r, c"
+
+
+def canonical_types_sql(rule: str) -> str:
+    """An entity's type set from its column ``types``: sorted distinct non-empty types
+    (``min``: the smallest alone); [] when none."""
+    clean = "list_sort(list_distinct(list_filter(coalesce(types, []::VARCHAR[]), lambda x: x <> '')))"
+    if rule == "min":
+        return (f"CASE WHEN array_length({clean}) > 0 THEN [list_min({clean})] "
+                "ELSE []::VARCHAR[] END")
+    return clean
+
+
+def type_sets_sql(rule: str) -> str:
+    """The entities' distinct type sets (ts, sid) numbered; [∅], of an entity without any
+    type, is set 0."""
+    return f"""SELECT [{_q(UNTYPED)}] AS ts, 0 AS sid UNION ALL
+               SELECT ts, row_number() OVER (ORDER BY ts) AS sid FROM (
+                 SELECT DISTINCT {canonical_types_sql(rule)} AS ts FROM entities) AS d
+               WHERE array_length(ts) > 0 AND ts <> [{_q(UNTYPED)}]"""
+
+
+def typed_sql(rule: str) -> str:
+    """Each entity's type set (e, sid), as ``type_sets`` numbers it."""
+    return f"""SELECT id AS e, coalesce(s.sid, 0) AS sid FROM entities
+               LEFT JOIN type_sets s ON s.ts = {canonical_types_sql(rule)}"""
+
+
+#: P_r: the triples counted per (relation, head type set, tail type set), each count spread
+#: evenly over the product of the two sets (d = |hts|·|tts| pairs) and divided by the
+#: relation's triples; the counts summed exactly per (type pair, d), the few terms c/(d·n)
+#: per type pair added in ascending order (``ordered_sum``). An entity missing from
+#: ``entities`` has the set [∅] (0).
+TYPE_PAIRS = f"""
+WITH g AS (
+  SELECT r, hs, os, count(*) AS c FROM (
+    SELECT t.r, coalesce(h.sid, 0) AS hs, coalesce(o.sid, 0) AS os
+    FROM triples t LEFT JOIN typed h ON t.s = h.e LEFT JOIN typed o ON t.o = o.e) AS tagged
+  GROUP BY r, hs, os),
+a AS (SELECT g.r, unnest(h.ts) AS head_type, o.ts AS tts,
+             array_length(h.ts) * array_length(o.ts) AS d, g.c
+      FROM g JOIN type_sets h ON h.sid = g.hs JOIN type_sets o ON o.sid = g.os),
+b AS (SELECT r, head_type, unnest(tts) AS tail_type, d, c FROM a),
+s AS (SELECT r, head_type, tail_type, d, CAST(sum(c) AS BIGINT) AS c FROM b
+      GROUP BY r, head_type, tail_type, d)
+SELECT s.r, s.head_type, s.tail_type,
+       round({ordered_sum('s.c / (s.d * f.triples)')}, {DIGITS}) AS p
+FROM s JOIN facts f ON f.r = s.r GROUP BY s.r, s.head_type, s.tail_type"""
+
+
+def entity_pairs_sql(cap: int) -> str:
+    """(r_i, r_j, shared): relations r_i < r_j and the non-hub entities touching both."""
+    return f"""SELECT a.r AS r_i, b.r AS r_j, count(*) AS shared FROM er a
+               JOIN er b ON a.e = b.e AND a.r < b.r WHERE a.k <= {cap} AND b.k <= {cap}
+               GROUP BY a.r, b.r"""
+
+
+def wide_type_pairs_sql(floor: float, cap: int) -> str:
+    """The type pairs of mass ≥ ``floor`` held by more than ``cap`` relations."""
+    return f"""SELECT head_type, tail_type FROM tp WHERE p >= {floor!r}
+               GROUP BY head_type, tail_type HAVING count(*) > {cap}"""
+
+
+def candidates_sql(floor: float) -> str:
+    """(r_i, r_j, source): the pairs each generator proposes, their sources joined sorted."""
+    keep = f"""(SELECT t.r, t.head_type, t.tail_type FROM tp t LEFT JOIN wide w
+                ON w.head_type = t.head_type AND w.tail_type = t.tail_type
+                WHERE t.p >= {floor!r} AND w.head_type IS NULL)"""
+    null = "CAST(NULL AS VARCHAR)"
+    return f"""
+SELECT r_i, r_j, concat_ws(',', max(e), max(n), max(y)) AS source FROM (
+  SELECT r_i, r_j, 'entity' AS e, {null} AS n, {null} AS y FROM entity_pairs
+  UNION ALL SELECT r_i, r_j, {null}, 'transe', {null} FROM transe
+  UNION ALL SELECT a.r, b.r, {null}, {null}, 'type' FROM {keep} a JOIN {keep} b
+    ON a.head_type = b.head_type AND a.tail_type = b.tail_type AND a.r < b.r
+) AS proposed GROUP BY r_i, r_j"""
+
+
+def hub_shared_sql(cap: int) -> str:
+    """(r_i, r_j, shared): the hub entities touching both relations of each candidate."""
+    return f"""SELECT c.r_i, c.r_j, count(*) AS shared FROM cand c
+               JOIN er h1 ON h1.r = c.r_i AND h1.k > {cap}
+               JOIN er h2 ON h2.e = h1.e AND h2.r = c.r_j AND h2.k > {cap}
+               GROUP BY c.r_i, c.r_j"""
+
+
+#: P_r's values in units of 10^-DIGITS: integers, exactly, as P_r is rounded to DIGITS decimals
+UNITS = f"CAST(round({{}} * 1e{DIGITS}) AS BIGINT)"
+
+#: each relation's total mass of P_r, in units (``UNITS``)
+MASS = f"SELECT r, CAST(sum({UNITS.format('p')}) AS BIGINT) AS m FROM tp GROUP BY r"
+
+#: per candidate, over the type pairs both hold: ½a·log2(a/m) + ½b·log2(b/m) with
+#: m = (a + b)/2 added in ascending order (``ordered_sum``), and the mass of each side there
+#: in units
+SHARED = f"""
+SELECT r_i, r_j, {ordered_sum('term')} AS kl, CAST(sum(ua) AS BIGINT) AS ua,
+       CAST(sum(ub) AS BIGINT) AS ub FROM (
+  SELECT c.r_i, c.r_j, {UNITS.format('a.p')} AS ua, {UNITS.format('b.p')} AS ub,
+    (CASE WHEN a.p > 0 THEN 0.5 * a.p * ln(a.p / ((a.p + b.p) / 2.0)) / ln(2.0) ELSE 0.0 END)
+    + (CASE WHEN b.p > 0 THEN 0.5 * b.p * ln(b.p / ((a.p + b.p) / 2.0)) / ln(2.0) ELSE 0.0 END)
+      AS term
+  FROM cand c JOIN tp a ON a.r = c.r_i
+  JOIN tp b ON b.r = c.r_j AND b.head_type = a.head_type AND b.tail_type = a.tail_type
+) AS terms GROUP BY r_i, r_j"""
+
+#: relation_pairs: shared entities, Jaccard and NMI = 1 − JSD_bits of every candidate, where
+#: a type pair only one side holds adds half its mass to the JSD (summed exactly, in units)
+PAIRS = f"""
+SELECT c.r_i, c.r_j, CAST(shared AS BIGINT) AS shared_entities,
+  CASE WHEN n_i + n_j - shared > 0 THEN shared / (n_i + n_j - shared) ELSE 0.0 END AS jaccard,
+  CASE WHEN n_i > 0 AND n_j > 0 THEN 1.0 - least(1.0, greatest(0.0, jsd)) ELSE 0.0 END AS nmi,
+  c.source
+FROM (
+  SELECT c.r_i, c.r_j, c.source, coalesce(ep.shared, 0) + coalesce(hs.shared, 0) AS shared,
+         coalesce(fi.entities, 0) AS n_i, coalesce(fj.entities, 0) AS n_j,
+         coalesce(d.kl, 0.0) + (coalesce(mi.m, 0) - coalesce(d.ua, 0)) / 2e{DIGITS}
+         + (coalesce(mj.m, 0) - coalesce(d.ub, 0)) / 2e{DIGITS} AS jsd
+  FROM cand c LEFT JOIN entity_pairs ep ON ep.r_i = c.r_i AND ep.r_j = c.r_j
+  LEFT JOIN hub_shared hs ON hs.r_i = c.r_i AND hs.r_j = c.r_j
+  LEFT JOIN shared_types d ON d.r_i = c.r_i AND d.r_j = c.r_j
+  LEFT JOIN facts fi ON fi.r = c.r_i LEFT JOIN facts fj ON fj.r = c.r_j
+  LEFT JOIN mass mi ON mi.r = c.r_i LEFT JOIN mass mj ON mj.r = c.r_j
+) AS c"""
+
+#: relation_stats: one row per relation of ``relations``
+STATS = """
+SELECT rel.id AS r, rel.name, coalesce(f.triples, 0) AS triples, coalesce(f.heads, 0) AS heads,
+       coalesce(f.tails, 0) AS tails, coalesce(f.entities, 0) AS entities,
+       coalesce(h.entropy, 0.0) AS entropy, d.type_pairs
+FROM relations rel LEFT JOIN facts f ON f.r = rel.id LEFT JOIN entropy h ON h.r = rel.id
+LEFT JOIN (SELECT r, list_sort(list({'head_type': head_type, 'tail_type': tail_type, 'p': p}))
+             AS type_pairs FROM tp GROUP BY r) d ON d.r = rel.id
+ORDER BY rel.id"""
+
+
+def per_relation(engine: Engine, cfg: Mapping, report: dict) -> pa.Table:
+    """The (entity, relation) rows, per-relation facts, H(r) and P_r as tables ``er``,
+    ``facts``, ``entropy``, ``tp``; returns the relation_stats table."""
+    engine.view("er", ENTITY_RELATIONS, materialise=True)
+    engine.view("facts", FACTS, materialise=True)
+    engine.register_arrow("entropy", tail_entropies(engine.fetch(TAIL_HISTOGRAM)))
+    engine.view("type_sets", type_sets_sql(cfg["type_rule"]), materialise=True)
+    engine.view("typed", typed_sql(cfg["type_rule"]), materialise=True)
+    engine.view("tp", TYPE_PAIRS, materialise=True)
+    stats = engine.fetch(STATS)
+    empty = pa.array([[]] * stats.num_rows, TABLE_SCHEMAS["relation_stats"].field("type_pairs").type)
+    type_pairs = pc.if_else(stats.column("type_pairs").is_null(), empty,
+                            stats.column("type_pairs").cast(empty.type))
+    stats = stats.set_column(stats.column_names.index("type_pairs"), "type_pairs", type_pairs)
+    report["triples"] = int(pc.sum(stats.column("triples")).as_py() or 0)
+    return stats.cast(TABLE_SCHEMAS["relation_stats"])
+
+
+def pair_signals(engine: Engine, cfg: Mapping, transe: list[tuple[int, int]], report: dict,
+                 out: Path) -> None:
+    """The candidates (table ``cand``) and relation_pairs written under ``out``."""
+    cap_e = int(cfg["max_relations_per_entity"])
+    floor, cap_t = float(cfg["type_pair_min_share"]), int(cfg["max_relations_per_type_pair"])
+    engine.view("entity_pairs", entity_pairs_sql(cap_e), materialise=True)
+    engine.view("wide", wide_type_pairs_sql(floor, cap_t), materialise=True)
+    engine.register_arrow("transe", pa.table({
+        "r_i": pa.array([i for i, _ in transe], pa.int64()),
+        "r_j": pa.array([j for _, j in transe], pa.int64())}))
+    engine.view("cand", candidates_sql(floor), materialise=True)
+    engine.view("hub_shared", hub_shared_sql(cap_e), materialise=True)
+    engine.view("mass", MASS, materialise=True)
+    engine.view("shared_types", SHARED, materialise=True)
+    engine.write(PAIRS, out, order_by=["r_i", "r_j"])
+    counts = engine.fetch(f"""SELECT
+        (SELECT count(*) FROM (SELECT DISTINCT e FROM er WHERE k > {cap_e}) AS hubs) AS hubs,
+        (SELECT count(*) FROM wide) AS wide""").to_pylist()[0]
+    report["hub_entities_skipped"], report["hub_type_pairs_skipped"] = counts["hubs"], counts["wide"]
+    by_source = engine.fetch("SELECT source, count(*) AS n FROM cand GROUP BY source").to_pylist()
+    report["candidate_pairs"] = sum(row["n"] for row in by_source)
+    report["candidate_pairs_by_source"] = {row["source"]: row["n"] for row in
+                                           sorted(by_source, key=lambda row: row["source"])}
 
 
 def _transe_pairs(relations: pa.Table, embeddings_path: str | None, cfg: Mapping, report: dict,
@@ -155,54 +315,28 @@ def _transe_pairs(relations: pa.Table, embeddings_path: str | None, cfg: Mapping
     return pairs
 
 
-#: The contract's relation_pairs with the columns Spark's plan makes non-null (the shared
-#: count, NMI, the sources) non-null: the same schema whichever path wrote it, so a refresh's
-#: row-digest cut-off (pipeline.refresh.same_rows) can match either
-SPARK_PAIRS = pa.schema([f.with_nullable(f.name not in ("shared_entities", "nmi", "source"))
-                         for f in TABLE_SCHEMAS["relation_pairs"]])
-
-
-def _write_pairs(pairs, path: Path) -> pa.ChunkedArray:
-    """Write ``relation_pairs`` (one file from the driver path's Arrow table, Spark's part files
-    from a DataFrame), sorted by (r_i, r_j); returns its ``source`` column."""
-    if isinstance(pairs, pa.Table):
-        write_table("relation_pairs", pairs, path / "part-00000.parquet", SPARK_PAIRS)
-        return pairs.column("source")
-    pairs.orderBy("r_i", "r_j").write.mode("overwrite").parquet(str(path))
-    files = table_files(path)
-    if not files:
-        return pa.chunked_array([], pa.string())
-    check_schema("relation_pairs", pq.read_schema(files[0]), files[0])
-    return pa.concat_tables(pq.read_table(f, columns=["source"]) for f in files).column("source")
-
-
-def _session(config: Mapping):
-    """The Spark session, imported and started only when a path needs it."""
-    from lokg.spark_jobs.session import get_spark
-
-    return get_spark(dict(config), "lokg-relation_stats")
-
-
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     for name in ("entities", "triples", "relations"):
         if name not in inputs:
             raise StoreError(f"relation_stats: input '{name}' missing (have {sorted(inputs)})")
-    out = Path(out_dir)
-    stats, pairs, report, lap, cached = compute(
-        lambda: _session(config), config, inputs["entities"], inputs["triples"], inputs["relations"],
-        inputs.get("relation_embeddings"),
-        log=lambda msg: print(msg, file=sys.stderr))
-
-    stats_path = out / "relation_stats.parquet"
-    write_table("relation_stats", stats, stats_path)
-    pairs_path = out / "relation_pairs"
-    source = _write_pairs(pairs, pairs_path)
-    report["candidate_pairs"] = len(source)
-    report["candidate_pairs_by_source"] = {
-        c["values"]: c["counts"] for c in pc.value_counts(source).to_pylist()} if len(source) else {}
-    lap("pair_signals_and_write")
-    for df in cached:
-        df.unpersist()
+    cfg, lap, out = settings(config), Laps(), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report: dict = {"entropy_unit": "nats", "type_rule": cfg["type_rule"],
+                    "step_seconds": lap.seconds}
+    relations = read_table(Path(inputs["relations"]), "relations")
+    n_rel = report["relations"] = relations.num_rows
+    report["max_possible_pairs"] = n_rel * (n_rel - 1) // 2
+    transe = _transe_pairs(relations, inputs.get("relation_embeddings"), cfg, report,
+                           lambda msg: print(msg, file=sys.stderr))
+    stats_path, pairs_path = out / "relation_stats.parquet", out / "relation_pairs"
+    with open_engine(dict(config), out) as engine:
+        report["engine"] = engine.name
+        for name in ("entities", "triples", "relations"):
+            engine.register(name, inputs[name])
+        write_table("relation_stats", per_relation(engine, cfg, report), stats_path)
+        lap("per_relation")
+        pair_signals(engine, cfg, transe, report, pairs_path)
+        lap("pair_signals_and_write")
     report["step_seconds_total"] = round(sum(report["step_seconds"].values()), 3)
     return {"outputs": {"relation_stats": str(stats_path), "relation_pairs": str(pairs_path)},
             "report": report}

@@ -28,8 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from lokg.runtime.contract import StoreError
-from lokg.spark_jobs.relation_stats_driver import TypeIndex
-from lokg.spark_jobs.relation_stats_math import nmi_signal, tail_entropy
+from lokg.spark_jobs.scos_signals import TypeIndex, nmi_signal, tail_entropy
 
 NORMALISER = "sum of H(r) over R0 (tail conditional entropy, nats)"
 

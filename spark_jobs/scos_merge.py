@@ -51,8 +51,7 @@ from lokg.runtime.contract import (TABLE_SCHEMAS, StoreError, read_table, table_
 from lokg.spark_jobs.relation_stats import (
     settings as stats_settings,
 )
-from lokg.spark_jobs.relation_stats_driver import TypeIndex
-from lokg.spark_jobs.relation_stats_math import type_pair_dict
+from lokg.spark_jobs.scos_signals import TypeIndex, type_pair_dict
 from lokg.spark_jobs.scos_greedy import (NORMALISER, Merger, MergeResult, add_candidates,
                                          canonical_mapping, margin_outcome, summary)
 from lokg.spark_jobs.scos_rewrite import rewrite_in_spark, rewrite_on_driver, triple_count

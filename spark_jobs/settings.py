@@ -75,13 +75,6 @@ class RelationStatsSettings(Settings, section="relation_stats"):
             "spread: weight 1/(|T(s)||T(o)|) per type pair | min: smallest type")
     transe_neighbours: int = setting(10, integer(0),
             "extra candidate pairs from TransE nearest neighbours")
-    driver_max_relations: int = setting(2000, integer(0),
-            "up to this many relations, P_r, candidates and pair signals are computed on the "
-            "driver from collected |R|-sized tables (candidates held in memory: up to |R|²/2); "
-            "above, in Spark")
-    driver_max_triples: int = setting(10_000_000, integer(0),
-            "with |R| <= driver_max_relations, up to this many triples the passes over the "
-            "triples run on the driver too (spark_jobs/relation_stats_driver.py: no Spark session)")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from lokg.runtime.contract import read_table, write_table
-from lokg.spark_jobs.relation_stats_driver import TypeIndex
+from lokg.spark_jobs.scos_signals import TypeIndex
 from lokg.spark_jobs.scos_greedy import (
     Merger,
     canonical_mapping,
@@ -176,7 +176,8 @@ def test_stage_end_to_end(spark, tmp_path):
     emb = np.array([[1, 0], [1, 0], [0, 1]], dtype=np.float32)
     inputs = write_toy(tmp_path, STAGE_TYPES, STAGE_NAMES, STAGE_TRIPLES, emb)
     cfg = {"spark": {"master": "local[2]", "shuffle_partitions": 4}}
-    stats = relation_stats.run(cfg, inputs, str(tmp_path / "stats"))
+    stats = relation_stats.run({**cfg, "engine": {"name": "duckdb"}}, inputs,
+                               str(tmp_path / "stats"))
     inputs.update(stats["outputs"])
     result = scos_merge.run(cfg, inputs, str(tmp_path / "scos"))
     rep, out = result["report"], result["outputs"]
@@ -356,7 +357,8 @@ def test_the_driver_rewrite_equals_the_spark_rewrite_row_for_row(spark, tmp_path
     staged = ingest.run({"ingest": {"format": "synth"}}, {"dump": str(tmp_path / "dump")},
                         str(tmp_path / "ingest"))["outputs"]
     staged.update(entity_types.run({}, staged, str(tmp_path / "types"))["outputs"])
-    staged.update(relation_stats.run({}, staged, str(tmp_path / "stats"))["outputs"])
+    staged.update(relation_stats.run({"engine": {"name": "duckdb"}}, staged,
+                                     str(tmp_path / "stats"))["outputs"])
 
     def merged(path: str, limit: int) -> dict:
         config = {"scos_merge": {"theta_base": 0.3, "driver_max_triples": limit}}

@@ -13,5 +13,3 @@ def test_the_driver_run_keeps_the_driver_path_above_the_default_thresholds():
     paths = stage_paths.path_settings("path_cache")
     assert paths["spark"] == {"driver_max_edges": 0}
     assert paths["driver"]["driver_max_edges"] >= 10**9
-    assert stage_paths.path_settings("relation_stats")["driver"] == {
-        "driver_max_triples": stage_paths.DRIVER_ALWAYS}
