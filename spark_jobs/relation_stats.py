@@ -109,11 +109,12 @@ def _q(text: str) -> str:
 #: (entity, relation) rows: h = 1 where e is a head of r, c = the triples of r with tail e,
 #: k = the relations e touches (over k > max_relations_per_entity: a hub)
 ENTITY_RELATIONS = """
-SELECT e, r, h, c, count(*) OVER (PARTITION BY e) AS k FROM (
+WITH er0 AS (
   SELECT e, r, max(h) AS h, CAST(sum(1 - h) AS BIGINT) AS c FROM (
     SELECT s AS e, r, 1 AS h FROM triples UNION ALL SELECT o AS e, r, 0 AS h FROM triples
-  ) AS roles GROUP BY e, r
-) AS er0"""
+  ) AS roles GROUP BY e, r)
+SELECT er0.e, er0.r, er0.h, er0.c, d.k FROM er0
+JOIN (SELECT e, count(*) AS k FROM er0 GROUP BY e) AS d ON d.e = er0.e"""
 
 #: per relation: triples, distinct heads and tails, entities
 FACTS = """
@@ -124,29 +125,33 @@ FROM er GROUP BY r"""
 TAIL_HISTOGRAM = "SELECT r, c, count(*) AS k FROM er WHERE c > 0 GROUP BY r, c"
 
 
-def canonical_types_sql(rule: str) -> str:
-    """An entity's type set from its column ``types``: sorted distinct non-empty types
-    (``min``: the smallest alone); [] when none."""
-    clean = "list_sort(list_distinct(list_filter(coalesce(types, []::VARCHAR[]), lambda x: x <> '')))"
+def canonical_types_sql(rule: str, column: str) -> str:
+    """A type set from a list of types: sorted distinct non-empty types (``min``: the
+    smallest alone); [] when none."""
+    clean = (f"list_sort(list_distinct(list_filter(coalesce({column}, []::VARCHAR[]), "
+             "lambda x: x <> '')))")
     if rule == "min":
         return (f"CASE WHEN array_length({clean}) > 0 THEN [list_min({clean})] "
                 "ELSE []::VARCHAR[] END")
     return clean
 
 
-def type_sets_sql(rule: str) -> str:
-    """The entities' distinct type sets (ts, sid) numbered; [∅], of an entity without any
-    type, is set 0."""
-    return f"""SELECT [{_q(UNTYPED)}] AS ts, 0 AS sid UNION ALL
-               SELECT ts, row_number() OVER (ORDER BY ts) AS sid FROM (
-                 SELECT DISTINCT {canonical_types_sql(rule)} AS ts FROM entities) AS d
-               WHERE array_length(ts) > 0 AND ts <> [{_q(UNTYPED)}]"""
+def raw_types_sql(rule: str) -> str:
+    """(raw, ts): each distinct ``types`` list of the entities (null as []) and its type set:
+    the lists are few, so each is made canonical once, not once per entity."""
+    return f"""SELECT raw, {canonical_types_sql(rule, 'raw')} AS ts FROM (
+                 SELECT DISTINCT coalesce(types, []::VARCHAR[]) AS raw FROM entities) AS d"""
 
 
-def typed_sql(rule: str) -> str:
-    """Each entity's type set (e, sid), as ``type_sets`` numbers it."""
-    return f"""SELECT id AS e, coalesce(s.sid, 0) AS sid FROM entities
-               LEFT JOIN type_sets s ON s.ts = {canonical_types_sql(rule)}"""
+#: The type sets (ts, sid) numbered; [∅], of an entity without any type, is set 0
+TYPE_SETS = f"""SELECT [{_q(UNTYPED)}] AS ts, 0 AS sid UNION ALL
+SELECT ts, row_number() OVER (ORDER BY ts) AS sid FROM (SELECT DISTINCT ts FROM raw_types) AS d
+WHERE array_length(ts) > 0 AND ts <> [{_q(UNTYPED)}]"""
+
+#: Each entity's type set (e, sid)
+TYPED = """SELECT id AS e, coalesce(s.sid, 0) AS sid FROM entities
+LEFT JOIN (SELECT raw, sid FROM raw_types JOIN type_sets USING (ts)) AS s
+  ON s.raw = coalesce(types, []::VARCHAR[])"""
 
 
 #: P_r: the triples counted per (relation, head type set, tail type set), each count spread
@@ -263,8 +268,9 @@ def per_relation(engine: Engine, cfg: Mapping, report: dict) -> pa.Table:
     engine.view("er", ENTITY_RELATIONS, materialise=True)
     engine.view("facts", FACTS, materialise=True)
     engine.register_arrow("entropy", tail_entropies(engine.fetch(TAIL_HISTOGRAM)))
-    engine.view("type_sets", type_sets_sql(cfg["type_rule"]), materialise=True)
-    engine.view("typed", typed_sql(cfg["type_rule"]), materialise=True)
+    engine.view("raw_types", raw_types_sql(cfg["type_rule"]), materialise=True)
+    engine.view("type_sets", TYPE_SETS, materialise=True)
+    engine.view("typed", TYPED, materialise=True)
     engine.view("tp", TYPE_PAIRS, materialise=True)
     stats = engine.fetch(STATS)
     empty = pa.array([[]] * stats.num_rows, TABLE_SCHEMAS["relation_stats"].field("type_pairs").type)
