@@ -1,5 +1,5 @@
-"""entity_types and relation_stats on the driver, two checkouts on the same staged ingest:
-what a change to their numpy passes buys, before against after in one run.
+"""entity_types (SQL on DuckDB) and relation_stats (on the driver), two checkouts on the same
+staged ingest: what a change to their passes buys, before against after in one run.
 
     python -m bench.driver_passes --ingest STORE/staging/BUILD/ingest \\
         --tree before=/path/to/old/checkout --tree after=. --rounds 2 --work W --json W/passes.json
@@ -11,8 +11,8 @@ entity_types on the ingest's tables, then relation_stats on them and that entity
 entities — measured as
 ``build_scale.run_measured`` measures (wall, CPU seconds of the process tree, peak RSS). Every
 checkout's tables must equal the first checkout's (``refresh_scale.table_equality``), else the
-bench stops. Default config: the stages take their driver paths up to
-``*.driver_max_triples`` (10⁷) triples.
+bench stops. Config: the default, with ``engine.name`` duckdb (entity_types' engine);
+relation_stats takes its driver path up to ``relation_stats.driver_max_triples`` (10⁷) triples.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from pathlib import Path
 from bench.common import RUN, run_measured, table_equality
 
 STAGES = ("entity_types", "relation_stats")
+#: The config each stage runs with: the SQL engine resolved as a one-node build resolves it
+CONFIG = json.dumps({"engine": {"name": "duckdb"}})
 
 
 def stage_inputs(ingest: Path, out: Path) -> dict[str, dict]:
@@ -40,7 +42,8 @@ def run_checkout(tree: Path, ingest: Path, out: Path) -> dict[str, dict]:
     inputs, measured = stage_inputs(ingest, out), {}
     for stage in STAGES:
         (out / stage).mkdir(parents=True)
-        argv = [sys.executable, "-c", RUN, "{}", json.dumps(inputs[stage]), str(out / stage), stage]
+        argv = [sys.executable, "-c", RUN, CONFIG, json.dumps(inputs[stage]), str(out / stage),
+                stage]
         measured[stage] = run_measured(argv, out / f"{stage}.log", code=tree)
     return measured
 

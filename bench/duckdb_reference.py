@@ -181,10 +181,10 @@ def run(args) -> dict:
 
 
 def step_paths(reports: dict) -> dict[str, str]:
-    """Where each step ran (driver | spark), from the stages' own reports: ingest's parse,
-    entity_types' choice of types, relation_stats' passes over the triples."""
+    """Where each step ran, from the stages' own reports: ingest's parse (driver | spark),
+    entity_types' engine (duckdb | spark), relation_stats' passes over the triples."""
     return {"ingest": reports["ingest"]["refresh"]["ingest"],
-            "entity_types": reports["entity_types"]["path"],
+            "entity_types": reports["entity_types"]["engine"],
             "relation_stats": reports["relation_stats"]["passes"]}
 
 
