@@ -13,7 +13,8 @@ from lokg.common.dumps import IngestSettings
 from lokg.common.resources import BuildSettings
 from lokg.runtime.query_settings import QuerySettings
 from lokg.runtime.settings import COUNT, Settings, choice, integer, setting
-from lokg.spark_jobs.settings import (EngineSettings, PathCacheSettings, RelationStatsSettings,
+from lokg.spark_jobs.settings import (EngineSettings, EntityTypesSettings, NodeGainSettings,
+                                      PathCacheSettings, RelationStatsSettings,
                                       ScosMergeSettings, SparkSettings)
 from lokg.text.settings import (DocumentsSettings, FeedbackEnrichSettings, TripleContextSettings,
                                 TripleExtractSettings)
@@ -53,8 +54,8 @@ class TcrQfSettings(Settings, section="tcr_qf"):
 #: when stage names became their module names are refused with the new name.
 BUILD = Catalogue(
     (BuildSettings, EngineSettings, SparkSettings, IngestSettings, DocumentsSettings, TripleExtractSettings,
-     FeedbackEnrichSettings, RelationStatsSettings, TranseSettings,
-     ScosMergeSettings, EntityEncodeSettings, GatSettings,
+     FeedbackEnrichSettings, EntityTypesSettings, RelationStatsSettings, TranseSettings,
+     ScosMergeSettings, NodeGainSettings, EntityEncodeSettings, GatSettings,
      TripleContextSettings, PathCacheSettings, RelationKnowledgeSettings, PublishSettings,
      RefreshSettings, TcrQfSettings, QuerySettings),
     renamed={"types": "entity_types", "scos": "scos_merge", "transe_train": "transe",

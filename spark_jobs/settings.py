@@ -53,6 +53,12 @@ class EngineSettings(Settings, section="engine"):
 
 
 @dataclass(frozen=True)
+class EntityTypesSettings(Settings, section="entity_types"):
+    """Each entity's types (spark_jobs/entity_types.py: SQL on the build's engine; no
+    settings of its own)."""
+
+
+@dataclass(frozen=True)
 class RelationStatsSettings(Settings, section="relation_stats"):
     """Relation statistics and merge candidates (spark_jobs/relation_stats.py)."""
 
@@ -94,6 +100,12 @@ class ScosMergeSettings(Settings, section="scos_merge"):
     refresh_merge_margin: float = setting(0.05, number(0, 1),
             "a refresh keeps a merge of the previous build while its sim stays >= θ - this margin "
             "(new merges still need sim >= θ; a full build ignores the previous merges)")
+
+
+@dataclass(frozen=True)
+class NodeGainSettings(Settings, section="node_gain"):
+    """Each entity's information gain μ (spark_jobs/node_gain.py: SQL on the build's engine;
+    no settings of its own)."""
 
 
 @dataclass(frozen=True)
