@@ -52,21 +52,21 @@ _SLASH = re.compile(r"^/([^/\s]+)/([^/\s]+)/\S+$")  # /domain/type/property[./cv
 _DOTTED = re.compile(r"^([A-Za-z0-9_]+)\.([A-Za-z0-9_]+)(?:\.[A-Za-z0-9_]+)+$")  # domain.type.prop
 
 #: Each source's candidate list per entity id (view ``by_<source>``: ``id, types``; no row: no
-#: candidate).
-#: ``out_counts``: triples per (subject, relation) over the relations table ``rels``.
+#: candidate), over the relations ``rels`` (r, name, domain) and the triples per (entity,
+#: relation) on an end, ``out_counts`` / ``in_counts`` (id, r, n)
 SOURCE_SQL = {
     "explicit": "SELECT id, list_sort(list_distinct(list(type))) AS types "
                 "FROM type_assertions GROUP BY id",
     "domain": "SELECT id, list_sort(list(domain)) AS types FROM (SELECT DISTINCT c.id, "
               "rels.domain FROM out_counts c JOIN rels ON c.r = rels.r "
               "WHERE rels.domain IS NOT NULL) GROUP BY id",
-    "frequent_relation": "SELECT id, [name] AS types FROM ({most_frequent}) WHERE k = 1",
-    "incoming_relation": "SELECT id, ['{prefix}' || name] AS types FROM ({most_frequent}) "
-                         "WHERE k = 1",
+    "frequent_relation": "SELECT id, [{most_frequent}] AS types FROM {counts}",
+    "incoming_relation": "SELECT id, ['{prefix}' || {most_frequent}] AS types FROM {counts}",
 }
-#: Each entity's relations on one end ranked by triples, ties by name (k = 1: the first)
-MOST_FREQUENT = ("SELECT c.id, rels.name, row_number() OVER (PARTITION BY c.id "
-                 "ORDER BY c.n DESC, rels.name) AS k FROM {counts} c JOIN rels ON c.r = rels.r")
+#: Per entity (grouped by id), the name of its relation with the most triples on one end, ties
+#: to the smallest name; ``{counts}``: triples per (entity, relation) on that end
+MOST_FREQUENT = "arg_min(rels.name, (-c.n, rels.name))"
+FREQUENT_OF = "{counts} c JOIN rels ON c.r = rels.r GROUP BY c.id"
 
 
 def relation_domain(name: str) -> str | None:
@@ -98,15 +98,19 @@ def _first_rule(n_assertions: int, n_relations: int, freebase_style: int) -> str
     return "frequent_relation"
 
 
-def typed_sql(cascade: list[str]) -> str:
-    """The entities with ``types`` from the first source of ``cascade`` that has a candidate
+def chosen_sql(cascade: list[str]) -> str:
+    """Each entity id's ``types`` from the first source of ``cascade`` that has a candidate
     (else ``[]``) and that source's name in ``source`` (null: untyped)."""
-    columns = [f"coalesce({', '.join(f'by_{s}.types' for s in cascade)}, CAST([] AS VARCHAR[])) "
-               "AS types" if c == "types" else f"e.{c}" for c in TYPED.names]
+    types = ", ".join(f"by_{s}.types" for s in cascade)
     chosen = " ".join(f"WHEN by_{s}.id IS NOT NULL THEN '{s}'" for s in cascade)
     joins = " ".join(f"LEFT JOIN by_{s} ON e.id = by_{s}.id" for s in cascade)
-    return (f"SELECT {', '.join(columns)}, CASE {chosen} END AS source "
-            f"FROM entities e {joins}")
+    return (f"SELECT e.id, coalesce({types}, CAST([] AS VARCHAR[])) AS types, "
+            f"CASE {chosen} END AS source FROM (SELECT id FROM entities) e {joins}")
+
+
+#: The entities with their chosen types, the contract's columns
+TYPED_SQL = "SELECT {columns} FROM entities e JOIN chosen c ON e.id = c.id".format(
+    columns=", ".join("c.types" if c == "types" else f"e.{c}" for c in TYPED.names))
 
 
 def _define_sources(engine: Engine, cascade: list[str]) -> None:
@@ -116,9 +120,9 @@ def _define_sources(engine: Engine, cascade: list[str]) -> None:
     engine.view("in_counts", "SELECT o AS id, r, count(*) AS n FROM triples GROUP BY o, r")
     ends = {"frequent_relation": "out_counts", "incoming_relation": "in_counts"}
     for source in cascade:
-        ranked = MOST_FREQUENT.format(counts=ends.get(source, ""))
-        engine.view(f"by_{source}", SOURCE_SQL[source].format(most_frequent=ranked,
-                                                      prefix=INCOMING_PREFIX))
+        counts = FREQUENT_OF.format(counts=ends.get(source, ""))
+        engine.view(f"by_{source}", SOURCE_SQL[source].format(
+            most_frequent=MOST_FREQUENT, counts=counts, prefix=INCOMING_PREFIX))
 
 
 def write_types(engine: Engine, paths: tuple, relations: pa.Table, cascade: list[str],
@@ -132,12 +136,11 @@ def write_types(engine: Engine, paths: tuple, relations: pa.Table, cascade: list
     if "explicit" in cascade:
         engine.register("type_assertions", ta_path)
     _define_sources(engine, cascade)
-    engine.view("typed", typed_sql(cascade), materialise=True)
-    engine.write(f"SELECT {', '.join(TYPED.names)} FROM typed", out_path, order_by=["id"],
-                 schema=TYPED)
-    counts = engine.fetch("SELECT source, count(*) AS n FROM typed GROUP BY source")
+    engine.view("chosen", chosen_sql(cascade), materialise=True)
+    engine.write(TYPED_SQL, out_path, order_by=["id"], schema=TYPED)
+    counts = engine.fetch("SELECT source, count(*) AS n FROM chosen GROUP BY source")
     distinct = engine.fetch("SELECT count(DISTINCT t) AS n FROM "
-                            "(SELECT unnest(types) AS t FROM typed)")
+                            "(SELECT unnest(types) AS t FROM chosen)")
     by_source = dict(zip(counts["source"].to_pylist(), counts["n"].to_pylist()))
     return by_source, int(distinct["n"][0].as_py())
 
