@@ -174,14 +174,12 @@ def rerun(store: Path, cache: Path, base_id: str, master: str, build_id: str, st
 
 
 def stage_path(stage: str, report: dict) -> str | None:
-    """Where the stage's report says it ran (driver | spark): ingest's parse; relation_stats'
-    SQL engine (duckdb | spark); scos_merge's rewrite of the triples; the other stages'
-    ``path``."""
+    """Where the stage's report says it ran: ingest's parse; a SQL stage's ``engine`` (duckdb |
+    spark); else (a report of older code) scos_merge's ``rewrite`` or the stage's ``path``
+    (driver | spark)."""
     if stage == "ingest":
         return report.get("refresh", {}).get("ingest")
-    if stage == "relation_stats":
-        return report.get("engine")
-    return report.get("rewrite" if stage == "scos_merge" else "path")
+    return report.get("engine") or report.get("rewrite" if stage == "scos_merge" else "path")
 
 
 def compared(stage: str, record: dict, reference: dict, cache: Path, base_id: str) -> dict:

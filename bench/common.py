@@ -271,6 +271,7 @@ def build_graph(dump: Path, fmt: str, workdir: Path) -> tuple[dict, dict]:
     from lokg.runtime.contract import new_build_id, write_table
     from lokg.runtime.taimr import uniform_edges
     from lokg.spark_jobs import node_gain
+    from lokg.spark_jobs.engine import with_engine
 
     config = load_config(None, [f"ingest.format={fmt}", "ingest.max_malformed_share=0"])
     started = time.perf_counter()
@@ -278,7 +279,8 @@ def build_graph(dump: Path, fmt: str, workdir: Path) -> tuple[dict, dict]:
     inputs = dict(record["outputs"])
     ingest_s = time.perf_counter() - started
     started = time.perf_counter()
-    inputs.update(node_gain.run(config, inputs, str(workdir / "node_gain"))["outputs"])
+    inputs.update(node_gain.run(with_engine(config, dump), inputs,
+                                str(workdir / "node_gain"))["outputs"])
     node_gain_s = time.perf_counter() - started
     edges = uniform_edges(read_table(Path(inputs["triples"]), "triples"))
     inputs["edges"] = str(workdir / "edges.parquet")
@@ -365,10 +367,9 @@ def attention_agreement(one: Path, other: Path) -> dict:
 
 # --------------------------------------------------------------- stages on a Spark session
 
-#: What these benches measure is the stages' Spark paths: entity_types' passes over the
-#: triples and ingest's parse in Spark at every size (``--set`` them back to measure the driver
-#: paths: ingest.driver_max_nt_mb=4096); relation_stats runs on the build's SQL engine
-#: (``engine.name``)
+#: What these benches measure is ingest's Spark path: its parse in Spark at every size
+#: (``--set`` it back to measure the driver path: ingest.driver_max_nt_mb=4096); the SQL stages
+#: run on the build's engine (``engine.name``)
 def spark_paths() -> tuple[str, ...]:
     """Settings that put every stage on its Spark path: each ``driver_max_*`` threshold of the
     default config at 0 (the value every one of them reads as "always Spark")."""

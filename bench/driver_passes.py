@@ -1,5 +1,5 @@
-"""entity_types on the driver, two checkouts on the same staged ingest: what a change to its
-numpy passes buys, before against after in one run.
+"""entity_types (SQL on DuckDB), two checkouts on the same staged ingest: what a change to its
+passes buys, before against after in one run.
 
     python -m bench.driver_passes --ingest STORE/staging/BUILD/ingest \\
         --tree before=/path/to/old/checkout --tree after=. --rounds 2 --work W --json W/passes.json
@@ -10,8 +10,7 @@ its own process (``stage_paths.RUN``, default config) with that checkout on ``PY
 entity_types on the ingest's tables — measured as
 ``build_scale.run_measured`` measures (wall, CPU seconds of the process tree, peak RSS). Every
 checkout's tables must equal the first checkout's (``refresh_scale.table_equality``), else the
-bench stops. Default config: the stage takes its driver path up to
-``entity_types.driver_max_triples`` (10⁷) triples.
+bench stops. Config: the default, with ``engine.name`` duckdb (a one-node build's engine).
 """
 
 from __future__ import annotations
@@ -25,6 +24,8 @@ from pathlib import Path
 from bench.common import RUN, run_measured, table_equality
 
 STAGES = ("entity_types",)
+#: The config each stage runs with: the SQL engine resolved as a one-node build resolves it
+CONFIG = json.dumps({"engine": {"name": "duckdb"}})
 
 
 def stage_inputs(ingest: Path, out: Path) -> dict[str, dict]:
@@ -37,7 +38,8 @@ def run_checkout(tree: Path, ingest: Path, out: Path) -> dict[str, dict]:
     inputs, measured = stage_inputs(ingest, out), {}
     for stage in STAGES:
         (out / stage).mkdir(parents=True)
-        argv = [sys.executable, "-c", RUN, "{}", json.dumps(inputs[stage]), str(out / stage), stage]
+        argv = [sys.executable, "-c", RUN, CONFIG, json.dumps(inputs[stage]), str(out / stage),
+                stage]
         measured[stage] = run_measured(argv, out / f"{stage}.log", code=tree)
     return measured
 

@@ -183,9 +183,9 @@ def run(args) -> dict:
 
 def step_paths(reports: dict) -> dict[str, str]:
     """Where each step ran, from the stages' own reports: ingest's parse (driver | spark),
-    entity_types' choice of types (driver | spark), relation_stats' SQL engine."""
+    entity_types' and relation_stats' SQL engine (duckdb | spark)."""
     return {"ingest": reports["ingest"]["refresh"]["ingest"],
-            "entity_types": reports["entity_types"]["path"],
+            "entity_types": reports["entity_types"]["engine"],
             "relation_stats": reports["relation_stats"]["engine"]}
 
 

@@ -86,8 +86,10 @@ class Catalogue(NamedTuple):
         setting's type, default, allowed values and meaning."""
         lines = [f"# {title}", "", intro, ""]
         for declared in self.sections:
-            lines += [f"## `{declared.section}`", "", " ".join(declared.__doc__.split()), "",
-                      "| setting | type | default | allowed | what it does |",
+            lines += [f"## `{declared.section}`", "", " ".join(declared.__doc__.split()), ""]
+            if not declared.fields():  # a stage's section with no settings (yet)
+                continue
+            lines += ["| setting | type | default | allowed | what it does |",
                       "| --- | --- | --- | --- | --- |"]
             defaults = declared.defaults()
             lines += [f"| `{f.name}` | {_cell(f.type)} | `{_cell(json.dumps(defaults[f.name]))}` | "

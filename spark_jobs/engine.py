@@ -128,10 +128,12 @@ class Engine(ABC):
 
     @abstractmethod
     def write(self, sql: str, out: Path, *, order_by: Sequence[str] = (),
-              single_file: bool = True) -> None:
+              single_file: bool = True, schema: pa.Schema | None = None) -> None:
         """The result of ``sql`` written as Parquet part files under the directory ``out``;
         ``order_by``: the rows in that order (within the one file, or across the parts in
-        their names' order)."""
+        their names' order); ``schema``: the files' Arrow schema, nullability included (a
+        contract table's), the columns taken by name — a field declared not null must come
+        from an expression that cannot be null (``coalesce``); None: the engine's own."""
 
     def close(self) -> None:
         """Release what the engine holds (a connection, spilled files)."""
@@ -176,10 +178,14 @@ class DuckDBEngine(Engine):
         return self.con.sql(sql).to_arrow_table()
 
     def write(self, sql: str, out: Path, *, order_by: Sequence[str] = (),
-              single_file: bool = True) -> None:
+              single_file: bool = True, schema: pa.Schema | None = None) -> None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         ordered = f"SELECT * FROM ({sql}) ORDER BY {', '.join(order_by)}" if order_by else sql
+        if schema is not None:  # COPY writes every column nullable: Arrow batches, streamed
+            _write_batches(self.con.sql(ordered).to_arrow_reader(WRITE_BATCH_ROWS), schema,
+                           out / "part-00000.parquet")
+            return
         if single_file or order_by:  # DuckDB writes one ordered file; parts would not keep it
             target, options = _quoted(str(out / "part-00000.parquet")), ""
         else:
@@ -221,14 +227,31 @@ class SparkEngine(Engine):
         return self.spark.sql(spark_sql(sql)).toArrow()
 
     def write(self, sql: str, out: Path, *, order_by: Sequence[str] = (),
-              single_file: bool = True) -> None:
+              single_file: bool = True, schema: pa.Schema | None = None) -> None:
         frame = self.spark.sql(spark_sql(sql))
+        if schema is not None:
+            from pyspark.sql.pandas.types import from_arrow_schema
+
+            frame = frame.to(from_arrow_schema(schema))
         if single_file:
             frame = frame.coalesce(1)
             frame = frame.sortWithinPartitions(*order_by) if order_by else frame
         elif order_by:
             frame = frame.orderBy(*order_by)
         frame.write.mode("overwrite").parquet(str(out))
+
+
+#: Rows per Arrow batch where DuckDB's result is written through Arrow (one row group each).
+WRITE_BATCH_ROWS = 1 << 20
+
+
+def _write_batches(batches: pa.RecordBatchReader, schema: pa.Schema, path: Path) -> None:
+    """Stream record batches into one Parquet file of ``schema`` (columns by name)."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetWriter(path, schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch.select(schema.names).cast(schema))
 
 
 #: The engines by ``engine.name``.

@@ -1,4 +1,5 @@
-"""Stage ``entity_types`` (Spark): fill ``entities.types`` for NMI.
+"""Stage ``entity_types``: fill ``entities.types`` for NMI, as SQL on the build's engine
+(spark_jobs/engine.py: DuckDB or Spark SQL, the same text).
 
 One rule is chosen per build and recorded in ``report["rule"]``:
 
@@ -17,10 +18,14 @@ Entities the rule leaves untyped fall back, in this order, to the later rules �
 entity with no outgoing edge at all gets ``~<name>`` of its most frequent *incoming* relation
 (ties → smallest name), e.g. ``~people.person.place_of_birth`` for a place. The ``~`` marks a
 proxy taken from the entity's role as an object. Entities with no edge and no assertion stay
-untyped (``[]``). ``types`` is always a sorted list of distinct strings.
+untyped (``[]``). ``types`` is always a sorted list of distinct strings (byte order), never
+null; triples whose relation is not in ``relations`` give no type. An id with assertions whose
+types are all null is typed ``explicit`` with ``[]``.
 
+Output: the entities in id order, one file, the contract's schema with ``types`` not null.
 Report: rule, typed_entities, untyped_entities, distinct_types, typed_by (entities per source),
-fallbacks (entities typed by a rule other than the build's rule), freebase_style_relations.
+fallbacks (entities typed by a rule other than the build's rule), freebase_style_relations,
+engine.
 """
 
 from __future__ import annotations
@@ -29,23 +34,39 @@ import re
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
 
-from lokg.common.stage import StageError, stage_input
+from lokg.common.stage import stage_input
 from lokg.runtime.contract import INCOMING_TYPE_PREFIX, TABLE_SCHEMAS, read_table
-from lokg.spark_jobs import entity_types_driver
-from lokg.spark_jobs.session import get_spark
-from lokg.spark_jobs.settings import EntityTypesSettings
+from lokg.spark_jobs.engine import Engine, open_engine
 
 RULES = ("explicit", "domain", "frequent_relation")
 SOURCES = ("explicit", "domain", "frequent_relation", "incoming_relation")
 INCOMING_PREFIX = INCOMING_TYPE_PREFIX
-BROADCAST_ENTITIES = 1_000_000  # up to this many entities: broadcast joins, one output file
+#: The contract's entities with ``types`` not null (an empty list for an untyped entity)
+TYPED = TABLE_SCHEMAS["entities"].set(TABLE_SCHEMAS["entities"].get_field_index("types"),
+                                      pa.field("types", pa.list_(pa.string()), nullable=False))
 
 _SLASH = re.compile(r"^/([^/\s]+)/([^/\s]+)/\S+$")  # /domain/type/property[./cvt/...]
 _DOTTED = re.compile(r"^([A-Za-z0-9_]+)\.([A-Za-z0-9_]+)(?:\.[A-Za-z0-9_]+)+$")  # domain.type.prop
+
+#: Each source's candidate list per entity id (view ``by_<source>``: ``id, types``; no row: no
+#: candidate), over the relations ``rels`` (r, name, domain) and the triples per (entity,
+#: relation) on an end, ``out_counts`` / ``in_counts`` (id, r, n)
+SOURCE_SQL = {
+    "explicit": "SELECT id, list_sort(list_distinct(list(type))) AS types "
+                "FROM type_assertions GROUP BY id",
+    "domain": "SELECT id, list_sort(list(domain)) AS types FROM (SELECT DISTINCT c.id, "
+              "rels.domain FROM out_counts c JOIN rels ON c.r = rels.r "
+              "WHERE rels.domain IS NOT NULL) GROUP BY id",
+    "frequent_relation": "SELECT id, [{most_frequent}] AS types FROM {counts}",
+    "incoming_relation": "SELECT id, ['{prefix}' || {most_frequent}] AS types FROM {counts}",
+}
+#: Per entity (grouped by id), the name of its relation with the most triples on one end, ties
+#: to the smallest name; ``{counts}``: triples per (entity, relation) on that end
+MOST_FREQUENT = "arg_min(rels.name, (-c.n, rels.name))"
+FREQUENT_OF = "{counts} c JOIN rels ON c.r = rels.r GROUP BY c.id"
 
 
 def relation_domain(name: str) -> str | None:
@@ -59,99 +80,12 @@ def _rows(path: Path) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
-def _edge_stats(triples: DataFrame, rels: DataFrame, side: str, prefix: str = "") -> DataFrame:
-    """Per entity on ``side`` (s: outgoing, o: incoming): the distinct domains of its relations
-    and the most frequent relation name (ties → smallest name), prefixed."""
-    counts = triples.groupBy(F.col(side).alias("id"), "r").count().join(F.broadcast(rels), "r")
-    best = F.min(F.struct((-F.col("count")).alias("neg"), F.col("name")))["name"]
-    return counts.groupBy("id").agg(
-        F.array_sort(F.collect_set("domain")).alias("domains"),  # nulls are not collected
-        F.concat(F.lit(prefix), best).alias("frequent"),
-    )
-
-
-def _distinct_types(path: Path) -> int:
-    """Distinct type strings of a written entities table (read column-wise on the driver)."""
-    import pyarrow.compute as pc
-
-    seen: set[str] = set()
-    for f in sorted(path.glob("*.parquet")):
-        for batch in pq.ParquetFile(f).iter_batches(columns=["types"]):
-            seen.update(pc.unique(pc.list_flatten(batch.column(0))).to_pylist())
-    return len(seen)
-
-
-def _relation_domains(rel_path) -> tuple[dict, dict]:
-    """Relation id → name, and id → the domain its Freebase-style name gives (or None)."""
+def _relations(rel_path) -> pa.Table:
+    """The relations as ``r, name, domain`` (the domain of a Freebase-style name, else null)."""
     relations = read_table(rel_path, columns=["id", "name"])
-    names = dict(zip(relations["id"].to_pylist(), relations["name"].to_pylist()))
-    return names, {k: relation_domain(n) for k, n in names.items()}
-
-
-def _write_types(path: str, config: dict, paths: tuple, names: dict, domains: dict,
-                 cascade: list[str], out_path: Path, *, small: bool) -> dict:
-    """Write the typed entities on the ``driver`` or the ``spark`` path; the count each
-    source typed."""
-    ent_path, tri_path, ta_path = paths
-    if path == "driver":
-        return entity_types_driver.write_types(
-            (ent_path, tri_path, ta_path if "explicit" in cascade else None),
-            names, domains, cascade, out_path)
-    return _spark_types(config, paths, names, domains, cascade, out_path, small=small)
-
-
-def run(config: dict, inputs: dict, out_dir: str) -> dict:
-    started = time.perf_counter()
-    ent_path, rel_path, tri_path = (stage_input(inputs, "entity_types", n)
-                                      for n in ("entities", "relations", "triples"))
-    ta_path = Path(inputs["type_assertions"]) if inputs.get("type_assertions") else None
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    out_path = out / "entities.parquet"
-
-    names, domains = _relation_domains(rel_path)
-    freebase_style = sum(d is not None for d in domains.values())
-    n_entities = _rows(ent_path)
-    n_assertions = _rows(ta_path) if ta_path is not None and ta_path.exists() else 0
-    rule = _first_rule(n_assertions, len(names), freebase_style)
-    cascade = list(SOURCES[SOURCES.index(rule):])
-    n_triples = _rows(tri_path)
-    path = "driver" if n_triples <= EntityTypesSettings.of(config, StageError).driver_max_triples \
-        else "spark"
-    by_source = _write_types(path, config, (ent_path, tri_path, ta_path), names, domains,
-                             cascade, out_path, small=n_entities <= BROADCAST_ENTITIES)
-    untyped = by_source.pop(None, 0)
-    report = {
-        "rule": rule,
-        "path": path,
-        "triples": n_triples,
-        "cascade": cascade,
-        "typed_entities": sum(by_source.values()),
-        "untyped_entities": untyped,
-        "distinct_types": _distinct_types(out_path),
-        "typed_by": {s: by_source.get(s, 0) for s in SOURCES},
-        "fallbacks": {s: by_source.get(s, 0) for s in SOURCES if s != rule},
-        "type_assertions": n_assertions,
-        "relations": len(names),
-        "freebase_style_relations": freebase_style,
-        "incoming_prefix": INCOMING_PREFIX,
-        "seconds": round(time.perf_counter() - started, 3),
-    }
-    return {"outputs": {"entities": str(out_path)}, "report": report}
-
-
-def _spark_types(config: dict, paths: tuple, names: dict, domains: dict, cascade: list[str],
-                 out_path: Path, *, small: bool) -> dict:
-    """The Spark path (more triples than ``driver_max_triples``): the typed entities written,
-    the count each source typed returned. ``small``: few enough entities to broadcast."""
-    ent_path, tri_path, ta_path = paths
-    spark: SparkSession = get_spark(config, "lokg-entity_types")
-    rels = spark.createDataFrame([(k, n, domains[k]) for k, n in names.items()],
-                                 "r long, name string, domain string")
-    typed, candidates = _candidate_types(
-        spark.read.parquet(str(ent_path)), spark.read.parquet(str(tri_path)).select("s", "r", "o"),
-        rels, spark.read.parquet(str(ta_path)) if "explicit" in cascade else None, small)
-    return _write_typed(_choose(typed, cascade, candidates), small, out_path)
+    names = relations["name"].to_pylist()
+    return pa.table({"r": relations["id"].cast(pa.int64()), "name": pa.array(names, pa.string()),
+                     "domain": pa.array([relation_domain(n) for n in names], pa.string())})
 
 
 def _first_rule(n_assertions: int, n_relations: int, freebase_style: int) -> str:
@@ -164,48 +98,85 @@ def _first_rule(n_assertions: int, n_relations: int, freebase_style: int) -> str
     return "frequent_relation"
 
 
-def _candidate_types(entities, triples, rels, assertions, small: bool):
-    """The entities joined with every source's candidate type list (null where a source has
-    none for the entity); the small side broadcast when the entities fit."""
-    side = F.broadcast if small else (lambda df: df)
-    typed = entities.drop("types")
-    candidates: dict[str, object] = {}
-    if assertions is not None:
-        explicit = (assertions.groupBy("id")
-                    .agg(F.array_sort(F.collect_set("type")).alias("_explicit")))
-        typed = typed.join(side(explicit), "id", "left")
-        candidates["explicit"] = F.col("_explicit")
-    out_stats = _edge_stats(triples, rels, "s").select(
-        "id", F.col("domains").alias("_domains"), F.col("frequent").alias("_out"))
-    in_stats = _edge_stats(triples, rels, "o", INCOMING_PREFIX).select(
-        "id", F.col("frequent").alias("_in"))
-    typed = typed.join(side(out_stats), "id", "left").join(side(in_stats), "id", "left")
-    candidates["domain"] = F.when(F.size("_domains") > 0, F.col("_domains"))
-    candidates["frequent_relation"] = F.when(F.col("_out").isNotNull(), F.array(F.col("_out")))
-    candidates["incoming_relation"] = F.when(F.col("_in").isNotNull(), F.array(F.col("_in")))
-    return typed, candidates
+def chosen_sql(cascade: list[str]) -> str:
+    """Each entity id's ``types`` from the first source of ``cascade`` that has a candidate
+    (else ``[]``) and that source's name in ``source`` (null: untyped)."""
+    types = ", ".join(f"by_{s}.types" for s in cascade)
+    chosen = " ".join(f"WHEN by_{s}.id IS NOT NULL THEN '{s}'" for s in cascade)
+    joins = " ".join(f"LEFT JOIN by_{s} ON e.id = by_{s}.id" for s in cascade)
+    return (f"SELECT e.id, coalesce({types}, CAST([] AS VARCHAR[])) AS types, "
+            f"CASE {chosen} END AS source FROM (SELECT id FROM entities) e {joins}")
 
 
-def _choose(typed, cascade: list[str], candidates: dict):
-    """Each entity's types from the first source of the cascade that has some, and that
-    source's name in ``_source`` (null: untyped)."""
-    chosen = F.lit(None).cast("string")
-    for source in reversed(cascade):
-        chosen = F.when(candidates[source].isNotNull(), F.lit(source)).otherwise(chosen)
-    types = F.coalesce(*[candidates[s] for s in cascade], F.array().cast("array<string>"))
-    columns = [types.alias("types") if c == "types" else F.col(c)
-               for c in TABLE_SCHEMAS["entities"].names]
-    return typed.select(*columns, chosen.alias("_source"))
+#: The entities with their chosen types, the contract's columns
+TYPED_SQL = "SELECT {columns} FROM entities e JOIN chosen c ON e.id = c.id".format(
+    columns=", ".join("c.types" if c == "types" else f"e.{c}" for c in TYPED.names))
 
 
-def _write_typed(typed, small: bool, out_path: Path) -> dict:
-    """Write the entities in id order; the count of entities each source typed, counted on
-    the way (None: untyped)."""
-    typed = typed.coalesce(1).sortWithinPartitions("id") if small else typed.orderBy("id")
-    observed = Observation("types")
-    typed = typed.observe(observed, *[F.count_if(F.col("_source") == s).alias(s) for s in SOURCES],
-                          F.count_if(F.col("_source").isNull()).alias("untyped"))
-    typed.drop("_source").write.mode("overwrite").parquet(str(out_path))
-    by_source = {k: int(v) for k, v in observed.get.items()}
-    by_source[None] = by_source.pop("untyped")
-    return by_source
+def _define_sources(engine: Engine, cascade: list[str]) -> None:
+    """The views the cascade reads: per-end relation counts and each source's candidates."""
+    engine.view("out_counts", "SELECT s AS id, r, count(*) AS n FROM triples GROUP BY s, r",
+                materialise=True)
+    engine.view("in_counts", "SELECT o AS id, r, count(*) AS n FROM triples GROUP BY o, r")
+    ends = {"frequent_relation": "out_counts", "incoming_relation": "in_counts"}
+    for source in cascade:
+        counts = FREQUENT_OF.format(counts=ends.get(source, ""))
+        engine.view(f"by_{source}", SOURCE_SQL[source].format(
+            most_frequent=MOST_FREQUENT, counts=counts, prefix=INCOMING_PREFIX))
+
+
+def write_types(engine: Engine, paths: tuple, relations: pa.Table, cascade: list[str],
+                out_path: Path) -> tuple[dict, int]:
+    """Write the typed entities (``out_path``: one file, in id order); (the number of entities
+    each source typed, None: untyped; the distinct type strings written)."""
+    ent_path, tri_path, ta_path = paths
+    engine.register("entities", ent_path)
+    engine.register("triples", tri_path)
+    engine.register_arrow("rels", relations)
+    if "explicit" in cascade:
+        engine.register("type_assertions", ta_path)
+    _define_sources(engine, cascade)
+    engine.view("chosen", chosen_sql(cascade), materialise=True)
+    engine.write(TYPED_SQL, out_path, order_by=["id"], schema=TYPED)
+    counts = engine.fetch("SELECT source, count(*) AS n FROM chosen GROUP BY source")
+    distinct = engine.fetch("SELECT count(DISTINCT t) AS n FROM "
+                            "(SELECT unnest(types) AS t FROM chosen)")
+    by_source = dict(zip(counts["source"].to_pylist(), counts["n"].to_pylist()))
+    return by_source, int(distinct["n"][0].as_py())
+
+
+def run(config: dict, inputs: dict, out_dir: str) -> dict:
+    started = time.perf_counter()
+    ent_path, rel_path, tri_path = (stage_input(inputs, "entity_types", n)
+                                      for n in ("entities", "relations", "triples"))
+    ta_path = Path(inputs["type_assertions"]) if inputs.get("type_assertions") else None
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    out_path = out / "entities.parquet"
+
+    relations = _relations(rel_path)
+    freebase_style = relations["domain"].length() - relations["domain"].null_count
+    n_assertions = _rows(ta_path) if ta_path is not None and ta_path.exists() else 0
+    rule = _first_rule(n_assertions, relations.num_rows, freebase_style)
+    cascade = list(SOURCES[SOURCES.index(rule):])
+    with open_engine(config, out) as engine:
+        by_source, distinct_types = write_types(engine, (ent_path, tri_path, ta_path),
+                                                relations, cascade, out_path)
+    untyped = by_source.pop(None, 0)
+    report = {
+        "rule": rule,
+        "engine": engine.name,
+        "triples": _rows(tri_path),
+        "cascade": cascade,
+        "typed_entities": sum(by_source.values()),
+        "untyped_entities": untyped,
+        "distinct_types": distinct_types,
+        "typed_by": {s: by_source.get(s, 0) for s in SOURCES},
+        "fallbacks": {s: by_source.get(s, 0) for s in SOURCES if s != rule},
+        "type_assertions": n_assertions,
+        "relations": relations.num_rows,
+        "freebase_style_relations": freebase_style,
+        "incoming_prefix": INCOMING_PREFIX,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    return {"outputs": {"entities": str(out_path)}, "report": report}

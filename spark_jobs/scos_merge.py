@@ -1,7 +1,7 @@
 """Stage ``scos_merge``: Semantic Compression of Ontology Schema.
 
-The greedy merge runs on the driver (plain Python + numpy); so does the triple rewrite up to
-``scos_merge.driver_max_triples`` triples (numpy: no Spark session), above it in Spark.
+The greedy merge runs on the driver (plain Python + numpy, |R|-sized); the triple rewrite is SQL
+on the build's engine (spark_jobs/engine.py: DuckDB or Spark SQL, the same text).
 
 * Refresh (``previous:`` inputs, pipeline/refresh.py): a warm-started TransE moves relation
   vectors by noise the data did not ask for (docs/BENCHMARKS.md measures it), enough to flip a
@@ -22,14 +22,14 @@ The greedy merge itself is ``spark_jobs.scos_greedy``; the triple rewrite
 Outputs: ``relation_map`` (every relation of R0), ``merge_log``, rewritten ``triples`` (φ
 applied to r, then distinct; from the driver one file in (s, r, o) order) and ``relations``
 (canonical relations). When nothing merges, or with ``scos_merge.enabled = false``, ``triples``
-and ``relations`` are the input tables, untouched. The report's ``rewrite`` says which path.
+and ``relations`` are the input tables, untouched. The report's ``engine`` names the engine that
+rewrote the triples (None: nothing rewritten).
 
 Memory: the driver holds the distinct (s, o) pairs of every relation that appears in a
 candidate pair (as int64 keys s·M + o) plus one entity → type-set index: ~16 bytes per triple
 and ~8 bytes per entity, i.e. fine for FB15k-237 and for dumps up to ~10⁸ triples on a 4 GB
-driver; beyond that the merge loop needs a distributed union (not built). The driver rewrite
-holds every triple three times over as int64 (~100 bytes per triple at its peak, the sort of
-``np.unique``): 10⁷ triples ≈ 1 GB.
+driver; beyond that the merge loop needs a distributed union (not built). The rewrite runs in
+the engine's memory (DuckDB: within ``build.memory_gb``, spilling).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from lokg.spark_jobs.relation_stats import (
 from lokg.spark_jobs.scos_signals import TypeIndex, type_pair_dict
 from lokg.spark_jobs.scos_greedy import (NORMALISER, Merger, MergeResult, add_candidates,
                                          canonical_mapping, margin_outcome, summary)
-from lokg.spark_jobs.scos_rewrite import rewrite_in_spark, rewrite_on_driver, triple_count
+from lokg.spark_jobs.scos_rewrite import rewrite, triple_count
 from lokg.spark_jobs.settings import ScosMergeSettings
 
 
@@ -262,7 +262,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     _require(inputs, ("triples", "relations"))
     relations = read_table(Path(inputs["relations"]), "relations")
     r0 = relations.num_rows
-    report: dict = {"enabled": bool(cfg["enabled"]), "warnings": [], "merges": [],
+    report: dict = {"enabled": bool(cfg["enabled"]), "warnings": [], "merges": [], "engine": None,
                     "merge_count": 0, **summary(r0, r0, 0.0, 0.0)}
     if not cfg["enabled"]:
         report["normaliser"]["definition"] = NORMALISER + " (not computed: SCOS disabled)"
@@ -313,24 +313,18 @@ def _merge(config: Mapping, cfg: Mapping, inputs: Mapping[str, str], relations: 
         outputs.update(triples=str(inputs["triples"]), relations=str(inputs["relations"]))
         report["triples_in"] = report["triples_out"] = None
     else:
-        outputs.update(_rewrite(config, cfg, inputs, rmap, out, report))
+        outputs.update(_rewrite(config, inputs, rmap, out, report))
         lap("rewrite_triples")
     return outputs
 
 
-def _rewrite(config: Mapping, cfg: Mapping, inputs: Mapping, rmap: pa.Table, out: Path,
+def _rewrite(config: Mapping, inputs: Mapping, rmap: pa.Table, out: Path,
              report: dict) -> dict:
-    """The triples under φ — (s, φ(r), o), distinct — on the driver up to
-    ``scos_merge.driver_max_triples`` (no Spark session), else in Spark; and the canonical
-    relations table."""
+    """The triples under φ — (s, φ(r), o), distinct — on the build's engine; and the
+    canonical relations table."""
     path = out / "triples"
     report["triples_in"] = triple_count(Path(inputs["triples"]))
-    if report["triples_in"] <= int(cfg["driver_max_triples"]):
-        report["rewrite"] = "driver"
-        rewrite_on_driver(inputs, rmap, path)
-    else:
-        report["rewrite"] = "spark"
-        rewrite_in_spark(config, inputs, rmap, path)
+    report["engine"] = rewrite(config, inputs, rmap, path)
     report["triples_out"] = triple_count(path)
 
     first = {}

@@ -54,11 +54,8 @@ class EngineSettings(Settings, section="engine"):
 
 @dataclass(frozen=True)
 class EntityTypesSettings(Settings, section="entity_types"):
-    """Each entity's types (spark_jobs/entity_types.py)."""
-
-    driver_max_triples: int = setting(10_000_000, integer(0),
-            "up to this many triples, the types are chosen on the driver with numpy and Arrow "
-            "(spark_jobs/entity_types_driver.py: no Spark session); above, in Spark")
+    """Each entity's types (spark_jobs/entity_types.py: SQL on the build's engine; no
+    settings of its own)."""
 
 
 @dataclass(frozen=True)
@@ -96,18 +93,12 @@ class ScosMergeSettings(Settings, section="scos_merge"):
     refresh_merge_margin: float = setting(0.05, number(0, 1),
             "a refresh keeps a merge of the previous build while its sim stays >= θ - this margin "
             "(new merges still need sim >= θ; a full build ignores the previous merges)")
-    driver_max_triples: int = setting(10_000_000, integer(0),
-            "up to this many triples, the triples are rewritten under φ on the driver with numpy "
-            "(no Spark session); above, in Spark")
 
 
 @dataclass(frozen=True)
 class NodeGainSettings(Settings, section="node_gain"):
-    """Each entity's information gain μ (spark_jobs/node_gain.py)."""
-
-    driver_max_triples: int = setting(10_000_000, integer(0),
-            "up to this many triples, μ is computed on the driver with numpy (full and partial: "
-            "spark_jobs/node_gain_driver.py, the same bits; no Spark session); above, in Spark")
+    """Each entity's information gain μ (spark_jobs/node_gain.py: SQL on the build's engine;
+    no settings of its own)."""
 
 
 @dataclass(frozen=True)

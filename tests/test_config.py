@@ -162,7 +162,6 @@ def test_bad_values_are_refused_naming_key_value_and_what_is_allowed(override, s
                                       "(did you mean 'max_malformed_share'?)"),
     ("transe.learning_rat=0.1", "(did you mean 'learning_rate'?)"),
     ("publish.colour=red", "publish: unknown config key 'colour' (known: keep)"),
-    ("node_gain.mu=1", "node_gain: unknown config key 'mu' (known: driver_max_triples)"),
 ])
 def test_unknown_keys_are_refused_with_the_nearest_key(override, says):
     with pytest.raises(ConfigError) as err:

@@ -79,3 +79,23 @@ def test_an_ordered_sum_has_the_same_bits_in_any_row_order(engine_config, tmp_pa
     for v in sorted(v for v in values if v is not None):
         ascending += v
     assert sums[0] == sums[1] == [ascending] * 3 + [0.0]
+
+
+def test_a_declared_schema_is_written_nullability_included(engine_config, triples_file, tmp_path):
+    """``write(schema=)``: the files carry the declared schema (a not-null field from a
+    ``coalesce``, nullable ones as declared), rows in the asked order, on either engine."""
+    schema = pa.schema([pa.field("s", pa.int64()), pa.field("n", pa.int64(), nullable=False),
+                        pa.field("names", pa.list_(pa.string()), nullable=False)])
+    with open_engine(engine_config, tmp_path) as engine:
+        engine.register("triples", triples_file)
+        engine.register_arrow("names", NAMES)
+        engine.write("SELECT t.s, coalesce(max(names.r), CAST(-1 AS BIGINT)) AS n, "
+                     "coalesce(list_sort(list(names.name) FILTER (WHERE names.name IS NOT NULL)), "
+                     "CAST([] AS VARCHAR[])) AS names "
+                     "FROM triples t LEFT JOIN names ON t.o = names.r GROUP BY t.s",
+                     tmp_path / "out", order_by=["s"], schema=schema)
+    written = pq.ParquetDataset(tmp_path / "out")
+    assert written.schema.equals(schema)
+    assert written.read().to_pylist() == [{"s": 1, "n": -1, "names": []},
+                                          {"s": 2, "n": -1, "names": []},
+                                          {"s": 3, "n": 1, "names": ["a"]}]

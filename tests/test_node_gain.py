@@ -1,4 +1,5 @@
-"""node_gain (Spark): μ on the graph with inverse edges, against hand-computed values."""
+"""node_gain: μ on the graph with inverse edges, against hand-computed values, full and
+refreshed, on both engines (DuckDB and Spark SQL: the one SQL text)."""
 
 from __future__ import annotations
 
@@ -16,23 +17,11 @@ from lokg.testing.stages import SPARK_CONFIG as CONFIG
 from lokg.testing.stages import write_inputs
 
 
-#: node_gain.driver_max_triples of each path (None: the default, far above these graphs)
-PATHS = {"driver": None, "spark": 0}
-
-
-@pytest.fixture(params=sorted(PATHS))
-def path(request) -> str:
-    """Each test of the stage runs on both paths (numpy on the driver; Spark)."""
-    return request.param
-
-
-def run_stage(tmp: Path, inputs: dict, path: str) -> tuple[pa.Table, dict]:
+def run_stage(tmp: Path, inputs: dict, config: dict) -> tuple[pa.Table, dict]:
     from lokg.spark_jobs import node_gain
 
-    limit = PATHS[path]
-    config = {**CONFIG, "node_gain": {} if limit is None else {"driver_max_triples": limit}}
-    result = node_gain.run(config, inputs, str(tmp / "out"))
-    assert result["report"]["path"] == path
+    result = node_gain.run({**CONFIG, **config}, inputs, str(tmp / "out"))
+    assert result["report"]["engine"] == config["engine"]["name"]
     return read_table(Path(result["outputs"]["node_gain"]), "node_gain"), result["report"]
 
 
@@ -47,14 +36,15 @@ HAND_TRIPLES = [(0, 0, 1), (2, 0, 1), (1, 1, 3), (3, 2, 3), (0, 1, 3), (3, 0, 5)
 HAND = {0: (2, 2), 1: (3, 2), 2: (1, 1), 3: (5, 4), 4: (0, 0), 5: (1, 1)}
 
 
-def test_mu_matches_hand_computed_values(spark, tmp_path, path):
-    table, report = run_stage(tmp_path, write_inputs(tmp_path, 6, 3, HAND_TRIPLES), path)
+def test_mu_matches_hand_computed_values(engine_config, tmp_path):
+    table, report = run_stage(tmp_path, write_inputs(tmp_path, 6, 3, HAND_TRIPLES), engine_config)
     rows = table.to_pylist()
     assert [r["id"] for r in rows] == list(range(6))
     for row in rows:
         deg, labels = HAND[row["id"]]
         assert (row["deg_in"], row["in_relations"]) == (deg, labels)
         assert row["mu"] == pytest.approx((1 + math.log(deg + 1)) * labels / 3, rel=1e-12)
+        assert row["mu"] == (1.0 + np.log1p(float(deg))) * labels / 3  # the bits, either engine
     assert rows[3]["mu"] == pytest.approx((1 + math.log(6)) * 4 / 3)
     assert rows[4]["mu"] == 0.0
     assert report["rows"] == 6 and report["entities_without_edges"] == 1
@@ -66,14 +56,14 @@ def test_mu_matches_hand_computed_values(spark, tmp_path, path):
     assert "inverse labels not counted" in report["div_denominator"]
 
 
-def test_degrees_agree_with_the_edges_table_on_a_random_graph(spark, tmp_path, path):
+def test_degrees_agree_with_the_edges_table_on_a_random_graph(engine_config, tmp_path):
     """deg_in and the labels are those of the edge list TAIMR walks (uniform_edges), and the
     graph built from both tables gives μ > 0 to every reachable node."""
     rng = np.random.default_rng(5)
     triples = sorted({(int(s), int(r), int(o)) for s, r, o in
                       zip(rng.integers(0, 40, 150), rng.integers(0, 6, 150), rng.integers(0, 40, 150))})
     inputs = write_inputs(tmp_path, 45, 6, triples)
-    table, _ = run_stage(tmp_path, inputs, path)
+    table, _ = run_stage(tmp_path, inputs, engine_config)
     edges = uniform_edges(read_table(Path(inputs["triples"]), "triples"))
     labels: dict[int, set] = {}
     degree = np.zeros(45, np.int64)
@@ -92,8 +82,8 @@ def random_triples(rng, n_entities: int, n_relations: int, n: int) -> list[tuple
         rng.integers(0, n_entities, n))})
 
 
-def test_a_refresh_recomputes_the_changed_endpoints_and_equals_a_full_run(spark, tmp_path,
-                                                                          path):
+def test_a_refresh_recomputes_the_changed_endpoints_and_equals_a_full_run(engine_config,
+                                                                          tmp_path):
     """Changed triples (added, removed, one relabelled as scos_merge would) touch a few
     entities; the partial table equals a full run row for row (μ bit for bit), so a touched
     set without the inverse ends (s) or the removed triples' ends would fail here."""
@@ -105,11 +95,11 @@ def test_a_refresh_recomputes_the_changed_endpoints_and_equals_a_full_run(spark,
                    | {(relabelled[0], (relabelled[1] + 1) % 5, relabelled[2])}
                    | set(random_triples(rng, 60, 5, 6)))
     old_inputs = write_inputs(tmp_path / "old", 60, 5, before)
-    run_stage(tmp_path / "old", old_inputs, path)
+    run_stage(tmp_path / "old", old_inputs, engine_config)
     new_inputs = write_inputs(tmp_path / "new", 60, 5, after)
-    full, full_report = run_stage(tmp_path / "full", new_inputs, path)
+    full, full_report = run_stage(tmp_path / "full", new_inputs, engine_config)
     previous = previous_of(tmp_path / "old", old_inputs)
-    partial, report = run_stage(tmp_path / "partial", {**new_inputs, **previous}, path)
+    partial, report = run_stage(tmp_path / "partial", {**new_inputs, **previous}, engine_config)
     assert partial.equals(full)
     changed = set(before) ^ set(after)
     assert report["refresh"] == {"mode": "partial", "changed_triples": len(changed),
@@ -141,9 +131,8 @@ def keyed_inputs(tmp: Path, keys: list[str], n_relations: int, keyed_triples) ->
     return inputs
 
 
-def test_a_refresh_that_shifts_the_ids_moves_the_copied_rows_and_equals_a_full_run(spark,
-                                                                                   tmp_path,
-                                                                                   path):
+def test_a_refresh_that_shifts_the_ids_moves_the_copied_rows_and_equals_a_full_run(
+        engine_config, tmp_path):
     """An entity with a low id removed and one added: every id above it shifts, the previous
     rows are copied under their new ids (copied by old id they would hold another entity's
     counts) and only the changed triples' ends and the new entity are recomputed."""
@@ -153,12 +142,12 @@ def test_a_refresh_that_shifts_the_ids_moves_the_copied_rows_and_equals_a_full_r
     after = {t for t in before if "e001" not in (t[0], t[2])} | {("e005", 2, "e999"),
                                                                   ("e999", 0, "e040")}
     old_inputs = keyed_inputs(tmp_path / "old", keys, 4, before)
-    run_stage(tmp_path / "old", old_inputs, path)
+    run_stage(tmp_path / "old", old_inputs, engine_config)
     new_inputs = keyed_inputs(tmp_path / "new", [k for k in keys if k != "e001"] + ["e999"], 4,
                               after)
-    full, _ = run_stage(tmp_path / "full", new_inputs, path)
+    full, _ = run_stage(tmp_path / "full", new_inputs, engine_config)
     partial, report = run_stage(tmp_path / "partial",
-                                {**new_inputs, **previous_of(tmp_path / "old", old_inputs)}, path)
+                                {**new_inputs, **previous_of(tmp_path / "old", old_inputs)}, engine_config)
     assert partial.equals(full)
     changed = before ^ after
     ends = {k for s, _, o in changed for k in (s, o)} - {"e001"}
@@ -167,96 +156,25 @@ def test_a_refresh_that_shifts_the_ids_moves_the_copied_rows_and_equals_a_full_r
     assert len(ends) < 40
 
 
-def test_a_refresh_with_another_relation_count_runs_in_full(spark, tmp_path, path):
+def test_a_refresh_with_another_relation_count_runs_in_full(engine_config, tmp_path):
     triples = random_triples(np.random.default_rng(2), 20, 3, 40)
     old_inputs = write_inputs(tmp_path / "old", 20, 3, triples)
-    run_stage(tmp_path / "old", old_inputs, path)
+    run_stage(tmp_path / "old", old_inputs, engine_config)
     new_inputs = write_inputs(tmp_path / "new", 20, 4, triples)  # |R*| enters every μ
     previous = previous_of(tmp_path / "old", old_inputs)
-    table, report = run_stage(tmp_path / "partial", {**new_inputs, **previous}, path)
-    full, _ = run_stage(tmp_path / "full", new_inputs, path)
+    table, report = run_stage(tmp_path / "partial", {**new_inputs, **previous}, engine_config)
+    full, _ = run_stage(tmp_path / "full", new_inputs, engine_config)
     assert report["refresh"] == {"mode": "full",
                                  "reason": "another relation count (|R*| enters every μ)"}
     assert table.equals(full)
 
 
-def test_out_of_range_ids_are_refused_with_the_file_named(spark, tmp_path, path):
+def test_out_of_range_ids_are_refused_with_the_file_named(engine_config, tmp_path):
     inputs = write_inputs(tmp_path, 4, 2, [(0, 0, 1), (1, 2, 3)])
     with pytest.raises(StageError, match=r"triples\.parquet: relation ids in \[0, 2\] outside the 2"):
-        run_stage(tmp_path, inputs, path)
+        run_stage(tmp_path, inputs, engine_config)
     inputs = write_inputs(tmp_path / "b", 3, 2, [(0, 0, 1), (1, 1, 3)])
     with pytest.raises(StageError, match=r"entity ids in \[0, 3\] outside the 3 entities"):
-        run_stage(tmp_path / "b", inputs, path)
+        run_stage(tmp_path / "b", inputs, engine_config)
     with pytest.raises(StageError, match="needs input 'relations'"):
-        run_stage(tmp_path, {k: v for k, v in inputs.items() if k != "relations"}, path)
-
-
-# ---------------------------------------------------------------------------------------------
-# the driver path: μ bit for bit Spark's, and no Spark session asked for
-
-
-def strict_log1p_arguments() -> np.ndarray:
-    """Every degree up to 2²⁰, and degrees around the powers of two above (fdlibm's branches:
-    u a power of two, |f| < 2⁻²⁰ just above one, u/2 normalised just below the next)."""
-    around = [(1 << p) + d for p in range(20, 53) for d in range(-4, 5)]
-    return np.unique(np.concatenate([np.arange(1 << 20), np.array(around, np.int64) - 1]))
-
-
-def test_strict_log1p_is_fdlibms_log1p_within_an_ulp_of_numpys():
-    from lokg.spark_jobs.node_gain_driver import strict_log1p
-
-    x = strict_log1p_arguments()
-    ours, theirs = strict_log1p(x), np.log1p(x.astype(np.float64))
-    assert np.all(np.abs(ours - theirs) <= np.spacing(theirs))
-    assert strict_log1p(np.array([0]))[0] == 0.0 and strict_log1p(np.array([1]))[0] == math.log(2)
-    with pytest.raises(ValueError, match="non-negative|integers in"):
-        strict_log1p(np.array([-1]))
-
-
-def test_strict_log1p_equals_sparks_log1p_bit_for_bit(spark, tmp_path):
-    """Spark's log1p (Java's StrictMath) of each argument, written and read back with Arrow."""
-    import pyarrow.parquet as pq
-    from pyspark.sql import functions as F
-
-    from lokg.spark_jobs.node_gain_driver import strict_log1p
-
-    x = strict_log1p_arguments()
-    pq.write_table(pa.table({"x": x}), tmp_path / "x.parquet")
-    (spark.read.parquet(str(tmp_path / "x.parquet"))
-     .select("x", F.log1p("x").alias("y")).write.parquet(str(tmp_path / "y")))
-    table = pq.read_table(tmp_path / "y").sort_by("x")
-    assert table["x"].to_pylist() == x.tolist()
-    spark_bits = table["y"].to_numpy().view(np.int64)
-    assert np.array_equal(strict_log1p(x).view(np.int64), spark_bits)
-    assert not np.array_equal(np.log1p(x.astype(np.float64)).view(np.int64), spark_bits)
-
-
-def test_the_driver_path_equals_the_spark_path_and_starts_no_spark(spark, tmp_path, monkeypatch):
-    """A random graph, full and refreshed: both paths write the same rows, bits and schema,
-    and the driver path asks for no Spark session (one asked for fails the test)."""
-    from lokg.spark_jobs import session
-
-    rng = np.random.default_rng(3)
-    before = random_triples(rng, 400, 7, 3000)
-    after = sorted(set(before[40:]) | set(random_triples(rng, 400, 7, 30)))
-    old_inputs = write_inputs(tmp_path / "old", 400, 7, before)
-    new_inputs = write_inputs(tmp_path / "new", 400, 7, after)
-    previous = previous_of(tmp_path / "spark-old", old_inputs)
-    runs = {"spark": run_stage(tmp_path / "spark-old", old_inputs, "spark")}
-    runs["spark-partial"] = run_stage(tmp_path / "spark-p", {**new_inputs, **previous}, "spark")
-
-    def no_session(*_):
-        raise AssertionError("the driver path asked for a Spark session")
-
-    monkeypatch.setattr(session, "get_spark", no_session)
-    runs["driver"] = run_stage(tmp_path / "driver-old", old_inputs, "driver")
-    runs["driver-partial"] = run_stage(tmp_path / "driver-p", {**new_inputs, **previous},
-                                       "driver")
-    for one, other in (("driver", "spark"), ("driver-partial", "spark-partial")):
-        (table, report), (spark_table, spark_report) = runs[one], runs[other]
-        assert table.schema.equals(spark_table.schema) and table.equals(spark_table), one
-        assert report["refresh"] == spark_report["refresh"]
-        drop = ("path", "refresh", "step_seconds", "seconds")  # μ's mean: another sum order
-        assert {k: v for k, v in report.items() if k not in drop} == \
-            pytest.approx({k: v for k, v in spark_report.items() if k not in drop})
-    assert runs["driver-partial"][1]["refresh"]["mode"] == "partial"
+        run_stage(tmp_path, {k: v for k, v in inputs.items() if k != "relations"}, engine_config)

@@ -14,6 +14,7 @@ import pytest
 from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
 from lokg.common.stage import StageError
 from lokg.runtime.taimr import EdgeGraph, paths_table, top_paths, uniform_edges
+from lokg.testing.stages import DUCKDB_CONFIG
 from lokg.testing.stages import SPARK_CONFIG as CONFIG
 from lokg.testing.stages import SEARCH, expected_bucket
 from lokg.testing.stages import run_path_cache as run_stage
@@ -127,7 +128,7 @@ def _changed_graph(old: dict, root: Path, drop: int, moved_edge: int) -> dict:
            "edges": str(root / "in" / "edges.parquet")}
     write_table("triples", triples.take(np.setdiff1d(np.arange(len(s)), quiet[:drop])),
                 Path(new["triples"]))
-    new.update(node_gain.run(CONFIG, new, str(root / "node_gain"))["outputs"])
+    new.update(node_gain.run(DUCKDB_CONFIG, new, str(root / "node_gain"))["outputs"])
     edges = uniform_edges(read_table(Path(new["triples"]), "triples"))
     moved = edges.column("attention").to_numpy().copy()
     moved[moved_edge] *= 50
@@ -213,7 +214,7 @@ def _without_entity(old: dict, root: Path, gone: int) -> dict:
                 Path(new["entities"]))
     write_table("triples", pa.table({"s": new_id[s[live]], "r": r[live], "o": new_id[o[live]]},
                                     schema=TABLE_SCHEMAS["triples"]), Path(new["triples"]))
-    new.update(node_gain.run(CONFIG, new, str(root / "node_gain"))["outputs"])
+    new.update(node_gain.run(DUCKDB_CONFIG, new, str(root / "node_gain"))["outputs"])
     write_table("edges", uniform_edges(read_table(Path(new["triples"]), "triples")),
                 Path(new["edges"]))
     return new

@@ -190,8 +190,9 @@ def _edited_tsv(lines: list[str], seed: int) -> list[str]:
 
 def test_a_small_refresh_asks_no_stage_for_a_spark_session(tmp_path, monkeypatch, spark):
     """A TSV dump (ingest's line store reads it) refreshed after a small edit: ingest,
-    entity_types, relation_stats, scos_merge, node_gain and path_cache run on the driver:
-    no stage asks for a Spark session."""
+    relation_stats, scos_merge's merge and path_cache run on the driver, entity_types,
+    node_gain and scos_merge's rewrite on DuckDB (the engine a small dump resolves to): no
+    stage asks for a Spark session."""
     from lokg.pipeline.synth import generate
 
     generate(tmp_path / "synth", n_triples=400, seed=3, n_questions=0)

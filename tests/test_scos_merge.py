@@ -148,6 +148,8 @@ def test_summary_and_canonical_names():
 # film.director (0) and film.directed_by (1) overlap (Jaccard 4/6), other.rel (2) is unrelated
 STAGE_TYPES = {0: ["people.person"], 1: ["people.person"], 2: ["people.person"],
                3: ["people.person"], 5: ["x.a"], 10: ["film.film"], 11: ["film.film"], 12: ["x.b"]}
+#: A config resolved to DuckDB, for the tests of the merge decisions (not of the engines)
+DUCKDB = {"engine": {"name": "duckdb"}}
 STAGE_NAMES = ["film.director", "film.directed_by", "other.rel"]
 STAGE_TRIPLES = [(0, 0, 10), (1, 0, 10), (2, 0, 11), (0, 1, 10), (1, 1, 10), (3, 1, 11),
                  (5, 2, 12)]
@@ -169,15 +171,13 @@ def test_disabled_is_identity(tmp_path):
     assert read_table(Path(out["merge_log"]), "merge_log").num_rows == 0
 
 
-@pytest.mark.spark
-def test_stage_end_to_end(spark, tmp_path):
+def test_stage_end_to_end(engine_config, tmp_path):
     from lokg.spark_jobs import relation_stats, scos_merge
 
     emb = np.array([[1, 0], [1, 0], [0, 1]], dtype=np.float32)
     inputs = write_toy(tmp_path, STAGE_TYPES, STAGE_NAMES, STAGE_TRIPLES, emb)
-    cfg = {"spark": {"master": "local[2]", "shuffle_partitions": 4}}
-    stats = relation_stats.run({**cfg, "engine": {"name": "duckdb"}}, inputs,
-                               str(tmp_path / "stats"))
+    cfg = {"spark": {"master": "local[2]", "shuffle_partitions": 4}, **engine_config}
+    stats = relation_stats.run(cfg, inputs, str(tmp_path / "stats"))
     inputs.update(stats["outputs"])
     result = scos_merge.run(cfg, inputs, str(tmp_path / "scos"))
     rep, out = result["report"], result["outputs"]
@@ -202,12 +202,13 @@ def test_stage_end_to_end(spark, tmp_path):
     rels = read_table(Path(out["relations"]), "relations").to_pylist()
     assert rels == [{"id": 0, "name": "film.directed_by"}, {"id": 1, "name": "other.rel"}]
 
-    # every original triple maps to exactly one rewritten triple; the rewrite is distinct
+    # every original triple maps to exactly one rewritten triple; the rewrite is distinct,
+    # in (s, r, o) order, by the build's engine
     rewritten = read_table(Path(out["triples"]), "triples").to_pylist()
     got = [(t["s"], t["r"], t["o"]) for t in rewritten]
-    assert len(got) == len(set(got))
-    assert set(got) == {(s, phi[r], o) for s, r, o in STAGE_TRIPLES}
+    assert got == sorted({(s, phi[r], o) for s, r, o in STAGE_TRIPLES})
     assert len(got) == 5 and rep["triples_in"] == 7 and rep["triples_out"] == 5
+    assert rep["engine"] == engine_config["engine"]["name"]
 
     # without embeddings the cosine term is 0: .4 + .2 < .75, nothing merges, and it says so
     del inputs["relation_embeddings"]
@@ -283,15 +284,14 @@ def refresh_inputs(tmp_path: Path, warm_degrees: float, nmi: float = 1.0) -> dic
             PREVIOUS + "relation_embeddings": str(previous / "relation_embeddings.npy")}
 
 
-@pytest.mark.spark
-def test_a_small_edit_keeps_the_merges_a_changed_family_re_merges(spark, tmp_path):
+def test_a_small_edit_keeps_the_merges_a_changed_family_re_merges(tmp_path):
     from lokg.common.stage import PREVIOUS
     from lokg.spark_jobs import scos_merge
 
     def merges(inputs: dict, name: str, **settings) -> dict:
         """The vector rule alone: no decision margin (the warm vectors' sim .74 is within it)."""
-        report = scos_merge.run({"scos_merge": {"refresh_merge_margin": 0, **settings}}, inputs,
-                                str(tmp_path / name))["report"]
+        config = {"scos_merge": {"refresh_merge_margin": 0, **settings}, **DUCKDB}
+        report = scos_merge.run(config, inputs, str(tmp_path / name))["report"]
         return {"merges": report["merges"], **report["refresh"]}
 
     # warm vectors 4° further apart: cos .47 alone would undo the merge; the shift (weighted
@@ -338,57 +338,10 @@ def test_margin_keeps_a_previous_merge_just_under_theta_not_far_under():
     assert merges_at(0.15, previous_groups={0: 5, 2: 5}, margin=0.05) == []
 
 
-# ---------------------------------------------------------------------------------------------
-# the triple rewrite on the driver (up to scos_merge.driver_max_triples) equals Spark's
-
-
-@pytest.mark.spark
-def test_the_driver_rewrite_equals_the_spark_rewrite_row_for_row(spark, tmp_path, monkeypatch):
-    """Generator data ingested, typed and paired, merged at a low θ (without vectors): the
-    rewritten triples and relations of both paths hold the same rows and schema, and the
-    driver path asks for no Spark session (one asked for fails the test)."""
-    import pyarrow.parquet as pq
-
-    from lokg.pipeline.refresh import same_rows
-    from lokg.pipeline.synth import generate
-    from lokg.spark_jobs import entity_types, ingest, relation_stats, scos_merge, session
-
-    generate(tmp_path / "dump", n_triples=3000, seed=4, n_questions=0)
-    staged = ingest.run({"ingest": {"format": "synth"}}, {"dump": str(tmp_path / "dump")},
-                        str(tmp_path / "ingest"))["outputs"]
-    staged.update(entity_types.run({}, staged, str(tmp_path / "types"))["outputs"])
-    staged.update(relation_stats.run({"engine": {"name": "duckdb"}}, staged,
-                                     str(tmp_path / "stats"))["outputs"])
-
-    def merged(path: str, limit: int) -> dict:
-        config = {"scos_merge": {"theta_base": 0.3, "driver_max_triples": limit}}
-        result = scos_merge.run(config, staged, str(tmp_path / path))
-        assert result["report"]["rewrite"] == path
-        return result
-
-    in_spark = merged("spark", 0)
-
-    def no_session(*_):
-        raise AssertionError("the driver path asked for a Spark session")
-
-    monkeypatch.setattr(session, "get_spark", no_session)
-    on_driver = merged("driver", 10_000)
-    report, spark_report = on_driver["report"], in_spark["report"]
-    assert report["merge_count"] == spark_report["merge_count"] > 0
-    assert report["triples_out"] == spark_report["triples_out"] < report["triples_in"]
-    for table in ("triples", "relations", "relation_map"):
-        mine, theirs = on_driver["outputs"][table], in_spark["outputs"][table]
-        assert same_rows(mine, theirs), table
-        assert read_table(Path(mine), table).schema.equals(read_table(Path(theirs), table).schema)
-    files = pq.ParquetDataset(on_driver["outputs"]["triples"]).files
-    assert len(files) == 1 and pq.read_schema(files[0]).names == ["s", "r", "o"]
-
-
 def test_a_refresh_keeps_a_merge_that_dipped_within_the_margin(tmp_path):
     """The stage toy refreshed with the previous build's vectors (cos .53): NMI .95 puts the
     film pair's sim at .739, under θ = .75 but within the margin (.05) — kept, and reported;
-    NMI .8 (sim .679) splits it; a full build of the same tables does not merge at .739.
-    The rewrite runs on the driver (no Spark session in this test)."""
+    NMI .8 (sim .679) splits it; a full build of the same tables does not merge at .739."""
     from lokg.common.stage import PREVIOUS
     from lokg.spark_jobs import scos_merge
 
@@ -396,7 +349,7 @@ def test_a_refresh_keeps_a_merge_that_dipped_within_the_margin(tmp_path):
         inputs = refresh_inputs(tmp_path / name, warm_degrees=58, nmi=nmi)
         if not previous:
             inputs = {k: v for k, v in inputs.items() if not k.startswith(PREVIOUS)}
-        return scos_merge.run({}, inputs, str(tmp_path / name / "out"))["report"]
+        return scos_merge.run(DUCKDB, inputs, str(tmp_path / name / "out"))["report"]
 
     dipped = refresh("dipped", 0.95)
     assert dipped["merges"] == [["film.director", "film.directed_by"]]
@@ -405,7 +358,7 @@ def test_a_refresh_keeps_a_merge_that_dipped_within_the_margin(tmp_path):
     assert dipped["refresh"]["previous_groups_merged_again"] == 1
     [(left, right, sim, theta)] = dipped["refresh"]["kept_by_margin"]
     assert (left, right) == ("film.director", "film.directed_by") and theta - 0.05 <= sim < theta
-    assert dipped["rewrite"] == "driver" and dipped["triples_out"] < dipped["triples_in"]
+    assert dipped["engine"] == "duckdb" and dipped["triples_out"] < dipped["triples_in"]
     fallen = refresh("fallen", 0.8)
     assert fallen["merges"] == [] and fallen["refresh"]["kept_by_margin"] == []
     assert fallen["refresh"]["previous_groups_merged_again"] == 0

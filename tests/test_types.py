@@ -1,5 +1,5 @@
-"""Stage types: each rule on a toy graph with hand-computed types (on both paths: the driver's
-and Spark's), the two paths equal row for row on generator data, and the ingest → types chain."""
+"""Stage types: each rule on a toy graph with hand-computed types (on both engines: DuckDB and
+Spark SQL, the one SQL text), and the ingest → types chain."""
 
 from __future__ import annotations
 
@@ -45,31 +45,28 @@ def write_inputs(root: Path, n_entities: int, relations: list[str],
     return paths
 
 
-#: entity_types.driver_max_triples of each path: the driver's default, 0 (always Spark)
-PATHS = {"driver": None, "spark": 0}
-
-
-def run_types(inputs: dict, out: Path, path: str = "driver"
+def run_types(inputs: dict, out: Path, config: dict | None = None
               ) -> tuple[dict[int, list[str]], dict, list[dict]]:
     from lokg.spark_jobs import entity_types as stage
 
-    settings = {} if PATHS[path] is None else {"driver_max_triples": PATHS[path]}
-    result = stage.run({"entity_types": settings}, inputs, str(out))
-    assert result["report"]["path"] == path
-    table = read_table(Path(result["outputs"]["entities"]), "entities")  # contract schema
+    config = config or {"engine": {"name": "duckdb"}}
+    result = stage.run(config, inputs, str(out))
+    assert result["report"]["engine"] == config["engine"]["name"]
+    path = Path(result["outputs"]["entities"])
+    table = read_table(path, "entities")  # contract schema
     assert table.schema.names == TABLE_SCHEMAS["entities"].names
+    assert not pq.ParquetDataset(path).schema.field("types").nullable  # [] for untyped
     rows = table.to_pylist()
     return {r["id"]: r["types"] for r in rows}, result["report"], rows
 
 
-@pytest.mark.spark
-@pytest.mark.parametrize("path", PATHS)
-def test_explicit_rule_with_fallbacks(spark, tmp_path, path):
+def test_explicit_rule_with_fallbacks(engine_config, tmp_path):
     relations = ["/people/person/nationality", "knows", "film.film.directed_by"]
     triples = [(0, 0, 4), (2, 0, 4), (2, 2, 4), (3, 1, 4)]
     assertions = [(0, "b.type"), (0, "a.type"), (0, "a.type"), (1, "x.y")]
     types, report, rows = run_types(
-        write_inputs(tmp_path / "in", 6, relations, triples, assertions), tmp_path / "out", path)
+        write_inputs(tmp_path / "in", 6, relations, triples, assertions), tmp_path / "out",
+        engine_config)
     assert types == {
         0: ["a.type", "b.type"],  # explicit wins over its outgoing edge; sorted, distinct
         1: ["x.y"],
@@ -90,15 +87,13 @@ def test_explicit_rule_with_fallbacks(spark, tmp_path, path):
     assert rows[3]["attributes"] == [{"key": "k", "value": "3"}]
 
 
-@pytest.mark.spark
-@pytest.mark.parametrize("path", PATHS)
-def test_domain_rule(spark, tmp_path, path):
+def test_domain_rule(engine_config, tmp_path):
     relations = ["/people/person/place_of_birth",
                  "/tv/tv_program/regular_cast./tv/regular_tv_appearance/actor",
                  "film.film.directed_by", "knows"]
     triples = [(0, 0, 2), (0, 1, 3), (0, 2, 3), (1, 3, 2), (1, 3, 3)]
     types, report, _ = run_types(write_inputs(tmp_path / "in", 5, relations, triples),
-                                 tmp_path / "out", path)
+                                 tmp_path / "out", engine_config)
     assert report["rule"] == "domain"  # 3 of 4 relation names are Freebase-style
     assert types == {
         0: ["film.film", "people.person", "tv.tv_program"],  # CVT name: first two segments
@@ -112,9 +107,7 @@ def test_domain_rule(spark, tmp_path, path):
     assert report["untyped_entities"] == 1 and report["freebase_style_relations"] == 3
 
 
-@pytest.mark.spark
-@pytest.mark.parametrize("path", PATHS)
-def test_frequent_relation_rule(spark, tmp_path, path):
+def test_frequent_relation_rule(engine_config, tmp_path):
     relations = ["/x/y/z", "a", "b", "c", "p.q.r"]  # 2 of 5 Freebase-style: not most
     triples = [
         (0, 1, 1), (0, 1, 2), (0, 2, 3), (0, 0, 1),  # e0: a×2, b, /x/y/z → a
@@ -122,7 +115,7 @@ def test_frequent_relation_rule(spark, tmp_path, path):
         (2, 3, 0), (2, 3, 1), (2, 2, 0), (2, 2, 1),  # e2: c×2, b×2 tie → b
     ]
     types, report, _ = run_types(write_inputs(tmp_path / "in", 5, relations, triples),
-                                 tmp_path / "out", path)
+                                 tmp_path / "out", engine_config)
     assert report["rule"] == "frequent_relation"
     assert types == {0: ["a"], 1: ["a"], 2: ["b"],
                      3: ["~b"],  # incoming b×2 (from e0, e1), a×1
@@ -130,37 +123,6 @@ def test_frequent_relation_rule(spark, tmp_path, path):
     assert report["typed_by"] == {"explicit": 0, "domain": 0, "frequent_relation": 3,
                                   "incoming_relation": 1}
     assert report["fallbacks"] == {"explicit": 0, "domain": 0, "incoming_relation": 1}
-
-
-@pytest.mark.spark
-@pytest.mark.parametrize("rule", ["explicit", "domain"])
-def test_the_driver_path_equals_the_spark_path_row_for_row(spark, tmp_path, monkeypatch, rule):
-    """Generator data ingested (its explicit types, or none: the domain rule with fallbacks);
-    both paths' entities tables hold the same rows and schema, and the driver path asks for
-    no Spark session (one asked for fails the test)."""
-    from lokg.pipeline.refresh import same_rows
-    from lokg.pipeline.synth import generate
-    from lokg.spark_jobs import entity_types, ingest
-
-    generate(tmp_path / "dump", n_triples=3000, seed=4, n_questions=0)
-    staged = ingest.run({"ingest": {"format": "synth"}}, {"dump": str(tmp_path / "dump")},
-                        str(tmp_path / "ingest"))["outputs"]
-    if rule == "domain":
-        staged.pop("type_assertions")
-    _, spark_report, spark_rows = run_types(staged, tmp_path / "spark", "spark")
-
-    def no_session(*_):
-        raise AssertionError("the driver path asked for a Spark session")
-
-    monkeypatch.setattr(entity_types, "get_spark", no_session)
-    _, report, rows = run_types(staged, tmp_path / "driver", "driver")
-    assert report["rule"] == spark_report["rule"] == rule
-    assert rows == spark_rows and report["typed_entities"] > 0
-    assert same_rows(tmp_path / "driver" / "entities.parquet",
-                     tmp_path / "spark" / "entities.parquet")
-    drop = ("seconds", "path", "triples")
-    assert {k: v for k, v in report.items() if k not in drop} == \
-        {k: v for k, v in spark_report.items() if k not in drop}
 
 
 def test_relation_domain():

@@ -15,6 +15,8 @@ from lokg.runtime.taimr import EdgeGraph, paths_table, top_paths, uniform_edges
 
 #: A small local Spark session's settings for a stage run.
 SPARK_CONFIG = {"spark": {"master": "local[2]", "shuffle_partitions": 4}}
+#: SPARK_CONFIG with the SQL engine resolved to DuckDB, as a build resolves it (spark_jobs/engine.py)
+DUCKDB_CONFIG = {**SPARK_CONFIG, "engine": {"name": "duckdb"}}
 
 
 def write_inputs(tmp: Path, n_entities: int, n_relations: int, triples) -> dict:
@@ -94,7 +96,7 @@ def path_cache_inputs(root: Path) -> dict:
     entities = read_table(Path(inputs["entities"]), "entities")
     write_table("entities", entities.set_column(1, "key", pa.array(keys + ["x", "y", "z"])),
                 Path(inputs["entities"]))
-    inputs.update(node_gain.run(SPARK_CONFIG, inputs, str(root / "node_gain"))["outputs"])
+    inputs.update(node_gain.run(DUCKDB_CONFIG, inputs, str(root / "node_gain"))["outputs"])
     inputs["edges"] = str(root / "in" / "edges.parquet")
     write_table("edges", uniform_edges(read_table(Path(inputs["triples"]), "triples")),
                 Path(inputs["edges"]))
