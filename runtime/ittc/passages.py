@@ -12,13 +12,15 @@ starting with a non-space: they add under cl100k like the triples' lines, and co
 ``count`` says (cl100k by default, as everything else).
 
 **Value.** The passage at position i of the ranking (0 first) is worth
-``PASSAGE_VALUE · PASSAGE_DECAY^i`` whole; its sentences are worth that times
-sqrt(c_sentences / c_passage) (fewer tokens, most of what the graph knows of it). The scale sits
-above the triples' values (β·α·H(O|R), at most a few bits for relation phrases extracted from
-text), so a passage the ranking puts first is bought before the triples it would have cost, and
-the geometric decay makes the knapsack spend the budget down the ranking, as dense retrieval
-does, while a cheaper rendering or the triples of passages further down win the tokens a long,
-low-ranked chunk would take.
+``PASSAGE_VALUE · PASSAGE_DECAY^i`` whole; its sentences are worth that times their share of
+its tokens (``SENTENCES_EXPONENT`` 1: the same value per token, so they win only where the whole
+chunk does not fit, as dense packing cuts its last chunk). The scale sits far above the
+triples' values (β·α·H(O|R): a few bits at most on relation phrases extracted from text, λ_boost
+3), so the knapsack spends the budget down the ranking as dense retrieval does, short chunks a
+little earlier, and the triples take what the passages leave (about 30 ranks down a passage is
+worth no more than a focus triple). Chosen on MuSiQue dev-200 (docs/BENCHMARKS.md, Documents):
+at a scale of 100 the triples displaced the third and later passages and context recall fell
+below dense; a flatter decay (0.9) favours short low-ranked chunks over long high-ranked ones.
 
 **Cover.** A triple extracted from a sentence an emitted rendering holds is not emitted on its
 own line and costs nothing (its text is already there): :func:`select_covered` solves the
@@ -40,8 +42,8 @@ from lokg.runtime.ittc.render import _clean
 #: The options of a passage row, in column order.
 OPTIONS = ("none", "sentences", "passage")
 #: Value of the first-ranked passage whole, and the factor per ranking position below it.
-PASSAGE_VALUE = 100.0
-PASSAGE_DECAY = 0.8
+PASSAGE_VALUE = 1e4
+PASSAGE_DECAY = 0.85
 #: The sentences option is worth (c_sentences / c_passage)^SENTENCES_EXPONENT of the whole.
 SENTENCES_EXPONENT = 1.0
 
