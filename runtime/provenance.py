@@ -96,14 +96,7 @@ class Provenance:
     def passage_triples(self, question: np.ndarray, passages: int) -> list[Triple]:
         """The triples sourced in the ``passages`` chunks most similar to the question vector
         (the same encoder embedded both), best chunk first, each triple once."""
-        return self._triples_of(self._nearest_rows(question, passages))
-
-    def ranked_triples(self, question: np.ndarray, entities: Sequence[int],
-                       passages: int) -> list[Triple]:
-        """The triples sourced in the ``passages`` chunks the graph ranks best for the question
-        (runtime/passage_rank.py: seeded by the linked ``entities`` and the dense scores), best
-        chunk first, each triple once."""
-        return self._triples_of(self.ranked_rows(question, entities, passages))
+        return self.triples_of(self._nearest_rows(question, passages))
 
     def ranked_passages(self, question: np.ndarray | None, entities: Sequence[int], n: int,
                         graph: bool) -> tuple[list[int], list[float]]:
@@ -121,10 +114,6 @@ class Provenance:
         return rows, dense[rows].tolist()
 
     def triples_of(self, rows: list[int]) -> list[Triple]:
-        """The triples sourced in the chunks at ``rows``, in that order, each once."""
-        return self._triples_of(rows)
-
-    def _triples_of(self, rows: list[int]) -> list[Triple]:
         """The triples sourced in the chunks at ``rows``, in that order, each once."""
         return list(dict.fromkeys(t for i in rows for t in self._passages[i]))
 

@@ -26,18 +26,22 @@ below dense; a flatter decay (0.9) favours short low-ranked chunks over long hig
 own line and costs nothing (its text is already there): :func:`select_covered` solves the
 knapsack, fixes the passages it chose, takes the triples they cover out and solves again for the
 rest of the budget, until no newly chosen passage covers a kept triple (at most one round per
-passage; each round exact by DP up to B = 4096, greedy above). The kept rows of each round fit
-the budget left, so the emitted lines never exceed B, and no triple is paid for twice.
+passage; each round exact by DP up to B = 4096, greedy above). Beside passages a triple row has
+a fourth option, none (0 tokens, value 0), so a passage can take a triple's tokens. The kept
+rows of each round fit the budget left, so the emitted lines never exceed B, and no triple is
+paid for twice.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from lokg.runtime.ittc.render import _clean
+from lokg.runtime.tokens import count_tokens
 
 #: The options of a passage row, in column order.
 OPTIONS = ("none", "sentences", "passage")
@@ -99,12 +103,20 @@ def passage_line(title: str, body: str) -> str:
     return f"{title} | {body}\n" if title else f"{body}\n"
 
 
+@lru_cache(maxsize=1 << 14)
+def _line_cost(line: str) -> int:
+    """cl100k tokens of a passage's line, memoised: the same chunks come back across questions,
+    and their lines are longer than tokens.count_tokens memoises."""
+    return count_tokens(line)
+
+
 def passage_rows(passages: Sequence[Passage], count: Callable[[str], int]
                  ) -> tuple[list[tuple[str, str, str]], np.ndarray, np.ndarray]:
     """(lines, costs, values) of the passages' rows: m lines triples and m×3 arrays, columns in
     :data:`OPTIONS` order. A passage without a sentences option has a second none there
     (0 tokens, value 0)."""
     lines, costs, values = [], [], []
+    count = _line_cost if count is count_tokens else count
     for p in passages:
         whole = passage_line(p.title, p.text)
         part = passage_line(p.title, " ".join(t for _, t in p.sentences))
