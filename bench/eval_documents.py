@@ -14,7 +14,10 @@ store (``--store``, default ``WORK/<dataset>/store``) the script prints the ``lo
 command that builds it and stops: it never builds. With one, each budget is a reading run of
 evaluation.runner (``WORK/<dataset>/runs/<llm>-B<budget>/``: one JSONL line per question with
 its knowledge, ``summary.json``); runs resume, and a changed setting in a run directory is
-refused. Entities are linked from the question text (the sets have no topic entity). The
+refused. Entities are linked from the question text (the sets have no topic entity).
+``lokg-tcr-triples`` is lokg-tcr with no passage offered to ITTC (``query.passage_items`` 0,
+the triples alone: LOKG before passage items), beside ``lokg`` / ``lokg-tcr`` with the
+store's ``query.passage_items`` (or ``--passage-items N``) and dense chunk-RAG, in one run. The
 methods are built once — chunk-rag embeds the chunks once when the build has no chunk vectors
 — and the context's budget is set for each run. Reader ``none``: chunk-rag extracts no
 answer, so its EM and F1 are 0 and only its context recall says something
@@ -32,7 +35,7 @@ from pathlib import Path
 from lokg.evaluation.text_datasets import READING_SETS
 from lokg.testing import SHARED_DATA
 
-METHODS = "lokg,lokg-tcr,chunk-rag"
+METHODS = "lokg-tcr-triples,lokg,lokg-tcr,chunk-rag"
 BUDGETS = "256,512,1024,2048"
 #: (summary key, header, format) of the printed table.
 COLUMNS = (("context_recall", "context recall", "{:.3f}"), ("EM", "EM", "{:.3f}"),
@@ -56,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--passage-ranking", choices=("dense", "graph"),
                         help="query.passage_ranking for the lokg methods (default: the build's); "
                              "graph runs go to runs/<llm>-B<budget>-graph/")
+    parser.add_argument("--passage-items", type=int,
+                        help="query.passage_items for the lokg methods but lokg-tcr-triples "
+                             "(default: the build's); runs go to runs/<llm>-B<budget>-items<N>/")
     parser.add_argument("--no-progress", action="store_true")
     return parser.parse_args(argv)
 
@@ -88,6 +94,8 @@ def run_budgets(args: argparse.Namespace, reading_set, store: Path, command: str
     data = reading_set.dataset
     questions = data.questions[:args.limit] if args.limit else data.questions
     ranking = {"passage_ranking": args.passage_ranking} if args.passage_ranking else {}
+    if args.passage_items is not None:
+        ranking["passage_items"] = args.passage_items
     rt = Runtime.open(store, **ranking)
     llm = CountingLLM(make_llm(args.llm))
     results = {}
@@ -96,7 +104,8 @@ def run_budgets(args: argparse.Namespace, reading_set, store: Path, command: str
         ctx = EvalContext(rt, llm, budget, entities="link")
         methods = make_methods(names, ctx)
         out = args.work / args.dataset / "runs" / (f"{args.llm}-B{budget}" + (
-            "-graph" if args.passage_ranking == "graph" else ""))
+            "-graph" if args.passage_ranking == "graph" else "") + (
+            "" if args.passage_items is None else f"-items{args.passage_items}"))
         settings = {"dataset": data.describe(), "llm": args.llm, "budget": budget, **ranking,
                     "model": None if ctx.llm.model is None else str(ctx.llm.model),
                     "entities": "link", "stores": {"store": rt.build_id}, "reading": True}

@@ -125,6 +125,11 @@ def main(argv: list[str] | None = None) -> int:
                              "service's steady state)")
     parser.add_argument("--policy", help="ask()'s policy (default: the store's: route with "
                                          "relation knowledge, else lokg)")
+    parser.add_argument("--passage-items", type=int,
+                        help="override query.passage_items (stores built from documents; 0 = "
+                             "triples only)")
+    parser.add_argument("--passage-ranking", choices=("dense", "graph"),
+                        help="override query.passage_ranking")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
 
@@ -132,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = {} if args.lambda_q is None else {"lambda_q": args.lambda_q}
     if args.encoder_off:
         settings.update(lambda_q=0.0, relation_weight=0.0, chain_boost=False)
+    if args.passage_items is not None:
+        settings["passage_items"] = args.passage_items
+    if args.passage_ranking:
+        settings["passage_ranking"] = args.passage_ranking
     rt = Runtime.open(args.store, **settings)
     rss_open = rss_mib()
     if args.questions_file:

@@ -62,11 +62,12 @@ from lokg.evaluation.context import CountingLLM, EvalContext, MethodError
 
 def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = False,
           relation_knowledge: bool = True, source_sentences: bool | None = None,
-          online: str | None = None):
+          online: str | None = None, passage_items: int | None = None):
     """A factory for the runtime under one retrieval/encoding (and store) setting. Without
     ``relation_knowledge`` the policy is ``lokg`` and the relation feeds are off (the store's
     relation knowledge is not used at all). ``source_sentences`` (None: not passed, the
-    runtime's default) turns TCR's restored sentences on or off. ``online`` (a source of
+    runtime's default) turns TCR's restored sentences on or off; ``passage_items`` (None: the
+    runtime's ``query.passage_items``) sets the chunks offered to ITTC. ``online`` (a source of
     evaluation/tcr_qf.py) answers through the online feedback loop instead of one ask."""
 
     def factory(ctx: EvalContext) -> Method:
@@ -81,6 +82,8 @@ def _lokg(retrieval: str = "taimr", encoding: str = "ittc", no_scos: bool = Fals
                                   breakdown=question_breakdown(question, gold, [], None, "none"))
             ctx.llm.reset()
             feeds = _feeds(relation_knowledge, source_sentences)
+            if passage_items is not None:
+                feeds["passage_items"] = passage_items
 
             def ask(view):
                 return view.ask(question.question, entities=keys, budget=ctx.budget,
@@ -132,7 +135,7 @@ def _prediction(llm: CountingLLM, question: Question, ans, gold_chain: list[str]
         details={"build_id": ans.build_id, "linked": ans.linked, "route": _route(ans),
                  "answer_ids": ans.answer_ids, "candidates": ans.candidates[:5],
                  "encoding": {k: ans.encoding.get(k) for k in ("mode", "dropped")}},
-        knowledge="".join(t.get("line", "") for t in ans.triples),
+        knowledge="".join(t.get("line", "") for t in [*ans.passages, *ans.triples]),
         breakdown=question_breakdown(question, gold_chain, ans.linked, ans.route, path))
 
 
@@ -165,6 +168,10 @@ METHODS: dict[str, MethodSpec] = {spec.name: spec for spec in (
     MethodSpec("lokg", "LOKG: TAIMR + ITTC, one call (w/o TCR)", _lokg(source_sentences=False)),
     MethodSpec("lokg-tcr", "LOKG with TCR: restored source sentences as ITTC's verbose level",
                _lokg(source_sentences=True), documents_only=True),
+    MethodSpec("lokg-tcr-triples", "lokg-tcr with no passage offered to ITTC "
+               "(query.passage_items 0): triples only", _lokg(source_sentences=True,
+                                                             passage_items=0),
+               documents_only=True),
     MethodSpec("lokg-no-scos", "LOKG on a store without SCOS", _lokg(no_scos=True), True),
     MethodSpec("lokg-no-ittc", "LOKG with the uniform template", _lokg(encoding="uniform")),
     MethodSpec("lokg-no-taimr", "LOKG with similarity retrieval", _lokg(retrieval="similarity")),

@@ -42,6 +42,10 @@ class Answer:
     #: the sources of the triples used (stores built from documents): triple (its line),
     #: title, doc_id, chunk_id, sentence_id, sentence (runtime/provenance.py)
     citations: list[dict] = field(default_factory=list)
+    #: the passages ITTC emitted beside the triples (query.passage_items), their lines first in
+    #: the knowledge: chunk_id, doc_id, title, granularity (sentences | passage), rank, score,
+    #: cost, covers (triples held), line; each cites its sentences (basis "passage")
+    passages: list[dict] = field(default_factory=list)
 
     @classmethod
     def empty(cls, status: str, message: str, timings: dict, *, budget: int, **common) -> Answer:

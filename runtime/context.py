@@ -3,12 +3,15 @@
 ``ittc`` (default): ITTC under the knowledge budget B (runtime/ittc.py; σ* and H(O|R) come
 with the build, runtime/query_stats.py); ``uniform`` (ablation "w/o ITTC"): every triple at
 the balanced template in s-r-o order, cut by rank to fit B. The lines ITTC kept become
-Answer.triples and, in a store built from documents, Answer.citations.
+Answer.triples and, in a store built from documents, Answer.citations; there the request's
+``passage_items`` best-ranked chunks are offered to ITTC beside the triples
+(runtime/passage_items.py), and the ones it emits become Answer.passages.
 """
 
 from __future__ import annotations
 
 from lokg.runtime import ittc
+from lokg.runtime.passage_items import passage_items, passage_records
 from lokg.runtime.planning import RelationPlan
 from lokg.runtime.relknow import Triple
 from lokg.runtime.request import Request
@@ -31,9 +34,12 @@ class ContextEncoder:
         sentences = rt.provenance.sentence if req.source_sentences else {}
         knowledge = self._knowledge(found.triples, found.scores, focus, set(plan.boosted),
                                     sentences)
-        if req.encoding == "ittc":
-            return knowledge, ittc.encode(knowledge, req.budget, rt.order)
-        return knowledge, ittc.encode_uniform(knowledge, req.budget)
+        if req.encoding != "ittc":
+            return knowledge, ittc.encode_uniform(knowledge, req.budget)
+        rows, scores = found.passages if rt.provenance.extracted else ([], [])
+        offered = passage_items(rt.provenance, rows[:req.passage_items],
+                                scores[:req.passage_items], found.triples)
+        return knowledge, ittc.encode(knowledge, req.budget, rt.order, passages=offered)
 
     def _knowledge(self, triples: list[Triple], scores: list[float], focus: set[int],
                    boosted: set[Triple], sentences: dict[Triple, str]
@@ -56,11 +62,14 @@ class ContextEncoder:
         return out
 
     def lines(self, facts: list[Triple], knowledge: list[ittc.KnowledgeTriple],
-              enc: ittc.Encoding) -> tuple[list[dict], list[dict]]:
-        """Answer.triples and Answer.citations of one encoded context: the lines ITTC kept."""
+              enc: ittc.Encoding) -> tuple[list[dict], list[dict], list[dict]]:
+        """Answer.triples, Answer.citations and Answer.passages of one encoded context: the
+        lines ITTC kept (the passages' citations first, as their lines come first)."""
         kept = [(f, k, e) for f, k, e in zip(facts, knowledge, enc.triples)
                 if e.granularity is not None]
         triples = [{"s": k.subject, "r": k.relation, "o": k.object, "score": k.score,
                     "granularity": e.granularity, "cost": e.cost, "line": e.line}
                    for _, k, e in kept]
-        return triples, self.runtime.provenance.citations((f, e.line) for f, _, e in kept)
+        passages, cited = passage_records(enc) if enc.passages else ([], [])
+        return (triples, cited + self.runtime.provenance.citations(
+            (f, e.line) for f, _, e in kept), passages)

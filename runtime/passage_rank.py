@@ -105,14 +105,20 @@ class PassageGraph:
 
     def top(self, entities: Sequence[int], dense: np.ndarray | None, k: int) -> list[int]:
         """The ``k`` best passages' rows, best first; ties keep the dense order, then the row."""
+        return self.top_scored(entities, dense, k)[0]
+
+    def top_scored(self, entities: Sequence[int], dense: np.ndarray | None, k: int
+                   ) -> tuple[list[int], list[float]]:
+        """:meth:`top`'s rows and their PageRank mass."""
         mass = self.rank(entities, dense)
         if mass is None or k <= 0:
-            return []
+            return [], []
         rows = np.arange(self.n_passages)
         if k < self.n_passages:  # the k best and every passage tied with the k-th
             rows = np.flatnonzero(mass >= np.partition(mass, -k)[-k])
         dense = np.zeros(self.n_passages) if dense is None else dense
-        return rows[np.lexsort((rows, -dense[rows], -mass[rows]))][:k].tolist()
+        best = rows[np.lexsort((rows, -dense[rows], -mass[rows]))][:k]
+        return best.tolist(), mass[best].astype(float).tolist()
 
 
 def _best(scores: np.ndarray, k: int) -> np.ndarray:

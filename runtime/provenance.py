@@ -37,6 +37,9 @@ class Provenance:
         self._titles: dict[str, str] = {}
         # sentence_id -> (doc_id, first chunk holding it, text)
         self._sentences: dict[str, tuple[str, str, str]] = {}
+        self._chunk_sentences: dict[str, list[str]] = defaultdict(list)  # in text order
+        self._chunk_docs: list[str] = []  # chunk row -> its document's id
+        self._chunk_texts: list[str] = []  # chunk row -> its text
         if tables.get("triple_context", {}).get("rows"):
             t = build.read("triple_context", columns=["s", "r", "o", "sentence_id", "text"])
             triples = list(zip(*(t[c].to_pylist() for c in "sro")))
@@ -61,6 +64,8 @@ class Provenance:
         sent = build.read("sentences", columns=["sentence_id", "doc_id", "chunk_id", "text"])
         self._sentences = {sid: (doc, chunk, text) for sid, doc, chunk, text in
                            zip(*(sent[c].to_pylist() for c in sent.column_names))}
+        for sid, (_, chunk, _) in self._sentences.items():  # the table is in text order
+            self._chunk_sentences[chunk].append(sid)
 
     def _load_sources(self, build: Build) -> None:
         t = build.read("triple_sources")
@@ -73,9 +78,12 @@ class Provenance:
         if not path.is_file():
             return
         vectors = np.load(path, mmap_mode="r")
-        chunks = build.read("chunks", columns=["chunk_id"]).column("chunk_id").to_pylist()
+        table = build.read("chunks", columns=["chunk_id", "doc_id", "text"])
+        chunks = table.column("chunk_id").to_pylist()
         if vectors.ndim != 2 or len(vectors) != len(chunks):
             return
+        self._chunk_docs = table.column("doc_id").to_pylist()
+        self._chunk_texts = table.column("text").to_pylist()
         row = {chunk: i for i, chunk in enumerate(chunks)}
         self._passages = [[] for _ in chunks]
         self._chunk_ids = chunks
@@ -88,16 +96,24 @@ class Provenance:
     def passage_triples(self, question: np.ndarray, passages: int) -> list[Triple]:
         """The triples sourced in the ``passages`` chunks most similar to the question vector
         (the same encoder embedded both), best chunk first, each triple once."""
-        return self._triples_of(self._nearest_rows(question, passages))
+        return self.triples_of(self._nearest_rows(question, passages))
 
-    def ranked_triples(self, question: np.ndarray, entities: Sequence[int],
-                       passages: int) -> list[Triple]:
-        """The triples sourced in the ``passages`` chunks the graph ranks best for the question
-        (runtime/passage_rank.py: seeded by the linked ``entities`` and the dense scores), best
-        chunk first, each triple once."""
-        return self._triples_of(self.ranked_rows(question, entities, passages))
+    def ranked_passages(self, question: np.ndarray | None, entities: Sequence[int], n: int,
+                        graph: bool) -> tuple[list[int], list[float]]:
+        """(rows, scores) of the ``n`` best chunks, best first: by the dense scores, or with
+        ``graph`` by the personalized PageRank (:meth:`ranked_rows`; its mass the score)."""
+        if self.chunk_vectors is None or n <= 0:
+            return [], []
+        dense = self.dense_scores(question)
+        if graph:
+            rows, mass = self.passage_graph().top_scored(entities, dense, n)
+            return rows, mass
+        if dense is None:
+            return [], []
+        rows = np.argsort(-dense, kind="stable")[:n].tolist()
+        return rows, dense[rows].tolist()
 
-    def _triples_of(self, rows: list[int]) -> list[Triple]:
+    def triples_of(self, rows: list[int]) -> list[Triple]:
         """The triples sourced in the chunks at ``rows``, in that order, each once."""
         return list(dict.fromkeys(t for i in rows for t in self._passages[i]))
 
@@ -124,6 +140,12 @@ class Provenance:
         return self.chunk_vectors @ np.asarray(question, np.float32).reshape(-1)
 
     @property
+    def extracted(self) -> bool:
+        """Whether the build's triples were extracted from its passages (a store built from
+        documents; a KB dump with linked text has chunks but no extraction sources)."""
+        return bool(self._sources) and self.chunk_vectors is not None
+
+    @property
     def chunk_triples(self) -> list[list[Triple]]:
         """Per chunk row, the triples sourced there (empty without chunk vectors)."""
         return self._passages
@@ -131,6 +153,19 @@ class Provenance:
     def chunk_id(self, row: int) -> str:
         """The id of the chunk at ``row`` of the chunks table."""
         return self._chunk_ids[row]
+
+    def passage(self, row: int) -> tuple[str, str, str, str]:
+        """(chunk id, doc id, title, text) of the chunk at ``row``."""
+        doc = self._chunk_docs[row]
+        return self._chunk_ids[row], doc, self._titles.get(doc, ""), self._chunk_texts[row] or ""
+
+    def chunk_sentences(self, chunk_id: str) -> list[tuple[str, str]]:
+        """(sentence id, text) of the sentences that start in the chunk, in text order."""
+        return [(sid, self._sentences[sid][2]) for sid in self._chunk_sentences.get(chunk_id, ())]
+
+    def sources(self, triple: Triple) -> list[tuple[str, str]]:
+        """(chunk id, sentence id) of every passage the triple was extracted from."""
+        return self._sources.get(triple, [])
 
     def nearest_chunks(self, question: np.ndarray, passages: int) -> list[str]:
         """The ids of the ``passages`` chunks most similar to the question vector, best first."""

@@ -128,16 +128,16 @@ class Runtime(OpenedBuild):
     def ask(self, question: str, *, entities: Sequence[int | str] | None = None,
             budget: int = DEFAULT_BUDGET, llm: str | LLM = "none", policy: str | None = None,
             retrieval: str = "taimr", encoding: str = "ittc", relation_weight: float | None = None,
-            chain_boost: bool | None = None, source_sentences: bool = True) -> Answer:
-        """Answer one question with at most one LLM call (module docstring). ``policy``
-        (default ``route`` with relation knowledge, else ``lokg``): ``precision`` returns the
-        derived answer where its gate passes, else abstains; ``route`` returns it where its gate
-        passes, else reads the derived chain's compact context (else the LOKG context).
-        ``relation_weight``: λ_rel·q_rel(p_a) added to S_final; ``chain_boost``: ITTC's λ_boost
-        on the chain's facts; ``source_sentences``: restored sentences as the verbose lines."""
+            chain_boost: bool | None = None, source_sentences: bool = True,
+            passage_items: int | None = None) -> Answer:
+        """Answer one question with at most one LLM call (module docstring). ``policy`` (default
+        ``route`` with relation knowledge, else ``lokg``): ``precision`` answers derived where its
+        gate passes, else abstains; ``route`` too, else reads the chain's compact context (else
+        the LOKG context). ``relation_weight``, ``chain_boost``, ``passage_items``: the settings
+        (None: the store's); ``source_sentences``: restored sentences as the verbose lines."""
         timer = Timer()
         req = checked_request(self, question, budget, llm, policy, retrieval, encoding,
-                              relation_weight, chain_boost, source_sentences)
+                              relation_weight, chain_boost, source_sentences, passage_items)
         timer.mark()
         links, linked_vec = self._link(question, entities)
         timer.lap("link")

@@ -31,10 +31,16 @@ class QuerySettings(Settings, section="query"):
             "stores built from documents: the triples of this many chunks nearest the question "
             "(chunk_vectors.npy) join the candidate set; 0 = off")
     passage_ranking: str = setting("dense", choice("dense", "graph"),
-            "how the query.passages chunks are chosen: 'dense' = nearest the question by the "
+            "how the query.passages chunks and the query.passage_items passages are chosen: "
+            "'dense' = nearest the question by the "
             "store's encoder | 'graph' = personalized PageRank over the chunks and the entities "
             "extracted from them, seeded by the linked entities and the dense scores "
             "(runtime/passage_rank.py; bench/passage_recall.py, docs/BENCHMARKS.md)")
+    passage_items: int = setting(16, integer(0),
+            "stores built from documents: this many chunks, first in query.passage_ranking's "
+            "order, are offered to ITTC beside the triples, each whole or as the sentences the "
+            "candidate triples came from, valued down the ranking; a triple an emitted passage "
+            "holds is not paid for twice (runtime/ittc/passages.py); 0 = off, triples only")
     focus_candidates: int = setting(5, integer(0),
             "top candidates that get ITTC's λ_boost (with linked entities)")
     min_link_cosine: float = setting(0.5, number(-1, 1),

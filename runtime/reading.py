@@ -211,7 +211,7 @@ def read_answer(runtime, req: Request, base: dict, plan: RelationPlan, found: Re
                 timings: dict) -> Answer:
     """The full Answer of a question that got as far as the read."""
     (knowledge, enc) = encoded
-    triples, citations = ContextEncoder(runtime).lines(found.triples, knowledge, enc)
+    triples, citations, passages = ContextEncoder(runtime).lines(found.triples, knowledge, enc)
     overhead = prompt_overhead(req.question, choices=reading.choices)
     called = reading.calls > 0  # a prompt went out (a forced choice of one makes none)
     return Answer(
@@ -226,7 +226,7 @@ def read_answer(runtime, req: Request, base: dict, plan: RelationPlan, found: Re
                 "naive": enc.naive_tokens, "tcr": enc.tcr, "budget": req.budget,
                 "overhead": overhead.to_dict()},
         triples=triples, candidates=[c.to_dict() for c in found.candidates[:10]],
-        citations=citations,
+        citations=citations, passages=passages,
         encoding={"mode": enc.mode, "order": list(enc.order), "dropped": enc.dropped,
                   "total_value": enc.total_value, "semantic": found.semantic,
                   "paths": found.sources, "solve_ms": enc.solve_ms},
@@ -279,12 +279,13 @@ class DerivedAnswer:
         return replace(
             empty,
             answers=[rt.names[e] for e in d.endpoints], answer_ids=list(d.endpoints),
-            triples=[t for triples, _ in lines for t in triples],
+            triples=[t for triples, _, _ in lines for t in triples],
+            passages=[p for _, _, passages in lines for p in passages],
             candidates=[{"id": e, "name": rt.names[e], "walks": w}
                         for e, w in zip(d.endpoints[:10], d.walks[:10])],
             tokens={**empty.tokens, "knowledge": knowledge, "naive": naive,
                     "tcr": knowledge / naive if naive else 1.0},
-            citations=[c for _, citations in lines for c in citations])
+            citations=[c for _, citations, _ in lines for c in citations])
 
     def _retrieval_beside(self, req: Request, heads: list[int],
                           vectors: tuple[np.ndarray | None, np.ndarray | None],

@@ -53,6 +53,7 @@ class Request:
     relation_weight: float
     chain_boost: bool
     source_sentences: bool  # restored source sentences offered as the verbose granularity
+    passage_items: int = 0  # chunks offered to ITTC beside the triples (query.passage_items)
 
 
 def _check_question(question) -> None:
@@ -84,7 +85,8 @@ def _checked_weight(raw) -> float:
 
 
 def checked_request(runtime, question, budget, llm, policy, retrieval, encoding,
-                    relation_weight, chain_boost, source_sentences=True) -> Request:
+                    relation_weight, chain_boost, source_sentences=True,
+                    passage_items=None) -> Request:
     """Every argument checked (a QueryError naming it) before any work is done; the
     ``runtime``'s settings fill in what is None, and it makes the reader."""
     _check_question(question)
@@ -105,7 +107,15 @@ def checked_request(runtime, question, budget, llm, policy, retrieval, encoding,
     except LLMError as exc:
         raise QueryError(f"llm: {exc}") from None
     return Request(question, int(budget), reader, policy, retrieval, encoding, weight, boost,
-                   bool(source_sentences))
+                   bool(source_sentences), _checked_items(settings["passage_items"]
+                                                          if passage_items is None
+                                                          else passage_items))
+
+
+def _checked_items(raw) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, (int, np.integer)) or raw < 0:
+        raise QueryError(f"passage_items must be an integer >= 0; got {raw!r}")
+    return int(raw)
 
 
 class Timer:

@@ -53,6 +53,8 @@ class Retrieval:
     scores: list[float]
     sources: dict[int, str]  # head → cache | computed
     semantic: bool  # a question vector was at hand (Answer.encoding.semantic)
+    #: stores built from documents: the ranked chunks' rows and ranking scores, best first
+    passages: tuple[list[int], list[float]] = ([], [])
 
 
 def paths_triples(candidates: list[Candidate]) -> dict[Triple, float]:
@@ -111,23 +113,28 @@ class Retriever:
             first = paths_triples(candidates)
             triples, scores = list(first), list(first.values())
         extra = list(plan.boosted) if triples else []
+        ranked: tuple[list[int], list[float]] = ([], [])
+        if req.retrieval != "neighbourhood":  # a derived chain's context may offer passages too
+            ranked = self._ranked_passages(heads, q_vec, req)
         if not plan.compact and req.retrieval != "neighbourhood":
-            extra += self._passage_triples(heads, q_vec)
+            extra += rt.provenance.triples_of(ranked[0][:int(rt.settings["passages"])])
             extra += self._qualified_neighbourhood(candidates)
         if triples and extra:
             present = set(triples)
             extra = [f for f in dict.fromkeys(extra) if f not in present]
             triples, scores = triples + extra, scores + [min(scores)] * len(extra)
-        return Retrieval(candidates, triples, scores, sources, semantic)
+        return Retrieval(candidates, triples, scores, sources, semantic, ranked)
 
-    def _passage_triples(self, heads: list[int], q_vec: np.ndarray | None) -> list[Triple]:
-        """The triples of the ``query.passages`` chunks chosen as ``query.passage_ranking``
-        says: nearest the question, or ranked by the passage graph from the links and the
-        dense scores (which ranks from the links alone without a question vector)."""
-        rt, n = self.runtime, int(self.runtime.settings["passages"])
-        if rt.settings["passage_ranking"] == "graph":
-            return rt.provenance.ranked_triples(q_vec, heads, n)
-        return [] if q_vec is None else rt.provenance.passage_triples(q_vec, n)
+    def _ranked_passages(self, heads: list[int], q_vec: np.ndarray | None, req: Request
+                         ) -> tuple[list[int], list[float]]:
+        """The rows and scores of the chunks chosen as ``query.passage_ranking`` says, as many
+        as ``query.passages`` (their triples join the candidate set) or the request's passage
+        items need: nearest the question, or ranked by the passage graph from the links and
+        the dense scores (which ranks from the links alone without a question vector)."""
+        rt = self.runtime
+        n = max(int(rt.settings["passages"]), req.passage_items)
+        return rt.provenance.ranked_passages(q_vec, heads, n,
+                                             graph=rt.settings["passage_ranking"] == "graph")
 
     def _beside(self, heads: list[int], q_vec: np.ndarray | None, req: Request,
                 plan: RelationPlan, triples: list[Triple], scores: list[float]) -> dict:

@@ -52,9 +52,10 @@ def test_an_answer_cites_its_sources_and_offers_the_restored_sentence(built):
     build, _ = built
     person, city = PEOPLE[4], CITIES[12 % len(CITIES)]
     with Runtime.open(build.root) as rt:
-        answer = rt.ask(f"Where was {person} born?", budget=2048, policy="lokg")
+        answer = rt.ask(f"Where was {person} born?", budget=2048, policy="lokg",
+                        passage_items=0)
         plain = rt.ask(f"Where was {person} born?", budget=2048, policy="lokg",
-                       source_sentences=False)
+                       source_sentences=False, passage_items=0)
     assert city in [c["name"] for c in answer.candidates]
     born = [t for t in answer.triples if t["s"] == person and t["r"] == "born in"]
     assert born and born[0]["granularity"] == "verbose"
@@ -91,9 +92,11 @@ def test_passage_seeds_are_the_triples_of_the_nearest_chunks(built):
             assert expected and set(rt.provenance.passage_triples(vectors[row], 1)) == expected
         assert rt.provenance.passage_triples(vectors[0], 0) == []
         rt.settings = {**rt.settings, "passages": 0}
-        alone = rt.ask(f"Where was {PEOPLE[4]} born?", budget=4096, policy="lokg")
+        alone = rt.ask(f"Where was {PEOPLE[4]} born?", budget=4096, policy="lokg",
+                       passage_items=0)
         rt.settings = {**rt.settings, "passages": 3}
-        seeded = rt.ask(f"Where was {PEOPLE[4]} born?", budget=4096, policy="lokg")
+        seeded = rt.ask(f"Where was {PEOPLE[4]} born?", budget=4096, policy="lokg",
+                        passage_items=0)
     assert {(t["s"], t["o"]) for t in alone.triples} < {(t["s"], t["o"]) for t in seeded.triples}
 
 
@@ -108,3 +111,25 @@ def test_the_graph_ranking_seeds_passages_from_the_dense_scores_and_the_links(bu
         assert prov.ranked_rows(None, [], 3) == []
         answer = rt.ask(f"Where was {person} born?", budget=4096, policy="lokg")
     assert city in [c["name"] for c in answer.candidates]
+
+
+def test_a_passage_item_cites_its_chunk_sentence_by_sentence(built):
+    """query.passage_items: the best-ranked chunks are offered to ITTC; an emitted one comes
+    first in the knowledge, its triples are not repeated, and it cites its own sentences."""
+    build, _ = built
+    person, city = PEOPLE[4], CITIES[12 % len(CITIES)]
+    sentences = build.read("sentences", columns=["sentence_id", "chunk_id", "text"]).to_pylist()
+    with Runtime.open(build.root) as rt:
+        answer = rt.ask(f"Where was {person} born?", budget=256, policy="lokg", passage_items=2)
+        with pytest.raises(ValueError, match="passage_items"):
+            rt.ask(f"Where was {person} born?", passage_items=-1)
+    assert answer.passages
+    first = answer.passages[0]
+    assert first["granularity"] in ("sentences", "passage") and first["cost"] <= 256
+    assert answer.tokens["knowledge"] <= 256
+    cited = [c for c in answer.citations if c["basis"] == "passage"]
+    held = {s["sentence_id"]: s for s in sentences}
+    assert cited and all(held[c["sentence_id"]]["chunk_id"] == c["chunk_id"] and
+                         held[c["sentence_id"]]["text"] in first["line"] for c in cited
+                         if c["chunk_id"] == first["chunk_id"])
+    assert any(city in p["line"] for p in answer.passages)

@@ -41,17 +41,23 @@ equal ranks the later input) are dropped until all-compact fits; then the multip
 knapsack (exactly one granularity per kept triple, Σc ≤ B, max Σv) is solved exactly by DP
 (``solve_mckp``) when B ≤ 4096, else by the greedy value/cost rule (``solve_greedy``). Kept lines
 are emitted in rank order.
+
+**Passages.** In a store built from documents, ``encode(..., passages=...)`` also offers
+passages (``passages``: a chunk whole, or the sentences of it the candidate triples came from)
+as knapsack rows beside the triples, valued down the passage ranking; a triple an emitted
+passage holds is not paid for twice (the module has the rule).
 """
 
 from lokg.runtime.ittc.encoding import (BETA, DP_MAX_BUDGET, ENTROPY_FLOOR, LAMBDA_BOOST,
                                         UNIFORM_ORDER, EncodedTriple, Encoding, encode,
                                         encode_uniform, naive_fits, triple_values)
 from lokg.runtime.ittc.mckp import InfeasibleBudget, solve_greedy, solve_mckp
+from lokg.runtime.ittc.passages import EncodedPassage, Passage
 from lokg.runtime.ittc.order import COMPONENTS, ORDERS, component_order, order_entropies
 from lokg.runtime.ittc.render import GRANULARITIES, KnowledgeTriple, render, render_levels
 
 __all__ = ["BETA", "COMPONENTS", "DP_MAX_BUDGET", "ENTROPY_FLOOR", "GRANULARITIES", "LAMBDA_BOOST",
-           "ORDERS", "UNIFORM_ORDER", "EncodedTriple", "Encoding", "InfeasibleBudget",
-           "KnowledgeTriple", "component_order", "encode", "encode_uniform", "naive_fits",
-           "order_entropies", "render", "render_levels", "solve_greedy", "solve_mckp",
-           "triple_values"]
+           "ORDERS", "UNIFORM_ORDER", "EncodedPassage", "EncodedTriple", "Encoding",
+           "InfeasibleBudget", "KnowledgeTriple", "Passage", "component_order", "encode",
+           "encode_uniform", "naive_fits", "order_entropies", "render", "render_levels",
+           "solve_greedy", "solve_mckp", "triple_values"]

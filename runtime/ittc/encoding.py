@@ -11,6 +11,8 @@ import numpy as np
 
 from lokg.runtime.ittc.mckp import solve_greedy, solve_mckp
 from lokg.runtime.ittc.order import check_order
+from lokg.runtime.ittc.passages import (OPTIONS, EncodedPassage, Passage, Selection,
+                                        covered_whole, passage_rows, select_covered)
 from lokg.runtime.ittc.render import (GRANULARITIES, KnowledgeTriple, lines_and_costs,
                                       render_levels)
 from lokg.runtime.tokens import count_joined, count_tokens
@@ -38,12 +40,14 @@ class EncodedTriple:
     value: float  # value of the emitted line (0 when dropped)
     costs: tuple[int, int, int]  # per granularity
     values: tuple[float, float, float]
+    covered_by: int | None = None  # the emitted passage that holds it (then not on its own line)
 
     def to_dict(self) -> dict:
         return {
             "index": self.index, "rank": self.rank, "score": self.score,
             "granularity": self.granularity, "cost": self.cost, "value": self.value,
             "costs": list(self.costs), "values": list(self.values), "line": self.line,
+            "covered_by": self.covered_by,
         }
 
 
@@ -63,6 +67,8 @@ class Encoding:
     solve_ms: float  # time in the knapsack solver (0 in naive mode)
     encode_ms: float  # whole encode call, rendering and counting included
     repairs: int = 0  # post-hoc fixes after the final recount (0 while lines stay additive)
+    #: the passages offered beside the triples (ittc/passages.py), emitted ones first in ``text``
+    passages: tuple[EncodedPassage, ...] = field(default=(), repr=False)
 
     @property
     def tcr(self) -> float:
@@ -76,6 +82,7 @@ class Encoding:
             "tcr": self.tcr, "dropped": self.dropped, "total_value": self.total_value,
             "solve_ms": self.solve_ms, "encode_ms": self.encode_ms, "repairs": self.repairs,
             "triples": [t.to_dict() for t in self.triples],
+            "passages": [p.to_dict() for p in self.passages],
         }
 
 
@@ -131,11 +138,14 @@ def encode(
     beta: Sequence[float] = BETA,
     boost: float = LAMBDA_BOOST,
     count: Callable[[str], int] = count_tokens,
+    passages: Sequence[Passage] = (),
 ) -> Encoding:
     """Encode ``triples`` into at most ``budget`` cl100k tokens, components in ``order`` (σ*).
 
     ``count`` is the token counter (tests inject others); the bound is enforced on the final
-    text as ``count`` measures it.
+    text as ``count`` measures it. ``passages`` are offered beside the triples
+    (ittc/passages.py: one more knapsack row each, and the triples an emitted one holds are
+    not paid for again).
     """
     started = time.perf_counter()
     budget, order = _checked_arguments(budget, order, beta)
@@ -147,6 +157,10 @@ def encode(
     values = _values(triples, beta, boost)
     # Lines are additive under cl100k (module docstring), so T_naive is the sum of the verbose
     # costs; the text actually emitted is always counted on itself.
+    if passages:
+        return _encode_mixed(triples, (lines, cost_rows, costs, values), ranked, list(passages),
+                             budget=budget, order=order, dp_max_budget=dp_max_budget,
+                             count=count, started=started)
     naive_tokens = int(costs[:, -1].sum())
     choices, kept, dropped, mode, solve_ms = _select(costs, values, ranked, budget,
                                                      dp_max_budget, naive_tokens)
@@ -204,12 +218,7 @@ def _select(costs: np.ndarray, values: np.ndarray, ranked: list[int], budget: in
         return [len(GRANULARITIES) - 1] * n, list(ranked), 0, "naive", 0.0
     mode = "dp" if budget <= dp_max_budget else "greedy"
     choices = [-1] * n
-    kept = list(ranked)
-    dropped = 0
-    compact_total = int(costs[kept, 0].sum())
-    while kept and compact_total > budget:
-        compact_total -= int(costs[kept.pop(), 0])
-        dropped += 1
+    kept, dropped = _fitting(costs, ranked, budget)
     t0 = time.perf_counter()
     if kept:
         idx = np.array(kept, dtype=np.int64)
@@ -220,9 +229,96 @@ def _select(costs: np.ndarray, values: np.ndarray, ranked: list[int], budget: in
     return choices, kept, dropped, mode, (time.perf_counter() - t0) * 1000.0
 
 
-def _assemble(triples, lines, costs, values, choices, *, started: float, **fields) -> Encoding:
+def _fitting(costs: np.ndarray, ranked: list[int], budget: int) -> tuple[list[int], int]:
+    """(kept, dropped): the triples in rank order, the lowest-ranked dropped until their
+    compact lines fit ``budget`` together."""
+    kept = list(ranked)
+    dropped = 0
+    compact_total = int(costs[kept, 0].sum()) if kept else 0
+    while kept and compact_total > budget:
+        compact_total -= int(costs[kept.pop(), 0])
+        dropped += 1
+    return kept, dropped
+
+
+def _encode_mixed(triples, rendered, ranked: list[int], passages: list[Passage], *,
+                  budget: int, order, dp_max_budget: int, count, started: float) -> Encoding:
+    """:func:`encode` with passages offered (ittc/passages.py). Naive: every passage whole and
+    every triple none of them holds at verbose, when that fits 0.7·B; else the cover rule's
+    rounds, each an MCKP whose triple rows may also choose none (ittc/passages.py)."""
+    lines, cost_rows, costs, values = rendered
+    plines, pcosts, pvalues = passage_rows(passages, count)
+    whole = covered_whole(passages)
+    n, top = len(triples), len(GRANULARITIES) - 1
+    naive_tokens = int(pcosts[:, 2].sum()) + sum(int(costs[i, top]) for i in range(n)
+                                                 if i not in whole)
+    if naive_fits(naive_tokens, budget):
+        sel = Selection([-1 if i in whole else top for i in range(n)],
+                        [len(OPTIONS) - 1] * len(passages), dict(whole))
+        mode = "naive"
+    else:
+        mode = "dp" if budget <= dp_max_budget else "greedy"
+        t0 = time.perf_counter()
+        sel = select_covered(costs, values, ranked, pcosts, pvalues, passages, budget,
+                             solve_mckp if mode == "dp" else solve_greedy)
+        sel.solve_ms = (time.perf_counter() - t0) * 1000.0
+    text, tokens, repairs = _mixed_text((lines, cost_rows), (plines, pcosts), sel, ranked,
+                                        budget, count)
+    encoded = _encoded_passages(passages, (plines, pcosts, pvalues), sel)
+    dropped = sum(1 for i in range(n) if sel.choices[i] < 0 and i not in sel.covered_by)
+    return _assemble(triples, lines, cost_rows, values, sel.choices, text=text, tokens=tokens,
+                    order=order, mode=mode, budget=budget, naive_tokens=naive_tokens,
+                    dropped=dropped, solve_ms=sel.solve_ms, started=started, repairs=repairs,
+                    passages=encoded, covered_by=sel.covered_by)
+
+
+def _encoded_passages(passages: list[Passage], rows, sel: Selection
+                      ) -> tuple[EncodedPassage, ...]:
+    """What happened to each offered passage (``rows``: its lines, costs and values)."""
+    plines, pcosts, pvalues = rows
+    out = []
+    for j, p in enumerate(passages):
+        c = sel.pchoices[j] if plines[j][sel.pchoices[j]] else 0
+        out.append(EncodedPassage(
+            index=j, chunk_id=p.chunk_id, rank=p.rank, score=float(p.score),
+            granularity=OPTIONS[c] if c else None, line=plines[j][c],
+            cost=int(pcosts[j, c]), value=float(pvalues[j, c]),
+            costs=tuple(pcosts[j].tolist()), values=tuple(pvalues[j].tolist()),
+            covers=tuple(i for i, k in sorted(sel.covered_by.items()) if k == j), passage=p))
+    return tuple(out)
+
+
+def _mixed_text(rendered, prendered, sel: Selection, ranked: list[int], budget: int,
+                count) -> tuple[str, int, int]:
+    """(text, tokens, repairs): the chosen passages' lines (ranking order), then the triples'
+    on their own lines (rank order); the lowest-ranked triple, then the last passage, taken
+    out while the text exceeds ``budget`` (expected never: every line adds, and each
+    knapsack round fits the budget it was given). ``sel`` is updated in place."""
+    (lines, cost_rows), (plines, pcosts) = rendered, prendered
+    repairs = 0
+    while True:
+        ps = [j for j, c in enumerate(sel.pchoices) if c > 0 and plines[j][c]]
+        ts = [i for i in ranked if sel.choices[i] >= 0]
+        parts = [plines[j][sel.pchoices[j]] for j in ps] + [lines[i][sel.choices[i]] for i in ts]
+        part_costs = [int(pcosts[j, sel.pchoices[j]]) for j in ps] + \
+            [cost_rows[i][sel.choices[i]] for i in ts]
+        text, tokens = _joined(parts, part_costs, count)
+        if tokens <= budget:
+            return text, tokens, repairs
+        repairs += 1
+        if ts:
+            sel.choices[ts[-1]] = -1
+        else:
+            sel.pchoices[ps[-1]] = 0
+            sel.covered_by = {i: j for i, j in sel.covered_by.items() if j != ps[-1]}
+
+
+def _assemble(triples, lines, costs, values, choices, *, started: float,
+              covered_by: dict[int, int] | None = None, **fields) -> Encoding:
     """The Encoding of a finished selection (``choices[i]`` = granularity index, -1 dropped;
-    ``costs`` one sequence of Python ints per triple)."""
+    ``costs`` one sequence of Python ints per triple; ``covered_by``: the triples an emitted
+    passage holds, and which)."""
+    covered_by = covered_by or {}
     items = []
     total_value = 0.0
     value_rows = values.tolist()
@@ -236,7 +332,9 @@ def _assemble(triples, lines, costs, values, choices, *, started: float, **field
             line=lines[i][c] if c >= 0 else "",
             cost=costs[i][c] if c >= 0 else 0, value=value,
             costs=tuple(costs[i]), values=tuple(value_rows[i]),
+            covered_by=covered_by.get(i),
         ))
+    total_value += sum(p.value for p in fields.get("passages", ()) if p.granularity)
     fields["tokens"] = int(fields["tokens"])
     fields["naive_tokens"] = int(fields["naive_tokens"])
     return Encoding(total_value=total_value, triples=tuple(items),
