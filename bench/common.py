@@ -366,9 +366,8 @@ def attention_agreement(one: Path, other: Path) -> dict:
 # --------------------------------------------------------------- stages on a Spark session
 
 #: What these benches measure is the stages' Spark paths: the passes over the triples of
-#: relation_stats and entity_types, and ingest's parse, in Spark at every size (``--set`` them
-#: back to measure the driver paths: relation_stats.driver_max_triples=10000000,
-#: ingest.driver_max_nt_mb=4096)
+#: relation_stats and entity_types in Spark at every size (``--set`` them back to measure the
+#: driver paths: relation_stats.driver_max_triples=10000000)
 def spark_paths() -> tuple[str, ...]:
     """Settings that put every stage on its Spark path: each ``driver_max_*`` threshold of the
     default config at 0 (the value every one of them reads as "always Spark")."""
@@ -500,7 +499,7 @@ def _module(tree: Path, name: str):
 
 #: The helper modules a stage's baseline takes from its own tree as well: a stage's speed is
 #: mostly in them (ingest's parsers, Spark's and the driver's; relation_stats' driver passes).
-BASELINE_HELPERS = {"ingest": ("formats", "ingest_nt", "ingest_lines"),
+BASELINE_HELPERS = {"ingest": ("formats",),
                     "relation_stats": ("relation_stats_driver",)}
 
 

@@ -18,9 +18,9 @@ quarantine has work). Rounds alternate Spark then DuckDB so that both see the sa
   build of that size would (the row's ``step_paths`` and the table say which ran, per step);
   with the Spark paths forced, ``--set relation_stats.driver_max_triples=10000000`` measures
   relation_stats' driver path (numpy, no Spark: ``spark_jobs/relation_stats_driver.py``)
-  against DuckDB instead, and
-  ``--set ingest.driver_max_nt_mb=4096`` ingest's (an N-Triples dump parsed with
-  pyarrow.compute: ``spark_jobs/ingest_nt.py``); the row's ``ingest_path`` says which ran,
+  against DuckDB instead. Ingest runs on the engine the config names (``--set
+  engine.name=duckdb``: its SQL on DuckDB, ``spark_jobs/ingest.py``); the row's
+  ``ingest_path`` says whether it parsed every line (``full``) or few (``partial``),
   ``ingest_driver_peak_mib`` the Python process's peak RSS during each round's ingest.
 * **DuckDB** (``threads`` = 2, the same cores): the same ingest in SQL — the N-Triples rules of
   ``spark_jobs.formats`` (its regexes, made RE2-compatible), the quarantine with its reasons and

@@ -108,10 +108,11 @@ class Engine(ABC):
 
     @abstractmethod
     def write(self, sql: str, out: Path, *, order_by: Sequence[str] = (),
-              single_file: bool = True) -> None:
+              single_file: bool = True, drop: Sequence[str] = ()) -> None:
         """The result of ``sql`` written as Parquet part files under the directory ``out``;
         ``order_by``: the rows in that order (within the one file, or across the parts in
-        their names' order)."""
+        their names' order); ``drop``: columns of the result left out of the files (an order
+        key not kept)."""
 
     def close(self) -> None:
         """Release what the engine holds (a connection, spilled files)."""
@@ -156,10 +157,12 @@ class DuckDBEngine(Engine):
         return self.con.sql(sql).to_arrow_table()
 
     def write(self, sql: str, out: Path, *, order_by: Sequence[str] = (),
-              single_file: bool = True) -> None:
+              single_file: bool = True, drop: Sequence[str] = ()) -> None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        ordered = f"SELECT * FROM ({sql}) ORDER BY {', '.join(order_by)}" if order_by else sql
+        columns = f"* EXCLUDE ({', '.join(drop)})" if drop else "*"
+        ordered = f"SELECT {columns} FROM ({sql})"
+        ordered += f" ORDER BY {', '.join(order_by)}" if order_by else ""
         if single_file or order_by:  # DuckDB writes one ordered file; parts would not keep it
             target, options = _quoted(str(out / "part-00000.parquet")), ""
         else:
@@ -201,14 +204,14 @@ class SparkEngine(Engine):
         return self.spark.sql(spark_sql(sql)).toArrow()
 
     def write(self, sql: str, out: Path, *, order_by: Sequence[str] = (),
-              single_file: bool = True) -> None:
+              single_file: bool = True, drop: Sequence[str] = ()) -> None:
         frame = self.spark.sql(spark_sql(sql))
         if single_file:
             frame = frame.coalesce(1)
             frame = frame.sortWithinPartitions(*order_by) if order_by else frame
         elif order_by:
             frame = frame.orderBy(*order_by)
-        frame.write.mode("overwrite").parquet(str(out))
+        frame.drop(*drop).write.mode("overwrite").parquet(str(out))
 
 
 #: The engines by ``engine.name``.
