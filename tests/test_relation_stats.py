@@ -333,8 +333,8 @@ def test_the_driver_passes_equal_spark_on_generator_data(spark, tmp_path, monkey
     from lokg.spark_jobs import entity_types, ingest
 
     generate(tmp_path / "dump", n_triples=3000, seed=4, n_questions=0)
-    staged = ingest.run({"ingest": {"format": "synth"}}, {"dump": str(tmp_path / "dump")},
-                        str(tmp_path / "ingest"))["outputs"]
+    staged = ingest.run({"ingest": {"format": "synth"}, "engine": {"name": "duckdb"}},
+                        {"dump": str(tmp_path / "dump")}, str(tmp_path / "ingest"))["outputs"]
     staged.update(entity_types.run({}, staged, str(tmp_path / "types"))["outputs"])
     results = _run_paths(staged, tmp_path, monkeypatch, **settings)
     _assert_same_outputs(results)

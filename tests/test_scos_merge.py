@@ -353,8 +353,8 @@ def test_the_driver_rewrite_equals_the_spark_rewrite_row_for_row(spark, tmp_path
     from lokg.spark_jobs import entity_types, ingest, relation_stats, scos_merge, session
 
     generate(tmp_path / "dump", n_triples=3000, seed=4, n_questions=0)
-    staged = ingest.run({"ingest": {"format": "synth"}}, {"dump": str(tmp_path / "dump")},
-                        str(tmp_path / "ingest"))["outputs"]
+    staged = ingest.run({"ingest": {"format": "synth"}, "engine": {"name": "duckdb"}},
+                        {"dump": str(tmp_path / "dump")}, str(tmp_path / "ingest"))["outputs"]
     staged.update(entity_types.run({}, staged, str(tmp_path / "types"))["outputs"])
     staged.update(relation_stats.run({}, staged, str(tmp_path / "stats"))["outputs"])
 

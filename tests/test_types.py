@@ -143,8 +143,8 @@ def test_the_driver_path_equals_the_spark_path_row_for_row(spark, tmp_path, monk
     from lokg.spark_jobs import entity_types, ingest
 
     generate(tmp_path / "dump", n_triples=3000, seed=4, n_questions=0)
-    staged = ingest.run({"ingest": {"format": "synth"}}, {"dump": str(tmp_path / "dump")},
-                        str(tmp_path / "ingest"))["outputs"]
+    staged = ingest.run({"ingest": {"format": "synth"}, "engine": {"name": "duckdb"}},
+                        {"dump": str(tmp_path / "dump")}, str(tmp_path / "ingest"))["outputs"]
     if rule == "domain":
         staged.pop("type_assertions")
     _, spark_report, spark_rows = run_types(staged, tmp_path / "spark", "spark")
@@ -189,7 +189,8 @@ def test_ingest_then_types_explicit_from_nt(spark, tmp_path):
         f"<{fb}m.1> <{fb}people.person.nationality> <{fb}m.2> .",
         f"<{fb}m.3> <{fb}film.film.starring> <{fb}m.1> .",
     ]) + "\n")
-    staged = ingest.run({"ingest": {}}, {"dump": str(dump)}, str(tmp_path / "ingest"))
+    staged = ingest.run({"ingest": {}, "engine": {"name": "duckdb"}}, {"dump": str(dump)},
+                        str(tmp_path / "ingest"))
     types, report, rows = run_types(staged["outputs"], tmp_path / "types")
     key = {r["id"]: r["key"] for r in rows}
     assert {key[i]: t for i, t in types.items()} == {
