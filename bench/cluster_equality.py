@@ -174,11 +174,11 @@ def rerun(store: Path, cache: Path, base_id: str, master: str, build_id: str, st
 
 
 def stage_path(stage: str, report: dict) -> str | None:
-    """Where the stage's report says it ran (driver | spark): ingest's parse; relation_stats'
-    passes over the triples, then its pair signals; scos_merge's rewrite of the triples; the
-    other stages' ``path``."""
+    """Where the stage's report says it ran (driver | spark; ingest: its engine, duckdb |
+    spark); relation_stats' passes over the triples, then its pair signals; scos_merge's
+    rewrite of the triples; the other stages' ``path``."""
     if stage == "ingest":
-        return report.get("refresh", {}).get("ingest")
+        return report.get("engine")
     if stage == "relation_stats":
         return f"{report.get('passes')}, pairs {report.get('path')}"
     return report.get("rewrite" if stage == "scos_merge" else "path")

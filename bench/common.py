@@ -499,7 +499,7 @@ def _module(tree: Path, name: str):
 
 #: The helper modules a stage's baseline takes from its own tree as well: a stage's speed is
 #: mostly in them (ingest's parsers, Spark's and the driver's; relation_stats' driver passes).
-BASELINE_HELPERS = {"ingest": ("formats",),
+BASELINE_HELPERS = {"ingest": ("formats", "ingest_sql", "ingest_tables", "ingest_read"),
                     "relation_stats": ("relation_stats_driver",)}
 
 
