@@ -174,11 +174,8 @@ def rerun(store: Path, cache: Path, base_id: str, master: str, build_id: str, st
 
 
 def stage_path(stage: str, report: dict) -> str | None:
-    """Where the stage's report says it ran: ingest's parse; a SQL stage's ``engine`` (duckdb |
-    spark); else (a report of older code) scos_merge's ``rewrite`` or the stage's ``path``
-    (driver | spark)."""
-    if stage == "ingest":
-        return report.get("refresh", {}).get("ingest")
+    """Where the stage's report says it ran: a SQL stage's ``engine`` (duckdb | spark); else (a
+    report of older code) scos_merge's ``rewrite`` or the stage's ``path`` (driver | spark)."""
     return report.get("engine") or report.get("rewrite" if stage == "scos_merge" else "path")
 
 

@@ -367,9 +367,8 @@ def attention_agreement(one: Path, other: Path) -> dict:
 
 # --------------------------------------------------------------- stages on a Spark session
 
-#: What these benches measure is ingest's Spark path: its parse in Spark at every size
-#: (``--set`` it back to measure the driver path: ingest.driver_max_nt_mb=4096); the SQL stages
-#: run on the build's engine (``engine.name``)
+#: What these benches measure is the Spark path of each stage that still has a driver path below
+#: a threshold (``driver_max_*``); the SQL stages run on the build's engine (``engine.name``)
 def spark_paths() -> tuple[str, ...]:
     """Settings that put every stage on its Spark path: each ``driver_max_*`` threshold of the
     default config at 0 (the value every one of them reads as "always Spark")."""
@@ -501,8 +500,8 @@ def _module(tree: Path, name: str):
 
 
 #: The helper modules a stage's baseline takes from its own tree as well: a stage's speed is
-#: mostly in them (ingest's parsers, Spark's and the driver's).
-BASELINE_HELPERS = {"ingest": ("formats", "ingest_nt", "ingest_lines")}
+#: mostly in them (ingest's reading, parsing and tables).
+BASELINE_HELPERS = {"ingest": ("formats", "ingest_sql", "ingest_tables", "ingest_read")}
 
 
 def load_baseline(tree: Path, stage: str):

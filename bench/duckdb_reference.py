@@ -16,9 +16,9 @@ quarantine has work). Rounds alternate Spark then DuckDB so that both see the sa
   start-up is reported apart. Their driver paths are off (``relation_stats_scale.SPARK_PATHS``)
   unless ``--paths product``: then the default config's thresholds choose each stage's path, as a
   build of that size would (the row's ``step_paths`` and the table say which ran, per step);
-  relation_stats runs on the engine the build would resolve (``--set engine.name=spark``:
-  Spark SQL); with the Spark paths forced, ``--set ingest.driver_max_nt_mb=4096`` measures ingest's (an N-Triples dump parsed with
-  pyarrow.compute: ``spark_jobs/ingest_nt.py``); the row's ``ingest_path`` says which ran,
+  ingest, entity_types and relation_stats run on the engine the config names (``--set
+  engine.name=duckdb``: their SQL on DuckDB; ``spark``: Spark SQL); the row's
+  ``ingest_path`` says whether ingest parsed every line (``full``) or few (``partial``),
   ``ingest_driver_peak_mib`` the Python process's peak RSS during each round's ingest.
 * **DuckDB** (``threads`` = 2, the same cores): the same ingest in SQL — the N-Triples rules of
   ``spark_jobs.formats`` (its regexes, made RE2-compatible), the quarantine with its reasons and
@@ -182,11 +182,9 @@ def run(args) -> dict:
 
 
 def step_paths(reports: dict) -> dict[str, str]:
-    """Where each step ran, from the stages' own reports: ingest's parse (driver | spark),
-    entity_types' and relation_stats' SQL engine (duckdb | spark)."""
-    return {"ingest": reports["ingest"]["refresh"]["ingest"],
-            "entity_types": reports["entity_types"]["engine"],
-            "relation_stats": reports["relation_stats"]["engine"]}
+    """Where each step ran, from the stages' own reports: their SQL engine (duckdb | spark)."""
+    return {stage: reports[stage]["engine"]
+            for stage in ("ingest", "entity_types", "relation_stats")}
 
 
 def ratios(times: dict[str, list[float]]) -> dict[str, float]:

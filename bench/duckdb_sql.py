@@ -1,13 +1,9 @@
 """The DuckDB reference of ingest (bench/duckdb_reference.py), as SQL; relation_stats' own
 SQL (``spark_jobs.relation_stats`` on the DuckDB engine) is its reference for that stage.
 
-The rules are those of ``spark_jobs.formats`` / ``spark_jobs.ingest``; the N-Triples regexes
-are taken from ``spark_jobs.formats`` and rewritten for RE2 (no possessive quantifiers; Java's
-``\\s`` spelled out, since RE2's lacks ``\\x0B``), so that both sides classify lines by the
-same patterns. Literal text with escapes goes through ``formats.unescape_nt`` (a DuckDB Python
-function, only for those rows), which agrees with Spark's ``unescapeJava`` on every N-Triples
-escape. Outputs are Parquet files under ``out``, read back by ``fetch_outputs`` in the shape
-``read_spark_outputs`` gives Spark's.
+The rules are those of ``spark_jobs.ingest``; the lines are classified by the stage's own SQL
+(``spark_jobs.ingest_sql``). Outputs are Parquet files under ``out``, read back by
+``fetch_outputs`` in the shape ``read_spark_outputs`` gives Spark's.
 """
 
 from __future__ import annotations
@@ -18,7 +14,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from lokg.spark_jobs import formats as fm
-from lokg.spark_jobs.formats import re2
 
 
 def q(text: str) -> str:
@@ -30,87 +25,23 @@ def _in(values) -> str:
     return "(" + ", ".join(q(v) for v in values) + ")"
 
 
-_OBJECT = re2(r'^"(.*)"(?:@[A-Za-z0-9\-]+|\^\^<[^<>"\s]*>)?$')  # as in formats.parse_nt
-_LANG = r'"@([A-Za-z0-9\-]+)$'
+def parse(con, nt_path: Path, languages: list[str]) -> None:
+    """Table ``parsed``: one row per line (line, kind, s, p, o unescaped, reason, text) — the
+    stage's own N-Triples rules (``spark_jobs.ingest_sql``) on DuckDB."""
+    import tempfile
 
+    from lokg.spark_jobs.ingest_read import write_lines
+    from lokg.spark_jobs.ingest_sql import parse_nt
 
-def _lang_ok(languages: list[str]) -> str:
-    """``formats._lang_ok`` in SQL over the column ``lang``."""
-    conds = ["false"]
-    for code in languages:
-        code = (code or "").lower()
-        conds.append(f"lower(lang) = {q(code)}")
-        if code:
-            conds.append(f"starts_with(lower(lang), {q(code + '-')})")
-    return "(" + " OR ".join(conds) + ")"
-
-
-def _kind() -> str:
-    """``formats.parse_nt``'s kind of a line."""
-    named = (*fm.NAME_PREDICATES, *fm.ALIAS_PREDICATES, *fm.DESCRIPTION_PREDICATES)
-    return f"""CASE WHEN skip THEN '{fm.SKIP}'
-        WHEN NOT ok OR empty THEN '{fm.MALFORMED}'
-        WHEN p IN {_in(fm.TYPE_PREDICATES)} THEN '{fm.TYPE}'
-        WHEN NOT lit THEN '{fm.EDGE}'
-        WHEN p IN {_in(fm.NAME_PREDICATES)} AND keep THEN '{fm.NAME}'
-        WHEN p IN {_in(fm.ALIAS_PREDICATES)} AND keep THEN '{fm.ALIAS}'
-        WHEN p IN {_in(fm.DESCRIPTION_PREDICATES)} AND keep THEN '{fm.DESCRIPTION}'
-        WHEN p IN {_in(named)} THEN '{fm.FILTERED}'
-        ELSE '{fm.ATTRIBUTE}' END"""
-
-
-def _reason() -> str:
-    """The quarantine reason of a malformed line: ``formats.parse_nt``'s diagnosis chain."""
-    whens = "".join(f" WHEN regexp_matches(value, {q(re2(p))}) THEN {q(r)}"
-                    for p, r in fm._DIAGNOSES)
-    return (f"CASE WHEN ctl THEN {q(fm.R_CONTROL)} WHEN ok THEN {q(fm.R_EMPTY_IRI)}{whens} "
-            f"ELSE {q(fm.R_GARBAGE)} END")
-
-
-def _setup(con) -> None:
-    con.execute(f"""CREATE OR REPLACE MACRO iri_key(term) AS CASE WHEN starts_with(term, '<')
-        THEN (CASE WHEN starts_with(substr(term, 2, length(term) - 2), {q(fm.FREEBASE_NS)})
-                   THEN substr(term, {len(fm.FREEBASE_NS) + 2}, length(term) - {len(fm.FREEBASE_NS) + 2})
-                   ELSE substr(term, 2, length(term) - 2) END)
-        ELSE term END""")
+    lines = Path(tempfile.mkdtemp(prefix="duckdb-ref-")) / "lines.parquet"
+    write_lines(fm.Plan("nt", [fm.Source("nt", (Path(nt_path),), True)]), lines)
     registered = con.execute("SELECT count(*) FROM duckdb_functions() "
-                             "WHERE function_name = 'nt_unescape'").fetchone()[0]
+                             "WHERE function_name = 'nt_unescape'").fetchall()[0][0]
     if not registered:
         con.create_function("nt_unescape", fm.unescape_nt, ["VARCHAR"], "VARCHAR",
                             side_effects=False)
-
-
-def parse(con, nt_path: Path, languages: list[str]) -> None:
-    """Table ``parsed``: one row per line (line, kind, s, p, o unescaped, reason, text)."""
-    _setup(con)
-    con.execute(f"""CREATE OR REPLACE TABLE raw AS SELECT value FROM read_csv({q(str(nt_path))},
-        columns = {{'value': 'VARCHAR'}}, header = false, delim = '\x02\x03', quote = '',
-        escape = '', auto_detect = false, strict_mode = false)""")
-    full = q(re2(fm._FULL))
-    con.execute(f"""CREATE OR REPLACE TABLE parsed AS
-    WITH l AS (SELECT rowid + 1 AS line, CASE WHEN starts_with(v, chr(65279)) THEN substr(v, 2)
-                                           ELSE v END AS value
-               FROM (SELECT rowid, coalesce(value, '') AS v FROM raw)),
-    m AS (SELECT line, value, trim(value) = '' OR starts_with(trim(value), '#') AS skip,
-                 contains(value, chr(1)) AS ctl,
-                 regexp_extract(value, {full}, ['st', 'pt', 'ot']) AS t FROM l),
-    k AS (SELECT line, value, skip, ctl, NOT ctl AND t.st <> '' AS ok,
-                 t.st AS st, t.pt AS pt, t.ot AS ot FROM m),
-    f AS (SELECT *, iri_key(st) AS s, iri_key(pt) AS p, starts_with(ot, '"') AS lit,
-                 CASE WHEN starts_with(ot, '"') THEN regexp_extract(ot, {q(_OBJECT)}, 1)
-                      ELSE iri_key(ot) END AS o_raw,
-                 regexp_extract(ot, {q(_LANG)}, 1) AS lang,
-                 (st = '<>' OR pt = '<>' OR ot = '<>') AS empty FROM k),
-    g AS (SELECT *, {_lang_ok(languages)} AS keep FROM f),
-    h AS (SELECT line, value, ctl, ok, s, p, o_raw, lit, {_kind()} AS kind FROM g)
-    SELECT line, kind,
-           CASE WHEN kind NOT IN ('{fm.SKIP}', '{fm.MALFORMED}') THEN s END AS s,
-           CASE WHEN kind NOT IN ('{fm.SKIP}', '{fm.MALFORMED}') THEN p END AS p,
-           CASE WHEN kind IN ('{fm.SKIP}', '{fm.MALFORMED}') THEN NULL
-                WHEN lit AND contains(o_raw, '\\') THEN nt_unescape(o_raw) ELSE o_raw END AS o,
-           CASE WHEN kind = '{fm.MALFORMED}' THEN {_reason()} END AS reason,
-           CASE WHEN kind = '{fm.MALFORMED}' THEN substr(value, 1, 500) END AS text
-    FROM h""")
+    con.execute(f"""CREATE OR REPLACE TABLE parsed AS SELECT line, kind, s, p, o, reason,
+        substr(text, 1, 500) AS text FROM ({parse_nt(f"read_parquet({q(str(lines))})", languages)})""")
 
 
 def ingest(con, nt_path: Path, languages: list[str], out: Path) -> dict:

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     from lokg.spark_jobs import ingest
 
     config = load_config(None, ["spark.master=local[2]", f"spark.driver_memory={args.driver_memory}",
-                                f"ingest.format={args.format}"])
+                                f"ingest.format={args.format}", "engine.name=spark"])
     spark = (SparkSession.builder.master("local[2]").config("spark.driver.memory", args.driver_memory)
              .config("spark.sql.shuffle.partitions", str(config["spark"]["shuffle_partitions"]))
              .config("spark.ui.enabled", "true").config("spark.ui.showConsoleProgress", "false")

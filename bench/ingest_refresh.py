@@ -1,4 +1,4 @@
-"""A refresh's ingest on the driver against a full Spark ingest of the same dump.
+"""A refresh's ingest from its line store against a full ingest of the same dump.
 
     python -m bench.ingest_refresh --dump W/edited --previous STORE/refresh/B/ingest --work W2
 
@@ -7,14 +7,14 @@
 processes, one after the other, each measured as ``bench/build_scale.py`` measures a stage
 process (wall, CPU seconds of the process tree sampled every 0.2 s, the Spark JVM included):
 
-1. **full** — ingest of ``--dump`` with no previous build: Spark, as a full build runs it (a
-   cold JVM: ingest is a build's first Spark stage);
+1. **full** — ingest of ``--dump`` with no previous build, as a full build runs it (on the
+   engine the build resolves: ``engine.name``);
 2. **refresh** — ingest of ``--dump`` with ``--previous`` as its ``previous:`` inputs, as a
-   refresh's driver passes them: on the driver when few lines changed (the report says which).
+   refresh's driver passes them: only the lines its line store lacks are parsed.
 
-Equality: every table of ``spark_jobs.ingest_lines.TABLES`` and every part of the change set
+Equality: every table of ``spark_jobs.ingest.STORE_TABLES`` and every part of the change set
 compared by ``pipeline.refresh.same_rows`` (rows as multisets, schema included) — the change set
-against a third run, Spark with the previous build (``ingest.driver_max_dump_mb=0``), unmeasured.
+against a third run, with the previous build's tables but not its line store, unmeasured.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 
-RUNS = {"full": (False, []), "refresh": (True, []),
-        "spark_refresh": (True, ["ingest.driver_max_dump_mb=0"])}
+#: run → the previous build's outputs it takes as ``previous:`` inputs
+RUNS = {"full": (), "refresh": ("dump_lines",), "every_line": ()}
 
 
 def child(run: str, dump: Path, previous: Path, out: Path) -> None:
@@ -35,14 +35,14 @@ def child(run: str, dump: Path, previous: Path, out: Path) -> None:
     from lokg.common.stage import PREVIOUS
     from lokg.pipeline.config import load_config
     from lokg.spark_jobs import ingest
-    from lokg.spark_jobs.ingest_lines import TABLES
+    from lokg.spark_jobs.engine import with_engine
 
-    with_previous, overrides = RUNS[run]
     inputs = {"dump": str(dump)}
-    if with_previous:
+    if run != "full":
         inputs.update({PREVIOUS + name: str(previous / f"{name}.parquet")
-                       for name in (*TABLES, "dump_lines")})
-    result = ingest.run(load_config(None, overrides), inputs, str(out / "stage"))
+                       for name in (*ingest.STORE_TABLES, *RUNS[run])})
+    config = with_engine(load_config(None, []), dump)
+    result = ingest.run(config, inputs, str(out / "stage"))
     (out / "report.json").write_text(json.dumps(result["report"], indent=2))
 
 
@@ -50,9 +50,9 @@ def equal_tables(one: Path, other: Path) -> tuple[dict[str, bool], dict[str, boo
     """Whether two ingests' tables, and their change sets' parts, hold the same rows."""
     from lokg.pipeline.refresh import same_rows
     from lokg.spark_jobs.ingest_change_set import CHANGE_SET_PARTS
-    from lokg.spark_jobs.ingest_lines import TABLES
+    from lokg.spark_jobs.ingest import STORE_TABLES
 
-    tables = {t: same_rows(one / f"{t}.parquet", other / f"{t}.parquet") for t in TABLES}
+    tables = {t: same_rows(one / f"{t}.parquet", other / f"{t}.parquet") for t in STORE_TABLES}
     return tables, {part: same_rows(one / "change_set" / part, other / "change_set" / part)
                     for part in CHANGE_SET_PARTS}
 
@@ -79,7 +79,7 @@ def main() -> None:
         measured[run].update(refresh=report["refresh"], step_seconds=report["step_seconds"])
     stage = {run: args.work / run / "stage" for run in RUNS}
     tables, _ = equal_tables(stage["refresh"], stage["full"])
-    _, changes = equal_tables(stage["refresh"], stage["spark_refresh"])
+    _, changes = equal_tables(stage["refresh"], stage["every_line"])
     print(json.dumps({"utc": started, "dump": str(args.dump), "previous": str(args.previous),
                       "runs": measured, "equal_tables": tables, "equal_change_set": changes,
                       "refresh_over_full_cpu": round(measured["refresh"]["cpu_s"]

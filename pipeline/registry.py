@@ -55,8 +55,8 @@ STAGES: tuple[Stage, ...] = (
           ("extracted", "extraction_sources", "extraction_quarantine"),
           refresh="reuse", config_sections=("ingest",)),
     Stage("feedback_enrich", "text", ("dump", "store"), ("feedback_delta",)),  # reads the store
-    # partial: parses only the lines its line store (dump_lines) lacks and derives the tables
-    # on the driver (spark_jobs.ingest_lines); else re-reads the dump with Spark, and diffs it
+    # partial: parses only the lines its line store (dump_lines) lacks, derives the tables from
+    # all lines' rows with the same SQL, and diffs them with the previous build's (change set)
     Stage("ingest", "spark_jobs", ("dump",),
           ("entities", "relations", "triples", "quarantine", "type_assertions", "change_set"),
           optional=("extracted", "feedback_delta"), optional_outputs=("dump_lines",),

@@ -128,12 +128,14 @@ class Engine(ABC):
 
     @abstractmethod
     def write(self, sql: str, out: Path, *, order_by: Sequence[str] = (),
-              single_file: bool = True, schema: pa.Schema | None = None) -> None:
+              single_file: bool = True, schema: pa.Schema | None = None,
+              drop: Sequence[str] = ()) -> None:
         """The result of ``sql`` written as Parquet part files under the directory ``out``;
         ``order_by``: the rows in that order (within the one file, or across the parts in
         their names' order); ``schema``: the files' Arrow schema, nullability included (a
         contract table's), the columns taken by name — a field declared not null must come
-        from an expression that cannot be null (``coalesce``); None: the engine's own."""
+        from an expression that cannot be null (``coalesce``); None: the engine's own;
+        ``drop``: columns of the result left out of the files (an order key not kept)."""
 
     def close(self) -> None:
         """Release what the engine holds (a connection, spilled files)."""
@@ -178,10 +180,13 @@ class DuckDBEngine(Engine):
         return self.con.sql(sql).to_arrow_table()
 
     def write(self, sql: str, out: Path, *, order_by: Sequence[str] = (),
-              single_file: bool = True, schema: pa.Schema | None = None) -> None:
+              single_file: bool = True, schema: pa.Schema | None = None,
+              drop: Sequence[str] = ()) -> None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
-        ordered = f"SELECT * FROM ({sql}) ORDER BY {', '.join(order_by)}" if order_by else sql
+        columns = f"* EXCLUDE ({', '.join(drop)})" if drop else "*"
+        ordered = f"SELECT {columns} FROM ({sql})"
+        ordered += f" ORDER BY {', '.join(order_by)}" if order_by else ""
         if schema is not None:  # COPY writes every column nullable: Arrow batches, streamed
             _write_batches(self.con.sql(ordered).to_arrow_reader(WRITE_BATCH_ROWS), schema,
                            out / "part-00000.parquet")
@@ -227,17 +232,19 @@ class SparkEngine(Engine):
         return self.spark.sql(spark_sql(sql)).toArrow()
 
     def write(self, sql: str, out: Path, *, order_by: Sequence[str] = (),
-              single_file: bool = True, schema: pa.Schema | None = None) -> None:
+              single_file: bool = True, schema: pa.Schema | None = None,
+              drop: Sequence[str] = ()) -> None:
         frame = self.spark.sql(spark_sql(sql))
-        if schema is not None:
-            from pyspark.sql.pandas.types import from_arrow_schema
-
-            frame = frame.to(from_arrow_schema(schema))
         if single_file:
             frame = frame.coalesce(1)
             frame = frame.sortWithinPartitions(*order_by) if order_by else frame
         elif order_by:
             frame = frame.orderBy(*order_by)
+        frame = frame.drop(*drop)
+        if schema is not None:
+            from pyspark.sql.pandas.types import from_arrow_schema
+
+            frame = frame.to(from_arrow_schema(schema))
         frame.write.mode("overwrite").parquet(str(out))
 
 

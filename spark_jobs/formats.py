@@ -1,9 +1,8 @@
 """Dump formats of the ingest stage: format detection, file listing and line parsers.
 
-Every parser turns the raw lines of its files into one row per line with the columns of
-``PARSED_COLUMNS`` (see ``kind``): the Spark parsers (``spark_jobs.formats_spark``) with Spark
-SQL expressions only, the line rules here (``parse_line``) for a refresh's changed lines on the
-driver, both from the grammar and rules this module declares.
+Every parser turns each line of its files into one row with a ``kind`` (below), its terms and,
+for a malformed line, a reason: the rules are SQL (``spark_jobs.ingest_sql``) built from the
+grammar, the predicates and the reasons this module declares.
 
 Formats:
 
@@ -26,7 +25,6 @@ Formats:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,13 +51,7 @@ TYPE = "type"  # type assertion (s, type o): not a graph edge
 FILTERED = "filtered"  # name/alias/description literal in a language not configured
 RECORD = "record"  # entities-file record: s key, o name, p description, extra aliases
 MALFORMED = "malformed"
-# ---- the ``escaped`` column: how a literal's text must be unescaped
-ESC_NONE, ESC_JVM, ESC_PYTHON = 0, 1, 2  # nothing / commons-text in the JVM / \U escapes: Python
 LITERAL_KINDS = (NAME, ALIAS, DESCRIPTION, ATTRIBUTE)
-
-#: One row per line; ``escaped`` marks N-Triples literals whose text still carries escapes.
-PARSED_COLUMNS = ("fp", "bs", "mid", "graph", "kind", "s", "p", "o", "extra", "escaped",
-                  "reason", "text")
 
 # ---- malformed-line reasons (N-Triples)
 R_EMPTY_IRI = "empty IRI <>"
@@ -238,17 +230,10 @@ _SEP = "\u0001"
 
 
 def re2(pattern: str) -> str:
-    """A regex of this module (Java) as RE2 — DuckDB's and pyarrow.compute's engine:
+    """A regex of this module (Java) as RE2 — DuckDB's engine:
     possessive ``*+`` → ``*`` (RE2 never backtracks, so the match is the same) and ``\\s`` →
     Java's whitespace class (RE2's lacks ``\\x0B``)."""
     return pattern.replace("*+", "*").replace(r"\s", r"\t\n\x0B\f\r ")
-
-
-def named_groups(pattern: str, names: tuple[str, ...]) -> str:
-    """``pattern`` with its capturing groups named ``names`` in order (RE2's
-    ``extract_regex`` reports named groups only)."""
-    pieces = iter(names)
-    return re.sub(r"(?<!\\)\((?!\?)", lambda _: f"(?P<{next(pieces)}>", pattern)
 
 
 # ---- field-separated formats ----------------------------------------------------------------
@@ -273,66 +258,9 @@ TRIPLE_PARSERS = {"triples_tsv": ("\t", "tab-separated", True),
                   "triples_psv": (r"\|", "'|'-separated", False)}
 
 
-# ---- the same rules on the driver, line by line -------------------------------------------------
-#: Parsers whose rules are also written below in Python, for a refresh's changed lines
-#: (``spark_jobs.ingest_lines``); tests/test_ingest_lines.py holds them equal to the Spark
-#: rules (``spark_jobs.formats_spark``) on every fixture, malformed lines included.
+#: Parsers of a line format: a line's parse depends on its bytes alone, so a build keeps its
+#: parsed lines (the line store ``dump_lines``) for a refresh (``spark_jobs.ingest``).
 LINE_PARSERS = (*TRIPLE_PARSERS, "names_tsv")
-_BOM = "\ufeff".encode()
-
-
-def parse_line(parser: str, raw: bytes) -> tuple[str, str | None, str | None, str | None,
-                                                 str | None, str | None]:
-    """(kind, s, p, o, reason, text) of one raw line, as ``parse_triples`` /
-    ``parse_names_tsv`` and ``_row`` classify it (reason and text: malformed lines only)."""
-    if raw.startswith(_BOM):
-        raw = raw[len(_BOM):]
-    try:
-        value, valid = raw.decode("utf-8"), True
-    except UnicodeDecodeError:
-        value, valid = raw.decode("utf-8", "replace"), False
-    if parser == "names_tsv":
-        kind, s, p, o, reason = _names_line(value)
-    else:
-        kind, s, p, o, reason = _triple_line(value, parser)
-    if not valid and kind != SKIP:
-        kind, reason = MALFORMED, R_INVALID_UTF8
-    return (kind, s, p, o, reason, value) if kind == MALFORMED else (kind, s, p, o, None, None)
-
-
-def _spark_trim(text: str | None) -> str | None:
-    """Spark's ``trim``: spaces (U+0020) only."""
-    return None if text is None else text.strip(" ")
-
-
-def _line_skipped(value: str, comments: bool) -> bool:
-    stripped = _spark_trim(value)
-    return stripped == "" or (comments and stripped.startswith("#"))
-
-
-def _triple_line(value: str, parser: str):
-    separator, _, comments = TRIPLE_PARSERS[parser]
-    fields = re.split(separator, value)
-    s, p, o = (_spark_trim(fields[i]) if i < len(fields) else None for i in range(3))
-    if _line_skipped(value, comments):
-        return SKIP, s, p, o, None
-    if len(fields) != 3:
-        return MALFORMED, s, p, o, fields_reason(triple_fields(parser), len(fields))
-    if not (s and p and o):
-        return MALFORMED, s, p, o, R_EMPTY_FIELD
-    return (TYPE if p in TYPE_PREDICATES else EDGE), s, p, o, None
-
-
-def _names_line(value: str):
-    fields = re.split("\t", value, maxsplit=1)
-    key, name = (_spark_trim(fields[i]) if i < len(fields) else None for i in range(2))
-    if _line_skipped(value, True):
-        return SKIP, key, None, name, None
-    if len(fields) != 2:
-        return MALFORMED, key, None, name, fields_reason(NAME_FIELDS, len(fields))
-    if not (key and name):
-        return MALFORMED, key, None, name, R_EMPTY_FIELD
-    return NAME, key, None, name, None
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,208 +1,149 @@
-"""Spark's ingest tables from a parse of every line: the quarantine, the graph's edges and
-literal facts, and the relations, triples, entities and type assertions with their ids."""
+"""Ingest's tables from the parsed lines (the table ``parsed``: ``ingest_sql.PARSED``), as SQL
+on the build's engine: the quarantine, the graph's edges, entity and relation ids, triples,
+entities with their literals, type assertions, and what the feedback deltas alone state.
+
+Ids are dense and deterministic: entities numbered 0..N-1 in key order, relations in name
+order (both engines order strings by code point). Names, descriptions: the first by (file,
+line); aliases and attributes: first-seen order, de-duplicated (a record's aliases, on one
+line, by text).
+"""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import pyarrow as pa
-from pyspark.sql import DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
-
-from lokg.runtime.contract import write_table
 from lokg.spark_jobs import formats as fm
-from lokg.spark_jobs.formats_spark import unescape_literals
-from lokg.spark_jobs.ingest_checks import TEXT_LIMIT, LineCounts, refuse
+from lokg.spark_jobs.engine import Engine
+from lokg.spark_jobs.ingest_checks import TEXT_LIMIT
+from lokg.spark_jobs.ingest_sql import POS, SUBJECT_KINDS, in_list
 
-_ATTRIBUTES = "array<struct<key:string,value:string>>"
-
-
-def write_frame(df: DataFrame, path: Path) -> None:
-    df.write.mode("overwrite").parquet(str(path))
+_NAMED = in_list((fm.NAME, fm.ALIAS, fm.DESCRIPTION))
 
 
-def write_quarantine(numbered: DataFrame, counted: LineCounts, dump, plan: fm.Plan,
-                     ceiling: float, path: Path) -> None:
-    """Write the malformed lines first (the quarantine must exist even when the stage then
-    fails), then refuse a dump over the malformed ceiling or with no statement at all."""
-    malformed = F.col("kind") == fm.MALFORMED if counted.malformed else F.lit(False)
-    write_frame(  # none counted: an empty filter, which Spark answers without scanning the parse
-        numbered.filter(malformed)
-        .select("file_idx", "file", "line", "reason",
-                F.substring("text", 1, TEXT_LIMIT).alias("text"))
-        .coalesce(1)
-        .sortWithinPartitions("file_idx", "line")
-        .drop("file_idx"),
-        path,
-    )
-    refuse(counted, dump, plan, ceiling, path)
-
-
-def graph_edges(parsed: DataFrame, counted: LineCounts, literals_as_edges: bool
-                 ) -> tuple[DataFrame, int]:
-    """The graph's (s, p, o) edges as keys — literal attributes too when they count as edges —
-    and how many edge facts the lines held (duplicates included)."""
-    graph = F.col("graph")
-    edges = parsed.filter((F.col("kind") == fm.EDGE) & graph).select("s", "p", "o")
-    edge_facts = counted.kinds.get(fm.EDGE, 0)
-    if literals_as_edges:
-        attrs = parsed.filter((F.col("kind") == fm.ATTRIBUTE) & graph)
-        attrs = unescape_literals(attrs.select("s", "p", "o", "escaped"), counted.python)
-        edges = edges.unionByName(attrs.select("s", "p", literal_key(F.col("o")).alias("o")))
-        edge_facts += counted.kinds.get(fm.ATTRIBUTE, 0)
-    return edges, edge_facts
-
-
-def literal_facts(numbered: DataFrame, literals_as_edges: bool, records: bool,
-                  python: bool) -> DataFrame:
-    """(file_idx, line, kind, s, p, o) name/alias/description/attribute facts, text unescaped.
-
-    ``records``: the plan has an entities file; ``python``: some literal has ``\\U`` escapes."""
-    cols = ["file_idx", "line", "kind", "s", "p", "o"]
-    lits = numbered.filter(F.col("kind").isin(*fm.LITERAL_KINDS)).select(*cols, "escaped")
-    facts = unescape_literals(lits, python).select(*cols)
-    rec = numbered.filter(F.col("kind") == fm.RECORD)
-    from_records = [] if not records else [
-        rec.select("file_idx", "line", F.lit(fm.NAME).alias("kind"), "s",
-                   F.lit(None).cast("string").alias("p"), "o"),
-        rec.select("file_idx", "line", F.lit(fm.DESCRIPTION).alias("kind"), "s",
-                   F.lit(None).cast("string").alias("p"), F.col("p").alias("o")),
-        rec.select("file_idx", "line", F.lit(fm.ALIAS).alias("kind"), "s",
-                   F.lit(None).cast("string").alias("p"), F.explode("extra").alias("o")),
-    ]
-    for frame in from_records:
-        facts = facts.unionByName(frame)
-    if literals_as_edges:  # attributes became edges to literal nodes; those nodes get names
-        attrs = facts.filter(F.col("kind") == fm.ATTRIBUTE)
-        facts = facts.filter(F.col("kind") != fm.ATTRIBUTE).unionByName(
-            attrs.select("file_idx", "line", F.lit(fm.NAME).alias("kind"),
-                         literal_key(F.col("o")).alias("s"), F.col("p"), F.col("o"))
-        )
-    named = F.col("kind").isin(fm.NAME, fm.ALIAS, fm.DESCRIPTION)
-    return facts.filter(F.col("o").isNotNull() & ~(named & (F.trim(F.col("o")) == "")))
-
-
-def _aggregate_literals(facts: DataFrame) -> DataFrame:
-    """Per key: first name and description by (file, line); aliases and attributes in
-    first-seen order, de-duplicated."""
-    kind = F.col("kind")
-
-    def first(k: str):
-        return F.min(F.when(kind == k, F.struct("file_idx", "line", "o")))["o"]
-
-    def in_order(k: str, *fields: str):
-        ordered = F.struct("file_idx", "line", *fields)
-        return F.array_sort(F.collect_list(F.when(kind == k, ordered)))
-
-    return facts.groupBy(F.col("s").alias("key")).agg(
-        first(fm.NAME).alias("name"),
-        first(fm.DESCRIPTION).alias("description"),
-        F.array_distinct(F.transform(in_order(fm.ALIAS, "o"), lambda x: x["o"])).alias("aliases"),
-        F.array_distinct(F.transform(
-            in_order(fm.ATTRIBUTE, "p", "o"),
-            lambda x: F.struct(x["p"].alias("key"), x["o"].alias("value")),
-        )).alias("attributes"),
-    )
-
-
-def literal_key(text):
+def literal_key(text: str) -> str:
     """Key of a literal node when ``literals_as_edges`` is set: the quoted text."""
-    return F.concat(F.lit('"'), text, F.lit('"'))
+    return f"'\"' || {text} || '\"'"
 
 
-def feedback_added(parsed: DataFrame, delta: list[fm.Source]) -> dict:
+def write_quarantine(engine: Engine, path: Path) -> None:
+    """The malformed lines by (file, line), their text cut to ``TEXT_LIMIT`` characters."""
+    engine.write(f"""SELECT f.file, p.line, p.reason, substr(p.text, 1, {TEXT_LIMIT}) AS text,
+                        p.file_idx FROM parsed p JOIN files f ON p.file_idx = f.file_idx
+                     WHERE p.kind = '{fm.MALFORMED}'""", path, order_by=["file_idx", "line"],
+                 drop=["file_idx"])
+
+
+def ids(engine: Engine, literals_as_edges: bool) -> None:
+    """Tables ``edges`` (distinct s, p, o keys), ``ent`` (key, id) and ``rel`` (name, id)."""
+    attrs = (f" UNION ALL SELECT s, p, {literal_key('o')} FROM parsed WHERE kind = "
+             f"'{fm.ATTRIBUTE}' AND graph" if literals_as_edges else "")
+    engine.view("edges", f"""SELECT DISTINCT s, p, o FROM (SELECT s, p, o FROM parsed
+                WHERE kind = '{fm.EDGE}' AND graph{attrs})""", materialise=True)
+    engine.view("ent", f"""SELECT key, CAST(row_number() OVER (ORDER BY key) - 1 AS BIGINT) AS id
+        FROM (
+        SELECT s AS key FROM edges UNION SELECT o FROM edges UNION
+        SELECT s FROM parsed WHERE kind IN {in_list(SUBJECT_KINDS)} AND graph)""",
+                materialise=True)
+    engine.view("rel", """SELECT name, CAST(row_number() OVER (ORDER BY name) - 1 AS BIGINT) AS id
+                          FROM (SELECT DISTINCT p AS name FROM edges)""", materialise=True)
+
+
+def write_relations(engine: Engine, path: Path) -> None:
+    engine.write("SELECT id, name FROM rel", path, order_by=["id"])
+
+
+def write_triples(engine: Engine, path: Path) -> None:
+    """The distinct edges in ids (distinct keys have distinct ids)."""
+    engine.write("""SELECT es.id AS s, r.id AS r, eo.id AS o FROM edges
+                    JOIN ent es ON edges.s = es.key JOIN ent eo ON edges.o = eo.key
+                    JOIN rel r ON edges.p = r.name""", path, order_by=["s", "r", "o"])
+
+
+def _facts(literals_as_edges: bool) -> str:
+    """(pos, kind, s, p, o) of the facts that name or describe a key: literal facts and the
+    entities files' records; blank names, aliases and descriptions left out."""
+    lits = f"kind IN {in_list(fm.LITERAL_KINDS)}"
+    named_attrs = ""
+    if literals_as_edges:  # attributes became edges to literal nodes; those nodes get names
+        lits = f"kind IN {_NAMED}"
+        named_attrs = (f" UNION ALL SELECT {POS} AS pos, '{fm.NAME}' AS kind, "
+                       f"{literal_key('o')} AS s, p, o FROM parsed WHERE kind = '{fm.ATTRIBUTE}'")
+    record = f"FROM parsed WHERE kind = '{fm.RECORD}'"
+    facts = f"""SELECT {POS} AS pos, kind, s, p, o FROM parsed WHERE {lits}{named_attrs}
+        UNION ALL SELECT {POS}, '{fm.NAME}', s, NULL, o {record}
+        UNION ALL SELECT {POS}, '{fm.DESCRIPTION}', s, NULL, p {record}
+        UNION ALL SELECT pos, '{fm.ALIAS}', s, NULL, alias FROM (
+            SELECT {POS} AS pos, s, unnest(extra) AS alias {record} AND extra IS NOT NULL)"""
+    return f"""SELECT * FROM ({facts}) WHERE o IS NOT NULL
+               AND NOT (kind IN {_NAMED} AND trim(o) = '')"""
+
+
+def _literals(literals_as_edges: bool) -> str:
+    """Per key: its first name and description, its aliases and attributes in order."""
+    def first(kind: str) -> str:
+        return f"min_by(o, pos) FILTER (WHERE kind = '{kind}')"
+
+    def in_order(kind: str, value: str) -> str:
+        return (f"list_transform(list_sort(list({{'pos': pos, 'v': {value}}}) FILTER "
+                f"(WHERE kind = '{kind}')), lambda x: x.v)")
+
+    return f"""SELECT s, {first(fm.NAME)} AS name, {first(fm.DESCRIPTION)} AS description,
+        {in_order(fm.ALIAS, 'o')} AS aliases,
+        {in_order(fm.ATTRIBUTE, "{'key': p, 'value': o}")} AS attributes
+      FROM (SELECT s, kind, p, o, min(pos) AS pos FROM (
+              SELECT s, kind, CASE WHEN kind = '{fm.ALIAS}' THEN NULL ELSE p END AS p, o, pos
+              FROM ({_facts(literals_as_edges)}) WHERE kind IN {_NAMED}
+                OR kind = '{fm.ATTRIBUTE}') GROUP BY s, kind, p, o)
+      GROUP BY s"""
+
+
+def write_entities(engine: Engine, name_rule: str, literals_as_edges: bool, path: Path) -> int:
+    """Entities with names, aliases, descriptions and attributes, in id order; returns how
+    many have a name of their own."""
+    engine.view("literals", f"SELECT l.* FROM ({_literals(literals_as_edges)}) l "
+                            "JOIN ent ON l.s = ent.key", materialise=True)
+    fallback = "ent.key" if name_rule == "key" else "replace(ent.key, '_', ' ')"
+    engine.write(f"""SELECT ent.id, ent.key, coalesce(l.name, {fallback}) AS name,
+          coalesce(l.aliases, CAST([] AS VARCHAR[])) AS aliases, l.description,
+          CAST([] AS VARCHAR[]) AS types,
+          coalesce(l.attributes, CAST([] AS STRUCT(key VARCHAR, value VARCHAR)[])) AS attributes
+        FROM ent LEFT JOIN literals l ON l.s = ent.key""", path, order_by=["id"])
+    return int(engine.fetch("SELECT count(*) AS n FROM literals WHERE name IS NOT NULL")
+               .column("n")[0].as_py())
+
+
+def write_type_assertions(engine: Engine, path: Path) -> None:
+    """(id, type) of the graph lines' type assertions, distinct."""
+    engine.write(f"""SELECT DISTINCT ent.id, t.o AS type FROM parsed t JOIN ent
+                     ON t.s = ent.key WHERE t.kind = '{fm.TYPE}' AND t.graph""", path,
+                 order_by=["id", "type"])
+
+
+def feedback_added(engine: Engine, delta_file: int | None) -> dict:
     """Edges and entities that only the feedback deltas state (the build report's "added by
-    feedback"); {} when no delta was read."""
-    if not delta:
+    feedback"), ``delta_file``: the index of the deltas' triples file; {} when none was read."""
+    if delta_file is None:
         return {}
-    ours = F.regexp_replace("fp", "^file:(//)?", "") == str(delta[0].files[0].resolve())
-    edge = (F.col("kind") == fm.EDGE) & F.col("graph")
-    added = parsed.filter(edge & ours).select("s", "p", "o").subtract(
-        parsed.filter(edge & ~ours).select("s", "p", "o"))
-    known = parsed.filter(F.col("graph") & ~ours).select(F.col("s").alias("key")).union(
-        parsed.filter(edge & ~ours).select(F.col("o").alias("key")))
-    ends = added.select(F.col("s").alias("key")).union(added.select(F.col("o").alias("key")))
-    return {"feedback_edges_added": added.count(),
-            "feedback_nodes_added": ends.subtract(known).count()}
+    edge = f"kind = '{fm.EDGE}' AND graph"
+    ours, others = f"file_idx = {delta_file}", f"file_idx <> {delta_file}"
+    engine.view("fb_added", f"""SELECT s, p, o FROM parsed WHERE {edge} AND {ours}
+                EXCEPT SELECT s, p, o FROM parsed WHERE {edge} AND {others}""", materialise=True)
+    counts = engine.fetch(f"""SELECT (SELECT count(*) FROM fb_added) AS edges,
+        (SELECT count(*) FROM (SELECT s FROM fb_added UNION SELECT o FROM fb_added
+           EXCEPT (SELECT s FROM parsed WHERE graph AND {others}
+                   UNION SELECT o FROM parsed WHERE {edge} AND {others}))) AS nodes""")
+    return {"feedback_edges_added": int(counts.column("edges")[0].as_py()),
+            "feedback_nodes_added": int(counts.column("nodes")[0].as_py())}
 
 
-def _ids_side(small: bool):
-    """Entity-id joins broadcast the ids while they fit the driver."""
-    return F.broadcast if small else (lambda df: df)
+def counts(engine: Engine) -> dict[tuple[str, str | None], int]:
+    """The parsed lines counted by (kind, reason)."""
+    rows = engine.fetch("SELECT kind, reason, count(*) AS n FROM parsed GROUP BY kind, reason")
+    return {(k, r): int(n) for k, r, n in zip(*(rows.column(c).to_pylist()
+                                                 for c in ("kind", "reason", "n")))}
 
 
-def write_relations(spark: SparkSession, rel_names: list[str], path: Path) -> DataFrame:
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir()
-    write_table("relations", pa.table({"id": pa.array(range(len(rel_names)), pa.int64()),
-                                       "name": pa.array(rel_names, pa.string())}),
-                path / "part-00000.parquet")
-    return spark.createDataFrame(list(enumerate(rel_names)), "id long, name string")
-
-
-def write_triples(edges: DataFrame, ent_ids: DataFrame, relations: DataFrame, small: bool,
-                  path: Path) -> int:
-    """Ids looked up, then de-duplicated as three longs; the count observed while writing."""
-    ids = _ids_side(small)
-    s_ids = ent_ids.select(F.col("key").alias("s"), F.col("id").alias("s_id"))
-    o_ids = ent_ids.select(F.col("key").alias("o"), F.col("id").alias("o_id"))
-    r_ids = relations.select(F.col("name").alias("p"), F.col("id").alias("r_id"))
-    written = Observation("triples")
-    triples = (
-        edges.join(ids(s_ids), "s").join(ids(o_ids), "o").join(F.broadcast(r_ids), "p")
-        .select(F.col("s_id").alias("s"), F.col("r_id").alias("r"), F.col("o_id").alias("o"))
-        .distinct()
-    )
-    write_frame(triples.observe(written, F.count("*").alias("n")), path)
-    return int(written.get["n"])
-
-
-def write_entities(ent_ids: DataFrame, facts: DataFrame, name_rule: str, small: bool,
-                   path: Path) -> int:
-    """Entities with names, aliases, descriptions and attributes, in id order; returns how many
-    have a name of their own (counted while writing: no extra pass)."""
-    agg = _aggregate_literals(facts)
-    fallback = F.col("key") if name_rule == "key" else F.regexp_replace("key", "_", " ")
-    named = Observation("names")
-    entities = (
-        ent_ids.join(agg, "key", "left")  # ids preserved: a broadcast could only build agg
-        .select(
-            F.col("id"),
-            F.col("key"),
-            F.coalesce(F.col("name"), fallback).alias("name"),
-            F.coalesce(F.col("aliases"), F.array().cast("array<string>")).alias("aliases"),
-            F.col("description"),
-            F.array().cast("array<string>").alias("types"),
-            F.coalesce(F.col("attributes"), F.array().cast(_ATTRIBUTES)).alias("attributes"),
-            F.col("name").isNotNull().alias("_named"),
-        )
-    )
-    # row order = id order; up to driver_max_entities in one file, sorted in one task
-    entities = (entities.coalesce(1).sortWithinPartitions("id") if small
-                else entities.orderBy("id"))
-    write_frame(
-        entities.observe(named, F.count_if(F.col("_named")).alias("named")).drop("_named"), path)
-    return int(named.get["named"])
-
-
-def write_type_assertions(parsed: DataFrame, ent_ids: DataFrame, counted: LineCounts,
-                          small: bool, path: Path) -> int:
-    """(id, type) of the graph lines' type assertions, distinct. None counted by the parse: the
-    same (empty) query with a filter that is always false, which Spark answers without a pass
-    over the parse or the ids, and no observation (an empty write need not report one)."""
-    any_type = bool(counted.kinds.get(fm.TYPE))
-    asserted = (F.col("kind") == fm.TYPE) & F.col("graph") if any_type else F.lit(False)
-    assertions = unescape_literals(
-        parsed.filter(asserted).select("s", "o", "escaped"), counted.python,
-    ).select("s", F.col("o").alias("type")).distinct()
-    rows = assertions.join(_ids_side(small)(ent_ids.withColumnRenamed("key", "s")), "s") \
-        .select("id", "type")
-    if not any_type:
-        write_frame(rows, path)
-        return 0
-    typed = Observation("types")
-    write_frame(rows.observe(typed, F.count("*").alias("n")), path)
-    return int(typed.get["n"])
-
+def scalar(engine: Engine, sql: str) -> int:
+    """The one number ``sql`` returns (column ``n``)."""
+    return int(engine.fetch(sql).column("n")[0].as_py())
 

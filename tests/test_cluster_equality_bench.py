@@ -102,7 +102,7 @@ def test_each_rerun_names_its_master_and_paths():
 
 
 @pytest.mark.parametrize("stage, report, path", [
-    ("ingest", {"refresh": {"ingest": "spark"}}, "spark"),
+    ("ingest", {"engine": "spark", "refresh": {"ingest": "full"}}, "spark"),
     ("relation_stats", {"engine": "duckdb"}, "duckdb"),
     ("scos_merge", {"rewrite": "driver"}, "driver"),
     ("path_cache", {"path": "spark"}, "spark"),

@@ -343,7 +343,7 @@ def test_a_delta_alias_reaches_the_next_builds_entity(spark, tmp_path):
     assert report["delta_aliases"] == 1
     dump = tmp_path / "kg.tsv"
     dump.write_text("a\tby\tb\n")
-    config = load_config(None, ["ingest.format=tsv"])
+    config = load_config(None, ["ingest.format=tsv", "engine.name=duckdb"])
     result = stage.run(config, {"dump": str(dump), "feedback_delta": str(tmp_path / "delta")},
                        str(tmp_path / "out"))
     entities = pq.read_table(result["outputs"]["entities"]).to_pylist()

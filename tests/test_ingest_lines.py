@@ -1,6 +1,7 @@
-"""A refresh's ingest on the driver (spark_jobs/ingest_lines.py): the Python line rules equal
-the Spark ones on every fixture line, and a refresh's tables equal a full Spark ingest of the
-same dump, row for row, whatever the edit."""
+"""A refresh's ingest from the previous build's line store (spark_jobs/ingest.py): only the
+lines the store lacks are parsed, by the same SQL, and the tables, line store and change set
+equal those of a refresh that parses every line, whatever the edit; the line parsers' SQL reads
+tricky lines alike on both engines."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from lokg.common.stage import PREVIOUS
 from lokg.pipeline.config import DEFAULTS
 from lokg.spark_jobs import formats as fm
-from lokg.spark_jobs import ingest_lines as il
+from lokg.spark_jobs.ingest import STORE_TABLES
 from lokg.spark_jobs.ingest_change_set import CHANGE_SET_PARTS
 
 #: Lines every parser must classify as Spark does: fields, spaces, tabs, comments, a type
@@ -32,41 +33,60 @@ def write_lines(path: Path, lines: list[bytes], newline: bytes = b"\n") -> Path:
     return path
 
 
+def parsed_rows(config: dict, plan: fm.Plan, work: Path) -> list[tuple]:
+    """Every line of ``plan`` as the engine of ``config`` parses it (``ingest_sql.parse``)."""
+    from lokg.spark_jobs import ingest_sql
+    from lokg.spark_jobs.engine import open_engine
+    from lokg.spark_jobs.ingest_read import write_lines as read_lines
+
+    read_lines(plan, work / "lines.parquet")
+    with open_engine(config, work) as engine:
+        engine.register("lines", work / "lines.parquet")
+        engine.function("nt_unescape", fm.unescape_nt, ["VARCHAR"], "VARCHAR")
+        sql = ingest_sql.parse("lines", [plan.sources[0].parser], ["en"])
+        table = engine.fetch(f"SELECT file_idx, line, hash, kind, s, p, o, reason, text "
+                             f"FROM ({sql})")
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize("parser", fm.LINE_PARSERS)
-def test_python_line_rules_equal_the_spark_parse(spark, tmp_path, parser):
-    from lokg.spark_jobs.formats_spark import parse_plan
-    from lokg.spark_jobs.ingest_checks import number_lines
-
+def test_tricky_lines_parse_alike_on_both_engines(spark, tmp_path, parser):
     files = (write_lines(tmp_path / "lf.txt", TRICKY),
              write_lines(tmp_path / "crlf.txt", TRICKY[::-1], b"\r\n"),
              write_lines(tmp_path / "cr.txt", TRICKY[:9], b"\r"))
     gz = tmp_path / "gz.txt.gz"
     gz.write_bytes(gzip.compress(b"\n".join(TRICKY) + b"\n"))
     plan = fm.Plan("test", [fm.Source(parser, (*files, gz), True)])
-    numbered, _ = number_lines(spark, parse_plan(spark, plan, ["en"]), plan)
-    columns = ["file_idx", "line", "kind", "s", "p", "o", "reason", "text"]
-    by_spark = sorted(tuple(r) for r in numbered.select(*columns).collect())
-    ours = il.ParsedLines(plan, il.STORE_SCHEMA.empty_table()).rows.select(columns)
-    by_python = sorted(tuple(r.values()) for r in ours.to_pylist())
-    assert len(by_spark) == len(by_python) == 3 * len(TRICKY) + 9
-    # s, p, o of a malformed line feed nothing (its bytes may not even be text)
-    assert [_used(r) for r in by_python] == [_used(r) for r in by_spark]
+    by_engine = {}
+    for name in ("duckdb", "spark"):
+        (tmp_path / name).mkdir()
+        by_engine[name] = parsed_rows({"engine": {"name": name}}, plan, tmp_path / name)
+    assert by_engine["duckdb"] == by_engine["spark"]
+    rows = by_engine["duckdb"]
+    assert len(rows) == 3 * len(TRICKY) + 9
+    at = {(r[0], r[1]): r for r in rows}  # (file, line) → (…, kind, s, p, o, reason, text)
+    assert at[(0, 14)][3:] == (fm.MALFORMED, *at[(0, 14)][4:7], fm.R_INVALID_UTF8,
+                               "/m/\ufffd\t/r/one\t/m/b")  # not UTF-8
+    if parser != "triples_psv":  # MetaQA's '#' starts a title, not a comment
+        assert at[(0, 15)][3] == fm.SKIP  # a comment, though not UTF-8
+    if parser == "triples_tsv":
+        assert at[(0, 13)][3:7] == (fm.EDGE, "/m/bom", "/r/one", "/m/b")  # the BOM dropped
+        assert at[(0, 2)][3:7] == (fm.EDGE, "/m/a", "/r/one", "/m/c")  # fields trimmed
 
 
-def _used(row: tuple) -> tuple:
-    return row if row[2] != fm.MALFORMED else (*row[:3], row[6], row[7])
-
-
-def ingest(dump: Path, out: Path, previous: Path | None = None, **cfg) -> dict:
-    """One ingest of ``dump`` into ``out``; ``previous``: a refresh of that earlier run."""
+def ingest(dump: Path, out: Path, previous: Path | None = None, engine: dict | None = None,
+           store: bool = True) -> dict:
+    """One ingest of ``dump`` into ``out``; ``previous``: a refresh of that earlier run (with
+    its line store unless not ``store``); ``engine``: a config naming one (DuckDB if None)."""
     from lokg.spark_jobs import ingest as stage
 
     inputs = {"dump": str(dump)}
     if previous is not None:
         inputs.update({PREVIOUS + name: str(previous / f"{name}.parquet")
-                       for name in (*il.TABLES, "dump_lines")})
-    config = {"ingest": {**DEFAULTS["ingest"], "max_malformed_share": 0.2, **cfg}}
+                       for name in (*STORE_TABLES, *(("dump_lines",) if store else ()))})
+    config = {**(engine or {"engine": {"name": "duckdb"}}),
+              "ingest": {**DEFAULTS["ingest"], "max_malformed_share": 0.2}}
     return stage.run(config, inputs, str(out))
 
 
@@ -77,10 +97,6 @@ def rows(result: dict, table: str) -> list[tuple]:
 def change(result: dict, part: str) -> list[tuple]:
     path = Path(result["outputs"]["change_set"]) / part
     return sorted(tuple(r.values()) for r in pq.read_table(path).to_pylist())
-
-
-def schema(result: dict, table: str):
-    return pq.read_schema(min(Path(result["outputs"][table]).glob("*.parquet")))
 
 
 BASE = {"train.txt": ["/m/a\t/r/x\t/m/b", "/m/b\t/r/x\t/m/c", "/m/a\t/r/y\t/m/c",
@@ -104,7 +120,7 @@ def write_dump(root: Path, files: dict[str, list[str]]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def base_build(spark, tmp_path_factory):
+def base_build(tmp_path_factory):
     root = tmp_path_factory.mktemp("lines")
     dump = write_dump(root / "dump", BASE)
     return dump, ingest(dump, root / "out")
@@ -131,32 +147,42 @@ EDITS = {
 NEW_LINES = {"add only": 2, "delete only": 0, "mixed": 5}
 
 
-@pytest.mark.spark
-@pytest.mark.parametrize("edit", list(EDITS))
-def test_a_refresh_on_the_driver_equals_a_full_spark_ingest(base_build, tmp_path, edit):
-    _, first = base_build
-    new_dump = write_dump(tmp_path / "dump", EDITS[edit])
+def assert_refresh_equals_a_full_parse(first: dict, new_dump: Path, out: Path, edit: str,
+                                       engine: dict | None = None) -> None:
     previous = Path(first["outputs"]["entities"]).parent
-    refreshed = ingest(new_dump, tmp_path / "refresh", previous)
-    by_spark = ingest(new_dump, tmp_path / "spark", previous, driver_max_dump_mb=0)
-    assert refreshed["report"]["refresh"]["ingest"] == "driver"
-    assert by_spark["report"]["refresh"]["ingest"] == "spark"
+    refreshed = ingest(new_dump, out / "refresh", previous, engine)
+    full = ingest(new_dump, out / "full", previous, engine, store=False)
+    assert refreshed["report"]["refresh"]["ingest"] == "partial"
+    assert full["report"]["refresh"]["ingest"] == "full"
     # only the lines the previous build did not have are parsed
     assert refreshed["report"]["refresh"]["parsed_lines"] == NEW_LINES[edit]
-    for table in il.TABLES:
-        assert rows(refreshed, table) == rows(by_spark, table), table
-        assert schema(refreshed, table).equals(schema(by_spark, table)), table
+    for table in (*STORE_TABLES, "dump_lines"):
+        assert rows(refreshed, table) == rows(full, table), table
     for part in CHANGE_SET_PARTS:
-        assert change(refreshed, part) == change(by_spark, part), part
+        assert change(refreshed, part) == change(full, part), part
     counts = ("lines", "skipped_lines", "malformed", "malformed_by_reason", "entities",
               "relations", "triples", "duplicate_triples_removed", "type_assertions",
               "names_missing", "change_set")
     assert ({k: refreshed["report"][k] for k in counts}
-            == {k: by_spark["report"][k] for k in counts})
+            == {k: full["report"][k] for k in counts})
+
+
+@pytest.mark.parametrize("edit", list(EDITS))
+def test_a_refresh_from_the_line_store_equals_one_parsing_every_line(base_build, tmp_path,
+                                                                      edit):
+    _, first = base_build
+    assert_refresh_equals_a_full_parse(first, write_dump(tmp_path / "dump", EDITS[edit]),
+                                       tmp_path, edit)
 
 
 @pytest.mark.spark
-def test_a_refresh_over_the_malformed_ceiling_fails_on_the_driver_after_its_quarantine(
+def test_a_refresh_from_the_line_store_on_each_engine(engine_config, base_build, tmp_path):
+    _, first = base_build
+    assert_refresh_equals_a_full_parse(first, write_dump(tmp_path / "dump", EDITS["mixed"]),
+                                       tmp_path, "mixed", engine_config)
+
+
+def test_a_refresh_over_the_malformed_ceiling_fails_after_its_quarantine(
         base_build, tmp_path):
     from lokg.spark_jobs.ingest_checks import IngestError
 
@@ -170,23 +196,20 @@ def test_a_refresh_over_the_malformed_ceiling_fails_on_the_driver_after_its_quar
                                ] == ["not a triple", *bad, "/m/d"]  # by (file, line)
 
 
-def test_the_driver_path_says_why_not(tmp_path):
-    from lokg.spark_jobs.ingest import _parsed_lines
-
+def test_the_line_store_is_kept_for_line_formats_only(tmp_path):
     nt = write_lines(tmp_path / "kg.nt", [b"<a> <b> <c> ."])
-    tsv = write_lines(tmp_path / "kb.tsv", [b"a\tr\tb"])
-    cfg = {**DEFAULTS["ingest"]}
-    lines, why = _parsed_lines(fm.resolve(nt), {}, cfg)  # N-Triples: parsed whole, no store
-    assert why is None and lines.lines == 1 and lines.store is None
-    lines, why = _parsed_lines(fm.resolve(tsv), {}, cfg)  # a full build: Spark, store kept
-    assert why.startswith("no previous build") and lines.store.num_rows == 1
-    assert _parsed_lines(fm.resolve(tsv), {}, {**cfg, "driver_max_dump_mb": 0})[0] is None
+    tsv = write_lines(tmp_path / "kb.tsv", [b"a\tr\tb", b"a\tr\tb"])
+    assert "dump_lines" not in ingest(nt, tmp_path / "nt")["outputs"]
+    result = ingest(tsv, tmp_path / "tsv")
+    assert result["report"]["refresh"]["ingest"] == "full"
+    assert len(rows(result, "dump_lines")) == 1  # one row per distinct line
 
 
-def test_a_truncated_gzip_leaves_the_file_to_the_spark_ingest_and_its_error(tmp_path):
-    from lokg.spark_jobs.ingest import _parsed_lines
+def test_a_truncated_gzip_fails_naming_the_file(tmp_path):
+    from lokg.spark_jobs.ingest_checks import IngestError
 
     whole = gzip.compress(b"a\tr\tb\n" * 1000)
-    (tmp_path / "kb.tsv.gz").write_bytes(whole[:len(whole) // 2])
-    lines, why = _parsed_lines(fm.resolve(tmp_path, "tsv"), {}, {**DEFAULTS["ingest"]})
-    assert lines is None and why.startswith("unreadable on the driver: kb.tsv.gz")
+    (tmp_path / "dump").mkdir()
+    (tmp_path / "dump" / "kb.tsv.gz").write_bytes(whole[:len(whole) // 2])
+    with pytest.raises(IngestError, match="cannot read .*kb.tsv.gz"):
+        ingest(tmp_path / "dump", tmp_path / "out")

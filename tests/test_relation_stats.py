@@ -178,9 +178,10 @@ def test_generator_data_agrees_with_the_definitions(engine_config, tmp_path, set
     from lokg.spark_jobs import entity_types, ingest, relation_stats
 
     generate(tmp_path / "dump", n_triples=3000, seed=4, n_questions=0)
-    staged = ingest.run({"ingest": {"format": "synth"}}, {"dump": str(tmp_path / "dump")},
-                        str(tmp_path / "ingest"))["outputs"]
-    staged.update(entity_types.run({"engine": {"name": "duckdb"}}, staged, str(tmp_path / "types"))["outputs"])
+    staged = ingest.run({"ingest": {"format": "synth"}, "engine": {"name": "duckdb"}},
+                        {"dump": str(tmp_path / "dump")}, str(tmp_path / "ingest"))["outputs"]
+    staged.update(entity_types.run({"engine": {"name": "duckdb"}}, staged,
+                                   str(tmp_path / "types"))["outputs"])
     result = relation_stats.run(config(engine_config, **settings), staged, str(tmp_path / "out"))
     for table in ("relation_stats", "relation_pairs"):
         first = table_files(Path(result["outputs"][table]))[0]

@@ -151,7 +151,8 @@ def test_ingest_then_types_explicit_from_nt(spark, tmp_path):
         f"<{fb}m.1> <{fb}people.person.nationality> <{fb}m.2> .",
         f"<{fb}m.3> <{fb}film.film.starring> <{fb}m.1> .",
     ]) + "\n")
-    staged = ingest.run({"ingest": {}}, {"dump": str(dump)}, str(tmp_path / "ingest"))
+    staged = ingest.run({"ingest": {}, "engine": {"name": "duckdb"}}, {"dump": str(dump)},
+                        str(tmp_path / "ingest"))
     types, report, rows = run_types(staged["outputs"], tmp_path / "types")
     key = {r["id"]: r["key"] for r in rows}
     assert {key[i]: t for i, t in types.items()} == {

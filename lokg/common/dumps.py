@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from lokg.runtime.settings import BOOL, FILE, SHARE, STRINGS, Settings, choice, integer, setting
+from lokg.runtime.settings import BOOL, FILE, SHARE, STRINGS, Settings, choice, setting
 
 #: Dump formats ``ingest.format`` accepts (``auto`` detects one from the files); the DAGs keep
 #: a copy (dags/lokg_common.py, which cannot import the package), checked by tests/test_dags.py.
@@ -45,14 +45,3 @@ class IngestSettings(Settings, section="ingest"):
             "literal facts become entity attributes unless set")
     entities_file: str | None = setting(None, FILE,
             "optional JSONL/TSV of names, aliases, descriptions")
-    driver_max_entities: int = setting(2_000_000, integer(0),
-            "up to this many entities, ids are numbered on the driver and looked up by broadcast "
-            "joins, and entities are written as one file; above, sorted and joined in Spark")
-    driver_max_dump_mb: int = setting(512, integer(0),
-            "up to this many MB of dump files (on disk), a line-format dump keeps its parsed lines "
-            "(the line store), from which a refresh that changed few lines derives the tables on "
-            "the driver")
-    driver_max_nt_mb: int = setting(4096, integer(0),
-            "up to this many MB of N-Triples files (on disk), the dump is ingested on the driver "
-            "(pyarrow.compute block by block, no Spark; peak ≈ 2.3x the dump's size: 4.6 GB for "
-            "10⁷ triples, 2 GB)")
