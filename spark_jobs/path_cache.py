@@ -207,17 +207,16 @@ def _first_hop(engine: Engine, cfg: Mapping) -> None:
         {keep}""", materialise=True)
 
 
-def _next_hop(engine: Engine, cfg: Mapping, h: int) -> None:
-    """Beam h (1 < h < max_hops): per group the ``beam_width`` best children of beam h−1 by
-    (score, then the order runtime.taimr generates them in: a parent's first beam_width + h
-    out-edges before the rest, parent by rank, edge by position). Only a parent with fewer
-    than beam_width fresh children among its first out-edges is extended along the rest: a
-    child behind that many better siblings never enters its group's beam. Children scoring
-    under a lower bound of their group's cut (``_sample_cut``) are never generated."""
-    wanted, cap = cfg["beam_width"], cfg["beam_width"] + h
-    _sample_cut(engine, h, wanted)
+def _children(engine: Engine, h: int, wanted: int, cut: str) -> str:
+    """SQL of the children of beam h−1 that can enter their group's best ``wanted``: along
+    each parent's first wanted + h out-edges, and along the rest only for a parent with fewer
+    than ``wanted`` fresh children among those (a child behind ``wanted`` better siblings never
+    enters); none scoring under the group's ``cut`` (a table of lower bounds: a child scoring
+    less has ``wanted`` better ones). Columns: the path's, parent (its ``ord``), p, and flag
+    (beyond the first out-edges: runtime.taimr generates those children last)."""
+    cap = wanted + h
     child = f"{_child(h)}, b.ord AS parent, e.p, e.p >= {cap} AS flag"
-    parents = (f"(SELECT b.*, c.cut FROM beam{h - 1} b LEFT JOIN cut{h} c "
+    parents = (f"(SELECT b.*, c.cut FROM beam{h - 1} b LEFT JOIN {cut} c "
                "ON c.head = b.head AND c.r1 = b.r1 AND c.i1 = b.i1)")
     passes = "(b.cut IS NULL OR b.score + e.w >= b.cut)"
     engine.view(f"first{h}", f"""
@@ -230,13 +229,21 @@ def _next_hop(engine: Engine, cfg: Mapping, h: int) -> None:
                    GROUP BY head, r1, i1, parent) k
             ON k.head = b.head AND k.r1 = b.r1 AND k.i1 = b.i1 AND k.parent = b.ord
         WHERE coalesce(k.c, 0) < {wanted}""")
+    return (f"SELECT * FROM first{h} UNION ALL SELECT {child} FROM short{h} b JOIN weighted e "
+            f"ON e.s = b.n{h - 1} AND e.p >= {cap} WHERE {_fresh(h)} AND {passes}")
+
+
+def _next_hop(engine: Engine, cfg: Mapping, h: int) -> None:
+    """Beam h (1 < h < max_hops): per group the ``beam_width`` best children of beam h−1 by
+    (score, then the order runtime.taimr generates them in: a parent's first beam_width + h
+    out-edges before the rest, parent by rank, edge by position); ``ord``: rank in group."""
+    wanted = cfg["beam_width"]
+    _sample_cut(engine, h, wanted)
     engine.view(f"beam{h}", f"""
         SELECT head, score, {_hops(h)}, ord FROM (
             SELECT *, row_number() OVER (PARTITION BY head, r1, i1
                                          ORDER BY score DESC, flag, parent, p) - 1 AS ord
-            FROM (SELECT * FROM first{h} UNION ALL
-                  SELECT {child} FROM short{h} b JOIN weighted e
-                      ON e.s = b.n{h - 1} AND e.p >= {cap} WHERE {_fresh(h)} AND {passes}) u) x
+            FROM ({_children(engine, h, wanted, f"cut{h}")}) u) x
         WHERE ord < {wanted}""", materialise=True)
 
 
@@ -254,27 +261,24 @@ def _sample_cut(engine: Engine, h: int, wanted: int) -> None:
         WHERE k = {wanted}""", materialise=True)
 
 
-def _candidates(cfg: Mapping) -> str:
-    """SQL of every path the final ranking sees: the beams of hops 1..L−1, and the last hop's
-    children of beam L−1 that can still enter their group's top k_top — those scoring at least
-    the k_top-th best of one of the group's beams (a child scoring less has k_top better
-    paths; a beam's ``ord`` ranks it by score first)."""
-    top = cfg["max_hops"]
-    beams = " UNION ALL ".join(f"SELECT head, score, {_hops(h, upto=top)}, {h} AS hops "
-                               f"FROM beam{h}" for h in range(1, top))
+def _candidates(engine: Engine, cfg: Mapping) -> str:
+    """SQL of every path the final ranking needs: per group, the rows of each beam scoring
+    at least that beam's k_top-th best (a beam's ``ord`` ranks by score first; a row scoring
+    less has k_top better paths), and the last hop's children of beam L−1 scoring at least
+    the best of those bounds."""
+    top, k_top = cfg["max_hops"], cfg["k_top"]
     if top == 1:
         return "SELECT head, score, n1, r1, i1, 1 AS hops FROM beam1"
-    kth = " UNION ALL ".join(f"SELECT head, r1, i1, score FROM beam{h} WHERE ord = "
-                             f"{cfg['k_top'] - 1}" for h in range(1, top))
-    cut = f"(SELECT head, r1, i1, max(score) AS cut FROM ({kth}) k GROUP BY head, r1, i1)"
-    parents = f"""(SELECT b.*, c.cut FROM beam{top - 1} b
-                  LEFT JOIN {cut} c ON c.head = b.head AND c.r1 = b.r1 AND c.i1 = b.i1
-                  JOIN best t ON t.s = b.n{top - 1}
-                  WHERE c.cut IS NULL OR b.score + t.best >= c.cut)"""
-    last = f"""SELECT {_child(top)}, {top} AS hops FROM {parents} b
-               JOIN weighted e ON e.s = b.n{top - 1}
-               WHERE {_fresh(top)} AND (b.cut IS NULL OR b.score + e.w >= b.cut)"""
-    return f"{beams} UNION ALL {last}"
+    kth = " UNION ALL ".join(f"SELECT head, r1, i1, score FROM beam{h} WHERE ord = {k_top - 1}"
+                             for h in range(1, top))
+    engine.view("kth", f"SELECT head, r1, i1, max(score) AS cut FROM ({kth}) k "
+                "GROUP BY head, r1, i1", materialise=True)
+    beams = " UNION ALL ".join(
+        f"SELECT b.head, b.score, {_hops(h, 'b.', upto=top)}, {h} AS hops FROM beam{h} b "
+        f"LEFT JOIN kth c ON c.head = b.head AND c.r1 = b.r1 AND c.i1 = b.i1 "
+        f"WHERE c.cut IS NULL OR b.score >= c.cut" for h in range(1, top))
+    last = _children(engine, top, k_top, "kth")
+    return f"{beams} UNION ALL SELECT head, score, {_hops(top)}, {top} AS hops FROM ({last}) l"
 
 
 def _searched_sql(engine: Engine, cfg: Mapping) -> str:
@@ -291,7 +295,7 @@ def _searched_sql(engine: Engine, cfg: Mapping) -> str:
     return f"""SELECT head, rank, score, hops, {_hops(top)} FROM (
                    SELECT *, row_number() OVER (PARTITION BY head, r1, i1
                                                 ORDER BY score DESC, {ties}) - 1 AS rank
-                   FROM ({_candidates(cfg)}) c) x
+                   FROM ({_candidates(engine, cfg)}) c) x
                WHERE rank < {cfg['k_top']}"""
 
 
