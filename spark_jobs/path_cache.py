@@ -107,6 +107,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         first = table_files(paths[table])[0]
         check_schema(table, pq.read_schema(first), first)
     cache_dir = Path(out_dir) / "path_cache"
+    cache_dir.parent.mkdir(parents=True, exist_ok=True)
     previous = previous_inputs(inputs, "edges", "node_gain", "entities", "path_cache")
     with open_engine(dict(config), Path(out_dir)) as engine:
         for name, path in paths.items():
