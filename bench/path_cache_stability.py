@@ -95,11 +95,26 @@ def translated(build, entities: np.ndarray, relations: np.ndarray) -> pa.Table:
         "nodes": pa.ListArray.from_arrays(nodes.offsets, entities[nodes.values.to_numpy()])})
 
 
+def touched_heads(now: np.ndarray, then: np.ndarray, hops: int) -> np.ndarray:
+    """Sorted ids of the nodes within ``hops`` hops (walked back along ``now``'s edges) of a
+    node whose out-edge rows (s, r, inverse, o, …) differ between the two tables (``then`` in
+    ``now``'s ids, -1 for a node gone) — the reach the stage's refresh rule measures, on the
+    driver, for a bench's counts."""
+    from lokg.common.stage import changed_rows
+
+    changed = changed_rows(now, then)[:, 0]
+    changed = changed[changed >= 0]
+    n_nodes = int(max(now[:, [0, 3]].max(initial=-1), then[:, [0, 3]].max(initial=-1))) + 1
+    reached = np.zeros(n_nodes, bool)
+    reached[changed] = True
+    for _ in range(hops):
+        reached[now[:, 0][reached[now[:, 3]]]] = True
+    return np.flatnonzero(reached)
+
+
 def rewired_reach(now_key: np.ndarray, then_key: np.ndarray, hops: int) -> list[int]:
     """Heads (nodes with an out-edge in ``now_key``) within 0..``hops`` hops of a node whose
     (s, r, inverse, o) out-edges differ between the two key tables."""
-    from lokg.spark_jobs.path_cache import touched_heads
-
     heads = np.unique(now_key[:, 0])
     return [int(np.isin(touched_heads(now_key, then_key, h), heads).sum())
             for h in range(hops + 1)]

@@ -1,15 +1,13 @@
-"""relation_stats and path_cache, driver path against Spark path, as a small refresh runs them:
-each stage alone in a fresh process, on the staged inputs a build cached.
+"""relation_stats, driver path against Spark path, as a small refresh runs it: each stage alone
+in a fresh process, on the staged inputs a build cached.
 
     python -m bench.stage_paths --cache STORE/refresh/BUILD_ID --work W --json W/paths.json
 
 ``--cache`` is a store's refresh cache of one build (``refresh/<build_id>``: every stage's
 outputs and ``_stage.json``); relation_stats reads its ingest's triples and relations,
-entity_types' entities and transe's relation embeddings, path_cache gat's edges, node_gain and
-the same entities — what the build gave them. Per stage, the Spark path (``--set``
-``driver_max_triples=0`` / ``driver_max_edges=0``) and the driver path (the same switch at
-``DRIVER_ALWAYS``: the driver at any size — the defaults would send a 10⁶-triple dump's
-1.8·10⁶ edges to Spark), one after the other, each in its own process
+entity_types' entities and transe's relation embeddings — what the build gave them. Per stage,
+the Spark path (``--set`` ``driver_max_triples=0``) and the driver path (the same switch at
+``DRIVER_ALWAYS``: the driver at any size), one after the other, each in its own process
 (``build_scale.run_measured``: wall and CPU seconds of the process tree — the JVM and Spark's
 Python workers included — sampled every 0.2 s): so the Spark path pays the JVM start and its
 first queries' JIT, as the first Spark stage of a refresh does (a stage after another Spark
@@ -32,9 +30,6 @@ STAGES = {
                         "relations": ("ingest", "relations"), "triples": ("ingest", "triples"),
                         "relation_embeddings": ("transe", "relation_embeddings")},
                        ("relation_stats", "relation_pairs"), {"driver_max_triples": 0}),
-    "path_cache": ({"edges": ("gat", "edges"), "node_gain": ("node_gain", "node_gain"),
-                    "entities": ("entity_types", "entities")},
-                   ("path_cache",), {"driver_max_edges": 0}),
 }
 #: A stage's driver switch set to this picks its driver path whatever the input's size.
 DRIVER_ALWAYS = 10**12

@@ -1,4 +1,6 @@
-"""Stage ``path_cache`` (Spark): the top TAIMR paths of every head, precomputed.
+"""Stage ``path_cache``: the top TAIMR paths of every head, precomputed, as SQL run by the build's
+engine (``spark_jobs.engine``: DuckDB on one node, multi-threaded and spilling past
+``build.memory_gb``; Spark SQL on a cluster) — one definition for both.
 
 Inputs: ``edges`` (gat: canonical triples plus inverses with their attention),
 ``node_gain`` and ``entities``. Nothing else — the paths are built from the graph alone, never
@@ -7,69 +9,72 @@ from questions or answers (the stage does not look at the ``dump``). A query log
 only its linked entity keys are read: a cold head gets the same paths, so the choice changes
 latency, never an answer.
 
-Heads are every entity with an out-edge (``path_cache.heads: all``) or a hot set:
+Heads (``spark_jobs.path_cache_heads``) are every entity with an out-edge
+(``path_cache.heads: all``) or a hot set:
 
 * ``degree`` | ``mu`` | ``query_log``: the top heads — entities with an out-edge — by out-degree
   in ``edges`` (inverses included: the first hops the search can take), by μ (``node_gain``), or
   by the number of logged answers that linked them (``path_cache.query_log``: JSON lines with
   ``linked[].key``, the Answer JSON, or ``details.linked[].key``, ``lokg eval``'s
   predictions.jsonl; a key counts once per answer; keys of other builds' entities are dropped
-  and counted; a log without one such line is a StageError); ties go to the smaller entity id, so the set is deterministic. Its size is
-  ``hot_share`` of all heads (rounded up) or ``hot_count`` (at most all heads). The selection
-  is a Spark ordered limit (``orderBy(...).limit(n)``: per-partition top-n, then one merge
-  task), so nothing but counts reaches the driver.
+  and counted; a log without one such line is a StageError); ties go to the smaller entity id,
+  so the set is deterministic. Its size is ``hot_share`` of all heads (rounded up) or
+  ``hot_count`` (at most all heads).
 * a file of entity keys, one a line (blank lines skipped; an unknown key is a StageError naming
   the file and line).
 
-Heads outside the hot set are cold: the runtime computes their paths at query time with the same
-search (runtime/query.py ``Runtime.paths``), keeping the last few in an LRU.
+Heads outside the hot set are cold: the runtime computes their paths at query time with
+``runtime.taimr.top_paths`` (runtime/query.py ``Runtime.paths``), keeping the last few in an LRU.
 
-Spark spreads the heads over tasks by bucket = head % ``buckets``; each task's Python worker
-loads the CSR graph from the ``edges``/``node_gain`` files (once per worker process — workers
-are reused — keyed by the files' paths, sizes and mtimes) and runs
-``runtime.taimr.top_paths_table`` for its heads — the search the runtime runs for a cold head,
-with the same settings (max_hops, k_top, beam_width, lambda_topo). ``mapInArrow`` rather than
-``mapInPandas``: the rows carry three list columns, which Arrow passes as flat buffers while
-pandas would build one Python object per cell.
-
-Up to ``driver_max_edges`` edges the stage starts no Spark session: ``path_cache_driver``
-chooses the heads with numpy and Arrow (the same rules) and runs the same search over them in
-this process (``report["path"]``: driver | spark); both paths write the same bucket files.
+The search is taimr's, hop by hop in SQL, with its settings (max_hops, k_top, beam_width,
+lambda_topo): table ``weighted`` gives each edge its weight w = log α + λ·log μ(target) (numpy's
+log through an engine function, so the bits are taimr's) and its position among its source's
+out-edges (best weight first, ties by target, relation, direction). Beam 1 is the best
+``beam_width`` out-edges of each head per group (head, first relation, first direction); beam h
+the best ``beam_width`` fresh children (a node not yet on the path) of beam h−1 per group,
+ranked by score and then in the order taimr generates them (a parent's first
+``beam_width`` + h out-edges before the rest, parent by rank, edge by position), so ties at a
+cut fall as taimr's do. Path scores are sums in hop order, as taimr adds them. The last hop's
+children and the beams' rows are ranked per group by score, ties by nodes, relations and
+directions (a path before its extensions), and the best ``k_top`` kept. Children that cannot
+enter a group's cut (scoring under a lower bound of it, or behind enough better siblings) are
+never generated. With max_hops ≥ 4 taimr keeps the beam of a head whose groups all fit in
+generation order rather than by score, so a tie at a later cut may fall otherwise there.
 
 Output ``path_cache/bucket-00000.parquet`` … ``bucket-<buckets-1>.parquet``: the rows of the
 heads with ``head % buckets == b``, sorted by (head, relations[0], inverses[0], rank), exactly
-the contract columns. Every bucket file exists, empty or not, so a reader can trust the count
-(``report["buckets"]``). Spark writes the buckets with ``partitionBy`` (one file each, since a
-bucket lives in one task); the driver then renames them.
+the contract columns (runtime/path_cache.py reads a head's rows from its bucket). Every bucket
+file exists, empty or not, so a reader can trust the count (``report["buckets"]``). The engine
+writes all rows sorted by (bucket, head, …); the stage cuts them into the bucket files, one
+bucket in memory at a time.
 
 Refresh (``previous:`` inputs: same code and settings, changed inputs; pipeline/refresh.py).
 A head's rows are a function of the out-edges (their α, and μ of their targets) of the nodes
 within ``max_hops`` − 1 hops of it — the search extends no path further — and of the order of
 the node ids (ties). Entity ids are ranks in key order, so when entities come or go every id
 above them shifts, but the order of the kept ones stays: the stage moves the previous build's
-ids to this build's by key (``common.stage.id_translation``; a translation that reorders
-ids: full) and, when every entity with an out-edge is a head (``heads: all``), compares the two
-builds' weighted edges on the driver in this build's ids: a node is **changed** when one of its
-out-edges was added, removed (a node gone removes its edges, and the inverse edges of its
-neighbours), or got another α or another μ at its target. Relation ids are compared as they
-are: a renumbered relation shows as changed edges, searched anew. The heads within
-``max_hops`` − 1 hops of a changed node (walked back along the new graph's edges, which hold
-their inverses: a walk that reaches a changed node does so over unchanged edges, so the new
-graph suffices) are searched anew, and every other head's rows are copied from the previous
-build's cache with their head and nodes in this build's ids, into the bucket of the new head
-id — the cache then equals a full run's, bucket for bucket, row for row. A warm-started or
-retrained GAT moves α on nearly every edge, so after one the whole cache is usually
-recomputed; the copy pays off when α moves only near the change (``gat.uniform``: α =
-1/out-degree changes only at the changed triples' ends). More than
-``common.stage.PARTIAL_MAX_SHARE`` of the heads touched, or a hot set: full. The report's
-``refresh`` says which (partial: heads searched, copied, and how many entity ids moved).
+ids to this build's by key (a translation that reorders ids: full) and, when every entity with
+an out-edge is a head (``heads: all``), compares the two builds' weighted edges in this build's
+ids: a node is **changed** when one of its out-edges was added, removed (a node gone removes
+its edges, and the inverse edges of its neighbours), or got another α or another μ at its
+target. Relation ids are compared as they are: a renumbered relation shows as changed edges,
+searched anew. The heads within ``max_hops`` − 1 hops of a changed node (walked back along the
+new graph's edges, which hold their inverses) are searched anew — the same search, its heads
+filtered — and every other head's rows are copied from the previous build's cache with their
+head and nodes in this build's ids, into the bucket of the new head id: the cache then equals a
+full run's, bucket for bucket, row for row. A warm-started or retrained GAT moves α on nearly
+every edge, so after one the whole cache is usually recomputed; the copy pays off when α moves
+only near the change (``gat.uniform``). More than ``common.stage.PARTIAL_MAX_SHARE`` of the
+heads touched, or a hot set: full. The report's ``refresh`` says which (partial: heads
+searched, copied, and how many entity ids moved).
 
-Report: heads, heads_all (entities with an out-edge), heads_share (heads / heads_all),
+Report: engine, heads, heads_all (entities with an out-edge), heads_share (heads / heads_all),
 head_source (in words: how the heads were chosen), hot_set (selector, share, count, requested,
 and for a query log its answers and unknown keys), heads_with_paths, paths, mean_paths_per_head,
 paths_by_hops, buckets, refresh (full and why, or partial: heads searched and copied), bytes (of
 the bucket files), the search settings, step seconds.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -118,7 +123,8 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         lap("heads")
         refresh = _refresh(engine, cfg, previous, heads_all)
         lap("refresh")
-        engine.view("found", _found_sql(engine, cfg, refresh["mode"] == "partial"), materialise=True)
+        partial = refresh["mode"] == "partial"
+        engine.view("found", _found_sql(engine, cfg, partial), materialise=True)
         lap("search")
         _write_buckets(engine, cache_dir, cfg["buckets"], cfg["max_hops"])
         lap("write")

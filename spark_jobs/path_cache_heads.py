@@ -102,8 +102,8 @@ def _listed_heads(engine: Engine, heads_file: str) -> None:
     unknown = engine.fetch("SELECT l.line, l.key FROM listed l LEFT JOIN entities e "
                            "ON e.key = l.key WHERE e.id IS NULL ORDER BY l.line LIMIT 5")
     if unknown.num_rows:
-        listed = ", ".join(f"line {line}: {key!r}" for line, key in
-                           zip(unknown.column("line").to_pylist(), unknown.column("key").to_pylist()))
+        rows = zip(unknown.column("line").to_pylist(), unknown.column("key").to_pylist())
+        listed = ", ".join(f"line {line}: {key!r}" for line, key in rows)
         raise StageError(f"path_cache.heads: {heads_file}: unknown entity keys ({listed})")
     engine.view("heads", "SELECT DISTINCT e.id AS head FROM listed l JOIN entities e "
                 "ON e.key = l.key", materialise=True)

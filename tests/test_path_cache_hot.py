@@ -56,7 +56,8 @@ def test_degree_top_heads_exactly_with_ties_to_the_smaller_id(graph_inputs, degr
     order = ranked(degree)
     # a cut inside a run of equal degrees, so the tie-break decides who is in
     n = next(i for i in range(5, len(order)) if degree[order[i - 1]] == degree[order[i]])
-    heads, info, heads_all = select(graph_inputs["inputs"], engine_config, heads="degree", hot_count=n)
+    heads, info, heads_all = select(graph_inputs["inputs"], engine_config,
+                                    heads="degree", hot_count=n)
     assert heads_all == len(degree) == len(graph_inputs["keys"]) - 3
     assert heads == sorted(order[:n])
     assert info["hot_set"] == {"selector": "degree", "share": None, "count": n, "requested": n}
@@ -65,13 +66,15 @@ def test_degree_top_heads_exactly_with_ties_to_the_smaller_id(graph_inputs, degr
 
 @pytest.mark.parametrize("share", [0.05, 0.1, 1 / 3, 1.0])
 def test_a_share_of_all_heads_rounds_up(graph_inputs, degree, engine_config, share):
-    heads, info, heads_all = select(graph_inputs["inputs"], engine_config, heads="degree", hot_share=share)
+    heads, info, heads_all = select(graph_inputs["inputs"], engine_config,
+                                    heads="degree", hot_share=share)
     n = math.ceil(share * heads_all - 1e-9)
     assert len(heads) == info["hot_set"]["requested"] == n and heads == sorted(ranked(degree)[:n])
 
 
 def test_a_count_above_all_heads_takes_them_all(graph_inputs, degree, engine_config):
-    heads, info, _ = select(graph_inputs["inputs"], engine_config, heads="degree", hot_count=10 ** 9)
+    heads, info, _ = select(graph_inputs["inputs"], engine_config,
+                            heads="degree", hot_count=10 ** 9)
     assert heads == sorted(degree) and info["hot_set"]["requested"] == len(degree)
 
 
@@ -79,7 +82,8 @@ def test_mu_top_heads_exactly(graph_inputs, degree, engine_config):
     gain = read_table(Path(graph_inputs["inputs"]["node_gain"]), "node_gain").to_pydict()
     mu = {i: m for i, m in zip(gain["id"], gain["mu"]) if i in degree}  # heads only
     assert len(set(mu.values())) < len(mu)  # ties exist
-    heads, info, _ = select(graph_inputs["inputs"], engine_config, heads="mu", hot_share=0.2)
+    heads, info, _ = select(graph_inputs["inputs"], engine_config,
+                            heads="mu", hot_share=0.2)
     assert heads == sorted(ranked(mu)[: math.ceil(0.2 * len(degree) - 1e-9)])
     assert info["head_source"].endswith("heads by node gain mu")
 
@@ -101,20 +105,23 @@ def test_query_log_counts_answers_linking_each_head(graph_inputs, engine_config,
     (log / "run" / "lokg" / "predictions.jsonl").write_text("\n".join(map(json.dumps, evals)))
     # counts: 7 → 2, 2 → 2, 5 → 2, 40 → 1; ties to the smaller id: 2, 5, 7, then 40
     for n, expected in ((3, [2, 5, 7]), (4, [2, 5, 7, 40]), (50, [2, 5, 7, 40])):
-        heads, info, _ = select(graph_inputs["inputs"], engine_config, heads="query_log", hot_count=n,
+        heads, info, _ = select(graph_inputs["inputs"], engine_config,
+                                heads="query_log", hot_count=n,
                                 query_log=str(log))
         assert heads == expected
     hot = info["hot_set"]
     assert (hot["log_lines"], hot["log_answers"], hot["log_unknown_keys"]) == (8, 6, 1)
     assert hot["requested"] == 50  # the log names fewer heads: the rest stay cold
-    one, _, _ = select(graph_inputs["inputs"], engine_config, heads="query_log", hot_count=2,
+    one, _, _ = select(graph_inputs["inputs"], engine_config,
+                       heads="query_log", hot_count=2,
                        query_log=str(log / "answers.jsonl"))  # a single file
     assert one == [2, 7]
     indented = tmp_path / "indented.json"  # `lokg query --json` prints one answer over many lines
     indented.write_text(json.dumps(answers[0], indent=2))
     with pytest.raises(StageError, match=r"indented\.json: no line of its \d+ is an answer with "
                                          r"linked entities \(expected JSON lines"):
-        select(graph_inputs["inputs"], engine_config, heads="query_log", hot_count=2, query_log=str(indented))
+        select(graph_inputs["inputs"], engine_config,
+               heads="query_log", hot_count=2, query_log=str(indented))
 
 
 def test_the_stage_caches_exactly_the_hot_set_and_reports_it(graph_inputs, degree,
