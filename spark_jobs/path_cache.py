@@ -107,10 +107,7 @@ def bucket_path(cache_dir: Path, bucket: int) -> Path:
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     lap = Laps()
     cfg = settings(config)
-    paths = {n: stage_input(inputs, "path_cache", n) for n in ("edges", "node_gain", "entities")}
-    for table in ("edges", "node_gain"):
-        first = table_files(paths[table])[0]
-        check_schema(table, pq.read_schema(first), first)
+    paths = _inputs(inputs)
     cache_dir = Path(out_dir) / "path_cache"
     cache_dir.parent.mkdir(parents=True, exist_ok=True)
     previous = previous_inputs(inputs, "edges", "node_gain", "entities", "path_cache")
@@ -145,6 +142,15 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         "seconds": round(sum(lap.seconds.values()), 3),
     }
     return {"outputs": {"path_cache": str(cache_dir)}, "report": report}
+
+
+def _inputs(inputs: Mapping[str, str]) -> dict[str, Path]:
+    """The stage's input tables by name; StageError for one missing or of another schema."""
+    paths = {n: stage_input(inputs, "path_cache", n) for n in ("edges", "node_gain", "entities")}
+    for table in ("edges", "node_gain"):
+        first = table_files(paths[table])[0]
+        check_schema(table, pq.read_schema(first), first)
+    return paths
 
 
 # ============================================================================================
