@@ -176,12 +176,14 @@ def rerun(store: Path, cache: Path, base_id: str, master: str, build_id: str, st
 def stage_path(stage: str, report: dict) -> str | None:
     """Where the stage's report says it ran (driver | spark): ingest's parse; relation_stats'
     passes over the triples, then its pair signals; scos_merge's rewrite of the triples; the
-    other stages' ``path``."""
+    other stages' ``path``, or the SQL ``engine`` of a stage written once for both."""
     if stage == "ingest":
         return report.get("refresh", {}).get("ingest")
     if stage == "relation_stats":
         return f"{report.get('passes')}, pairs {report.get('path')}"
-    return report.get("rewrite" if stage == "scos_merge" else "path")
+    if stage == "scos_merge":
+        return report.get("rewrite")
+    return report.get("path") or report.get("engine")
 
 
 def compared(stage: str, record: dict, reference: dict, cache: Path, base_id: str) -> dict:
