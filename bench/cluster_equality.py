@@ -14,9 +14,8 @@ stages rerun before it. Every Parquet output is compared with the cached one by 
 (``pipeline.refresh.row_digest``: same schema, same multiset of rows, any order and any split
 into files). The exit code is non-zero when a table differs from its reference (``--against``).
 
-``product`` paths leave the default thresholds to choose each stage's path, as a build of
-that size does (at 10⁷ triples only path_cache uses Spark); ``spark`` forces every Spark path
-(``relation_stats_scale.SPARK_PATHS``). Each rerun (``--masters``) has its own, ``--paths``
+``product`` paths leave the engine to the build's resolution from the dump's size, as a build
+of that size does; ``spark`` puts every relational stage on Spark SQL (``bench.common.SPARK_PATHS``). Each rerun (``--masters``) has its own, ``--paths``
 by default. From the second rerun on, the tables are also compared with the first rerun's:
 ``--against first`` makes that the verdict, for a build made by older code. Pass the build's
 own ``--set`` overrides where they touch a Spark stage; each row says whether the rerun's

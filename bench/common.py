@@ -367,22 +367,13 @@ def attention_agreement(one: Path, other: Path) -> dict:
 
 # --------------------------------------------------------------- stages on a Spark session
 
-#: What these benches measure is the Spark path of each stage that still has a driver path below
-#: a threshold (``driver_max_*``); the SQL stages run on the build's engine (``engine.name``)
-def spark_paths() -> tuple[str, ...]:
-    """Settings that put every stage on its Spark path: each ``driver_max_*`` threshold of the
-    default config at 0 (the value every one of them reads as "always Spark")."""
-    from lokg.pipeline.config import DEFAULTS
-
-    return tuple(f"{section}.{key}=0" for section, options in DEFAULTS.items()
-                 if isinstance(options, dict) for key in options if key.startswith("driver_max_"))
+#: The setting that puts every relational stage on Spark SQL (``--paths spark``): the engine a
+#: build on a cluster resolves to, forced at any size
+SPARK_PATHS = ("engine.name=spark",)
 
 
-SPARK_PATHS = spark_paths()
-
-
-#: ``spark``: the stages' Spark paths forced (``SPARK_PATHS``); ``product``: the default config's
-#: thresholds choose, as a build of that size would
+#: ``spark``: the stages on Spark SQL (``SPARK_PATHS``); ``product``: the engine the build
+#: resolves from the dump's size, as a build of that size would
 PATHS = ("spark", "product")
 
 
@@ -517,3 +508,23 @@ def load_baseline(tree: Path, stage: str):
             elif getattr(ours, name, None) is value and hasattr(theirs, name):
                 setattr(module, name, getattr(theirs, name))
     return module
+
+
+# --------------------------------------------------------------- path_cache's refresh reach
+
+
+def touched_heads(now: np.ndarray, then: np.ndarray, hops: int) -> np.ndarray:
+    """Sorted ids of the nodes within ``hops`` hops (walked back along ``now``'s edges) of a
+    node whose out-edge rows (s, r, inverse, o, …) differ between the two tables (``then`` in
+    ``now``'s ids, -1 for a node gone) — the reach the stage's refresh rule measures, on the
+    driver, for a bench's counts."""
+    from lokg.common.stage import changed_rows
+
+    changed = changed_rows(now, then)[:, 0]
+    changed = changed[changed >= 0]
+    n_nodes = int(max(now[:, [0, 3]].max(initial=-1), then[:, [0, 3]].max(initial=-1))) + 1
+    reached = np.zeros(n_nodes, bool)
+    reached[changed] = True
+    for _ in range(hops):
+        reached[now[:, 0][reached[now[:, 3]]]] = True
+    return np.flatnonzero(reached)

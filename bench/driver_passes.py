@@ -6,7 +6,7 @@ passes buys, before against after in one run.
 
 ``--ingest`` is an ingest stage's output directory (triples, relations, entities,
 type_assertions). Per round and checkout (the order alternates: AB, BA, …), each stage runs in
-its own process (``stage_paths.RUN``, default config) with that checkout on ``PYTHONPATH`` —
+its own process (``bench.common.RUN``, default config) with that checkout on ``PYTHONPATH`` —
 entity_types on the ingest's tables — measured as
 ``build_scale.run_measured`` measures (wall, CPU seconds of the process tree, peak RSS). Every
 checkout's tables must equal the first checkout's (``refresh_scale.table_equality``), else the

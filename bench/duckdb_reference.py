@@ -13,11 +13,9 @@ quarantine has work). Rounds alternate Spark then DuckDB so that both see the sa
 * **Spark**: ``ingest`` and ``entity_types`` through ``pipeline.driver.run_stage`` and
   ``relation_stats`` on their staged outputs — ``relation_stats_scale.spark_stages``, exactly as
   the build runs them. The session (``local[2]``) is started once, before the rounds, and its
-  start-up is reported apart. Their driver paths are off (``relation_stats_scale.SPARK_PATHS``)
-  unless ``--paths product``: then the default config's thresholds choose each stage's path, as a
-  build of that size would (the row's ``step_paths`` and the table say which ran, per step);
-  ingest, entity_types and relation_stats run on the engine the config names (``--set
-  engine.name=duckdb``: their SQL on DuckDB; ``spark``: Spark SQL); the row's
+  start-up is reported apart. The stages run on Spark SQL (``bench.common.SPARK_PATHS``) unless
+  ``--paths product``: then on the engine the build resolves from the dump's size, as a build
+  of that size would (the row's ``step_paths`` and the table say which ran, per step); the row's
   ``ingest_path`` says whether ingest parsed every line (``full``) or few (``partial``),
   ``ingest_driver_peak_mib`` the Python process's peak RSS during each round's ingest.
 * **DuckDB** (``threads`` = 2, the same cores): the same ingest in SQL — the N-Triples rules of
@@ -232,8 +230,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--driver-memory", default="6g")
     parser.add_argument("--paths", choices=PATHS, default="spark",
-                        help="spark: the stages' Spark paths forced; product: the default "
-                             "config's thresholds choose, as a build of that size would")
+                        help="spark: the stages on Spark SQL; product: the engine the build "
+                             "resolves from the dump's size")
     parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", type=Path, help="append the result as one JSON line")
     parser.add_argument("--workdir", type=Path, help="parent of the temporary directory")

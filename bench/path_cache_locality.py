@@ -8,7 +8,7 @@ Counted over the after-build's heads (entities with an out-edge), with the befor
 moved to the after-build's by key (``common.stage.id_translation``) and relations compared by
 canonical name:
 
-* ``weights`` — the stage's rule (``spark_jobs.path_cache.touched_heads`` over its weighted
+* ``weights`` — the stage's rule (``bench.common.touched_heads`` over its weighted
   edges): a node is changed when an out-edge was added or removed or its α or μ(target) moved;
 * ``structure`` — only out-edges added or removed (what a copy that keeps slightly moved α would
   search: "within L hops of a structurally changed entity");
@@ -41,12 +41,24 @@ def structural_edges(build, names: pa.Array, entities: np.ndarray | None) -> np.
     return rows
 
 
+def weighted_edges(build) -> np.ndarray:
+    """Rows (s, r, inverse, o, bits of α, bits of μ(o)) of a build's edges: what a search sees."""
+    edges, gain = build.read("edges"), build.read("node_gain")
+    mu = np.zeros(gain.num_rows, np.float64)
+    mu[gain["id"].to_numpy()] = gain["mu"].to_numpy()
+    o = edges["o"].to_numpy()
+    return np.column_stack([edges["s"].to_numpy(), edges["r"].to_numpy(),
+                            edges["inverse"].to_numpy().astype(np.int64), o,
+                            edges["attention"].to_numpy().astype(np.float64).view(np.int64),
+                            mu[o].view(np.int64)])
+
+
 def measure(store: Path, before_id: str, after_id: str, hops: int) -> dict:
     import pyarrow.compute as pc
 
     from lokg.common.stage import PARTIAL_MAX_SHARE, changed_rows, id_translation
     from lokg.runtime.contract import Store
-    from lokg.spark_jobs.path_cache import _weighted_edges, touched_heads
+    from bench.common import touched_heads
 
     before, after = Store(store).build(before_id), Store(store).build(after_id)
     entities = id_translation(*(b.read("entities", columns=["id", "key"])
@@ -54,8 +66,7 @@ def measure(store: Path, before_id: str, after_id: str, hops: int) -> dict:
     names = pc.unique(pa.chunked_array([b.read("relations")["name"] for b in (after, before)]))
     now, then = (structural_edges(after, names, None),
                  structural_edges(before, names, entities))
-    weighted_now = _weighted_edges(after.table_path("edges"), after.table_path("node_gain"))
-    weighted_then = _weighted_edges(before.table_path("edges"), before.table_path("node_gain"))
+    weighted_now, weighted_then = weighted_edges(after), weighted_edges(before)
     weighted_then[:, [0, 3]] = entities[weighted_then[:, [0, 3]]]
     heads = np.unique(now[:, 0])
     changed = changed_rows(now, then)

@@ -98,9 +98,9 @@ def translated(build, entities: np.ndarray, relations: np.ndarray) -> pa.Table:
 def rewired_reach(now_key: np.ndarray, then_key: np.ndarray, hops: int) -> list[int]:
     """Heads (nodes with an out-edge in ``now_key``) within 0..``hops`` hops of a node whose
     (s, r, inverse, o) out-edges differ between the two key tables."""
-    from lokg.spark_jobs.path_cache import touched_heads
-
     heads = np.unique(now_key[:, 0])
+    from bench.common import touched_heads
+
     return [int(np.isin(touched_heads(now_key, then_key, h), heads).sum())
             for h in range(hops + 1)]
 

@@ -64,8 +64,10 @@ def measure(inputs: dict, n_heads: int, seed: int, search: dict) -> dict:
 
 def run_stage(inputs: dict, workdir: Path, search: dict) -> dict:
     from lokg.spark_jobs import path_cache
+    from lokg.spark_jobs.engine import with_engine
 
-    result = path_cache.run({"path_cache": search}, inputs, str(workdir / "path_cache"))
+    config = with_engine({"path_cache": search}, None)  # auto, no dump: DuckDB
+    result = path_cache.run(config, inputs, str(workdir / "path_cache"))
     report = result["report"]
     return {"stage_s": report["seconds"], "stage_step_seconds": report["step_seconds"],
             "stage_paths": report["paths"], "stage_heads": report["heads"]}

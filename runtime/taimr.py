@@ -1,8 +1,8 @@
 """TAIMR path scoring and beam search over the attention-weighted graph (retrieval).
 
-One implementation, used by the offline ``path_cache`` stage (every head, in Spark workers) and
-by the runtime for a head the cache does not hold. numpy and pyarrow only, so the runtime
-imports it without pyspark or torch.
+The search the runtime runs for a head the cache does not hold; the offline ``path_cache`` stage
+states the same search in SQL (spark_jobs/path_cache.py: the same rows, ties and score bits).
+numpy and pyarrow only, so the runtime imports it without pyspark or torch.
 
 The graph is the canonical triples **with inverse edges**: a triple (s, r, o) is walked forward
 s→o and backward o→s (``inverse`` = true, relation r⁻¹). A path from head v₀ is a sequence of

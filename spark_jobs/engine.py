@@ -114,8 +114,11 @@ class Engine(ABC):
         """A small Arrow table built on the driver as table ``name``."""
 
     @abstractmethod
-    def function(self, name: str, fn: Callable, arg_types: Sequence[str], returns: str) -> None:
-        """A Python scalar function callable from SQL; types in DuckDB's names (VARCHAR …)."""
+    def function(self, name: str, fn: Callable, arg_types: Sequence[str], returns: str, *,
+                 vectorised: bool = False) -> None:
+        """A Python scalar function callable from SQL; types in DuckDB's names (VARCHAR …).
+        ``vectorised``: ``fn`` maps numpy arrays (one per argument) to a numpy array, called
+        on batches of rows — numpy's arithmetic, bit for bit, on either engine."""
 
     @abstractmethod
     def view(self, name: str, sql: str, *, materialise: bool = False) -> None:
@@ -169,8 +172,13 @@ class DuckDBEngine(Engine):
         self.con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM _arrow_{name}")
         self.con.unregister(f"_arrow_{name}")
 
-    def function(self, name: str, fn: Callable, arg_types: Sequence[str], returns: str) -> None:
-        self.con.create_function(name, fn, list(arg_types), returns, side_effects=False)
+    def function(self, name: str, fn: Callable, arg_types: Sequence[str], returns: str, *,
+                 vectorised: bool = False) -> None:
+        if vectorised:
+            self.con.create_function(name, _on_arrays(fn), list(arg_types), returns, type="arrow",
+                                     side_effects=False)
+        else:
+            self.con.create_function(name, fn, list(arg_types), returns, side_effects=False)
 
     def view(self, name: str, sql: str, *, materialise: bool = False) -> None:
         kind = "TABLE" if materialise else "VIEW"
@@ -219,8 +227,15 @@ class SparkEngine(Engine):
         self.spark.createDataFrame(table.to_pandas(), schema=_spark_schema(table.schema)) \
             .createOrReplaceTempView(name)
 
-    def function(self, name: str, fn: Callable, arg_types: Sequence[str], returns: str) -> None:
-        self.spark.udf.register(name, fn, _SPARK_TYPES[returns])
+    def function(self, name: str, fn: Callable, arg_types: Sequence[str], returns: str, *,
+                 vectorised: bool = False) -> None:
+        if vectorised:
+            from pyspark.sql.functions import pandas_udf
+
+            fn = pandas_udf(_on_series(fn), _SPARK_TYPES[returns])
+            self.spark.udf.register(name, fn)
+        else:
+            self.spark.udf.register(name, fn, _SPARK_TYPES[returns])
 
     def view(self, name: str, sql: str, *, materialise: bool = False) -> None:
         frame = self.spark.sql(spark_sql(sql))
@@ -280,6 +295,18 @@ def open_engine(config: dict, work_dir: Path | None = None) -> Iterator[Engine]:
         yield engine
     finally:
         engine.close()
+
+
+def _on_arrays(fn: Callable) -> Callable:
+    """A numpy function as a DuckDB Arrow function (Arrow arrays in, an Arrow array out)."""
+    return lambda *columns: pa.array(fn(*(c.to_numpy(zero_copy_only=False) for c in columns)))
+
+
+def _on_series(fn: Callable) -> Callable:
+    """A numpy function as a pandas UDF's body (pandas Series in, a Series out)."""
+    import pandas as pd
+
+    return lambda *columns: pd.Series(fn(*(c.to_numpy() for c in columns)))
 
 
 def _quoted(text: str) -> str:

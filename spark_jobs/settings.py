@@ -127,10 +127,6 @@ class PathCacheSettings(Settings, section="path_cache"):
             "linked[].key (the Answer JSON of /v1/ask) or details.linked[].key (lokg eval's "
             "predictions.jsonl); other lines are skipped")
     buckets: int = setting(256, COUNT, "output files; a head lives in bucket head % buckets")
-    driver_max_edges: int = setting(1_000_000, integer(0),
-            "up to this many edges (triples and their inverses) the heads are chosen and searched "
-            "on the driver, in one process (spark_jobs/path_cache_driver.py: no Spark session); "
-            "above, the search runs in Spark's Python workers")
 
     @classmethod
     def related_problem(cls, settings: Mapping) -> tuple[str, str] | None:

@@ -1,6 +1,6 @@
-"""bench/duckdb_reference.py's ``--paths``: ``spark`` forces every stage's Spark path, ``product``
-leaves the default config's thresholds to choose (what a build of that size runs), and the
-table names the path each step took. No Spark, no DuckDB: the config and the table only."""
+"""bench/duckdb_reference.py's ``--paths``: ``spark`` puts every relational stage on Spark SQL,
+``product`` leaves the engine to the build's resolution (what a build of that size runs), and
+the table names the engine each step took. No Spark, no DuckDB: the config and the table only."""
 
 from __future__ import annotations
 
@@ -17,19 +17,13 @@ REPO = Path(__file__).resolve().parents[1]
 ARGS = SimpleNamespace(driver_memory="1g", extra=[])
 
 
-def _thresholds(config: dict) -> dict[str, int]:
-    keys = [setting.split("=")[0].split(".") for setting in SPARK_PATHS]
-    return {f"{s}.{k}": config[s][k] for s, k in keys}
+def test_spark_paths_put_the_stages_on_spark_sql():
+    assert SPARK_PATHS == ("engine.name=spark",)
+    assert bench_config(ARGS, "spark")["engine"]["name"] == "spark"
 
 
-def test_spark_paths_force_every_threshold_to_zero():
-    assert set(_thresholds(bench_config(ARGS, "spark")).values()) == {0}
-
-
-def test_product_paths_keep_the_default_thresholds():
-    product = _thresholds(bench_config(ARGS, "product"))
-    assert product == _thresholds(load_config(None, []))
-    assert all(v > 0 for v in product.values())
+def test_product_paths_keep_the_default_engine():
+    assert bench_config(ARGS, "product")["engine"] == load_config(None, [])["engine"]
 
 
 def test_an_unknown_paths_value_is_refused():
@@ -68,10 +62,3 @@ def test_a_baseline_runs_its_own_helpers(tmp_path, stage, name):
                                                                         fromlist=["x"])
     assert marked.BASELINE_MARK == 1
 
-
-def test_spark_paths_cover_every_spark_stage():
-    """Forcing Spark names only Spark stages (a stage on the SQL engine has no threshold)."""
-    from lokg.pipeline.registry import STAGES
-
-    forced = {setting.split(".")[0] for setting in SPARK_PATHS}
-    assert forced <= {s.name for s in STAGES if s.kind == "spark"}

@@ -105,7 +105,7 @@ def test_each_rerun_names_its_master_and_paths():
     ("ingest", {"engine": "spark", "refresh": {"ingest": "full"}}, "spark"),
     ("relation_stats", {"engine": "duckdb"}, "duckdb"),
     ("scos_merge", {"rewrite": "driver"}, "driver"),
-    ("path_cache", {"path": "spark"}, "spark"),
+    ("path_cache", {"engine": "spark"}, "spark"),
 ])
 def test_the_row_names_where_each_stage_ran(stage, report, path):
     from bench.cluster_equality import stage_path

@@ -1,4 +1,5 @@
-"""path_cache (Spark + runtime.taimr): bucket files equal top_paths run directly, per head."""
+"""path_cache (SQL on DuckDB and Spark; runtime.taimr): bucket files equal top_paths run
+directly, per head."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def built(graph_inputs):
     return run_stage(graph_inputs["inputs"], graph_inputs["root"] / "cache", buckets=4)
 
 
-def test_buckets_equal_top_paths_run_directly(graph_inputs, built):
+def test_buckets_equal_top_paths_run_directly(graph_inputs, engine_config, tmp_path):
+    built = run_stage(graph_inputs["inputs"], tmp_path / "cache", engine_config, buckets=4)
     inputs = graph_inputs["inputs"]
     graph = EdgeGraph.from_paths(inputs["edges"], inputs["node_gain"])
     heads = np.flatnonzero(graph.out_degree() > 0).tolist()
@@ -44,6 +46,7 @@ def test_buckets_equal_top_paths_run_directly(graph_inputs, built):
     assert report["mean_paths_per_head"] == pytest.approx(total / len(heads), abs=1e-3)
     assert sum(report["paths_by_hops"].values()) == total and set(report["paths_by_hops"]) == {"1", "2", "3"}
     assert read_table(cache, "path_cache").num_rows == total  # the directory reads as one table
+    assert report["engine"] == engine_config["engine"]["name"]
 
 
 def test_rows_are_sorted_by_head_first_relation_direction_rank(built):
@@ -78,11 +81,12 @@ def test_the_cache_is_built_from_the_graph_alone(graph_inputs, built, tmp_path):
     assert not any(pa.types.is_string(f.type) for f in with_dump.schema)
 
 
-def test_hot_set_heads_and_empty_buckets(graph_inputs, tmp_path):
+def test_hot_set_heads_and_empty_buckets(graph_inputs, engine_config, tmp_path):
     keys = graph_inputs["keys"]
     hot = tmp_path / "hot.txt"
     hot.write_text(f"{keys[10]}\n\n  {keys[3]}  \n{keys[-1]}\n")  # blank line; last has no edges
-    result = run_stage(graph_inputs["inputs"], tmp_path / "out", buckets=7, heads=str(hot))
+    result = run_stage(graph_inputs["inputs"], tmp_path / "out", engine_config, buckets=7,
+                       heads=str(hot))
     inputs = graph_inputs["inputs"]
     graph = EdgeGraph.from_paths(inputs["edges"], inputs["node_gain"])
     cache = Path(result["outputs"]["path_cache"])
@@ -95,11 +99,11 @@ def test_hot_set_heads_and_empty_buckets(graph_inputs, tmp_path):
     assert report["head_source"] == str(hot)
 
 
-def test_unknown_hot_key_names_the_file_and_line(graph_inputs, tmp_path):
+def test_unknown_hot_key_names_the_file_and_line(graph_inputs, engine_config, tmp_path):
     hot = tmp_path / "hot.txt"
     hot.write_text(f"{graph_inputs['keys'][0]}\nm.nope\n")
     with pytest.raises(StageError, match=r"hot\.txt: unknown entity keys \(line 2: 'm\.nope'\)"):
-        run_stage(graph_inputs["inputs"], tmp_path / "out", heads=str(hot))
+        run_stage(graph_inputs["inputs"], tmp_path / "out", engine_config, heads=str(hot))
     with pytest.raises(StageError, match="cannot read"):
         run_stage(graph_inputs["inputs"], tmp_path / "out", heads=str(tmp_path / "missing.txt"))
 
@@ -152,7 +156,8 @@ def _heads_within(graph: EdgeGraph, nodes: set, hops: int) -> set:
 
 
 def test_a_refresh_searches_the_heads_near_a_change_and_equals_a_full_run(graph_inputs, built,
-                                                                         tmp_path, monkeypatch):
+                                                                         engine_config, tmp_path,
+                                                                         monkeypatch):
     """A triple removed and one α moved: the heads within max_hops − 1 hops of a changed
     node are searched anew, the others copied, and every bucket equals a full run's row for
     row. Some head two hops from every changed node gets other paths here (checked with
@@ -177,8 +182,8 @@ def test_a_refresh_searches_the_heads_near_a_change_and_equals_a_full_run(graph_
     previous = {PREVIOUS + name: path for name, path in
                 (*((n, old[n]) for n in ("edges", "node_gain", "entities")),
                  ("path_cache", built["outputs"]["path_cache"]))}
-    partial = run_stage({**new, **previous}, tmp_path / "partial", buckets=4)
-    full = run_stage(new, tmp_path / "full", buckets=4)
+    partial = run_stage({**new, **previous}, tmp_path / "partial", engine_config, buckets=4)
+    full = run_stage(new, tmp_path / "full", engine_config, buckets=4)
     assert_same_buckets(partial, full)
     near = _heads_within(graphs[1], changed, 2) & set(heads)
     assert partial["report"]["refresh"] == {"mode": "partial", "searched": len(near),
@@ -186,13 +191,14 @@ def test_a_refresh_searches_the_heads_near_a_change_and_equals_a_full_run(graph_
     assert len(heads) > len(near) and full["report"]["refresh"]["mode"] == "full"
 
 
-def test_a_refresh_of_unchanged_edges_copies_every_head(graph_inputs, built, tmp_path):
+def test_a_refresh_of_unchanged_edges_copies_every_head(graph_inputs, built, engine_config,
+                                                        tmp_path):
     from lokg.common.stage import PREVIOUS
 
     inputs = graph_inputs["inputs"]
     previous = {PREVIOUS + n: inputs[n] for n in ("edges", "node_gain", "entities")}
     previous[PREVIOUS + "path_cache"] = built["outputs"]["path_cache"]
-    again = run_stage({**inputs, **previous}, tmp_path / "again", buckets=4)
+    again = run_stage({**inputs, **previous}, tmp_path / "again", engine_config, buckets=4)
     assert again["report"]["refresh"] == {"mode": "partial", "searched": 0,
                                           "copied": built["report"]["heads"], "ids_moved": 0}
     assert_same_buckets(again, built)
@@ -221,7 +227,7 @@ def _without_entity(old: dict, root: Path, gone: int) -> dict:
 
 
 def test_a_refresh_that_shifts_the_ids_moves_the_copied_rows_and_equals_a_full_run(
-        graph_inputs, built, tmp_path, monkeypatch):
+        graph_inputs, built, engine_config, tmp_path, monkeypatch):
     """An entity with a low id removed: every id above it shifts down, so each copied row's
     head, nodes and bucket move — copied as they were, the buckets differ from a full run's."""
     from lokg.common.stage import PREVIOUS
@@ -234,51 +240,10 @@ def test_a_refresh_that_shifts_the_ids_moves_the_copied_rows_and_equals_a_full_r
     new = _without_entity(old, tmp_path, gone)
     previous = {PREVIOUS + n: old[n] for n in ("edges", "node_gain", "entities")}
     previous[PREVIOUS + "path_cache"] = built["outputs"]["path_cache"]
-    partial = run_stage({**new, **previous}, tmp_path / "partial", buckets=4)
-    full = run_stage(new, tmp_path / "full", buckets=4)
+    partial = run_stage({**new, **previous}, tmp_path / "partial", engine_config, buckets=4)
+    full = run_stage(new, tmp_path / "full", engine_config, buckets=4)
     assert_same_buckets(partial, full)
     refresh = partial["report"]["refresh"]
     n_entities = read_table(Path(old["entities"]), columns=["id"]).num_rows
     assert refresh["mode"] == "partial" and refresh["ids_moved"] == n_entities - 1 - gone
     assert refresh["copied"] > 0 and refresh["searched"] > 0
-
-
-def _no_session(*_):
-    raise AssertionError("the driver path asked for a Spark session")
-
-
-def _same_reports(one: dict, other: dict) -> None:
-    drop = ("path", "step_seconds", "seconds", "bytes")
-    assert {k: v for k, v in one["report"].items() if k not in drop} == \
-        {k: v for k, v in other["report"].items() if k not in drop}
-
-
-def test_the_spark_path_writes_the_driver_paths_buckets(graph_inputs, built, tmp_path,
-                                                        monkeypatch):
-    """Above path_cache.driver_max_edges (0 here) the heads are searched in Spark's Python
-    workers; at the default, in this process, asking for no Spark session (one asked for fails
-    the test). Both write the same bucket files row for row and the same report — a full run
-    and a partial refresh of a changed graph."""
-    from lokg.common.stage import PREVIOUS
-    from lokg.spark_jobs import path_cache as stage
-    from lokg.spark_jobs import session
-
-    monkeypatch.setattr(stage, "PARTIAL_MAX_SHARE", 1.0)
-    old = graph_inputs["inputs"]
-    new = _changed_graph(old, tmp_path, drop=1, moved_edge=91)
-    previous = {PREVIOUS + n: old[n] for n in ("edges", "node_gain", "entities")}
-    previous[PREVIOUS + "path_cache"] = built["outputs"]["path_cache"]
-    results = {}
-    for where, limit in (("spark", 0), ("driver", None)):
-        settings = {"buckets": 4} if limit is None else {"buckets": 4, "driver_max_edges": limit}
-        with monkeypatch.context() as patch:
-            if where == "driver":
-                patch.setattr(session, "get_spark", _no_session)
-            results[where] = [run_stage(inputs, tmp_path / f"{where}-{i}", **settings)
-                              for i, inputs in enumerate((old, {**new, **previous}))]
-    for spark_run, driver_run in zip(results["spark"], results["driver"]):
-        assert (spark_run["report"]["path"], driver_run["report"]["path"]) == ("spark", "driver")
-        assert_same_buckets(spark_run, driver_run)
-        _same_reports(spark_run, driver_run)
-    assert_same_buckets(results["driver"][0], built)
-    assert results["driver"][1]["report"]["refresh"]["mode"] == "partial"

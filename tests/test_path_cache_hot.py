@@ -22,31 +22,20 @@ from lokg.testing.stages import run_path_cache as run_stage
 BUCKETS = 4
 
 
-def select(inputs: dict, **path_cache) -> tuple[list[int], dict, int]:
-    """The stage's head selection alone: (heads in id order, report facts, all heads) — the
-    Spark path's and the driver's (``path_cache_driver``), which must agree, errors included."""
+def select(inputs: dict, engine_config: dict, **path_cache) -> tuple[list[int], dict, int]:
+    """The stage's head selection alone, on the engine of ``engine_config``: (heads in id
+    order, report facts, all heads)."""
     from lokg.spark_jobs import path_cache as stage
-    from lokg.spark_jobs import path_cache_driver
-    from lokg.spark_jobs.session import get_spark
+    from lokg.spark_jobs.engine import open_engine
+    from lokg.spark_jobs.path_cache_heads import select_heads
 
-    cfg = stage.settings(config(**path_cache))
-    paths = (Path(inputs["edges"]), Path(inputs["node_gain"]), Path(inputs["entities"]))
-    spark = get_spark(config(), "test-path_cache_hot")
-    got = []
-    for choose in (lambda: stage.select_heads(spark, cfg, *paths),
-                   lambda: path_cache_driver.select_heads(cfg, *paths)):
-        try:
-            got.append(choose())
-        except StageError as exc:
-            got.append(exc)
-    if isinstance(got[0], StageError) or isinstance(got[1], StageError):
-        assert str(got[0]) == str(got[1])
-        raise got[1]
-    (heads, info, heads_all), (driver_heads, driver_info, driver_all) = got
-    heads = sorted(r["head"] for r in heads.collect())
-    if heads_all is None:  # the Spark path counts all heads later, in the stage
-        heads_all = driver_all
-    assert (driver_heads.tolist(), driver_info, driver_all) == (heads, info, heads_all)
+    conf = config(engine_config, **path_cache)
+    cfg = stage.settings(conf)
+    with open_engine(conf) as engine:
+        for name in ("edges", "node_gain", "entities"):
+            engine.register(name, inputs[name])
+        info, heads_all = select_heads(engine, cfg)
+        heads = sorted(engine.fetch("SELECT head FROM heads").column("head").to_pylist())
     return heads, info, heads_all
 
 
@@ -63,11 +52,12 @@ def degree(graph_inputs) -> dict[int, int]:
     return {int(h): int(counts[h]) for h in np.flatnonzero(counts)}
 
 
-def test_degree_top_heads_exactly_with_ties_to_the_smaller_id(graph_inputs, degree):
+def test_degree_top_heads_exactly_with_ties_to_the_smaller_id(graph_inputs, degree, engine_config):
     order = ranked(degree)
     # a cut inside a run of equal degrees, so the tie-break decides who is in
     n = next(i for i in range(5, len(order)) if degree[order[i - 1]] == degree[order[i]])
-    heads, info, heads_all = select(graph_inputs["inputs"], heads="degree", hot_count=n)
+    heads, info, heads_all = select(graph_inputs["inputs"], engine_config,
+                                    heads="degree", hot_count=n)
     assert heads_all == len(degree) == len(graph_inputs["keys"]) - 3
     assert heads == sorted(order[:n])
     assert info["hot_set"] == {"selector": "degree", "share": None, "count": n, "requested": n}
@@ -75,27 +65,30 @@ def test_degree_top_heads_exactly_with_ties_to_the_smaller_id(graph_inputs, degr
 
 
 @pytest.mark.parametrize("share", [0.05, 0.1, 1 / 3, 1.0])
-def test_a_share_of_all_heads_rounds_up(graph_inputs, degree, share):
-    heads, info, heads_all = select(graph_inputs["inputs"], heads="degree", hot_share=share)
+def test_a_share_of_all_heads_rounds_up(graph_inputs, degree, engine_config, share):
+    heads, info, heads_all = select(graph_inputs["inputs"], engine_config,
+                                    heads="degree", hot_share=share)
     n = math.ceil(share * heads_all - 1e-9)
     assert len(heads) == info["hot_set"]["requested"] == n and heads == sorted(ranked(degree)[:n])
 
 
-def test_a_count_above_all_heads_takes_them_all(graph_inputs, degree):
-    heads, info, _ = select(graph_inputs["inputs"], heads="degree", hot_count=10 ** 9)
+def test_a_count_above_all_heads_takes_them_all(graph_inputs, degree, engine_config):
+    heads, info, _ = select(graph_inputs["inputs"], engine_config,
+                            heads="degree", hot_count=10 ** 9)
     assert heads == sorted(degree) and info["hot_set"]["requested"] == len(degree)
 
 
-def test_mu_top_heads_exactly(graph_inputs, degree):
+def test_mu_top_heads_exactly(graph_inputs, degree, engine_config):
     gain = read_table(Path(graph_inputs["inputs"]["node_gain"]), "node_gain").to_pydict()
     mu = {i: m for i, m in zip(gain["id"], gain["mu"]) if i in degree}  # heads only
     assert len(set(mu.values())) < len(mu)  # ties exist
-    heads, info, _ = select(graph_inputs["inputs"], heads="mu", hot_share=0.2)
+    heads, info, _ = select(graph_inputs["inputs"], engine_config,
+                            heads="mu", hot_share=0.2)
     assert heads == sorted(ranked(mu)[: math.ceil(0.2 * len(degree) - 1e-9)])
     assert info["head_source"].endswith("heads by node gain mu")
 
 
-def test_query_log_counts_answers_linking_each_head(graph_inputs, tmp_path):
+def test_query_log_counts_answers_linking_each_head(graph_inputs, engine_config, tmp_path):
     keys = graph_inputs["keys"]  # keys[i] is entity i; the last three have no edges
     log = tmp_path / "log"
     (log / "run" / "lokg").mkdir(parents=True)
@@ -112,25 +105,30 @@ def test_query_log_counts_answers_linking_each_head(graph_inputs, tmp_path):
     (log / "run" / "lokg" / "predictions.jsonl").write_text("\n".join(map(json.dumps, evals)))
     # counts: 7 → 2, 2 → 2, 5 → 2, 40 → 1; ties to the smaller id: 2, 5, 7, then 40
     for n, expected in ((3, [2, 5, 7]), (4, [2, 5, 7, 40]), (50, [2, 5, 7, 40])):
-        heads, info, _ = select(graph_inputs["inputs"], heads="query_log", hot_count=n,
+        heads, info, _ = select(graph_inputs["inputs"], engine_config,
+                                heads="query_log", hot_count=n,
                                 query_log=str(log))
         assert heads == expected
     hot = info["hot_set"]
     assert (hot["log_lines"], hot["log_answers"], hot["log_unknown_keys"]) == (8, 6, 1)
     assert hot["requested"] == 50  # the log names fewer heads: the rest stay cold
-    one, _, _ = select(graph_inputs["inputs"], heads="query_log", hot_count=2,
+    one, _, _ = select(graph_inputs["inputs"], engine_config,
+                       heads="query_log", hot_count=2,
                        query_log=str(log / "answers.jsonl"))  # a single file
     assert one == [2, 7]
     indented = tmp_path / "indented.json"  # `lokg query --json` prints one answer over many lines
     indented.write_text(json.dumps(answers[0], indent=2))
     with pytest.raises(StageError, match=r"indented\.json: no line of its \d+ is an answer with "
                                          r"linked entities \(expected JSON lines"):
-        select(graph_inputs["inputs"], heads="query_log", hot_count=2, query_log=str(indented))
+        select(graph_inputs["inputs"], engine_config,
+               heads="query_log", hot_count=2, query_log=str(indented))
 
 
-def test_the_stage_caches_exactly_the_hot_set_and_reports_it(graph_inputs, degree, tmp_path):
+def test_the_stage_caches_exactly_the_hot_set_and_reports_it(graph_inputs, degree,
+                                                             engine_config, tmp_path):
     inputs = graph_inputs["inputs"]
-    result = run_stage(inputs, tmp_path / "out", buckets=BUCKETS, heads="degree", hot_share=0.25)
+    result = run_stage(inputs, tmp_path / "out", engine_config, buckets=BUCKETS, heads="degree",
+                       hot_share=0.25)
     hot = ranked(degree)[: math.ceil(0.25 * len(degree))]
     graph = EdgeGraph.from_paths(inputs["edges"], inputs["node_gain"])
     cache = Path(result["outputs"]["path_cache"])
@@ -142,7 +140,8 @@ def test_the_stage_caches_exactly_the_hot_set_and_reports_it(graph_inputs, degre
     assert report["heads_share"] == pytest.approx(len(hot) / len(degree), abs=1e-6)
     assert report["head_source"] == f"top 0.25 of {len(degree):,} heads by out-degree in edges"
     assert report["bytes"] == sum(f.stat().st_size for f in cache.iterdir())
-    assert report["path"] == "driver" and "search_and_write" in report["step_seconds"]
+    assert report["engine"] == engine_config["engine"]["name"]
+    assert "search" in report["step_seconds"]
 
 
 @pytest.mark.parametrize("path_cache,says", [
@@ -177,7 +176,7 @@ def publish(inputs: dict, result: dict, root: Path):
     tables = {n: Path(inputs[n])
               for n in ("entities", "relations", "triples", "edges", "node_gain")}
     tables["path_cache"] = Path(result["outputs"]["path_cache"])
-    info = {"config": config(buckets=BUCKETS),
+    info = {"config": config(None, buckets=BUCKETS),
             "report": {"stages": {"path_cache": result["report"]}}}
     Store(root).publish("b1", tables, info=info)
     return Runtime.open(root)

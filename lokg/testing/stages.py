@@ -70,9 +70,11 @@ def write_toy(tmp: Path, types: dict[int, list[str]], relations: list[str],
 SEARCH = {"max_hops": 3, "k_top": 4, "beam_width": 8, "lambda_topo": 1.0}
 
 
-def path_cache_config(**path_cache) -> dict:
-    """The toy search (SEARCH, changed by ``path_cache``) on the test Spark settings."""
-    return {**SPARK_CONFIG, "path_cache": {**SEARCH, **path_cache}}
+def path_cache_config(engine_config: dict | None = None, **path_cache) -> dict:
+    """The toy search (SEARCH, changed by ``path_cache``) on the test Spark settings and
+    ``engine_config``'s SQL engine (the ``engine_config`` fixture's; default DuckDB)."""
+    return {**SPARK_CONFIG, **(engine_config or {"engine": {"name": "duckdb"}}),
+            "path_cache": {**SEARCH, **path_cache}}
 
 
 def path_cache_inputs(root: Path) -> dict:
@@ -103,11 +105,13 @@ def path_cache_inputs(root: Path) -> dict:
     return {"inputs": inputs, "dump": dump, "root": root, "keys": keys + ["x", "y", "z"]}
 
 
-def run_path_cache(inputs: dict, out: Path, **path_cache) -> dict:
-    """Stage path_cache on ``inputs`` into ``out``, with path_cache_config(**path_cache)."""
+def run_path_cache(inputs: dict, out: Path, engine_config: dict | None = None,
+                   **path_cache) -> dict:
+    """Stage path_cache on ``inputs`` into ``out``, with
+    path_cache_config(engine_config, **path_cache)."""
     from lokg.spark_jobs import path_cache as stage
 
-    return stage.run(path_cache_config(**path_cache), inputs, str(out))
+    return stage.run(path_cache_config(engine_config, **path_cache), inputs, str(out))
 
 
 def expected_bucket(graph: EdgeGraph, heads, bucket: int, buckets: int) -> pa.Table:
