@@ -89,7 +89,7 @@ def encode_sorted_blocks(encode: Callable[[list[str], int], np.ndarray], ordered
     with open(scratch, "wb") as sink:
         for start in range(0, len(ordered), rows):
             block = np.ascontiguousarray(encode(ordered[start:start + rows], batch), np.float32)
-            sink.write(block.tobytes())
+            sink.write(memoryview(block))  # no bytes copy of the block
             del block
 
 

@@ -87,6 +87,8 @@ DESCRIPTION_WORDS = 32
 #: (spawn, imports, session) costs about what 1,000-2,000 short texts' forwards do.
 MIN_TEXTS_PER_WORKER = 2000
 VECTORS = "entity_vectors.npy"
+#: Entities whose columns are turned into Python lists at a time to make their texts.
+TEXT_CHUNK = 65536
 
 
 def settings(config: Mapping) -> EntityEncodeSettings:
@@ -130,14 +132,15 @@ def keyed_texts(entities: pa.Table, rule: str) -> tuple[np.ndarray, list[str], l
     ids = ids[order]
     if len(ids) and (ids[0] < 0 or np.any(ids[1:] == ids[:-1])):
         raise StageError(f"{STAGE}: entity ids must be distinct and >= 0")
-    cols = {c: entities.column(c).to_pylist() for c in ("key", "name", "types", "description")}
     keys, texts, unnamed = [], [], 0
-    for i in order.tolist():
-        name = cols["name"][i]
-        if not name:
-            name, unnamed = cols["key"][i], unnamed + 1
-        keys.append(cols["key"][i])
-        texts.append(entity_text(name, cols["types"][i], cols["description"][i], rule))
+    for start in range(0, len(order), TEXT_CHUNK):  # Python lists of a chunk's columns at a time
+        part = entities.take(order[start:start + TEXT_CHUNK])
+        cols = [part.column(c).to_pylist() for c in ("key", "name", "types", "description")]
+        for key, name, types, description in zip(*cols):
+            if not name:
+                name, unnamed = key, unnamed + 1
+            keys.append(key)
+            texts.append(entity_text(name, types, description, rule))
     return ids.astype(np.int64), keys, texts, unnamed
 
 
@@ -175,7 +178,9 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     if entities.num_rows == 0:
         raise StageError(f"{inputs['entities']}: the entities table is empty")
     ids, keys, texts, unnamed = keyed_texts(entities, cfg.text)
+    del entities  # the texts are all the stage needs of it
     reusable = reusable_vectors(inputs, keys, texts, cfg.text)
+    del keys
     lap("read_and_texts")
 
     memory_gb = BuildSettings.of(config, StageError).memory_gb
