@@ -123,10 +123,10 @@ def vector_blocks(vectors: np.ndarray | Path, rows: int) -> Iterator[np.ndarray]
     mapped afresh for each block."""
     n = len(vectors) if not isinstance(vectors, Path) else np.load(vectors, mmap_mode="r").shape[0]
     for start in range(0, n, rows):
-        if isinstance(vectors, Path):
-            yield gather(vectors, np.arange(start, min(start + rows, n)))
-        else:
-            yield np.ascontiguousarray(vectors[start:start + rows], np.float32)
+        source = np.load(vectors, mmap_mode="r") if isinstance(vectors, Path) else vectors
+        block = np.array(source[start:start + rows], np.float32, order="C")  # a copy
+        del source  # a file's map goes with it
+        yield block
 
 
 def index_kind(n: int, dim: int, cfg: Mapping, memory_gb: float | None) -> str:
