@@ -12,8 +12,10 @@ every vector:
    per batch — are those of one pass over all texts: the vectors do not depend on the budget;
 2. ``entity_vectors.npy`` (``np.lib.format.open_memmap``) is filled in row order, a block of
    rows at a time gathered from the scratch file (and, in a refresh, from the previous build's
-   vectors). Each block maps the files afresh and unmaps them after, so the pages read or
-   written leave the process's resident set with the block.
+   vectors) by reads of single rows: mapped, random reads would count every cached page around
+   each row resident (the kernel maps 64 kB around a fault), the whole file in the end. The
+   output is mapped afresh for each block and unmapped after, so its pages leave the process's
+   resident set with the block; the index reads it in slices the same way.
 
 Index (``build_index``), inner product on unit vectors, its estimated size against
 ``INDEX_SHARE`` of the budget:
@@ -35,6 +37,7 @@ gives recall@10 against the exact search of each kind.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -107,14 +110,22 @@ def fill_vectors(path: Path, shape: tuple[int, int], rows: int,
 
 
 def gather(path: Path, rows: np.ndarray, dim: int | None = None) -> np.ndarray:
-    """Rows ``rows`` of a float32 file (``.npy``, or raw with ``dim`` columns), copied, the
-    file mapped only for the call."""
-    if not len(rows):
-        return np.zeros((0, dim or 0), np.float32)
-    source = np.load(path, mmap_mode="r") if dim is None else \
-        np.memmap(path, np.float32, "r").reshape(-1, dim)
-    taken = np.asarray(source[rows], np.float32)
-    del source
+    """Rows ``rows`` of a float32 file (``.npy``, or raw with ``dim`` columns), read row by row
+    (``pread``): a map read at random would count the whole file resident, since each fault
+    maps the cached pages around it."""
+    with open(path, "rb", buffering=0) as source:
+        offset = 0
+        if dim is None:
+            version = np.lib.format.read_magic(source)
+            shape, _, _ = (np.lib.format.read_array_header_1_0(source) if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0(source))
+            dim, offset = shape[1], source.tell()
+        taken = np.empty((len(rows), dim), np.float32)
+        view, size = memoryview(taken).cast("B"), 4 * dim
+        for i, row in enumerate(rows.tolist()):
+            if os.preadv(source.fileno(), [view[i * size:(i + 1) * size]],
+                         offset + row * size) != size:
+                raise StageError(f"{path}: row {row} is past the end of the file")
     return taken
 
 
