@@ -30,8 +30,8 @@ Index (``build_index``), inner product on unit vectors, its estimated size again
   code bytes an entity that fit (a divisor of ``dim``, 8 to 192).
 
 Every kind is added to in blocks read from the file, so the vectors are held once, inside the
-index, where they are held at all. docs/BENCHMARKS.md ("Entity encoding in bounded memory")
-gives recall@10 against the exact search of each kind.
+index, where they are held at all. docs/measurements/entity_encode_memory.md gives the peaks
+and recall@10 against the exact search of each kind (bench/stage_memory.py).
 """
 
 from __future__ import annotations
