@@ -121,6 +121,8 @@ def gather(path: Path, rows: np.ndarray, dim: int | None = None) -> np.ndarray:
                            else np.lib.format.read_array_header_2_0(source))
             dim, offset = shape[1], source.tell()
         taken = np.empty((len(rows), dim), np.float32)
+        if not taken.size:
+            return taken
         view, size = memoryview(taken).cast("B"), 4 * dim
         for i, row in enumerate(rows.tolist()):
             if os.preadv(source.fileno(), [view[i * size:(i + 1) * size]],
