@@ -178,9 +178,8 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     if entities.num_rows == 0:
         raise StageError(f"{inputs['entities']}: the entities table is empty")
     ids, keys, texts, unnamed = keyed_texts(entities, cfg.text)
-    del entities  # the texts are all the stage needs of it
-    reusable = reusable_vectors(inputs, keys, texts, cfg.text)
-    del keys
+    del entities  # the texts are all the stage needs of it (and the keys, once compared)
+    reusable, keys = reusable_vectors(inputs, keys, texts, cfg.text), None
     lap("read_and_texts")
 
     memory_gb = BuildSettings.of(config, StageError).memory_gb
