@@ -334,7 +334,8 @@ def _encode_into(encoder: PrefixedEncoder, cfg: Mapping, fresh: list[str], mask:
 
 
 def in_workers(encoder: PrefixedEncoder, workers: int):
-    """``encode_by_length``'s ``encode_sorted`` over ``workers`` processes of the ONNX export
+    """The encode of length-sorted texts (a block of ``entity_blocks.encode_sorted_blocks``,
+    or ``encode_by_length``'s ``encode_sorted``) over ``workers`` processes of the ONNX export
     (None — in this process — for one worker, another backend, or too few texts to pay for
     starting them). Batch i goes to worker i mod ``workers``: the batches, and so the int8
     vectors, are those of one process, and every worker gets long and short texts alike."""
