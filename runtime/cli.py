@@ -224,7 +224,7 @@ def render_summary(built: Build) -> str:
         figures = ", ".join(f"{k}={_fmt(rep[k])}" for k in SUMMARY_KEYS.get(stage, ()) if k in rep)
         how = f"{made[stage]:<8}" if stage in made else ""
         peak = f"{rep['peak_rss_mb']:>7,.0f} MiB  " if rep.get("peak_rss_mb") else ""
-        lines.append(f"  stage {stage:<15} {rep['seconds']:>7.1f}s  {peak}{how}{figures}")
+        lines.append(f"  stage {stage:<15} {rep['seconds']:>7.1f}s  {how}{peak}{figures}")
     return "\n".join(lines + refresh_lines(refresh) + feedback_lineage_lines(built))
 
 
