@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lokg.pipeline.config import RefreshSettings
+from lokg.pipeline.peak_rss import PeakRss
 from lokg.pipeline.refresh import (UNHASHABLE, content_hash, fingerprint, link_tree, same_rows,
                               same_settings, staged_location)
 from lokg.pipeline.registry import STAGE_NAMES, Stage, producers, stage
@@ -181,13 +182,15 @@ def _made_record(store: Store, build_id: str, spec: Stage, config: dict, inputs:
     """Make the stage's outputs in ``work`` (reused, partial or full) and return its record,
     the output paths as they will be once ``work`` is renamed to ``final``."""
     started = time.perf_counter()
-    result, how = _refreshed_or_run(store, build_id, spec, config, inputs, work, base, printed)
+    with PeakRss() as peak:
+        result, how = _refreshed_or_run(store, build_id, spec, config, inputs, work, base, printed)
     outputs = _checked_outputs(spec.name, result)
     hashes = result.get("hashes") or {k: content_hash(v) for k, v in outputs.items()}
     kept = [] if how == "reused" or base is None else _cut_off(store, base, outputs, hashes)
     return {
         "stage": spec.name,
         "seconds": round(time.perf_counter() - started, 3),
+        "peak_rss_mb": peak.mb,  # pipeline/peak_rss.py: how it is sampled, its limits
         "outputs": {k: _moved(v, work, final) for k, v in outputs.items()},
         "report": result.get("report", {}),
         "refresh": how,
@@ -418,9 +421,11 @@ def _published_tables(build_id: str, artefacts: dict[str, str]) -> dict[str, Pat
 
 
 def _write_build_report(staging: Path, records: dict[str, dict]) -> tuple[dict, Path]:
-    """The build report (each stage's report and time, what was refreshed) and its file."""
+    """The build report (each stage's report, time and peak RSS in MiB — None in a record made
+    before it was kept — what was refreshed) and its file."""
     report = {
-        "stages": {n: {**r["report"], "seconds": r["seconds"]} for n, r in records.items()},
+        "stages": {n: {**r["report"], "seconds": r["seconds"], "peak_rss_mb": r.get("peak_rss_mb")}
+                   for n, r in records.items()},
         "refresh": refresh_summary(records),
     }
     path = staging / "build_report.json"

@@ -210,7 +210,8 @@ SUMMARY_KEYS = {
 
 
 def render_summary(built: Build) -> str:
-    """Human-readable build summary: tables, then each stage's time and key figures."""
+    """Human-readable build summary: tables, then each stage's time, peak RSS (where the
+    record has one) and key figures."""
     manifest = built.manifest
     lines = [f"build {built.build_id}  ({manifest['created_at']})  at {built.path}"]
     for table, entry in sorted(manifest["tables"].items()):
@@ -222,7 +223,8 @@ def render_summary(built: Build) -> str:
                              if kv[0] in SUMMARY_KEYS else len(SUMMARY_KEYS)):
         figures = ", ".join(f"{k}={_fmt(rep[k])}" for k in SUMMARY_KEYS.get(stage, ()) if k in rep)
         how = f"{made[stage]:<8}" if stage in made else ""
-        lines.append(f"  stage {stage:<15} {rep['seconds']:>7.1f}s  {how}{figures}")
+        peak = f"{rep['peak_rss_mb']:>7,.0f} MiB  " if rep.get("peak_rss_mb") else ""
+        lines.append(f"  stage {stage:<15} {rep['seconds']:>7.1f}s  {how}{peak}{figures}")
     return "\n".join(lines + refresh_lines(refresh) + feedback_lineage_lines(built))
 
 

@@ -133,6 +133,7 @@ def test_summary_lists_every_stage_with_its_time(built):
     text = render_summary(built)
     for stage in pipeline.STAGE_NAMES:
         assert f"stage {stage}" in text
+        assert built.manifest["report"]["stages"][stage]["peak_rss_mb"] > 0
     assert "scos_merge" in text and f"R_star={built.rows('relations')}" in text
 
 

@@ -202,6 +202,7 @@ def test_a_rerun_writing_the_cached_rows_keeps_their_hash_so_its_readers_are_reu
     assert records["entity_types"]["cut_off"] == ["entities"]
     assert records["entity_types"]["hashes"] == first["entity_types"]["hashes"]
     assert records["entity_encode"]["refresh"] == "reused"
+    assert all(record["peak_rss_mb"] > 0 for record in records.values())  # reused ones too
     assert records["ingest"]["hashes"]["triples"] != first["ingest"]["hashes"]["triples"]
     assert store.build("b2").read("entity_ids").equals(store.build("b1").read("entity_ids"))
 

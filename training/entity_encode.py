@@ -12,17 +12,29 @@ Input: ``entities`` (id, key, name, aliases, description, types). Text per ``ent
 Outputs in ``out_dir``:
 
 * ``entity_vectors.npy`` — float32 ``[n, dim]``, unit L2 norm; row i is ``entity_ids`` row i;
+  written block by block through a memory map (``training/entity_blocks.py``); a reader that
+  maps it (``np.load(..., mmap_mode="r")``, as the runtime does) holds none of it;
 * ``entity_ids.parquet`` — contract table ``entity_ids(row, id)``, rows in entity-id order;
-* ``entity.faiss`` — inner product on unit vectors (= cosine): ``IndexFlatIP`` (exact) up to
-  ``flat_max`` entities, ``IndexHNSWFlat`` with ``METRIC_INNER_PRODUCT`` above (M = ``hnsw_m``);
+* ``entity.faiss`` — inner product on unit vectors (= cosine), built from the vectors' file in
+  blocks: ``IndexFlatIP`` (exact) up to ``flat_max`` entities, ``IndexHNSWFlat`` with
+  ``METRIC_INNER_PRODUCT`` above (M = ``hnsw_m``), and where either would not fit half of
+  ``build.memory_gb``, an IVF index of 8-bit codes (``ivf_sq8_ip``; ``ivf_nprobe`` lists
+  searched) or of PQ codes (``ivf_pq_ip``) that does (``entity_blocks.index_kind``); the
+  runtime ranks entities by an exact scan of the mapped vectors, the index serves other readers;
 * ``encoder.json`` — everything the runtime needs to embed a question the same way: the model
   spec as given and its resolved directory, dim, prefixes, ``normalize: true``, index type and
-  metric, read back by ``runtime.encoder.SentenceEncoder.from_spec``; ``onnx`` names the next
+  metric (and its search settings: ``hnsw_m``/``ef_search``, ``lists``/``nprobe``), read back by
+  ``runtime.encoder.SentenceEncoder.from_spec``; ``onnx`` names the next
   files when they were written;
 * ``query_encoder.onnx`` — the same model for the query service, int8 by default
   (``query_onnx``; ``training/onnx_export.py``), for BERT models (others: none, reported);
 * ``span_encoder.onnx`` — beside an int8 ``query_encoder.onnx``, the same model in float32, which
   the runtime embeds question spans with (an fp32 ``query_encoder.onnx`` serves both);
+
+Memory: ``build.memory_gb`` (lokg/common/resources.py) bounds the stage whatever the number of
+entities: vectors are encoded and written in blocks of 1/16 of it and the index holds at most
+half of it (``training/entity_blocks.py``, which says how; the vectors do not depend on it).
+What grows with the entities besides is their texts (one Python string each, ~0.2 kB).
 
 The export is written first, because on a CPU it is also what encodes the entities
 (``encoder``, as ``triple_context.encoder``: ``auto`` takes the int8 export on a CPU and
@@ -63,8 +75,10 @@ import pyarrow as pa
 from lokg.common.stage import (PREVIOUS, Laps, StageError, previous_inputs,
                             stage_batch_encoder, torch_threads)
 from lokg.runtime.contract import read_table, write_table
-from lokg.runtime.encoder import EncoderError, PrefixedEncoder, encode_by_length, spec_model_dir
+from lokg.runtime.encoder import EncoderError, PrefixedEncoder, spec_model_dir
 from lokg.runtime.onnx_bert import QUERY_MODEL, SPANS_MODEL
+from lokg.common.resources import BuildSettings
+from lokg.training import entity_blocks
 from lokg.training.settings import EntityEncodeSettings
 
 STAGE = "entity_encode"
@@ -72,6 +86,9 @@ DESCRIPTION_WORDS = 32
 #: Fewer texts per worker than this are encoded in the stage's own process: starting a worker
 #: (spawn, imports, session) costs about what 1,000-2,000 short texts' forwards do.
 MIN_TEXTS_PER_WORKER = 2000
+VECTORS = "entity_vectors.npy"
+#: Entities whose columns are turned into Python lists at a time to make their texts.
+TEXT_CHUNK = 65536
 
 
 def settings(config: Mapping) -> EntityEncodeSettings:
@@ -115,21 +132,22 @@ def keyed_texts(entities: pa.Table, rule: str) -> tuple[np.ndarray, list[str], l
     ids = ids[order]
     if len(ids) and (ids[0] < 0 or np.any(ids[1:] == ids[:-1])):
         raise StageError(f"{STAGE}: entity ids must be distinct and >= 0")
-    cols = {c: entities.column(c).to_pylist() for c in ("key", "name", "types", "description")}
     keys, texts, unnamed = [], [], 0
-    for i in order.tolist():
-        name = cols["name"][i]
-        if not name:
-            name, unnamed = cols["key"][i], unnamed + 1
-        keys.append(cols["key"][i])
-        texts.append(entity_text(name, cols["types"][i], cols["description"][i], rule))
+    for start in range(0, len(order), TEXT_CHUNK):  # Python lists of a chunk's columns at a time
+        part = entities.take(order[start:start + TEXT_CHUNK])
+        cols = [part.column(c).to_pylist() for c in ("key", "name", "types", "description")]
+        for key, name, types, description in zip(*cols):
+            if not name:
+                name, unnamed = key, unnamed + 1
+            keys.append(key)
+            texts.append(entity_text(name, types, description, rule))
     return ids.astype(np.int64), keys, texts, unnamed
 
 
 def reusable_vectors(inputs: Mapping[str, str], keys: list[str], texts: list[str],
-                     rule: str) -> tuple[np.ndarray, np.ndarray] | None:
+                     rule: str) -> tuple[np.ndarray, np.ndarray, Path] | None:
     """In a refresh: (mask of the entities whose key and text the previous build had, their
-    previous vectors in order), else None."""
+    rows in the previous build's vectors in order, that ``entity_vectors.npy``), else None."""
     previous = previous_inputs(inputs, "entities", "entity_vectors", "entity_ids")
     if previous is None:
         return None
@@ -142,22 +160,10 @@ def reusable_vectors(inputs: Mapping[str, str], keys: list[str], texts: list[str
     found = [known.get(key, (None, -1)) for key in keys]
     mask = np.array([old == text for (old, _), text in zip(found, texts)], bool)
     source = np.array([row for (_, row), same in zip(found, mask) if same], np.int64)
-    return mask, np.load(previous["entity_vectors"], mmap_mode="r")[source]
+    return mask, source, Path(previous["entity_vectors"])
 
 
-def build_index(vectors: np.ndarray, cfg: Mapping):
-    """Exact inner-product index up to ``flat_max`` vectors, HNSW (inner product) above."""
-    import faiss
-
-    n, dim = vectors.shape
-    if n <= int(cfg["flat_max"]):
-        index, kind = faiss.IndexFlatIP(dim), "flat_ip"
-    else:
-        index, kind = faiss.IndexHNSWFlat(dim, int(cfg["hnsw_m"]), faiss.METRIC_INNER_PRODUCT), "hnsw_ip"
-        index.hnsw.efConstruction = int(cfg["hnsw_ef_construction"])
-        index.hnsw.efSearch = int(cfg["hnsw_ef_search"])  # stored in the index file
-    index.add(vectors)
-    return index, kind
+build_index = entity_blocks.build_index
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
@@ -172,13 +178,14 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     if entities.num_rows == 0:
         raise StageError(f"{inputs['entities']}: the entities table is empty")
     ids, keys, texts, unnamed = keyed_texts(entities, cfg.text)
-    reusable = reusable_vectors(inputs, keys, texts, cfg.text)
+    del entities  # the texts are all the stage needs of it (and the keys, once compared)
+    reusable, keys = reusable_vectors(inputs, keys, texts, cfg.text), None
     lap("read_and_texts")
 
-    encoder, vectors, exported, index, kind = _encode_and_index(cfg, texts, out, lap, reusable,
-                                                               inputs)
-    paths = _write(out, ids, vectors, index, _encoder_spec(encoder, cfg, kind, len(ids),
-                                                           exported))
+    memory_gb = BuildSettings.of(config, StageError).memory_gb
+    encoder, exported, index, kind = _encode_and_index(cfg, texts, out, lap, reusable, inputs,
+                                                       memory_gb)
+    paths = _write(out, ids, index, _encoder_spec(encoder, cfg, index, kind, len(ids), exported))
     lap("write")
     if unnamed:
         print(f"WARNING {STAGE}: {unnamed} entities have no name; their key was encoded",
@@ -191,7 +198,8 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
             "entities": len(ids), "unnamed": unnamed, "model": cfg.model,
             "path": encoder.spec["path"], "dim": encoder.dim, "device": encoder.spec["device"],
             "encoder": encoder.backend,
-            "text": cfg.text, "index": kind, "query_onnx": exported,
+            "text": cfg.text, "index": kind, "query_onnx": exported, "memory_gb": memory_gb,
+            "block_rows": _block_rows(cfg, encoder, memory_gb),
             "step_seconds": seconds, "encoded": len(ids) - reused,
             "reused_vectors": reused if reusable is not None else None,
             "entities_per_second": (round((len(ids) - reused) / seconds["encode"], 1)
@@ -201,24 +209,31 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
 
 
 def _encode_and_index(cfg: Mapping, texts: list[str], out: Path, lap: Laps, reusable,
-                      inputs: Mapping[str, str]):
-    """Encode with ``threads`` torch threads in each of ``workers`` processes, then build the
-    index on ``index_threads`` FAISS threads (FAISS's setting is process-global, so it is
-    restored after)."""
+                      inputs: Mapping[str, str], memory_gb: float):
+    """Encode with ``threads`` torch threads in each of ``workers`` processes into
+    ``entity_vectors.npy``, then build the index from that file on ``index_threads`` FAISS
+    threads (FAISS's setting is process-global, so it is restored after)."""
     import faiss
 
     faiss_threads_before = faiss.omp_get_max_threads()
     try:
         with torch_threads(cfg.get("threads")):
             encoder, vectors, exported = encode_entities(cfg, texts, out, lap, reusable,
-                                                         inputs.get(PREVIOUS + "encoder"))
+                                                         inputs.get(PREVIOUS + "encoder"),
+                                                         memory_gb)
         if threads := index_threads(cfg):
             faiss.omp_set_num_threads(threads)
-        index, kind = build_index(vectors, cfg)
+        index, kind = build_index(vectors, cfg, memory_gb,
+                                  _block_rows(cfg, encoder, memory_gb))
         lap("index")
     finally:
         faiss.omp_set_num_threads(faiss_threads_before)
-    return encoder, vectors, exported, index, kind
+    return encoder, exported, index, kind
+
+
+def _block_rows(cfg: Mapping, encoder: PrefixedEncoder, memory_gb: float) -> int:
+    batch = cfg["onnx_batch_size"] if encoder.backend == "onnx" else cfg["batch_size"]
+    return entity_blocks.block_rows(memory_gb, encoder.dim, int(batch))
 
 
 def index_threads(cfg: Mapping) -> int | None:
@@ -228,25 +243,23 @@ def index_threads(cfg: Mapping) -> int | None:
     return int(cfg["threads"]) * int(cfg["workers"]) if cfg.get("threads") else None
 
 
-def _encoder_spec(encoder, cfg: Mapping, kind: str, rows: int, exported: dict) -> dict:
+def _encoder_spec(encoder, cfg: Mapping, index, kind: str, rows: int, exported: dict) -> dict:
     """encoder.json: how the runtime encodes questions the way the entities were encoded,
     and the index it searches."""
     spec = {**encoder.spec, "text": cfg["text"],
-            "index": {"type": kind, "metric": "inner_product", "rows": rows,
-                      **({"hnsw_m": int(cfg["hnsw_m"]), "ef_search": int(cfg["hnsw_ef_search"])}
-                         if kind == "hnsw_ip" else {})}}
+            "index": entity_blocks.index_spec(kind, index, rows, cfg)}
     spec.pop("onnx", None)  # the ONNX encoder's copy; the export's entry is set just below
     if "file" in exported:
         spec["onnx"] = exported
     return spec
 
 
-def _write(out: Path, ids: np.ndarray, vectors: np.ndarray, index, spec: dict) -> dict:
+def _write(out: Path, ids: np.ndarray, index, spec: dict) -> dict:
+    """The index, the id map and encoder.json beside the vectors already written."""
     import faiss
 
-    paths = {"entity_vectors": out / "entity_vectors.npy", "entity_index": out / "entity.faiss",
+    paths = {"entity_vectors": out / VECTORS, "entity_index": out / "entity.faiss",
              "entity_ids": out / "entity_ids.parquet", "encoder": out / "encoder.json"}
-    np.save(paths["entity_vectors"], vectors)
     faiss.write_index(index, str(paths["entity_index"]))
     write_table("entity_ids", pa.table({"row": np.arange(len(ids), dtype=np.int64), "id": ids}),
                 paths["entity_ids"])
@@ -259,14 +272,16 @@ def _write(out: Path, ids: np.ndarray, vectors: np.ndarray, index, spec: dict) -
 
 
 def encode_entities(cfg: Mapping, texts: list[str], out: Path, lap: Laps,
-                    reusable: tuple[np.ndarray, np.ndarray] | None = None,
-                    previous_spec: str | None = None) -> tuple[PrefixedEncoder, np.ndarray, dict]:
-    """(the store's encoder, the entity vectors, the export's encoder.json entry). The question
-    encoder is exported first so that on a CPU the batch runs on it (``encoder`` auto or onnx:
-    int8 ONNX, 4.5x torch's float32 on one thread for FB15k-237's entities, docs/BENCHMARKS.md),
-    shortest texts first. ``reusable`` (a refresh): the mask of the texts whose previous vectors
-    are given, which are not encoded again; ``previous_spec``: the previous encoder.json, whose
-    export is reused."""
+                    reusable: tuple[np.ndarray, np.ndarray, Path] | None = None,
+                    previous_spec: str | None = None,
+                    memory_gb: float = 12.0) -> tuple[PrefixedEncoder, Path, dict]:
+    """(the store's encoder, ``entity_vectors.npy`` written in ``out``, the export's
+    encoder.json entry). The question encoder is exported first so that on a CPU the batch
+    runs on it (``encoder`` auto or onnx: int8 ONNX, 4.5x torch's float32 on one thread for
+    FB15k-237's entities, docs/BENCHMARKS.md), shortest texts first, in blocks sized by
+    ``memory_gb`` (``training/entity_blocks.py``). ``reusable`` (a refresh): the mask of the
+    texts whose previous vectors are given (their rows in the previous file), which are not
+    encoded again; ``previous_spec``: the previous encoder.json, whose export is reused."""
     try:
         model_dir = spec_model_dir({"model": cfg["model"]})
     except EncoderError as exc:
@@ -279,21 +294,48 @@ def encode_entities(cfg: Mapping, texts: list[str], out: Path, lap: Laps,
     encoder = stage_batch_encoder(STAGE, spec, cfg,
                                   out / exported["file"] if "file" in exported else None)
     lap("load_model")
-    batch = cfg["onnx_batch_size"] if encoder.backend == "onnx" else cfg["batch_size"]
-    mask, kept = reusable if reusable is not None else (np.zeros(len(texts), bool), None)
-    vectors = np.empty((len(texts), encoder.dim), np.float32)
-    if kept is not None:
-        vectors[mask] = kept
-    fresh = np.flatnonzero(~mask)
-    if len(fresh):
-        vectors[fresh] = encode_by_length(encoder, [texts[i] for i in fresh], int(batch),
-                                          in_workers(encoder, int(cfg["workers"])))
+    mask, kept, previous = reusable or (np.zeros(len(texts), bool), None, None)
+    _encode_into(encoder, cfg, [texts[i] for i in np.flatnonzero(~mask)], mask,
+                 (kept, previous), out, _block_rows(cfg, encoder, memory_gb))
     lap("encode")
-    return encoder, vectors, exported
+    return encoder, out / VECTORS, exported
+
+
+def _encode_into(encoder: PrefixedEncoder, cfg: Mapping, fresh: list[str], mask: np.ndarray,
+                 kept: tuple, out: Path, rows: int) -> None:
+    """``entity_vectors.npy`` of every entity: the ``fresh`` texts (the rows not in ``mask``)
+    encoded each distinct text once, shortest first, ``rows`` a block into a scratch file, then
+    gathered in row order with the ``kept`` (previous rows, previous file) vectors."""
+    batch = int(cfg["onnx_batch_size"] if encoder.backend == "onnx" else cfg["batch_size"])
+    distinct, codes = entity_blocks.distinct_codes(fresh)
+    order = entity_blocks.length_order(encoder.passage_lengths, distinct)
+    encode = in_workers(encoder, int(cfg["workers"])) or (
+        lambda part, size: encoder.encode_passages(part, batch_size=size, progress=True))
+    scratch = out / ".sorted_vectors.f32"
+    entity_blocks.encode_sorted_blocks(encode, [distinct[i] for i in order], batch, rows, scratch)
+    del distinct
+    place = np.empty(len(order), np.int64)
+    place[order] = np.arange(len(order))
+    source = place[codes]  # each fresh row's place in the scratch file
+    fresh_before = np.concatenate([[0], np.cumsum(~mask)])
+    kept_before = np.concatenate([[0], np.cumsum(mask)])
+
+    def rows_of(start: int, stop: int) -> np.ndarray:
+        block = np.empty((stop - start, encoder.dim), np.float32)
+        here = mask[start:stop]
+        block[~here] = entity_blocks.gather(scratch, source[fresh_before[start]:fresh_before[stop]],
+                                            encoder.dim)
+        if here.any():
+            block[here] = entity_blocks.gather(kept[1], kept[0][kept_before[start]:kept_before[stop]])
+        return block
+
+    entity_blocks.fill_vectors(out / VECTORS, (len(mask), encoder.dim), rows, rows_of)
+    scratch.unlink()
 
 
 def in_workers(encoder: PrefixedEncoder, workers: int):
-    """``encode_by_length``'s ``encode_sorted`` over ``workers`` processes of the ONNX export
+    """The encode of length-sorted texts (a block of ``entity_blocks.encode_sorted_blocks``,
+    or ``encode_by_length``'s ``encode_sorted``) over ``workers`` processes of the ONNX export
     (None — in this process — for one worker, another backend, or too few texts to pay for
     starting them). Batch i goes to worker i mod ``workers``: the batches, and so the int8
     vectors, are those of one process, and every worker gets long and short texts alike."""

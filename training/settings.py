@@ -94,6 +94,10 @@ class EntityEncodeSettings(Settings, section="entity_encode"):
     hnsw_m: int = setting(32, integer(2), "HNSW graph degree M")
     hnsw_ef_construction: int = setting(200, COUNT, "HNSW build beam (recall of the graph)")
     hnsw_ef_search: int = setting(128, COUNT, "HNSW query beam, stored in the index file")
+    ivf_nprobe: int = setting(128, COUNT,
+            "lists an IVF index searches (stored in the index file; recall@10 0.979 at 4,096 "
+            "lists, docs/measurements/entity_encode_memory.md); IVF is built where the flat or "
+            "HNSW index would not fit half of build.memory_gb")
     device: str = setting("auto", DEVICE, "auto | cpu | cuda[:N]; auto = CUDA when torch sees one")
     threads: int | None = setting(1, THREADS,
             "torch/onnxruntime threads per worker; the index is built on workers x threads FAISS "
