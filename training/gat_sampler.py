@@ -35,7 +35,7 @@ class NeighbourSampler:
         self.indptr = torch.from_numpy(graph.indptr)
         self.src, self.dst = torch.from_numpy(graph.src), torch.from_numpy(graph.dst)
         self.fanout, self.gen = fanout, gen
-        self.order = torch.arange(graph.num_edges)
+        self.order = torch.arange(graph.num_edges, dtype=self.src.dtype)  # edge ids, as src
         self.local = torch.full((graph.num_nodes,), -1, dtype=torch.long)
 
     def shuffle(self) -> None:
@@ -43,7 +43,7 @@ class NeighbourSampler:
         import torch
 
         by_key = torch.argsort(torch.rand(len(self.src), generator=self.gen))
-        self.order = by_key[torch.sort(self.src[by_key], stable=True).indices]
+        self.order = by_key[torch.sort(self.src[by_key], stable=True).indices].to(self.src.dtype)
 
     def out_edges(self, nodes):
         """≤ fanout out-edge ids of each node: a window of its shuffled slice."""
@@ -55,7 +55,7 @@ class NeighbourSampler:
         owner = torch.repeat_interleave(torch.arange(len(nodes)), take)
         rank = torch.arange(len(owner)) - (torch.cumsum(take, 0) - take)[owner]
         offset = (torch.rand(len(nodes), generator=self.gen) * degree).long()
-        return self.order[start[owner] + (offset[owner] + rank) % degree[owner]]
+        return self.order[start[owner] + (offset[owner] + rank) % degree[owner]].long()
 
     def sample(self, seeds, hops: int, must=None) -> Subgraph:
         """The ``hops``-hop sample around ``seeds`` (distinct, sorted); ``must`` (edge ids out

@@ -20,15 +20,20 @@ triples² while a step's subgraph is a fixed share of the graph).
 from __future__ import annotations
 
 import math
+import shutil
+import tempfile
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from lokg.training.gat_inputs import Graph
-from lokg.training.gat_model import (build_model, edge_types, infer, link_loss, path_loss,
-                                     relation_table)
+from lokg.training.gat_model import (block_edges, build_model, edge_types, infer, link_loss,
+                                     path_loss, relation_table)
+from lokg.training.gat_rows import as_rows
 from lokg.training.gat_sampler import NeighbourSampler, Subgraph
 
 EVAL_TRIPLES = 100_000  # triples in the fixed-negative link-loss check before/after training
@@ -37,8 +42,8 @@ EVAL_TRIPLES = 100_000  # triples in the fixed-negative link-loss check before/a
 @dataclass
 class TrainResult:
     model: object
-    attention: np.ndarray  # float64 [E], eval mode, after training
-    attention_before: np.ndarray  # the same for the untrained model
+    attention: object  # float64 [E] (gat_rows.DiskRows), eval mode, after training
+    attention_before: object  # the same for the untrained model
     link: list[float]
     path: list[float]
     eval_link_before: float
@@ -56,7 +61,7 @@ class _Epochs:
     def __init__(self, model, graph: Graph, x, rel_vec, gold: np.ndarray, cfg: Mapping, device):
         import torch
 
-        self.model, self.x, self.device = model, x, device
+        self.model, self.x, self.device = model, as_rows(x), device
         self.gen = torch.Generator().manual_seed(int(cfg["seed"]))
         self.opt = torch.optim.Adam(model.parameters(), lr=float(cfg["learning_rate"]),
                                     weight_decay=float(cfg["weight_decay"]))
@@ -64,11 +69,9 @@ class _Epochs:
         self.n = graph.num_nodes
         self.path_weight = float(cfg["path_weight"]) if len(gold) else 0.0
         self.src, self.dst = torch.from_numpy(graph.src), torch.from_numpy(graph.dst)
-        self.rel = torch.from_numpy(graph.rel)
-        self.types = edge_types(self.rel, torch.from_numpy(graph.inverse), len(rel_vec))
-        self.table = relation_table(rel_vec)
-        self.reversed_index = torch.stack([self.dst, self.src])
-        self.forward = torch.from_numpy(np.flatnonzero(~graph.inverse))
+        self.rel, self.inverse = torch.from_numpy(graph.rel), torch.from_numpy(graph.inverse)
+        self.num_relations, self.table = len(rel_vec), relation_table(rel_vec)
+        self.forward = torch.from_numpy(np.flatnonzero(~graph.inverse).astype(graph.src.dtype))
         self.gold = torch.from_numpy(gold)
         self.full = graph.num_edges <= int(cfg["max_full_batch_edges"])
         self.sampler = None if self.full else NeighbourSampler(graph, int(cfg["fanout"]),
@@ -78,21 +81,31 @@ class _Epochs:
                             else min(int(cfg["sampled_steps"]), self.pass_steps))
         self.batches = self._passes()
         self.on_device = {  # full batch: the whole graph moved to the device once
-            "x": x.to(device), "index": self.reversed_index.to(device),
-            "types": self.types.to(device), "gold": self.gold.to(device),
-            "sro": [t[self.forward].to(device) for t in (self.src, self.rel, self.dst)],
+            "x": torch.from_numpy(self.x.read(0, self.n)).to(device),
+            "index": torch.stack([self.dst, self.src]).long().to(device),
+            "types": self.types(slice(None)).to(device), "gold": self.gold.to(device),
+            "sro": [t[self.forward].long().to(device) for t in (self.src, self.rel, self.dst)],
         } if self.full else None
         self.check = self.forward[torch.randperm(len(self.forward), generator=self.gen)[
             :EVAL_TRIPLES]]
         self.check_neg = torch.randint(0, self.n, (len(self.check) * self.k,), generator=self.gen)
 
+    def types(self, edges):
+        """The edges' rows of the relation table (``edge_types``), as long."""
+        return edge_types(self.rel[edges].long(), self.inverse[edges], self.num_relations)
+
     def eval_link(self, z) -> float:
+        """The fixed-negative link loss of the check triples; ``z``: rows (``gat_rows``), of
+        which only the check triples' and negatives' are read."""
         import torch
 
-        s, r, o = (t[self.check].to(self.device) for t in (self.src, self.rel, self.dst))
+        s, r, o = (t[self.check].long() for t in (self.src, self.rel, self.dst))
+        nodes, local = torch.unique(torch.cat([s, o, self.check_neg]), return_inverse=True)
+        heads, tails, negs = (t.to(self.device) for t in
+                              local.split([len(s), len(o), len(self.check_neg)]))
+        z_rows = torch.from_numpy(as_rows(z).take(nodes.numpy())).to(self.device)
         with torch.no_grad():
-            return link_loss(self.model, z.to(self.device), s, r, o,
-                             self.check_neg.to(self.device)).item()
+            return link_loss(self.model, z_rows, heads, r.to(self.device), tails, negs).item()
 
     def run(self) -> tuple[float, float | None]:
         """One epoch; its mean link loss and mean path loss (None without gold paths)."""
@@ -162,13 +175,15 @@ class _Epochs:
     def _sampled_forward(self, sub: Subgraph):
         """The seeds' z and the last layer's α over their sampled edges: layer l computes only
         the nodes within layers−1−l hops (the ones a later layer reads)."""
+        import torch
+
         layers = len(self.model.convs)
-        h = self.x[sub.nodes].to(self.device)
+        h = torch.from_numpy(self.x.take(sub.nodes.numpy())).to(self.device)
         for layer in range(layers):
             targets, edges = sub.within[layers - 1 - layer], sub.edges_within[layers - 1 - layer]
             h, alpha = self.model.layer(layer, (h, h[:targets]),
                                         sub.index[:, :edges].to(self.device),
-                                        self.types[sub.edges[:edges]].to(self.device), self.table)
+                                        self.types(sub.edges[:edges]).to(self.device), self.table)
         return h, alpha
 
 
@@ -190,34 +205,40 @@ def _train(epochs: _Epochs, n_epochs: int, device, log) -> tuple[list, list, lis
     return link_hist, path_hist, epoch_seconds
 
 
-def fit(graph, x_np, rel_np, gold, cfg, device, log, state=None) -> TrainResult:
+def fit(graph, x, rel_np, gold, cfg, device, log, state=None, scratch: Path | None = None,
+        memory_gb: float | None = None) -> TrainResult:
     """Train a fresh model (or one from ``state``) on ``device``; ``log`` gets each epoch's
-    losses. ``cfg["stop_loss"]`` (a refresh): no epoch when the starting parameters' eval link
-    loss is already at most that."""
+    losses. ``x``: the node features (``gat_inputs.NodeFeatures`` or an array). ``cfg["stop_loss"]``
+    (a refresh): no epoch when the starting parameters' eval link loss is already at most that.
+    The α arrays live under ``scratch`` (a temporary directory, removed with the result, when
+    None); the inference blocks are sized by ``memory_gb`` (``gat_model.block_edges``)."""
     import torch
 
     torch.manual_seed(int(cfg["seed"]))
-    x = torch.from_numpy(x_np)
+    x, own_scratch = as_rows(x), scratch is None
+    scratch = Path(tempfile.mkdtemp(prefix="gat-")) if own_scratch else scratch
     rel_vec = torch.from_numpy(rel_np).to(device)
     model = build_model(x.shape[1], rel_vec.shape[1], rel_vec.shape[0], cfg)
     if state is not None:
         model.load_state_dict(state)
     model = model.to(device)
     epochs = _Epochs(model, graph, x, rel_vec, gold, cfg, device)
-    z0, attention_before = infer(model, graph, x, rel_vec, device, epochs.chunk)
+    chunk = block_edges(cfg, x.shape[1], memory_gb)
+    z0, attention_before = infer(model, graph, x, rel_vec, device, chunk, scratch / "before")
     eval_before = epochs.eval_link(z0)
-    del z0
     stop = cfg.get("stop_loss")
     n_epochs = 0 if stop is not None and eval_before <= stop else int(cfg["epochs"])
     link_hist, path_hist, epoch_seconds = _train(epochs, n_epochs, device, log)
     if n_epochs:
-        z, attention = infer(model, graph, x, rel_vec, device, epochs.chunk)
+        z, attention = infer(model, graph, x, rel_vec, device, chunk, scratch / "after")
         eval_after = epochs.eval_link(z)
     else:  # the model did not change: its α and loss are the ones before
         attention, eval_after = attention_before, eval_before
-    return TrainResult(model=model.cpu(), attention=attention, attention_before=attention_before,
-                       link=link_hist, path=path_hist, eval_link_before=eval_before,
-                       eval_link_after=eval_after, epoch_seconds=epoch_seconds,
-                       mode="full" if epochs.full else "sampled", device=str(device))
-
-
+    result = TrainResult(model=model.cpu(), attention=attention,
+                         attention_before=attention_before, link=link_hist, path=path_hist,
+                         eval_link_before=eval_before, eval_link_after=eval_after,
+                         epoch_seconds=epoch_seconds, mode="full" if epochs.full else "sampled",
+                         device=str(device))
+    if own_scratch:
+        weakref.finalize(result, shutil.rmtree, scratch, True)
+    return result
