@@ -419,6 +419,26 @@ def test_sampled_training_is_deterministic_for_a_seed():
     assert runs[0].link != runs[2].link
 
 
+def test_a_sampled_step_past_its_memory_share_runs_in_halves(monkeypatch):
+    graph = random_graph()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((graph.num_nodes, NODE_DIM)).astype(np.float32)
+    rel = rng.standard_normal((3, REL_DIM)).astype(np.float32)
+    cfg = config(max_full_batch_edges=10, batch_triples=50, fanout=3)["gat"]
+    gold = np.flatnonzero(~graph.inverse)[:4]
+    runs = [gat.train(graph, x, rel, gold, cfg, log=lambda m: None, memory_gb=gb)
+            for gb in (None, 1000.0)]
+    assert runs[0].link == runs[1].link  # a step within its share: as without a budget
+    monkeypatch.setattr(gat_train, "STEP_SHARE", 1e-12)  # every subgraph past it
+    sizes, backward = [], gat_train._Epochs._backward
+    monkeypatch.setattr(gat_train._Epochs, "_backward", lambda self, batch, *rest: (
+        sizes.append(len(batch)), backward(self, batch, *rest))[1])
+    split = gat.train(graph, x, rel, gold, cfg, log=lambda m: None, memory_gb=0.25)
+    assert max(sizes) == 50 and min(sizes) == 1  # halved down to one triple a subgraph
+    assert np.isfinite(split.link).all() and split.link != runs[0].link
+    assert all(p is not None and np.isfinite(p) for p in split.path)
+
+
 @pytest.mark.parametrize("sampled_steps", [None, 1, 3, 1000])
 def test_sampled_steps_bound_an_epoch_and_a_pass_trains_each_triple_once(sampled_steps):
     graph = random_graph()

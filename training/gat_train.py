@@ -37,6 +37,11 @@ from lokg.training.gat_rows import as_rows
 from lokg.training.gat_sampler import NeighbourSampler, Subgraph
 
 EVAL_TRIPLES = 100_000  # triples in the fixed-negative link-loss check before/after training
+#: a sampled training step's share of ``build.memory_gb`` (the rest: the graph, the sampler's
+#: arrays, the model, Python)
+STEP_SHARE = 0.5
+#: floats per sampled edge and unit of ``gat.hidden`` in a training step (forward + backward)
+STEP_FLOATS_PER_HIDDEN = 8
 
 
 @dataclass
@@ -58,8 +63,12 @@ class _Epochs:
     neighbour-sampled mini-batches (``NeighbourSampler``); and a fixed-negative link-loss check
     so that the loss before and after training compare."""
 
-    def __init__(self, model, graph: Graph, x, rel_vec, gold: np.ndarray, cfg: Mapping, device):
+    def __init__(self, model, graph: Graph, x, rel_vec, gold: np.ndarray, cfg: Mapping, device,
+                 memory_gb: float | None = None):
         import torch
+
+        self.hidden = int(cfg["hidden"])
+        self.step_bytes = None if memory_gb is None else memory_gb * 1e9 * STEP_SHARE
 
         self.model, self.x, self.device = model, as_rows(x), device
         self.gen = torch.Generator().manual_seed(int(cfg["seed"]))
@@ -154,14 +163,34 @@ class _Epochs:
                        gold_perm[step * gold_per_step:(step + 1) * gold_per_step])
 
     def _subgraph_step(self, batch, gold) -> tuple[float, float]:
-        """One step on the sampled subgraph around a batch's heads, tails, negatives and the
-        heads of its share of gold-path edges (the seeds: local ids 0..len(seeds)-1, sorted)."""
+        """One optimiser step on the sampled subgraph around a batch (``_backward``)."""
+        self.opt.zero_grad()
+        link, path = self._backward(batch, gold, 1.0, 1.0)
+        self.opt.step()
+        return link, path
+
+    def _backward(self, batch, gold, link_share: float, path_share: float) -> tuple[float,
+                                                                                    float]:
+        """Losses and gradients on the sampled subgraph around a batch's heads, tails,
+        negatives and the heads of its gold-path edges (the seeds: local ids
+        0..len(seeds)-1, sorted), weighted by the batch's shares of the step. A subgraph past
+        the step's share of ``build.memory_gb`` (``step_bytes``) is not run: the batch and its
+        gold edges are halved and each half sampled and added on its own (the step's losses
+        and gradient, over smaller samples). Returns the weighted (link, path)."""
         import torch
 
         device, src, dst = self.device, self.src, self.dst
         neg = torch.randint(0, self.n, (len(batch) * self.k,), generator=self.gen)
         seeds = torch.unique(torch.cat([src[batch], dst[batch], neg, src[gold]]))
         sub = self.sampler.sample(seeds, len(self.model.convs), must=gold)
+        if len(batch) > 1 and self.step_bytes is not None and self.sub_bytes(sub) > \
+                self.step_bytes:
+            half, gold_half = len(batch) // 2, len(gold) // 2
+            parts = [self._backward(b, g, link_share * len(b) / len(batch),
+                                    path_share * len(g) / max(len(gold), 1))
+                     for b, g in ((batch[:half], gold[:gold_half]),
+                                  (batch[half:], gold[gold_half:]))]
+            return parts[0][0] + parts[1][0], parts[0][1] + parts[1][1]
         z, alpha = self._sampled_forward(sub)
         heads, tails, negs = torch.searchsorted(  # seeds are sorted and local ids 0..
             seeds, torch.cat([src[batch], dst[batch], neg])).to(device).split(
@@ -170,7 +199,14 @@ class _Epochs:
         first_hop = sub.edges[:sub.edges_within[0]]
         path = (path_loss(alpha, torch.searchsorted(first_hop, gold).to(device))
                 if self.path_weight and len(gold) else torch.zeros((), device=device))
-        return self._step(link, path)
+        (link_share * link + self.path_weight * (path_share * path)).backward()
+        return link_share * link.item(), path_share * path.item()
+
+    def sub_bytes(self, sub: Subgraph) -> int:
+        """The estimated peak of a training step on ``sub``: its nodes' input rows and, per
+        edge, ``STEP_FLOATS_PER_HIDDEN`` × ``hidden`` floats (forward and backward)."""
+        return 4 * (sub.within[-1] * 2 * self.x.shape[1]
+                    + sub.edges_within[-1] * STEP_FLOATS_PER_HIDDEN * self.hidden)
 
     def _sampled_forward(self, sub: Subgraph):
         """The seeds' z and the last layer's α over their sampled edges: layer l computes only
@@ -222,7 +258,7 @@ def fit(graph, x, rel_np, gold, cfg, device, log, state=None, scratch: Path | No
     if state is not None:
         model.load_state_dict(state)
     model = model.to(device)
-    epochs = _Epochs(model, graph, x, rel_vec, gold, cfg, device)
+    epochs = _Epochs(model, graph, x, rel_vec, gold, cfg, device, memory_gb)
     chunk = block_edges(cfg, x.shape[1], memory_gb)
     z0, attention_before = infer(model, graph, x, rel_vec, device, chunk, scratch / "before")
     eval_before = epochs.eval_link(z0)
