@@ -162,12 +162,14 @@ def compared(rows: list[dict]) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| run | triples | CPU s | wall s | train s | s / epoch | epochs | link loss first → last | "
-             "eval link loss after | max abs Δα vs first | peak MiB (ru_maxrss) | load 1-min before → after |",
+    lines = ["| run | triples | CPU s | wall s | train s | s / epoch | epochs | "
+             "link loss first → last | eval link loss after | max abs Δα vs first | "
+             "peak MiB (ru_maxrss) | load 1-min before → after |",
              "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in rows:
         lines.append(
-            f"| {r['label']} | {r.get('triples', '')} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | {r['train_s']:.1f} | "
+            f"| {r['label']} | {r.get('triples', '')} | {r['cpu_s']:.1f} | {r['wall_s']:.1f} | "
+            f"{r['train_s']:.1f} | "
             f"{r['seconds_per_epoch']:.2f} | {r['epochs']} | {r['link_loss']['first']:.4f} → "
             f"{r['link_loss']['last']:.4f} | {r['eval_link_loss']['after']:.4f} | "
             f"{r['attention_max_abs_diff']:.2e} | {r['peak_rss_mib']:.0f} | "

@@ -19,6 +19,13 @@ that one forward pass — the previous model re-inferred on the new graph and in
 do not fit (another encoder width), it trains from scratch; the report's ``refresh`` says warm
 or cold and why.
 
+Memory (``build.memory_gb``). The graph is 13 bytes an edge (int32 ids where they fit); the
+entity vectors stay in their memory-mapped ``entity_vectors.npy`` and are read a block's nodes
+at a time (``gat_inputs.NodeFeatures``); a sampled training step past its share of the budget runs
+in halves (``gat_train``); the α export runs in blocks of source nodes sized by the budget, each
+with its full out-neighbourhood (exact), its layer outputs and α on disk under
+``.gat-scratch/`` (removed after the run) and ``edges.parquet`` written a block at a time.
+
 Run directory ``gat/``: config.json (settings, seed, device, sizes, versions, objective),
 losses.json (per epoch: link, path; and ``eval_link``: the fixed-negative link loss before and
 after training, which the next refresh compares with), model.pt (state_dict), timing.json.

@@ -1,6 +1,8 @@
 """Training the GAT: epochs full batch or over sampled subgraphs, and the losses before and
 after.
 
+Batches. The whole graph per step when its directed edges ≤ ``max_full_batch_edges``. Above,
+each step takes the next ``batch_triples`` triples (their heads, tails and negatives are the seeds)
 and runs on a GraphSAGE-style sample around those seed nodes (``NeighbourSampler``, torch ops
 only: PyG's NeighborLoader needs pyg-lib, not installed): each node to expand keeps ≤ ``fanout``
 of its out-edges (the messages it aggregates), drawn uniformly, for ``layers`` hops; the step's
@@ -15,6 +17,15 @@ grow with the graph (the node features are inputs, not trained), so neither do t
 steps it needs: training costs epochs × a bounded step, and only the export grows with the
 graph (null = a whole pass an epoch: ceil(triples / batch_triples) steps, which grows as
 triples² while a step's subgraph is a fixed share of the graph).
+
+Memory. Until the graph is far larger than a step's reach, a step's sample grows with the graph
+(at 10⁶ triples ~10⁶ sampled edges, ~3 GB). A step whose sampled subgraph would pass
+``STEP_SHARE`` of ``build.memory_gb`` (``sub_bytes``: its nodes' input rows and
+``STEP_FLOATS_PER_HIDDEN`` × ``hidden`` floats an edge, measured ~5 at 10⁶) runs in halves of
+its batch and gold edges, each sampled and back-propagated on its own with its share of the
+losses, then one optimiser step: the same step's objective over smaller samples. A step within
+its share is the one it always was. The node features are read a step's nodes at a time
+(``gat_inputs.NodeFeatures``); the export is ``gat_model.infer``'s, in blocks.
 """
 
 from __future__ import annotations
@@ -243,11 +254,11 @@ def _train(epochs: _Epochs, n_epochs: int, device, log) -> tuple[list, list, lis
 
 def fit(graph, x, rel_np, gold, cfg, device, log, state=None, scratch: Path | None = None,
         memory_gb: float | None = None) -> TrainResult:
-    """Train a fresh model (or one from ``state``) on ``device``; ``log`` gets each epoch's
-    losses. ``x``: the node features (``gat_inputs.NodeFeatures`` or an array). ``cfg["stop_loss"]``
-    (a refresh): no epoch when the starting parameters' eval link loss is already at most that.
-    The α arrays live under ``scratch`` (a temporary directory, removed with the result, when
-    None); the inference blocks are sized by ``memory_gb`` (``gat_model.block_edges``)."""
+    """Train a fresh model (or one from ``state``) on ``device``; ``log`` gets each epoch's losses.
+    ``x``: the node features (``gat_inputs.NodeFeatures`` or an array). ``cfg["stop_loss"]`` (a
+    refresh): no epoch when the starting parameters' eval link loss is already at most that. The α
+    arrays live under ``scratch`` (a temporary directory, removed with the result, when None); the
+    inference blocks are sized by ``memory_gb`` (``gat_model.block_edges``)."""
     import torch
 
     torch.manual_seed(int(cfg["seed"]))
