@@ -393,6 +393,18 @@ def test_sampled_subgraph_holds_the_seeds_and_at_most_fanout_edges_per_node(fano
     assert (sampler.local == -1).all()  # the buffer is left clean for the next step
 
 
+@pytest.mark.parametrize("block", [1, 7, 1 << 22])
+def test_shuffle_orders_each_nodes_out_edges_by_their_random_keys(monkeypatch, block):
+    monkeypatch.setattr(gat_sampler, "SHUFFLE_BLOCK", block)
+    graph = random_graph()
+    sampler = gat_sampler.NeighbourSampler(graph, 4, torch.Generator().manual_seed(3))
+    sampler.shuffle()
+    by_key = torch.argsort(torch.rand(graph.num_edges, generator=torch.Generator().manual_seed(3)))
+    src = torch.from_numpy(graph.src)
+    expected = by_key[torch.sort(src[by_key], stable=True).indices]  # the keys' order per source
+    np.testing.assert_array_equal(sampler.order.numpy(), expected.numpy())
+
+
 def test_sampling_is_uniform_over_a_hubs_out_edges():
     graph = random_graph()
     hub_edges = np.flatnonzero(graph.src == 0)

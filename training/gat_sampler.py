@@ -7,6 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from lokg.training.gat_inputs import Graph
+from lokg.training.gat_model import node_chunks
+
+SHUFFLE_BLOCK = 1 << 22  # edges sorted at a time by NeighbourSampler.shuffle
 
 
 @dataclass
@@ -39,11 +42,20 @@ class NeighbourSampler:
         self.local = torch.full((graph.num_nodes,), -1, dtype=torch.long)
 
     def shuffle(self) -> None:
-        """A fresh random order of every node's out-edges (O(E log E), once an epoch)."""
+        """A fresh random order of every node's out-edges (O(E log E), once an epoch): a random
+        key per edge; each node's slice sorted by its edges' ranks among the keys, a block of
+        whole slices at a time (``SHUFFLE_BLOCK`` edges), so that besides the ranks only a
+        block's sort is in memory."""
         import torch
 
         by_key = torch.argsort(torch.rand(len(self.src), generator=self.gen))
-        self.order = by_key[torch.sort(self.src[by_key], stable=True).indices].to(self.src.dtype)
+        rank = torch.empty(len(by_key), dtype=self.src.dtype)
+        rank[by_key] = torch.arange(len(by_key), dtype=self.src.dtype)
+        del by_key
+        for u0, u1 in node_chunks(self.indptr.numpy(), SHUFFLE_BLOCK):
+            e0, e1 = int(self.indptr[u0]), int(self.indptr[u1])
+            key = self.src[e0:e1].long() * len(rank) + rank[e0:e1]  # distinct: source, then rank
+            self.order[e0:e1] = (torch.argsort(key) + e0).to(self.order.dtype)
 
     def out_edges(self, nodes):
         """≤ fanout out-edge ids of each node: a window of its shuffled slice."""
