@@ -446,6 +446,10 @@ def test_a_sampled_step_past_its_memory_share_runs_in_halves(monkeypatch):
     monkeypatch.setattr(gat_train._Epochs, "_backward", lambda self, batch, *rest: (
         sizes.append(len(batch)), backward(self, batch, *rest))[1])
     split = gat.train(graph, x, rel, gold, cfg, log=lambda m: None, memory_gb=0.25)
+    full_cfg = {**cfg, "max_full_batch_edges": 10**6}  # the graph fits, the budget does not
+    assert gat.train(graph, x, rel, gold, full_cfg, log=lambda m: None).mode == "full"
+    assert gat.train(graph, x, rel, gold, full_cfg, log=lambda m: None,
+                     memory_gb=0.25).mode == "sampled"
     assert max(sizes) == 50 and min(sizes) == 1  # halved down to one triple a subgraph
     assert np.isfinite(split.link).all() and split.link != runs[0].link
     assert all(p is not None and np.isfinite(p) for p in split.path)

@@ -1,7 +1,8 @@
 """Training the GAT: epochs full batch or over sampled subgraphs, and the losses before and
 after.
 
-Batches. The whole graph per step when its directed edges ≤ ``max_full_batch_edges``. Above,
+Batches. The whole graph per step when its directed edges ≤ ``max_full_batch_edges`` and that
+step fits its share of ``build.memory_gb`` (Memory, below). Above,
 each step takes the next ``batch_triples`` triples (their heads, tails and negatives are the seeds)
 and runs on a GraphSAGE-style sample around those seed nodes (``NeighbourSampler``, torch ops
 only: PyG's NeighborLoader needs pyg-lib, not installed): each node to expand keeps ≤ ``fanout``
@@ -93,7 +94,9 @@ class _Epochs:
         self.num_relations, self.table = len(rel_vec), relation_table(rel_vec)
         self.forward = torch.from_numpy(np.flatnonzero(~graph.inverse).astype(graph.src.dtype))
         self.gold = torch.from_numpy(gold)
-        self.full = graph.num_edges <= int(cfg["max_full_batch_edges"])
+        self.full = graph.num_edges <= int(cfg["max_full_batch_edges"]) and (
+            self.step_bytes is None
+            or self.step_bytes_of(graph.num_nodes, graph.num_edges) <= self.step_bytes)
         self.sampler = None if self.full else NeighbourSampler(graph, int(cfg["fanout"]),
                                                                self.gen)
         self.pass_steps = math.ceil(len(self.forward) / self.chunk)
@@ -214,10 +217,14 @@ class _Epochs:
         return link_share * link.item(), path_share * path.item()
 
     def sub_bytes(self, sub: Subgraph) -> int:
-        """The estimated peak of a training step on ``sub``: its nodes' input rows and, per
-        edge, ``STEP_FLOATS_PER_HIDDEN`` × ``hidden`` floats (forward and backward)."""
-        return 4 * (sub.within[-1] * 2 * self.x.shape[1]
-                    + sub.edges_within[-1] * STEP_FLOATS_PER_HIDDEN * self.hidden)
+        """The estimated peak of a training step on ``sub`` (``step_bytes_of``)."""
+        return self.step_bytes_of(sub.within[-1], sub.edges_within[-1])
+
+    def step_bytes_of(self, nodes: int, edges: int) -> int:
+        """The estimated peak of a training step on ``nodes`` and ``edges``: the nodes' input
+        rows and, per edge, ``STEP_FLOATS_PER_HIDDEN`` × ``hidden`` floats (forward and
+        backward)."""
+        return 4 * (nodes * 2 * self.x.shape[1] + edges * STEP_FLOATS_PER_HIDDEN * self.hidden)
 
     def _sampled_forward(self, sub: Subgraph):
         """The seeds' z and the last layer's α over their sampled edges: layer l computes only
