@@ -200,6 +200,8 @@ def infer(model, graph: Graph, x, rel_vec, device, chunk_edges: int, scratch: Pa
                 out.write(u0, res.cpu().numpy())
                 if index == len(model.convs) - 1:
                     alpha_out.write(e0, alpha.mean(1).double().cpu().numpy())
+            if index:  # the layer before: read by this one only
+                h.path.unlink()
             h = out
     return h, alpha_out
 

@@ -19,7 +19,8 @@ import numpy as np
 
 
 class DiskRows:
-    """A [rows] or [rows, width] array of ``dtype`` in the raw file ``path`` (created, zeros)."""
+    """A [rows] or [rows, width] array of ``dtype`` in the raw file ``path`` (created, zeros;
+    its owner removes it when done: ``path.unlink()``)."""
 
     def __init__(self, path: str | Path, rows: int, width: int | None, dtype):
         self.path, self.dtype = Path(path), np.dtype(dtype)

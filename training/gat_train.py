@@ -280,6 +280,7 @@ def fit(graph, x, rel_np, gold, cfg, device, log, state=None, scratch: Path | No
     chunk = block_edges(cfg, x.shape[1], memory_gb)
     z0, attention_before = infer(model, graph, x, rel_vec, device, chunk, scratch / "before")
     eval_before = epochs.eval_link(z0)
+    z0.path.unlink()
     stop = cfg.get("stop_loss")
     n_epochs = 0 if stop is not None and eval_before <= stop else int(cfg["epochs"])
     link_hist, path_hist, epoch_seconds = _train(epochs, n_epochs, device, log)
