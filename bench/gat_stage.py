@@ -129,6 +129,15 @@ def synthetic_inputs(work: Path, n_triples: int, vector_dim: int) -> dict[str, s
     return {name: str(p) for name, p in paths.items()}
 
 
+def made_apart(work: Path, n_triples: int, vector_dim: int) -> dict[str, str]:
+    """``synthetic_inputs`` in a spawned process: a child forked from this one would start with
+    this process's peak as its own ``ru_maxrss`` (Linux keeps it across fork and exec)."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(synthetic_inputs, (work, n_triples, vector_dim))
+
+
 def slopes(rows: list[dict]) -> list[dict]:
     """Per run label: peak RSS and wall seconds per added triple between the smallest and the
     largest synthetic size, and the 10⁷ / 10⁸ estimates on that line."""
@@ -209,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     sizes = {None: build_inputs(args.build)} if args.build else {
-        n: synthetic_inputs(args.work, n, args.vector_dim) for n in args.synthetic}
+        n: made_apart(args.work, n, args.vector_dim) for n in args.synthetic}
     print(f"load {os.getloadavg()}", flush=True)
     rows = []
     for n, inputs in sizes.items():

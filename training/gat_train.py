@@ -199,6 +199,7 @@ class _Epochs:
         sub = self.sampler.sample(seeds, len(self.model.convs), must=gold)
         if len(batch) > 1 and self.step_bytes is not None and self.sub_bytes(sub) > \
                 self.step_bytes:
+            del sub, seeds, neg  # not held while the halves run
             half, gold_half = len(batch) // 2, len(gold) // 2
             parts = [self._backward(b, g, link_share * len(b) / len(batch),
                                     path_share * len(g) / max(len(gold), 1))
