@@ -80,8 +80,7 @@ def run_dataset(name: str, data: Path, workdir: Path, epochs: int, device: str) 
     num_nodes = int(triples[:, [0, 2]].max()) + 1
     num_relations = read_table(Path(inputs["relations"]), "relations").num_rows
     graph = gat_inputs.Graph.from_triples(triples, num_nodes)
-    x = gat_inputs.node_features(inputs["entity_vectors"], inputs["entity_ids"],
-                                 num_nodes)[:num_nodes]
+    x = gat_inputs.NodeFeatures(inputs["entity_vectors"], inputs["entity_ids"], num_nodes)
     rel_vec = gat_inputs.relation_vectors(inputs["relation_embeddings"], inputs["relation_map"],
                                           num_relations)
     train_gold, train_stats = gold_for(data / name / "train.txt", inputs, graph)

@@ -37,17 +37,19 @@ from lokg.runtime.contract import TABLE_SCHEMAS, Build, read_table, to_numpy
 # edges
 
 
-def with_inverses(s: np.ndarray, r: np.ndarray, o: np.ndarray):
+def with_inverses(s: np.ndarray, r: np.ndarray, o: np.ndarray, dtype=np.int64):
     """Triples → directed edges (s, r, o, inverse): each triple forward and backward, sorted by
-    (s, r, inverse, o). A self-loop (a, r, a) gives two edges a→a (never walked: paths are
-    simple, but they count for the node's degree)."""
-    s, r, o = (np.asarray(x, dtype=np.int64) for x in (s, r, o))
-    src = np.concatenate([s, o])
-    rel = np.concatenate([r, r])
-    dst = np.concatenate([o, s])
-    inv = np.concatenate([np.zeros(len(s), bool), np.ones(len(s), bool)])
+    (s, r, inverse, o), ids as ``dtype``. A self-loop (a, r, a) gives two edges a→a (never
+    walked: paths are simple, but they count for the node's degree)."""
+    s, r, o = (np.asarray(x, dtype=dtype) for x in (s, r, o))
+    src, rel, dst = np.concatenate([s, o]), np.concatenate([r, r]), np.concatenate([o, s])
+    del s, r, o
+    inv = np.repeat(np.array([False, True]), len(src) // 2)
     order = np.lexsort((dst, inv, rel, src))
-    return src[order], rel[order], dst[order], inv[order]
+    src = src[order]  # one column at a time: the unsorted one goes before the next is sorted
+    rel = rel[order]
+    dst = dst[order]
+    return src, rel, dst, inv[order]
 
 
 def uniform_edges(triples: pa.Table) -> pa.Table:

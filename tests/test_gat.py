@@ -21,7 +21,8 @@ from lokg.pipeline import synth  # noqa: E402
 from lokg.pipeline.config import DEFAULTS  # noqa: E402
 from lokg.runtime.contract import read_table, write_table  # noqa: E402
 from lokg.common.stage import StageError  # noqa: E402
-from lokg.training import gat, gat_gold, gat_inputs, gat_model, gat_sampler, gat_train  # noqa: E402
+from lokg.training import (gat, gat_gold, gat_inputs, gat_model, gat_rows,  # noqa: E402
+                           gat_sampler, gat_train)
 
 DEVICES = [
     "cpu",
@@ -211,15 +212,16 @@ def test_forward_attention_is_a_distribution_over_out_edges(device):
     torch.testing.assert_close(sums, torch.ones(5, 2, device=device), atol=1e-5, rtol=0)
 
 
-def test_chunked_inference_equals_the_full_forward():
+def test_chunked_inference_equals_the_full_forward(tmp_path):
     model = toy_model(layers=3)
     graph, x, rel_vec, index = toy_tensors()
     with torch.no_grad():
         z, alpha = model(x, index, toy_types(graph), gat_model.relation_table(rel_vec))
     for chunk in (1, 3, 1000):
-        z2, alpha2 = gat_model.infer(model, graph, x, rel_vec, torch.device("cpu"), chunk)
-        torch.testing.assert_close(z2, z, atol=1e-5, rtol=1e-5)
-        np.testing.assert_allclose(alpha2, alpha.mean(1).numpy(), atol=1e-6)
+        z2, alpha2 = gat_model.infer(model, graph, x, rel_vec, torch.device("cpu"), chunk,
+                                     tmp_path / str(chunk))
+        torch.testing.assert_close(torch.from_numpy(np.asarray(z2)), z, atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(alpha2), alpha.mean(1).numpy(), atol=1e-6)
     assert gat_model.node_chunks(graph.indptr, 3)[0] == (0, 1)  # node 0 has 4 out-edges: alone
 
 
@@ -246,6 +248,44 @@ def test_stage_exports_normalised_attention_for_every_edge(tmp_path, synth_kg):
     state = torch.load(run_dir / "model.pt")
     assert any(k.endswith("lin_edge.weight") for k in state)
     assert result["report"]["device"] == "cpu"
+
+
+def test_a_small_memory_budget_exports_the_same_attention_in_more_blocks(tmp_path, synth_kg,
+                                                                         monkeypatch):
+    inputs, _, _ = synth_kg
+    runs = []
+    monkeypatch.setattr(gat_model, "BLOCK_SHARE", 1e-5)  # 0.25 GB: blocks of ~40 edges
+    for memory_gb in (1000.0, 0.25):
+        out = tmp_path / str(memory_gb)
+        out.mkdir()
+        cfg = {**config(epochs=2), "build": {"memory_gb": memory_gb}}
+        result = gat.run(cfg, inputs, str(out))
+        runs.append(read_table(Path(result["outputs"]["edges"]), "edges"))
+        assert not (out / ".gat-scratch").exists()  # the on-disk α and layer rows are removed
+    assert gat_model.block_edges(config()["gat"], NODE_DIM, 0.25) < 100
+    monkeypatch.undo()
+    assert gat_model.block_edges(config()["gat"], NODE_DIM, 1000.0) == DEFAULTS["gat"][
+        "batch_triples"]
+    assert runs[0].drop(["attention"]).equals(runs[1].drop(["attention"]))
+    # the same α: a block holds whole out-neighbourhoods; only float32 rounding of the layer's
+    # matrix products over fewer rows differs
+    np.testing.assert_allclose(runs[1].column("attention").to_numpy(),
+                               runs[0].column("attention").to_numpy(), rtol=1e-5, atol=1e-7)
+
+
+def test_disk_rows_write_read_and_take(tmp_path):
+    rows = gat_rows.DiskRows(tmp_path / "r.f32", 5, 3, np.float32)
+    data = np.arange(15, dtype=np.float32).reshape(5, 3)
+    rows.write(0, data[:2])
+    rows.write(2, data[2:])
+    np.testing.assert_array_equal(rows.read(1, 4), data[1:4])
+    np.testing.assert_array_equal(rows.take(np.array([4, 0, 4])), data[[4, 0, 4]])
+    np.testing.assert_array_equal(np.asarray(rows), data)
+    alpha = gat_rows.DiskRows(tmp_path / "a.f64", 3, None, np.float64)
+    alpha.write(1, np.array([0.5, 0.25]))
+    np.testing.assert_array_equal(alpha[np.array([2, 1])], [0.25, 0.5])
+    assert gat_rows.DiskRows(tmp_path / "e", 0, 2, np.float32).take(np.array([], int)).shape == (
+        0, 2)
 
 
 def test_training_lowers_the_link_prediction_loss(tmp_path, synth_kg):
@@ -353,6 +393,18 @@ def test_sampled_subgraph_holds_the_seeds_and_at_most_fanout_edges_per_node(fano
     assert (sampler.local == -1).all()  # the buffer is left clean for the next step
 
 
+@pytest.mark.parametrize("block", [1, 7, 1 << 22])
+def test_shuffle_orders_each_nodes_out_edges_by_their_random_keys(monkeypatch, block):
+    monkeypatch.setattr(gat_sampler, "SHUFFLE_BLOCK", block)
+    graph = random_graph()
+    sampler = gat_sampler.NeighbourSampler(graph, 4, torch.Generator().manual_seed(3))
+    sampler.shuffle()
+    by_key = torch.argsort(torch.rand(graph.num_edges, generator=torch.Generator().manual_seed(3)))
+    src = torch.from_numpy(graph.src)
+    expected = by_key[torch.sort(src[by_key], stable=True).indices]  # the keys' order per source
+    np.testing.assert_array_equal(sampler.order.numpy(), expected.numpy())
+
+
 def test_sampling_is_uniform_over_a_hubs_out_edges():
     graph = random_graph()
     hub_edges = np.flatnonzero(graph.src == 0)
@@ -377,6 +429,30 @@ def test_sampled_training_is_deterministic_for_a_seed():
     assert runs[0].link == runs[1].link and runs[0].path == runs[1].path
     np.testing.assert_array_equal(runs[0].attention, runs[1].attention)
     assert runs[0].link != runs[2].link
+
+
+def test_a_sampled_step_past_its_memory_share_runs_in_halves(monkeypatch):
+    graph = random_graph()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((graph.num_nodes, NODE_DIM)).astype(np.float32)
+    rel = rng.standard_normal((3, REL_DIM)).astype(np.float32)
+    cfg = config(max_full_batch_edges=10, batch_triples=50, fanout=3)["gat"]
+    gold = np.flatnonzero(~graph.inverse)[:4]
+    runs = [gat.train(graph, x, rel, gold, cfg, log=lambda m: None, memory_gb=gb)
+            for gb in (None, 1000.0)]
+    assert runs[0].link == runs[1].link  # a step within its share: as without a budget
+    monkeypatch.setattr(gat_train, "STEP_SHARE", 1e-12)  # every subgraph past it
+    sizes, backward = [], gat_train._Epochs._backward
+    monkeypatch.setattr(gat_train._Epochs, "_backward", lambda self, batch, *rest: (
+        sizes.append(len(batch)), backward(self, batch, *rest))[1])
+    split = gat.train(graph, x, rel, gold, cfg, log=lambda m: None, memory_gb=0.25)
+    full_cfg = {**cfg, "max_full_batch_edges": 10**6}  # the graph fits, the budget does not
+    assert gat.train(graph, x, rel, gold, full_cfg, log=lambda m: None).mode == "full"
+    assert gat.train(graph, x, rel, gold, full_cfg, log=lambda m: None,
+                     memory_gb=0.25).mode == "sampled"
+    assert max(sizes) == 50 and min(sizes) == 1  # halved down to one triple a subgraph
+    assert np.isfinite(split.link).all() and split.link != runs[0].link
+    assert all(p is not None and np.isfinite(p) for p in split.path)
 
 
 @pytest.mark.parametrize("sampled_steps", [None, 1, 3, 1000])

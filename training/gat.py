@@ -19,6 +19,13 @@ that one forward pass — the previous model re-inferred on the new graph and in
 do not fit (another encoder width), it trains from scratch; the report's ``refresh`` says warm
 or cold and why.
 
+Memory (``build.memory_gb``). The graph is 13 bytes an edge (int32 ids where they fit); the
+entity vectors stay in their memory-mapped ``entity_vectors.npy`` and are read a block's nodes
+at a time (``gat_inputs.NodeFeatures``); a sampled training step past its share of the budget runs
+in halves (``gat_train``); the α export runs in blocks of source nodes sized by the budget, each
+with its full out-neighbourhood (exact), its layer outputs and α on disk under
+``.gat-scratch/`` (removed after the run) and ``edges.parquet`` written a block at a time.
+
 Run directory ``gat/``: config.json (settings, seed, device, sizes, versions, objective),
 losses.json (per epoch: link, path; and ``eval_link``: the fixed-negative link loss before and
 after training, which the next refresh compares with), model.pt (state_dict), timing.json.
@@ -28,20 +35,23 @@ from __future__ import annotations
 
 import json
 import platform
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
+from lokg.common.resources import BuildSettings
 from lokg.common.stage import Laps, StageError, previous_inputs, torch_threads
-from lokg.runtime.contract import read_table, write_table
+from lokg.runtime.contract import TABLE_SCHEMAS, read_table, write_table
 from lokg.runtime.encoder import resolve_device
 from lokg.runtime.taimr import uniform_edges
 from lokg.training.settings import GatSettings
 from lokg.training.gat_gold import gold_edges, parse_questions, resolve_paths
-from lokg.training.gat_inputs import Graph, node_features, read_triples, relation_vectors
+from lokg.training.gat_inputs import Graph, NodeFeatures, read_triples, relation_vectors
 from lokg.training.gat_model import build_model
 from lokg.training.gat_train import TrainResult, fit
 from lokg.training.warm_start import (cold, match_by_key, next_reference, reference_loss,
@@ -49,6 +59,7 @@ from lokg.training.warm_start import (cold, match_by_key, next_reference, refere
 
 STAGE = "gat"
 SPLIT_NAMES = ("dev", "test", "valid", "validation")  # never trained on
+WRITE_ROWS = 1 << 20  # edges per written block of the edges table
 
 
 def settings(config: Mapping) -> GatSettings:
@@ -56,17 +67,19 @@ def settings(config: Mapping) -> GatSettings:
     return GatSettings.of(config, StageError)
 
 
-def train(graph: Graph, x_np: np.ndarray, rel_np: np.ndarray, gold: np.ndarray, cfg: Mapping,
-          log=lambda msg: print(msg, file=sys.stderr), state: dict | None = None) -> TrainResult:
+def train(graph: Graph, x, rel_np: np.ndarray, gold: np.ndarray, cfg: Mapping,
+          log=lambda msg: print(msg, file=sys.stderr), state: dict | None = None,
+          scratch: Path | None = None, memory_gb: float | None = None) -> TrainResult:
     """Train the GAT (full batch or sampled subgraphs) and return α before/after and losses;
-    ``state``: parameters to start from (a refresh's warm start, ``warm_start_state``)."""
+    ``x``: node features (``NodeFeatures`` or an array); ``state``: parameters to start from (a
+    refresh's warm start, ``warm_start_state``); ``scratch``, ``memory_gb``: ``gat_train.fit``."""
     import torch
 
     device = torch.device(resolve_device(str(cfg["device"]), setting=f"{STAGE}.device",
                                          error=StageError))
     with torch_threads(cfg.get("threads")):
-        return fit(graph, x_np, rel_np, gold, cfg, device,
-                   lambda msg: log(f"{STAGE}: {msg}"), state)
+        return fit(graph, x, rel_np, gold, cfg, device, lambda msg: log(f"{STAGE}: {msg}"),
+                   state, scratch, memory_gb)
 
 
 def warm_start_state(inputs: Mapping[str, str], cfg: Mapping, fresh: Mapping) -> tuple[
@@ -149,8 +162,8 @@ def _check_inputs(cfg: Mapping, inputs: Mapping[str, str]) -> None:
         raise StageError(f"{STAGE} needs inputs {missing} (have {sorted(inputs)})")
 
 
-def _read_graph(inputs: Mapping[str, str]) -> tuple[np.ndarray, Graph, int]:
-    """The triples, their graph (inverses added) and the relation count; refused when the
+def _read_graph(inputs: Mapping[str, str]) -> tuple[int, Graph, int]:
+    """The triple count, their graph (inverses added) and the relation count; refused when the
     triples are empty or name a relation the relations table lacks."""
     triples = read_triples(inputs["triples"])
     if not len(triples):
@@ -160,7 +173,8 @@ def _read_graph(inputs: Mapping[str, str]) -> tuple[np.ndarray, Graph, int]:
     if triples[:, 1].max() >= num_relations:
         raise StageError(f"{inputs['triples']}: relation id {int(triples[:, 1].max())} is not in "
                          f"{inputs['relations']}")
-    return triples, Graph.from_triples(triples, int(triples[:, [0, 2]].max()) + 1), num_relations
+    num_nodes = int(max(triples[:, 0].max(), triples[:, 2].max())) + 1
+    return len(triples), Graph.from_triples(triples, num_nodes), num_relations
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
@@ -171,11 +185,11 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     run_dir = out / "gat"
     run_dir.mkdir(parents=True, exist_ok=True)
     lap = Laps()
-    triples, graph, num_relations = _read_graph(inputs)
+    n_triples, graph, num_relations = _read_graph(inputs)
     gold, gold_stats = load_gold(cfg, inputs, graph)
     lap("read_graph")
 
-    report: dict = {"nodes": graph.num_nodes, "edges": graph.num_edges, "triples": len(triples),
+    report: dict = {"nodes": graph.num_nodes, "edges": graph.num_edges, "triples": n_triples,
                     "relations": num_relations, "uniform": bool(cfg["uniform"])}
     if gold_stats:
         report["questions"] = gold_stats
@@ -183,20 +197,25 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     run_config = {"stage": STAGE, "gat": cfg, "seed": int(cfg["seed"]), "nodes": graph.num_nodes,
                   "edges": graph.num_edges, "relations": num_relations, "versions": _versions()}
     if cfg["uniform"]:
-        timing = _write_uniform(triples, run_config, report, out, lap)
+        timing = _write_uniform(inputs, run_config, report, out, lap)
     else:
-        timing = _train_and_write(cfg, inputs, graph, gold, run_config, report, out, lap)
+        scratch = out / ".gat-scratch"  # α and layer outputs on disk while they are written
+        try:
+            timing = _train_and_write(cfg, inputs, graph, gold, run_config, report, out, lap,
+                                      BuildSettings.of(config, StageError).memory_gb, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     _write_json(run_dir / "timing.json", {"step_seconds": lap.seconds, **timing})
     report["step_seconds"] = lap.seconds
     return {"outputs": {"edges": str(out / "edges.parquet"), "gat_run": str(run_dir)},
             "report": report}
 
 
-def _write_uniform(triples: np.ndarray, run_config: dict, report: dict, out: Path,
+def _write_uniform(inputs: Mapping[str, str], run_config: dict, report: dict, out: Path,
                    lap: Laps) -> dict:
     """The ablation: α = 1/out-degree, no model."""
     report.update(refresh=cold(f"{STAGE}.uniform: no model to train"), device=None)
-    tri = pa.table({"s": triples[:, 0], "r": triples[:, 1], "o": triples[:, 2]})
+    tri = read_table(Path(inputs["triples"]), "triples")
     write_table("edges", uniform_edges(tri), out / "edges.parquet")
     _write_json(out / "gat" / "config.json", {**run_config, "objective": "none (uniform "
                                               "ablation: α = 1/out-degree)", "device": None})
@@ -205,11 +224,11 @@ def _write_uniform(triples: np.ndarray, run_config: dict, report: dict, out: Pat
 
 
 def _train_and_write(cfg: Mapping, inputs: Mapping[str, str], graph: Graph, gold: np.ndarray,
-                     run_config: dict, report: dict, out: Path, lap: Laps) -> dict:
+                     run_config: dict, report: dict, out: Path, lap: Laps, memory_gb: float,
+                     scratch: Path) -> dict:
     """Train (warm from the previous build in a refresh), write the edges with α and the
     self-describing run directory; the report gains the losses. Returns the epoch timings."""
-    x = node_features(inputs["entity_vectors"], inputs["entity_ids"],
-                      graph.num_nodes)[:graph.num_nodes]
+    x = NodeFeatures(inputs["entity_vectors"], inputs["entity_ids"], graph.num_nodes)
     rel_vec = relation_vectors(inputs["relation_embeddings"], inputs["relation_map"],
                                run_config["relations"])
     state, report["refresh"] = warm_start_state(
@@ -220,20 +239,31 @@ def _train_and_write(cfg: Mapping, inputs: Mapping[str, str], graph: Graph, gold
     warm_cfg = {"epochs": report["refresh"]["epochs"],
                 "learning_rate": cfg["refresh_learning_rate"],
                 "stop_loss": stop_loss(cfg, reference)} if state is not None else {}
-    result = train(graph, x, rel_vec, gold, {**cfg, **warm_cfg}, state=state)
+    result = train(graph, x, rel_vec, gold, {**cfg, **warm_cfg}, state=state, scratch=scratch,
+                   memory_gb=memory_gb)
     lap("train")
     reference = next_reference(report["refresh"], warm_cfg.get("stop_loss"), bool(result.link),
                                "eval_link_loss", result.eval_link_before,
                                result.eval_link_after, reference)
 
-    write_table("edges", pa.table({"s": graph.src, "r": graph.rel, "o": graph.dst,
-                                   "inverse": graph.inverse, "attention": result.attention}),
-                out / "edges.parquet")
+    write_edges(graph, result.attention.read, out / "edges.parquet")
     _write_run(out / "gat", result, run_config, report["refresh"], x.shape[1], rel_vec.shape[1],
                reference)
     lap("write")
     report.update(_trained_report(result, gold, bool(report.get("questions"))))
     return {"epoch_seconds": result.epoch_seconds}
+
+
+def write_edges(graph: Graph, attention, path: Path) -> None:
+    """The ``edges`` table, ``WRITE_ROWS`` edges at a time: the graph's columns and
+    ``attention(e0, e1)``, the α of edges e0..e1-1."""
+    schema = TABLE_SCHEMAS["edges"]
+    with pq.ParquetWriter(path, schema) as writer:
+        for e0 in range(0, graph.num_edges, WRITE_ROWS):
+            e1 = min(e0 + WRITE_ROWS, graph.num_edges)
+            writer.write_table(pa.table({
+                "s": graph.src[e0:e1], "r": graph.rel[e0:e1], "o": graph.dst[e0:e1],
+                "inverse": graph.inverse[e0:e1], "attention": attention(e0, e1)}).cast(schema))
 
 
 def _write_run(run_dir: Path, result: TrainResult, run_config: dict, refresh: dict,

@@ -1,14 +1,13 @@
 """Gold paths for the GAT's path term: questions parsed, resolved to ids, walked to edges.
 
-s#r1#e1#r2#…#ans#<end>#ans`` (entity keys and relation names as ingested) or JSONL lines with
-``topic_entities`` (keys), ``path`` (relation names) and optionally ``answer_keys`` (as
-``pipeline/synth.py`` writes). Relation names go through ``relation_map`` to canonical ids. A
-question constrains the entities at each hop it names; its gold edges are the forward edges of
-every walk that satisfies the constraints (forward from the topic, then pruned back from the
-reachable endpoints). Questions with an unknown key or relation, or no such walk, are counted
-and skipped. The stage refuses a file named dev/test/valid: the path term trains on train only.
-
-Batches. The whole graph per step when its directed edges ≤ ``max_full_batch_edges``. Above,
+Questions: PathQuestion lines ``question \\t answers \\t s#r1#e1#r2#…#ans#<end>#ans`` (entity keys
+and relation names as ingested) or JSONL lines with ``topic_entities`` (keys), ``path`` (relation
+names) and optionally ``answer_keys`` (as ``pipeline/synth.py`` writes). Relation names go through
+``relation_map`` to canonical ids. A question constrains the entities at each hop it names; its gold
+edges are the forward edges of every walk that satisfies the constraints (forward from the topic,
+then pruned back from the reachable endpoints). Questions with an unknown key or relation, or no
+such walk, are counted and skipped. The stage refuses a file named dev/test/valid: the path term
+trains on train only.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 
 from lokg.common.stage import StageError
 from lokg.runtime.contract import read_table
@@ -23,7 +24,9 @@ from lokg.runtime.taimr import with_inverses
 
 @dataclass
 class Graph:
-    """Directed edges (inverses included) sorted by source; ``indptr`` is the CSR over sources."""
+    """Directed edges (inverses included) sorted by source; ``indptr`` is the CSR over sources.
+    Ids are int32 where nodes, relations and edges fit (``id_dtype``), else int64: 13 bytes an
+    edge, the graph's whole resident share."""
 
     num_nodes: int
     src: np.ndarray
@@ -38,7 +41,8 @@ class Graph:
 
     @classmethod
     def from_triples(cls, triples: np.ndarray, num_nodes: int) -> Graph:
-        return cls(num_nodes, *with_inverses(triples[:, 0], triples[:, 1], triples[:, 2]))
+        dtype = id_dtype(num_nodes, int(triples[:, 1].max(initial=0)) + 1, 2 * len(triples))
+        return cls(num_nodes, *with_inverses(triples[:, 0], triples[:, 1], triples[:, 2], dtype))
 
     @property
     def num_edges(self) -> int:
@@ -48,30 +52,55 @@ class Graph:
         return np.diff(self.indptr)
 
 
+def id_dtype(*counts: int) -> type:
+    """int32 when every id below these counts fits it, else int64."""
+    return np.int32 if max(counts) < 2**31 else np.int64
+
+
 def read_triples(path: str | Path) -> np.ndarray:
+    """The triples as one [T, 3] (s, r, o) array, int32 where the ids fit."""
     tri = read_table(Path(path), "triples")
-    return np.stack([tri.column(c).to_numpy() for c in ("s", "r", "o")], axis=1).astype(np.int64)
+    top = max((pc.max(tri.column(c)).as_py() or 0 for c in ("s", "r", "o")), default=0)
+    dtype = id_dtype(top + 1, 2 * tri.num_rows)
+    out = np.empty((tri.num_rows, 3), dtype=dtype)
+    for i, c in enumerate(("s", "r", "o")):
+        out[:, i] = tri.column(c).to_numpy()
+    return out
 
 
-def node_features(vectors_path: str | Path, ids_path: str | Path, num_nodes: int) -> np.ndarray:
-    """Entity vectors indexed by entity id (``entity_vectors`` rows follow ``entity_ids``)."""
-    vectors = np.load(vectors_path)
-    table = read_table(Path(ids_path), "entity_ids")
-    rows, ids = table.column("row").to_numpy(), table.column("id").to_numpy()
-    if vectors.ndim != 2 or len(vectors) != len(rows):
-        raise StageError(f"{vectors_path}: shape {vectors.shape} does not match the {len(rows)} "
-                         f"rows of {ids_path}")
-    if len(ids) and (ids.min() < 0 or len(np.unique(ids)) != len(ids)):
-        raise StageError(f"{ids_path}: entity ids must be distinct and >= 0")
-    n = max(num_nodes, int(ids.max()) + 1 if len(ids) else 0)
-    x = np.zeros((n, vectors.shape[1]), dtype=np.float32)
-    present = np.zeros(n, dtype=bool)
-    x[ids], present[ids] = vectors[rows], True
-    if not present[:num_nodes].all():
-        missing = np.flatnonzero(~present[:num_nodes])
-        raise StageError(f"{ids_path}: {len(missing)} entities of the triples have no vector "
-                         f"(e.g. id {int(missing[0])}); entity_encode must cover every entity")
-    return x
+class NodeFeatures:
+    """The nodes' entity vectors (rows of ``entity_vectors`` follow ``entity_ids``), read from the
+    memory-mapped ``.npy`` a block of nodes at a time (``take``): the file's pages stay in the
+    OS page cache, and this process holds only the rows a block asked for, as float32."""
+
+    def __init__(self, vectors_path: str | Path, ids_path: str | Path, num_nodes: int):
+        vectors = np.load(vectors_path, mmap_mode="r")
+        table = read_table(Path(ids_path), "entity_ids")
+        rows, ids = table.column("row").to_numpy(), table.column("id").to_numpy()
+        if vectors.ndim != 2 or len(vectors) != len(rows):
+            raise StageError(f"{vectors_path}: shape {vectors.shape} does not match the "
+                             f"{len(rows)} rows of {ids_path}")
+        if len(ids) and (ids.min() < 0 or len(np.unique(ids)) != len(ids)):
+            raise StageError(f"{ids_path}: entity ids must be distinct and >= 0")
+        row_of = np.full(max(num_nodes, int(ids.max()) + 1 if len(ids) else 0), -1, np.int64)
+        row_of[ids] = rows
+        if (row_of[:num_nodes] < 0).any():
+            missing = np.flatnonzero(row_of[:num_nodes] < 0)
+            raise StageError(f"{ids_path}: {len(missing)} entities of the triples have no vector "
+                             f"(e.g. id {int(missing[0])}); entity_encode must cover every entity")
+        self.path, self.row_of = Path(vectors_path), row_of[:num_nodes]
+        self.shape = (num_nodes, int(vectors.shape[1]))
+
+    def take(self, nodes: np.ndarray) -> np.ndarray:
+        """float32 [len(nodes), dim]: the vectors of these node ids."""
+        vectors = np.load(self.path, mmap_mode="r")
+        rows = np.asarray(vectors[self.row_of[np.asarray(nodes)]], dtype=np.float32)
+        del vectors  # unmapped: the pages it touched leave this process
+        return rows
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """float32 rows of nodes start..stop-1."""
+        return self.take(np.arange(start, stop))
 
 
 def relation_vectors(embeddings_path: str | Path, relation_map_path: str | Path,

@@ -23,6 +23,7 @@ CPU regime. Dropout (0.3) acts on the node features entering each layer, never o
 α: the path term needs log α of the exact distribution, and the exported α is that distribution.
 
 
+Objective. ``link`` = binary cross-entropy of DistMult on z (z_s ⊙ R_r · z_o, R_r a learned
 diagonal per canonical relation) on every triple and ``negatives`` corrupted tails each (uniform
 over entities). ``path`` (when ``gat.questions`` is set and ``path_weight`` > 0) = −mean log α
 over the distinct gold-path edges, α = last layer, mean over heads. Loss = link + path_weight ·
@@ -33,20 +34,32 @@ e_r), not on edge ids, the gain carries over to unseen questions that use the sa
 
 
 Export. Layer-wise inference in eval mode over chunks of source nodes holding ≤
-``batch_triples`` edges (GATConv's bipartite form: the chunk's nodes as targets, their
-out-neighbours as sources — exact, since a chunk holds all out-edges of its nodes), so memory is
-O(N·hidden + chunk) at any size. ``edges.parquet`` gets every directed edge with the last
-layer's α (mean over heads). ``gat.uniform`` is the ablation: no model, α = 1/out-degree
-(``runtime.taimr.uniform_edges``).
+``batch_triples`` edges, fewer where ``build.memory_gb`` asks (``block_edges``; GATConv's
+bipartite form: the chunk's nodes as targets, their full out-neighbourhoods as sources — exact,
+since a chunk holds all out-edges of its nodes, so α does not depend on the chunking). Each
+layer's output rows and the last layer's α go to disk (``gat_rows.DiskRows``) a chunk at a time
+and the next layer gathers the rows it reads, so memory is O(chunk) at any size.
+``edges.parquet`` gets every directed edge with the last layer's α (mean over heads), written a
+block at a time. A smaller block changes α only by float32 rounding (the layer's matrix
+products over fewer rows: ≤ 1e-7 absolute on the test graph). ``gat.uniform`` is the
+ablation: no model, α = 1/out-degree (``runtime.taimr.uniform_edges``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 
 from lokg.training.gat_inputs import Graph
+from lokg.training.gat_rows import DiskRows, as_rows
+
+#: an inference block's share of ``build.memory_gb`` (the rest: the graph, the model, the
+#: training step's subgraph, Python)
+BLOCK_SHARE = 0.25
+#: floats per block edge and unit of ``gat.hidden``: heads' messages, logits, softmax, outputs
+BLOCK_FLOATS_PER_HIDDEN = 8
 
 
 def build_model(in_dim: int, rel_dim: int, num_relations: int, cfg: Mapping):
@@ -155,34 +168,59 @@ def node_chunks(indptr: np.ndarray, max_edges: int) -> list[tuple[int, int]]:
     return chunks
 
 
-def infer(model, graph: Graph, x, rel_vec, device, chunk_edges: int):
-    """Eval-mode z [N, out] (CPU) and last-layer α (mean over heads, float64 [E]), layer by
-    layer over chunks of source nodes (exact: a chunk holds all out-edges of its nodes)."""
+def block_edges(cfg: Mapping, in_dim: int, memory_gb: float | None) -> int:
+    """Edges per inference block: ``batch_triples``, fewer where a block's tensors would pass
+    ``BLOCK_SHARE`` of ``memory_gb`` (None: no bound). A block edge costs its source's input
+    row and ``BLOCK_FLOATS_PER_HIDDEN`` × ``hidden`` floats of messages, logits and outputs."""
+    cap = int(cfg["batch_triples"])
+    if memory_gb is None:
+        return cap
+    per_edge = 4 * (in_dim + BLOCK_FLOATS_PER_HIDDEN * int(cfg["hidden"]))
+    return max(1, min(cap, int(memory_gb * 1e9 * BLOCK_SHARE / per_edge)))
+
+
+def infer(model, graph: Graph, x, rel_vec, device, chunk_edges: int, scratch: Path):
+    """Eval-mode z [N, out] and last-layer α (mean over heads, float64 [E]) as ``DiskRows``
+    under ``scratch``, layer by layer over chunks of source nodes (exact: a chunk holds all
+    out-edges of its nodes); ``x``: the node features (``gat_rows.as_rows``). Memory: one
+    chunk's rows and tensors, whatever the graph's size."""
     import torch
 
     model.eval()
-    src, dst = torch.from_numpy(graph.src), torch.from_numpy(graph.dst)
-    types = edge_types(torch.from_numpy(graph.rel), torch.from_numpy(graph.inverse), len(rel_vec))
-    table = relation_table(rel_vec)
-    alpha_out = np.empty(graph.num_edges, dtype=np.float64)
-    chunks = node_chunks(graph.indptr, chunk_edges)
-    h = x
+    chunks, h = node_chunks(graph.indptr, chunk_edges), as_rows(x)
+    alpha_out = DiskRows(scratch / "alpha.f64", graph.num_edges, None, np.float64)
     with torch.no_grad():
-        for index in range(len(model.convs)):
-            out = None
+        for index, conv in enumerate(model.convs):
+            width = conv.heads * conv.out_channels if conv.concat else conv.out_channels
+            out = DiskRows(scratch / f"layer{index}.f32", graph.num_nodes, width, np.float32)
             for u0, u1 in chunks:
                 e0, e1 = int(graph.indptr[u0]), int(graph.indptr[u1])
-                nbrs, local = torch.unique(dst[e0:e1], return_inverse=True)
-                edge_index = torch.stack([local, src[e0:e1] - u0]).to(device)
-                res, alpha = model.layer(index, (h[nbrs].to(device), h[u0:u1].to(device)),
-                                         edge_index, types[e0:e1].to(device), table)
-                if out is None:
-                    out = torch.empty(graph.num_nodes, res.shape[1])
-                out[u0:u1] = res.cpu()
+                res, alpha = _chunk_layer(model, index, h, graph, (u0, u1, e0, e1), rel_vec,
+                                          device)
+                out.write(u0, res.cpu().numpy())
                 if index == len(model.convs) - 1:
-                    alpha_out[e0:e1] = alpha.mean(1).double().cpu().numpy()
+                    alpha_out.write(e0, alpha.mean(1).double().cpu().numpy())
+            if index:  # the layer before: read by this one only
+                h.path.unlink()
             h = out
     return h, alpha_out
+
+
+def _chunk_layer(model, index: int, h, graph: Graph, span: tuple[int, int, int, int], rel_vec,
+                 device):
+    """Layer ``index`` on source nodes u0..u1-1 (edges e0..e1-1): GATConv's bipartite form with
+    the chunk's nodes as targets and their out-neighbours as sources."""
+    import torch
+
+    u0, u1, e0, e1 = span
+    nbrs, local = torch.unique(torch.from_numpy(graph.dst[e0:e1]).long(), return_inverse=True)
+    edge_index = torch.stack([local, torch.from_numpy(graph.src[e0:e1]).long() - u0])
+    types = edge_types(torch.from_numpy(graph.rel[e0:e1]).long(),
+                       torch.from_numpy(graph.inverse[e0:e1]), len(rel_vec))
+    pair = (torch.from_numpy(h.take(nbrs.numpy())).to(device),
+            torch.from_numpy(h.read(u0, u1)).to(device))
+    return model.layer(index, pair, edge_index.to(device), types.to(device),
+                       relation_table(rel_vec))
 
 
 def link_loss(model, z, s, r, o, neg):

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from lokg.training.gat_inputs import Graph
+from lokg.training.gat_model import node_chunks
+
+SHUFFLE_BLOCK = 1 << 22  # edges sorted at a time by NeighbourSampler.shuffle
 
 
 @dataclass
@@ -35,15 +38,24 @@ class NeighbourSampler:
         self.indptr = torch.from_numpy(graph.indptr)
         self.src, self.dst = torch.from_numpy(graph.src), torch.from_numpy(graph.dst)
         self.fanout, self.gen = fanout, gen
-        self.order = torch.arange(graph.num_edges)
+        self.order = torch.arange(graph.num_edges, dtype=self.src.dtype)  # edge ids, as src
         self.local = torch.full((graph.num_nodes,), -1, dtype=torch.long)
 
     def shuffle(self) -> None:
-        """A fresh random order of every node's out-edges (O(E log E), once an epoch)."""
+        """A fresh random order of every node's out-edges (O(E log E), once an epoch): a random
+        key per edge; each node's slice sorted by its edges' ranks among the keys, a block of
+        whole slices at a time (``SHUFFLE_BLOCK`` edges), so that besides the ranks only a
+        block's sort is in memory."""
         import torch
 
         by_key = torch.argsort(torch.rand(len(self.src), generator=self.gen))
-        self.order = by_key[torch.sort(self.src[by_key], stable=True).indices]
+        rank = torch.empty(len(by_key), dtype=self.src.dtype)
+        rank[by_key] = torch.arange(len(by_key), dtype=self.src.dtype)
+        del by_key
+        for u0, u1 in node_chunks(self.indptr.numpy(), SHUFFLE_BLOCK):
+            e0, e1 = int(self.indptr[u0]), int(self.indptr[u1])
+            key = self.src[e0:e1].long() * len(rank) + rank[e0:e1]  # distinct: source, then rank
+            self.order[e0:e1] = (torch.argsort(key) + e0).to(self.order.dtype)
 
     def out_edges(self, nodes):
         """≤ fanout out-edge ids of each node: a window of its shuffled slice."""
@@ -55,7 +67,7 @@ class NeighbourSampler:
         owner = torch.repeat_interleave(torch.arange(len(nodes)), take)
         rank = torch.arange(len(owner)) - (torch.cumsum(take, 0) - take)[owner]
         offset = (torch.rand(len(nodes), generator=self.gen) * degree).long()
-        return self.order[start[owner] + (offset[owner] + rank) % degree[owner]]
+        return self.order[start[owner] + (offset[owner] + rank) % degree[owner]].long()
 
     def sample(self, seeds, hops: int, must=None) -> Subgraph:
         """The ``hops``-hop sample around ``seeds`` (distinct, sorted); ``must`` (edge ids out

@@ -129,7 +129,8 @@ class GatSettings(Settings, section="gat"):
             "training questions with gold paths (PathQuestion txt or JSONL); never dev/test")
     uniform: bool = setting(False, BOOL, "ablation: no training, α = 1/out-degree")
     max_full_batch_edges: int = setting(1000000, COUNT,
-            "directed edges (inverses included); sampled subgraphs above")
+            "directed edges (inverses included); sampled subgraphs above, or when a full-batch "
+            "step would pass half of build.memory_gb")
     batch_triples: int = setting(65536, COUNT,
             "positive triples per sampled-subgraph step; edges per export chunk")
     fanout: int = setting(10, COUNT,
