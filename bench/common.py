@@ -41,6 +41,15 @@ def child_env(code: Path = REPO) -> dict[str, str]:
         p for p in (str(code), os.environ.get("PYTHONPATH")) if p)}
 
 
+def checkout_python(code: Path) -> Path:
+    """The interpreter of the checkout ``code``'s own venv: its editable install maps ``lokg``'s
+    folders to that checkout (``PYTHONPATH`` alone would not switch them); refused without."""
+    python = Path(code) / ".venv" / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"checkout {code}: no .venv/bin/python (set the checkout up first)")
+    return python
+
+
 class TreeMeter:
     """Samples a process tree (the process, the Spark JVM, its Python workers): resident bytes
     now, and CPU seconds its processes used since the last sample (a process first seen counts
@@ -528,3 +537,23 @@ def touched_heads(now: np.ndarray, then: np.ndarray, hops: int) -> np.ndarray:
     for _ in range(hops):
         reached[now[:, 0][reached[now[:, 3]]]] = True
     return np.flatnonzero(reached)
+
+
+# --------------------------------------------------------------- ANN recall against exact search
+
+def noisy_queries(vectors: np.ndarray, count: int, cosine: float, seed: int) -> np.ndarray:
+    """Unit vectors at about ``cosine`` to ``count`` random rows of ``vectors``."""
+    rng = np.random.default_rng(seed)
+    rows = rng.choice(len(vectors), size=count, replace=False)
+    dim = vectors.shape[1]
+    sigma = np.sqrt((1 / cosine**2 - 1) / dim)  # |noise|² ≈ dim σ² gives that cosine
+    queries = vectors[rows] + rng.normal(0, sigma, (count, dim)).astype(np.float32)
+    return queries / np.linalg.norm(queries, axis=1, keepdims=True)
+
+
+def recall(found: np.ndarray, exact: np.ndarray) -> dict:
+    """recall@k (share of the exact top k found) and recall@1 (the same first hit)."""
+    k = exact.shape[1]
+    hits = [len(set(f) & set(e)) / k for f, e in zip(found.tolist(), exact.tolist())]
+    return {"recall_at_k": round(float(np.mean(hits)), 4),
+            "recall_at_1": round(float(np.mean(found[:, 0] == exact[:, 0])), 4)}

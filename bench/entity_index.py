@@ -25,23 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-def noisy_queries(vectors: np.ndarray, count: int, cosine: float, seed: int) -> np.ndarray:
-    """Unit vectors at about ``cosine`` to ``count`` random rows of ``vectors``."""
-    rng = np.random.default_rng(seed)
-    rows = rng.choice(len(vectors), size=count, replace=False)
-    dim = vectors.shape[1]
-    sigma = np.sqrt((1 / cosine**2 - 1) / dim)  # |noise|² ≈ dim σ² gives that cosine
-    queries = vectors[rows] + rng.normal(0, sigma, (count, dim)).astype(np.float32)
-    return queries / np.linalg.norm(queries, axis=1, keepdims=True)
-
-
-def recall(found: np.ndarray, exact: np.ndarray) -> dict:
-    """recall@k (share of the exact top k found) and recall@1 (the same first hit)."""
-    k = exact.shape[1]
-    hits = [len(set(f) & set(e)) / k for f, e in zip(found.tolist(), exact.tolist())]
-    return {"recall_at_k": round(float(np.mean(hits)), 4),
-            "recall_at_1": round(float(np.mean(found[:, 0] == exact[:, 0])), 4)}
+from bench.common import noisy_queries, recall
 
 
 def timed_build(vectors: np.ndarray, cfg: dict, threads: int):

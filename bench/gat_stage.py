@@ -7,8 +7,8 @@
         --run old=../wt-gat-old --run new=.
 
 Each ``--run LABEL=CHECKOUT[:KEY=VALUE,...]`` runs ``training.gat.run`` of that checkout (its
-own process, that checkout on ``PYTHONPATH``, config overrides after the colon) on the inputs
-of a published build (``--build``: its triples, relations, relation_map, entities, entity
+own process under the checkout's own ``.venv/bin/python``, config overrides after the colon) on
+the inputs of a published build (``--build``: its triples, relations, relation_map, entities, entity
 vectors and ids, TransE relation embeddings), writing into ``W/LABEL``. Per run: wall and CPU
 seconds of the process (user + system, sampled every 0.2 s by ``build_scale.TreeMeter``: on a
 shared host the figure that carries over), the stage's own training seconds and seconds per
@@ -30,13 +30,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from bench.common import run_measured, write_results
+from bench.common import checkout_python, run_measured, write_results
 
 #: the gat stage's inputs, as a published build lays them out
 INPUT_FILES = {"triples": "triples.parquet", "relations": "relations.parquet",
@@ -65,8 +64,8 @@ def run_one(run: dict, inputs: dict[str, str], work: Path, overrides: list[str])
     """One measured stage run; its report's figures and the exported attention."""
     out = work / run["label"]
     out.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-c", CHILD, json.dumps(overrides + run["overrides"]),
-            json.dumps(inputs), str(out)]
+    argv = [str(checkout_python(run["code"])), "-c", CHILD,
+            json.dumps(overrides + run["overrides"]), json.dumps(inputs), str(out)]
     measured = run_measured(argv, work / f"{run['label']}.log", code=run["code"])
     report = next(json.loads(line[len("REPORT "):]) for line in
                   (work / f"{run['label']}.log").read_text().splitlines()

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.entity_index import noisy_queries, recall
+from bench.common import noisy_queries, recall
 
 WORDS = ("red river north lake stone bridge old new saint mount grand little upper east west "
          "green black white hill port fort glen bay cape royal golden silver iron oak pine").split()

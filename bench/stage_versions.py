@@ -8,9 +8,8 @@ before against after in one run, and whether its tables stayed the same.
 reads the outputs its producers recorded there (``_stage.json``), exactly as the build fed it,
 and ingest reads ``--dump``. Per round and checkout (the order alternates: AB, BA, …), each of
 ``--stages`` runs in its own process (``bench.common.RUN``) under that checkout's own
-interpreter (``TREE/.venv/bin/python``, whose editable install maps ``lokg`` to that tree;
-``PYTHONPATH`` alone would not switch the namespace's folders), measured as ``build_scale.run_measured`` measures (wall, CPU seconds of the
-process tree, sampled peak RSS). Config: the default, with ``engine.name`` ``--engine`` (a
+interpreter (``bench.common.checkout_python``), measured as ``build_scale.run_measured``
+measures (wall, CPU seconds of the process tree, sampled peak RSS). Config: the default, with ``engine.name`` ``--engine`` (a
 checkout without the engine ignores it). Every table a stage writes is compared with the first
 checkout's by exact row digest (``pipeline.refresh.row_digest``); a difference is reported,
 not fatal (last-bit float differences are for the reader to explain).
@@ -24,7 +23,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench.common import RUN, run_measured
+from bench.common import RUN, checkout_python, run_measured
 
 #: The relational stages, in build order.
 STAGES = ("ingest", "entity_types", "relation_stats", "scos_merge", "node_gain", "path_cache")
@@ -47,20 +46,12 @@ def stage_inputs(staged: Path, dump: Path | None, stage: str) -> dict[str, str]:
     return inputs
 
 
-def interpreter(tree: Path) -> Path:
-    """The checkout's own venv's Python; refused when it has none."""
-    python = tree / ".venv" / "bin" / "python"
-    if not python.exists():
-        raise SystemExit(f"--tree {tree}: no .venv/bin/python (set the checkout up first)")
-    return python
-
-
 def run_checkout(tree: Path, args, out: Path) -> dict[str, dict]:
     """Every stage of one checkout into ``out``; their measurements."""
     config, measured = json.dumps({"engine": {"name": args.engine}}), {}
     for stage in args.stages:
         (out / stage).mkdir(parents=True)
-        argv = [str(interpreter(tree)), "-c", RUN, config,
+        argv = [str(checkout_python(tree)), "-c", RUN, config,
                 json.dumps(stage_inputs(args.staged, args.dump, stage)), str(out / stage), stage]
         measured[stage] = run_measured(argv, out / f"{stage}.log", code=tree)
     return measured

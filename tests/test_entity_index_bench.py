@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("faiss")
 
-from bench.entity_index import main, noisy_queries, recall  # noqa: E402
+from bench.common import noisy_queries, recall  # noqa: E402
+from bench.entity_index import main  # noqa: E402
 
 
 def unit_rows(n: int, dim: int = 64, seed: int = 0) -> np.ndarray:

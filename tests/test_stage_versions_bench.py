@@ -32,7 +32,7 @@ def test_a_stage_reads_what_its_producers_recorded(tmp_path):
 
 def test_a_checkout_without_its_own_venv_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="no .venv/bin/python"):
-        stage_versions.interpreter(tmp_path)
+        stage_versions.checkout_python(tmp_path)
 
 
 def _fake_checkout(values: dict[str, float]):
