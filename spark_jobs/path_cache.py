@@ -38,8 +38,9 @@ cut fall as taimr's do. Path scores are sums in hop order, as taimr adds them. T
 children and the beams' rows are ranked per group by score, ties by nodes, relations and
 directions (a path before its extensions), and the best ``k_top`` kept. Children that cannot
 enter a group's cut (scoring under a lower bound of it, or behind enough better siblings) are
-never generated. With max_hops ≥ 4 taimr keeps the beam of a head whose groups all fit in
-generation order rather than by score, so a tie at a later cut may fall otherwise there.
+never generated, nor any child of a parent whose best out-edge cannot reach that bound. With
+max_hops ≥ 4 taimr keeps the beam of a head whose groups all fit in generation order rather
+than by score, so a tie at a later cut may fall otherwise there.
 
 Output ``path_cache/bucket-00000.parquet`` … ``bucket-<buckets-1>.parquet``: the rows of the
 heads with ``head % buckets == b``, sorted by (head, relations[0], inverses[0], rank), exactly
@@ -225,25 +226,39 @@ def _children(engine: Engine, h: int, wanted: int, cut: str) -> str:
     each parent's first wanted + h out-edges, and along the rest only for a parent with fewer
     than ``wanted`` fresh children among those (a child behind ``wanted`` better siblings never
     enters); none scoring under the group's ``cut`` (a table of lower bounds: a child scoring
-    less has ``wanted`` better ones). Columns: the path's, parent (its ``ord``), p, and flag
-    (beyond the first out-edges: runtime.taimr generates those children last)."""
+    less has ``wanted`` better ones), and none of a parent whose best out-edge (table ``best``)
+    scores under it. Columns: the path's, parent (its ``ord``), p, and flag (beyond the first
+    out-edges: runtime.taimr generates those children last)."""
     cap = wanted + h
     child = f"{_child(h)}, b.ord AS parent, e.p, e.p >= {cap} AS flag"
-    parents = (f"(SELECT b.*, c.cut FROM beam{h - 1} b LEFT JOIN {cut} c "
-               "ON c.head = b.head AND c.r1 = b.r1 AND c.i1 = b.i1)")
+    engine.view(f"parents{h}", f"""
+        SELECT b.*, c.cut FROM beam{h - 1} b JOIN best t ON t.s = b.n{h - 1}
+        LEFT JOIN {cut} c ON c.head = b.head AND c.r1 = b.r1 AND c.i1 = b.i1
+        WHERE c.cut IS NULL OR b.score + t.best >= c.cut""", materialise=True)
     passes = "(b.cut IS NULL OR b.score + e.w >= b.cut)"
-    engine.view(f"first{h}", f"""
-        SELECT {child} FROM {parents} b JOIN weighted e ON e.s = b.n{h - 1} AND e.p < {cap}
-        WHERE {_fresh(h)} AND {passes}""", materialise=True)
     engine.view(f"short{h}", f"""
-        SELECT b.* FROM {parents} b
+        SELECT b.* FROM parents{h} b
         JOIN weighted e ON e.s = b.n{h - 1} AND e.p = {cap} AND {passes}
-        LEFT JOIN (SELECT head, r1, i1, parent, count(*) AS c FROM first{h}
-                   GROUP BY head, r1, i1, parent) k
-            ON k.head = b.head AND k.r1 = b.r1 AND k.i1 = b.i1 AND k.parent = b.ord
-        WHERE coalesce(k.c, 0) < {wanted}""")
-    return (f"SELECT * FROM first{h} UNION ALL SELECT {child} FROM short{h} b JOIN weighted e "
+        LEFT JOIN ({_stale(h, cap)}) k
+            ON k.head = b.head AND k.r1 = b.r1 AND k.i1 = b.i1 AND k.ord = b.ord
+        WHERE coalesce(k.c, 0) > {h}""")
+    return (f"SELECT {child} FROM parents{h} b JOIN weighted e ON e.s = b.n{h - 1} "
+            f"AND e.p < {cap} WHERE {_fresh(h)} AND {passes} UNION ALL "
+            f"SELECT {child} FROM short{h} b JOIN weighted e "
             f"ON e.s = b.n{h - 1} AND e.p >= {cap} WHERE {_fresh(h)} AND {passes}")
+
+
+def _stale(h: int, cap: int) -> str:
+    """SQL of (head, r1, i1, ord, c): per parent in ``parents<h>``, its first ``cap``
+    out-edges that reach a node on its path (not fresh; the path's nodes are distinct, so an
+    edge meets one at most). Where the parent's edge at position ``cap`` passes the cut, so do
+    all before it (positions rank by weight), and it has fewer than ``cap`` − h fresh
+    children there exactly when c > h."""
+    nodes = ["b.head", *(f"b.n{j}" for j in range(1, h))]
+    joins = " UNION ALL ".join(
+        f"SELECT b.head, b.r1, b.i1, b.ord FROM parents{h} b JOIN weighted e "
+        f"ON e.s = b.n{h - 1} AND e.o = {node} WHERE e.p < {cap}" for node in nodes)
+    return f"SELECT head, r1, i1, ord, count(*) AS c FROM ({joins}) x GROUP BY head, r1, i1, ord"
 
 
 def _next_hop(engine: Engine, cfg: Mapping, h: int) -> None:
@@ -262,15 +277,19 @@ def _next_hop(engine: Engine, cfg: Mapping, h: int) -> None:
 
 def _sample_cut(engine: Engine, h: int, wanted: int) -> None:
     """Table ``cut<h>``: per group, the ``wanted``-th best score among the children of beam
-    h−1 along each parent's first two out-edges — a lower bound of the group's cut (a child
-    scoring under it has ``wanted`` better ones), so those children need not be generated."""
+    h−1 along each parent's first out-edges (two, or for a group of n > 1 parents those at
+    positions p with p·n < ``wanted`` + n: about ``wanted`` + n of them) — a lower bound of the
+    group's cut (a child scoring under it has ``wanted`` better ones), so those children need
+    not be generated."""
     engine.view(f"cut{h}", f"""
         SELECT head, r1, i1, score AS cut FROM (
             SELECT b.head, b.r1, b.i1, b.score + e.w AS score,
                    row_number() OVER (PARTITION BY b.head, b.r1, b.i1
                                       ORDER BY b.score + e.w DESC) AS k
-            FROM beam{h - 1} b JOIN weighted e ON e.s = b.n{h - 1} AND e.p < 2
-            WHERE {_fresh(h)}) x
+            FROM (SELECT *, count(*) OVER (PARTITION BY head, r1, i1) AS n
+                  FROM beam{h - 1}) b
+            JOIN weighted e ON e.s = b.n{h - 1} AND e.p < {wanted + 1}
+            WHERE (e.p < 2 OR (b.n > 1 AND e.p * b.n < {wanted} + b.n)) AND {_fresh(h)}) x
         WHERE k = {wanted}""", materialise=True)
 
 
