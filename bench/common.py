@@ -36,9 +36,14 @@ SAMPLE_SECONDS = 0.2
 
 def child_env(code: Path = REPO) -> dict[str, str]:
     """The environment of a child that imports the checkout ``code``, not the one the shared
-    venv's editable install points at."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(
+    venv's editable install points at; its Spark workers run that checkout's own Python where
+    it has a venv (``infra/env.sh`` points them at the shell's checkout)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(code), os.environ.get("PYTHONPATH")) if p)}
+    python = Path(code) / ".venv" / "bin" / "python"
+    if python.exists():
+        env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = str(python)
+    return env
 
 
 def checkout_python(code: Path) -> Path:
