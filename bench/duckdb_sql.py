@@ -14,15 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from lokg.spark_jobs import formats as fm
-
-
-def q(text: str) -> str:
-    """A SQL string literal."""
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _in(values) -> str:
-    return "(" + ", ".join(q(v) for v in values) + ")"
+from lokg.spark_jobs.engine import literal, literal_list
 
 
 def parse(con, nt_path: Path, languages: list[str]) -> None:
@@ -41,20 +33,20 @@ def parse(con, nt_path: Path, languages: list[str]) -> None:
         con.create_function("nt_unescape", fm.unescape_nt, ["VARCHAR"], "VARCHAR",
                             side_effects=False)
     con.execute(f"""CREATE OR REPLACE TABLE parsed AS SELECT line, kind, s, p, o, reason,
-        substr(text, 1, 500) AS text FROM ({parse_nt(f"read_parquet({q(str(lines))})", languages)})""")
+        substr(text, 1, 500) AS text FROM ({parse_nt(f"read_parquet({literal(str(lines))})", languages)})""")
 
 
 def ingest(con, nt_path: Path, languages: list[str], out: Path) -> dict:
     """Parse, quarantine, ids, de-duplicated triples, entities, type assertions → Parquet."""
     parse(con, nt_path, languages)
-    lits = _in(fm.LITERAL_KINDS)
-    named = _in((fm.NAME, fm.ALIAS, fm.DESCRIPTION))
+    lits = literal_list(fm.LITERAL_KINDS)
+    named = literal_list((fm.NAME, fm.ALIAS, fm.DESCRIPTION))
     con.execute(f"""CREATE OR REPLACE TABLE edges AS
         SELECT DISTINCT s, p, o FROM parsed WHERE kind = '{fm.EDGE}'""")
     con.execute(f"""CREATE OR REPLACE TABLE ent AS
         SELECT key, row_number() OVER (ORDER BY key) - 1 AS id FROM (
           SELECT s AS key FROM edges UNION SELECT o FROM edges UNION
-          SELECT s FROM parsed WHERE kind IN {_in((*fm.LITERAL_KINDS, fm.FILTERED, fm.TYPE))})""")
+          SELECT s FROM parsed WHERE kind IN {literal_list((*fm.LITERAL_KINDS, fm.FILTERED, fm.TYPE))})""")
     con.execute("""CREATE OR REPLACE TABLE rel AS
         SELECT p AS name, row_number() OVER (ORDER BY p) - 1 AS id FROM (SELECT DISTINCT p FROM edges)""")
     con.execute(f"""CREATE OR REPLACE TABLE facts AS
@@ -84,7 +76,7 @@ def ingest(con, nt_path: Path, languages: list[str], out: Path) -> dict:
                                JOIN ent ON parsed.s = ent.key WHERE kind = '{fm.TYPE}'""",
     }
     for name, sql in copies.items():
-        con.execute(f"COPY ({sql}) TO {q(str(out / f'{name}.parquet'))} (FORMAT parquet)")
+        con.execute(f"COPY ({sql}) TO {literal(str(out / f'{name}.parquet'))} (FORMAT parquet)")
     counts = dict(con.execute("SELECT kind, count(*) FROM parsed GROUP BY kind").fetchall())
     return {"lines": sum(n for k, n in counts.items() if k != fm.SKIP),
             "malformed": counts.get(fm.MALFORMED, 0)}

@@ -24,12 +24,10 @@ from typing import ClassVar
 
 import pyarrow as pa
 
-from lokg.common.stage import StageError
 from lokg.common.resources import BuildSettings
+from lokg.common.stage import StageError
+from lokg.runtime.contract import table_files
 from lokg.spark_jobs.settings import EngineSettings
-
-#: Names ``engine.name`` takes once resolved; ``auto`` chooses between them by the dump's size.
-ENGINES = ("duckdb", "spark")
 
 #: A DuckDB connection's share of ``build.memory_gb``: the rest is the Python side's (Arrow
 #: tables a stage reads back, the interpreter).
@@ -92,9 +90,7 @@ def ordered_sum(expr: str) -> str:
 def parquet_files(path: Path) -> list[Path]:
     """The Parquet files of a table written as one file or as a directory of part files."""
     path = Path(path)
-    if path.is_file():
-        return [path]
-    files = sorted(f for f in path.rglob("*.parquet") if f.is_file())
+    files = table_files(path) if path.exists() else []
     if not files:
         raise StageError(f"table has no Parquet files: {path}")
     return files
@@ -164,7 +160,7 @@ class DuckDBEngine(Engine):
             self.con.execute(f"SET threads = {int(build.threads)}")
 
     def register(self, name: str, path: str | Path) -> None:
-        files = ", ".join(_quoted(str(f)) for f in parquet_files(Path(path)))
+        files = ", ".join(literal(str(f)) for f in parquet_files(Path(path)))
         self.con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet([{files}])")
 
     def register_arrow(self, name: str, table: pa.Table) -> None:
@@ -200,9 +196,9 @@ class DuckDBEngine(Engine):
                            out / "part-00000.parquet")
             return
         if single_file or order_by:  # DuckDB writes one ordered file; parts would not keep it
-            target, options = _quoted(str(out / "part-00000.parquet")), ""
+            target, options = literal(str(out / "part-00000.parquet")), ""
         else:
-            target, options = _quoted(str(out)), ", PER_THREAD_OUTPUT true, OVERWRITE true"
+            target, options = literal(str(out)), ", PER_THREAD_OUTPUT true, OVERWRITE true"
         self.con.execute(f"COPY ({ordered}) TO {target} (FORMAT parquet{options})")
 
     def close(self) -> None:
@@ -224,7 +220,9 @@ class SparkEngine(Engine):
         self.spark.read.parquet(str(path)).createOrReplaceTempView(name)
 
     def register_arrow(self, name: str, table: pa.Table) -> None:
-        self.spark.createDataFrame(table.to_pandas(), schema=_spark_schema(table.schema)) \
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        self.spark.createDataFrame(table.to_pandas(), schema=from_arrow_schema(table.schema)) \
             .createOrReplaceTempView(name)
 
     def function(self, name: str, fn: Callable, arg_types: Sequence[str], returns: str, *,
@@ -288,7 +286,7 @@ def open_engine(config: dict, work_dir: Path | None = None) -> Iterator[Engine]:
     """The build's engine (``engine.name``, resolved: :func:`with_engine`), closed on exit."""
     name = EngineSettings.of(config, StageError).name
     if name not in ENGINE_CLASSES:
-        raise StageError(f"engine.name: '{name}' is not resolved to one of {' | '.join(ENGINES)} "
+        raise StageError(f"engine.name: '{name}' is not resolved to one of {' | '.join(ENGINE_CLASSES)} "
                          "(the build resolves auto from the dump's size)")
     engine = ENGINE_CLASSES[name](config, work_dir)
     try:
@@ -309,13 +307,11 @@ def _on_series(fn: Callable) -> Callable:
     return lambda *columns: pd.Series(fn(*(c.to_numpy() for c in columns)))
 
 
-def _quoted(text: str) -> str:
+def literal(text: str) -> str:
+    """A SQL string literal (either dialect)."""
     return "'" + text.replace("'", "''") + "'"
 
 
-def _spark_schema(schema: pa.Schema) -> str:
-    """A DDL schema string for Spark from a flat Arrow schema."""
-    names = {pa.int64(): "bigint", pa.int32(): "int", pa.float64(): "double",
-             pa.float32(): "float", pa.string(): "string", pa.large_string(): "string",
-             pa.bool_(): "boolean"}
-    return ", ".join(f"`{f.name}` {names[f.type]}" for f in schema)
+def literal_list(values) -> str:
+    """A parenthesised list of SQL string literals, for ``IN``."""
+    return "(" + ", ".join(literal(v) for v in values) + ")"

@@ -35,10 +35,9 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from lokg.common.stage import stage_input
-from lokg.runtime.contract import INCOMING_TYPE_PREFIX, TABLE_SCHEMAS, read_table
+from lokg.runtime.contract import INCOMING_TYPE_PREFIX, TABLE_SCHEMAS, read_table, table_rows
 from lokg.spark_jobs.engine import Engine, open_engine
 
 RULES = ("explicit", "domain", "frequent_relation")
@@ -73,11 +72,6 @@ def relation_domain(name: str) -> str | None:
     """``people.person`` for a Freebase-style relation name, else None."""
     match = _SLASH.match(name) or _DOTTED.match(name)
     return f"{match.group(1)}.{match.group(2)}" if match else None
-
-
-def _rows(path: Path) -> int:
-    files = [path] if path.is_file() else sorted(path.rglob("*.parquet"))
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
 def _relations(rel_path) -> pa.Table:
@@ -156,7 +150,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
 
     relations = _relations(rel_path)
     freebase_style = relations["domain"].length() - relations["domain"].null_count
-    n_assertions = _rows(ta_path) if ta_path is not None and ta_path.exists() else 0
+    n_assertions = table_rows(ta_path) if ta_path is not None and ta_path.exists() else 0
     rule = _first_rule(n_assertions, relations.num_rows, freebase_style)
     cascade = list(SOURCES[SOURCES.index(rule):])
     with open_engine(config, out) as engine:
@@ -166,7 +160,7 @@ def run(config: dict, inputs: dict, out_dir: str) -> dict:
     report = {
         "rule": rule,
         "engine": engine.name,
-        "triples": _rows(tri_path),
+        "triples": table_rows(tri_path),
         "cascade": cascade,
         "typed_entities": sum(by_source.values()),
         "untyped_entities": untyped,

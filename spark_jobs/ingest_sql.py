@@ -12,6 +12,7 @@ the rows that hold a backslash.
 from __future__ import annotations
 
 from lokg.spark_jobs import formats as fm
+from lokg.spark_jobs.engine import literal, literal_list
 
 #: Kinds of lines whose subject is an entity though they state no edge.
 SUBJECT_KINDS = (*fm.LITERAL_KINDS, fm.FILTERED, fm.TYPE)
@@ -20,15 +21,6 @@ PARSED = ("source", "parser", "graph", "file_idx", "line", "hash", "kind", "s", 
           "extra", "reason", "text")
 #: A fact's place in the dump as one number: file index, then line (< 2⁴⁰ lines per file).
 POS = "(CAST(file_idx AS BIGINT) * 1099511627776 + line)"
-
-
-def q(text: str) -> str:
-    """A SQL string literal."""
-    return "'" + text.replace("'", "''") + "'"
-
-
-def in_list(values) -> str:
-    return "(" + ", ".join(q(v) for v in values) + ")"
 
 
 def portable(pattern: str) -> str:
@@ -41,7 +33,7 @@ def portable(pattern: str) -> str:
 def iri_key(term: str) -> str:
     """``<iri>`` → the Freebase local name or the IRI; a blank node stays as it is."""
     fb = "<" + fm.FREEBASE_NS
-    return (f"CASE WHEN starts_with({term}, {q(fb)}) THEN substr({term}, {len(fb) + 1}, "
+    return (f"CASE WHEN starts_with({term}, {literal(fb)}) THEN substr({term}, {len(fb) + 1}, "
             f"length({term}) - {len(fb) + 1}) WHEN starts_with({term}, '<') "
             f"THEN substr({term}, 2, length({term}) - 2) ELSE {term} END")
 
@@ -57,9 +49,9 @@ def _lang_ok(languages: list[str | None]) -> str:
     conds = ["false"]
     for code in languages:
         code = (code or "").lower()
-        conds.append(f"lower(lang) = {q(code)}")
+        conds.append(f"lower(lang) = {literal(code)}")
         if code:
-            conds.append(f"starts_with(lower(lang), {q(code + '-')})")
+            conds.append(f"starts_with(lower(lang), {literal(code + '-')})")
     return "(" + " OR ".join(conds) + ")"
 
 
@@ -67,20 +59,20 @@ def _nt_kind() -> str:
     named = (*fm.NAME_PREDICATES, *fm.ALIAS_PREDICATES, *fm.DESCRIPTION_PREDICATES)
     return f"""CASE WHEN skip THEN '{fm.SKIP}'
         WHEN NOT valid OR NOT ok OR empty THEN '{fm.MALFORMED}'
-        WHEN p0 IN {in_list(fm.TYPE_PREDICATES)} THEN '{fm.TYPE}'
+        WHEN p0 IN {literal_list(fm.TYPE_PREDICATES)} THEN '{fm.TYPE}'
         WHEN NOT lit THEN '{fm.EDGE}'
-        WHEN p0 IN {in_list(fm.NAME_PREDICATES)} AND keep THEN '{fm.NAME}'
-        WHEN p0 IN {in_list(fm.ALIAS_PREDICATES)} AND keep THEN '{fm.ALIAS}'
-        WHEN p0 IN {in_list(fm.DESCRIPTION_PREDICATES)} AND keep THEN '{fm.DESCRIPTION}'
-        WHEN p0 IN {in_list(named)} THEN '{fm.FILTERED}' ELSE '{fm.ATTRIBUTE}' END"""
+        WHEN p0 IN {literal_list(fm.NAME_PREDICATES)} AND keep THEN '{fm.NAME}'
+        WHEN p0 IN {literal_list(fm.ALIAS_PREDICATES)} AND keep THEN '{fm.ALIAS}'
+        WHEN p0 IN {literal_list(fm.DESCRIPTION_PREDICATES)} AND keep THEN '{fm.DESCRIPTION}'
+        WHEN p0 IN {literal_list(named)} THEN '{fm.FILTERED}' ELSE '{fm.ATTRIBUTE}' END"""
 
 
 def _nt_reason() -> str:
     """Why a malformed N-Triples line was refused: the first diagnosis that matches."""
-    whens = "".join(f" WHEN regexp_matches(value, {q(portable(p))}) THEN {q(r)}"
+    whens = "".join(f" WHEN regexp_matches(value, {literal(portable(p))}) THEN {literal(r)}"
                     for p, r in fm._DIAGNOSES)
-    return (f"CASE WHEN NOT valid THEN {q(fm.R_INVALID_UTF8)} WHEN ctl THEN {q(fm.R_CONTROL)} "
-            f"WHEN ok THEN {q(fm.R_EMPTY_IRI)}{whens} ELSE {q(fm.R_GARBAGE)} END")
+    return (f"CASE WHEN NOT valid THEN {literal(fm.R_INVALID_UTF8)} WHEN ctl THEN {literal(fm.R_CONTROL)} "
+            f"WHEN ok THEN {literal(fm.R_EMPTY_IRI)}{whens} ELSE {literal(fm.R_GARBAGE)} END")
 
 
 #: The three whitespace-separated pieces of a statement (subject, predicate, the rest): exact
@@ -102,8 +94,8 @@ def _nt_terms(lines: str) -> str:
     """The lines with ``skip``, ``ctl``, ``ok`` (one statement, no control separator) and
     the terms ``st``, ``pt``, ``ot`` of a statement. The common shape (``<s> <p> o``, single
     spaces) is cut with string functions; the other statements by ``_PIECES``."""
-    full = q(portable(fm._FULL))
-    pieces = {i: f"regexp_extract(value, {q(_PIECES)}, {i})" for i in (1, 2, 3)}
+    full = literal(portable(fm._FULL))
+    pieces = {i: f"regexp_extract(value, {literal(_PIECES)}, {i})" for i in (1, 2, 3)}
     return f"""WITH m AS (SELECT *, {_skip()} AS skip, contains(value, chr(1)) AS ctl,
                  NOT contains(value, chr(1)) AND regexp_matches(value, {full}) AS ok
                FROM {lines} WHERE parser = 'nt'),
@@ -120,18 +112,18 @@ def _nt_terms(lines: str) -> str:
                  CASE WHEN common THEN pt_c WHEN ok THEN {pieces[2]} END AS pt,
                  CASE WHEN common THEN r2 WHEN ok THEN {pieces[3]} END AS rest FROM e)
     SELECT *, CASE WHEN starts_with(rest, '<') THEN substr(rest, 1, strpos(rest, '>'))
-                   ELSE regexp_extract(rest, {q(_OBJECT)}, 0) END AS ot FROM t"""
+                   ELSE regexp_extract(rest, {literal(_OBJECT)}, 0) END AS ot FROM t"""
 
 
 def parse_nt(lines: str, languages: list[str | None]) -> str:
     """N-Triples lines: edge, type, name/alias/description/filtered, attribute or malformed;
     a fact's s, p, o (o: a literal's text, unescaped where a fact uses it), else nulls."""
     fact = f"kind0 NOT IN ('{fm.SKIP}', '{fm.MALFORMED}')"
-    o = (f"CASE WHEN NOT {fact} THEN NULL WHEN kind0 IN {in_list(SUBJECT_KINDS)} AND lit "
+    o = (f"CASE WHEN NOT {fact} THEN NULL WHEN kind0 IN {literal_list(SUBJECT_KINDS)} AND lit "
          "AND contains(o0, '\\') THEN nt_unescape(o0) ELSE o0 END")
     row = _row("kind0", f"CASE WHEN {fact} THEN s0 END", f"CASE WHEN {fact} THEN p0 END", o,
                _nt_reason())
-    suffix = q(r'"([^"]*)\z')  # a literal's suffix: what follows its last quote
+    suffix = literal(r'"([^"]*)\z')  # a literal's suffix: what follows its last quote
     return f"""WITH terms AS ({_nt_terms(lines)}),
     u AS (SELECT *, starts_with(ot, '"') AS lit, CASE WHEN starts_with(ot, '"')
                     THEN regexp_extract(ot, {suffix}, 1) END AS suffix FROM terms),
@@ -148,12 +140,12 @@ def parse_nt(lines: str, languages: list[str | None]) -> str:
 def _field(i: int, char: str, sep: str) -> str:
     """The ``i``-th (0-based) ``sep``-separated field of ``value``, trimmed (``char``: the
     separator inside a character class)."""
-    return (f"trim(regexp_extract(value, {q(f'^(?:[^{char}]*{sep}){{{i}}}([^{char}]*)')}, 1))"
-            if i else f"trim(regexp_extract(value, {q(f'^([^{char}]*)')}, 1))")
+    return (f"trim(regexp_extract(value, {literal(f'^(?:[^{char}]*{sep}){{{i}}}([^{char}]*)')}, 1))"
+            if i else f"trim(regexp_extract(value, {literal(f'^([^{char}]*)')}, 1))")
 
 
 def _fields_reason(expected: str) -> str:
-    return f"{q(fm.fields_reason(expected, ''))} || CAST(n AS VARCHAR)"
+    return f"{literal(fm.fields_reason(expected, ''))} || CAST(n AS VARCHAR)"
 
 
 def parse_triples(lines: str, parser: str) -> str:
@@ -166,19 +158,19 @@ def parse_triples(lines: str, parser: str) -> str:
                        for i in range(3))
     kind = (f"CASE WHEN {_skip(comments)} THEN '{fm.SKIP}' WHEN NOT valid THEN '{fm.MALFORMED}' "
             "WHEN n = 3 AND f0 <> '' AND f1 <> '' AND f2 <> '' THEN CASE WHEN f1 IN "
-            f"{in_list(fm.TYPE_PREDICATES)} THEN '{fm.TYPE}' ELSE '{fm.EDGE}' END "
+            f"{literal_list(fm.TYPE_PREDICATES)} THEN '{fm.TYPE}' ELSE '{fm.EDGE}' END "
             f"ELSE '{fm.MALFORMED}' END")
-    reason = (f"CASE WHEN NOT valid THEN {q(fm.R_INVALID_UTF8)} WHEN n <> 3 THEN "
-              f"{_fields_reason(fm.triple_fields(parser))} ELSE {q(fm.R_EMPTY_FIELD)} END")
+    reason = (f"CASE WHEN NOT valid THEN {literal(fm.R_INVALID_UTF8)} WHEN n <> 3 THEN "
+              f"{_fields_reason(fm.triple_fields(parser))} ELSE {literal(fm.R_EMPTY_FIELD)} END")
     return f"""WITH a AS (SELECT *, length(value) - length(replace(value, {text}, '')) + 1 AS n
-               FROM {lines} WHERE parser = {q(parser)}),
+               FROM {lines} WHERE parser = {literal(parser)}),
     b AS (SELECT *, {fields} FROM a), c AS (SELECT *, {kind} AS kind0 FROM b)
     {_row("kind0", "f0", "f1", "f2", reason)} FROM c"""
 
 
 def _key_name() -> str:
     """``key \\t name`` split at the first tab: ``n`` fields (1 or 2), ``k`` and ``v``."""
-    key, name = _field(0, r"\t", ""), q(r"(?s)^[^\t]*\t(.*)")
+    key, name = _field(0, r"\t", ""), literal(r"(?s)^[^\t]*\t(.*)")
     return (f"CASE WHEN contains(value, chr(9)) THEN 2 ELSE 1 END AS n, {key} AS k, "
             f"CASE WHEN contains(value, chr(9)) THEN trim(regexp_extract(value, {name}, 1)) "
             "END AS v")
@@ -188,8 +180,8 @@ def parse_names(lines: str) -> str:
     """``key \\t name`` lines (FB15k-237's entity2name.txt): a name of the key."""
     kind = (f"CASE WHEN {_skip()} THEN '{fm.SKIP}' WHEN NOT valid THEN '{fm.MALFORMED}' "
             f"WHEN n = 2 AND k <> '' AND v <> '' THEN '{fm.NAME}' ELSE '{fm.MALFORMED}' END")
-    reason = (f"CASE WHEN NOT valid THEN {q(fm.R_INVALID_UTF8)} WHEN n <> 2 THEN "
-              f"{_fields_reason(fm.NAME_FIELDS)} ELSE {q(fm.R_EMPTY_FIELD)} END")
+    reason = (f"CASE WHEN NOT valid THEN {literal(fm.R_INVALID_UTF8)} WHEN n <> 2 THEN "
+              f"{_fields_reason(fm.NAME_FIELDS)} ELSE {literal(fm.R_EMPTY_FIELD)} END")
     return f"""WITH a AS (SELECT *, {_key_name()} FROM {lines} WHERE parser = 'names_tsv'),
     c AS (SELECT *, {kind} AS kind0 FROM a)
     {_row("kind0", "k", "NULL", "v", reason)} FROM c"""
@@ -203,8 +195,8 @@ def parse_entities(lines: str) -> str:
             f"WHEN CASE WHEN js THEN {json_ok} ELSE n = 2 AND k <> '' AND v <> '' END "
             f"THEN '{fm.RECORD}' ELSE '{fm.MALFORMED}' END")
     expected = "a JSON object or 2 tab-separated fields (key, name)"
-    reason = (f"CASE WHEN NOT valid THEN {q(fm.R_INVALID_UTF8)} WHEN js THEN {q(fm.R_BAD_JSON)} "
-              f"WHEN n <> 2 THEN {_fields_reason(expected)} ELSE {q(fm.R_EMPTY_FIELD)} END")
+    reason = (f"CASE WHEN NOT valid THEN {literal(fm.R_INVALID_UTF8)} WHEN js THEN {literal(fm.R_BAD_JSON)} "
+              f"WHEN n <> 2 THEN {_fields_reason(expected)} ELSE {literal(fm.R_EMPTY_FIELD)} END")
     return f"""WITH a AS (SELECT *, starts_with(ltrim(value), '{{') AS js, {_key_name()}
                FROM {lines} WHERE parser = 'entities'),
     c AS (SELECT *, {kind} AS kind0 FROM a)

@@ -13,11 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from lokg.spark_jobs import formats as fm
-from lokg.spark_jobs.engine import Engine
+from lokg.spark_jobs.engine import Engine, literal_list
 from lokg.spark_jobs.ingest_checks import TEXT_LIMIT
-from lokg.spark_jobs.ingest_sql import POS, SUBJECT_KINDS, in_list
+from lokg.spark_jobs.ingest_sql import POS, SUBJECT_KINDS
 
-_NAMED = in_list((fm.NAME, fm.ALIAS, fm.DESCRIPTION))
+_NAMED = literal_list((fm.NAME, fm.ALIAS, fm.DESCRIPTION))
 
 
 def literal_key(text: str) -> str:
@@ -42,7 +42,7 @@ def ids(engine: Engine, literals_as_edges: bool) -> None:
     engine.view("ent", f"""SELECT key, CAST(row_number() OVER (ORDER BY key) - 1 AS BIGINT) AS id
         FROM (
         SELECT s AS key FROM edges UNION SELECT o FROM edges UNION
-        SELECT s FROM parsed WHERE kind IN {in_list(SUBJECT_KINDS)} AND graph)""",
+        SELECT s FROM parsed WHERE kind IN {literal_list(SUBJECT_KINDS)} AND graph)""",
                 materialise=True)
     engine.view("rel", """SELECT name, CAST(row_number() OVER (ORDER BY name) - 1 AS BIGINT) AS id
                           FROM (SELECT DISTINCT p AS name FROM edges)""", materialise=True)
@@ -62,7 +62,7 @@ def write_triples(engine: Engine, path: Path) -> None:
 def _facts(literals_as_edges: bool) -> str:
     """(pos, kind, s, p, o) of the facts that name or describe a key: literal facts and the
     entities files' records; blank names, aliases and descriptions left out."""
-    lits = f"kind IN {in_list(fm.LITERAL_KINDS)}"
+    lits = f"kind IN {literal_list(fm.LITERAL_KINDS)}"
     named_attrs = ""
     if literals_as_edges:  # attributes became edges to literal nodes; those nodes get names
         lits = f"kind IN {_NAMED}"

@@ -51,7 +51,8 @@ import pyarrow.parquet as pq
 
 from lokg.common.stage import (PARTIAL_MAX_SHARE, Laps, StageError, changed_rows, id_translation,
                                previous_inputs, stage_input)
-from lokg.runtime.contract import TABLE_SCHEMAS, check_schema, read_table, table_files
+from lokg.runtime.contract import (TABLE_SCHEMAS, check_schema, read_table, table_files,
+                                   table_rows)
 from lokg.spark_jobs.engine import Engine, open_engine
 
 #: The contract's node_gain with the counts not null (an entity without edges counts 0)
@@ -95,10 +96,6 @@ def compute_gain(engine: Engine, nodes: str, n_relations: int) -> None:
     engine.view("gain", gain_sql(n_relations))
 
 
-def _rows(path: Path) -> int:
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(path))
-
-
 def _id_problem(bounds: dict, n_entities: int, n_relations: int, ent_path, rel_path) -> str | None:
     """What is wrong with the triples' id ranges (min/max of entity and relation ids), if any."""
     if bounds["r_lo"] < 0 or bounds["r_hi"] >= n_relations:
@@ -137,7 +134,7 @@ def partial_gain(engine: Engine, current: dict, previous: dict, n_entities: int,
     triples paths), its rows moved to this build's ids by key; only the changed triples'
     endpoints and the new entities computed (:func:`compute_gain` on the table ``nodes``).
     None (and why) when it must run in full."""
-    if _rows(previous["relations"]) != n_relations:
+    if table_rows(previous["relations"]) != n_relations:
         return None, {"mode": "full", "reason": "another relation count (|R*| enters every μ)"}
     entities, relations = (id_translation(read_table(current[n], columns=["id", key]),
                                           read_table(previous[n], columns=["id", key]))
@@ -182,7 +179,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                                       for n in ("entities", "relations", "triples"))
     out_path = Path(out_dir) / "node_gain.parquet"
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    n_entities, n_relations = _rows(ent_path), _rows(rel_path)
+    n_entities, n_relations = table_rows(ent_path), table_rows(rel_path)
     previous = previous_inputs(inputs, "entities", "relations", "triples", "node_gain")
     table, refresh = None, {"mode": "full", "reason": "no previous build"}
     with open_engine(dict(config), Path(out_dir)) as engine:

@@ -58,7 +58,7 @@ import pyarrow.compute as pc
 
 from lokg.common.stage import Laps, StageError
 from lokg.runtime.contract import TABLE_SCHEMAS, StoreError, read_table, write_table
-from lokg.spark_jobs.engine import Engine, open_engine, ordered_sum
+from lokg.spark_jobs.engine import Engine, literal, open_engine, ordered_sum
 from lokg.spark_jobs.scos_signals import UNTYPED
 from lokg.spark_jobs.settings import RelationStatsSettings
 
@@ -102,10 +102,6 @@ def tail_entropies(hist: pa.Table) -> pa.Table:
     return pa.table({"r": pa.array(list(n), pa.int64()), "entropy": pa.array(h, pa.float64())})
 
 
-def _q(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 #: (entity, relation) rows: h = 1 where e is a head of r, c = the triples of r with tail e,
 #: k = the relations e touches (over k > max_relations_per_entity: a hub)
 ENTITY_RELATIONS = """
@@ -144,9 +140,9 @@ def raw_types_sql(rule: str) -> str:
 
 
 #: The type sets (ts, sid) numbered; [∅], of an entity without any type, is set 0
-TYPE_SETS = f"""SELECT [{_q(UNTYPED)}] AS ts, 0 AS sid UNION ALL
+TYPE_SETS = f"""SELECT [{literal(UNTYPED)}] AS ts, 0 AS sid UNION ALL
 SELECT ts, row_number() OVER (ORDER BY ts) AS sid FROM (SELECT DISTINCT ts FROM raw_types) AS d
-WHERE array_length(ts) > 0 AND ts <> [{_q(UNTYPED)}]"""
+WHERE array_length(ts) > 0 AND ts <> [{literal(UNTYPED)}]"""
 
 #: Each entity's type set (e, sid)
 TYPED = """SELECT id AS e, coalesce(s.sid, 0) AS sid FROM entities

@@ -46,15 +46,15 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from lokg.common.stage import Laps, StageError, previous_inputs
-from lokg.runtime.contract import (TABLE_SCHEMAS, StoreError, read_table, table_files, to_numpy,
-                                   write_table)
+from lokg.runtime.contract import (TABLE_SCHEMAS, StoreError, read_table, table_files,
+                                   table_rows, to_numpy, write_table)
 from lokg.spark_jobs.relation_stats import (
     settings as stats_settings,
 )
 from lokg.spark_jobs.scos_signals import TypeIndex, type_pair_dict
 from lokg.spark_jobs.scos_greedy import (NORMALISER, Merger, MergeResult, add_candidates,
                                          canonical_mapping, margin_outcome, summary)
-from lokg.spark_jobs.scos_rewrite import rewrite, triple_count
+from lokg.spark_jobs.scos_rewrite import rewrite
 from lokg.spark_jobs.settings import ScosMergeSettings
 
 
@@ -323,9 +323,9 @@ def _rewrite(config: Mapping, inputs: Mapping, rmap: pa.Table, out: Path,
     """The triples under φ — (s, φ(r), o), distinct — on the build's engine; and the
     canonical relations table."""
     path = out / "triples"
-    report["triples_in"] = triple_count(Path(inputs["triples"]))
+    report["triples_in"] = table_rows(Path(inputs["triples"]))
     report["engine"] = rewrite(config, inputs, rmap, path)
-    report["triples_out"] = triple_count(path)
+    report["triples_out"] = table_rows(path)
 
     first = {}
     for cid, cname in zip(rmap.column("canonical_id").to_pylist(),

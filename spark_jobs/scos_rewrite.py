@@ -7,9 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from lokg.runtime.contract import TABLE_SCHEMAS, StoreError, table_files
+from lokg.runtime.contract import TABLE_SCHEMAS, StoreError
 from lokg.spark_jobs.engine import open_engine
 
 #: Triples whose relation φ does not map
@@ -17,10 +16,6 @@ UNMAPPED = "SELECT count(*) AS n FROM triples t LEFT JOIN phi ON t.r = phi.id WH
 #: The rewritten triples, distinct
 REWRITTEN = ("SELECT DISTINCT t.s, phi.canonical_id AS r, t.o "
              "FROM triples t JOIN phi ON t.r = phi.id")
-
-
-def triple_count(path: Path) -> int:
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(path))
 
 
 def rewrite(config: Mapping, inputs: Mapping, rmap: pa.Table, path: Path) -> str:

@@ -28,7 +28,8 @@ and row count of every file, so any corruption is caught and named.
 from lokg.runtime.contract.build import (Build, check_required_tables, describe_files,
                                          load_manifest, parse_manifest, verify_build)
 from lokg.runtime.contract.files import (check_schema, read_parquet, read_table, sha256_file,
-                                         table_files, to_numpy, write_atomic, write_table)
+                                         table_files, table_rows, to_numpy, write_atomic,
+                                         write_table)
 from lokg.runtime.contract.layout import (BUILD_ID_PATTERN, BUILD_LEASE_FILE, BUILDS_DIR,
                                           CURRENT_FILE, DOOMED_FILE, KNOWN_SCHEMA_VERSIONS,
                                           LOCK_FILE, LOCK_TIMEOUT_S, MANIFEST_FILE,
@@ -46,4 +47,4 @@ __all__ = ["BUILD_ID_PATTERN", "BUILD_LEASE_FILE", "BUILDS_DIR", "CURRENT_FILE",
            "build_lease", "check_build_id", "check_keep", "check_required_tables",
            "check_schema", "describe_files", "is_url", "load_manifest", "new_build_id",
            "parse_manifest", "read_parquet", "read_table", "sha256_file", "stray_entries",
-           "table_files", "to_numpy", "verify_build", "write_atomic", "write_table"]
+           "table_files", "table_rows", "to_numpy", "verify_build", "write_atomic", "write_table"]

@@ -51,6 +51,11 @@ def table_files(path: Path) -> list[Path]:
     raise StoreError(f"table path does not exist: {path}")
 
 
+def table_rows(path: Path) -> int:
+    """The rows of a table (a file or a dataset directory), from its files' footers."""
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in table_files(Path(path)))
+
+
 def check_schema(table: str, schema: pa.Schema, where: Path) -> None:
     """Refuse a table whose columns or types differ from the contract."""
     expected = TABLE_SCHEMAS[table]
