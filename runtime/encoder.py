@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +125,26 @@ class PrefixedEncoder:
         raise NotImplementedError
 
 
+#: Texts tokenized at a time to sort them by token count (the tokenizer's encodings of every
+#: text at once took more memory than the vectors).
+LENGTH_CHUNK = 65536
+
+
+def distinct_codes(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
+    """(the distinct texts in first-seen order, each text's position among them)."""
+    position: dict[str, int] = {}
+    codes = np.fromiter((position.setdefault(t, len(position)) for t in texts), np.int64,
+                        len(texts))
+    return list(position), codes
+
+
+def length_order(lengths: Callable[[Sequence[str]], np.ndarray],
+                 texts: Sequence[str]) -> np.ndarray:
+    """The texts' order shortest first (stable), ``lengths`` taken ``LENGTH_CHUNK`` at a time."""
+    parts = [lengths(texts[i:i + LENGTH_CHUNK]) for i in range(0, len(texts), LENGTH_CHUNK)]
+    return np.argsort(np.concatenate(parts) if parts else np.zeros(0, np.int64), kind="stable")
+
+
 def encode_by_length(encoder: PrefixedEncoder, texts: Sequence[str], batch: int,
                      encode_sorted=None) -> np.ndarray:
     """Passage vectors of ``texts`` in their order (a build stage's bulk encoding): each
@@ -132,14 +152,13 @@ def encode_by_length(encoder: PrefixedEncoder, texts: Sequence[str], batch: int,
     longest text. ``encode_sorted(texts, batch)`` encodes the sorted distinct texts (default:
     ``encode_passages`` with a progress bar; ``training/entity_encode.py`` shares them out
     among worker processes)."""
-    distinct = list(dict.fromkeys(texts))
-    order = np.argsort(encoder.passage_lengths(distinct), kind="stable")
+    distinct, codes = distinct_codes(texts)
+    order = length_order(encoder.passage_lengths, distinct)
     ordered = [distinct[i] for i in order]
     vectors = np.empty((len(distinct), encoder.dim), np.float32)
     vectors[order] = (encode_sorted(ordered, batch) if encode_sorted else
                       encoder.encode_passages(ordered, batch_size=batch, progress=True))
-    row = {text: i for i, text in enumerate(distinct)}
-    return vectors[np.fromiter((row[t] for t in texts), np.int64, len(texts))]
+    return vectors[codes]
 
 
 class SentenceEncoder(PrefixedEncoder):

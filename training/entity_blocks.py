@@ -6,7 +6,7 @@ Blocks. ``block_rows`` vectors (``VECTOR_SHARE`` of the budget, a whole number o
 batches) are in memory at a time. Encoding goes in two passes over files, so that no pass holds
 every vector:
 
-1. the distinct texts, shortest first (token counts taken ``LENGTH_CHUNK`` texts at a time), are
+1. the distinct texts, shortest first (``runtime.encoder.length_order``), are
    encoded a block at a time and appended to a scratch file in that order. A block is a whole
    number of batches, so the batches — and so the int8 vectors, whose activations are scaled
    per batch — are those of one pass over all texts: the vectors do not depend on the budget;
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -50,9 +50,6 @@ from lokg.common.stage import StageError
 VECTOR_SHARE = 1 / 16
 #: The share of ``build.memory_gb`` the index may take while it is built and written.
 INDEX_SHARE = 1 / 2
-#: Texts tokenized at a time to sort them by token count (the tokenizer's encodings of every
-#: text at once took more memory than the vectors).
-LENGTH_CHUNK = 65536
 #: Coarse lists of an IVF index: about the square root of the entities, within these bounds.
 IVF_LISTS = (16, 65536)
 #: Training vectors per coarse list, and the fewest FAISS takes without a warning.
@@ -69,20 +66,6 @@ def block_rows(memory_gb: float, dim: int, batch: int) -> int:
     ``batch``-text batches (one batch at least)."""
     rows = int(budget_bytes(memory_gb) * VECTOR_SHARE) // (4 * int(dim))
     return max(int(batch), rows // int(batch) * int(batch))
-
-
-def distinct_codes(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
-    """(the distinct texts in first-seen order, each text's position among them)."""
-    position: dict[str, int] = {}
-    codes = np.fromiter((position.setdefault(t, len(position)) for t in texts), np.int64,
-                        len(texts))
-    return list(position), codes
-
-
-def length_order(lengths: Callable[[Sequence[str]], np.ndarray], texts: Sequence[str]) -> np.ndarray:
-    """The texts' order shortest first (stable), ``lengths`` taken ``LENGTH_CHUNK`` at a time."""
-    parts = [lengths(texts[i:i + LENGTH_CHUNK]) for i in range(0, len(texts), LENGTH_CHUNK)]
-    return np.argsort(np.concatenate(parts) if parts else np.zeros(0, np.int64), kind="stable")
 
 
 def encode_sorted_blocks(encode: Callable[[list[str], int], np.ndarray], ordered: list[str],

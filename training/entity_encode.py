@@ -75,7 +75,8 @@ import pyarrow as pa
 from lokg.common.stage import (PREVIOUS, Laps, StageError, previous_inputs,
                             stage_batch_encoder, torch_threads)
 from lokg.runtime.contract import read_table, write_table
-from lokg.runtime.encoder import EncoderError, PrefixedEncoder, spec_model_dir
+from lokg.runtime.encoder import (EncoderError, PrefixedEncoder, distinct_codes, length_order,
+                                  spec_model_dir)
 from lokg.runtime.onnx_bert import QUERY_MODEL, SPANS_MODEL
 from lokg.common.resources import BuildSettings
 from lokg.training import entity_blocks
@@ -307,8 +308,8 @@ def _encode_into(encoder: PrefixedEncoder, cfg: Mapping, fresh: list[str], mask:
     encoded each distinct text once, shortest first, ``rows`` a block into a scratch file, then
     gathered in row order with the ``kept`` (previous rows, previous file) vectors."""
     batch = int(cfg["onnx_batch_size"] if encoder.backend == "onnx" else cfg["batch_size"])
-    distinct, codes = entity_blocks.distinct_codes(fresh)
-    order = entity_blocks.length_order(encoder.passage_lengths, distinct)
+    distinct, codes = distinct_codes(fresh)
+    order = length_order(encoder.passage_lengths, distinct)
     encode = in_workers(encoder, int(cfg["workers"])) or (
         lambda part, size: encoder.encode_passages(part, batch_size=size, progress=True))
     scratch = out / ".sorted_vectors.f32"
