@@ -9,7 +9,10 @@ KGQA work uses, made of relations real graphs have. The cwq-derived questions ar
 their topic entities given, reader none, by ``bench.query_latency`` twice in one run: the
 default policy (``route``: relation knowledge consulted) and ``lokg`` with the relation feeds
 off (no relation-knowledge step) as the reference on the same store, so the relation
-knowledge's cost reads as a ratio on a shared, noisy machine.
+knowledge's cost reads as a ratio on a shared, noisy machine. Beside the wall-clock
+percentiles: the process's CPU time per question (p50; what preemption on a loaded host does
+not inflate) and the digest of every answer, token count and emitted line
+(``bench.query_latency``), so two versions of the code show whether their outputs are equal.
 """
 
 from __future__ import annotations
@@ -69,12 +72,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{runs['route']['relations']:,} in the store; {runs['route']['questions']} "
           "cwq-derived questions, topic entities given, reader none")
     print(f"{'policy':<18}{'total p50':>11}{'total p99':>11}{'relknow p50':>13}"
-          f"{'relknow p99':>13}")
+          f"{'relknow p99':>13}{'cpu p50':>9}  outputs sha256")
     for name, run in runs.items():
         ms = run["ms"]
         rk = ms.get("relknow", {"p50": float("nan"), "p99": float("nan")})
         print(f"{name:<18}{ms['total']['p50']:>11.1f}{ms['total']['p99']:>11.1f}"
-              f"{rk['p50']:>13.1f}{rk['p99']:>13.1f}")
+              f"{rk['p50']:>13.1f}{rk['p99']:>13.1f}{ms['total cpu']['p50']:>9.1f}  "
+              f"{run['outputs_sha256'][:16]}")
     ratio = runs["route"]["ms"]["total"]["p50"] / runs["lokg, feeds off"]["ms"]["total"]["p50"]
     print(f"route / reference, total p50: {ratio:.2f}")
     return 0

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -130,9 +130,10 @@ class PrefixedEncoder:
 LENGTH_CHUNK = 65536
 
 
-def distinct_codes(texts: Sequence[str]) -> tuple[list[str], np.ndarray]:
-    """(the distinct texts in first-seen order, each text's position among them)."""
-    position: dict[str, int] = {}
+def distinct_codes(texts: Sequence[Hashable]) -> tuple[list, np.ndarray]:
+    """(the distinct texts — or other hashable values — in first-seen order, each one's
+    position among them)."""
+    position: dict[Hashable, int] = {}
     codes = np.fromiter((position.setdefault(t, len(position)) for t in texts), np.int64,
                         len(texts))
     return list(position), codes

@@ -1261,6 +1261,25 @@ def test_a_span_describes_a_relation_by_its_name_or_the_training_questions_words
     assert RELATIONS[int(np.argmax(sims[0]))] == best
 
 
+@pytest.mark.parametrize("same", [(0, 3), (1, 2, 4), ()])
+def test_relations_named_alike_are_scored_once_and_read_alike(same):
+    """Relations whose vectors are equal (free-text phrases repeat across a documents store's
+    relations) share one column of the product, and every relation still reads its own
+    cosine: the scores equal the product with every relation's vector."""
+    rng = np.random.default_rng(len(same))
+    vectors = rng.normal(size=(len(RELATIONS), 6)).astype(np.float32)
+    vectors[list(same)] = vectors[same[0]] if same else vectors[list(same)]
+    know = zero_shot_knowledge(vectors)
+    distinct, row_of = know.distinct_relation_vectors()
+    assert len(distinct) == len(RELATIONS) - max(len(same) - 1, 0)
+    assert np.array_equal(distinct[row_of], vectors)
+    spans = rng.normal(size=(3, 6)).astype(np.float32)
+    sims = span_similarities(know, ["a", "b", "c"], lambda texts: spans[:len(texts)])
+    np.testing.assert_allclose(sims, spans @ vectors.T, rtol=1e-6, atol=1e-6)
+    know.relation_vectors = np.eye(len(RELATIONS), 6, dtype=np.float32)  # replaced: re-read
+    assert len(know.distinct_relation_vectors()[0]) == len(RELATIONS)
+
+
 @pytest.mark.parametrize("q_vec, chain", [
     ((0.9, 0.3, 0.3162), ("knn", ["parents", "profession"])),  # near a training question
     ((0.7, 0.6, 0.3873), ("knn_resized", ["parents", "spouse", "profession"])),  # nothing is

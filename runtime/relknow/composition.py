@@ -136,10 +136,12 @@ def candidate_levels(know: Learned, in_order: tuple[int, ...], sharing: int | No
             yield trips
         orders = list(dict.fromkeys(o for sub in subsets
                                     for o in [sub[::-1], *itertools.permutations(sub)]))
-        chains = distinct(know, [c for o in orders for c in directions(o, n_relations)])
+        chains = [(c, sum(h >= n_relations for h in c))
+                  for c, same in distinct(know, [c for o in orders
+                                                 for c in directions(o, n_relations)])
+                  if not round_trip(same, n_relations)]
         for k in range(size + 1):
-            yield [c for c, same in chains if sum(h >= n_relations for h in c) == k
-                   and not round_trip(same, n_relations)]
+            yield [c for c, backward in chains if backward == k]
 
 
 def to_kind(reach: Reach, kind: frozenset[int]) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
@@ -173,6 +175,7 @@ class Reach:
         self.facts, self.max_frontier = facts, max_frontier
         self.topics = np.array(sorted({int(t) for t in topics}), dtype=np.int64)
         self._frontiers: dict[tuple[int, ...], np.ndarray | None] = {(): self.topics}
+        self._ends: dict[tuple[int, ...], tuple[int, ...]] = {}
 
     def frontier(self, chain: tuple[int, ...]) -> np.ndarray | None:
         """The entities a chain's walks reach (sorted); None where a hop finds no fact or
@@ -188,14 +191,16 @@ class Reach:
 
     def endpoints(self, chain: tuple[int, ...]) -> tuple[int, ...]:
         """``derive(...).endpoints`` sorted; () where the chain does not instantiate (after a
-        round trip the topics are endpoints only when nothing else is reached)."""
-        ends = self.frontier(tuple(chain)) if chain and len(self.topics) else None
-        if ends is None:
-            return ()
-        if round_trip(chain, self.facts.n_relations):
-            others = ~np.isin(ends, self.topics)
-            ends = ends[others] if others.any() else ends
-        return tuple(ends.tolist())
+        round trip the topics are endpoints only when nothing else is reached); each chain's
+        once."""
+        chain = tuple(chain)
+        if chain not in self._ends:
+            ends = self.frontier(chain) if chain and len(self.topics) else None
+            if ends is not None and round_trip(chain, self.facts.n_relations):
+                others = ~np.isin(ends, self.topics)
+                ends = ends[others] if others.any() else ends
+            self._ends[chain] = () if ends is None else tuple(ends.tolist())
+        return self._ends[chain]
 
 
 def by_endpoints(chains: Sequence[tuple[int, ...]], reach: Reach

@@ -11,6 +11,7 @@ from typing import Self
 
 import numpy as np
 
+from lokg.runtime.encoder import distinct_codes
 from lokg.runtime.linker import STOP_WORDS
 from lokg.runtime.question_text import HOP_READINGS, relation_text
 from lokg.runtime.relknow.artefact import (check_arrays, check_format, read_artefact,
@@ -52,6 +53,7 @@ class Learned:
         self.name_words = {rel(n): frozenset(relation_text(n).split())
                            for n in spec["relation_names"]}
         self._described: tuple[list[str], np.ndarray] | None = None  # described_by, on first use
+        self._distinct: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # on first use
         self.hop_reading = trusted_reading(spec.get("hop_range_agreement") or {})
         check_arrays(self.question_vectors, self.question_chain, len(self.chains),
                      self.relation_vectors, len(self.relation_order), where)
@@ -104,6 +106,17 @@ class Learned:
             self._described = ([w for w, _ in pairs],
                                np.array([c for _, c in pairs], dtype=np.int64))
         return self._described
+
+    def distinct_relation_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """(each distinct row of ``relation_vectors`` once, each relation's row among them):
+        relations whose names embed alike — a documents store's free-text phrases repeat
+        across relations — are scored once per question span."""
+        vectors = self.relation_vectors
+        if self._distinct is None or self._distinct[0] is not vectors:
+            _, codes = distinct_codes([row.tobytes() for row in vectors])
+            first = np.unique(codes, return_index=True)[1]
+            self._distinct = (vectors, np.ascontiguousarray(vectors[first]), codes)
+        return self._distinct[1], self._distinct[2]
 
     def word_relations(self, word: str) -> list[tuple[float, float, int]]:
         """(P(r | word), lift, r) of the relations a word names (lift ≥ θ_lift), most probable

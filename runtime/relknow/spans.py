@@ -51,7 +51,8 @@ def span_similarities(know: Learned, texts: Sequence[str], embed: Embed
     ("offspring") is near a word the training questions used for the relation ("child")
     where the name alone ("children") may not be."""
     vectors = np.asarray(embed(list(texts)), dtype=np.float32)
-    sims = vectors @ know.relation_vectors.T
+    distinct, row_of = know.distinct_relation_vectors()
+    sims = (vectors @ distinct.T)[:, row_of]
     words, columns = know.described_by()
     if words:
         by_word = vectors @ np.asarray(embed(words), dtype=np.float32).T
@@ -104,8 +105,9 @@ def span_substitutes(know: Learned, masked: str, embed: Embed,
     sims = span_similarities(know, [" ".join(words[a:b]) for _, a, b, _ in chosen], embed)
     swaps = []
     for i, (row, (c, _, _, best)) in enumerate(zip(sims, chosen)):
-        close = [int(k) for k in np.argsort(-row, kind="stable")
-                 if row[k] >= c - near and know.relation_order[int(k)] != best]
+        near_ones = np.flatnonzero(row >= c - near)  # ascending: the stable sort's tie order
+        close = [int(k) for k in near_ones[np.argsort(-row[near_ones], kind="stable")]
+                 if know.relation_order[int(k)] != best]
         swaps += [(c - float(row[k]), i, know.relation_order[k])
                   for k in close[:ZERO_SHOT_SUBSTITUTES]]
     base = [h[3] for h in chosen]
