@@ -64,10 +64,10 @@ class OnnxBertEncoder(PrefixedEncoder):
     backend = "onnx"
 
     def __init__(self, model_dir: Path, spec: Mapping, model_path: Path, threads: int = 1,
-                 per_text: bool = False, unpadded: bool = False):
+                 per_text: bool = False, pad_step: int = 0):
         self._model_path = Path(model_path)
         self.threads = int(threads)
-        self.per_text, self.unpadded = bool(per_text), bool(unpadded)
+        self.per_text, self.pad_step = bool(per_text), int(pad_step)
         spec = dict(spec or {})
         found = layout(model_dir)
         self._load_session()
@@ -142,24 +142,37 @@ class OnnxBertEncoder(PrefixedEncoder):
         return self._embed_encodings(self._tokenizer.encode_batch(list(texts)))
 
     def _embed_encodings(self, encodings: list) -> np.ndarray:
-        """float32 [n, dim], unit norm: one padded forward of the texts, with ``per_text`` one
-        forward each, with ``unpadded`` one forward per token count. The int8 model quantizes a
+        """float32 [n, dim], unit norm: one forward of the texts padded to the longest, with
+        ``per_text`` one forward each, with ``pad_step`` one forward per padded length, each
+        text padded to the next multiple of ``pad_step`` tokens. The int8 model quantizes a
         call's activations with one scale, so in a batch a text's vector depends on its
         neighbours (enough to flip a near-tie between relations, so an answer hung on the
         questions before it); the query service embeds each text alone, a build's batches keep
-        theirs. The float32 model has no such scale: texts of one token count need no padding,
-        and share a forward without a vector depending on the others (the question spans)."""
-        rows: dict[object, list[int]] = {}
+        theirs. The float32 model has no such scale: padded to a length its own token count
+        gives, a text's vector is the same in any order and, whatever texts share its forward,
+        within float noise of it alone (a forward of more rows rounds its sums otherwise: up to
+        3e-8 here, as unpadded forwards of 6 tokens and more did); the question spans take a
+        forward or two a question instead of one a token count, each reading every weight."""
+        rows: dict[int, list[int]] = {}
         for i, e in enumerate(encodings):
-            group = i if self.per_text else len(e.ids) if self.unpadded else 0
+            group = i if self.per_text else self._padded_length(len(e.ids)) if self.pad_step \
+                else 0
             rows.setdefault(group, []).append(i)
         out = np.empty((len(encodings), self.dim), dtype=np.float32)
-        for index in rows.values():
-            out[index] = self._forward([encodings[i] for i in index])
+        for group, index in rows.items():
+            out[index] = self._forward([encodings[i] for i in index],
+                                       group if self.pad_step and not self.per_text else 0)
         return out
 
-    def _forward(self, encodings: list) -> np.ndarray:
-        ids = np.zeros((len(encodings), max(len(e.ids) for e in encodings)), dtype=np.int64)
+    def _padded_length(self, tokens: int) -> int:
+        """The next multiple of ``pad_step`` (at most the model's longest input)."""
+        return min(-(-tokens // self.pad_step) * self.pad_step,
+                   max(int(self.spec["max_seq_length"]), tokens))
+
+    def _forward(self, encodings: list, length: int = 0) -> np.ndarray:
+        """One forward of the encodings padded to ``length`` tokens, or to the longest."""
+        ids = np.zeros((len(encodings), max(length, *(len(e.ids) for e in encodings))),
+                       dtype=np.int64)
         mask = np.zeros_like(ids)
         for row, e in enumerate(encodings):
             ids[row, :len(e.ids)] = e.ids

@@ -18,6 +18,12 @@ from lokg.runtime.config import BATCH_ENCODERS, QUERY_BACKENDS
 from lokg.runtime.encoder import EncoderError, PrefixedEncoder, SentenceEncoder, resolve_device, \
     spec_model_dir
 
+#: Question spans through the float32 export are padded to a multiple of this many tokens,
+#: one forward per multiple: a span's vector depends on the span alone, and a question's
+#: spans (1 to 4 words, mostly under 8 word pieces) take one or two forwards where one per
+#: token count took three or four, each reading every weight of the model.
+SPAN_PAD_STEP = 8
+
 
 def query_encoder(spec: Mapping, backend: str = "auto", threads: int | None = None,
                   exported: Path | None = None):
@@ -69,7 +75,8 @@ def float32_encoder(spec: Mapping, encoder, threads: int | None = None,
     if spans is not None:
         if spans == Path(encoder.model_path):
             return encoder
-        return onnx_bert.OnnxBertEncoder(spec_model_dir(spec), spec, spans, unpadded=True)
+        return onnx_bert.OnnxBertEncoder(spec_model_dir(spec), spec, spans,
+                                         pad_step=SPAN_PAD_STEP)
     try:
         return _torch_encoder(spec, threads)
     except (ImportError, EncoderError):

@@ -11,7 +11,7 @@ from lokg.runtime import onnx_bert
 from lokg.runtime.bert_checkpoint import CheckpointError, UnsupportedModelError
 from lokg.runtime.encoder import SentenceEncoder, resolve_model
 from lokg.runtime.onnx_bert import OnnxBertEncoder, exported_model, spans_model
-from lokg.runtime.question_encoder import float32_encoder, query_encoder
+from lokg.runtime.question_encoder import SPAN_PAD_STEP, float32_encoder, query_encoder
 from lokg.training.onnx_export import export
 
 pytest.importorskip("onnxruntime")
@@ -120,18 +120,24 @@ def test_beside_int8_the_spans_model_is_the_float32_export(exported, model_dir, 
     np.testing.assert_allclose(vectors, reference, atol=2e-5)
 
 
-def test_unpadded_float32_vectors_do_not_depend_on_their_batch(exported, model_dir):
-    """Spans share a forward per token count: no padding, so a text's vector is the same in
-    any order and, whatever texts are embedded beside it, the per-text forward's within float
-    noise."""
+@pytest.mark.parametrize("pad_step", [1, SPAN_PAD_STEP])
+def test_stepped_float32_vectors_do_not_depend_on_their_batch(exported, model_dir, pad_step):
+    """Spans share a forward per padded length (the next multiple of ``pad_step`` tokens: 1 is
+    none), so a text's vector is the same in any order and, whatever texts are embedded
+    beside it, the per-text forward's within float noise; one forward per padded length."""
     texts = TEXTS + ["ada brook", "the director", "long road ?", "who directed"]
-    unpadded = OnnxBertEncoder(model_dir, SPEC, exported["fp32"][1], unpadded=True)
-    vectors = unpadded.encode_queries(texts)
-    np.testing.assert_array_equal(unpadded.encode_queries(texts[::-1])[::-1], vectors)
-    alone = np.stack([unpadded.encode_queries([t])[0] for t in texts])
+    stepped = OnnxBertEncoder(model_dir, SPEC, exported["fp32"][1], pad_step=pad_step)
+    vectors = stepped.encode_queries(texts)
+    np.testing.assert_array_equal(stepped.encode_queries(texts[::-1])[::-1], vectors)
+    alone = np.stack([stepped.encode_queries([t])[0] for t in texts])
     np.testing.assert_allclose(alone, vectors, atol=1e-6)
     per_text = OnnxBertEncoder(model_dir, SPEC, exported["fp32"][1], per_text=True)
     np.testing.assert_allclose(per_text.encode_queries(texts), vectors, atol=1e-6)
+    widths = []
+    stepped._session.run = lambda names, feed, run=stepped._session.run: (
+        widths.append(feed["input_ids"].shape[1]) or run(names, feed))
+    stepped.encode_queries(texts)
+    assert len(set(widths)) == len(widths) and all(w % pad_step == 0 for w in widths)
 
 
 def test_an_fp32_export_serves_the_spans_itself(tmp_path, model_dir):
@@ -160,7 +166,7 @@ def test_float32_encoder_takes_the_spans_model_beside_an_onnx_question_encoder(e
     spans = float32_encoder(spec, int8, models_dir=models)
     assert spans.backend == "onnx" and spans.model_path == models / "int8_spans.onnx"
     alone = np.stack([spans.encode_queries([t])[0] for t in TEXTS])
-    np.testing.assert_array_equal(spans.encode_queries(TEXTS), alone)  # each span alone
+    np.testing.assert_allclose(spans.encode_queries(TEXTS), alone, atol=1e-6)  # float noise
     fp32_spec = {**spec, "onnx": {**exported["fp32"][0], "spans_file": "fp32.onnx"}}
     fp32 = query_encoder(fp32_spec, exported=exported["fp32"][1])
     assert float32_encoder(fp32_spec, fp32, models_dir=models) is fp32  # one model, both
