@@ -149,6 +149,7 @@ class OpenedBuild:
         self._cold: OrderedDict[int, taimr.Paths] = OrderedDict()
         self._cold_lock = threading.Lock()
         self._domains: relknow.HopDomains | None = None
+        self._entity_ids: dict[str, int] | None = None  # entity_ids, on first use
         self._asked = threading.local()  # .vector: (question, plain vector) this thread embedded
         if settings["threads"]:
             limit_blas_threads(int(settings["threads"]))
@@ -252,6 +253,12 @@ class OpenedBuild:
             fields = self._fields[i] = (types[0] if types else "", self._descriptions[i] or "",
                                         tuple(self._aliases[i] or ()), attributes)
         return fields
+
+    def entity_ids(self) -> dict[str, int]:
+        """Each entity key's id, made once, on first use (entities given by key)."""
+        if self._entity_ids is None:
+            self._entity_ids = {k: i for i, k in enumerate(self.keys)}
+        return self._entity_ids
 
     def surface_forms(self, i: int) -> tuple[str, ...]:
         """An entity's name, key and aliases: what a question may write for it."""

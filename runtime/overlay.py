@@ -53,7 +53,7 @@ class _Ids:
     """Ids of keys and relation names, existing ones first, new ones numbered after them."""
 
     def __init__(self, rt):
-        self.entity = {k: i for i, k in enumerate(rt.keys)}
+        self.entity = dict(rt.entity_ids())
         self.relation = {name: i for i, name in rt.relation_names.items()}
         self.n_entities, self.n_relations = rt.n_entities, rt.n_relations
         self.new_entities: list[tuple[str, str]] = []  # (key, name)
@@ -99,7 +99,7 @@ def overlaid(rt, extra: Sequence[ExtraTriple]):
                                    for row, t in zip(sro, extra) if t.sentence}}
     view.path_cache, view.feedback, view._release, view._base = None, None, None, rt
     view._cold, view._cold_lock = OrderedDict(), threading.Lock()
-    view._fields, view._domains = {}, None
+    view._fields, view._domains, view._entity_ids = {}, None, ids.entity  # keys and new ones
     return view
 
 

@@ -202,7 +202,6 @@ class Runtime(OpenedBuild):
         if len(entities) > MAX_GIVEN_ENTITIES:
             raise QueryError(f"entities: at most {MAX_GIVEN_ENTITIES} ids; got {len(entities)}")
         links, unknown = [], []
-        key_index = None
         for e in entities:
             if isinstance(e, bool):
                 unknown.append(e)
@@ -210,10 +209,9 @@ class Runtime(OpenedBuild):
                 (links.append(Link(int(e), str(e), "given", 1.0))
                  if 0 <= e < self.n_entities else unknown.append(e))
             elif isinstance(e, str):
-                if key_index is None:
-                    key_index = {k: i for i, k in enumerate(self.keys)}
-                (links.append(Link(key_index[e], e, "given", 1.0))
-                 if e in key_index else unknown.append(e))
+                key_id = self.entity_ids().get(e)
+                (links.append(Link(key_id, e, "given", 1.0))
+                 if key_id is not None else unknown.append(e))
             else:
                 unknown.append(e)
         if unknown:

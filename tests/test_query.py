@@ -144,6 +144,16 @@ def test_an_overlays_bridges_rank_apart_too(tmp_path):
     assert set(reached[2:]) <= set(BRIDGE_TOPICS)
 
 
+def test_an_overlays_new_entities_are_given_by_key_and_the_base_knows_none(tmp_path):
+    rt = Runtime.open(make_store(tmp_path).root)
+    rt.ask("who directed its sequel?", entities=["m.film1"])  # the base's key ids, made first
+    view = rt.with_triples([ExtraTriple("m.film1", feedback.BRIDGE, "m.new", o_name="Newcomer")])
+    linked = view.ask("who is it?", entities=["m.new"]).linked
+    assert [(link["key"], link["id"]) for link in linked] == [("m.new", rt.n_entities)]
+    with pytest.raises(QueryError, match="unknown entity"):
+        rt.ask("who is it?", entities=["m.new"])
+
+
 def test_cold_head_is_computed_with_the_offline_scorer(tmp_path):
     make_store(tmp_path, with_cache=False)
     cold = Runtime.open(tmp_path / "store")
