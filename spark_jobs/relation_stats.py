@@ -37,6 +37,9 @@ Two |R|-sized steps are Python, the single place each is computed: H(r) summed e
 (``tail_entropies``, ``math.fsum``) from the SQL tail histogram, and the TransE neighbours
 (``transe_neighbour_pairs``).
 
+The same rules measure clusters of relations for scos_merge (``ClusterSignals``: the triples
+with a cluster's relations as one relation), so a merged cluster has no signals of its own.
+
 Every sum of doubles is independent of the order an engine meets the rows in, so that every
 run and either engine write the same values: H(r) exactly; P_r from exact integer counts, its
 few terms per type pair added in ascending order (``engine.ordered_sum``); the JSD's terms of
