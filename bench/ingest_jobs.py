@@ -10,7 +10,7 @@ with the Spark UI on, so that its REST API lists each job with its submission an
 time and its call site (a line of ``spark_jobs/ingest.py``, or the write that ran it); the
 stage's ``run`` is called directly. The first repetition warms the JVM; compare the later ones.
 ``--baseline DIR``: that checkout's ``spark_jobs/ingest.py`` with its own ``formats.py``
-(``duckdb_reference.load_baseline``) runs after this tree's in every repetition. ``--plans``
+(``bench.common.load_baseline``) runs after this tree's in every repetition. ``--plans``
 prints the physical plan of every SQL query the run executed (the REST API's ``sql`` list).
 """
 

@@ -37,6 +37,9 @@ Two |R|-sized steps are Python, the single place each is computed: H(r) summed e
 (``tail_entropies``, ``math.fsum``) from the SQL tail histogram, and the TransE neighbours
 (``transe_neighbour_pairs``).
 
+The same rules measure clusters of relations for scos_merge (``ClusterSignals``: the triples
+with a cluster's relations as one relation), so a merged cluster has no signals of its own.
+
 Every sum of doubles is independent of the order an engine meets the rows in, so that every
 run and either engine write the same values: H(r) exactly; P_r from exact integer counts, its
 few terms per type pair added in ascending order (``engine.ordered_sum``); the JSD's terms of
@@ -59,11 +62,13 @@ import pyarrow.compute as pc
 from lokg.common.stage import Laps, StageError
 from lokg.runtime.contract import TABLE_SCHEMAS, StoreError, read_table, write_table
 from lokg.spark_jobs.engine import Engine, literal, open_engine, ordered_sum
-from lokg.spark_jobs.scos_signals import UNTYPED
 from lokg.spark_jobs.settings import RelationStatsSettings
 
 #: Decimals kept of H(r) and of P_r, so that both engines write the same values.
 DIGITS = 12
+
+#: The single type of an entity without any (``type_rule``).
+UNTYPED = "∅"
 
 
 def settings(config: Mapping) -> RelationStatsSettings:
@@ -258,16 +263,36 @@ LEFT JOIN (SELECT r, list_sort(list({'head_type': head_type, 'tail_type': tail_t
 ORDER BY rel.id"""
 
 
-def per_relation(engine: Engine, cfg: Mapping, report: dict) -> pa.Table:
-    """The (entity, relation) rows, per-relation facts, H(r) and P_r as tables ``er``,
-    ``facts``, ``entropy``, ``tp``; returns the relation_stats table."""
+def type_tables(engine: Engine, rule: str) -> None:
+    """Each entity's numbered type set under ``rule``, as tables ``raw_types``, ``type_sets``
+    and ``typed`` (from table ``entities``)."""
+    engine.view("raw_types", raw_types_sql(rule), materialise=True)
+    engine.view("type_sets", TYPE_SETS, materialise=True)
+    engine.view("typed", TYPED, materialise=True)
+
+
+def relation_tables(engine: Engine) -> None:
+    """The (entity, relation) rows, per-relation facts, H(r) and P_r of table ``triples`` as
+    tables ``er``, ``facts``, ``entropy``, ``tp`` (the type tables: ``type_tables``)."""
     engine.view("er", ENTITY_RELATIONS, materialise=True)
     engine.view("facts", FACTS, materialise=True)
     engine.register_arrow("entropy", tail_entropies(engine.fetch(TAIL_HISTOGRAM)))
-    engine.view("raw_types", raw_types_sql(cfg["type_rule"]), materialise=True)
-    engine.view("type_sets", TYPE_SETS, materialise=True)
-    engine.view("typed", TYPED, materialise=True)
     engine.view("tp", TYPE_PAIRS, materialise=True)
+
+
+def pair_tables(engine: Engine, cap: int) -> None:
+    """What ``PAIRS`` reads of the candidates (table ``cand``) beyond ``entity_pairs``: the
+    hub entities they share (``hub_shared``), each relation's mass (``mass``) and the type
+    pairs both hold (``shared_types``)."""
+    engine.view("hub_shared", hub_shared_sql(cap), materialise=True)
+    engine.view("mass", MASS, materialise=True)
+    engine.view("shared_types", SHARED, materialise=True)
+
+
+def per_relation(engine: Engine, cfg: Mapping, report: dict) -> pa.Table:
+    """The tables of ``relation_tables`` and ``type_tables``; returns the relation_stats table."""
+    type_tables(engine, cfg["type_rule"])
+    relation_tables(engine)
     stats = engine.fetch(STATS)
     empty = pa.array([[]] * stats.num_rows, TABLE_SCHEMAS["relation_stats"].field("type_pairs").type)
     type_pairs = pc.if_else(stats.column("type_pairs").is_null(), empty,
@@ -288,9 +313,7 @@ def pair_signals(engine: Engine, cfg: Mapping, transe: list[tuple[int, int]], re
         "r_i": pa.array([i for i, _ in transe], pa.int64()),
         "r_j": pa.array([j for _, j in transe], pa.int64())}))
     engine.view("cand", candidates_sql(floor), materialise=True)
-    engine.view("hub_shared", hub_shared_sql(cap_e), materialise=True)
-    engine.view("mass", MASS, materialise=True)
-    engine.view("shared_types", SHARED, materialise=True)
+    pair_tables(engine, cap_e)
     engine.write(PAIRS, out, order_by=["r_i", "r_j"])
     counts = engine.fetch(f"""SELECT
         (SELECT count(*) FROM (SELECT DISTINCT e FROM er WHERE k > {cap_e}) AS hubs) AS hubs,
@@ -300,6 +323,61 @@ def pair_signals(engine: Engine, cfg: Mapping, transe: list[tuple[int, int]], re
     report["candidate_pairs"] = sum(row["n"] for row in by_source)
     report["candidate_pairs_by_source"] = {row["source"]: row["n"] for row in
                                            sorted(by_source, key=lambda row: row["source"])}
+
+
+#: The triples of table ``graph`` with each relation replaced by its cluster (table
+#: ``members``: r → c; relations of no cluster left out), distinct: a cluster's triples are
+#: those of one relation
+CLUSTER_TRIPLES = "SELECT DISTINCT t.s, m.c AS r, t.o FROM graph t JOIN members m ON m.r = t.r"
+
+
+class ClusterSignals:
+    """H of clusters of relations and (NMI, Jaccard) of pairs of them, by this stage's rules
+    run over the triples of table ``graph`` with each relation replaced by its cluster
+    (``CLUSTER_TRIPLES``): a merged cluster's signals are those of one relation holding the
+    union of its members' triples. At first every relation of ``graph`` is its own cluster
+    (the values of this stage's tables); ``merge`` measures a new cluster from its own triples
+    and keeps every other cluster's rows of ``er``, ``facts`` and ``tp``. Needs tables
+    ``graph`` and ``entities``."""
+
+    #: the per-cluster tables kept between merges
+    KEPT = ("er", "facts", "tp")
+
+    def __init__(self, engine: Engine, rule: str):
+        self.engine = engine
+        type_tables(engine, rule)
+        engine.view("triples", "SELECT s, r, o FROM graph", materialise=True)
+        relation_tables(engine)
+
+    def merge(self, cluster: int, gone: int, members: list[int]) -> float:
+        """Cluster ``cluster`` now holds ``members`` (cluster ``gone``'s among them, which
+        ends); its H."""
+        engine = self.engine
+        for name in self.KEPT:
+            engine.view(f"{name}_kept", f"SELECT * FROM {name} WHERE r NOT IN ({int(cluster)}, "
+                        f"{int(gone)})", materialise=True)
+        engine.register_arrow("members", pa.table({
+            "r": pa.array(members, pa.int64()), "c": pa.array([cluster] * len(members), pa.int64())}))
+        engine.view("triples", CLUSTER_TRIPLES, materialise=True)
+        relation_tables(engine)
+        entropy = engine.fetch("SELECT entropy FROM entropy").column("entropy").to_pylist()
+        for name in self.KEPT:
+            engine.view(name, f"SELECT * FROM {name}_kept UNION ALL SELECT * FROM {name}",
+                        materialise=True)
+        return float(entropy[0]) if entropy else 0.0
+
+    def pairs(self, pairs: list[tuple[int, int]]) -> dict[tuple[int, int], tuple[float, float]]:
+        """(NMI, Jaccard) of each pair of clusters; every shared entity counted as a hub's
+        (cap 0: exactly, per pair)."""
+        engine = self.engine
+        engine.register_arrow("cand", pa.table({
+            "r_i": pa.array([a for a, _ in pairs], pa.int64()),
+            "r_j": pa.array([b for _, b in pairs], pa.int64()),
+            "source": pa.array([""] * len(pairs), pa.string())}))
+        engine.view("entity_pairs", entity_pairs_sql(0), materialise=True)
+        pair_tables(engine, 0)
+        rows = engine.fetch(f"SELECT r_i, r_j, nmi, jaccard FROM ({PAIRS}) AS p").to_pylist()
+        return {(row["r_i"], row["r_j"]): (row["nmi"], row["jaccard"]) for row in rows}
 
 
 def _transe_pairs(relations: pa.Table, embeddings_path: str | None, cfg: Mapping, report: dict,

@@ -8,10 +8,10 @@
 * Greedy: a heap of admissible pairs (sim ≥ θ) keyed by −sim, ties by cluster ids. Pop the best;
   an entry is stale — and skipped — when either cluster has died or changed version since the
   entry was pushed (lazy invalidation). A merge keeps the lower cluster id, bumps its version,
-  kills the other; the merged cluster owns the union of the distinct (s, o) pairs, and its H,
-  type-pair distribution and entity set are recomputed from that union; its embedding is the
-  mean of the two. Its similarity to every cluster that was a candidate partner of either member
-  is recomputed, and admissible pairs are pushed. Stop when the heap is empty.
+  kills the other; the merged cluster's H and its NMI and Jaccard with every cluster that was a
+  candidate partner of either member are measured anew (``measure``: relation_stats' rules over
+  the union of its members' triples), its embedding is the mean of the two; admissible pairs
+  are pushed. Stop when the heap is empty.
 * loss = (1 − sim)·min(H(C_i), H(C_j)); L_info = Σ loss / Σ_{r ∈ R0} H(r) (0 when that sum is 0);
   ρ̂ = (1 − L_info) / (|R*| / |R0|), ρ̂ ≡ 1 when nothing merges.
 * Canonical name of a cluster: its member with the most triples, ties by name. Canonical ids are
@@ -23,12 +23,21 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
 
-from lokg.runtime.contract import StoreError
-from lokg.spark_jobs.scos_signals import TypeIndex, nmi_signal, tail_entropy
+
+
+class Measure(Protocol):
+    """The signals of clusters (``relation_stats.ClusterSignals`` on the build's engine)."""
+
+    def merge(self, cluster: int, gone: int, members: list[int]) -> float:
+        """Cluster ``cluster`` now holds ``members`` (``gone`` ends); its H."""
+
+    def pairs(self, pairs: list[tuple[int, int]]) -> Mapping[tuple[int, int], tuple[float, float]]:
+        """(NMI, Jaccard) of each pair of clusters."""
 
 NORMALISER = "sum of H(r) over R0 (tail conditional entropy, nats)"
 
@@ -62,10 +71,7 @@ def canonical_member(members: Iterable[int], names: Mapping[int, str],
 class Cluster:
     members: list[int]
     entropy: float
-    dist: dict
     emb: np.ndarray | None
-    keys: np.ndarray | None = None  # sorted distinct s·M + o; loaded lazily
-    ents: np.ndarray | None = None  # sorted entity ids; computed lazily
     version: int = 0
     alive: bool = True
     partners: set = field(default_factory=set)
@@ -83,73 +89,37 @@ class MergeResult:
 class Merger:
     """Greedy SCOS over in-memory statistics.
 
-    ``keys_of(r)`` returns relation r's sorted distinct (s, o) keys (s·modulus + o); it is only
-    called for relations whose cluster takes part in a merge or neighbours a merged cluster.
-    ``modulus`` is an int or a callable returning one (resolved on first use), and ``types`` a
-    TypeIndex or a callable building one, so the stage loads triples and entity types only when
-    a merge actually happens.
-    ``stats`` gives each relation's initial (H, type-pair dict) — from the relation_stats table in
-    the stage, or recomputed with ``initial_stats`` in tests.
+    ``entropy`` gives each relation's H (the relation_stats table's); ``measure`` the signals
+    of clusters (``Measure``), called only for a pair given without its signals and after a
+    merge, so the stage reads triples only when a merge actually happens.
     """
 
     def __init__(self, names: Mapping[int, str], triple_counts: Mapping[int, int],
-                 stats: Mapping[int, tuple[float, dict]], keys_of, modulus,
-                 types: TypeIndex | None, emb: np.ndarray | None,
+                 entropy: Mapping[int, float], measure: Measure, emb: np.ndarray | None,
                  weights=(0.40, 0.30, 0.30), theta_base: float = 0.75, epsilon: float = 0.15,
                  previous_groups: Mapping[int, int] | None = None, margin: float = 0.0):
         self.names, self.triple_counts = dict(names), dict(triple_counts)
         self.previous_groups, self.margin = dict(previous_groups or {}), float(margin)
-        self.keys_of, self._modulus = keys_of, modulus
-        self._types = types
+        self.measure = measure
         self.w = tuple(float(x) for x in weights)
         self.theta_base, self.epsilon = float(theta_base), float(epsilon)
         self.emb = emb
         self.clusters: dict[int, Cluster] = {}
         for r in names:
-            h, dist = stats.get(r, (0.0, {}))
             vec = None if emb is None else np.asarray(emb[r], dtype=np.float64)
-            self.clusters[r] = Cluster([r], float(h), dict(dist), vec)
+            self.clusters[r] = Cluster([r], float(entropy.get(r, 0.0)), vec)
         self.heap: list = []
         self._seq = 0
         self.pushed = 0
 
     # -- cluster statistics ------------------------------------------------------------------
-    @property
-    def modulus(self) -> int:
-        """Key base M (keys are s·M + o); a callable is resolved on first use (lazy loading)."""
-        if callable(self._modulus):
-            self._modulus = self._modulus()
-        return int(self._modulus)
-
-    @property
-    def types(self) -> TypeIndex:
-        if self._types is None:
-            raise StoreError("scos_merge: entity types needed to recompute a merged cluster")
-        if callable(self._types) and not isinstance(self._types, TypeIndex):
-            self._types = self._types()
-        return self._types
-
-    def _keys(self, c: Cluster) -> np.ndarray:
-        if c.keys is None:
-            c.keys = np.asarray(self.keys_of(c.members[0]), dtype=np.int64)
-        return c.keys
-
-    def _ents(self, c: Cluster) -> np.ndarray:
-        if c.ents is None:
-            keys = self._keys(c)
-            c.ents = np.union1d(keys // self.modulus, keys % self.modulus)
-        return c.ents
-
     def signals(self, a: int, b: int, nmi: float | None = None,
                 jaccard: float | None = None) -> dict:
+        """The fused similarity of clusters a, b and its terms; NMI and Jaccard measured
+        (``measure``) unless given."""
         ca, cb = self.clusters[a], self.clusters[b]
-        if nmi is None:
-            nmi = nmi_signal(ca.dist, cb.dist)
-        if jaccard is None:
-            ea, eb = self._ents(ca), self._ents(cb)
-            inter = len(np.intersect1d(ea, eb, assume_unique=True))
-            union = len(ea) + len(eb) - inter
-            jaccard = inter / union if union else 0.0
+        if nmi is None or jaccard is None:
+            nmi, jaccard = self.measure.pairs([(a, b)])[(a, b)]
         cos = cosine(ca.emb, cb.emb)
         sim = self.w[0] * nmi + self.w[1] * jaccard + self.w[2] * cos
         th = min(self.theta_base * (1.0 + self.epsilon * delta(ca.entropy, cb.entropy)), 1.0)
@@ -202,25 +172,20 @@ class Merger:
             total_loss += loss
             left, right = self.name(a), self.name(b)
             self._merge(a, b)
+            ca.entropy = float(self.measure.merge(a, b, ca.members))
             log.append({"step": len(log) + 1, "left": left, "right": right, **sig, "loss": loss,
                         "members": sorted(self.names[r] for r in ca.members)})
-            for d in sorted(ca.partners):
-                self._push(a, d, self.signals(a, d))
+            self._remeasure(a)
         clusters = {cid: sorted(c.members) for cid, c in self.clusters.items() if c.alive}
         return MergeResult(clusters, log, total_loss, stale, self.pushed)
 
     def _merge(self, a: int, b: int) -> None:
         ca, cb = self.clusters[a], self.clusters[b]
-        keys = np.union1d(self._keys(ca), self._keys(cb))
-        s, o = keys // self.modulus, keys % self.modulus
         ca.members = ca.members + cb.members
-        ca.keys, ca.ents = keys, None
-        ca.entropy = tail_entropy(o)
-        ca.dist = self.types.distribution(s, o)
         if ca.emb is not None and cb.emb is not None:
             ca.emb = (ca.emb + cb.emb) / 2.0
         ca.version += 1
-        cb.alive, cb.keys, cb.ents = False, None, None
+        cb.alive = False
         partners = (ca.partners | cb.partners) - {a, b}
         for d in cb.partners:
             self.clusters[d].partners.discard(b)
@@ -228,16 +193,12 @@ class Merger:
             self.clusters[d].partners.add(a)
         ca.partners, cb.partners = partners, set()
 
-
-def initial_stats(keys_by_r: Mapping[int, np.ndarray], modulus: int,
-                  types: TypeIndex) -> dict[int, tuple[float, dict]]:
-    """(H, type-pair distribution) of each relation from its keys (driver-side, for tests)."""
-    out = {}
-    for r, keys in keys_by_r.items():
-        keys = np.asarray(keys, dtype=np.int64)
-        s, o = keys // modulus, keys % modulus
-        out[r] = (tail_entropy(o), types.distribution(s, o))
-    return out
+    def _remeasure(self, a: int) -> None:
+        """The merged cluster a's signals with each partner measured, admissible pairs pushed."""
+        partners = sorted(self.clusters[a].partners)
+        measured = self.measure.pairs([(a, d) for d in partners]) if partners else {}
+        for d in partners:
+            self._push(a, d, self.signals(a, d, *measured[(a, d)]))
 
 
 def summary(r0: int, r_star: int, total_loss: float, normaliser: float) -> dict:

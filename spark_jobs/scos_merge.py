@@ -1,7 +1,10 @@
 """Stage ``scos_merge``: Semantic Compression of Ontology Schema.
 
-The greedy merge runs on the driver (plain Python + numpy, |R|-sized); the triple rewrite is SQL
-on the build's engine (spark_jobs/engine.py: DuckDB or Spark SQL, the same text).
+The greedy merge runs on the driver (plain Python, |R|-sized); a merged cluster's signals (H,
+and NMI and Jaccard with its partners) are relation_stats' SQL over the union of its members'
+triples (``relation_stats.ClusterSignals``), run by an in-process DuckDB (``MEASURE_ENGINE``:
+the loop's many small queries); the triple rewrite is SQL on the build's engine
+(spark_jobs/engine.py: DuckDB or Spark SQL, the same text).
 
 * Refresh (``previous:`` inputs, pipeline/refresh.py): a warm-started TransE moves relation
   vectors by noise the data did not ask for (docs/BENCHMARKS.md measures it), enough to flip a
@@ -25,11 +28,10 @@ applied to r, then distinct; from the driver one file in (s, r, o) order) and ``
 and ``relations`` are the input tables, untouched. The report's ``engine`` names the engine that
 rewrote the triples (None: nothing rewritten).
 
-Memory: the driver holds the distinct (s, o) pairs of every relation that appears in a
-candidate pair (as int64 keys s·M + o) plus one entity → type-set index: ~16 bytes per triple
-and ~8 bytes per entity, i.e. fine for FB15k-237 and for dumps up to ~10⁸ triples on a 4 GB
-driver; beyond that the merge loop needs a distributed union (not built). The rewrite runs in
-the engine's memory (DuckDB: within ``build.memory_gb``, spilling).
+Memory: the driver holds |R|-sized state (clusters, the candidate pairs); the triples are
+only read by the engines (DuckDB within ``build.memory_gb``, spilling): the measurements'
+(each relation's (entity, relation) rows and P_r, kept between merges; each merged cluster's
+triples) and the rewrite's.
 """
 
 from __future__ import annotations
@@ -38,20 +40,18 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from lokg.common.stage import Laps, StageError, previous_inputs
 from lokg.runtime.contract import (TABLE_SCHEMAS, StoreError, read_table, table_files,
-                                   table_rows, to_numpy, write_table)
-from lokg.spark_jobs.relation_stats import (
-    settings as stats_settings,
-)
-from lokg.spark_jobs.scos_signals import TypeIndex, type_pair_dict
+                                   table_rows, write_table)
+from lokg.spark_jobs.engine import open_engine
+from lokg.spark_jobs.relation_stats import ClusterSignals
+from lokg.spark_jobs.relation_stats import settings as stats_settings
 from lokg.spark_jobs.scos_greedy import (NORMALISER, Merger, MergeResult, add_candidates,
                                          canonical_mapping, margin_outcome, summary)
 from lokg.spark_jobs.scos_rewrite import rewrite
@@ -67,30 +67,6 @@ def _read_pairs(path: str) -> pa.Table:
     if not files:
         return TABLE_SCHEMAS["relation_pairs"].empty_table()
     return read_table(Path(path), "relation_pairs")
-
-
-def _load_keys(triples_path: str, relation_ids: np.ndarray):
-    """Distinct (s, o) keys per relation, for the given relations only. Returns (dict, modulus)."""
-    if not len(relation_ids):
-        return {}, 1
-    files = [str(f) for f in table_files(Path(triples_path))]
-    dataset = ds.dataset(files, format="parquet")
-    table = dataset.to_table(columns=["s", "r", "o"],
-                             filter=ds.field("r").isin(pa.array(relation_ids, pa.int64())))
-    # keys need only be injective over the loaded triples: modulus > every loaded entity id
-    s_max = pc.max(table.column("s")).as_py() if table.num_rows else 0
-    o_max = pc.max(table.column("o")).as_py() if table.num_rows else 0
-    modulus = int(max(s_max, o_max)) + 1
-    r = table.column("r").to_numpy()
-    keys = table.column("s").to_numpy().astype(np.int64) * modulus + table.column("o").to_numpy()
-    order = np.lexsort((keys, r))
-    r, keys = r[order], keys[order]
-    bounds = np.flatnonzero(np.diff(r)) + 1
-    out = {}
-    for chunk_r, chunk in zip(np.split(r, bounds), np.split(keys, bounds)):
-        if len(chunk_r):
-            out[int(chunk_r[0])] = np.unique(chunk)
-    return out, modulus
 
 
 def _write_identity(relations: pa.Table, out: Path, inputs: Mapping, report: dict,
@@ -193,46 +169,53 @@ def previous_merges(cfg: Mapping, inputs: Mapping[str, str],
                   "previous_groups": sum(1 for n in sizes.values() if n > 1)}
 
 
-class _LazyKeys:
-    """The (s, o) keys of the relations in candidate pairs, read from the triples on the first
-    merge only: most builds merge little, and reading every triple would dominate the stage."""
-
-    def __init__(self, triples_path: str, involved: np.ndarray, seconds: dict):
-        self.triples_path, self.involved, self.seconds = triples_path, involved, seconds
-        self.keys: dict | None = None
-        self._modulus = 1
-
-    def _load(self) -> None:
-        if self.keys is None:
-            started = time.perf_counter()
-            self.keys, self._modulus = _load_keys(self.triples_path, self.involved)
-            self.seconds["load_triples"] = round(time.perf_counter() - started, 3)
-
-    def of(self, r: int) -> np.ndarray:
-        self._load()
-        return self.keys.get(r, np.zeros(0, np.int64))
-
-    def modulus(self) -> int:
-        self._load()
-        return self._modulus
+#: The engine of the greedy merge's measurements, whatever the build's: the loop on the driver
+#: asks for a few small results after each merge, which an in-process DuckDB answers in
+#: milliseconds and a Spark job in seconds; bounded by ``build.memory_gb``, spilling
+MEASURE_ENGINE = "duckdb"
 
 
-def _merger(config: Mapping, cfg: Mapping, inputs: Mapping[str, str], stats: pa.Table,
-            emb: np.ndarray | None, weights: list[float], keys: _LazyKeys,
-            held: Mapping[int, int]) -> Merger:
+class _Signals:
+    """``Merger``'s ``measure``: ``relation_stats.ClusterSignals`` on ``MEASURE_ENGINE``,
+    opened on the first call (most builds merge little, and reading the triples would
+    dominate the stage) and closed with ``stack``; its seconds in ``seconds["measure"]``."""
+
+    def __init__(self, config: Mapping, inputs: Mapping[str, str], work_dir: Path,
+                 stack: ExitStack, seconds: dict):
+        self.config, self.inputs, self.work_dir = config, inputs, work_dir
+        self.stack, self.seconds = stack, seconds
+        self.signals: ClusterSignals | None = None
+
+    def _measured(self, what: str, *args):
+        started = time.perf_counter()
+        if self.signals is None:
+            self.work_dir.mkdir(parents=True, exist_ok=True)  # the engine spills there
+            config = {**self.config, "engine": {**(self.config.get("engine") or {}),
+                                                "name": MEASURE_ENGINE}}
+            engine = self.stack.enter_context(open_engine(config, self.work_dir))
+            engine.register("graph", self.inputs["triples"])
+            engine.register("entities", self.inputs["entities"])
+            self.signals = ClusterSignals(engine, stats_settings(self.config)["type_rule"])
+        result = getattr(self.signals, what)(*args)
+        self.seconds["measure"] = round(self.seconds.get("measure", 0.0)
+                                        + time.perf_counter() - started, 3)
+        return result
+
+    def merge(self, cluster: int, gone: int, members: list[int]) -> float:
+        return self._measured("merge", cluster, gone, members)
+
+    def pairs(self, pairs: list[tuple[int, int]]) -> dict:
+        return self._measured("pairs", pairs)
+
+
+def _merger(cfg: Mapping, stats: pa.Table, emb: np.ndarray | None, weights: list[float],
+            measure: _Signals, held: Mapping[int, int]) -> Merger:
     ids = stats.column("r").to_pylist()
     names = dict(zip(ids, stats.column("name").to_pylist()))
     counts = dict(zip(ids, stats.column("triples").to_pylist()))
-    initial = {r: (h, type_pair_dict(tp)) for r, h, tp in
-               zip(ids, stats.column("entropy").to_pylist(), stats.column("type_pairs").to_pylist())}
-    rule = stats_settings(config)["type_rule"]
-
-    def load_types() -> TypeIndex:
-        ents = read_table(Path(inputs["entities"]), columns=["id", "types"])
-        return TypeIndex.from_table(ents, rule)
-
-    return Merger(names, counts, initial, keys.of, keys.modulus, load_types, emb,
-                  weights, cfg["theta_base"], cfg["epsilon"], held, cfg["refresh_merge_margin"])
+    entropy = dict(zip(ids, stats.column("entropy").to_pylist()))
+    return Merger(names, counts, entropy, measure, emb, weights, cfg["theta_base"],
+                  cfg["epsilon"], held, cfg["refresh_merge_margin"])
 
 
 def _write_merges(relations: pa.Table, result: MergeResult, counts: Mapping[int, int],
@@ -292,17 +275,15 @@ def _merge(config: Mapping, cfg: Mapping, inputs: Mapping[str, str], relations: 
     """The greedy merge from relation_stats' candidates, relation_map and merge_log written,
     and the triples rewritten under φ (the input tables when nothing merged); the outputs."""
     (stats, pairs), (emb, weights) = stats_and_pairs, vectors
-    involved = np.unique(np.concatenate([to_numpy(pairs["r_i"]), to_numpy(pairs["r_j"]),
-                                         np.array(sorted(held), np.int64)]).astype(np.int64))
-    merger = _merger(config, cfg, inputs, stats, emb, weights,
-                     _LazyKeys(inputs["triples"], involved, lap.seconds), held)
-    add_candidates(merger, pairs, held)
-    report["candidate_pairs"] = pairs.num_rows
-    report["admissible_initial"] = merger.pushed
-    lap("initial_heap")
-
-    result = merger.run()
-    lap("greedy_merge")  # includes load_triples (the driver's (s, o) keys) when a merge happened
+    with ExitStack() as stack:
+        merger = _merger(cfg, stats, emb, weights,
+                         _Signals(config, inputs, out, stack, lap.seconds), held)
+        add_candidates(merger, pairs, held)
+        report["candidate_pairs"] = pairs.num_rows
+        report["admissible_initial"] = merger.pushed
+        lap("initial_heap")
+        result = merger.run()
+        lap("greedy_merge")  # includes measure (the merged clusters' signals) when a merge happened
     normaliser = float(sum(stats.column("entropy").to_pylist()))
     rmap, outputs = _write_merges(relations, result, merger.triple_counts, normaliser, out, report)
     if held:

@@ -1,6 +1,7 @@
-"""bench/duckdb_reference.py's ``--paths``: ``spark`` puts every relational stage on Spark SQL,
-``product`` leaves the engine to the build's resolution (what a build of that size runs), and
-the table names the engine each step took. No Spark, no DuckDB: the config and the table only."""
+"""The benches' ``--paths`` (``bench.common.bench_config``): ``spark`` puts every relational
+stage on Spark SQL, ``product`` leaves the engine to the build's resolution (what a build of
+that size runs); and ``--baseline`` loads an older tree's helpers. No Spark, no DuckDB: the
+config only."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from types import SimpleNamespace
 import pytest
 
 from bench.common import SPARK_PATHS, bench_config
-from bench.duckdb_reference import step_paths, table
 from lokg.pipeline.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,22 +29,6 @@ def test_product_paths_keep_the_default_engine():
 def test_an_unknown_paths_value_is_refused():
     with pytest.raises(ValueError, match="paths must be one of"):
         bench_config(ARGS, "driver")
-
-
-def test_the_table_names_the_path_each_step_took():
-    reports = {"ingest": {"engine": "spark", "refresh": {"ingest": "full"}},
-               "entity_types": {"engine": "duckdb"}, "relation_stats": {"engine": "duckdb"}}
-    spread = {"median": 2.0, "min": 1.0, "max": 3.0}
-    row = {"rounds": 3, "triples": 10, "step_paths": step_paths(reports),
-           "spark_startup_seconds": 9.0, "ratios": {"ingest": 2.0, "relation_stats": 0.5},
-           "seconds": {k: spread for k in ("lokg_ingest", "lokg_relation_stats",
-                                           "lokg_entity_types", "duckdb_ingest",
-                                           "duckdb_relation_stats")}}
-    lines = table(row).splitlines()
-    assert "3 rounds" in lines[0]
-    assert "| ingest (spark) | 2.0 (1.0–3.0) |" in lines[2]
-    assert "| relation_stats (duckdb) |" in lines[3]
-    assert "entity_types (duckdb;" in lines[4]
 
 
 @pytest.mark.parametrize("stage, name", [("ingest", "fm"), ("ingest", "sql"),

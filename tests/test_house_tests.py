@@ -17,9 +17,8 @@ from lokg.testing import REPO
 from lokg.testing.cli import BLOCK_HEAVY
 
 SOURCES = sorted([*(REPO / "tests").rglob("*.py"), *(REPO / "bench").rglob("*.py")])
-#: The bench modules a script may import: what scripts share, and the DuckDB reference's SQL
-#: (a module of bench/duckdb_reference.py, not a script).
-BENCH_LIBRARIES = {"bench.common", "bench.duckdb_sql"}
+#: The bench modules a script may import: what scripts share.
+BENCH_LIBRARIES = {"bench.common"}
 
 
 def imports(path: Path) -> set[str]:

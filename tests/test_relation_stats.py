@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -13,19 +14,58 @@ import pyarrow.parquet as pq
 import pytest
 
 from lokg.runtime.contract import check_schema, read_table, table_files
-from lokg.spark_jobs.relation_stats import tail_entropies, transe_neighbour_pairs
-from lokg.spark_jobs.scos_signals import (
+from lokg.spark_jobs.engine import open_engine
+from lokg.spark_jobs.relation_stats import (
     UNTYPED,
-    TypeIndex,
-    nmi_signal,
-    tail_entropy,
-    type_pair_dict,
+    ClusterSignals,
+    tail_entropies,
+    transe_neighbour_pairs,
 )
 from lokg.testing.stages import H_TWO_THIRDS, write_toy
 
 # JSD in bits of {x: 1} vs {x: ½, y: ½}, by hand: M = {x: ¾, y: ¼};
 # ½·1·log2(1/¾) + ½·(½·log2(½/¾) + ½·log2(½/¼)) = ½·log2(4/3) + ¼·log2(2/3) + ¼
 JSD_ONE_VS_HALF = 0.5 * math.log2(4 / 3) + 0.25 * math.log2(2 / 3) + 0.25
+
+
+# The definitions, by hand (the stage's SQL must agree with them)
+
+
+def type_pair_dict(entries) -> dict[tuple[str, str], float]:
+    """A ``type_pairs`` cell as {(head_type, tail_type): p}."""
+    return {(d["head_type"], d["tail_type"]): d["p"] for d in entries or ()}
+
+
+def tail_entropy(tails) -> float:
+    """H in nats of the tails of a relation's distinct (s, o) pairs."""
+    counts = Counter(np.asarray(tails).tolist())
+    n = sum(counts.values())
+    return max(0.0, -sum(c / n * math.log(c / n) for c in counts.values()))
+
+
+def type_set(types, rule: str) -> list[str]:
+    clean = sorted({t for t in types or () if t}) or [UNTYPED]
+    return clean[:1] if rule == "min" else clean
+
+
+def distribution(s, o, types: dict, rule: str = "spread") -> dict[tuple[str, str], float]:
+    """P over (head type, tail type): each pair's 1/n spread evenly over the product of its
+    entities' type sets."""
+    out: dict[tuple[str, str], float] = {}
+    for head, tail in zip(s.tolist(), o.tolist()):
+        hs, ts = type_set(types.get(head), rule), type_set(types.get(tail), rule)
+        for key in itertools.product(hs, ts):
+            out[key] = out.get(key, 0.0) + 1 / (len(s) * len(hs) * len(ts))
+    return out
+
+
+def nmi_signal(p: dict, q: dict) -> float:
+    """1 − JSD_bits(P, Q); 0 when either is empty."""
+    if not p or not q:
+        return 0.0
+    m = {k: (p.get(k, 0) + q.get(k, 0)) / 2 for k in set(p) | set(q)}
+    jsd = sum(0.5 * d[k] * math.log2(d[k] / m[k]) for d in (p, q) for k in d if d[k] > 0)
+    return 1.0 - min(1.0, max(0.0, jsd))
 
 
 def config(engine_config: dict, **relation_stats) -> dict:
@@ -47,17 +87,19 @@ def test_transe_neighbours_are_nearest_by_cosine():
     assert transe_neighbour_pairs(emb, np.arange(5), 0) == []
 
 
+#: The by-hand toy: b (1) is identical to a (0); c (2) has one triple, its head two types, its
+#: tail none; d (3) overlaps a, half of it (P, R); e (4) has no triples
+HAND_TYPES = {0: ["P"], 1: ["P"], 2: ["P"], 3: ["P2", "P"], 10: ["Q"], 11: ["Q"], 12: [],
+              13: ["R"]}
+HAND_TRIPLES = [(0, 0, 10), (1, 0, 10), (2, 0, 11), (0, 1, 10), (1, 1, 10), (2, 1, 11),
+                (3, 2, 12), (0, 3, 13), (1, 3, 10)]
+
+
 def test_stats_and_pair_signals_by_hand(engine_config, tmp_path):
     from lokg.spark_jobs import relation_stats
 
-    types = {0: ["P"], 1: ["P"], 2: ["P"], 3: ["P2", "P"], 10: ["Q"], 11: ["Q"], 12: [], 13: ["R"]}
     names = ["a", "b", "c", "d", "e"]
-    a = [(0, 10), (1, 10), (2, 11)]
-    triples = [(s, 0, o) for s, o in a] + [(s, 1, o) for s, o in a]  # b is identical to a
-    triples += [(3, 2, 12)]  # c: one triple, head with two types, untyped tail
-    triples += [(0, 3, 13), (1, 3, 10)]  # d: overlaps a, half of it (P, R)
-    # e (id 4) has no triples
-    inputs = write_toy(tmp_path, types, names, triples)
+    inputs = write_toy(tmp_path, HAND_TYPES, names, HAND_TRIPLES)
     result = relation_stats.run(config(engine_config), inputs, str(tmp_path / "out"))
 
     stats = {row["name"]: row for row in
@@ -90,13 +132,34 @@ def test_stats_and_pair_signals_by_hand(engine_config, tmp_path):
     assert result["report"]["transe"].startswith("skipped")
 
     assert result["report"]["engine"] == engine_config["engine"]["name"]
-    # the driver-side recomputation used by scos_merge agrees with the stage
-    idx = TypeIndex.from_table(read_table(Path(inputs["entities"]), "entities"))
-    for rid, name in enumerate(names):
-        so = np.array([(s, o) for s, r, o in triples if r == rid], dtype=np.int64).reshape(-1, 2)
-        assert tail_entropy(so[:, 1]) == pytest.approx(stats[name]["entropy"])
-        assert idx.distribution(so[:, 0], so[:, 1]) == pytest.approx(
-            type_pair_dict(stats[name]["type_pairs"]))
+
+
+@pytest.mark.parametrize("merged", [(0, 3), (1, 2)])
+def test_a_merged_cluster_has_the_signals_of_one_relation(engine_config, tmp_path, merged):
+    """ClusterSignals (scos_merge's measure) after merging two relations gives, bit for bit,
+    the H, NMI and Jaccard the stage writes for a graph where the two are one relation."""
+    from lokg.spark_jobs import relation_stats
+
+    keep, gone = merged
+    names = [f"r{i}" for i in range(5)]
+    one = sorted({(s, keep if r == gone else r, o) for s, r, o in HAND_TRIPLES})
+    whole = relation_stats.run(config(engine_config, type_pair_min_share=0.0),
+                               write_toy(tmp_path / "one", HAND_TYPES, names, one),
+                               str(tmp_path / "out"))["outputs"]
+    stats = read_table(Path(whole["relation_stats"]), "relation_stats").to_pylist()
+    pairs = pairs_by_key(whole["relation_pairs"])
+    inputs = write_toy(tmp_path / "two", HAND_TYPES, names, HAND_TRIPLES)
+    with open_engine({**config(engine_config)}, tmp_path) as engine:
+        engine.register("graph", inputs["triples"])
+        engine.register("entities", inputs["entities"])
+        signals = ClusterSignals(engine, "spread")
+        assert signals.merge(keep, gone, [keep, gone]) == stats[keep]["entropy"]
+        others = [r for r in range(5) if r not in merged]
+        measured = signals.pairs([(min(keep, r), max(keep, r)) for r in others])
+    assert {k for k in pairs if keep in k} <= set(measured)
+    for key, row in pairs.items():
+        if keep in key:
+            assert measured[key] == (row["nmi"], row["jaccard"])
 
 
 # Candidate toy: r0–r1 share entity 0 only; r2–r3 share type pair (D, E) only; r4 is isolated;
@@ -170,8 +233,8 @@ def test_type_rule_min_keeps_each_entitys_smallest_type(engine_config, tmp_path)
 @pytest.mark.parametrize("settings", [{}, {"max_relations_per_entity": 4, "type_rule": "min"}])
 def test_generator_data_agrees_with_the_definitions(engine_config, tmp_path, settings):
     """Generator data ingested and typed (entity_types), as a build feeds the stage, hub
-    entities included (a cap of 4 relations makes some): H(r) and P_r are those scos_merge
-    recomputes for a cluster (``scos_signals``), every pair sharing a non-hub entity or a
+    entities included (a cap of 4 relations makes some): H(r) and P_r are those of their
+    definitions (by hand, above), every pair sharing a non-hub entity or a
     type pair of mass >= the floor is a candidate, and each candidate's shared entities,
     Jaccard and NMI are those of its two relations' sets and distributions."""
     from lokg.pipeline.synth import generate
@@ -189,15 +252,16 @@ def test_generator_data_agrees_with_the_definitions(engine_config, tmp_path, set
     assert bool(result["report"]["hub_entities_skipped"]) == bool(settings)
 
     triples = read_table(Path(staged["triples"]), columns=["s", "r", "o"]).to_pydict()
-    index = TypeIndex.from_table(read_table(Path(staged["entities"]), columns=["id", "types"]),
-                                 settings.get("type_rule", "spread"))
+    entities = read_table(Path(staged["entities"]), columns=["id", "types"]).to_pydict()
+    types = dict(zip(entities["id"], entities["types"]))
     s, r, o = (np.asarray(triples[c], np.int64) for c in "sro")
     stats = {row["r"]: row for row in read_table(
         Path(result["outputs"]["relation_stats"]), "relation_stats").to_pylist()}
     dists, ents = {}, {}
     for rid, row in stats.items():
         mine = r == rid
-        dists[rid] = index.distribution(s[mine], o[mine])
+        dists[rid] = distribution(s[mine], o[mine], types,
+                                  settings.get("type_rule", "spread"))
         ents[rid] = set(s[mine].tolist()) | set(o[mine].tolist())
         assert row["entropy"] == pytest.approx(tail_entropy(o[mine]), abs=1e-9)
         assert type_pair_dict(row["type_pairs"]) == pytest.approx(dists[rid], abs=1e-11)

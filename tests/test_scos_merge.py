@@ -1,9 +1,11 @@
-"""scos_merge: threshold, greedy order, lazy invalidation, recomputation from the union,
-L_info / ρ̂, the disabled ablation, and the consistency of φ with the rewritten triples."""
+"""scos_merge: threshold, greedy order, lazy invalidation, a merged cluster measured by
+relation_stats' rules over its union of triples, L_info / ρ̂, the disabled ablation, and the
+consistency of φ with the rewritten triples."""
 
 from __future__ import annotations
 
 import math
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -11,13 +13,13 @@ import pyarrow as pa
 import pytest
 
 from lokg.runtime.contract import read_table, write_table
-from lokg.spark_jobs.scos_signals import TypeIndex
+from lokg.spark_jobs.engine import DuckDBEngine
+from lokg.spark_jobs.relation_stats import ClusterSignals
 from lokg.spark_jobs.scos_greedy import (
     Merger,
     canonical_mapping,
     canonical_member,
     delta,
-    initial_stats,
     summary,
     theta,
 )
@@ -26,22 +28,26 @@ from lokg.testing.stages import H_TWO_THIRDS, write_toy
 T = 100  # the common tail entity of the greedy toys
 
 
-def make_merger(heads: dict[int, list[int]], emb=None, weights=(0.40, 0.30, 0.30),
-                tails: dict[int, list[int]] | None = None,
+def make_merger(tmp_path: Path, heads: dict[int, list[int]], emb=None,
+                weights=(0.40, 0.30, 0.30), tails: dict[int, list[int]] | None = None,
                 special: dict[int, list[str]] | None = None, **refresh) -> Merger:
-    """Relations r → triples (h, r, tail); every entity has type P (NMI = 1) unless ``special``."""
-    modulus = 1000
-    keys = {}
-    for r, hs in heads.items():
-        ts = (tails or {}).get(r, [T] * len(hs))
-        keys[r] = np.unique(np.array(hs, dtype=np.int64) * modulus + np.array(ts, dtype=np.int64))
-    types = TypeIndex(range(modulus), [(special or {}).get(e, ["P"]) for e in range(modulus)])
+    """Relations r → triples (h, r, tail); every entity has type P (NMI = 1) unless ``special``;
+    the clusters measured by relation_stats' rules on DuckDB (``ClusterSignals``)."""
+    triples = sorted({(h, r, t) for r, hs in heads.items()
+                      for h, t in zip(hs, (tails or {}).get(r, [T] * len(hs)))})
+    types = {e: (special or {}).get(e, ["P"]) for s, _, o in triples for e in (s, o)}
+    inputs = write_toy(tmp_path, types, [f"rel{r}" for r in range(max(heads) + 1)], triples)
+    engine = DuckDBEngine({}, tmp_path)
+    engine.register("graph", inputs["triples"])
+    engine.register("entities", inputs["entities"])
+    signals = ClusterSignals(engine, "spread")
+    entropy = engine.fetch("SELECT r, entropy FROM entropy").to_pydict()
+    entropy = dict(zip(entropy["r"], entropy["entropy"]))
     names = {r: f"rel{r}" for r in heads}
-    counts = {r: len(k) for r, k in keys.items()}
-    merger = Merger(names, counts, initial_stats(keys, modulus, types), keys.__getitem__, modulus,
-                    types, None if emb is None else np.asarray(emb, dtype=np.float64),
-                    weights=weights, **refresh)
-    return merger
+    counts = {r: sum(1 for _, x, _ in triples if x == r) for r in heads}
+    return Merger(names, counts, entropy, signals,
+                  None if emb is None else np.asarray(emb, dtype=np.float64),
+                  weights=weights, **refresh)
 
 
 def angle(deg: float) -> list[float]:
@@ -61,13 +67,13 @@ def test_delta_and_theta():
     assert theta(1.0, 0.0, theta_base=0.95, epsilon=0.15) == 1.0  # capped at 1
 
 
-def test_highest_similarity_first_and_stale_entries_skipped():
+def test_highest_similarity_first_and_stale_entries_skipped(tmp_path):
     # A, B have the same triples (Jaccard 1); C shares 3 of 7 entities with each.
     # Embeddings: C at 0°, A at 30°, B at 90° ⇒ sim(A,B) = .4+.3+.3·cos60 = .85,
     # sim(A,C) = .4 + .3·3/7 + .3·cos30 = .788 (admissible), sim(B,C) = .529.
     # After A+B merge the mean embedding sits at 60°: sim(AB,C) = .4 + .3·3/7 + .15 = .679 < .75,
     # so the (A, C) heap entry is stale and must not be used.
-    m = make_merger({0: [1, 2, 3, 4], 1: [1, 2, 3, 4], 2: [3, 4, 5, 6]},
+    m = make_merger(tmp_path, {0: [1, 2, 3, 4], 1: [1, 2, 3, 4], 2: [3, 4, 5, 6]},
                     emb=[angle(30), angle(90), angle(0)])
     for a, b in ((0, 1), (0, 2), (1, 2)):
         m.add_candidate(a, b)
@@ -81,10 +87,10 @@ def test_highest_similarity_first_and_stale_entries_skipped():
     assert m.signals(0, 2)["sim"] == pytest.approx(0.4 + 0.3 * 3 / 7 + 0.3 * 0.5)
 
 
-def test_stats_recomputed_from_union_enable_the_next_merge():
+def test_stats_recomputed_from_union_enable_the_next_merge(tmp_path):
     # sim = Jaccard only. E(A) = {1..8, T}, E(B) = {2..9, T}: J = 8/10 = .8 → merge first.
     # E(C) = {1..12, T}: J(A,C) = J(B,C) = 9/13 = .69 < .75, but J(A∪B, C) = 10/13 = .77.
-    m = make_merger({0: list(range(1, 9)), 1: list(range(2, 10)), 2: list(range(1, 13))},
+    m = make_merger(tmp_path, {0: list(range(1, 9)), 1: list(range(2, 10)), 2: list(range(1, 13))},
                     weights=(0.0, 1.0, 0.0))
     for a, b in ((0, 1), (0, 2), (1, 2)):
         m.add_candidate(a, b)
@@ -95,9 +101,9 @@ def test_stats_recomputed_from_union_enable_the_next_merge():
     assert result.clusters == {0: [0, 1, 2]}
 
 
-def test_merged_cluster_entropy_types_and_loss():
+def test_merged_cluster_entropy_types_and_loss(tmp_path):
     # A: (0→10), (1→10), (2→11), H = H(⅔, ⅓); B: (0→10), (1→12), (3→11), H = ln 3.
-    m = make_merger({0: [0, 1, 2], 1: [0, 1, 3]}, emb=[[1, 0], [1, 0]],
+    m = make_merger(tmp_path, {0: [0, 1, 2], 1: [0, 1, 3]}, emb=[[1, 0], [1, 0]],
                     tails={0: [10, 10, 11], 1: [10, 12, 11]})
     assert m.clusters[0].entropy == pytest.approx(H_TWO_THIRDS)
     assert m.clusters[1].entropy == pytest.approx(math.log(3))
@@ -113,19 +119,30 @@ def test_merged_cluster_entropy_types_and_loss():
     assert entry["loss"] == pytest.approx((1 - sim) * H_TWO_THIRDS)  # min H before the merge
     # recomputed from the union of pairs: tails 10, 10, 11, 11, 12
     assert m.clusters[0].entropy == pytest.approx(-2 * 0.4 * math.log(0.4) - 0.2 * math.log(0.2))
-    assert m.clusters[0].dist == pytest.approx({("P", "P"): 1.0})
     assert not m.clusters[1].alive and m.clusters[0].version == 1
 
 
-def test_union_type_distribution_recomputed():
-    # entity 12 has type R; sim = cos = 1 so the pair merges whatever the other signals
-    m = make_merger({0: [0, 1, 2], 1: [0, 1, 3]}, emb=[[1, 0], [1, 0]], weights=(0, 0, 1),
-                    tails={0: [10, 10, 11], 1: [10, 12, 11]}, special={12: ["R"]})
-    assert m.clusters[1].dist == pytest.approx({("P", "P"): 2 / 3, ("P", "R"): 1 / 3})
+def jsd_bits(p: dict, q: dict) -> float:
+    """Jensen–Shannon divergence in bits, by its definition."""
+    m = {k: (p.get(k, 0) + q.get(k, 0)) / 2 for k in set(p) | set(q)}
+    return sum(0.5 * d[k] * math.log2(d[k] / m[k]) for d in (p, q) for k in d if d[k] > 0)
+
+
+def test_union_type_distribution_recomputed(tmp_path):
+    # entity 12 has type R; sim = cos = 1 so the pair merges whatever the other signals;
+    # relation 2 holds (P, P) alone: its NMI with a cluster shows the cluster's P
+    m = make_merger(tmp_path, {0: [0, 1, 2], 1: [0, 1, 3], 2: [20]}, weights=(0, 0, 1),
+                    emb=[[1, 0], [1, 0], [0, 1]], tails={0: [10, 10, 11], 1: [10, 12, 11]},
+                    special={12: ["R"]})
+    only_pp = {("P", "P"): 1.0}
+    nmi, _ = m.measure.pairs([(1, 2)])[(1, 2)]
+    assert nmi == pytest.approx(1 - jsd_bits({("P", "P"): 2 / 3, ("P", "R"): 1 / 3}, only_pp))
     m.add_candidate(0, 1)
     m.run()
     # union pairs (0,10) (1,10) (2,11) (1,12) (3,11)
-    assert m.clusters[0].dist == pytest.approx({("P", "P"): 4 / 5, ("P", "R"): 1 / 5})
+    nmi, jaccard = m.measure.pairs([(0, 2)])[(0, 2)]
+    assert nmi == pytest.approx(1 - jsd_bits({("P", "P"): 4 / 5, ("P", "R"): 1 / 5}, only_pp))
+    assert jaccard == 0.0
 
 
 def test_summary_and_canonical_names():
@@ -252,7 +269,7 @@ def test_stage_without_admissible_pair_passes_tables_through(tmp_path):
     assert result["outputs"]["triples"] == inputs["triples"]
     assert result["outputs"]["relations"] == inputs["relations"]
     assert result["report"]["admissible_initial"] == 0
-    assert "load_triples" not in result["report"]["step_seconds"]  # triples never loaded
+    assert "measure" not in result["report"]["step_seconds"]  # triples never read
     assert result["report"]["normaliser"]["value"] == pytest.approx(2 * H_TWO_THIRDS)
     rmap = read_table(Path(result["outputs"]["relation_map"]), "relation_map")
     assert rmap.column("canonical_id").to_pylist() == [0, 1, 2]
@@ -315,27 +332,28 @@ def test_a_small_edit_keeps_the_merges_a_changed_family_re_merges(tmp_path):
 # refresh: a previous merge holds while its sim stays within refresh_merge_margin under θ
 
 
-def merges_at(cos: float, **refresh) -> list[dict]:
+def merges_at(tmp_path: Path, cos: float, **refresh) -> list[dict]:
     """Two relations with the same heads (NMI 1, Jaccard 1, H 0: θ = .75) whose vectors have
     cosine ``cos``: sim = .4 + .3 + .3·cos."""
     emb = [[1.0, 0.0], [cos, math.sqrt(1 - cos * cos)], [0.0, 1.0]]
-    merger = make_merger({0: [1, 2, 3], 1: [1, 2, 3], 2: [7, 8]}, emb=emb, **refresh)
+    merger = make_merger(Path(tempfile.mkdtemp(dir=tmp_path)), {0: [1, 2, 3], 1: [1, 2, 3],
+                                                                2: [7, 8]}, emb=emb, **refresh)
     merger.add_candidate(0, 1)
     return merger.run().log
 
 
-def test_margin_keeps_a_previous_merge_just_under_theta_not_far_under():
+def test_margin_keeps_a_previous_merge_just_under_theta_not_far_under(tmp_path):
     together = {"previous_groups": {0: 5, 1: 5}, "margin": 0.05}
-    assert merges_at(0.2) and merges_at(0.2, **together)  # sim .76 ≥ θ: merged either way
-    dipped = merges_at(0.15, **together)  # sim .745: under θ, within the margin
+    assert merges_at(tmp_path, 0.2) and merges_at(tmp_path, 0.2, **together)  # sim .76 ≥ θ: merged either way
+    dipped = merges_at(tmp_path, 0.15, **together)  # sim .745: under θ, within the margin
     assert [(m["left"], m["right"]) for m in dipped] == [("rel0", "rel1")]
     assert dipped[0]["sim"] == pytest.approx(0.745) and dipped[0]["sim"] < dipped[0]["theta"]
-    assert merges_at(0.15) == []  # no previous merge (a full build): θ decides
-    assert merges_at(-0.2, **together) == []  # sim .64, past the margin: the merge splits
-    assert merges_at(0.15, previous_groups={0: 5, 1: 5}, margin=0.0) == []
+    assert merges_at(tmp_path, 0.15) == []  # no previous merge (a full build): θ decides
+    assert merges_at(tmp_path, -0.2, **together) == []  # sim .64, past the margin: the merge splits
+    assert merges_at(tmp_path, 0.15, previous_groups={0: 5, 1: 5}, margin=0.0) == []
     # a margin is for pairs the previous build merged: another group, or one member not in any
-    assert merges_at(0.15, previous_groups={0: 5, 1: 6}, margin=0.05) == []
-    assert merges_at(0.15, previous_groups={0: 5, 2: 5}, margin=0.05) == []
+    assert merges_at(tmp_path, 0.15, previous_groups={0: 5, 1: 6}, margin=0.05) == []
+    assert merges_at(tmp_path, 0.15, previous_groups={0: 5, 2: 5}, margin=0.05) == []
 
 
 def test_a_refresh_keeps_a_merge_that_dipped_within_the_margin(tmp_path):
