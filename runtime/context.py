@@ -38,7 +38,7 @@ class ContextEncoder:
             return knowledge, ittc.encode_uniform(knowledge, req.budget)
         rows, scores = found.passages if rt.provenance.extracted else ([], [])
         offered = passage_items(rt.provenance, rows[:req.passage_items],
-                                scores[:req.passage_items], found.triples)
+                                scores[:req.passage_items], found.triples, found.question)
         return knowledge, ittc.encode(knowledge, req.budget, rt.order, passages=offered)
 
     def _knowledge(self, triples: list[Triple], scores: list[float], focus: set[int],

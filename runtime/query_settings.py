@@ -38,9 +38,10 @@ class QuerySettings(Settings, section="query"):
             "(runtime/passage_rank.py; bench/passage_recall.py, docs/BENCHMARKS.md)")
     passage_items: int = setting(16, integer(0),
             "stores built from documents: this many chunks, first in query.passage_ranking's "
-            "order, are offered to ITTC beside the triples, each whole or as the sentences the "
-            "candidate triples came from, valued down the ranking; a triple an emitted passage "
-            "holds is not paid for twice (runtime/ittc/passages.py); 0 = off, triples only")
+            "order, are offered to ITTC beside the triples, each whole or as its sentences that "
+            "best match the question, valued down the ranking; a triple an emitted passage "
+            "holds is not paid for twice (runtime/ittc/passages.py, runtime/passage_items.py); "
+            "0 = off, triples only")
     focus_candidates: int = setting(5, integer(0),
             "top candidates that get ITTC's λ_boost (with linked entities)")
     min_link_cosine: float = setting(0.5, number(-1, 1),
