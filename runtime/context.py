@@ -37,8 +37,9 @@ class ContextEncoder:
         if req.encoding != "ittc":
             return knowledge, ittc.encode_uniform(knowledge, req.budget)
         rows, scores = found.passages if rt.provenance.extracted else ([], [])
+        matched = found.question if rt.settings["passage_sentences"] == "question" else None
         offered = passage_items(rt.provenance, rows[:req.passage_items],
-                                scores[:req.passage_items], found.triples, found.question)
+                                scores[:req.passage_items], found.triples, matched)
         return knowledge, ittc.encode(knowledge, req.budget, rt.order, passages=offered)
 
     def _knowledge(self, triples: list[Triple], scores: list[float], focus: set[int],

@@ -6,14 +6,15 @@ In a store built from documents, the chunks the passage ranking puts first
 PageRank of runtime/passage_rank.py) become :class:`ittc.Passage` items
 (runtime/ittc/passages.py has their renderings, values and the cover rule).
 
-**Best sentences.** A chunk's sentences are matched to the question by the store's encoder
-(the build's ``sentence_vectors.npy``, the question's vector): each sentence weighs
-exp(cos/``SENTENCE_TEMPERATURE``), normalised over the chunk, and the sentences option holds
-the fewest best-matching sentences whose weights reach ``SENTENCE_SHARE`` (in text order),
-worth that weight's share of the whole passage: a chunk whose match sits in one sentence
-offers it at nearly the passage's value for a fraction of its tokens, so a small budget packs
-the best sentences of more passages. Without sentence vectors (older builds) or a question
-vector, the option holds the sentences the question's candidate triples were extracted from
+**Best sentences** (``query.passage_sentences`` question, given the question's vector): a
+chunk's sentences are matched to the question by the store's encoder (the build's
+``sentence_vectors.npy``): each sentence weighs exp(cos/``SENTENCE_TEMPERATURE``), normalised
+over the chunk, and the sentences option holds the fewest best-matching sentences whose
+weights reach ``SENTENCE_SHARE`` (in text order), worth that weight's share of the whole
+passage: a chunk whose match sits in one sentence offers it at nearly the passage's value for
+a fraction of its tokens, so a small budget packs the best sentences of more passages.
+Otherwise (``sources``, the default; older builds without sentence vectors; no question
+vector) the option holds the sentences the question's candidate triples were extracted from
 (``triple_sources``), worth their share of the tokens. What each rendering covers is the
 candidate triples sourced in its sentences, or anywhere in the chunk. An emitted passage
 cites, sentence by sentence, the sentences its line holds.

@@ -154,3 +154,16 @@ def test_a_passage_items_sentences_are_those_nearest_the_question(built):
     assert sentences[target]["sentence_id"] in [sid for sid, _ in item.sentences]
     assert len(item.sentences) < len(item.all_sentences) and 0.5 <= item.share <= 1.0
     assert plain.share is None
+
+
+@pytest.mark.parametrize("choice, matched", [(None, False), ("question", True)])
+def test_query_passage_sentences_says_whether_the_question_chooses_them(built, monkeypatch,
+                                                                         choice, matched):
+    from lokg.runtime import context
+
+    build, _ = built
+    offered = []
+    monkeypatch.setattr(context, "passage_items", lambda *a: offered.append(a[4]) or [])
+    with Runtime.open(build.root, **({"passage_sentences": choice} if choice else {})) as rt:
+        rt.ask(f"Where was {PEOPLE[4]} born?", budget=256, policy="lokg", passage_items=2)
+    assert len(offered) == 1 and (offered[0] is not None) == matched
