@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--passage-items", type=int,
                         help="query.passage_items for the lokg methods but lokg-tcr-triples "
                              "(default: the build's); runs go to runs/<llm>-B<budget>-items<N>/")
-    parser.add_argument("--passage-sentences", choices=("sources", "question"),
+    parser.add_argument("--passage-sentences", choices=("sources", "question", "auto"),
                         help="query.passage_sentences for the lokg methods (default: the "
                              "build's); runs go to runs/<llm>-B<budget>-sentences-<choice>/")
     parser.add_argument("--no-progress", action="store_true")

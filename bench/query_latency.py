@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                              "triples only)")
     parser.add_argument("--passage-ranking", choices=("dense", "graph"),
                         help="override query.passage_ranking")
-    parser.add_argument("--passage-sentences", choices=("sources", "question"),
+    parser.add_argument("--passage-sentences", choices=("sources", "question", "auto"),
                         help="override query.passage_sentences")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)

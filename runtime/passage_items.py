@@ -13,8 +13,14 @@ over the chunk, and the sentences option holds the fewest best-matching sentence
 weights reach ``SENTENCE_SHARE`` (in text order), worth that weight's share of the whole
 passage: a chunk whose match sits in one sentence offers it at nearly the passage's value for
 a fraction of its tokens, so a small budget packs the best sentences of more passages.
-Otherwise (``sources``, the default; older builds without sentence vectors; no question
-vector) the option holds the sentences the question's candidate triples were extracted from
+``auto`` (the default) asks first whether the question's match is concentrated: when the best
+offered chunk's cosine with the question exceeds the mean of the next ``RUNNERS_UP`` by at
+least ``CONCENTRATION_GAP`` (the offered chunks' cosines, best first, whatever the ranking),
+the answer most likely sits in the first chunks, which the sources rule keeps whole; otherwise
+the match is spread, and the best sentences of more chunks buy breadth
+(:func:`sentence_question`). Otherwise (``sources``; ``auto`` on a concentrated match; older
+builds without sentence vectors; no question vector) the option holds the sentences the
+question's candidate triples were extracted from
 (``triple_sources``), worth their share of the tokens. What each rendering covers is the
 candidate triples sourced in its sentences, or anywhere in the chunk. An emitted passage
 cites, sentence by sentence, the sentences its line holds.
@@ -34,6 +40,32 @@ from lokg.runtime.provenance import Provenance, Triple
 SENTENCE_TEMPERATURE = 0.1
 #: The sentences option holds the fewest best sentences whose weights reach this share.
 SENTENCE_SHARE = 0.5
+#: ``auto``: a match is concentrated when the best chunk's cosine exceeds the mean of the next
+#: RUNNERS_UP chunks' by at least CONCENTRATION_GAP (chosen on HotpotQA dev-200, the store's
+#: MiniLM encoder; docs/documents.md).
+CONCENTRATION_GAP = 0.14
+RUNNERS_UP = 4
+
+
+def sentence_question(prov: Provenance, rows: Sequence[int], question: np.ndarray | None,
+                      rule: str) -> np.ndarray | None:
+    """The vector that chooses the best sentences of the chunks at ``rows`` under
+    ``query.passage_sentences`` ``rule`` (sources | question | auto), or None: the sources
+    rule (module docstring)."""
+    if rule == "sources" or question is None:
+        return None
+    if rule == "auto":
+        cosines = prov.dense_scores(question, rows)
+        if cosines is None or concentrated(cosines):
+            return None
+    return question
+
+
+def concentrated(cosines: np.ndarray) -> bool:
+    """Whether the best of ``cosines`` exceeds the mean of the next ``RUNNERS_UP`` by at least
+    ``CONCENTRATION_GAP`` (fewer than two chunks: concentrated)."""
+    best = np.sort(np.asarray(cosines, np.float64))[::-1]
+    return len(best) < 2 or bool(best[0] - best[1:1 + RUNNERS_UP].mean() >= CONCENTRATION_GAP)
 
 
 def passage_items(prov: Provenance, rows: Sequence[int], scores: Sequence[float],

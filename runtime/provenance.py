@@ -139,12 +139,15 @@ class Provenance:
                 self._graph = PassageGraph(self._passages, n_entities)
             return self._graph
 
-    def dense_scores(self, question: np.ndarray | None) -> np.ndarray | None:
-        """Every chunk's dot product with the question vector (None: no usable vector)."""
+    def dense_scores(self, question: np.ndarray | None, rows: Sequence[int] | None = None
+                     ) -> np.ndarray | None:
+        """Every chunk's dot product with the question vector, or those of the chunks at
+        ``rows`` in that order (None: no usable vector)."""
         if question is None or self.chunk_vectors is None or \
                 question.shape[-1] != self.chunk_vectors.shape[1]:
             return None
-        return self.chunk_vectors @ np.asarray(question, np.float32).reshape(-1)
+        vectors = self.chunk_vectors if rows is None else self.chunk_vectors[list(rows)]
+        return vectors @ np.asarray(question, np.float32).reshape(-1)
 
     @property
     def extracted(self) -> bool:

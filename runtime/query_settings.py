@@ -42,12 +42,14 @@ class QuerySettings(Settings, section="query"):
             "sentences (query.passage_sentences), valued down the ranking; a triple an emitted "
             "passage holds is not paid for twice (runtime/ittc/passages.py); 0 = off, triples "
             "only")
-    passage_sentences: str = setting("sources", choice("sources", "question"),
+    passage_sentences: str = setting("auto", choice("sources", "question", "auto"),
             "which sentences of a query.passage_items chunk its sentences option holds: "
             "'sources' = those the candidate triples were extracted from, worth their share of "
             "the chunk's tokens | 'question' = its fewest sentences best matching the question "
-            "by the build's sentence_vectors.npy, worth their share of the match "
-            "(runtime/passage_items.py; builds without sentence vectors: 'sources')")
+            "by the build's sentence_vectors.npy, worth their share of the match | 'auto' = "
+            "'sources' when the question's match is concentrated (the best offered chunk's "
+            "cosine at least 0.14 above the mean of the next four's), else 'question' (runtime/passage_items.py; builds "
+            "without sentence vectors: 'sources')")
     focus_candidates: int = setting(5, integer(0),
             "top candidates that get ITTC's λ_boost (with linked entities)")
     min_link_cosine: float = setting(0.5, number(-1, 1),

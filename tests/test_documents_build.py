@@ -156,13 +156,16 @@ def test_a_passage_items_sentences_are_those_nearest_the_question(built):
     assert plain.share is None
 
 
-@pytest.mark.parametrize("choice, matched", [(None, False), ("question", True)])
+@pytest.mark.parametrize("choice, gap, matched", [
+    ("sources", 10.0, False), ("question", -1.0, True), ("auto", 10.0, True),
+    ("auto", -1.0, False), (None, 10.0, True)])  # auto by default
 def test_query_passage_sentences_says_whether_the_question_chooses_them(built, monkeypatch,
-                                                                         choice, matched):
-    from lokg.runtime import context
+                                                                         choice, gap, matched):
+    from lokg.runtime import context, passage_items
 
     build, _ = built
     offered = []
+    monkeypatch.setattr(passage_items, "CONCENTRATION_GAP", gap)  # auto: never/always concentrated
     monkeypatch.setattr(context, "passage_items", lambda *a: offered.append(a[4]) or [])
     with Runtime.open(build.root, **({"passage_sentences": choice} if choice else {})) as rt:
         rt.ask(f"Where was {PEOPLE[4]} born?", budget=256, policy="lokg", passage_items=2)

@@ -139,3 +139,20 @@ def test_the_best_sentences_are_the_fewest_best_matches_that_hold_the_share(matc
     weights = np.exp(np.array(match) / SENTENCE_TEMPERATURE)
     assert share == pytest.approx(sum(weights["abc".index(s)] for s in kept) / weights.sum())
     assert share >= SENTENCE_SHARE
+
+
+@pytest.mark.parametrize("above, rest, expected", [
+    (0.01, [0.5] * 4, True), (-0.01, [0.5] * 4, False),
+    (0.01, [0.5] * 4 + [-1.0], True),  # only the next RUNNERS_UP count
+    (0.01, [0.4, 0.6, 0.5, 0.5], True), (-0.01, [0.4, 0.6, 0.5, 0.5], False),
+    (0.01, [], True)])
+def test_a_match_is_concentrated_when_the_best_chunk_stands_above_the_next_ones(above, rest,
+                                                                                expected):
+    import numpy as np
+
+    from lokg.runtime.passage_items import CONCENTRATION_GAP, RUNNERS_UP, concentrated
+
+    assert RUNNERS_UP == 4
+    best = float(np.mean(rest[:4])) + CONCENTRATION_GAP + above if rest else 0.5
+    for cosines in ([best, *rest], [*rest, best]):  # the best, wherever the ranking put it
+        assert concentrated(np.array(cosines)) is expected
