@@ -41,8 +41,8 @@ SENTENCE_TEMPERATURE = 0.1
 #: The sentences option holds the fewest best sentences whose weights reach this share.
 SENTENCE_SHARE = 0.5
 #: ``auto``: a match is concentrated when the best chunk's cosine exceeds the mean of the next
-#: RUNNERS_UP chunks' by at least CONCENTRATION_GAP (chosen on HotpotQA dev-200, the store's
-#: MiniLM encoder; docs/documents.md).
+#: RUNNERS_UP chunks' by at least CONCENTRATION_GAP (fitted by bench/fit_concentration_gap.py
+#: on HotpotQA dev-200 with the store's MiniLM encoder; docs/documents.md).
 CONCENTRATION_GAP = 0.14
 RUNNERS_UP = 4
 
@@ -56,16 +56,17 @@ def sentence_question(prov: Provenance, rows: Sequence[int], question: np.ndarra
         return None
     if rule == "auto":
         cosines = prov.dense_scores(question, rows)
-        if cosines is None or concentrated(cosines):
+        if cosines is None or match_gap(cosines) >= CONCENTRATION_GAP:
             return None
     return question
 
 
-def concentrated(cosines: np.ndarray) -> bool:
-    """Whether the best of ``cosines`` exceeds the mean of the next ``RUNNERS_UP`` by at least
-    ``CONCENTRATION_GAP`` (fewer than two chunks: concentrated)."""
+def match_gap(cosines: np.ndarray) -> float:
+    """How far the best of ``cosines`` stands above the mean of the next ``RUNNERS_UP``
+    (infinite with fewer than two): ``auto`` calls a match concentrated at ``CONCENTRATION_GAP``
+    or more."""
     best = np.sort(np.asarray(cosines, np.float64))[::-1]
-    return len(best) < 2 or bool(best[0] - best[1:1 + RUNNERS_UP].mean() >= CONCENTRATION_GAP)
+    return float(best[0] - best[1:1 + RUNNERS_UP].mean()) if len(best) > 1 else float("inf")
 
 
 def passage_items(prov: Provenance, rows: Sequence[int], scores: Sequence[float],

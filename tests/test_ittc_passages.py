@@ -150,9 +150,9 @@ def test_a_match_is_concentrated_when_the_best_chunk_stands_above_the_next_ones(
                                                                                 expected):
     import numpy as np
 
-    from lokg.runtime.passage_items import CONCENTRATION_GAP, RUNNERS_UP, concentrated
+    from lokg.runtime.passage_items import CONCENTRATION_GAP, RUNNERS_UP, match_gap
 
     assert RUNNERS_UP == 4
     best = float(np.mean(rest[:4])) + CONCENTRATION_GAP + above if rest else 0.5
     for cosines in ([best, *rest], [*rest, best]):  # the best, wherever the ranking put it
-        assert concentrated(np.array(cosines)) is expected
+        assert (match_gap(np.array(cosines)) >= CONCENTRATION_GAP) is expected
