@@ -62,8 +62,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--passage-items", type=int,
                         help="query.passage_items for the lokg methods but lokg-tcr-triples "
                              "(default: the build's); runs go to runs/<llm>-B<budget>-items<N>/")
+    parser.add_argument("--passage-sentences", choices=("sources", "question", "auto"),
+                        help="query.passage_sentences for the lokg methods (default: the "
+                             "build's); runs go to runs/<llm>-B<budget>-sentences-<choice>/")
     parser.add_argument("--no-progress", action="store_true")
     return parser.parse_args(argv)
+
+
+def _run_name(args: argparse.Namespace, budget: int) -> str:
+    """A run's directory under runs/: the reader and budget, then the settings given."""
+    return (f"{args.llm}-B{budget}" + ("-graph" if args.passage_ranking == "graph" else "")
+            + ("" if args.passage_items is None else f"-items{args.passage_items}")
+            + ("" if args.passage_sentences is None else f"-sentences-{args.passage_sentences}"))
 
 
 def _budgets(text: str) -> list[int]:
@@ -93,9 +103,8 @@ def run_budgets(args: argparse.Namespace, reading_set, store: Path, command: str
     names = method_names(args.methods)
     data = reading_set.dataset
     questions = data.questions[:args.limit] if args.limit else data.questions
-    ranking = {"passage_ranking": args.passage_ranking} if args.passage_ranking else {}
-    if args.passage_items is not None:
-        ranking["passage_items"] = args.passage_items
+    ranking = {k: getattr(args, k) for k in ("passage_ranking", "passage_items",
+                                             "passage_sentences") if getattr(args, k) is not None}
     rt = Runtime.open(store, **ranking)
     llm = CountingLLM(make_llm(args.llm))
     results = {}
@@ -103,9 +112,7 @@ def run_budgets(args: argparse.Namespace, reading_set, store: Path, command: str
         # methods hold their own copy of the context (one per entity mode): made per budget
         ctx = EvalContext(rt, llm, budget, entities="link")
         methods = make_methods(names, ctx)
-        out = args.work / args.dataset / "runs" / (f"{args.llm}-B{budget}" + (
-            "-graph" if args.passage_ranking == "graph" else "") + (
-            "" if args.passage_items is None else f"-items{args.passage_items}"))
+        out = args.work / args.dataset / "runs" / _run_name(args, budget)
         settings = {"dataset": data.describe(), "llm": args.llm, "budget": budget, **ranking,
                     "model": None if ctx.llm.model is None else str(ctx.llm.model),
                     "entities": "link", "stores": {"store": rt.build_id}, "reading": True}

@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
                              "triples only)")
     parser.add_argument("--passage-ranking", choices=("dense", "graph"),
                         help="override query.passage_ranking")
+    parser.add_argument("--passage-sentences", choices=("sources", "question", "auto"),
+                        help="override query.passage_sentences")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
 
@@ -141,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         settings["passage_items"] = args.passage_items
     if args.passage_ranking:
         settings["passage_ranking"] = args.passage_ranking
+    if args.passage_sentences:
+        settings["passage_sentences"] = args.passage_sentences
     rt = Runtime.open(args.store, **settings)
     rss_open = rss_mib()
     if args.questions_file:

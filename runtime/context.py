@@ -11,7 +11,7 @@ Answer.triples and, in a store built from documents, Answer.citations; there the
 from __future__ import annotations
 
 from lokg.runtime import ittc
-from lokg.runtime.passage_items import passage_items, passage_records
+from lokg.runtime.passage_items import passage_items, passage_records, sentence_question
 from lokg.runtime.planning import RelationPlan
 from lokg.runtime.relknow import Triple
 from lokg.runtime.request import Request
@@ -37,8 +37,10 @@ class ContextEncoder:
         if req.encoding != "ittc":
             return knowledge, ittc.encode_uniform(knowledge, req.budget)
         rows, scores = found.passages if rt.provenance.extracted else ([], [])
-        offered = passage_items(rt.provenance, rows[:req.passage_items],
-                                scores[:req.passage_items], found.triples)
+        rows, scores = rows[:req.passage_items], scores[:req.passage_items]
+        matched = sentence_question(rt.provenance, rows, found.question,
+                                    rt.settings["passage_sentences"])
+        offered = passage_items(rt.provenance, rows, scores, found.triples, matched)
         return knowledge, ittc.encode(knowledge, req.budget, rt.order, passages=offered)
 
     def _knowledge(self, triples: list[Triple], scores: list[float], focus: set[int],

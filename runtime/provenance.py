@@ -38,6 +38,8 @@ class Provenance:
         # sentence_id -> (doc_id, first chunk holding it, text)
         self._sentences: dict[str, tuple[str, str, str]] = {}
         self._chunk_sentences: dict[str, list[str]] = defaultdict(list)  # in text order
+        self._sentence_rows: dict[str, int] = {}  # sentence_id -> its row of sentence_vectors
+        self.sentence_vectors: np.ndarray | None = None
         self._chunk_docs: list[str] = []  # chunk row -> its document's id
         self._chunk_texts: list[str] = []  # chunk row -> its text
         if tables.get("triple_context", {}).get("rows"):
@@ -66,6 +68,11 @@ class Provenance:
                            zip(*(sent[c].to_pylist() for c in sent.column_names))}
         for sid, (_, chunk, _) in self._sentences.items():  # the table is in text order
             self._chunk_sentences[chunk].append(sid)
+        path = build.path / "sentence_vectors.npy"  # older builds have none
+        vectors = np.load(path, mmap_mode="r") if path.is_file() else None
+        if vectors is not None and vectors.ndim == 2 and len(vectors) == sent.num_rows:
+            self._sentence_rows = {sid: i for i, sid in enumerate(sent["sentence_id"].to_pylist())}
+            self.sentence_vectors = vectors
 
     def _load_sources(self, build: Build) -> None:
         t = build.read("triple_sources")
@@ -132,12 +139,15 @@ class Provenance:
                 self._graph = PassageGraph(self._passages, n_entities)
             return self._graph
 
-    def dense_scores(self, question: np.ndarray | None) -> np.ndarray | None:
-        """Every chunk's dot product with the question vector (None: no usable vector)."""
+    def dense_scores(self, question: np.ndarray | None, rows: Sequence[int] | None = None
+                     ) -> np.ndarray | None:
+        """Every chunk's dot product with the question vector, or those of the chunks at
+        ``rows`` in that order (None: no usable vector)."""
         if question is None or self.chunk_vectors is None or \
                 question.shape[-1] != self.chunk_vectors.shape[1]:
             return None
-        return self.chunk_vectors @ np.asarray(question, np.float32).reshape(-1)
+        vectors = self.chunk_vectors if rows is None else self.chunk_vectors[list(rows)]
+        return vectors @ np.asarray(question, np.float32).reshape(-1)
 
     @property
     def extracted(self) -> bool:
@@ -162,6 +172,18 @@ class Provenance:
     def chunk_sentences(self, chunk_id: str) -> list[tuple[str, str]]:
         """(sentence id, text) of the sentences that start in the chunk, in text order."""
         return [(sid, self._sentences[sid][2]) for sid in self._chunk_sentences.get(chunk_id, ())]
+
+    def sentence_match(self, question: np.ndarray | None, sentence_ids: Sequence[str]
+                       ) -> np.ndarray | None:
+        """Each sentence's dot product with the question vector (the build's sentence vectors,
+        the same encoder); None without a usable vector or a vector for every sentence."""
+        vectors = self.sentence_vectors
+        if question is None or vectors is None or question.shape[-1] != vectors.shape[1]:
+            return None
+        rows = [self._sentence_rows.get(sid) for sid in sentence_ids]
+        if None in rows:
+            return None
+        return vectors[rows] @ np.asarray(question, np.float32).reshape(-1)
 
     def sources(self, triple: Triple) -> list[tuple[str, str]]:
         """(chunk id, sentence id) of every passage the triple was extracted from."""

@@ -38,9 +38,18 @@ class QuerySettings(Settings, section="query"):
             "(runtime/passage_rank.py; bench/passage_recall.py, docs/BENCHMARKS.md)")
     passage_items: int = setting(16, integer(0),
             "stores built from documents: this many chunks, first in query.passage_ranking's "
-            "order, are offered to ITTC beside the triples, each whole or as the sentences the "
-            "candidate triples came from, valued down the ranking; a triple an emitted passage "
-            "holds is not paid for twice (runtime/ittc/passages.py); 0 = off, triples only")
+            "order, are offered to ITTC beside the triples, each whole or as some of its "
+            "sentences (query.passage_sentences), valued down the ranking; a triple an emitted "
+            "passage holds is not paid for twice (runtime/ittc/passages.py); 0 = off, triples "
+            "only")
+    passage_sentences: str = setting("auto", choice("sources", "question", "auto"),
+            "which sentences of a query.passage_items chunk its sentences option holds: "
+            "'sources' = those the candidate triples were extracted from, worth their share of "
+            "the chunk's tokens | 'question' = its fewest sentences best matching the question "
+            "by the build's sentence_vectors.npy, worth their share of the match | 'auto' = "
+            "'sources' when the question's match is concentrated (the best offered chunk's "
+            "cosine at least 0.14 above the mean of the next four's), else 'question' (runtime/passage_items.py; builds "
+            "without sentence vectors: 'sources')")
     focus_candidates: int = setting(5, integer(0),
             "top candidates that get ITTC's λ_boost (with linked entities)")
     min_link_cosine: float = setting(0.5, number(-1, 1),

@@ -55,6 +55,7 @@ class Retrieval:
     semantic: bool  # a question vector was at hand (Answer.encoding.semantic)
     #: stores built from documents: the ranked chunks' rows and ranking scores, best first
     passages: tuple[list[int], list[float]] = ([], [])
+    question: np.ndarray | None = None  # the question's vector (None: none at hand)
 
 
 def paths_triples(candidates: list[Candidate]) -> dict[Triple, float]:
@@ -123,7 +124,7 @@ class Retriever:
             present = set(triples)
             extra = [f for f in dict.fromkeys(extra) if f not in present]
             triples, scores = triples + extra, scores + [min(scores)] * len(extra)
-        return Retrieval(candidates, triples, scores, sources, semantic, ranked)
+        return Retrieval(candidates, triples, scores, sources, semantic, ranked, q_vec)
 
     def _ranked_passages(self, heads: list[int], q_vec: np.ndarray | None, req: Request
                          ) -> tuple[list[int], list[float]]:

@@ -389,6 +389,13 @@ def test_triple_context_golden(tmp_path, encoder_spec):
     assert result["report"]["head_in_a_source"] == result["report"]["triples_with_sources"] == 3
     vectors = __import__("numpy").load(result["outputs"]["chunk_vectors"])
     assert vectors.shape == (2, 384)
+    said = pq.read_table(inputs["sentences"], columns=["chunk_id", "text"]).to_pylist()
+    chunks = pq.read_table(inputs["chunks"]).column("chunk_id").to_pylist()
+    by_sentence = __import__("numpy").load(result["outputs"]["sentence_vectors"])
+    assert by_sentence.shape == (len(said), 384) and len(said) > len(chunks)
+    # rows in the sentences table's order: each sentence is nearest the chunk that holds it
+    assert [chunks[int((vectors @ v).argmax())] for v in by_sentence] == [
+        s["chunk_id"] for s in said]
     strict = tmp_path / "strict"
     strict.mkdir()
     none = triple_context.run(config(triple_context={"floor": 0.99}), inputs, str(strict))

@@ -133,3 +133,40 @@ def test_a_passage_item_cites_its_chunk_sentence_by_sentence(built):
                          held[c["sentence_id"]]["text"] in first["line"] for c in cited
                          if c["chunk_id"] == first["chunk_id"])
     assert any(city in p["line"] for p in answer.passages)
+
+
+def test_a_passage_items_sentences_are_those_nearest_the_question(built):
+    """The build's sentence vectors (triple_context) choose a chunk's sentences option: a
+    question vector equal to one sentence's picks that sentence; none keeps the sources'."""
+    from lokg.runtime.passage_items import passage_items
+
+    build, _ = built
+    sentences = build.read("sentences", columns=["sentence_id", "chunk_id"]).to_pylist()
+    chunks = build.read("chunks", columns=["chunk_id"]).column("chunk_id").to_pylist()
+    with Runtime.open(build.root) as rt:
+        prov = rt.provenance
+        assert prov.sentence_vectors.shape == (len(sentences), prov.chunk_vectors.shape[1])
+        row, target = next((chunks.index(s["chunk_id"]), i) for i, s in enumerate(sentences)
+                           if len(prov.chunk_sentences(s["chunk_id"])) > 1 and
+                           prov.chunk_sentences(s["chunk_id"])[-1][0] == s["sentence_id"])
+        [item] = passage_items(prov, [row], [1.0], [], prov.sentence_vectors[target])
+        [plain] = passage_items(prov, [row], [1.0], [], None)
+    assert sentences[target]["sentence_id"] in [sid for sid, _ in item.sentences]
+    assert len(item.sentences) < len(item.all_sentences) and 0.5 <= item.share <= 1.0
+    assert plain.share is None
+
+
+@pytest.mark.parametrize("choice, gap, matched", [
+    ("sources", 10.0, False), ("question", -1.0, True), ("auto", 10.0, True),
+    ("auto", -1.0, False), (None, 10.0, True)])  # auto by default
+def test_query_passage_sentences_says_whether_the_question_chooses_them(built, monkeypatch,
+                                                                         choice, gap, matched):
+    from lokg.runtime import context, passage_items
+
+    build, _ = built
+    offered = []
+    monkeypatch.setattr(passage_items, "CONCENTRATION_GAP", gap)  # auto: never/always concentrated
+    monkeypatch.setattr(context, "passage_items", lambda *a: offered.append(a[4]) or [])
+    with Runtime.open(build.root, **({"passage_sentences": choice} if choice else {})) as rt:
+        rt.ask(f"Where was {PEOPLE[4]} born?", budget=256, policy="lokg", passage_items=2)
+    assert len(offered) == 1 and (offered[0] is not None) == matched

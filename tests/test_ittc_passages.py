@@ -105,3 +105,54 @@ def test_an_offered_passage_cites_the_sentences_its_line_holds():
     assert records[0]["chunk_id"] == "c-alice" and records[0]["covers"] == 2
     assert [(c["chunk_id"], c["sentence_id"], c["sentence"], c["basis"]) for c in citations] \
         == [("c-alice", "s1", SENTENCE, "passage")]
+
+
+@pytest.mark.parametrize("share, chosen", [(None, ["passage", None]),
+                                           (0.9, ["sentences", "sentences"])])
+def test_sentences_holding_most_of_the_match_buy_two_passages_where_one_fits_whole(share, chosen):
+    """``share``: the sentences' value share (the question's match they hold); None: their
+    token share, which buys the whole first chunk over the sentences of two."""
+    def offered(rank: int) -> Passage:
+        return Passage(f"c{rank}", "d", f"T{rank}", SENTENCE + FILLER * 3,
+                       sentences=(("s", SENTENCE),), rank=rank, share=share)
+
+    ps = [offered(0), offered(1)]
+    whole, part = (count_tokens(passage_line("T0", t)) for t in (SENTENCE + FILLER * 3,
+                                                                  SENTENCE))
+    assert 2 * part <= whole  # the budget fits both sentences options or the first whole
+    enc = encode([], whole + 2, ORDER, passages=ps, dp_max_budget=4096)
+    assert emitted(enc)[0] == chosen
+    values = enc.passages[0].values
+    assert values[1] == pytest.approx(values[2] * (share or part / whole))
+
+
+@pytest.mark.parametrize("match, kept", [([0.2, 0.9, 0.3], ["b"]), ([0.5, 0.1, 0.5], ["a", "c"]),
+                                         ([0.4, 0.4, 0.4], ["a", "b"]), ([0.7], ["a"])])
+def test_the_best_sentences_are_the_fewest_best_matches_that_hold_the_share(match, kept):
+    import numpy as np
+
+    from lokg.runtime.passage_items import SENTENCE_SHARE, SENTENCE_TEMPERATURE, best_sentences
+
+    sentences = tuple((sid, f"sentence {sid}") for sid in "abc"[:len(match)])
+    chosen, share = best_sentences(sentences, np.array(match))
+    assert [sid for sid, _ in chosen] == kept  # in text order
+    weights = np.exp(np.array(match) / SENTENCE_TEMPERATURE)
+    assert share == pytest.approx(sum(weights["abc".index(s)] for s in kept) / weights.sum())
+    assert share >= SENTENCE_SHARE
+
+
+@pytest.mark.parametrize("above, rest, expected", [
+    (0.01, [0.5] * 4, True), (-0.01, [0.5] * 4, False),
+    (0.01, [0.5] * 4 + [-1.0], True),  # only the next RUNNERS_UP count
+    (0.01, [0.4, 0.6, 0.5, 0.5], True), (-0.01, [0.4, 0.6, 0.5, 0.5], False),
+    (0.01, [], True)])
+def test_a_match_is_concentrated_when_the_best_chunk_stands_above_the_next_ones(above, rest,
+                                                                                expected):
+    import numpy as np
+
+    from lokg.runtime.passage_items import CONCENTRATION_GAP, RUNNERS_UP, match_gap
+
+    assert RUNNERS_UP == 4
+    best = float(np.mean(rest[:4])) + CONCENTRATION_GAP + above if rest else 0.5
+    for cosines in ([best, *rest], [*rest, best]):  # the best, wherever the ranking put it
+        assert (match_gap(np.array(cosines)) >= CONCENTRATION_GAP) is expected

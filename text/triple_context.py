@@ -11,7 +11,9 @@ source sentence restored.
    the candidates are embedded with the store's encoder, and the most similar sentence is kept
    with its cosine when that reaches ``triple_context.floor``.
 3. ``chunk_vectors``: every chunk embedded once (rows in ``chunks`` order, unit norm) for dense
-   passage retrieval (the chunk-RAG baseline, query-driven feedback).
+   passage retrieval (the chunk-RAG baseline, query-driven feedback); ``sentence_vectors``:
+   every sentence of ``sentences`` embedded the same way (rows in its order), which ITTC's
+   passage items match against the question to choose a passage's best sentences.
 
 ``enabled: auto`` restores context for builds from documents only (encoding every triple of a
 large KB dump is the price of ``on``); ``off`` writes the provenance alone.
@@ -261,11 +263,11 @@ def stage_encoder(inputs: Mapping[str, str], cfg: Mapping) -> PrefixedEncoder:
 
 def _restore_and_encode(inputs: Mapping[str, str], cfg, triples, sources, chunks,
                         restoring: bool, report: dict, lap: Laps) -> tuple:
-    """(the restored triple contexts, the chunks' vectors), each empty when not made; the
-    encoder is loaded only when one of them is wanted (its backend and the counts go into
-    ``report``)."""
+    """(the restored triple contexts, the chunks' vectors, the sentences' vectors), each empty
+    when not made; the encoder is loaded only when one of them is wanted (its backend and the
+    counts go into ``report``)."""
     context = TABLE_SCHEMAS["triple_context"].empty_table()
-    vectors = np.zeros((0, 0), np.float32)
+    vectors = sentence_vectors = np.zeros((0, 0), np.float32)
     if restoring or chunks.num_rows:
         with torch_threads(cfg.threads):
             encoder = stage_encoder(inputs, cfg)
@@ -282,7 +284,10 @@ def _restore_and_encode(inputs: Mapping[str, str], cfg, triples, sources, chunks
                 vectors = encode_by_length(encoder, chunks["text"].to_pylist(),
                                            cfg.batch_size)
                 lap("chunk_vectors")
-    return context, vectors
+                sentence_vectors = encode_by_length(
+                    encoder, _read(inputs, "sentences")["text"].to_pylist(), cfg.batch_size)
+                lap("sentence_vectors")
+    return context, vectors, sentence_vectors
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
@@ -291,6 +296,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     paths = {"triple_sources": out / "triple_sources.parquet",
              "triple_context": out / "triple_context.parquet",
              "chunk_vectors": out / "chunk_vectors.npy",
+             "sentence_vectors": out / "sentence_vectors.npy",
              "feedback_lineage": out / "feedback_lineage.parquet"}
     triples = _triples(inputs)
     sources, lineage = canonical_sources(inputs, triples)
@@ -304,9 +310,10 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
                     "feedback_lineage": lineage.num_rows,
                     "chunks": chunks.num_rows,
                     **head_check(sources, chunks, _read(inputs, "documents"), entities)}
-    context, vectors = _restore_and_encode(inputs, cfg, triples, sources, chunks, restoring,
-                                           report, lap)
+    context, vectors, sentence_vectors = _restore_and_encode(inputs, cfg, triples, sources,
+                                                             chunks, restoring, report, lap)
     write_table("triple_context", context, paths["triple_context"])
     np.save(paths["chunk_vectors"], np.asarray(vectors, np.float32))
+    np.save(paths["sentence_vectors"], np.asarray(sentence_vectors, np.float32))
     report.update({"floor": cfg.floor, "step_seconds": lap.seconds})
     return {"outputs": {k: str(p) for k, p in paths.items()}, "report": report}

@@ -2,19 +2,20 @@
 knapsack beside the triples' three renderings.
 
 A :class:`Passage` is a chunk the passage ranking put first for the question (the dense scores,
-or runtime/passage_rank.py's personalized PageRank), with its title, text, the sentences the
-question's candidate triples were extracted from, and which of those triples each rendering
-holds. It is one knapsack row with three options (:data:`OPTIONS`): ``none`` (0 tokens, value
-0), ``sentences`` (the title and those sentences, in text order: the graph's choice of what in
-the passage bears on the question) and ``passage`` (the title and the whole chunk, as dense
+or runtime/passage_rank.py's personalized PageRank), with its title, text, the sentences of
+it that bear on the question (runtime/passage_items.py chooses them) and which of the
+question's candidate triples each rendering holds. It is one knapsack row with three options
+(:data:`OPTIONS`): ``none`` (0 tokens, value 0), ``sentences`` (the title and those sentences,
+in text order) and ``passage`` (the title and the whole chunk, as dense
 chunk retrieval packs it). Lines are ``title | text``, whitespace collapsed, newline-ended,
 starting with a non-space: they add under cl100k like the triples' lines, and cost what
 ``count`` says (cl100k by default, as everything else).
 
 **Value.** The passage at position i of the ranking (0 first) is worth
-``PASSAGE_VALUE · PASSAGE_DECAY^i`` whole; its sentences are worth that times their share of
-its tokens (``SENTENCES_EXPONENT`` 1: the same value per token, so they win only where the whole
-chunk does not fit, as dense packing cuts its last chunk). The scale sits far above the
+``PASSAGE_VALUE · PASSAGE_DECAY^i`` whole; its sentences are worth that times ``share`` (the
+share of the question's match they hold) where the passage gives one, else times their share
+of its tokens (``SENTENCES_EXPONENT`` 1: the same value per token, so they win only where the
+whole chunk does not fit, as dense packing cuts its last chunk). The scale sits far above the
 triples' values (β·α·H(O|R): a few bits at most on relation phrases extracted from text, λ_boost
 3), so the knapsack spends the budget down the ranking as dense retrieval does, short chunks a
 little earlier, and the triples take what the passages leave (about 30 ranks down a passage is
@@ -68,6 +69,8 @@ class Passage:
     score: float = 0.0  # the ranking's score (reported, not valued)
     #: every sentence of the chunk, for the citations of the whole passage
     all_sentences: tuple[tuple[str, str], ...] = ()
+    #: the sentences option's share of the passage's value (None: its share of the tokens)
+    share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,8 @@ def passage_rows(passages: Sequence[Passage], count: Callable[[str], int]
         c_whole = count(whole) if whole else 0
         c_part = (count(part) if part != whole else c_whole) if part else 0
         v_whole = PASSAGE_VALUE * PASSAGE_DECAY ** p.rank if whole else 0.0
-        v_part = v_whole * (c_part / c_whole) ** SENTENCES_EXPONENT if c_whole and part else 0.0
+        v_part = v_whole * (p.share if p.share is not None else (c_part / c_whole) **
+                            SENTENCES_EXPONENT) if c_whole and part else 0.0
         lines.append(("", part, whole))
         costs.append((0, c_part, c_whole))
         values.append((0.0, v_part, v_whole))
