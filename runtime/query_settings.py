@@ -30,7 +30,7 @@ class QuerySettings(Settings, section="query"):
     passages: int = setting(3, integer(0),
             "stores built from documents: the triples of this many chunks nearest the question "
             "(chunk_vectors.npy) join the candidate set; 0 = off")
-    passage_ranking: str = setting("dense", choice("dense", "graph"),
+    passage_ranking: str = setting("graph", choice("dense", "graph"),
             "how the query.passages chunks and the query.passage_items passages are chosen: "
             "'dense' = nearest the question by the "
             "store's encoder | 'graph' = personalized PageRank over the chunks and the entities "

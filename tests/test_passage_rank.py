@@ -75,7 +75,7 @@ def test_the_query_setting_accepts_dense_and_graph_only():
     from lokg.runtime.query_settings import QuerySettings
     from lokg.runtime.settings import ConfigError
 
-    assert QuerySettings.of({}).passage_ranking == "dense"
-    assert QuerySettings.of({"query": {"passage_ranking": "graph"}}).passage_ranking == "graph"
+    assert QuerySettings.of({}).passage_ranking == "graph"
+    assert QuerySettings.of({"query": {"passage_ranking": "dense"}}).passage_ranking == "dense"
     with pytest.raises(ConfigError, match="passage_ranking"):
         QuerySettings.of({"query": {"passage_ranking": "ppr"}})
