@@ -7,8 +7,8 @@ import functools
 
 from lokg.runtime.relknow.composition import predict_spans
 from lokg.runtime.relknow.predictor import LabelledPredictor, Predictor, Question
-from lokg.runtime.relknow.spans import (ZERO_SHOT_SWAP, answer_type, span_substitutes,
-                                        weakest_hop, zero_shot_hops)
+from lokg.runtime.relknow.spans import (ZERO_SHOT_SWAP, answer_type, span_readings,
+                                        span_substitutes, weakest_hop, zero_shot_hops)
 from lokg.runtime.relknow.vote_rules import (Appended, Bridged, KnnVote, PerHop, Ranged,
                                              Resized, RunsDecoded, Shortened, Typed)
 from lokg.runtime.relknow.votes import Prediction, held_support
@@ -60,7 +60,8 @@ class ZeroShot(Predictor):
             know, hops, q.masked, q.facts, q.topics, source=self.name,
             named=frozenset(h[3] for h in hops), answer_type=answer_type(know, q.masked, embed),
             asked_kind=answer_type(know, q.masked, embed, margin=ZERO_SHOT_SWAP),
-            substitutes=functools.partial(span_substitutes, know, q.masked, embed, hops))
+            substitutes=functools.partial(span_substitutes, know, q.masked, embed, hops),
+            readings=span_readings(know, q.masked, embed, hops))
 
 
 class NoPrediction(Predictor):
