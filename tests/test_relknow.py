@@ -1068,11 +1068,13 @@ def test_zero_shot_ties_go_to_the_relation_the_topic_has_facts_of():
     assert [h[3] for h in zero_shot_hops(know, "job of someone", embed)] != [REL["profession"]]
 
 
-@pytest.mark.parametrize("profession_cosine, chain", [(0.9, ("~profession",)), (0.8, None)])
+@pytest.mark.parametrize("profession_cosine, chain", [
+    (0.9, ("~profession",)), (0.8, ("~profession",)), (0.0, None)])
 def test_zero_shot_tries_a_near_relation_when_the_best_makes_no_chain(profession_cosine, chain):
     """"works" is nearest gender (1.0), which links nothing to a pilot; profession, within
     ZERO_SHOT_NEAR of it (0.9), is tried next and walks back to who works as one — one 0.2
-    below the best (0.8) is no substitute."""
+    below the best (0.8) is no substitute, but the one relation the pilot has that "works"
+    reads at all, walked (composition.predict_walks); one it does not read is no answer."""
     facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
     eye = np.eye(len(RELATIONS), dtype=np.float32)
     works = eye[REL["gender"]] + np.float32(profession_cosine) * eye[REL["profession"]]
@@ -1141,8 +1143,9 @@ def test_zero_shot_substitutes_a_chain_of_the_asked_kind_for_a_hop_added_for_it(
 
 @pytest.mark.parametrize("masked, country_cosine, chain", [
     ("country someone", 1.0, ("actor_nationality",)),
-    # the chosen span is more than the first word: it may name a hop (the actors of a film)
-    ("country of actors someone", 0.9, None),
+    # the chosen span is more than the first word: it may name a hop (the actors of a film),
+    # but none the actor has; of the walks it has, the one to a country reads the span
+    ("country of actors someone", 0.9, ("actor_nationality",)),
 ])
 def test_zero_shot_asks_the_topics_hop_to_the_kind_when_only_the_kind_is_named(
         masked, country_cosine, chain):
@@ -1258,6 +1261,25 @@ def test_zero_shot_follows_the_chain_that_reads_every_span_over_the_asked_kind_a
     assert chain(()) == ["parents"]
     assert chain([{parents: 0.9}, {gender: 0.9}]) == ["parents", "gender"]
     assert chain([{parents: 0.9}, {gender: 0.5}]) == ["parents"]  # 0.5 < θ_zs gained
+
+
+@pytest.mark.parametrize("mum, endpoints", [
+    # "mum" names spouse best, which the topic lacks, parents far below: a walk the graph has
+    (0.5, [0, 1]),
+    (0.0, [0, 1]),  # the parents, spouses both, read as the kind "mum" names
+])
+def test_zero_shot_walks_what_the_topic_has_when_no_named_relation_instantiates(mum, endpoints):
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    eye = np.eye(len(RELATIONS), dtype=np.float32)
+    vector = np.float32(0.9) * eye[REL["spouse"]] + np.float32(mum) * eye[REL["parents"]]
+    embed = lambda texts: np.stack([vector if t == "mum" else np.zeros(5, np.float32)  # noqa: E731
+                                    for t in texts])
+    know = zero_shot_knowledge(eye)
+    a = know.assess("mum of someone", [20], facts, q_vec=None, embed=embed)
+    assert a.prediction.source == "zero_shot" and a.derivation.endpoints == endpoints
+    spans = predict_spans(know, [(0.9, 0, 1, REL["spouse"])], "mum of someone", facts, [20],
+                          source="zero_shot", named=frozenset(), substitutes=lambda near: [])
+    assert spans.chain is None  # the named relation alone: nothing
 
 
 def test_round_trips_along_the_shared_relation_are_a_level_of_their_own():

@@ -17,6 +17,9 @@ from lokg.runtime.relknow.spans import (MAX_ZERO_SHOT_HOPS, ZERO_SHOT_NEAR, ZERO
                                         sharing_word)
 from lokg.runtime.relknow.votes import Prediction, stop_of, tally
 
+#: Walks of each length :func:`predict_walks` keeps, those reading the question best.
+WALK_BEAM = 32
+
 if TYPE_CHECKING:
     from lokg.runtime.relknow.learned import Learned
 
@@ -61,6 +64,32 @@ def predict_spans(know: Learned, hops: Sequence[tuple[float, int, int, int]],
         stopped = stop_of(derive(facts, topics, first, max_frontier=know.max_frontier))
         prediction.stops = (stopped,) if stopped else ()
     return prediction
+
+
+def predict_walks(know: Learned, facts: Facts, topics: Sequence[int], reading: Reading,
+                  most: int, *, source: str, named: frozenset[int]) -> Prediction:
+    """The walks of 1 to ``most`` hops the graph has from the topics (each hop one a fact
+    takes from the entities reached; the :data:`WALK_BEAM` that read the question best kept
+    per length), those that read it best voting (:meth:`Reading.best`, a span read as the
+    walks' relations and those within ``ZERO_SHOT_NEAR`` of its best): what a question whose named relations instantiate nowhere asks
+    ("the *backer* of X": no relation's name is near, but of X's relations the span reads
+    production_company best); none where no walk reads any span."""
+    reach = Reach(facts, topics, know.max_frontier)
+    chains, grown = [], [()]
+    for _ in range(most):
+        grown = [c + (h,) for c in grown for h in facts.hops_from(reach.frontier(c))
+                 if reach.frontier(c + (h,)) is not None]
+        walked = {hop_relation(h, facts.n_relations) for c in grown for h in c}
+        read = Reading(tuple({r: v for r, v in span.items()
+                              if r in walked or v >= max(span.values()) - ZERO_SHOT_NEAR}
+                             for span in reading.spans), reading.asked, reading.trips)
+        grown = sorted(grown, key=lambda c: read.key(c, reach), reverse=True)[:WALK_BEAM]
+        chains += grown
+    top, by_end = read.best(by_endpoints(chains, reach), reach) if chains else (None, {})
+    votes = [(group[0], float(len(group))) for key, group in by_end.items()
+             if key and top[1] > 0]
+    return tally(votes, facts, topics, source=source, named=named,
+                 max_frontier=know.max_frontier)
 
 
 def better_read(by_end: dict[tuple[int, ...], list[tuple[int, ...]]],
