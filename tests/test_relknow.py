@@ -29,7 +29,7 @@ from lokg.runtime.relknow.facts import _sort_pairs
 from lokg.runtime.relknow.lexicon import lexicon_hops, unexplained
 from lokg.runtime.relknow.predictor import knn_vote
 from lokg.runtime.relknow.reading import Reach, Reading
-from lokg.runtime.relknow.spans import (answer_type, shared_span, span_similarities,
+from lokg.runtime.relknow.spans import (answer_type, shared_span, span_similarities, span_words,
                                         zero_shot_hops)
 from lokg.runtime.relknow.vote_rules import Appended, Ranged, RunsDecoded
 from lokg.testing.cli import BLOCK_HEAVY
@@ -1280,6 +1280,15 @@ def test_zero_shot_walks_what_the_topic_has_when_no_named_relation_instantiates(
     spans = predict_spans(know, [(0.9, 0, 1, REL["spouse"])], "mum of someone", facts, [20],
                           source="zero_shot", named=frozenset(), substitutes=lambda near: [])
     assert spans.chain is None  # the named relation alone: nothing
+
+
+@pytest.mark.parametrize("masked, spans, most", [
+    ("backer of someone", [(0, 1)], 1),
+    ("nationality of actors someone", [(0, 3)], 2),  # "of" names no hop
+    ("home country of cast member someone", [(0, 2), (3, 5)], 3),  # capped
+])
+def test_the_walks_of_a_question_have_a_hop_per_content_word_of_its_spans(masked, spans, most):
+    assert span_words([(0.9, a, b, 0) for a, b in spans], masked) == most
 
 
 def test_round_trips_along_the_shared_relation_are_a_level_of_their_own():

@@ -9,7 +9,8 @@ from lokg.runtime.relknow.composition import predict_spans, predict_walks
 from lokg.runtime.relknow.predictor import LabelledPredictor, Predictor, Question
 from lokg.runtime.relknow.reading import Reading
 from lokg.runtime.relknow.spans import (ZERO_SHOT_SWAP, answer_type, span_readings,
-                                        span_substitutes, weakest_hop, zero_shot_hops)
+                                        span_substitutes, span_words, weakest_hop,
+                                        zero_shot_hops)
 from lokg.runtime.relknow.vote_rules import (Appended, Bridged, KnnVote, PerHop, Ranged,
                                              Resized, RunsDecoded, Shortened, Typed)
 from lokg.runtime.relknow.votes import Prediction, held_support
@@ -48,8 +49,8 @@ class ZeroShot(Predictor):
     the encoder (cosine ≥ θ_zs; a question no span names so reads its best span's relation),
     composed from the topic like the lexicon's hops, with the asked-for word's relations as
     the answer's kind and near relations as substitutes; where none of those instantiates,
-    the walks the graph has from the topic that read the spans best (any relation's cosine).
-    Answers with an encoder."""
+    the walks the graph has from the topic, of at most a hop per content word of the spans,
+    that read the spans best (any relation's cosine). Answers with an encoder."""
 
     name = "zero_shot"
 
@@ -69,7 +70,7 @@ class ZeroShot(Predictor):
             return spans
         reading = Reading(tuple(span_readings(know, q.masked, embed, hops, near=float("inf"))),
                           answer_type(know, q.masked, embed))
-        walked = predict_walks(know, q.facts, q.topics, reading, len(reading.spans),
+        walked = predict_walks(know, q.facts, q.topics, reading, span_words(hops, q.masked),
                                source=self.name, named=spans.named)
         return walked if walked.chain is not None else spans
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lokg.runtime.linker import STOP_WORDS
-from lokg.runtime.question_text import PLACEHOLDER, head_spans, question_spans
+from lokg.runtime.question_text import (KEPT_STOP_WORDS, PLACEHOLDER, head_spans,
+                                        question_spans)
 from lokg.runtime.relknow.derivation import reach
 from lokg.runtime.relknow.facts import Facts
 
@@ -130,6 +131,15 @@ def span_readings(know: Learned, masked: str, embed: Embed,
     order = know.relation_order
     return [{order[int(k)]: float(row[k]) for k in np.flatnonzero(row >= row.max() - near)}
             for row in sims]
+
+
+def span_words(hops: Sequence[tuple[float, int, int, int]], masked: str) -> int:
+    """The content words of the chosen spans (:func:`chosen_spans`; "of" aside), at most
+    :data:`MAX_ZERO_SHOT_HOPS`: the most hops their wording can name ("nationality of
+    actors": the actors, then their nationality)."""
+    words = masked.split()
+    return min(MAX_ZERO_SHOT_HOPS, sum(w not in KEPT_STOP_WORDS for _, a, b, _ in
+                                       chosen_spans(hops, len(words)) for w in words[a:b]))
 
 
 def weakest_hop(know: Learned, masked: str, embed: Embed,
