@@ -29,6 +29,7 @@ class Reach:
         self.facts, self.max_frontier = facts, max_frontier
         self.topics = np.array(sorted({int(t) for t in topics}), dtype=np.int64)
         self._frontiers: dict[tuple[int, ...], np.ndarray | None] = {(): self.topics}
+        self._kinds: dict[tuple[tuple[int, ...], int], bool] = {}
 
     def frontier(self, chain: tuple[int, ...]) -> np.ndarray | None:
         """The entities a chain's walks reach (sorted); None where a hop finds no fact or
@@ -41,6 +42,15 @@ class Reach:
                 out = out if 0 < len(out) <= self.max_frontier else None
             self._frontiers[chain] = out
         return self._frontiers[chain]
+
+    def of_kind(self, chain: tuple[int, ...], relation: int) -> bool:
+        """Whether the entities ``chain`` reaches are objects of ``relation`` (``of_type``;
+        false where it reaches none)."""
+        key = (chain, relation)
+        if key not in self._kinds:
+            reached = self.frontier(chain)
+            self._kinds[key] = reached is not None and of_type(self.facts, reached, (relation,))
+        return self._kinds[key]
 
     def endpoints(self, chain: tuple[int, ...]) -> tuple[int, ...]:
         """``derive(...).endpoints`` sorted; () where the chain does not instantiate (after a
@@ -78,11 +88,9 @@ class Reading:
         for i, h in enumerate(chain):
             back = self.trips and bool(i) and not back and h == inverse_hop(chain[i - 1], n)
             hops += [] if back else [hop_relation(h, n)]
-        reached = [(hop_relation(chain[i - 1], n), reach.frontier(chain[:i]))
-                   for i in range(1, len(chain) + 1)]
         kinds = {r for r in {*self.asked, *(r for span in self.spans for r in span)}
-                 if any(f is not None and r != by and of_type(facts, f, (r,))
-                        for by, f in reached)}
+                 if any(r != hop_relation(chain[i - 1], n) and reach.of_kind(chain[:i], r)
+                        for i in range(1, len(chain) + 1))}
         credit, idle = span_credits(self.spans, hops, kinds)
         return (not self.asked or bool(self.asked & ({*hops} | kinds)), round(credit, 6),
                 -idle)
