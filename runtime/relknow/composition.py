@@ -19,6 +19,8 @@ from lokg.runtime.relknow.votes import Prediction, stop_of, tally
 
 #: Walks of each length :func:`predict_walks` keeps, those reading the question best.
 WALK_BEAM = 32
+#: Hops :func:`predict_walks` tries from a walk's end: those whose relations a span reads best.
+WALK_HOPS = 8
 
 if TYPE_CHECKING:
     from lokg.runtime.relknow.learned import Learned
@@ -68,18 +70,26 @@ def predict_spans(know: Learned, hops: Sequence[tuple[float, int, int, int]],
 
 def predict_walks(know: Learned, facts: Facts, topics: Sequence[int], reading: Reading,
                   most: int, *, source: str, named: frozenset[int]) -> Prediction:
-    """The walks of 1 to ``most`` hops the graph has from the topics (each hop one a fact
-    takes from the entities reached; the :data:`WALK_BEAM` that read the question best kept
-    per length), those that read it best voting (:meth:`Reading.best`, a span read as the
-    walks' relations and those within ``ZERO_SHOT_NEAR`` of its best): what a question whose named relations instantiate nowhere asks
-    ("the *backer* of X": no relation's name is near, but of X's relations the span reads
-    production_company best); none where no walk reads any span."""
+    """The walks of 1 to ``most`` hops the graph has from the topics (each hop one of the
+    :data:`WALK_HOPS` a fact takes from the entities reached whose relations a span reads
+    best; the :data:`WALK_BEAM` walks that read the question best kept per length), those
+    that read it best voting (:meth:`Reading.best`, a span read as the walks' relations and
+    those within ``ZERO_SHOT_NEAR`` of its best): what a question whose named relations
+    instantiate nowhere asks ("the *backer* of X": no relation's name is near, but of X's
+    relations the span reads production_company best); none where no walk reads any span."""
     reach = Reach(facts, topics, know.max_frontier)
+    n = facts.n_relations
+
+    def read_best(hop: int) -> float:
+        return max((span.get(hop_relation(hop, n), -1.0) for span in reading.spans), default=0.0)
+
     chains, grown = [], [()]
     for _ in range(most):
-        grown = [c + (h,) for c in grown for h in facts.hops_from(reach.frontier(c))
+        grown = [c + (h,) for c in grown
+                 for h in sorted(facts.hops_from(reach.frontier(c)), key=read_best,
+                                 reverse=True)[:WALK_HOPS]
                  if reach.frontier(c + (h,)) is not None]
-        walked = {hop_relation(h, facts.n_relations) for c in grown for h in c}
+        walked = {hop_relation(h, n) for c in grown for h in c}
         read = Reading(tuple({r: v for r, v in span.items()
                               if r in walked or v >= max(span.values()) - ZERO_SHOT_NEAR}
                              for span in reading.spans), reading.asked, reading.trips)
