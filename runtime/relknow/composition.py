@@ -18,7 +18,7 @@ from lokg.runtime.relknow.spans import (MAX_ZERO_SHOT_HOPS, ZERO_SHOT_NEAR, ZERO
 from lokg.runtime.relknow.votes import Prediction, stop_of, tally
 
 #: Walks of each length :func:`predict_walks` keeps, those reading the question best.
-WALK_BEAM = 32
+WALK_BEAM = 8
 #: Hops :func:`predict_walks` tries from a walk's end: those whose relations a span reads best.
 WALK_HOPS = 8
 
