@@ -10,6 +10,7 @@ cwq-derived questions (no labelled questions: real web wording over Freebase nam
 and budget: route H@1; the share of questions answered with **zero calls** (``route.source``
 ``derived``: "derived from the graph") and the H@1 of those (*precision*); the share whose
 injected knowledge holds a gold answer; knowledge tokens per question, and per derived answer;
+the query latency's p50 and p95 (``latency_ms``: one process, the machine as it is);
 KAPING beside on the unlabelled set. ``--lokg`` runs another tree's ``lokg`` (the previous
 version of the code, in the same run; each tree builds its own stores, as a build records its
 query settings): the figures then read as before / after.
@@ -82,7 +83,15 @@ def figures(predictions: Path) -> dict:
                                    for r in rows]),
         "tokens": mean([r["tokens"]["knowledge"] for r in rows]),
         "derived_tokens": mean([r["tokens"]["knowledge"] for r in derived]),
+        "p50_ms": percentile([r["latency_ms"] for r in rows], 50),
+        "p95_ms": percentile([r["latency_ms"] for r in rows], 95),
     }
+
+
+def percentile(values: list[float], q: int) -> float | None:
+    """The q-th percentile of some values (the nearest rank), None for none."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, len(ordered) * q // 100)] if ordered else None
 
 
 def cell(value, digits: int = 3) -> str:
@@ -102,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     trees = args.lokg or ["lokg"]
     print("| code | set | B | method | n | H@1 | zero-call | precision | gold in knowledge "
-          "| tok/q | derived tok/q |")
-    print("|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|")
+          "| tok/q | derived tok/q | p50 / p95 ms |")
+    print("|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|")
     for name in args.sets.split(","):
         for budget in (int(b) for b in args.budgets.split(",")):
             for lokg in trees:
@@ -114,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"| {lokg} | {name} | {budget} | {method} | {f['n']} | "
                           f"{cell(f['h1'])} | {cell(f['zero_call'])} | {cell(f['precision'])} | "
                           f"{cell(f['gold_in_knowledge'])} | {cell(f['tokens'], 0)} | "
-                          f"{cell(f['derived_tokens'], 0)} |", flush=True)
+                          f"{cell(f['derived_tokens'], 0)} | {cell(f['p50_ms'], 0)} / "
+                          f"{cell(f['p95_ms'], 0)} |", flush=True)
     return 0
 
 

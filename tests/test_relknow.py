@@ -24,11 +24,12 @@ from lokg.runtime.question_text import HopRuns, hop_runs, mask_topic
 from lokg.runtime.relknow import (INVERSE_PREFIX, Checker, Facts, Gate, Prediction, Question,
                                   RelationKnowledge, Vote, derive, hop_id, hop_name, inverse_hop,
                                   learn_exclusive, learn_functional, split_hop)
-from lokg.runtime.relknow.composition import candidate_levels, predict_spans
+from lokg.runtime.relknow.composition import candidate_levels, predict_spans, round_trips
 from lokg.runtime.relknow.facts import _sort_pairs
 from lokg.runtime.relknow.lexicon import lexicon_hops, unexplained
 from lokg.runtime.relknow.predictor import knn_vote
-from lokg.runtime.relknow.spans import (answer_type, shared_span, span_similarities,
+from lokg.runtime.relknow.reading import Reach, Reading
+from lokg.runtime.relknow.spans import (answer_type, shared_span, span_similarities, span_words,
                                         zero_shot_hops)
 from lokg.runtime.relknow.vote_rules import Appended, Ranged, RunsDecoded
 from lokg.testing.cli import BLOCK_HEAVY
@@ -1067,11 +1068,13 @@ def test_zero_shot_ties_go_to_the_relation_the_topic_has_facts_of():
     assert [h[3] for h in zero_shot_hops(know, "job of someone", embed)] != [REL["profession"]]
 
 
-@pytest.mark.parametrize("profession_cosine, chain", [(0.9, ("~profession",)), (0.8, None)])
+@pytest.mark.parametrize("profession_cosine, chain", [
+    (0.9, ("~profession",)), (0.8, ("~profession",)), (0.0, None)])
 def test_zero_shot_tries_a_near_relation_when_the_best_makes_no_chain(profession_cosine, chain):
     """"works" is nearest gender (1.0), which links nothing to a pilot; profession, within
     ZERO_SHOT_NEAR of it (0.9), is tried next and walks back to who works as one — one 0.2
-    below the best (0.8) is no substitute."""
+    below the best (0.8) is no substitute, but the one relation the pilot has that "works"
+    reads at all, walked (composition.predict_walks); one it does not read is no answer."""
     facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
     eye = np.eye(len(RELATIONS), dtype=np.float32)
     works = eye[REL["gender"]] + np.float32(profession_cosine) * eye[REL["profession"]]
@@ -1110,20 +1113,25 @@ FILM_TRIPLES = [(FILM, 3, STUDIO), (STUDIO, 2, CITY), (CITY, 0, COUNTRY),
                 (FILM, 1, OTHER_COUNTRY), (OTHER_CITY, 0, OTHER_COUNTRY), (ACTOR, 4, COUNTRY)]
 
 
-@pytest.mark.parametrize("film_country_cosine, chain", [
-    (0.95, ("film_country",)),  # within ZERO_SHOT_NEAR of city_country: substituted
-    (0.8, ("production_company", "location")),  # 0.2 below: none, the studio's city stays
+@pytest.mark.parametrize("film_country_cosine, location_cosine, chain", [
+    # film_country within ZERO_SHOT_NEAR of city_country, location not: substituted
+    (0.95, 0.7, ("film_country",)),
+    (0.8, 0.9, ("production_company", "location")),  # 0.2 below: none, the studio's city stays
+    # location near too: the studio's city reads both words, film_country "country" alone
+    (0.95, 0.9, ("production_company", "location")),
 ])
 def test_zero_shot_substitutes_a_chain_of_the_asked_kind_for_a_hop_added_for_it(
-        film_country_cosine, chain):
+        film_country_cosine, location_cosine, chain):
     """"country produced X": "country" names city_country best, "produced" the film's studio;
     no chain of both instantiates, and the studio's one hop further along location (a kind
-    "country" names too, 0.1 below) reaches a city, which no relation "country" names best
-    has as object. film_country, the span's substitute, reaches a country and is taken."""
+    "country" names too) reaches a city, which no relation "country" names best has as
+    object. film_country, the span's substitute, reaches a country and is taken — unless
+    "country" reads as location about as well, so that the studio's city accounts for both
+    words (relknow.reading)."""
     facts = Facts(*np.array(FILM_TRIPLES).T, len(FILM_RELATIONS))
     eye = np.eye(len(FILM_RELATIONS), dtype=np.float32)
-    axes = {"country": eye[0] + np.float32(film_country_cosine) * eye[1] + np.float32(0.9) * eye[2],
-            "produced": eye[3]}
+    axes = {"country": eye[0] + np.float32(film_country_cosine) * eye[1]
+            + np.float32(location_cosine) * eye[2], "produced": eye[3]}
     embed = lambda texts: np.stack([axes.get(t, np.zeros(len(eye), np.float32))  # noqa: E731
                                     for t in texts])
     know = zero_shot_knowledge(eye, FILM_RELATIONS)
@@ -1135,8 +1143,9 @@ def test_zero_shot_substitutes_a_chain_of_the_asked_kind_for_a_hop_added_for_it(
 
 @pytest.mark.parametrize("masked, country_cosine, chain", [
     ("country someone", 1.0, ("actor_nationality",)),
-    # the chosen span is more than the first word: it may name a hop (the actors of a film)
-    ("country of actors someone", 0.9, None),
+    # the chosen span is more than the first word: it may name a hop (the actors of a film),
+    # but none the actor has; of the walks it has, the one to a country reads the span
+    ("country of actors someone", 0.9, ("actor_nationality",)),
 ])
 def test_zero_shot_asks_the_topics_hop_to_the_kind_when_only_the_kind_is_named(
         masked, country_cosine, chain):
@@ -1194,6 +1203,92 @@ SAME_TWICE = [(0.9, 0, 1, REL["profession"]), (0.8, 3, 4, REL["profession"])]
 ])
 def test_the_shared_span(masked, hops, shared):
     assert shared_span(hops, masked) == shared
+
+
+def test_round_trips_share_any_named_relation_then_walk_the_others():
+    """"the films sharing a genre with X's homeland": the shared relation is not the one named
+    nearest the topic; trips along each named relation are tried, the nearest first."""
+    n = len(RELATIONS)
+    gender, job = REL["gender"], REL["profession"]
+    trips = round_trips((gender, job), n)
+    assert trips[:2] == [(job, job + n, gender), (job + n, job, gender)]  # as before
+    assert (gender, gender + n, job) in trips and (job, job + n, gender + n) in trips
+    assert len(trips) == len(set(trips))
+
+
+def test_a_reading_credits_each_span_once_and_a_kind_needs_no_hop():
+    """"the people who are X's parents": "parents" reads the hop, "people" the kind the
+    parents are (objects of spouse); a hop along spouse on top reads nothing more, and a
+    walk no span reads reads nothing."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    reading = Reading(({REL["parents"]: 0.9}, {REL["spouse"]: 0.6}))
+    reach = Reach(facts, [20], 100)
+
+    def key(*chain):
+        return reading.key(tuple(REL[r] for r in chain), reach)
+
+    assert key("parents") == (True, 1.5, 0)
+    assert key("parents", "spouse")[:2] == (True, 1.5) and key("parents", "spouse") < \
+        key("parents")
+    assert key("gender") == (True, 0.0, -1)
+
+
+@pytest.mark.parametrize("trips, idle", [(True, 0), (False, -1)])
+def test_a_round_trips_way_back_is_named_by_its_way_out_only_with_a_sharing_word(trips, idle):
+    """"who has the same job as X": one span, out along profession and back."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    job = REL["profession"]
+    reading = Reading(({job: 0.9},), trips=trips)
+    assert reading.key((job, inverse_hop(job, len(RELATIONS))), Reach(facts, [4], 100)) == \
+        (True, 0.9, idle)
+
+
+def test_zero_shot_follows_the_chain_that_reads_every_span_over_the_asked_kind_alone():
+    """"parents of X's gender": the first word names parents, but the question asks on to the
+    parents' gender. Without readings only chains ending in a parent count; with them the
+    chain reading both spans outreads the one reading "parents" alone by more than θ_zs."""
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    know = zero_shot_knowledge(np.eye(len(RELATIONS), dtype=np.float32))
+    parents, gender = REL["parents"], REL["gender"]
+    hops = [(0.9, 0, 1, parents), (0.9, 3, 4, gender)]
+
+    def chain(readings):
+        p = predict_spans(know, hops, "parents of someone gender", facts, [20],
+                          source="zero_shot", named=frozenset(), answer_type=frozenset({parents}),
+                          substitutes=lambda near: [], readings=readings)
+        return [RELATIONS[h] for h in p.chain]
+
+    assert chain(()) == ["parents"]
+    assert chain([{parents: 0.9}, {gender: 0.9}]) == ["parents", "gender"]
+    assert chain([{parents: 0.9}, {gender: 0.5}]) == ["parents"]  # 0.5 < θ_zs gained
+
+
+@pytest.mark.parametrize("mum, endpoints", [
+    # "mum" names spouse best, which the topic lacks, parents far below: a walk the graph has
+    (0.5, [0, 1]),
+    (0.0, [0, 1]),  # the parents, spouses both, read as the kind "mum" names
+])
+def test_zero_shot_walks_what_the_topic_has_when_no_named_relation_instantiates(mum, endpoints):
+    facts = Facts(*np.array(family_triples()).T, len(RELATIONS))
+    eye = np.eye(len(RELATIONS), dtype=np.float32)
+    vector = np.float32(0.9) * eye[REL["spouse"]] + np.float32(mum) * eye[REL["parents"]]
+    embed = lambda texts: np.stack([vector if t == "mum" else np.zeros(5, np.float32)  # noqa: E731
+                                    for t in texts])
+    know = zero_shot_knowledge(eye)
+    a = know.assess("mum of someone", [20], facts, q_vec=None, embed=embed)
+    assert a.prediction.source == "zero_shot" and a.derivation.endpoints == endpoints
+    spans = predict_spans(know, [(0.9, 0, 1, REL["spouse"])], "mum of someone", facts, [20],
+                          source="zero_shot", named=frozenset(), substitutes=lambda near: [])
+    assert spans.chain is None  # the named relation alone: nothing
+
+
+@pytest.mark.parametrize("masked, spans, most", [
+    ("backer of someone", [(0, 1)], 1),
+    ("nationality of actors someone", [(0, 3)], 2),  # "of" names no hop
+    ("home country of cast member someone", [(0, 2), (3, 5)], 3),  # capped
+])
+def test_the_walks_of_a_question_have_a_hop_per_content_word_of_its_spans(masked, spans, most):
+    assert span_words([(0.9, a, b, 0) for a, b in spans], masked) == most
 
 
 def test_round_trips_along_the_shared_relation_are_a_level_of_their_own():

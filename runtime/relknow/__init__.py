@@ -13,7 +13,9 @@ reads.
 * :mod:`.facts`, :mod:`.derivation` — the store's facts by hop, and following a chain;
 * :mod:`.checks` — consistency of a derived context, and the gates;
 * :mod:`.lexicon`, :mod:`.spans`, :mod:`.composition` — the words and spans that name
-  relations, and the chains composed from them;
+  relations, and the chains composed from them (or walked from the topic);
+* :mod:`.reading` — how well a chain reads a question without labelled questions (each
+  span a hop of its own or the kind of entities reached), and the entities chains reach;
 * :mod:`.votes` — chain votes, predictions and their support.
 """
 

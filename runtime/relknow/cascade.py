@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import functools
 
-from lokg.runtime.relknow.composition import predict_spans
+from lokg.runtime.relknow.composition import predict_spans, predict_walks
 from lokg.runtime.relknow.predictor import LabelledPredictor, Predictor, Question
-from lokg.runtime.relknow.spans import (ZERO_SHOT_SWAP, answer_type, span_substitutes,
-                                        weakest_hop, zero_shot_hops)
+from lokg.runtime.relknow.reading import Reading
+from lokg.runtime.relknow.spans import (ZERO_SHOT_SWAP, answer_type, span_readings,
+                                        span_substitutes, span_words, weakest_hop,
+                                        zero_shot_hops)
 from lokg.runtime.relknow.vote_rules import (Appended, Bridged, KnnVote, PerHop, Ranged,
                                              Resized, RunsDecoded, Shortened, Typed)
 from lokg.runtime.relknow.votes import Prediction, held_support
@@ -46,7 +48,9 @@ class ZeroShot(Predictor):
     """Knowledge fitted without labelled questions: question spans matched to relation names by
     the encoder (cosine ≥ θ_zs; a question no span names so reads its best span's relation),
     composed from the topic like the lexicon's hops, with the asked-for word's relations as
-    the answer's kind and near relations as substitutes. Answers with an encoder."""
+    the answer's kind and near relations as substitutes; where none of those instantiates,
+    the walks the graph has from the topic, of at most a hop per content word of the spans,
+    that read the spans best (any relation's cosine). Answers with an encoder."""
 
     name = "zero_shot"
 
@@ -56,11 +60,19 @@ class ZeroShot(Predictor):
             return None
         hops = zero_shot_hops(know, q.masked, embed, q.facts, q.topics) or \
             weakest_hop(know, q.masked, embed, q.facts, q.topics)
-        return predict_spans(
+        spans = predict_spans(
             know, hops, q.masked, q.facts, q.topics, source=self.name,
             named=frozenset(h[3] for h in hops), answer_type=answer_type(know, q.masked, embed),
             asked_kind=answer_type(know, q.masked, embed, margin=ZERO_SHOT_SWAP),
-            substitutes=functools.partial(span_substitutes, know, q.masked, embed, hops))
+            substitutes=functools.partial(span_substitutes, know, q.masked, embed, hops),
+            readings=span_readings(know, q.masked, embed, hops))
+        if spans.chain is not None or not len(q.topics):
+            return spans
+        reading = Reading(tuple(span_readings(know, q.masked, embed, hops, near=float("inf"))),
+                          answer_type(know, q.masked, embed))
+        walked = predict_walks(know, q.facts, q.topics, reading, span_words(hops, q.masked),
+                               source=self.name, named=spans.named)
+        return walked if walked.chain is not None else spans
 
 
 class NoPrediction(Predictor):

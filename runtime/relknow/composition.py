@@ -9,13 +9,18 @@ import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from lokg.runtime.relknow.derivation import derive, of_type
 from lokg.runtime.relknow.facts import Facts, hop_relation, inverse_hop, round_trip
+from lokg.runtime.relknow.reading import Reach, Reading, best_read
 from lokg.runtime.relknow.spans import (MAX_ZERO_SHOT_HOPS, ZERO_SHOT_NEAR, ZERO_SHOT_SWAP,
-                                        kind_only, named_in_order, shared_span)
+                                        kind_only, named_in_order, shared_span,
+                                        sharing_word)
 from lokg.runtime.relknow.votes import Prediction, stop_of, tally
+
+#: Walks of each length :func:`predict_walks` keeps, those reading the question best.
+WALK_BEAM = 8
+#: Hops :func:`predict_walks` tries from a walk's end: those whose relations a span reads best.
+WALK_HOPS = 8
 
 if TYPE_CHECKING:
     from lokg.runtime.relknow.learned import Learned
@@ -25,21 +30,18 @@ def predict_spans(know: Learned, hops: Sequence[tuple[float, int, int, int]],
                   masked: str, facts: Facts, topics: Sequence[int], *, source: str,
                   named: frozenset[int], answer_type: frozenset[int] = frozenset(),
                   asked_kind: frozenset[int] = frozenset(),
-                  substitutes: Callable[[float], list[tuple[int, ...]]] | None = None
-                  ) -> Prediction:
+                  substitutes: Callable[[float], list[tuple[int, ...]]] | None = None,
+                  readings: Sequence[Mapping[int, float]] = ()) -> Prediction:
     """Chains from relations named by question spans (:func:`named_in_order`), every order
-    and walking direction of them a vote of weight 1, tried level by level
-    (:func:`candidate_levels`: all the named relations before fewer of them — fewer only for
-    the zero-shot matcher, whose spans include type nouns —, fewer backward hops first, round
-    trips only for a question with a sharing word); chains that reach the same endpoints vote
-    together. With ``answer_type`` (the relations the asked-for word names) a chain may go
-    one hop further along one of them, and only chains whose endpoints are of that kind
-    count ("which films star X" asks for films, not co-stars). ``substitutes`` (the spans'
-    relations with one swapped for a near other) are tried when nothing instantiates, when
-    the chains walk a hop backwards, or when they miss ``asked_kind`` (:func:`substituted`);
-    a question whose one span is its first word asks the topic's hops reaching
-    ``asked_kind``. When nothing instantiates, the walk of the chain tried first says where
-    it stopped (:attr:`Prediction.stops`)."""
+    and walking direction a vote of weight 1, tried level by level (:func:`candidate_levels`);
+    chains that reach the same endpoints vote together. With ``answer_type`` (the relations
+    the asked-for word names) a chain may go one hop further along one of them, and only
+    chains whose endpoints are of that kind count. ``substitutes`` (the spans' relations with
+    one swapped for a near other) are tried when nothing instantiates, when the chains walk
+    a hop backwards, or when they miss ``asked_kind`` (:func:`substituted`); a question whose
+    one span is its first word asks the topic's hops reaching ``asked_kind``. With
+    ``readings`` (per span: the relations it may name, with cosines) chains reading the
+    question better replace them (:func:`better_read`). Stops: where the first chain's did."""
     in_order = named_in_order(hops, len(masked.split()))
     if not in_order:
         return Prediction(source, None, 0.0, 0.0, [], named, None, "no span names a relation")
@@ -50,6 +52,10 @@ def predict_spans(know: Learned, hops: Sequence[tuple[float, int, int, int]],
     by_end, first = levels(in_order)
     if substitutes is not None:
         by_end = substituted(by_end, levels, substitutes, asked_kind, named, facts)
+    if substitutes is not None and readings:
+        by_end = better_read(by_end, levels, in_order, substitutes, Reading(
+            tuple(readings), answer_type, sharing_word(masked) is not None), reach,
+            know.zero_shot_cosine)
     if not any(by_end) and asked_kind and kind_only(hops, masked):
         by_end = to_kind(reach, asked_kind) or by_end
     votes = [(group[0], float(len(group))) for key, group in by_end.items() if key]
@@ -60,6 +66,52 @@ def predict_spans(know: Learned, hops: Sequence[tuple[float, int, int, int]],
         stopped = stop_of(derive(facts, topics, first, max_frontier=know.max_frontier))
         prediction.stops = (stopped,) if stopped else ()
     return prediction
+
+
+def predict_walks(know: Learned, facts: Facts, topics: Sequence[int], reading: Reading,
+                  most: int, *, source: str, named: frozenset[int]) -> Prediction:
+    """The walks of 1 to ``most`` hops the graph has from the topics (each hop one of the
+    :data:`WALK_HOPS` a fact takes from the entities reached whose relations a span reads
+    best; the :data:`WALK_BEAM` walks that read the question best kept per length), those
+    that read it best voting (:meth:`Reading.best`, a span read as the walks' relations and
+    those within ``ZERO_SHOT_NEAR`` of its best): what a question whose named relations
+    instantiate nowhere asks ("the *backer* of X": no relation's name is near, but of X's
+    relations the span reads production_company best); none where no walk reads any span."""
+    reach = Reach(facts, topics, know.max_frontier)
+    n = facts.n_relations
+
+    def read_best(hop: int) -> float:
+        return max((span.get(hop_relation(hop, n), -1.0) for span in reading.spans), default=0.0)
+
+    chains, grown = [], [()]
+    for _ in range(most):
+        grown = [c + (h,) for c in grown
+                 for h in sorted(facts.hops_from(reach.frontier(c)), key=read_best,
+                                 reverse=True)[:WALK_HOPS]
+                 if reach.frontier(c + (h,)) is not None]
+        walked = {hop_relation(h, n) for c in grown for h in c}
+        read = Reading(tuple({r: v for r, v in span.items()
+                              if r in walked or v >= max(span.values()) - ZERO_SHOT_NEAR}
+                             for span in reading.spans), reading.asked, reading.trips)
+        grown = sorted(grown, key=lambda c: read.key(c, reach), reverse=True)[:WALK_BEAM]
+        chains += grown
+    top, by_end = read.best(by_endpoints(chains, reach), reach) if chains else (None, {})
+    votes = [(group[0], float(len(group))) for key, group in by_end.items()
+             if key and top[1] > 0]
+    return tally(votes, facts, topics, source=source, named=named,
+                 max_frontier=know.max_frontier)
+
+
+def better_read(by_end: dict[tuple[int, ...], list[tuple[int, ...]]],
+                levels: Callable[..., tuple[dict, tuple | None]], in_order: tuple[int, ...],
+                substitutes: Callable[[float], list[tuple[int, ...]]], reading: Reading,
+                reach: Reach, margin: float) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
+    """``by_end``'s chains that read the question best, unless those of the named relations
+    or of a substitute, from any level (``levels`` with the ``reading``: the asked kind
+    read anywhere on the walk, spans read as kinds), read it better (:func:`best_read`)."""
+    read = functools.partial(levels, reading=reading)
+    return best_read([by_end, read(in_order)[0],
+                      *(read(s)[0] for s in substitutes(ZERO_SHOT_NEAR))], reading, reach, margin)
 
 
 def substituted(by_end: dict[tuple[int, ...], list[tuple[int, ...]]],
@@ -90,29 +142,37 @@ def substituted(by_end: dict[tuple[int, ...], list[tuple[int, ...]]],
 
 
 def first_level(know: Learned, in_order: tuple[int, ...], *, sharing: int | None,
-                reach: Reach, answer_type: frozenset[int], fewest: int
+                reach: Reach, answer_type: frozenset[int], fewest: int,
+                reading: Reading | None = None
                 ) -> tuple[dict[tuple[int, ...], list[tuple[int, ...]]], tuple | None]:
     """(chains by endpoints, the chain tried first — where it stops is what the graph
     lacks) of the first of :func:`candidate_levels` where a chain instantiates, of the
     asked kind when there is one; else the first level reaching subjects of that kind,
-    else the last level's."""
+    else the last level's. With a ``reading`` (spans may name a kind rather than a hop, and
+    the asked-for word need not name the endpoints' kind) the chains that read the question
+    best (:meth:`Reading.best`) of any level instead, ties to the earlier level."""
     by_end: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     subjects = None  # the first level reaching subjects of the asked kind's relations
-    first = None
+    first, best = None, None
     facts = reach.facts
     for chains in candidate_levels(know, in_order, sharing, facts.n_relations, fewest):
         first = first or (chains[0] if chains else None)
         chains = chains + ending_in(chains, answer_type, facts.n_relations)
         by_end = by_endpoints(chains, reach)
-        if answer_type and any(by_end):
+        if answer_type and any(by_end) and reading is None:
             typed = {k: g for k, g in by_end.items()
                      if not k or of_type(facts, k, answer_type)}
             if not any(subjects or {}) and not any(typed):
                 subjects = {k: g for k, g in by_end.items()
                             if not k or of_type(facts, k, answer_type, objects=False)}
             by_end = typed
-        if any(by_end):
+        if any(by_end) and reading is None:
             return by_end, first
+        if any(by_end):
+            scored = reading.best(by_end, reach)
+            best = scored if best is None or scored[0] > best[0] else best
+    if best is not None:
+        return best[1], first
     return (subjects if subjects is not None and any(subjects) else by_end), first
 
 
@@ -166,43 +226,6 @@ def distinct(know: Learned, chains: Sequence[tuple[int, ...]]
     return out
 
 
-class Reach:
-    """The entities chains reach from one question's topics — the endpoints ``derive`` gives
-    them, without the walks and facts only the voted chain needs — each chain prefix walked
-    once: the orders, directions and substitutes one question tries share most of theirs."""
-
-    def __init__(self, facts: Facts, topics: Sequence[int], max_frontier: int):
-        self.facts, self.max_frontier = facts, max_frontier
-        self.topics = np.array(sorted({int(t) for t in topics}), dtype=np.int64)
-        self._frontiers: dict[tuple[int, ...], np.ndarray | None] = {(): self.topics}
-        self._ends: dict[tuple[int, ...], tuple[int, ...]] = {}
-
-    def frontier(self, chain: tuple[int, ...]) -> np.ndarray | None:
-        """The entities a chain's walks reach (sorted); None where a hop finds no fact or
-        reaches more than ``max_frontier``."""
-        if chain not in self._frontiers:
-            start, out = self.frontier(chain[:-1]), None
-            if start is not None:
-                _, reached = self.facts.step(start, chain[-1])
-                out = np.unique(reached)
-                out = out if 0 < len(out) <= self.max_frontier else None
-            self._frontiers[chain] = out
-        return self._frontiers[chain]
-
-    def endpoints(self, chain: tuple[int, ...]) -> tuple[int, ...]:
-        """``derive(...).endpoints`` sorted; () where the chain does not instantiate (after a
-        round trip the topics are endpoints only when nothing else is reached); each chain's
-        once."""
-        chain = tuple(chain)
-        if chain not in self._ends:
-            ends = self.frontier(chain) if chain and len(self.topics) else None
-            if ends is not None and round_trip(chain, self.facts.n_relations):
-                others = ~np.isin(ends, self.topics)
-                ends = ends[others] if others.any() else ends
-            self._ends[chain] = () if ends is None else tuple(ends.tolist())
-        return self._ends[chain]
-
-
 def by_endpoints(chains: Sequence[tuple[int, ...]], reach: Reach
                  ) -> dict[tuple[int, ...], list[tuple[int, ...]]]:
     """Chains grouped by the endpoints they reach (key ``()``: they do not instantiate)."""
@@ -249,10 +272,18 @@ def directions(order: Sequence[int], n_relations: int) -> list[tuple[int, ...]]:
 
 
 def round_trips(order: Sequence[int], n_relations: int) -> list[tuple[int, ...]]:
-    """Out along the relation named nearest the topic and back, then the other named relations
-    (question order reversed): "which films share the director of X" is X → director → the
-    director's films, "what genres do the films that share the director of X have" one hop
-    more; both directions of the trip, forward out first."""
-    near, rest = order[-1], tuple(reversed(order[:-1]))
-    return [(h, inverse_hop(h, n_relations)) + rest
-            for h in (near, inverse_hop(near, n_relations))]
+    """Out along one named relation and back, then the other named relations: "which films
+    share the director of X" is X → director → the director's films, "what genres do the films
+    that share the director of X have" one hop more, and so is "the films sharing a genre with
+    X's homeland" (the other relation named after the topic). The relation named nearest the
+    topic is shared first, then the others; the rest in question order reversed first, then
+    every other order, fewer backward hops first; both directions of the trip, forward out
+    first."""
+    out = []
+    for i in reversed(range(len(order))):
+        near, rest = order[i], order[:i] + order[i + 1:]
+        orders = dict.fromkeys([tuple(reversed(rest)), *itertools.permutations(rest)])
+        tails = [t for o in orders for t in directions(o, n_relations)]
+        out += [(h, inverse_hop(h, n_relations)) + tail
+                for tail in tails for h in (near, inverse_hop(near, n_relations))]
+    return list(dict.fromkeys(out))

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lokg.runtime.linker import STOP_WORDS
-from lokg.runtime.question_text import PLACEHOLDER, head_spans, question_spans
+from lokg.runtime.question_text import (KEPT_STOP_WORDS, PLACEHOLDER, head_spans,
+                                        question_spans)
 from lokg.runtime.relknow.derivation import reach
 from lokg.runtime.relknow.facts import Facts
 
@@ -119,6 +120,30 @@ def span_substitutes(know: Learned, masked: str, embed: Embed,
     return out
 
 
+def span_readings(know: Learned, masked: str, embed: Embed,
+                  hops: Sequence[tuple[float, int, int, int]], near: float = ZERO_SHOT_NEAR
+                  ) -> list[dict[int, float]]:
+    """Per chosen span (:func:`chosen_spans`): the relations it may name — its best and those
+    within ``near`` (:data:`ZERO_SHOT_NEAR`) of it — with their cosines."""
+    words = masked.split()
+    chosen = chosen_spans(hops, len(words))
+    if not chosen:
+        return []
+    sims = span_similarities(know, [" ".join(words[a:b]) for _, a, b, _ in chosen], embed)
+    order = know.relation_order
+    return [{order[int(k)]: float(row[k]) for k in np.flatnonzero(row >= row.max() - near)}
+            for row in sims]
+
+
+def span_words(hops: Sequence[tuple[float, int, int, int]], masked: str) -> int:
+    """The content words of the chosen spans (:func:`chosen_spans`; "of" aside), at most
+    :data:`MAX_ZERO_SHOT_HOPS`: the most hops their wording can name ("nationality of
+    actors": the actors, then their nationality)."""
+    words = masked.split()
+    return min(MAX_ZERO_SHOT_HOPS, sum(w not in KEPT_STOP_WORDS for _, a, b, _ in
+                                       chosen_spans(hops, len(words)) for w in words[a:b]))
+
+
 def weakest_hop(know: Learned, masked: str, embed: Embed,
                 facts: Facts, topics: Sequence[int]) -> list[tuple[float, int, int, int]]:
     """The best span's best relation, whatever its cosine: the one hop of a question no
@@ -202,13 +227,18 @@ def shared_span(hops: Sequence[tuple[float, int, int, int]], masked: str) -> int
     twice: the topic between them only says which hop comes first); else None."""
     words = masked.split()
     chosen = chosen_spans(hops, len(words))
-    at = next((i for i, w in enumerate(words) if w in SHARING_WORDS), None)
+    at = sharing_word(masked)
     if at is not None:
         return next((k for k, h in enumerate(chosen) if h[1] > at), -1)
     return next((i for i, j in itertools.combinations(range(len(chosen)), 2)
                  if chosen[i][3] == chosen[j][3]
                  and any(w not in STOP_WORDS and w != PLACEHOLDER
                          for w in words[chosen[i][2]:chosen[j][1]])), None)
+
+
+def sharing_word(masked: str) -> int | None:
+    """The position of the question's first sharing word (:data:`SHARING_WORDS`), if any."""
+    return next((i for i, w in enumerate(masked.split()) if w in SHARING_WORDS), None)
 
 
 def kind_only(hops: Sequence[tuple[float, int, int, int]], masked: str) -> bool:
