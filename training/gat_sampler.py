@@ -8,7 +8,7 @@ import numpy as np
 
 from lokg.training.gat_inputs import Graph, node_chunks
 
-SHUFFLE_BLOCK = 1 << 22  # edges sorted at a time by NeighbourSampler.shuffle
+SHUFFLE_BLOCK = 1 << 20  # edges sorted at a time by NeighbourSampler.shuffle (~60 B each)
 KEY_BITS = 31  # bits of an edge's random key (``edge_keys``); a block's source offset above them
 
 
