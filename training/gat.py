@@ -22,17 +22,18 @@ or cold and why.
 Memory (``build.memory_gb``). The graph is 13 bytes an edge (int32 ids where they fit), built
 a block of source nodes at a time, each block sorted on its own within its share of the budget
 (``gat_inputs.Graph.from_triples``; the same graph as one sort); the sampler adds 4 bytes an
-edge (its shuffled order, reshuffled a block at a time). The entity vectors stay in their
-memory-mapped ``entity_vectors.npy`` and are read a block's nodes at a time
-(``gat_inputs.NodeFeatures``), as the layer outputs are from disk (``gat_rows.gather``: a
-bounded group of rows under each mapping, so the mapped pages of a file of any size never pile
-up in the process). A sampled training step is checked against its share of the budget before
-each hop is drawn and runs in halves of its batch when it does not fit, so a sample past the
-share is never built (``gat_train``); the α export runs in blocks of source nodes sized by the
-budget, each with its full out-neighbourhood (exact), its layer outputs and α on disk under
-``.gat-scratch/`` (removed after the run) and ``edges.parquet`` written a block at a time. What
-still grows with the dump: the graph's and the sampler's ~17 bytes an edge and a few bytes a
-node, beside the budget.
+edge (its shuffled order, reshuffled a block at a time) and the training pass 8 a triple (the
+forward edge ids and their shuffled pass). The entity vectors stay in their memory-mapped
+``entity_vectors.npy`` and are read a block's nodes at a time (``gat_inputs.NodeFeatures``), as
+the layer outputs are from disk (``gat_rows.gather``: a bounded group of rows under each
+mapping, so the mapped pages of a file of any size never pile up in the process). A sampled
+training step is checked against its share of the budget before each hop is drawn and runs in
+halves of its batch when it does not fit, so a sample past the share is never built
+(``gat_train``); the α export runs in blocks of source nodes sized by the budget, each with its
+full out-neighbourhood (exact), its layer outputs and α on disk under ``.gat-scratch/``
+(removed after the run) and ``edges.parquet`` written a block at a time. What still grows with
+the dump, beside the budget: those ~21 bytes an edge and 24 a node (CSR offsets, the sampler's
+node map, the feature rows' index).
 
 Run directory ``gat/``: config.json (settings, seed, device, sizes, versions, objective),
 losses.json (per epoch: link, path; and ``eval_link``: the fixed-negative link loss before and
