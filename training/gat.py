@@ -33,7 +33,9 @@ halves of its batch when it does not fit, so a sample past the share is never bu
 full out-neighbourhood (exact), its layer outputs and α on disk under ``.gat-scratch/``
 (removed after the run) and ``edges.parquet`` written a block at a time. What still grows with
 the dump, beside the budget: those ~21 bytes an edge and 24 a node (CSR offsets, the sampler's
-node map, the feature rows' index).
+node map, the feature rows' index), and the export block of a hub: a node's whole
+out-neighbourhood is one block (its softmax is exact), so a node of out-degree d takes ~3 kB
+× d, whatever the budget (the synthetic dumps' largest hub has 359k edges at 10⁷ triples).
 
 Run directory ``gat/``: config.json (settings, seed, device, sizes, versions, objective),
 losses.json (per epoch: link, path; and ``eval_link``: the fixed-negative link loss before and
