@@ -37,14 +37,24 @@ from lokg.runtime.contract import TABLE_SCHEMAS, Build, read_table, to_numpy
 # edges
 
 
-def with_inverses(s: np.ndarray, r: np.ndarray, o: np.ndarray, dtype=np.int64):
+def with_inverses(s: np.ndarray, r: np.ndarray, o: np.ndarray, dtype=np.int64,
+                  sources: tuple[int, int] | None = None):
     """Triples → directed edges (s, r, o, inverse): each triple forward and backward, sorted by
     (s, r, inverse, o), ids as ``dtype``. A self-loop (a, r, a) gives two edges a→a (never
-    walked: paths are simple, but they count for the node's degree)."""
-    s, r, o = (np.asarray(x, dtype=dtype) for x in (s, r, o))
-    src, rel, dst = np.concatenate([s, o]), np.concatenate([r, r]), np.concatenate([o, s])
-    del s, r, o
-    inv = np.repeat(np.array([False, True]), len(src) // 2)
+    walked: paths are simple, but they count for the node's degree). ``sources`` = (u0, u1):
+    only the edges whose source lies in u0..u1-1 — that slice of the whole list, so that the
+    list can be built a block of sources at a time."""
+    triples = (s, r, o)
+    if sources is None:
+        (fs, fr, fo), (bs, br, bo) = triples, triples
+    else:
+        (fs, fr, fo), (bs, br, bo) = ((s[kept], r[kept], o[kept]) for kept in (
+            (s >= sources[0]) & (s < sources[1]), (o >= sources[0]) & (o < sources[1])))
+    src = np.concatenate([np.asarray(fs, dtype), np.asarray(bo, dtype)])
+    rel = np.concatenate([np.asarray(fr, dtype), np.asarray(br, dtype)])
+    dst = np.concatenate([np.asarray(fo, dtype), np.asarray(bs, dtype)])
+    inv = np.repeat(np.array([False, True]), [len(fs), len(bs)])
+    del triples, fs, fr, fo, bs, br, bo
     order = np.lexsort((dst, inv, rel, src))
     src = src[order]  # one column at a time: the unsorted one goes before the next is sorted
     rel = rel[order]

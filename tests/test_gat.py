@@ -222,7 +222,7 @@ def test_chunked_inference_equals_the_full_forward(tmp_path):
                                      tmp_path / str(chunk))
         torch.testing.assert_close(torch.from_numpy(np.asarray(z2)), z, atol=1e-5, rtol=1e-5)
         np.testing.assert_allclose(np.asarray(alpha2), alpha.mean(1).numpy(), atol=1e-6)
-    assert gat_model.node_chunks(graph.indptr, 3)[0] == (0, 1)  # node 0 has 4 out-edges: alone
+    assert gat_inputs.node_chunks(graph.indptr, 3)[0] == (0, 1)  # node 0 has 4 out-edges: alone
 
 
 # --------------------------------------------------------------------------------------------
@@ -273,7 +273,9 @@ def test_a_small_memory_budget_exports_the_same_attention_in_more_blocks(tmp_pat
                                runs[0].column("attention").to_numpy(), rtol=1e-5, atol=1e-7)
 
 
-def test_disk_rows_write_read_and_take(tmp_path):
+@pytest.mark.parametrize("group", [1, 2, 2048])
+def test_disk_rows_write_read_and_take(tmp_path, monkeypatch, group):
+    monkeypatch.setattr(gat_rows, "GATHER_ROWS", group)  # rows gathered under one mapping
     rows = gat_rows.DiskRows(tmp_path / "r.f32", 5, 3, np.float32)
     data = np.arange(15, dtype=np.float32).reshape(5, 3)
     rows.write(0, data[:2])
@@ -352,13 +354,14 @@ def test_sampled_subgraph_training(tmp_path, synth_kg):
     assert_out_distributions(read_table(Path(result["outputs"]["edges"]), "edges"))
 
 
-def random_graph(seed: int = 0, nodes: int = 60, triples: int = 400) -> gat_inputs.Graph:
+def random_graph(seed: int = 0, nodes: int = 60, triples: int = 400,
+                 block_edges: int | None = None) -> gat_inputs.Graph:
     """Random triples with a hub (node 0 is the tail of a quarter of them)."""
     rng = np.random.default_rng(seed)
     tri = np.stack([rng.integers(0, nodes, triples), rng.integers(0, 3, triples),
                     rng.integers(0, nodes, triples)], 1)
     tri[: triples // 4, 2] = 0
-    return gat_inputs.Graph.from_triples(np.unique(tri, axis=0), nodes)
+    return gat_inputs.Graph.from_triples(np.unique(tri, axis=0), nodes, block_edges)
 
 
 @pytest.mark.parametrize("fanout,hops", [(1, 1), (3, 2), (5, 3), (1000, 2)])
@@ -393,16 +396,56 @@ def test_sampled_subgraph_holds_the_seeds_and_at_most_fanout_edges_per_node(fano
     assert (sampler.local == -1).all()  # the buffer is left clean for the next step
 
 
-@pytest.mark.parametrize("block", [1, 7, 1 << 22])
-def test_shuffle_orders_each_nodes_out_edges_by_their_random_keys(monkeypatch, block):
-    monkeypatch.setattr(gat_sampler, "SHUFFLE_BLOCK", block)
+def test_shuffle_orders_each_nodes_out_edges_by_their_random_keys(monkeypatch):
     graph = random_graph()
-    sampler = gat_sampler.NeighbourSampler(graph, 4, torch.Generator().manual_seed(3))
-    sampler.shuffle()
-    by_key = torch.argsort(torch.rand(graph.num_edges, generator=torch.Generator().manual_seed(3)))
-    src = torch.from_numpy(graph.src)
-    expected = by_key[torch.sort(src[by_key], stable=True).indices]  # the keys' order per source
-    np.testing.assert_array_equal(sampler.order.numpy(), expected.numpy())
+    orders = []
+    for block in (1, 7, 1 << 22):  # a block of whole slices at a time: the same order
+        monkeypatch.setattr(gat_sampler, "SHUFFLE_BLOCK", block)
+        sampler = gat_sampler.NeighbourSampler(graph, 4, torch.Generator().manual_seed(3))
+        sampler.shuffle()
+        orders.append(sampler.order.numpy().copy())
+    np.testing.assert_array_equal(orders[0], orders[1])
+    np.testing.assert_array_equal(orders[0], orders[2])
+    salt = int(torch.randint(0, 2**62, (1,), generator=torch.Generator().manual_seed(3)))
+    keys = gat_sampler.edge_keys(salt, 0, graph.num_edges)
+    for u in range(graph.num_nodes):  # each node's slice: its own edges, by their keys
+        mine = orders[0][graph.indptr[u]:graph.indptr[u + 1]]
+        np.testing.assert_array_equal(np.sort(mine), np.arange(graph.indptr[u], graph.indptr[u + 1]))
+        assert (np.diff(keys[mine]) >= 0).all()
+    assert (keys[5:9] == gat_sampler.edge_keys(salt, 5, 9)).all()  # a block's keys alone
+
+
+@pytest.mark.parametrize("budget", [0, 20, 60, 150, 10**9])
+def test_a_sample_past_its_budget_is_refused_before_it_is_built(budget):
+    graph = random_graph()
+    seeds = torch.tensor([0, 7, 9, 30])
+    made = []
+
+    def sample(fits):
+        sampler = gat_sampler.NeighbourSampler(graph, 3, torch.Generator().manual_seed(1))
+        sampler.shuffle()
+        built = sampler.out_edges
+        sampler.out_edges = lambda nodes: made.append(built(nodes)) or made[-1]
+        return sampler.sample(seeds, 2, fits=fits), sampler
+
+    whole, _ = sample(None)
+    made.clear()
+    sub, sampler = sample(lambda nodes, edges: nodes + edges <= budget)
+    size = whole.within[-1] + whole.edges_within[-1]
+    if size <= budget:  # fits: the same sample as without a bound
+        assert torch.equal(sub.edges, whole.edges) and torch.equal(sub.nodes, whole.nodes)
+    else:  # refused, and no hop built past the bound
+        assert sub is None
+        assert sum(len(m) for m in made) <= max(budget - len(seeds), 0)
+    assert (sampler.local == -1).all()
+
+
+@pytest.mark.parametrize("block_edges", [1, 7, 100, None])
+def test_graph_built_in_blocks_equals_the_whole_build(block_edges):
+    whole, blocks = random_graph(), random_graph(block_edges=block_edges)
+    for name in ("src", "rel", "dst", "inverse", "indptr"):
+        np.testing.assert_array_equal(getattr(blocks, name), getattr(whole, name))
+        assert getattr(blocks, name).dtype == getattr(whole, name).dtype
 
 
 def test_sampling_is_uniform_over_a_hubs_out_edges():

@@ -19,12 +19,23 @@ that one forward pass — the previous model re-inferred on the new graph and in
 do not fit (another encoder width), it trains from scratch; the report's ``refresh`` says warm
 or cold and why.
 
-Memory (``build.memory_gb``). The graph is 13 bytes an edge (int32 ids where they fit); the
-entity vectors stay in their memory-mapped ``entity_vectors.npy`` and are read a block's nodes
-at a time (``gat_inputs.NodeFeatures``); a sampled training step past its share of the budget runs
-in halves (``gat_train``); the α export runs in blocks of source nodes sized by the budget, each
-with its full out-neighbourhood (exact), its layer outputs and α on disk under
-``.gat-scratch/`` (removed after the run) and ``edges.parquet`` written a block at a time.
+Memory (``build.memory_gb``). The graph is 13 bytes an edge (int32 ids where they fit), built
+a block of source nodes at a time, each block sorted on its own within its share of the budget
+(``gat_inputs.Graph.from_triples``; the same graph as one sort); the sampler adds 4 bytes an
+edge (its shuffled order, reshuffled a block at a time) and the training pass 8 a triple (the
+forward edge ids and their shuffled pass). The entity vectors stay in their memory-mapped
+``entity_vectors.npy`` and are read a block's nodes at a time (``gat_inputs.NodeFeatures``), as
+the layer outputs are from disk (``gat_rows.gather``: a bounded group of rows under each
+mapping, so the mapped pages of a file of any size never pile up in the process). A sampled
+training step is checked against its share of the budget before each hop is drawn and runs in
+halves of its batch when it does not fit, so a sample past the share is never built
+(``gat_train``); the α export runs in blocks of source nodes sized by the budget, each with its
+full out-neighbourhood (exact), its layer outputs and α on disk under ``.gat-scratch/``
+(removed after the run) and ``edges.parquet`` written a block at a time. What still grows with
+the dump, beside the budget: those ~21 bytes an edge and 24 a node (CSR offsets, the sampler's
+node map, the feature rows' index), and the export block of a hub: a node's whole
+out-neighbourhood is one block (its softmax is exact), so a node of out-degree d takes ~3 kB
+× d, whatever the budget (the synthetic dumps' largest hub has 359k edges at 10⁷ triples).
 
 Run directory ``gat/``: config.json (settings, seed, device, sizes, versions, objective),
 losses.json (per epoch: link, path; and ``eval_link``: the fixed-negative link loss before and
@@ -51,7 +62,8 @@ from lokg.runtime.encoder import resolve_device
 from lokg.runtime.taimr import uniform_edges
 from lokg.training.settings import GatSettings
 from lokg.training.gat_gold import gold_edges, parse_questions, resolve_paths
-from lokg.training.gat_inputs import Graph, NodeFeatures, read_triples, relation_vectors
+from lokg.training.gat_inputs import (Graph, NodeFeatures, build_block_edges, read_triples,
+                                      relation_vectors)
 from lokg.training.gat_model import build_model
 from lokg.training.gat_train import TrainResult, fit
 from lokg.training.warm_start import (cold, match_by_key, next_reference, reference_loss,
@@ -162,9 +174,10 @@ def _check_inputs(cfg: Mapping, inputs: Mapping[str, str]) -> None:
         raise StageError(f"{STAGE} needs inputs {missing} (have {sorted(inputs)})")
 
 
-def _read_graph(inputs: Mapping[str, str]) -> tuple[int, Graph, int]:
-    """The triple count, their graph (inverses added) and the relation count; refused when the
-    triples are empty or name a relation the relations table lacks."""
+def _read_graph(inputs: Mapping[str, str], memory_gb: float) -> tuple[int, Graph, int]:
+    """The triple count, their graph (inverses added, built in blocks sized by ``memory_gb``)
+    and the relation count; refused when the triples are empty or name a relation the relations
+    table lacks."""
     triples = read_triples(inputs["triples"])
     if not len(triples):
         raise StageError(f"{inputs['triples']}: the triples table is empty")
@@ -174,7 +187,8 @@ def _read_graph(inputs: Mapping[str, str]) -> tuple[int, Graph, int]:
         raise StageError(f"{inputs['triples']}: relation id {int(triples[:, 1].max())} is not in "
                          f"{inputs['relations']}")
     num_nodes = int(max(triples[:, 0].max(), triples[:, 2].max())) + 1
-    return len(triples), Graph.from_triples(triples, num_nodes), num_relations
+    return len(triples), Graph.from_triples(triples, num_nodes, build_block_edges(memory_gb)), \
+        num_relations
 
 
 def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
@@ -185,7 +199,8 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
     run_dir = out / "gat"
     run_dir.mkdir(parents=True, exist_ok=True)
     lap = Laps()
-    n_triples, graph, num_relations = _read_graph(inputs)
+    memory_gb = BuildSettings.of(config, StageError).memory_gb
+    n_triples, graph, num_relations = _read_graph(inputs, memory_gb)
     gold, gold_stats = load_gold(cfg, inputs, graph)
     lap("read_graph")
 
@@ -202,7 +217,7 @@ def run(config: Mapping, inputs: Mapping[str, str], out_dir: str) -> dict:
         scratch = out / ".gat-scratch"  # α and layer outputs on disk while they are written
         try:
             timing = _train_and_write(cfg, inputs, graph, gold, run_config, report, out, lap,
-                                      BuildSettings.of(config, StageError).memory_gb, scratch)
+                                      memory_gb, scratch)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     _write_json(run_dir / "timing.json", {"step_seconds": lap.seconds, **timing})

@@ -3,7 +3,8 @@ vectors (numpy / pyarrow only).
 
 Graph. Every canonical triple (s, r, o) is walked forward s→o and backward o→s (``inverse``);
 ``runtime.taimr.with_inverses`` builds the edge list, sorted by source, so node u's out-edges
-are one CSR slice. Node inputs h_v are the entity vectors of ``entity_encode``; the relation
+are one CSR slice; past its share of ``build.memory_gb`` a block of source nodes at a time
+(``Graph.from_triples``), so that only a block's sort is in memory beside the graph. Node inputs h_v are the entity vectors of ``entity_encode``; the relation
 input of an edge is the canonical relation's TransE vector e_r (the mean of its members' rows of
 ``relation_embeddings``), and −e_r on an inverse edge (TransE: h + r ≈ t, so walking r backwards
 is −r).
@@ -20,6 +21,13 @@ import pyarrow.compute as pc
 from lokg.common.stage import StageError
 from lokg.runtime.contract import read_table
 from lokg.runtime.taimr import with_inverses
+from lokg.training.gat_rows import gather
+
+#: the graph build's share of ``build.memory_gb`` (``Graph.from_triples``' blocks)
+BUILD_SHARE = 0.25
+#: transient bytes per edge of a block being built: its columns before and after sorting, the
+#: sort's order and the source masks' picks
+BUILD_BYTES_PER_EDGE = 48
 
 
 @dataclass
@@ -40,9 +48,23 @@ class Graph:
             [[0], np.cumsum(np.bincount(self.src, minlength=self.num_nodes))]).astype(np.int64)
 
     @classmethod
-    def from_triples(cls, triples: np.ndarray, num_nodes: int) -> Graph:
-        dtype = id_dtype(num_nodes, int(triples[:, 1].max(initial=0)) + 1, 2 * len(triples))
-        return cls(num_nodes, *with_inverses(triples[:, 0], triples[:, 1], triples[:, 2], dtype))
+    def from_triples(cls, triples: np.ndarray, num_nodes: int,
+                     block_edges: int | None = None) -> Graph:
+        """The graph of [T, 3] (s, r, o) ``triples``, built a block of source nodes at a time,
+        each block's ≤ ``block_edges`` edges sorted on their own (``build_block_edges``; None:
+        the whole list at once): the same graph whatever the blocks, its transient memory a
+        block's."""
+        s, r, o = triples[:, 0], triples[:, 1], triples[:, 2]
+        dtype = id_dtype(num_nodes, int(r.max(initial=0)) + 1, 2 * len(triples))
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(s, minlength=num_nodes)
+                                                + np.bincount(o, minlength=num_nodes))])
+        if block_edges is None or indptr[-1] <= block_edges:
+            return cls(num_nodes, *with_inverses(s, r, o, dtype))
+        columns = [np.empty(indptr[-1], dtype) for _ in range(3)] + [np.empty(indptr[-1], bool)]
+        for u0, u1 in node_chunks(indptr, block_edges):
+            for column, block in zip(columns, with_inverses(s, r, o, dtype, sources=(u0, u1))):
+                column[indptr[u0]:indptr[u1]] = block
+        return cls(num_nodes, *columns)
 
     @property
     def num_edges(self) -> int:
@@ -50,6 +72,24 @@ class Graph:
 
     def out_degree(self) -> np.ndarray:
         return np.diff(self.indptr)
+
+
+def build_block_edges(memory_gb: float | None) -> int | None:
+    """Edges per block of ``Graph.from_triples``: ``BUILD_SHARE`` of ``memory_gb`` over
+    ``BUILD_BYTES_PER_EDGE`` (None: no bound, one block)."""
+    return None if memory_gb is None else max(1, int(memory_gb * 1e9 * BUILD_SHARE
+                                                      / BUILD_BYTES_PER_EDGE))
+
+
+def node_chunks(indptr: np.ndarray, max_edges: int) -> list[tuple[int, int]]:
+    """Consecutive source-node ranges holding ≤ max_edges out-edges (one hub may hold more)."""
+    n, chunks, u0 = len(indptr) - 1, [], 0
+    while u0 < n:
+        u1 = int(np.searchsorted(indptr, indptr[u0] + max_edges, side="right")) - 1
+        u1 = min(max(u1, u0 + 1), n)
+        chunks.append((u0, u1))
+        u0 = u1
+    return chunks
 
 
 def id_dtype(*counts: int) -> type:
@@ -70,8 +110,9 @@ def read_triples(path: str | Path) -> np.ndarray:
 
 class NodeFeatures:
     """The nodes' entity vectors (rows of ``entity_vectors`` follow ``entity_ids``), read from the
-    memory-mapped ``.npy`` a block of nodes at a time (``take``): the file's pages stay in the
-    OS page cache, and this process holds only the rows a block asked for, as float32."""
+    memory-mapped ``.npy`` a block of nodes at a time (``take``, ``gat_rows.gather``): the file's
+    pages stay in the OS page cache, and this process holds only the rows a block asked for, as
+    float32, and one gather group's mapped pages."""
 
     def __init__(self, vectors_path: str | Path, ids_path: str | Path, num_nodes: int):
         vectors = np.load(vectors_path, mmap_mode="r")
@@ -93,10 +134,10 @@ class NodeFeatures:
 
     def take(self, nodes: np.ndarray) -> np.ndarray:
         """float32 [len(nodes), dim]: the vectors of these node ids."""
-        vectors = np.load(self.path, mmap_mode="r")
-        rows = np.asarray(vectors[self.row_of[np.asarray(nodes)]], dtype=np.float32)
-        del vectors  # unmapped: the pages it touched leave this process
-        return rows
+        rows = self.row_of[np.asarray(nodes)]
+        if not len(rows):
+            return np.zeros((0, self.shape[1]), np.float32)
+        return gather(lambda: np.load(self.path, mmap_mode="r"), rows, np.float32)
 
     def read(self, start: int, stop: int) -> np.ndarray:
         """float32 rows of nodes start..stop-1."""

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lokg.training.gat_inputs import Graph
+from lokg.training.gat_inputs import Graph, node_chunks
 from lokg.training.gat_rows import DiskRows, as_rows
 
 #: an inference block's share of ``build.memory_gb`` (the rest: the graph, the model, the
@@ -155,17 +155,6 @@ def relation_table(rel_vec):
 def edge_types(rel, inverse, num_relations: int):
     """Each edge's row of ``relation_table``: r forward, R + r inverse (torch tensors)."""
     return rel + num_relations * inverse.long()
-
-
-def node_chunks(indptr: np.ndarray, max_edges: int) -> list[tuple[int, int]]:
-    """Consecutive source-node ranges holding ≤ max_edges out-edges (one hub may hold more)."""
-    n, chunks, u0 = len(indptr) - 1, [], 0
-    while u0 < n:
-        u1 = int(np.searchsorted(indptr, indptr[u0] + max_edges, side="right")) - 1
-        u1 = min(max(u1, u0 + 1), n)
-        chunks.append((u0, u1))
-        u0 = u1
-    return chunks
 
 
 def block_edges(cfg: Mapping, in_dim: int, memory_gb: float | None) -> int:

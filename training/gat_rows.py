@@ -3,9 +3,9 @@ entity vectors, each layer's output) and per-edge α, kept on disk and touched a
 
 Every such array answers ``take(ids)`` (the rows of these ids, in memory) and ``read(start,
 stop)`` (a range), and has ``shape``. ``DiskRows`` is one on disk: written by row ranges
-(``pwrite``), read by ranges (``pread``) or gathered through a mapping opened and closed per
-call, so the process holds only the rows a block asked for while the file's pages stay in the OS
-page cache, and the α and layer outputs of a graph of any size do not count towards a stage's
+(``pwrite``), read by ranges (``pread``) or gathered through mappings opened and closed per
+``GATHER_ROWS`` rows (``gather``), so the process holds only the rows a block asked for while
+the file's pages stay in the OS page cache, and the α and layer outputs of a graph of any size do not count towards a stage's
 resident memory. ``MemoryRows`` wraps an array already in memory (a small graph's features, a
 test's tensor) so that the same code reads both.
 """
@@ -16,6 +16,27 @@ import os
 from pathlib import Path
 
 import numpy as np
+
+
+#: rows gathered under one mapping (``gather``): reading a row maps the cached pages around it
+#: (the kernel's fault-around, 64 KiB), and they count towards the process's resident memory
+#: until it unmaps them; a gather of rows spread over the whole file under one mapping would
+#: hold the whole file
+GATHER_ROWS = 2048
+
+
+def gather(open_map, ids: np.ndarray, dtype) -> np.ndarray:
+    """The rows ``ids`` of the array that ``open_map()`` maps, as ``dtype``, ``GATHER_ROWS`` at
+    a time, each group under a mapping of its own: the process holds the rows it asked for and
+    at most one group's mapped pages (~``GATHER_ROWS`` × 64 KiB), whatever the file's size."""
+    out = None
+    for start in range(0, len(ids), GATHER_ROWS):
+        mapped = open_map()
+        if out is None:
+            out = np.empty((len(ids), *mapped.shape[1:]), dtype)
+        out[start:start + GATHER_ROWS] = mapped[ids[start:start + GATHER_ROWS]]
+        del mapped  # unmapped: the pages it touched leave this process
+    return out
 
 
 class DiskRows:
@@ -55,10 +76,8 @@ class DiskRows:
         ids = np.asarray(ids)
         if not len(ids) or not self.shape[0]:
             return np.zeros((len(ids), *self.shape[1:]), self.dtype)
-        mapped = np.memmap(self.path, self.dtype, "r", shape=self.shape)
-        rows = np.array(mapped[ids])
-        del mapped  # unmapped: the pages it touched leave this process
-        return rows
+        return gather(lambda: np.memmap(self.path, self.dtype, "r", shape=self.shape), ids,
+                      self.dtype)
 
     __getitem__ = take
 

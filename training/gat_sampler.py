@@ -6,10 +6,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lokg.training.gat_inputs import Graph
-from lokg.training.gat_model import node_chunks
+from lokg.training.gat_inputs import Graph, node_chunks
 
-SHUFFLE_BLOCK = 1 << 22  # edges sorted at a time by NeighbourSampler.shuffle
+SHUFFLE_BLOCK = 1 << 20  # edges sorted at a time by NeighbourSampler.shuffle (~60 B each)
+KEY_BITS = 31  # bits of an edge's random key (``edge_keys``); a block's source offset above them
+
+
+def edge_keys(salt: int, e0: int, e1: int) -> np.ndarray:
+    """Random keys of edges e0..e1-1 (int64 below 2**KEY_BITS): the splitmix64 hash of
+    salt + edge id, so that any block of edges gets its keys without the others'."""
+    with np.errstate(over="ignore"):
+        z = (np.arange(e0, e1, dtype=np.uint64) + np.uint64(salt)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    return (z >> np.uint64(64 - KEY_BITS)).astype(np.int64)
 
 
 @dataclass
@@ -42,20 +53,19 @@ class NeighbourSampler:
         self.local = torch.full((graph.num_nodes,), -1, dtype=torch.long)
 
     def shuffle(self) -> None:
-        """A fresh random order of every node's out-edges (O(E log E), once an epoch): a random
-        key per edge; each node's slice sorted by its edges' ranks among the keys, a block of
-        whole slices at a time (``SHUFFLE_BLOCK`` edges), so that besides the ranks only a
-        block's sort is in memory."""
+        """A fresh random order of every node's out-edges (once an epoch): each edge gets a
+        random key (``edge_keys``: a hash of its id and a salt drawn from the generator), and
+        each node's slice is sorted by its edges' keys, a block of whole slices at a time
+        (``SHUFFLE_BLOCK`` edges): the order does not depend on the blocks, and only a block's
+        keys and sort are in memory."""
         import torch
 
-        by_key = torch.argsort(torch.rand(len(self.src), generator=self.gen))
-        rank = torch.empty(len(by_key), dtype=self.src.dtype)
-        rank[by_key] = torch.arange(len(by_key), dtype=self.src.dtype)
-        del by_key
+        salt = int(torch.randint(0, 2**62, (1,), generator=self.gen))
         for u0, u1 in node_chunks(self.indptr.numpy(), SHUFFLE_BLOCK):
             e0, e1 = int(self.indptr[u0]), int(self.indptr[u1])
-            key = self.src[e0:e1].long() * len(rank) + rank[e0:e1]  # distinct: source, then rank
-            self.order[e0:e1] = (torch.argsort(key) + e0).to(self.order.dtype)
+            key = torch.from_numpy(edge_keys(salt, e0, e1))
+            key += (self.src[e0:e1].long() - u0) << KEY_BITS  # distinct: source, then key
+            self.order[e0:e1] = (torch.argsort(key, stable=True) + e0).to(self.order.dtype)
 
     def out_edges(self, nodes):
         """≤ fanout out-edge ids of each node: a window of its shuffled slice."""
@@ -69,19 +79,31 @@ class NeighbourSampler:
         offset = (torch.rand(len(nodes), generator=self.gen) * degree).long()
         return self.order[start[owner] + (offset[owner] + rank) % degree[owner]].long()
 
-    def sample(self, seeds, hops: int, must=None) -> Subgraph:
+    def sample(self, seeds, hops: int, must=None, fits=None) -> Subgraph | None:
         """The ``hops``-hop sample around ``seeds`` (distinct, sorted); ``must`` (edge ids out
-        of seeds) joins the first hop's sample."""
+        of seeds) joins the first hop's sample. ``fits(nodes, edges)``: whether a step on a
+        sample that large fits its memory; before each hop its edges are counted (≤ fanout a
+        node), and the sample stops, None, as soon as the nodes so far and the edges so far and
+        of that hop (``must`` aside) do not fit — a lower bound of the whole sample's, so a sample
+        is returned where it fits and one that does not is never built whole."""
         import torch
 
         local, nodes, edges = self.local, [seeds], []
         local[seeds] = torch.arange(len(seeds))
-        within, frontier = [len(seeds)], seeds
-        for hop in range(hops):
+        within, frontier, sampled = [len(seeds)], seeds, 0
+        for hop in range(hops + 1):  # the last round only checks the whole sample
+            ahead = 0 if hop == hops else int(
+                (self.indptr[frontier + 1] - self.indptr[frontier]).clamp(max=self.fanout).sum())
+            if fits is not None and not fits(within[-1], sampled + ahead):
+                local[torch.cat(nodes)] = -1
+                return None
+            if hop == hops:
+                break
             picked = self.out_edges(frontier)
             if hop == 0:  # sorted, so that a must-edge's position is a searchsorted away
                 picked = torch.unique(picked if must is None else torch.cat([picked, must]))
             edges.append(picked)
+            sampled += len(picked)
             reached = torch.unique(self.dst[picked])
             frontier = reached[local[reached] < 0]
             local[frontier] = torch.arange(within[-1], within[-1] + len(frontier))

@@ -21,12 +21,14 @@ triples² while a step's subgraph is a fixed share of the graph).
 
 Memory. Until the graph is far larger than a step's reach, a step's sample grows with the graph
 (at 10⁶ triples ~10⁶ sampled edges, ~3 GB). A step whose sampled subgraph would pass
-``STEP_SHARE`` of ``build.memory_gb`` (``sub_bytes``: its nodes' input rows and
+``STEP_SHARE`` of ``build.memory_gb`` (``step_bytes_of``: its nodes' input rows and
 ``STEP_FLOATS_PER_HIDDEN`` × ``hidden`` floats an edge, measured ~5 at 10⁶) runs in halves of
 its batch and gold edges, each sampled and back-propagated on its own with its share of the
-losses, then one optimiser step: the same step's objective over smaller samples. A step within
-its share is the one it always was. The node features are read a step's nodes at a time
-(``gat_inputs.NodeFeatures``); the export is ``gat_model.infer``'s, in blocks.
+losses, then one optimiser step: the same step's objective over smaller samples. The sampler
+counts each hop's edges before drawing them and gives up at the first hop past the share, so
+a sample that does not fit is never built whole. A step within its share is the one it always
+was. The node features are read a step's nodes at a time (``gat_inputs.NodeFeatures``); the
+export is ``gat_model.infer``'s, in blocks.
 """
 
 from __future__ import annotations
@@ -188,18 +190,21 @@ class _Epochs:
         """Losses and gradients on the sampled subgraph around a batch's heads, tails,
         negatives and the heads of its gold-path edges (the seeds: local ids
         0..len(seeds)-1, sorted), weighted by the batch's shares of the step. A subgraph past
-        the step's share of ``build.memory_gb`` (``step_bytes``) is not run: the batch and its
-        gold edges are halved and each half sampled and added on its own (the step's losses
-        and gradient, over smaller samples). Returns the weighted (link, path)."""
+        the step's share of ``build.memory_gb`` (``step_bytes``) is neither run nor built whole
+        (the sampler stops at the hop that takes it past: ``NeighbourSampler.sample``'s
+        ``fits``): the batch and its gold edges are halved and each half sampled and added on
+        its own (the step's losses and gradient, over smaller samples). Returns the weighted
+        (link, path)."""
         import torch
 
         device, src, dst = self.device, self.src, self.dst
         neg = torch.randint(0, self.n, (len(batch) * self.k,), generator=self.gen)
         seeds = torch.unique(torch.cat([src[batch], dst[batch], neg, src[gold]]))
-        sub = self.sampler.sample(seeds, len(self.model.convs), must=gold)
-        if len(batch) > 1 and self.step_bytes is not None and self.sub_bytes(sub) > \
-                self.step_bytes:
-            del sub, seeds, neg  # not held while the halves run
+        fits = None if len(batch) <= 1 or self.step_bytes is None else (
+            lambda nodes, edges: self.step_bytes_of(nodes, edges) <= self.step_bytes)
+        sub = self.sampler.sample(seeds, len(self.model.convs), must=gold, fits=fits)
+        if sub is None:
+            del seeds, neg  # not held while the halves run
             half, gold_half = len(batch) // 2, len(gold) // 2
             parts = [self._backward(b, g, link_share * len(b) / len(batch),
                                     path_share * len(g) / max(len(gold), 1))
@@ -216,10 +221,6 @@ class _Epochs:
                 if self.path_weight and len(gold) else torch.zeros((), device=device))
         (link_share * link + self.path_weight * (path_share * path)).backward()
         return link_share * link.item(), path_share * path.item()
-
-    def sub_bytes(self, sub: Subgraph) -> int:
-        """The estimated peak of a training step on ``sub`` (``step_bytes_of``)."""
-        return self.step_bytes_of(sub.within[-1], sub.edges_within[-1])
 
     def step_bytes_of(self, nodes: int, edges: int) -> int:
         """The estimated peak of a training step on ``nodes`` and ``edges``: the nodes' input
