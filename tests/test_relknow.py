@@ -1688,3 +1688,14 @@ def test_knowledge_without_labelled_questions_asked_without_an_encoder_predicts_
     know = zero_shot_knowledge(np.eye(len(RELATIONS), dtype=np.float32))
     p = know.assess("job of someone", [4], facts, q_vec=None).prediction
     assert (p.source, p.chain, p.reason) == ("none", None, "no labelled questions and no encoder")
+
+
+@pytest.mark.parametrize("span, walked, kept", [
+    ({1: 0.9, 2: 0.8, 3: 0.5}, set(), {1: 0.9, 2: 0.8}),
+    ({1: 0.9, 2: 0.8, 3: 0.5}, {3}, {1: 0.9, 2: 0.8, 3: 0.5}),
+    ({}, {3}, {}),
+])
+def test_a_walk_reading_keeps_the_walked_relations_and_those_near_the_best(span, walked, kept):
+    from lokg.runtime.relknow.composition import walked_or_near
+
+    assert walked_or_near(span, walked) == kept

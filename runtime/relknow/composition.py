@@ -90,9 +90,8 @@ def predict_walks(know: Learned, facts: Facts, topics: Sequence[int], reading: R
                                  reverse=True)[:WALK_HOPS]
                  if reach.frontier(c + (h,)) is not None]
         walked = {hop_relation(h, n) for c in grown for h in c}
-        read = Reading(tuple({r: v for r, v in span.items()
-                              if r in walked or v >= max(span.values()) - ZERO_SHOT_NEAR}
-                             for span in reading.spans), reading.asked, reading.trips)
+        read = Reading(tuple(walked_or_near(span, walked) for span in reading.spans),
+                       reading.asked, reading.trips)
         grown = sorted(grown, key=lambda c: read.key(c, reach), reverse=True)[:WALK_BEAM]
         chains += grown
     top, by_end = read.best(by_endpoints(chains, reach), reach) if chains else (None, {})
@@ -100,6 +99,13 @@ def predict_walks(know: Learned, facts: Facts, topics: Sequence[int], reading: R
              if key and top[1] > 0]
     return tally(votes, facts, topics, source=source, named=named,
                  max_frontier=know.max_frontier)
+
+
+def walked_or_near(span: Mapping[int, float], walked: set[int]) -> dict[int, float]:
+    """A span's readings of the relations walked, and of those within ``ZERO_SHOT_NEAR`` of
+    its best (the best found once: a documents store's span reads thousands)."""
+    floor = max(span.values(), default=0.0) - ZERO_SHOT_NEAR
+    return {r: v for r, v in span.items() if r in walked or v >= floor}
 
 
 def better_read(by_end: dict[tuple[int, ...], list[tuple[int, ...]]],
