@@ -1699,3 +1699,17 @@ def test_a_walk_reading_keeps_the_walked_relations_and_those_near_the_best(span,
     from lokg.runtime.relknow.composition import walked_or_near
 
     assert walked_or_near(span, walked) == kept
+
+
+@pytest.mark.parametrize("entities", [[0], [0, 1], [1, 2, 3], [4]])
+def test_hop_shares_is_the_share_of_entities_each_hop_walks_from(entities):
+    from lokg.runtime.relknow.facts import Facts
+
+    facts = Facts([0, 0, 1, 2, 3], [0, 1, 0, 1, 1], [1, 2, 3, 3, 0], n_relations=2)
+    ents = np.array(entities, dtype=np.int64)
+    expected = {}
+    for hop in range(facts.width):
+        walked = len(np.unique(facts.step(ents, hop)[0]))
+        if walked:
+            expected[hop] = walked / len(ents)
+    assert facts.hop_shares(ents) == expected

@@ -109,8 +109,12 @@ def reach(facts: Facts, subjects: np.ndarray, relation: int) -> int:
     return 1 if len(facts.step(subjects, inverse_hop(relation, facts.n_relations))[1]) else 2
 
 
+#: The share of a walk's endpoints a relation's objects must be for them to be of its kind.
+OF_TYPE_SHARE = 0.5
+
+
 def of_type(facts: Facts, endpoints: Sequence[int], relations: Iterable[int],
-            share: float = 0.5, objects: bool = True) -> bool:
+            share: float = OF_TYPE_SHARE, objects: bool = True) -> bool:
     """Whether at least ``share`` of the (first 50) endpoints are objects (or subjects) of
     one of the relations: the endpoints are of the kind the relation's name says."""
     ends = np.asarray(endpoints[:50], dtype=np.int64)

@@ -78,6 +78,18 @@ class Facts:
         keys = np.concatenate([self.key[a:b] for a, b in zip(lo, hi)])
         return np.unique(keys % self.width).tolist()
 
+    def hop_shares(self, entities: np.ndarray) -> dict[int, float]:
+        """For each hop some fact walks from one of ``entities`` (distinct): the share of them
+        it walks from — every hop's ``step`` at once, by one range per entity."""
+        starts = np.asarray(entities, dtype=np.int64) * self.width
+        if not len(starts):
+            return {}
+        lo = np.searchsorted(self.key, starts, "left")
+        hi = np.searchsorted(self.key, starts + self.width, "left")
+        hops = np.unique(np.concatenate([np.unique(self.key[a:b] % self.width)
+                                         for a, b in zip(lo, hi)]), return_counts=True)
+        return {int(h): int(c) / len(starts) for h, c in zip(*hops)}
+
     def subjects(self, hop: int) -> np.ndarray:
         """The entities a hop starts from (sorted): subjects of a forward hop's relation,
         objects of an inverse hop's."""

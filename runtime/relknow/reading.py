@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lokg.runtime.relknow.derivation import of_type
+from lokg.runtime.relknow.derivation import OF_TYPE_SHARE
 from lokg.runtime.relknow.facts import Facts, hop_relation, inverse_hop, round_trip
 
 #: Chains by the endpoints they reach (``()``: chains that do not instantiate).
@@ -29,7 +29,7 @@ class Reach:
         self.facts, self.max_frontier = facts, max_frontier
         self.topics = np.array(sorted({int(t) for t in topics}), dtype=np.int64)
         self._frontiers: dict[tuple[int, ...], np.ndarray | None] = {(): self.topics}
-        self._kinds: dict[tuple[tuple[int, ...], int], bool] = {}
+        self._kinds: dict[tuple[int, ...], dict[int, float]] = {}
         self._ends: dict[tuple[int, ...], tuple[int, ...]] = {}
 
     def frontier(self, chain: tuple[int, ...]) -> np.ndarray | None:
@@ -47,11 +47,11 @@ class Reach:
     def of_kind(self, chain: tuple[int, ...], relation: int) -> bool:
         """Whether the entities ``chain`` reaches are objects of ``relation`` (``of_type``;
         false where it reaches none)."""
-        key = (chain, relation)
-        if key not in self._kinds:
+        if chain not in self._kinds:
             reached = self.frontier(chain)
-            self._kinds[key] = reached is not None and of_type(self.facts, reached, (relation,))
-        return self._kinds[key]
+            self._kinds[chain] = {} if reached is None else self.facts.hop_shares(reached[:50])
+        hop = inverse_hop(relation, self.facts.n_relations)
+        return self._kinds[chain].get(hop, 0.0) >= OF_TYPE_SHARE
 
     def endpoints(self, chain: tuple[int, ...]) -> tuple[int, ...]:
         """``derive(...).endpoints`` sorted; () where the chain does not instantiate (after a
