@@ -67,28 +67,28 @@ class Facts:
         pos = np.repeat(lo - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
         return parent, self.obj[pos]
 
+    def _hops_of(self, entities: np.ndarray) -> list[np.ndarray]:
+        """Per entity (distinct, in order), the hops of the facts walking from it, one key
+        range each."""
+        starts = np.asarray(entities, dtype=np.int64) * self.width
+        lo = np.searchsorted(self.key, starts, "left")
+        hi = np.searchsorted(self.key, starts + self.width, "left")
+        return [self.key[a:b] % self.width for a, b in zip(lo, hi)]
+
     def hops_from(self, entities: Sequence[int]) -> list[int]:
         """The hops (sorted) some fact walks from one of ``entities``: what a walk from them can
         take, found by one range per entity instead of a try of every hop."""
-        starts = np.asarray(sorted(set(int(e) for e in entities)), dtype=np.int64) * self.width
-        if not len(starts):
-            return []
-        lo = np.searchsorted(self.key, starts, "left")
-        hi = np.searchsorted(self.key, starts + self.width, "left")
-        keys = np.concatenate([self.key[a:b] for a, b in zip(lo, hi)])
-        return np.unique(keys % self.width).tolist()
+        hops = self._hops_of(np.asarray(sorted(set(int(e) for e in entities)), dtype=np.int64))
+        return np.unique(np.concatenate(hops)).tolist() if hops else []
 
     def hop_shares(self, entities: np.ndarray) -> dict[int, float]:
         """For each hop some fact walks from one of ``entities`` (distinct): the share of them
         it walks from — every hop's ``step`` at once, by one range per entity."""
-        starts = np.asarray(entities, dtype=np.int64) * self.width
-        if not len(starts):
+        hops = self._hops_of(entities)
+        if not hops:
             return {}
-        lo = np.searchsorted(self.key, starts, "left")
-        hi = np.searchsorted(self.key, starts + self.width, "left")
-        hops = np.unique(np.concatenate([np.unique(self.key[a:b] % self.width)
-                                         for a, b in zip(lo, hi)]), return_counts=True)
-        return {int(h): int(c) / len(starts) for h, c in zip(*hops)}
+        counts = np.unique(np.concatenate([np.unique(h) for h in hops]), return_counts=True)
+        return {int(h): int(c) / len(hops) for h, c in zip(*counts)}
 
     def subjects(self, hop: int) -> np.ndarray:
         """The entities a hop starts from (sorted): subjects of a forward hop's relation,
